@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package spotdnn's build, tests and benchmarks need. Idempotent: running
+# it again installs nothing new. Run as root (or with sudo available).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev libfmt-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+)
+
+sudo_cmd=()
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || { echo "setup.sh: run as root or install sudo" >&2; exit 1; }
+  sudo_cmd=(sudo)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup.sh: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+echo "setup.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,313 @@
+#include "predictor/performance_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "predictor/equations.h"
+
+namespace spotdnn::predictor {
+namespace {
+
+// The compute profile that applies to `type`: an instance-type entry wins over a GPU-type one.
+const ComputeProfile* FindCompute(const WorkloadProfile& profile, const InstanceType& type) {
+  const ComputeProfile* by_gpu = nullptr;
+  for (const ComputeProfile& c : profile.compute) {
+    if (!c.instance_type.empty() && c.instance_type == type.name) return &c;
+    if (by_gpu == nullptr && !c.gpu_type.empty() && c.gpu_type == type.gpu_type) by_gpu = &c;
+  }
+  return by_gpu;
+}
+
+double RoundToStep(double value, double step) {
+  return step > 0 ? std::round(value / step) * step : value;
+}
+
+}  // namespace
+
+absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profile,
+                                                          InstanceCatalog catalog,
+                                                          ModelOptions options) {
+  if (auto s = profile.Validate(); !s.ok()) return s;
+  if (auto s = catalog.Validate(); !s.ok()) return s;
+  if (!(options.bandwidth_margin >= 0 && options.bandwidth_margin < 1)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "bandwidth_margin = %g: must be in [0, 1)", options.bandwidth_margin));
+  }
+  if (!profile.loss) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "workload \"", profile.name,
+        "\" has no loss model (g1..g5): fit one from loss curves (spotdnn profile fit) first"));
+  }
+  if (!profile.contention) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "workload \"", profile.name,
+        "\" has no contention model (a1, b1): fit one from runs of several cluster sizes first"));
+  }
+
+  PerformanceModel model;
+  model.coefficients_ = CoefficientsOf(profile.variant);
+  model.contention_ = *profile.contention;
+  model.loss_ = *profile.loss;
+  model.two_s_ = 2.0 * profile.parameter_size_mb;
+  const double s = profile.parameter_size_mb;
+  const double single_worker_comm = model.two_s_ / profile.required_bandwidth_mb_per_s;
+
+  std::vector<std::string> reasons;
+  for (const InstanceType& type : catalog.types) {
+    TypeModel t;
+    t.gpus = type.gpus;
+    t.spot_price_per_hour = type.spot_price_per_hour;
+    t.on_demand_price_per_hour = type.on_demand_price_per_hour;
+    const double pcie = 2.0 * type.gpus * s / catalog.pcie_bandwidth_mb_per_s;
+    t.pcie_time_s = model.coefficients_.pcie_iteration_weight * pcie;
+    const ComputeProfile* compute = FindCompute(profile, type);
+    int batch_per_gpu = compute != nullptr ? compute->batch_per_gpu : 0;
+    if (compute != nullptr && batch_per_gpu == 0 && profile.memory) {
+      batch_per_gpu = LargestBatch(*profile.memory, type.gpu_memory_gib);
+    }
+    if (compute == nullptr) {
+      t.unusable_reason = absl::StrCat("workload \"", profile.name, "\" has no compute time for ",
+                                       type.name, " (", type.gpu_type, ")");
+    } else if (batch_per_gpu <= 0) {
+      t.unusable_reason =
+          absl::StrCat("no batch size for ", type.name,
+                       ": its compute entry has no batch_per_gpu and the memory model (a2, b2) "
+                       "gives none for ",
+                       type.gpu_memory_gib, " GiB");
+    } else {
+      t.batch_size = batch_per_gpu * type.gpus;
+      if (compute->compute_time_s) {
+        t.compute_time_s = *compute->compute_time_s;
+      } else {
+        // The measured single-worker iteration time less its communication (eq. 6-7 at |N| = 1).
+        const double measured = t.batch_size / *compute->measured_samples_per_s;
+        t.compute_time_s =
+            measured - single_worker_comm - model.coefficients_.pcie_profiling_sign * pcie;
+        if (!(t.compute_time_s > 0)) {
+          t.unusable_reason = absl::StrFormat(
+              "%s: measured iteration time %.6g s is not longer than its communication time "
+              "%.6g s, so compute time would be %.6g s",
+              type.name, measured, measured - t.compute_time_s, t.compute_time_s);
+        }
+      }
+      t.usable = t.unusable_reason.empty();
+    }
+    if (!t.usable) reasons.push_back(t.unusable_reason);
+    model.types_.push_back(std::move(t));
+  }
+  if (reasons.size() == model.types_.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no instance type of catalog \"", catalog.name, "\" is usable: ",
+                     absl::StrJoin(reasons, "; ")));
+  }
+  model.profile_ = std::move(profile);
+  model.catalog_ = std::move(catalog);
+  model.options_ = options;
+  return model;
+}
+
+bool PerformanceModel::EvaluateShape(absl::Span<const int> counts, int parameter_servers,
+                                     Estimate& out) const {
+  int workers = 0;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    if (counts[k] == 0) continue;
+    if (!types_[k].usable) {
+      out.error = EstimateError::kUnusableType;
+      out.unusable_type = static_cast<int>(k);
+      return false;
+    }
+    workers += counts[k];
+  }
+  out.workers = workers;
+  if (workers == 0) {
+    out.error = EstimateError::kEmptyCluster;
+    return false;
+  }
+  const ParameterServer& ps = catalog_.parameter_server;
+  out.contention_probability = ContentionProbability(contention_, workers);
+  out.worker_bandwidth_mb_per_s =
+      WorkerBandwidth(profile_.required_bandwidth_mb_per_s, ps.bandwidth_mb_per_s * parameter_servers,
+                      workers, out.contention_probability) *
+      (1.0 - options_.bandwidth_margin);
+  const double network_time = two_s_ / out.worker_bandwidth_mb_per_s;
+
+  // One pass for eq. 2, v, and the sums eq. 5 needs; workers of a type share T_i and v_i.
+  double rate = 0, speed = 0, fastest = 0, speed_sq = 0, price = 0, od_price = 0;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    const int n = counts[k];
+    if (n == 0) continue;
+    const TypeModel& t = types_[k];
+    const double inv_t = 1.0 / (t.compute_time_s + network_time + t.pcie_time_s);
+    const double v = t.batch_size * inv_t;
+    rate += n * inv_t;
+    speed += n * v;
+    speed_sq += n * v * v;
+    fastest = std::max(fastest, v);
+    price += n * t.spot_price_per_hour;
+    od_price += n * t.on_demand_price_per_hour;
+  }
+  out.cluster_speed = speed;
+  out.expected_iteration_time_s = 1.0 / rate;
+  out.wa_batch = RoundToStep(speed / rate, coefficients_.wa_batch_step);
+  // R^2 = sum_i w_i^2 - 2 w_1 + 1 with w_i = v_i / v (see ConvergenceCoefficient).
+  const double w1 = fastest / speed;
+  out.convergence_coefficient = std::sqrt(std::max(0.0, speed_sq / (speed * speed) - 2 * w1 + 1));
+  out.price_per_hour = price + parameter_servers * ps.spot_price_per_hour;
+  out.on_demand_price_per_hour = od_price + parameter_servers * ps.on_demand_price_per_hour;
+  return true;
+}
+
+Estimate PerformanceModel::Evaluate(absl::Span<const int> counts, double target_loss,
+                                    int parameter_servers) const {
+  Estimate out;
+  if (!EvaluateShape(counts, parameter_servers, out)) return out;
+  if (!(target_loss > loss_.g5)) {
+    out.error = EstimateError::kTargetAtOrBelowFloor;
+    return out;
+  }
+  double j = IterationsToLoss(loss_, out.wa_batch,
+                              coefficients_.convergence_weight * out.convergence_coefficient,
+                              out.workers, target_loss);
+  if (coefficients_.integer_iterations) j = std::round(j);
+  out.normalized_iterations = j;
+  if (!std::isfinite(j)) {
+    out.error = EstimateError::kNotFinite;
+    return out;
+  }
+  if (j <= 0) {
+    out.error = EstimateError::kNotReachable;
+    return out;
+  }
+  out.time_s = j * out.expected_iteration_time_s;
+  if (!std::isfinite(out.time_s)) {
+    out.error = EstimateError::kNotFinite;
+    return out;
+  }
+  out.cost_usd = out.time_s / 3600.0 * out.price_per_hour;
+  out.on_demand_cost_usd = out.time_s / 3600.0 * out.on_demand_price_per_hour;
+  return out;
+}
+
+absl::Status PerformanceModel::ErrorStatus(const Estimate& e, double target_loss) const {
+  switch (e.error) {
+    case EstimateError::kOk:
+      return absl::OkStatus();
+    case EstimateError::kEmptyCluster:
+      return absl::InvalidArgumentError(
+          "cluster is empty: give at least one instance type with a count above 0");
+    case EstimateError::kUnusableType:
+      return absl::FailedPreconditionError(
+          absl::StrCat("cluster uses ", catalog_.types[e.unusable_type].name, ", which the model "
+                       "cannot predict: ", types_[e.unusable_type].unusable_reason));
+    case EstimateError::kTargetAtOrBelowFloor:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "target_loss = %g: must be above the workload's loss floor g5 = %g, which training "
+          "only approaches",
+          target_loss, loss_.g5));
+    case EstimateError::kNotReachable: {
+      const double start = LossAfter(loss_, e.wa_batch,
+                                     coefficients_.convergence_weight * e.convergence_coefficient,
+                                     e.workers, 0);
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "target_loss = %g: the model's loss for this cluster starts at %g, so it needs %g "
+          "normalized iterations (not positive); choose a lower target loss",
+          target_loss, start, e.normalized_iterations));
+    }
+    case EstimateError::kNotFinite:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "target_loss = %g: the model gives no finite training time for this cluster "
+          "(normalized iterations %g)",
+          target_loss, e.normalized_iterations));
+  }
+  return absl::InternalError("unknown estimate error");
+}
+
+absl::Status PerformanceModel::CheckCluster(const Cluster& cluster) const {
+  if (cluster.counts.size() != catalog_.types.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cluster has %d counts but catalog \"%s\" has %d instance types",
+                        cluster.counts.size(), catalog_.name, catalog_.types.size()));
+  }
+  for (size_t k = 0; k < cluster.counts.size(); ++k) {
+    if (cluster.counts[k] < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("cluster count of %s = %d: must be >= 0",
+                                                        catalog_.types[k].name, cluster.counts[k]));
+    }
+  }
+  if (cluster.parameter_servers < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cluster.parameter_servers = %d: must be at least 1", cluster.parameter_servers));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Prediction> PerformanceModel::Predict(const Cluster& cluster,
+                                                     double target_loss) const {
+  if (auto s = CheckCluster(cluster); !s.ok()) return s;
+  if (std::isnan(target_loss)) {
+    return absl::InvalidArgumentError("target_loss = nan: must be a number");
+  }
+  Prediction p;
+  p.estimate = Evaluate(cluster.counts, target_loss, cluster.parameter_servers);
+  if (auto s = ErrorStatus(p.estimate, target_loss); !s.ok()) return s;
+  p.parameter_servers = cluster.parameter_servers;
+  p.target_loss = target_loss;
+  const double network_time = two_s_ / p.estimate.worker_bandwidth_mb_per_s;
+  for (size_t k = 0; k < cluster.counts.size(); ++k) {
+    if (cluster.counts[k] == 0) continue;
+    const TypeModel& t = types_[k];
+    WorkerBreakdown w;
+    w.type_index = static_cast<int>(k);
+    w.count = cluster.counts[k];
+    w.gpus = t.gpus;
+    w.batch_size = t.batch_size;
+    w.compute_time_s = t.compute_time_s;
+    w.communication_time_s = network_time + t.pcie_time_s;
+    w.iteration_time_s = w.compute_time_s + w.communication_time_s;
+    w.samples_per_s = t.batch_size / w.iteration_time_s;
+    w.bandwidth_mb_per_s = p.estimate.worker_bandwidth_mb_per_s;
+    p.workers.push_back(w);
+  }
+  return p;
+}
+
+absl::StatusOr<double> PerformanceModel::LossAtTime(const Cluster& cluster, double time_s) const {
+  auto curve = LossCurve(cluster, time_s, 2);
+  if (!curve.ok()) return curve.status();
+  return curve->back().loss;
+}
+
+absl::StatusOr<std::vector<LossPoint>> PerformanceModel::LossCurve(const Cluster& cluster,
+                                                                   double horizon_s,
+                                                                   int points) const {
+  if (auto s = CheckCluster(cluster); !s.ok()) return s;
+  if (!(std::isfinite(horizon_s) && horizon_s >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("horizon_s = %g: must be a finite number >= 0", horizon_s));
+  }
+  if (points < 2 || points > 100000) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("points = %d: must be between 2 and 100000", points));
+  }
+  Estimate shape;
+  if (!EvaluateShape(cluster.counts, cluster.parameter_servers, shape)) {
+    return ErrorStatus(shape, 0);
+  }
+  const double r = coefficients_.convergence_weight * shape.convergence_coefficient;
+  std::vector<LossPoint> curve;
+  curve.reserve(points);
+  for (int i = 0; i < points; ++i) {
+    LossPoint pt;
+    pt.time_s = horizon_s * i / (points - 1);
+    pt.normalized_iterations = pt.time_s / shape.expected_iteration_time_s;
+    pt.loss = LossAfter(loss_, shape.wa_batch, r, shape.workers, pt.normalized_iterations);
+    curve.push_back(pt);
+  }
+  return curve;
+}
+
+}  // namespace spotdnn::predictor

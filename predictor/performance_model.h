@@ -1,0 +1,147 @@
+// The spotDNN training-performance model (paper section III, equations 1-10) for one workload
+// profile and one instance catalog: iteration times, cluster speed, WA batch, convergence
+// coefficient, normalized iterations to a target loss, time and cost.
+#ifndef SPOTDNN_PREDICTOR_PERFORMANCE_MODEL_H_
+#define SPOTDNN_PREDICTOR_PERFORMANCE_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "predictor/types.h"
+
+namespace spotdnn::predictor {
+
+// Knobs that change predictions without changing the profile.
+struct ModelOptions {
+  // Predict this fraction less worker bandwidth than eq. 8 gives (the paper over-predicts
+  // contention by 1-5% to absorb model error). In [0, 1).
+  double bandwidth_margin = 0;
+};
+
+// What the model compiled for one catalog type.
+struct TypeModel {
+  bool usable = false;
+  std::string unusable_reason;      // why not, when !usable
+  int gpus = 0;                     // g_i
+  int batch_size = 0;               // b_i = g_i * b_k
+  double compute_time_s = 0;        // T_comp_i
+  double pcie_time_s = 0;           // weighted 2 g S / B_pcie part of T_comm_i
+  double spot_price_per_hour = 0;
+  double on_demand_price_per_hour = 0;
+};
+
+// Why the model gives no estimate for a cluster (kOk when it does).
+enum class EstimateError : std::uint8_t {
+  kOk,
+  kEmptyCluster,          // |N| = 0
+  kUnusableType,          // a type with count > 0 has no usable compute profile
+  kTargetAtOrBelowFloor,  // target loss <= g5 (or NaN)
+  kNotReachable,          // j <= 0: the cluster starts below the target already
+  kNotFinite,             // j or T is not finite
+};
+
+// The cluster-level numbers of a prediction. Filled as far as the model got; read `error` first.
+struct Estimate {
+  EstimateError error = EstimateError::kOk;
+  int unusable_type = -1;               // catalog index, for kUnusableType
+  int workers = 0;                      // |N|
+  double contention_probability = 0;    // P
+  double worker_bandwidth_mb_per_s = 0; // B_wk (the same for every worker)
+  double cluster_speed = 0;             // v, samples/s
+  double expected_iteration_time_s = 0; // T_exp
+  double wa_batch = 0;                  // b_w
+  double convergence_coefficient = 0;   // R
+  double normalized_iterations = 0;     // j
+  double time_s = 0;                    // T
+  double price_per_hour = 0;            // spot $/h of workers and parameter servers
+  double on_demand_price_per_hour = 0;
+  double cost_usd = 0;
+  double on_demand_cost_usd = 0;
+
+  bool ok() const { return error == EstimateError::kOk; }
+};
+
+// Per-type part of a detailed prediction.
+struct WorkerBreakdown {
+  int type_index = 0;
+  int count = 0;
+  int gpus = 0;
+  int batch_size = 0;
+  double compute_time_s = 0;
+  double communication_time_s = 0;
+  double iteration_time_s = 0;
+  double samples_per_s = 0;
+  double bandwidth_mb_per_s = 0;
+};
+
+// A full prediction for one cluster.
+struct Prediction {
+  Estimate estimate;
+  std::vector<WorkerBreakdown> workers;  // one per type with count > 0, in catalog order
+  int parameter_servers = 1;
+  double target_loss = 0;
+};
+
+// One point of a loss curve.
+struct LossPoint {
+  double time_s = 0;
+  double normalized_iterations = 0;
+  double loss = 0;
+};
+
+// The model for one workload on one catalog. Immutable after Create; safe to share across threads.
+class PerformanceModel {
+ public:
+  // Validates both inputs and compiles per-type constants. INVALID_ARGUMENT for bad numbers,
+  // FAILED_PRECONDITION when the profile lacks what predictions need (loss or contention model,
+  // a usable compute time for at least one type).
+  static absl::StatusOr<PerformanceModel> Create(WorkloadProfile profile, InstanceCatalog catalog,
+                                                 ModelOptions options = {});
+
+  // The hot path: counts indexed like catalog().types (size must match), no allocation.
+  Estimate Evaluate(absl::Span<const int> counts, double target_loss,
+                    int parameter_servers = 1) const;
+
+  // Evaluate plus the per-type breakdown; errors become a Status naming the reason.
+  absl::StatusOr<Prediction> Predict(const Cluster& cluster, double target_loss) const;
+
+  // Predicted loss after `time_s` seconds of training on `cluster`.
+  absl::StatusOr<double> LossAtTime(const Cluster& cluster, double time_s) const;
+
+  // `points` evenly spaced points of the predicted loss from time 0 to `horizon_s`.
+  absl::StatusOr<std::vector<LossPoint>> LossCurve(const Cluster& cluster, double horizon_s,
+                                                   int points) const;
+
+  // The Status that explains a failed Estimate (OK for a good one).
+  absl::Status ErrorStatus(const Estimate& estimate, double target_loss) const;
+
+  const WorkloadProfile& profile() const { return profile_; }
+  const InstanceCatalog& catalog() const { return catalog_; }
+  const ModelOptions& options() const { return options_; }
+  const VariantCoefficients& coefficients() const { return coefficients_; }
+  // One entry per catalog type, in catalog order.
+  const std::vector<TypeModel>& types() const { return types_; }
+
+ private:
+  PerformanceModel() = default;
+  absl::Status CheckCluster(const Cluster& cluster) const;
+  // Fills the parts of `out` that do not depend on the target loss; false on error.
+  bool EvaluateShape(absl::Span<const int> counts, int parameter_servers, Estimate& out) const;
+
+  WorkloadProfile profile_;
+  InstanceCatalog catalog_;
+  ModelOptions options_;
+  VariantCoefficients coefficients_{};
+  ContentionModel contention_;
+  LossModel loss_;
+  std::vector<TypeModel> types_;
+  double two_s_ = 0;  // 2 * S_parm
+};
+
+}  // namespace spotdnn::predictor
+
+#endif  // SPOTDNN_PREDICTOR_PERFORMANCE_MODEL_H_

@@ -1,0 +1,209 @@
+#include "predictor/types.h"
+
+#include <cmath>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace spotdnn::predictor {
+namespace {
+
+// "must be ..." checks shared by the validators; `field` is the full path of the value.
+absl::Status RequirePositive(absl::string_view field, double value) {
+  if (std::isfinite(value) && value > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s = %g: must be a positive finite number", field, value));
+}
+
+absl::Status RequireNonNegative(absl::string_view field, double value) {
+  if (std::isfinite(value) && value >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s = %g: must be a finite number >= 0", field, value));
+}
+
+absl::Status RequireFinite(absl::string_view field, double value) {
+  if (std::isfinite(value)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat("%s = %g: must be finite", field, value));
+}
+
+}  // namespace
+
+int InstanceCatalog::IndexOf(absl::string_view type_name) const {
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i].name == type_name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+absl::Status InstanceCatalog::Validate() const {
+  const std::string where = absl::StrCat("catalog \"", name, "\": ");
+  if (types.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "instance_types is empty"));
+  }
+  absl::flat_hash_map<std::string, size_t> seen;
+  for (size_t i = 0; i < types.size(); ++i) {
+    const InstanceType& t = types[i];
+    const std::string field = absl::StrCat(where, "instance_types[", i, "]");
+    if (t.name.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ".name is empty"));
+    if (auto [it, fresh] = seen.emplace(t.name, i); !fresh) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s.name = \"%s\": already used by instance_types[%d]", field, t.name, it->second));
+    }
+    if (t.gpus < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.gpus = %d (%s): must be at least 1", field, t.gpus, t.name));
+    }
+    if (t.quota < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.quota = %d (%s): must be >= 0", field, t.quota, t.name));
+    }
+    for (auto [suffix, value] : {std::pair{".gpu_memory_gib", t.gpu_memory_gib},
+                                 std::pair{".spot_price_per_hour", t.spot_price_per_hour},
+                                 std::pair{".on_demand_price_per_hour", t.on_demand_price_per_hour}}) {
+      if (auto s = RequireNonNegative(absl::StrCat(field, suffix, " (", t.name, ")"), value);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  if (auto s = RequirePositive(absl::StrCat(where, "parameter_server.bandwidth_mb_per_s"),
+                               parameter_server.bandwidth_mb_per_s);
+      !s.ok()) {
+    return s;
+  }
+  for (auto [suffix, value] :
+       {std::pair{"spot_price_per_hour", parameter_server.spot_price_per_hour},
+        std::pair{"on_demand_price_per_hour", parameter_server.on_demand_price_per_hour}}) {
+    if (auto s = RequireNonNegative(absl::StrCat(where, "parameter_server.", suffix), value);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return RequirePositive(absl::StrCat(where, "pcie_bandwidth_mb_per_s"), pcie_bandwidth_mb_per_s);
+}
+
+VariantCoefficients CoefficientsOf(ModelVariant variant) {
+  switch (variant) {
+    case ModelVariant::kSpotdnnPrototype:
+      return {.convergence_weight = 0,
+              .pcie_profiling_sign = -1,
+              .pcie_iteration_weight = 0,
+              .wa_batch_step = 0.1,
+              .integer_iterations = true};
+    case ModelVariant::kPaper:
+      break;
+  }
+  return {.convergence_weight = 1,
+          .pcie_profiling_sign = 1,
+          .pcie_iteration_weight = 1,
+          .wa_batch_step = 0,
+          .integer_iterations = false};
+}
+
+absl::string_view VariantName(ModelVariant variant) {
+  return variant == ModelVariant::kSpotdnnPrototype ? "spotdnn-prototype" : "paper";
+}
+
+absl::Status WorkloadProfile::Validate() const {
+  const std::string where = absl::StrCat("workload \"", name, "\": ");
+  if (auto s = RequirePositive(absl::StrCat(where, "parameter_size_mb"), parameter_size_mb);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = RequirePositive(absl::StrCat(where, "required_bandwidth_mb_per_s"),
+                               required_bandwidth_mb_per_s);
+      !s.ok()) {
+    return s;
+  }
+  for (size_t i = 0; i < compute.size(); ++i) {
+    const ComputeProfile& c = compute[i];
+    const std::string field = absl::StrCat(where, "compute[", i, "]");
+    if (c.instance_type.empty() == c.gpu_type.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": set exactly one of instance_type and gpu_type"));
+    }
+    if (c.batch_per_gpu < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.batch_per_gpu = %d: must be >= 0", field, c.batch_per_gpu));
+    }
+    if (c.compute_time_s.has_value() == c.measured_samples_per_s.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": set exactly one of compute_time_s and measured_samples_per_s"));
+    }
+    if (c.compute_time_s) {
+      if (auto s = RequirePositive(absl::StrCat(field, ".compute_time_s"), *c.compute_time_s);
+          !s.ok()) {
+        return s;
+      }
+    } else if (auto s = RequirePositive(absl::StrCat(field, ".measured_samples_per_s"),
+                                        *c.measured_samples_per_s);
+               !s.ok()) {
+      return s;
+    }
+  }
+  if (contention) {
+    if (auto s = RequireFinite(absl::StrCat(where, "contention.a1"), contention->a1); !s.ok()) {
+      return s;
+    }
+    if (auto s = RequireFinite(absl::StrCat(where, "contention.b1"), contention->b1); !s.ok()) {
+      return s;
+    }
+  }
+  if (memory) {
+    if (auto s = RequireFinite(absl::StrCat(where, "memory.a2"), memory->a2); !s.ok()) return s;
+    if (auto s = RequireFinite(absl::StrCat(where, "memory.b2"), memory->b2); !s.ok()) return s;
+  }
+  if (loss) {
+    const std::pair<const char*, double> gs[] = {
+        {"g1", loss->g1}, {"g2", loss->g2}, {"g3", loss->g3}, {"g4", loss->g4}, {"g5", loss->g5}};
+    for (auto [g, value] : gs) {
+      if (auto s = RequireFinite(absl::StrCat(where, "loss.", g), value); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+int Cluster::Workers() const {
+  int n = 0;
+  for (int c : counts) n += c;
+  return n;
+}
+
+absl::StatusOr<Cluster> MakeCluster(const InstanceCatalog& catalog,
+                                    const std::vector<std::pair<std::string, int>>& counts,
+                                    int parameter_servers) {
+  Cluster cluster;
+  cluster.counts.assign(catalog.types.size(), 0);
+  if (parameter_servers < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cluster.parameter_servers = %d: must be at least 1", parameter_servers));
+  }
+  cluster.parameter_servers = parameter_servers;
+  std::vector<bool> given(catalog.types.size(), false);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const auto& [type, count] = counts[i];
+    const int index = catalog.IndexOf(type);
+    if (index < 0) {
+      std::string known;
+      for (const InstanceType& t : catalog.types) absl::StrAppend(&known, known.empty() ? "" : ", ", t.name);
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cluster.instances[%d].instance_type = \"%s\": not in catalog \"%s\" "
+                          "(it has %s)",
+                          i, type, catalog.name, known));
+    }
+    if (count < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "cluster.instances[%d].count = %d (%s): must be >= 0", i, count, type));
+    }
+    if (given[index]) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "cluster.instances[%d].instance_type = \"%s\": given more than once", i, type));
+    }
+    given[index] = true;
+    cluster.counts[index] = count;
+  }
+  return cluster;
+}
+
+}  // namespace spotdnn::predictor

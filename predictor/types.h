@@ -1,0 +1,123 @@
+// Domain types of the performance model: instance catalogs, workload profiles and clusters.
+// Plain structs, no gRPC or protobuf; services/ converts to and from the spotdnn.v1 messages.
+#ifndef SPOTDNN_PREDICTOR_TYPES_H_
+#define SPOTDNN_PREDICTOR_TYPES_H_
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace spotdnn::predictor {
+
+// A GPU instance type with its prices and the user's quota (Lim_m).
+struct InstanceType {
+  std::string name;
+  std::string gpu_type;
+  int gpus = 1;                     // g_i
+  double gpu_memory_gib = 0;        // mem_k of one GPU (eq. 10)
+  double spot_price_per_hour = 0;   // p_m
+  double on_demand_price_per_hour = 0;
+  int quota = 0;                    // Lim_m
+};
+
+// The parameter server a cluster trains against; prices of 0 mean "not priced".
+struct ParameterServer {
+  std::string instance_type;
+  double bandwidth_mb_per_s = 0;    // B_ps of one server
+  double spot_price_per_hour = 0;
+  double on_demand_price_per_hour = 0;
+};
+
+// The instance types a job may use in one region.
+struct InstanceCatalog {
+  std::string name;
+  std::string provider;
+  std::string region;
+  std::vector<InstanceType> types;
+  ParameterServer parameter_server;
+  double pcie_bandwidth_mb_per_s = 0;  // B_pcie
+
+  // Index of the type called `name` in `types`, or -1.
+  int IndexOf(absl::string_view type_name) const;
+  // OK when every field is usable by the model; otherwise INVALID_ARGUMENT naming the field.
+  absl::Status Validate() const;
+};
+
+// Which variant of the model a profile was fitted for (see VariantCoefficients).
+enum class ModelVariant { kPaper, kSpotdnnPrototype };
+
+// The coefficients through which a variant changes the one model code path.
+struct VariantCoefficients {
+  double convergence_weight;     // multiplies R in eq. 3; the prototype drops R (0)
+  double pcie_profiling_sign;    // T_comp = T_meas - 2S/B_req - sign * 2gS/B_pcie (prototype: -1)
+  double pcie_iteration_weight;  // weight of 2gS/B_pcie in T_i (eq. 7; prototype: 0)
+  double wa_batch_step;          // b_w rounded to a multiple of this; 0 = not rounded
+  bool integer_iterations;       // j rounded to the nearest integer
+};
+VariantCoefficients CoefficientsOf(ModelVariant variant);
+// "paper" or "spotdnn-prototype".
+absl::string_view VariantName(ModelVariant variant);
+
+// Compute time of one worker for an instance type or for every type with a GPU type.
+struct ComputeProfile {
+  std::string instance_type;                  // set this or gpu_type
+  std::string gpu_type;
+  int batch_per_gpu = 0;                      // b_k profiled at; 0 = from the memory model
+  std::optional<double> compute_time_s;       // T_comp, or
+  std::optional<double> measured_samples_per_s;  // single-worker speed T_comp is derived from
+};
+
+// PS contention, eq. 9.
+struct ContentionModel {
+  double a1 = 0;
+  double b1 = 0;
+};
+
+// Largest batch from GPU memory, eq. 10.
+struct MemoryModel {
+  double a2 = 0;
+  double b2 = 0;
+};
+
+// Loss after normalized iterations, eq. 3.
+struct LossModel {
+  double g1 = 0, g2 = 0, g3 = 0, g4 = 0, g5 = 0;
+};
+
+// Everything the model knows about a training workload.
+struct WorkloadProfile {
+  std::string name;
+  double parameter_size_mb = 0;               // S_parm
+  double required_bandwidth_mb_per_s = 0;     // B_req
+  std::vector<ComputeProfile> compute;
+  std::optional<ContentionModel> contention;  // a1, b1
+  std::optional<MemoryModel> memory;          // a2, b2
+  std::optional<LossModel> loss;              // g1..g5
+  ModelVariant variant = ModelVariant::kPaper;
+
+  // OK when the profile's numbers are usable; otherwise INVALID_ARGUMENT naming the field.
+  absl::Status Validate() const;
+};
+
+// Workers per catalog type (indexed like InstanceCatalog::types) and parameter servers.
+struct Cluster {
+  std::vector<int> counts;
+  int parameter_servers = 1;
+
+  int Workers() const;
+};
+
+// Builds a Cluster from (type name, count) pairs; names must be in the catalog, counts >= 0, and
+// a type may appear once. INVALID_ARGUMENT names the offending entry.
+absl::StatusOr<Cluster> MakeCluster(const InstanceCatalog& catalog,
+                                    const std::vector<std::pair<std::string, int>>& counts,
+                                    int parameter_servers = 1);
+
+}  // namespace spotdnn::predictor
+
+#endif  // SPOTDNN_PREDICTOR_TYPES_H_

@@ -1,0 +1,134 @@
+#include "services/common/convert.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace spotdnn::services {
+
+predictor::InstanceCatalog ToDomain(const pb::InstanceCatalog& in) {
+  predictor::InstanceCatalog out;
+  out.name = in.name();
+  out.provider = in.provider();
+  out.region = in.region();
+  for (const pb::InstanceType& t : in.instance_types()) {
+    out.types.push_back({.name = t.name(),
+                         .gpu_type = t.gpu_type(),
+                         .gpus = t.gpus(),
+                         .gpu_memory_gib = t.gpu_memory_gib(),
+                         .spot_price_per_hour = t.spot_price_per_hour(),
+                         .on_demand_price_per_hour = t.on_demand_price_per_hour(),
+                         .quota = t.quota()});
+  }
+  out.parameter_server = {.instance_type = in.parameter_server().instance_type(),
+                          .bandwidth_mb_per_s = in.parameter_server().bandwidth_mb_per_s(),
+                          .spot_price_per_hour = in.parameter_server().spot_price_per_hour(),
+                          .on_demand_price_per_hour =
+                              in.parameter_server().on_demand_price_per_hour()};
+  out.pcie_bandwidth_mb_per_s = in.pcie_bandwidth_mb_per_s();
+  return out;
+}
+
+predictor::WorkloadProfile ToDomain(const pb::WorkloadProfile& in) {
+  predictor::WorkloadProfile out;
+  out.name = in.name();
+  out.parameter_size_mb = in.parameter_size_mb();
+  out.required_bandwidth_mb_per_s = in.required_bandwidth_mb_per_s();
+  for (const pb::ComputeProfile& c : in.compute()) {
+    predictor::ComputeProfile d;
+    d.instance_type = c.instance_type();
+    d.gpu_type = c.gpu_type();
+    d.batch_per_gpu = c.batch_per_gpu();
+    if (c.has_compute_time_s()) d.compute_time_s = c.compute_time_s();
+    if (c.has_measured_samples_per_s()) d.measured_samples_per_s = c.measured_samples_per_s();
+    out.compute.push_back(std::move(d));
+  }
+  if (in.has_contention()) out.contention = {in.contention().a1(), in.contention().b1()};
+  if (in.has_memory()) out.memory = {in.memory().a2(), in.memory().b2()};
+  if (in.has_loss()) {
+    const pb::LossModel& l = in.loss();
+    out.loss = predictor::LossModel{l.g1(), l.g2(), l.g3(), l.g4(), l.g5()};
+  }
+  out.variant = in.model_variant() == pb::MODEL_VARIANT_SPOTDNN_PROTOTYPE
+                    ? predictor::ModelVariant::kSpotdnnPrototype
+                    : predictor::ModelVariant::kPaper;
+  return out;
+}
+
+absl::StatusOr<predictor::Cluster> ToDomain(const pb::Cluster& in,
+                                            const predictor::InstanceCatalog& catalog,
+                                            absl::string_view field) {
+  std::vector<std::pair<std::string, int>> counts;
+  counts.reserve(in.instances_size());
+  for (const pb::InstanceCount& c : in.instances()) counts.emplace_back(c.instance_type(), c.count());
+  auto cluster = predictor::MakeCluster(catalog, counts,
+                                        in.parameter_servers() == 0 ? 1 : in.parameter_servers());
+  if (!cluster.ok() && field != "cluster") {
+    // MakeCluster names fields from "cluster"; say which cluster of a request it was.
+    std::string message(cluster.status().message());
+    if (message.rfind("cluster", 0) == 0) message = absl::StrCat(field, message.substr(7));
+    return absl::Status(cluster.status().code(), message);
+  }
+  return cluster;
+}
+
+pb::Cluster ToProto(const predictor::Cluster& cluster, const predictor::InstanceCatalog& catalog) {
+  pb::Cluster out;
+  for (size_t k = 0; k < cluster.counts.size(); ++k) {
+    if (cluster.counts[k] == 0) continue;
+    pb::InstanceCount* c = out.add_instances();
+    c->set_instance_type(catalog.types[k].name);
+    c->set_count(cluster.counts[k]);
+  }
+  out.set_parameter_servers(cluster.parameter_servers);
+  return out;
+}
+
+void EstimateToProto(const predictor::Estimate& e, pb::Prediction* out) {
+  out->set_worker_count(e.workers);
+  out->set_contention_probability(e.contention_probability);
+  out->set_cluster_speed(e.cluster_speed);
+  out->set_expected_iteration_time_s(e.expected_iteration_time_s);
+  out->set_wa_batch(e.wa_batch);
+  out->set_convergence_coefficient(e.convergence_coefficient);
+  out->set_normalized_iterations(e.normalized_iterations);
+  out->set_time_s(e.time_s);
+  out->set_cost_usd(e.cost_usd);
+  out->set_on_demand_cost_usd(e.on_demand_cost_usd);
+  out->set_price_per_hour(e.price_per_hour);
+  out->set_on_demand_price_per_hour(e.on_demand_price_per_hour);
+}
+
+pb::Prediction ToProto(const predictor::Prediction& p, const predictor::InstanceCatalog& catalog) {
+  pb::Prediction out;
+  EstimateToProto(p.estimate, &out);
+  out.set_parameter_servers(p.parameter_servers);
+  out.set_target_loss(p.target_loss);
+  for (const predictor::WorkerBreakdown& w : p.workers) {
+    pb::WorkerPrediction* o = out.add_workers();
+    o->set_instance_type(catalog.types[w.type_index].name);
+    o->set_count(w.count);
+    o->set_gpus(w.gpus);
+    o->set_batch_size(w.batch_size);
+    o->set_compute_time_s(w.compute_time_s);
+    o->set_communication_time_s(w.communication_time_s);
+    o->set_iteration_time_s(w.iteration_time_s);
+    o->set_samples_per_s(w.samples_per_s);
+    o->set_bandwidth_mb_per_s(w.bandwidth_mb_per_s);
+  }
+  return out;
+}
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+}  // namespace spotdnn::services

@@ -1,0 +1,36 @@
+// Conversions between spotdnn.v1 messages and the domain types, done once at the service edge.
+#ifndef SPOTDNN_SERVICES_COMMON_CONVERT_H_
+#define SPOTDNN_SERVICES_COMMON_CONVERT_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "grpcpp/support/status.h"
+#include "predictor/performance_model.h"
+#include "predictor/types.h"
+#include "spotdnn/v1/common.pb.h"
+
+namespace spotdnn::services {
+
+namespace pb = ::spotdnn::v1;
+
+predictor::InstanceCatalog ToDomain(const pb::InstanceCatalog& catalog);
+predictor::WorkloadProfile ToDomain(const pb::WorkloadProfile& profile);
+// Validates names and counts against the catalog (INVALID_ARGUMENT naming `field`'s entry).
+absl::StatusOr<predictor::Cluster> ToDomain(const pb::Cluster& cluster,
+                                            const predictor::InstanceCatalog& catalog,
+                                            absl::string_view field = "cluster");
+
+pb::Cluster ToProto(const predictor::Cluster& cluster, const predictor::InstanceCatalog& catalog);
+// The cluster-level numbers of an estimate (no per-type breakdown).
+void EstimateToProto(const predictor::Estimate& estimate, pb::Prediction* out);
+pb::Prediction ToProto(const predictor::Prediction& prediction,
+                       const predictor::InstanceCatalog& catalog);
+
+// absl::Status -> grpc::Status with the same code and message.
+grpc::Status ToGrpc(const absl::Status& status);
+// grpc::Status -> absl::Status with the same code and message.
+absl::Status FromGrpc(const grpc::Status& status);
+
+}  // namespace spotdnn::services
+
+#endif  // SPOTDNN_SERVICES_COMMON_CONVERT_H_

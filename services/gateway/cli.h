@@ -1,0 +1,44 @@
+// The spotdnn command-line gateway. Commands talk to the services through their stub interfaces,
+// to a remote server (--server HOST:PORT) or to the same service run in-process.
+#ifndef SPOTDNN_SERVICES_GATEWAY_CLI_H_
+#define SPOTDNN_SERVICES_GATEWAY_CLI_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "services/common/data_registry.h"
+#include "services/gateway/cli_args.h"
+#include "spotdnn/v1/predictor.grpc.pb.h"
+
+namespace spotdnn::gateway {
+
+namespace pb = ::spotdnn::v1;
+
+// Exit statuses of every command.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;      // the service failed or could not be reached
+inline constexpr int kExitBadInput = 2;     // the user's input is wrong
+inline constexpr int kExitInfeasible = 3;   // a plan cannot meet the SLO
+
+// Where a command's output goes and how it is shaped.
+struct Io {
+  std::ostream& out;
+  std::ostream& err;
+  bool json = false;
+};
+
+// Runs `spotdnn ARGS...` (argv without the program name) and returns the exit status.
+int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+
+// `spotdnn predict` against `stub`; `local` resolves workload/catalog files the user names.
+int Predict(const Args& args, pb::Predictor::StubInterface& stub,
+            const services::DataRegistry& local, const Io& io);
+
+// Reports a failed status (stderr, and a JSON error object on stdout with --json) and returns the
+// exit status for its code.
+int ReportError(const absl::Status& status, absl::string_view command, const Io& io);
+
+}  // namespace spotdnn::gateway
+
+#endif  // SPOTDNN_SERVICES_GATEWAY_CLI_H_

@@ -1,0 +1,39 @@
+// What the CLI prints for people: aligned tables and readable numbers.
+#ifndef SPOTDNN_SERVICES_GATEWAY_OUTPUT_H_
+#define SPOTDNN_SERVICES_GATEWAY_OUTPUT_H_
+
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace spotdnn::gateway {
+
+// A plain-text table: a header row, rows of cells, the first column left-aligned and the others
+// right-aligned (they are numbers), columns two spaces apart.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
+  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  // Left-align these columns too (besides the first).
+  void LeftAlign(size_t column) { left_.push_back(column); }
+  void Print(std::ostream& out) const;
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+  std::vector<size_t> left_;
+};
+
+// "39m 11s", "1h 05m", "12.3s".
+std::string HumanDuration(double seconds);
+// "$2.9859" (4 decimals under $100, 2 above).
+std::string Dollars(double usd);
+// A JSON string literal (quoted and escaped).
+std::string JsonString(std::string_view text);
+// printf-style "%.*f".
+std::string Fixed(double value, int decimals);
+
+}  // namespace spotdnn::gateway
+
+#endif  // SPOTDNN_SERVICES_GATEWAY_OUTPUT_H_

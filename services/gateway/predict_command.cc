@@ -1,0 +1,172 @@
+// spotdnn predict: how long and at what cost a cluster takes to reach a target loss.
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "services/common/convert.h"
+#include "services/gateway/cli.h"
+#include "services/gateway/output.h"
+
+namespace spotdnn::gateway {
+namespace {
+
+// A workload named on the command line: a file goes inline, a name is resolved by the predictor.
+absl::StatusOr<pb::WorkloadRef> WorkloadRefFor(const std::string& arg,
+                                               const services::DataRegistry& local) {
+  pb::WorkloadRef ref;
+  if (services::LooksLikePath(arg)) {
+    auto profile = local.ResolveWorkload(arg);
+    if (!profile.ok()) return profile.status();
+    *ref.mutable_profile() = *std::move(profile);
+  } else {
+    ref.set_name(arg);
+  }
+  return ref;
+}
+
+absl::StatusOr<pb::CatalogRef> CatalogRefFor(const std::string& arg,
+                                             const services::DataRegistry& local) {
+  pb::CatalogRef ref;
+  if (services::LooksLikePath(arg)) {
+    auto catalog = local.ResolveCatalog(arg);
+    if (!catalog.ok()) return catalog.status();
+    *ref.mutable_catalog() = *std::move(catalog);
+  } else {
+    ref.set_name(arg);
+  }
+  return ref;
+}
+
+void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveResponse* curve,
+                     std::ostream& out) {
+  const pb::Prediction& p = response.prediction();
+  out << "Prediction: " << response.workload() << " on " << response.catalog()
+      << ", target loss " << p.target_loss() << "\n\n";
+  Table workers({"instance type", "count", "GPUs", "batch", "T_comp (s)", "T_comm (s)",
+                 "T_i (s)", "samples/s"});
+  for (const pb::WorkerPrediction& w : p.workers()) {
+    workers.AddRow({w.instance_type(), absl::StrCat(w.count()), absl::StrCat(w.gpus()),
+                    absl::StrCat(w.batch_size()), Fixed(w.compute_time_s(), 5),
+                    Fixed(w.communication_time_s(), 5), Fixed(w.iteration_time_s(), 5),
+                    Fixed(w.samples_per_s(), 1)});
+  }
+  workers.Print(out);
+  out << "\n";
+  Table summary({"quantity", "value"});
+  summary.AddRow({"workers |N|", absl::StrCat(p.worker_count())});
+  summary.AddRow({"parameter servers", absl::StrCat(p.parameter_servers())});
+  summary.AddRow({"contention probability P", Fixed(p.contention_probability(), 4)});
+  summary.AddRow({"worker bandwidth B_wk (MB/s)",
+                  p.workers_size() > 0 ? Fixed(p.workers(0).bandwidth_mb_per_s(), 2) : "-"});
+  summary.AddRow({"cluster speed v (samples/s)", Fixed(p.cluster_speed(), 2)});
+  summary.AddRow({"expected iteration T_exp (s)", Fixed(p.expected_iteration_time_s(), 6)});
+  summary.AddRow({"WA batch b_w", Fixed(p.wa_batch(), 1)});
+  summary.AddRow({"convergence coefficient R", Fixed(p.convergence_coefficient(), 4)});
+  summary.AddRow({"normalized iterations j", Fixed(p.normalized_iterations(), 0)});
+  summary.AddRow({"time T (s)", absl::StrCat(Fixed(p.time_s(), 2), " (",
+                                             HumanDuration(p.time_s()), ")")});
+  summary.AddRow({"spot cost", absl::StrCat(Dollars(p.cost_usd()), " (",
+                                            Dollars(p.price_per_hour()), "/h)")});
+  summary.AddRow({"on-demand cost", absl::StrCat(Dollars(p.on_demand_cost_usd()), " (",
+                                                 Dollars(p.on_demand_price_per_hour()), "/h)")});
+  if (p.on_demand_cost_usd() > 0) {
+    summary.AddRow({"spot saving", absl::StrFormat("%.1f%%", 100.0 * (1 - p.cost_usd() /
+                                                                           p.on_demand_cost_usd()))});
+  }
+  summary.Print(out);
+  if (curve != nullptr) {
+    out << "\nPredicted loss curve\n";
+    Table points({"time (s)", "iterations", "loss"});
+    for (const pb::LossPoint& pt : curve->points()) {
+      points.AddRow({Fixed(pt.time_s(), 1), Fixed(pt.normalized_iterations(), 0),
+                     Fixed(pt.loss(), 4)});
+    }
+    points.Print(out);
+  }
+}
+
+}  // namespace
+
+int Predict(const Args& args, pb::Predictor::StubInterface& stub,
+            const services::DataRegistry& local, const Io& io) {
+  auto fail = [&](const absl::Status& s) { return ReportError(s, "predict", io); };
+  pb::PredictRequest request;
+  auto workload = args.Required("--workload");
+  if (!workload.ok()) return fail(workload.status());
+  auto catalog = args.Required("--catalog");
+  if (!catalog.ok()) return fail(catalog.status());
+  auto cluster_text = args.Required("--cluster");
+  if (!cluster_text.ok()) return fail(cluster_text.status());
+  auto loss_text = args.Required("--loss");
+  if (!loss_text.ok()) return fail(loss_text.status());
+
+  auto loss = ParseNumber("--loss", *loss_text);
+  if (!loss.ok()) return fail(loss.status());
+  auto counts = ParseCounts("--cluster", *cluster_text);
+  if (!counts.ok()) return fail(counts.status());
+  int parameter_servers = 1;
+  if (auto ps = args.Get("--parameter-servers")) {
+    auto parsed = ParseInt("--parameter-servers", *ps, 1, 1000);
+    if (!parsed.ok()) return fail(parsed.status());
+    parameter_servers = *parsed;
+  }
+  int curve_points = 0;
+  if (auto c = args.Get("--curve")) {
+    auto parsed = ParseInt("--curve", *c, 2, 10000);
+    if (!parsed.ok()) return fail(parsed.status());
+    curve_points = *parsed;
+  }
+  auto workload_ref = WorkloadRefFor(*workload, local);
+  if (!workload_ref.ok()) return fail(workload_ref.status());
+  auto catalog_ref = CatalogRefFor(*catalog, local);
+  if (!catalog_ref.ok()) return fail(catalog_ref.status());
+
+  *request.mutable_workload() = *workload_ref;
+  *request.mutable_catalog() = *catalog_ref;
+  request.set_target_loss(*loss);
+  for (const auto& [type, count] : *counts) {
+    pb::InstanceCount* c = request.mutable_cluster()->add_instances();
+    c->set_instance_type(type);
+    c->set_count(count);
+  }
+  request.mutable_cluster()->set_parameter_servers(parameter_servers);
+
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  pb::PredictResponse response;
+  if (auto s = services::FromGrpc(stub.Predict(&context, request, &response)); !s.ok()) {
+    return fail(s);
+  }
+  pb::LossCurveResponse curve;
+  if (curve_points > 0) {
+    pb::LossCurveRequest curve_request;
+    *curve_request.mutable_workload() = request.workload();
+    *curve_request.mutable_catalog() = request.catalog();
+    *curve_request.mutable_cluster() = request.cluster();
+    curve_request.set_target_loss(*loss);
+    curve_request.set_points(curve_points);
+    grpc::ClientContext curve_context;
+    curve_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    if (auto s = services::FromGrpc(stub.LossCurve(&curve_context, curve_request, &curve));
+        !s.ok()) {
+      return fail(s);
+    }
+  }
+
+  if (io.json) {
+    // One object: the prediction's fields at the top level, plus what it was for.
+    std::string body = services::ToJson(response.prediction());
+    std::string head = absl::StrCat("{\"workload\":", JsonString(response.workload()),
+                                    ",\"catalog\":", JsonString(response.catalog()), ",");
+    if (curve_points > 0) {
+      std::string points = services::ToJson(curve);  // {"points":[...],"expected_...":x}
+      head += absl::StrCat("\"loss_curve\":", points, ",");
+    }
+    io.out << head << body.substr(1) << "\n";
+  } else {
+    PrintPrediction(response, curve_points > 0 ? &curve : nullptr, io.out);
+  }
+  return kExitOk;
+}
+
+}  // namespace spotdnn::gateway
