@@ -182,7 +182,7 @@ Estimate PerformanceModel::Evaluate(absl::Span<const int> counts, double target_
     out.error = EstimateError::kNotReachable;
     return out;
   }
-  out.time_s = j * out.expected_iteration_time_s;
+  out.time_s = RoundToStep(j * out.expected_iteration_time_s, coefficients_.time_step);
   if (!std::isfinite(out.time_s)) {
     out.error = EstimateError::kNotFinite;
     return out;

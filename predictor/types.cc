@@ -61,9 +61,8 @@ absl::Status InstanceCatalog::Validate() const {
     for (auto [suffix, value] : {std::pair{".gpu_memory_gib", t.gpu_memory_gib},
                                  std::pair{".spot_price_per_hour", t.spot_price_per_hour},
                                  std::pair{".on_demand_price_per_hour", t.on_demand_price_per_hour}}) {
-      if (auto s = RequireNonNegative(absl::StrCat(field, suffix, " (", t.name, ")"), value);
-          !s.ok()) {
-        return s;
+      if (auto s = RequireNonNegative(absl::StrCat(field, suffix), value); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(s.message(), " (type ", t.name, ")"));
       }
     }
   }
@@ -90,7 +89,8 @@ VariantCoefficients CoefficientsOf(ModelVariant variant) {
               .pcie_profiling_sign = -1,
               .pcie_iteration_weight = 0,
               .wa_batch_step = 0.1,
-              .integer_iterations = true};
+              .integer_iterations = true,
+              .time_step = 0.01};
     case ModelVariant::kPaper:
       break;
   }
@@ -98,7 +98,8 @@ VariantCoefficients CoefficientsOf(ModelVariant variant) {
           .pcie_profiling_sign = 1,
           .pcie_iteration_weight = 1,
           .wa_batch_step = 0,
-          .integer_iterations = false};
+          .integer_iterations = false,
+          .time_step = 0};
 }
 
 absl::string_view VariantName(ModelVariant variant) {

@@ -58,6 +58,7 @@ struct VariantCoefficients {
   double pcie_iteration_weight;  // weight of 2gS/B_pcie in T_i (eq. 7; prototype: 0)
   double wa_batch_step;          // b_w rounded to a multiple of this; 0 = not rounded
   bool integer_iterations;       // j rounded to the nearest integer
+  double time_step;              // T rounded to a multiple of this before costing; 0 = not
 };
 VariantCoefficients CoefficientsOf(ModelVariant variant);
 // "paper" or "spotdnn-prototype".

@@ -1,0 +1,162 @@
+#include "services/gateway/cli.h"
+
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "services/common/server.h"
+#include "services/predictor/predictor_service.h"
+#include "spotdnn/v1/predictor_mock.grpc.pb.h"
+
+namespace spotdnn::gateway {
+namespace {
+
+using ::testing::_;
+using ::testing::HasSubstr;
+using ::testing::Return;
+
+struct CliRun {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+CliRun Cli(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = RunCli(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+google::protobuf::Struct ParseJsonObject(const std::string& text) {
+  google::protobuf::Struct object;
+  auto status = google::protobuf::util::JsonStringToMessage(text, &object);
+  EXPECT_TRUE(status.ok()) << status.message() << "\n" << text;
+  return object;
+}
+
+const std::vector<std::string> kPredict = {"predict", "--workload", "resnet110", "--catalog",
+                                           "aws-spotdnn-prototype", "--cluster",
+                                           "p2.xlarge=2,g3.8xlarge=4", "--loss", "0.8"};
+
+TEST(PredictCommand, PrintsATableWithTheModelsNumbers) {
+  const CliRun r = Cli(kPredict);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("p2.xlarge"));
+  EXPECT_THAT(r.out, HasSubstr("7807.57"));   // cluster speed
+  EXPECT_THAT(r.out, HasSubstr("17926"));     // normalized iterations
+  EXPECT_THAT(r.out, HasSubstr("2351.08"));   // time
+  EXPECT_THAT(r.out, HasSubstr("$2.9859"));   // spot cost
+  EXPECT_THAT(r.out, HasSubstr("1024.0"));    // WA batch
+}
+
+TEST(PredictCommand, JsonIsOneObjectWithSnakeCaseFields) {
+  std::vector<std::string> args = kPredict;
+  args.push_back("--json");
+  const CliRun r = Cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto object = ParseJsonObject(r.out);
+  const auto& f = object.fields();
+  EXPECT_EQ(f.at("workload").string_value(), "resnet110");
+  EXPECT_NEAR(f.at("time_s").number_value(), 2351.08, 0.01);
+  EXPECT_NEAR(f.at("cost_usd").number_value(), 2.985872, 1e-6);
+  EXPECT_EQ(f.at("normalized_iterations").number_value(), 17926);
+  EXPECT_EQ(f.at("wa_batch").number_value(), 1024);
+  EXPECT_TRUE(f.contains("convergence_coefficient"));
+  EXPECT_TRUE(f.contains("on_demand_cost_usd"));
+  EXPECT_EQ(f.at("workers").list_value().values_size(), 2);
+}
+
+TEST(PredictCommand, CurveAddsTheLossCurve) {
+  std::vector<std::string> args = kPredict;
+  args.insert(args.end(), {"--curve", "5", "--json"});
+  const CliRun r = Cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto object = ParseJsonObject(r.out);
+  EXPECT_EQ(object.fields().at("loss_curve").struct_value().fields().at("points").list_value()
+                .values_size(),
+            5);
+}
+
+TEST(PredictCommand, BadInputExitsTwoNamingIt) {
+  auto with = [](const std::string& flag, const std::string& value) {
+    std::vector<std::string> args = kPredict;
+    auto it = std::find(args.begin(), args.end(), flag);
+    *(it + 1) = value;
+    return Cli(args);
+  };
+  CliRun r = with("--loss", "0.4");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("target_loss = 0.4"));
+  r = with("--cluster", "p2.xlarge=2,x1.huge=1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("x1.huge"));
+  r = with("--catalog", "nowhere");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("catalog \"nowhere\" not found"));
+  r = with("--workload", "/nonexistent/w.json");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("/nonexistent/w.json"));
+  r = Cli({"predict", "--workload", "resnet110"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("missing required flag --catalog"));
+  r = Cli({"predict", "--bogus", "1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown flag --bogus"));
+}
+
+TEST(PredictCommand, JsonErrorsAreJsonToo) {
+  std::vector<std::string> args = kPredict;
+  args[8] = "0.1";
+  args.push_back("--json");
+  const CliRun r = Cli(args);
+  EXPECT_EQ(r.code, 2);
+  const auto object = ParseJsonObject(r.out);
+  EXPECT_EQ(object.fields().at("error").struct_value().fields().at("code").string_value(),
+            "INVALID_ARGUMENT");
+}
+
+TEST(PredictCommand, TalksToARunningServerWithServerFlag) {
+  services::PredictorServiceImpl service(
+      std::make_shared<services::DataRegistry>(services::DataRegistry::WithBuiltins()));
+  auto started = services::StartServer("127.0.0.1:0", {&service});
+  ASSERT_TRUE(started.ok());
+  std::vector<std::string> args = kPredict;
+  args.insert(args.end(), {"--server", "127.0.0.1:" + std::to_string(started->port), "--json"});
+  const CliRun r = Cli(args);
+  started->server->Shutdown();
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ParseJsonObject(r.out).fields().at("normalized_iterations").number_value(), 17926);
+}
+
+TEST(PredictCommand, ServiceFailureExitsOne) {
+  pb::MockPredictorStub stub;
+  EXPECT_CALL(stub, Predict(_, _, _))
+      .WillOnce(Return(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
+  auto args = Args::Parse({"--workload", "resnet110", "--catalog", "c", "--cluster", "a=1",
+                           "--loss", "1"},
+                          {.values = {"--workload", "--catalog", "--cluster", "--loss"}});
+  ASSERT_TRUE(args.ok());
+  std::ostringstream out, err;
+  const int code = Predict(*args, stub, services::DataRegistry::WithBuiltins(), {out, err});
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(err.str(), HasSubstr("UNAVAILABLE: connection refused"));
+}
+
+TEST(Cli, HelpUnknownCommandAndListings) {
+  EXPECT_EQ(Cli({"--help"}).code, 0);
+  EXPECT_THAT(Cli({"help", "predict"}).out, HasSubstr("--cluster TYPE=N"));
+  const CliRun unknown = Cli({"plan-it"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown command \"plan-it\""));
+  const CliRun catalogs = Cli({"catalogs"});
+  EXPECT_EQ(catalogs.code, 0);
+  EXPECT_THAT(catalogs.out, HasSubstr("aws-paper-2023"));
+  const CliRun workloads = Cli({"workloads", "--json"});
+  EXPECT_EQ(workloads.code, 0);
+  EXPECT_EQ(ParseJsonObject(workloads.out).fields().at("workloads").list_value().values_size(), 5);
+}
+
+}  // namespace
+}  // namespace spotdnn::gateway
