@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs what the build needs, builds spotdnn, and runs the main job on the built-in catalog and
+# workload. Extra arguments go to the spotdnn command.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash deploy/setup.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build -j "${JOBS:-$(nproc)}" --target spotdnn spotdnn-predictor
+echo
+echo "\$ spotdnn predict --workload resnet110 --catalog aws-spotdnn-prototype --cluster p2.xlarge=2,g3.8xlarge=4 --loss 0.8 $*"
+./build/spotdnn predict --workload resnet110 --catalog aws-spotdnn-prototype \
+  --cluster p2.xlarge=2,g3.8xlarge=4 --loss 0.8 "$@"
