@@ -95,6 +95,10 @@ absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profil
         }
       }
       t.usable = t.unusable_reason.empty();
+      t.single_worker_time_s =
+          compute->measured_samples_per_s
+              ? t.batch_size / *compute->measured_samples_per_s
+              : t.compute_time_s + single_worker_comm + t.pcie_time_s;
     }
     if (!t.usable) reasons.push_back(t.unusable_reason);
     model.types_.push_back(std::move(t));
@@ -161,17 +165,29 @@ bool PerformanceModel::EvaluateShape(absl::Span<const int> counts, int parameter
   return true;
 }
 
+double PerformanceModel::NetworkTime(int workers, int parameter_servers) const {
+  const double p = ContentionProbability(contention_, workers);
+  return two_s_ / (WorkerBandwidth(profile_.required_bandwidth_mb_per_s,
+                                   catalog_.parameter_server.bandwidth_mb_per_s * parameter_servers,
+                                   workers, p) *
+                   (1.0 - options_.bandwidth_margin));
+}
+
 Estimate PerformanceModel::Evaluate(absl::Span<const int> counts, double target_loss,
-                                    int parameter_servers) const {
+                                    int parameter_servers, double current_loss) const {
   Estimate out;
   if (!EvaluateShape(counts, parameter_servers, out)) return out;
   if (!(target_loss > loss_.g5)) {
     out.error = EstimateError::kTargetAtOrBelowFloor;
     return out;
   }
-  double j = IterationsToLoss(loss_, out.wa_batch,
-                              coefficients_.convergence_weight * out.convergence_coefficient,
-                              out.workers, target_loss);
+  const double r = coefficients_.convergence_weight * out.convergence_coefficient;
+  double j = IterationsToLoss(loss_, out.wa_batch, r, out.workers, target_loss);
+  if (std::isfinite(current_loss)) {
+    // Resume from the loss already reached: on this cluster, training is at j(current) (or at its
+    // start, when the current loss is above where this cluster starts).
+    j -= std::max(0.0, IterationsToLoss(loss_, out.wa_batch, r, out.workers, current_loss));
+  }
   if (coefficients_.integer_iterations) j = std::round(j);
   out.normalized_iterations = j;
   if (!std::isfinite(j)) {

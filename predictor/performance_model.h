@@ -5,6 +5,7 @@
 #define SPOTDNN_PREDICTOR_PERFORMANCE_MODEL_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct TypeModel {
   int batch_size = 0;               // b_i = g_i * b_k
   double compute_time_s = 0;        // T_comp_i
   double pcie_time_s = 0;           // weighted 2 g S / B_pcie part of T_comm_i
+  double single_worker_time_s = 0;  // iteration time alone (measured, or T_i at |N| = 1)
   double spot_price_per_hour = 0;
   double on_demand_price_per_hour = 0;
 };
@@ -103,8 +105,13 @@ class PerformanceModel {
                                                  ModelOptions options = {});
 
   // The hot path: counts indexed like catalog().types (size must match), no allocation.
-  Estimate Evaluate(absl::Span<const int> counts, double target_loss,
-                    int parameter_servers = 1) const;
+  // With a finite `current_loss` (> target_loss), j counts only the normalized iterations from
+  // that loss to the target on this cluster: j(target) - max(0, j(current)).
+  Estimate Evaluate(absl::Span<const int> counts, double target_loss, int parameter_servers = 1,
+                    double current_loss = std::numeric_limits<double>::infinity()) const;
+
+  // 2 S / B_wk for a cluster of `workers` workers (eq. 8 with the bandwidth margin).
+  double NetworkTime(int workers, int parameter_servers = 1) const;
 
   // Evaluate plus the per-type breakdown; errors become a Status naming the reason.
   absl::StatusOr<Prediction> Predict(const Cluster& cluster, double target_loss) const;

@@ -1,0 +1,361 @@
+// The exact optimizer. For a fixed cluster size n every worker gets the same bandwidth (eq. 8
+// depends on |N| only), so each type's iteration time, rate 1/T_i, speed b_i/T_i and price are
+// constants; a cluster's T_exp, b_w, cost per hour and R follow from sums over the counts. The
+// search fixes counts type by type (depth-first) and prunes a subtree when a lower bound on every
+// completion's cost (or time) cannot beat the incumbent or meet the SLO. Bounds come from
+// continuous relaxations with the cardinality constraint sum(x) = n (exact for the linear and
+// linear-fractional parts), so they hold whether or not adding workers speeds a cluster up.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "predictor/equations.h"
+#include "provisioner/pareto.h"
+#include "provisioner/planner.h"
+
+namespace spotdnn::provisioner {
+namespace {
+
+// Relative slack on every bound comparison, far above floating-point error in the sums.
+constexpr double kTolerance = 1e-9;
+
+enum class Mode { kMinCost, kMinTime, kFrontier };
+
+struct TypeAtSize {
+  int k = 0;           // catalog index
+  double rate = 0;     // 1 / T_i
+  double speed = 0;    // b_i / T_i
+  double price = 0;    // $/h
+  int lo = 0, hi = 0;  // count bounds
+};
+
+// Linear sums over a partial cluster.
+struct Sums {
+  double rate = 0, speed = 0, price = 0;
+  double vmax = 0;  // fastest per-worker speed among types present
+};
+
+struct Bound {
+  double time_s;
+  double cost_usd;
+};
+
+// min over y of (a0 + sum y_i a_i) / (b0 + sum y_i b_i) with sum y = m, 0 <= y_i <= cap_i (the
+// continuous relaxation), by Dinkelbach's method; denominators are positive.
+double MinRatio(double a0, double b0, const std::vector<double>& a, const std::vector<double>& b,
+                const std::vector<int>& cap, int m, std::vector<int>& idx) {
+  const size_t n = a.size();
+  idx.resize(n);
+  auto best_for = [&](double lambda, double& num, double& den) {
+    std::iota(idx.begin(), idx.end(), 0);
+    std::sort(idx.begin(), idx.end(), [&](int i, int j) {
+      return a[i] - lambda * b[i] < a[j] - lambda * b[j];
+    });
+    num = a0;
+    den = b0;
+    int left = m;
+    for (int i : idx) {
+      if (left == 0) break;
+      const int take = std::min(left, cap[i]);
+      num += take * a[i];
+      den += take * b[i];
+      left -= take;
+    }
+  };
+  double num, den;
+  best_for(a0 > 0 && b0 > 0 ? a0 / b0 : 0.0, num, den);
+  double lambda = num / den;
+  for (int iter = 0; iter < 50; ++iter) {
+    best_for(lambda, num, den);
+    const double next = num / den;
+    if (!(next < lambda * (1 - 1e-15) - 1e-300)) break;
+    lambda = next;
+  }
+  return std::min(lambda, num / den);
+}
+
+class BranchAndBound {
+ public:
+  BranchAndBound(const PerformanceModel& model, const PlanProblem& problem, Mode mode,
+                 ParetoSet* front)
+      : model_(model), problem_(problem), mode_(mode), front_(front) {
+    const auto& c = model.coefficients();
+    r_weight_ = c.convergence_weight;
+    j_slack_ = c.integer_iterations ? 0.5 : 0;
+    bw_slack_ = c.wa_batch_step / 2;
+    t_slack_ = c.time_step / 2;
+    loss_ = *model.profile().loss;
+    counts_.assign(problem.max_counts.size(), 0);
+    for (size_t k = 0; k < problem.max_counts.size(); ++k) {
+      if (model.types()[k].usable && problem.max_counts[k] > 0) usable_.push_back(k);
+    }
+  }
+
+  void Seed(const PlanResult& seed) {
+    if (seed.feasible && Better(seed.best, result_.best, ObjectiveOf(mode_))) {
+      result_.best = seed.best;
+      result_.feasible = true;
+    }
+  }
+
+  PlanResult Run() {
+    int n_min = 0, n_max = 0;
+    for (size_t k = 0; k < problem_.max_counts.size(); ++k) {
+      n_min += problem_.min_counts[k];
+      n_max += problem_.max_counts[k];
+    }
+    n_min = std::max(n_min, 1);
+    if (problem_.max_workers > 0) n_max = std::min(n_max, problem_.max_workers);
+    for (int n = n_min; n <= n_max; ++n) SolveSize(n);
+    return result_;
+  }
+
+ private:
+  static Objective ObjectiveOf(Mode mode) {
+    return mode == Mode::kMinTime ? Objective::kMinTime : Objective::kMinCost;
+  }
+
+  void SolveSize(int n) {
+    n_ = n;
+    types_.clear();
+    const double network = model_.NetworkTime(n, problem_.parameter_servers);
+    for (size_t k : usable_) {
+      const predictor::TypeModel& t = model_.types()[k];
+      const predictor::InstanceType& it = model_.catalog().types[k];
+      TypeAtSize a;
+      a.k = static_cast<int>(k);
+      a.rate = 1.0 / (t.compute_time_s + network + t.pcie_time_s);
+      a.speed = t.batch_size * a.rate;
+      a.price = problem_.on_demand ? it.on_demand_price_per_hour : it.spot_price_per_hour;
+      a.lo = problem_.min_counts[k];
+      a.hi = problem_.max_counts[k];
+      types_.push_back(a);
+    }
+    if (types_.empty()) return;
+    // Cost-efficient types first (least $ per iteration rate), so good plans turn up early.
+    std::sort(types_.begin(), types_.end(), [](const TypeAtSize& a, const TypeAtSize& b) {
+      return a.price / a.rate < b.price / b.rate;
+    });
+    const size_t depth_count = types_.size();
+    min_after_.assign(depth_count + 1, 0);
+    max_after_.assign(depth_count + 1, 0);
+    for (size_t d = depth_count; d-- > 0;) {
+      min_after_[d] = min_after_[d + 1] + types_[d].lo;
+      max_after_[d] = max_after_[d + 1] + types_[d].hi;
+    }
+    if (n < min_after_[0] || n > max_after_[0]) return;
+    Sums root;
+    root.price = problem_.parameter_servers *
+                 (problem_.on_demand
+                      ? model_.catalog().parameter_server.on_demand_price_per_hour
+                      : model_.catalog().parameter_server.spot_price_per_hour);
+    Dfs(0, n, root);
+  }
+
+  // Lower bounds on time and cost over every completion of the node (types [depth, end) take
+  // `left` workers between their bounds).
+  Bound ComputeBound(size_t depth, int left, const Sums& fixed) {
+    Sums base = fixed;
+    const size_t rest = types_.size() - depth;
+    a_.resize(rest);
+    b_.resize(rest);
+    cap_.resize(rest);
+    int free = left;
+    double v_max = fixed.vmax;
+    for (size_t i = 0; i < rest; ++i) {
+      const TypeAtSize& t = types_[depth + i];
+      base.rate += t.lo * t.rate;
+      base.speed += t.lo * t.speed;
+      base.price += t.lo * t.price;
+      free -= t.lo;
+      cap_[i] = t.hi - t.lo;
+      if (t.hi > 0) v_max = std::max(v_max, t.speed);
+    }
+    // Extremes of the linear sums: the `free` workers go to the types with the largest (smallest)
+    // values, as far as their caps allow.
+    auto extreme = [&](auto value, bool largest) {
+      order_.resize(rest);
+      std::iota(order_.begin(), order_.end(), 0);
+      std::sort(order_.begin(), order_.end(), [&](int i, int j) {
+        return largest ? value(i) > value(j) : value(i) < value(j);
+      });
+      double sum = 0;
+      int m = free;
+      for (int i : order_) {
+        if (m == 0) break;
+        const int take = std::min(m, cap_[i]);
+        sum += take * value(i);
+        m -= take;
+      }
+      return sum;
+    };
+    auto rate = [&](int i) { return types_[depth + i].rate; };
+    auto speed = [&](int i) { return types_[depth + i].speed; };
+    auto price = [&](int i) { return types_[depth + i].price; };
+    const double rate_ub = base.rate + extreme(rate, true);
+    const double price_lb = base.price + extreme(price, false);
+    const double price_ub = base.price + extreme(price, true);
+
+    // Cost per hour over iteration rate (the part of cost that is linear-fractional).
+    for (size_t i = 0; i < rest; ++i) {
+      a_[i] = price(i);
+      b_[i] = rate(i);
+    }
+    const double ratio_lb = MinRatio(base.price, base.rate, a_, b_, cap_, free, idx_);
+    // b_w = speed / rate, both ways.
+    for (size_t i = 0; i < rest; ++i) a_[i] = speed(i);
+    const double bw_lb = MinRatio(base.speed, base.rate, a_, b_, cap_, free, idx_);
+    for (size_t i = 0; i < rest; ++i) a_[i] = -speed(i);
+    const double bw_ub = -MinRatio(-base.speed, base.rate, a_, b_, cap_, free, idx_);
+
+    // R >= (1 - w_1) sqrt(n / (n - 1)), w_1 = v_fastest / v at most v_max / (least v).
+    double r_lb = 0;
+    if (r_weight_ > 0 && n_ > 1) {
+      const double speed_lb = base.speed + extreme(speed, false);
+      const double w1_ub = speed_lb > 0 ? std::min(1.0, v_max / speed_lb) : 1.0;
+      r_lb = (1 - w1_ub) * std::sqrt(static_cast<double>(n_) / (n_ - 1));
+    }
+    double j_lb = 0;
+    const double k_arg = r_weight_ * r_lb + loss_.g4;
+    const double a_lb = loss_.g2 >= 0 ? loss_.g2 * (bw_lb - bw_slack_) + loss_.g3
+                                      : loss_.g2 * (bw_ub + bw_slack_) + loss_.g3;
+    if (k_arg >= 0 && a_lb > 0) {
+      const double ak = a_lb * std::sqrt(k_arg * n_);
+      j_lb = ak / (problem_.target_loss - loss_.g5) - loss_.g1;
+      if (std::isfinite(problem_.current_loss)) {
+        j_lb = std::min(j_lb, ak * (1 / (problem_.target_loss - loss_.g5) -
+                                    1 / (problem_.current_loss - loss_.g5)));
+      }
+      j_lb = std::max(0.0, j_lb - j_slack_);
+    }
+    const double extra = problem_.overhead_s - t_slack_;
+    Bound bound;
+    bound.time_s = j_lb / rate_ub + extra;
+    bound.cost_usd = (j_lb * ratio_lb + extra * (extra >= 0 ? price_lb : price_ub)) / 3600.0;
+    return bound;
+  }
+
+  bool Prune(const Bound& b) const {
+    const double t = b.time_s * (1 - kTolerance);
+    const double c = b.cost_usd * (1 - kTolerance);
+    if (t > problem_.deadline_s || c > problem_.budget_usd) return true;
+    switch (mode_) {
+      case Mode::kMinCost:
+        return result_.feasible && c > result_.best.cost_usd;
+      case Mode::kMinTime:
+        return result_.feasible && t > result_.best.time_s;
+      case Mode::kFrontier:
+        return front_->Dominates(t, c);
+    }
+    return false;
+  }
+
+  void Leaf() {
+    ++result_.evaluated;
+    if (!Score(model_, problem_, counts_, candidate_) || !MeetsSlo(problem_, candidate_)) return;
+    if (mode_ == Mode::kFrontier) {
+      front_->Insert(candidate_);
+      return;
+    }
+    if (Better(candidate_, result_.best, ObjectiveOf(mode_))) {
+      result_.best = candidate_;
+      result_.feasible = true;
+    }
+  }
+
+  void Dfs(size_t depth, int left, const Sums& sums) {
+    ++result_.nodes;
+    const TypeAtSize& t = types_[depth];
+    if (depth + 1 == types_.size()) {
+      if (left < t.lo || left > t.hi) return;
+      counts_[t.k] = left;
+      Leaf();
+      counts_[t.k] = 0;
+      return;
+    }
+    if (Prune(ComputeBound(depth, left, sums))) return;
+    const int x_min = std::max(t.lo, left - max_after_[depth + 1]);
+    const int x_max = std::min(t.hi, left - min_after_[depth + 1]);
+    for (int x = x_max; x >= x_min; --x) {
+      Sums next = sums;
+      next.rate += x * t.rate;
+      next.speed += x * t.speed;
+      next.price += x * t.price;
+      if (x > 0) next.vmax = std::max(next.vmax, t.speed);
+      counts_[t.k] = x;
+      Dfs(depth + 1, left - x, next);
+    }
+    counts_[t.k] = 0;
+  }
+
+  const PerformanceModel& model_;
+  const PlanProblem& problem_;
+  const Mode mode_;
+  ParetoSet* front_;
+  double r_weight_ = 0, j_slack_ = 0, bw_slack_ = 0, t_slack_ = 0;
+  predictor::LossModel loss_;
+  std::vector<size_t> usable_;
+  int n_ = 0;
+  std::vector<TypeAtSize> types_;
+  std::vector<int> min_after_, max_after_;
+  std::vector<int> counts_;
+  Candidate candidate_;
+  PlanResult result_;
+  // Scratch space for bounds.
+  std::vector<double> a_, b_;
+  std::vector<int> cap_, order_, idx_;
+};
+
+}  // namespace
+
+void ParetoSet::Insert(const Candidate& c) {
+  auto next = plans_.upper_bound(c.time_s);
+  if (next != plans_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->second.cost_usd <= c.cost_usd) {
+      // As fast or faster and as cheap or cheaper: keep it, unless it is the same point and
+      // `c` wins the tie-break.
+      if (!(prev->first == c.time_s && prev->second.cost_usd == c.cost_usd &&
+            Better(c, prev->second, Objective::kMinTime))) {
+        return;
+      }
+    }
+  }
+  auto it = plans_.insert_or_assign(c.time_s, c).first;
+  auto after = std::next(it);
+  while (after != plans_.end() && after->second.cost_usd >= c.cost_usd) after = plans_.erase(after);
+}
+
+bool ParetoSet::Dominates(double time_s, double cost_usd) const {
+  auto next = plans_.upper_bound(time_s);
+  if (next == plans_.begin()) return false;
+  return std::prev(next)->second.cost_usd <= cost_usd;
+}
+
+std::vector<Candidate> ParetoSet::Plans() const {
+  std::vector<Candidate> out;
+  out.reserve(plans_.size());
+  for (const auto& [time, c] : plans_) out.push_back(c);
+  return out;
+}
+
+PlanResult SolveExact(const PerformanceModel& model, const PlanProblem& problem) {
+  const Mode mode = problem.objective == Objective::kMinTime ? Mode::kMinTime : Mode::kMinCost;
+  BranchAndBound search(model, problem, mode, nullptr);
+  const PlanResult seed = CheapestHomogeneous(model, problem);
+  search.Seed(seed);
+  PlanResult result = search.Run();
+  result.evaluated += seed.evaluated;
+  return result;
+}
+
+std::vector<Candidate> FrontierExact(const PerformanceModel& model, const PlanProblem& problem,
+                                     uint64_t* evaluated) {
+  ParetoSet front;
+  BranchAndBound search(model, problem, Mode::kFrontier, &front);
+  const PlanResult result = search.Run();
+  if (evaluated != nullptr) *evaluated = result.evaluated;
+  return front.Plans();
+}
+
+}  // namespace spotdnn::provisioner

@@ -1,0 +1,289 @@
+#include "provisioner/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "provisioner/pareto.h"
+
+namespace spotdnn::provisioner {
+
+PlanProblem DefaultProblem(const PerformanceModel& model, double target_loss, double deadline_s) {
+  PlanProblem p;
+  p.target_loss = target_loss;
+  p.deadline_s = deadline_s;
+  const auto& types = model.catalog().types;
+  p.min_counts.assign(types.size(), 0);
+  p.max_counts.resize(types.size());
+  for (size_t k = 0; k < types.size(); ++k) {
+    p.max_counts[k] = model.types()[k].usable ? types[k].quota : 0;
+  }
+  return p;
+}
+
+absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& p) {
+  const auto& types = model.catalog().types;
+  if (p.min_counts.size() != types.size() || p.max_counts.size() != types.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "counts given for %d and %d types; catalog \"%s\" has %d", p.min_counts.size(),
+        p.max_counts.size(), model.catalog().name, types.size()));
+  }
+  if (!std::isfinite(p.target_loss)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("target_loss = %g: must be a finite number", p.target_loss));
+  }
+  if (!(p.deadline_s > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("deadline_s = %g: must be positive", p.deadline_s));
+  }
+  if (!(p.budget_usd > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("budget_usd = %g: must be positive", p.budget_usd));
+  }
+  if (!(std::isfinite(p.overhead_s) && p.overhead_s >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("revocation_overhead_s = %g: must be a finite number >= 0", p.overhead_s));
+  }
+  if (p.max_workers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_cluster_size = %d: must be >= 0", p.max_workers));
+  }
+  if (p.parameter_servers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("parameter_servers = %d: must be at least 1", p.parameter_servers));
+  }
+  if (!(p.current_loss > p.target_loss)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "current_loss = %g: the target loss %g is already reached", p.current_loss,
+        p.target_loss));
+  }
+  for (size_t k = 0; k < types.size(); ++k) {
+    if (p.min_counts[k] < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "existing count of %s = %d: must be >= 0", types[k].name, p.min_counts[k]));
+    }
+    if (p.max_counts[k] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("quota of %s = %d: must be >= 0", types[k].name, p.max_counts[k]));
+    }
+    if (p.min_counts[k] > 0 && !model.types()[k].usable) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("existing instances of ", types[k].name,
+                       " cannot be planned with: ", model.types()[k].unusable_reason));
+    }
+    if (p.min_counts[k] > p.max_counts[k]) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "existing count of %s = %d exceeds its quota %d", types[k].name, p.min_counts[k],
+          p.max_counts[k]));
+    }
+  }
+  const int existing = std::accumulate(p.min_counts.begin(), p.min_counts.end(), 0);
+  if (p.max_workers > 0 && existing > p.max_workers) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_cluster_size = %d is below the %d instances already running", p.max_workers,
+        existing));
+  }
+  return absl::OkStatus();
+}
+
+bool Score(const PerformanceModel& model, const PlanProblem& problem,
+           absl::Span<const int> counts, Candidate& out) {
+  out.estimate =
+      model.Evaluate(counts, problem.target_loss, problem.parameter_servers, problem.current_loss);
+  if (!out.estimate.ok()) return false;
+  out.counts.assign(counts.begin(), counts.end());
+  out.time_s = out.estimate.time_s + problem.overhead_s;
+  const double price = problem.on_demand ? out.estimate.on_demand_price_per_hour
+                                         : out.estimate.price_per_hour;
+  out.cost_usd = out.time_s / 3600.0 * price;
+  return true;
+}
+
+bool MeetsSlo(const PlanProblem& problem, const Candidate& c) {
+  return c.time_s <= problem.deadline_s && c.cost_usd <= problem.budget_usd;
+}
+
+bool Better(const Candidate& a, const Candidate& b, Objective objective) {
+  if (b.counts.empty()) return !a.counts.empty();
+  const double a1 = objective == Objective::kMinCost ? a.cost_usd : a.time_s;
+  const double b1 = objective == Objective::kMinCost ? b.cost_usd : b.time_s;
+  if (a1 != b1) return a1 < b1;
+  const double a2 = objective == Objective::kMinCost ? a.time_s : a.cost_usd;
+  const double b2 = objective == Objective::kMinCost ? b.time_s : b.cost_usd;
+  if (a2 != b2) return a2 < b2;
+  const int na = std::accumulate(a.counts.begin(), a.counts.end(), 0);
+  const int nb = std::accumulate(b.counts.begin(), b.counts.end(), 0);
+  if (na != nb) return na < nb;
+  return a.counts < b.counts;
+}
+
+uint64_t SearchSpaceSize(const PlanProblem& problem) {
+  uint64_t size = 1;
+  for (size_t k = 0; k < problem.max_counts.size(); ++k) {
+    const uint64_t choices = static_cast<uint64_t>(
+        std::max(0, problem.max_counts[k] - problem.min_counts[k]) + 1);
+    if (size > UINT64_MAX / choices) return UINT64_MAX;
+    size *= choices;
+  }
+  return size;
+}
+
+namespace {
+
+// Calls visit(counts) for every composition within the bounds (an odometer), respecting
+// max_workers.
+template <typename Visit>
+void ForEachComposition(const PlanProblem& problem, Visit visit) {
+  std::vector<int> counts = problem.min_counts;
+  const size_t k_count = counts.size();
+  int total = std::accumulate(counts.begin(), counts.end(), 0);
+  while (true) {
+    if (problem.max_workers == 0 || total <= problem.max_workers) visit(counts);
+    size_t k = 0;
+    while (k < k_count && counts[k] == problem.max_counts[k]) {
+      total -= counts[k] - problem.min_counts[k];
+      counts[k] = problem.min_counts[k];
+      ++k;
+    }
+    if (k == k_count) return;
+    ++counts[k];
+    ++total;
+  }
+}
+
+absl::Status CheckLimit(const PlanProblem& problem, uint64_t limit) {
+  const uint64_t size = SearchSpaceSize(problem);
+  if (size > limit) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "exhaustive search would evaluate %s clusters, above its limit of %d; raise the limit "
+        "(--exhaustive-limit / options.exhaustive_limit) or use the exact strategy",
+        size == UINT64_MAX ? std::string("more than 1.8e19") : absl::StrCat(size), limit));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PlanResult> SolveExhaustive(const PerformanceModel& model,
+                                           const PlanProblem& problem, uint64_t limit) {
+  if (auto s = ValidateProblem(model, problem); !s.ok()) return s;
+  if (auto s = CheckLimit(problem, limit); !s.ok()) return s;
+  PlanResult result;
+  Candidate c;
+  ForEachComposition(problem, [&](const std::vector<int>& counts) {
+    ++result.evaluated;
+    if (!Score(model, problem, counts, c) || !MeetsSlo(problem, c)) return;
+    if (Better(c, result.best, problem.objective)) {
+      result.best = c;
+      result.feasible = true;
+    }
+  });
+  return result;
+}
+
+PlanResult SolveSpotdnn(const PerformanceModel& model, const PlanProblem& problem) {
+  PlanResult result;
+  const auto& types = model.types();
+  std::vector<int> order;
+  for (size_t k = 0; k < types.size(); ++k) {
+    if (types[k].usable && problem.max_counts[k] > problem.min_counts[k]) {
+      order.push_back(static_cast<int>(k));
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return types[a].single_worker_time_s < types[b].single_worker_time_s;
+  });
+  std::vector<int> list;
+  for (int k : order) list.insert(list.end(), problem.max_counts[k] - problem.min_counts[k], k);
+  const int len = static_cast<int>(list.size());
+  const int existing = std::accumulate(problem.min_counts.begin(), problem.min_counts.end(), 0);
+  Candidate c;
+  std::vector<int> counts;
+  auto consider = [&]() {
+    ++result.evaluated;
+    if (!Score(model, problem, counts, c) || !MeetsSlo(problem, c)) return;
+    if (Better(c, result.best, problem.objective)) {
+      result.best = c;
+      result.feasible = true;
+    }
+  };
+  if (existing > 0) {
+    counts = problem.min_counts;
+    consider();
+  }
+  for (int n = 1; n <= len; ++n) {
+    if (problem.max_workers > 0 && existing + n > problem.max_workers) break;
+    for (int m = 0; m < len; ++m) {
+      counts = problem.min_counts;
+      for (int i = 0; i < n; ++i) ++counts[list[(m + i) % len]];
+      consider();
+      if (n == len) break;  // every start gives the same full list
+    }
+  }
+  return result;
+}
+
+PlanResult CheapestHomogeneous(const PerformanceModel& model, const PlanProblem& problem) {
+  PlanResult result;
+  Candidate c;
+  const int existing = std::accumulate(problem.min_counts.begin(), problem.min_counts.end(), 0);
+  for (size_t k = 0; k < problem.max_counts.size(); ++k) {
+    if (!model.types()[k].usable) continue;
+    std::vector<int> counts = problem.min_counts;
+    for (int n = problem.min_counts[k] + 1; n <= problem.max_counts[k]; ++n) {
+      if (problem.max_workers > 0 && existing + n - problem.min_counts[k] > problem.max_workers) {
+        break;
+      }
+      counts[k] = n;
+      ++result.evaluated;
+      if (!Score(model, problem, counts, c) || !MeetsSlo(problem, c)) continue;
+      if (Better(c, result.best, problem.objective)) {
+        result.best = c;
+        result.feasible = true;
+      }
+    }
+  }
+  return result;
+}
+
+absl::StatusOr<PlanResult> Solve(const PerformanceModel& model, const PlanProblem& problem,
+                                 Strategy strategy, uint64_t exhaustive_limit) {
+  if (auto s = ValidateProblem(model, problem); !s.ok()) return s;
+  switch (strategy) {
+    case Strategy::kExact:
+      return SolveExact(model, problem);
+    case Strategy::kSpotdnn:
+      return SolveSpotdnn(model, problem);
+    case Strategy::kExhaustive:
+      return SolveExhaustive(model, problem, exhaustive_limit);
+  }
+  return absl::InvalidArgumentError("unknown strategy");
+}
+
+std::vector<Candidate> FrontierExact(const PerformanceModel& model, const PlanProblem& problem,
+                                     uint64_t* evaluated);
+
+absl::StatusOr<std::vector<Candidate>> Frontier(const PerformanceModel& model,
+                                                const PlanProblem& problem, Strategy strategy,
+                                                uint64_t exhaustive_limit, uint64_t* evaluated) {
+  if (auto s = ValidateProblem(model, problem); !s.ok()) return s;
+  if (strategy == Strategy::kSpotdnn) {
+    return absl::InvalidArgumentError(
+        "strategy = spotdnn: the heuristic finds one plan, not a frontier; use exact");
+  }
+  if (strategy == Strategy::kExact) return FrontierExact(model, problem, evaluated);
+  if (auto s = CheckLimit(problem, exhaustive_limit); !s.ok()) return s;
+  ParetoSet front;
+  Candidate c;
+  uint64_t count = 0;
+  ForEachComposition(problem, [&](const std::vector<int>& counts) {
+    ++count;
+    if (Score(model, problem, counts, c) && MeetsSlo(problem, c)) front.Insert(c);
+  });
+  if (evaluated != nullptr) *evaluated = count;
+  return front.Plans();
+}
+
+}  // namespace spotdnn::provisioner

@@ -1,0 +1,112 @@
+// Provisioning (paper eqs. 11-14): the cheapest cluster that reaches a target loss by a deadline
+// (or the fastest within a budget), with three strategies: `exact` (branch and bound, provably
+// optimal under the model), `spotdnn` (the paper's sliding-window heuristic, as its prototype does
+// it) and `exhaustive` (every composition within the quotas, the reference).
+#ifndef SPOTDNN_PROVISIONER_PLANNER_H_
+#define SPOTDNN_PROVISIONER_PLANNER_H_
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "predictor/performance_model.h"
+
+namespace spotdnn::provisioner {
+
+using predictor::Estimate;
+using predictor::PerformanceModel;
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// What a plan minimises.
+enum class Objective {
+  kMinCost,  // deadline mode: least cost with loss <= target by the deadline
+  kMinTime,  // budget mode: least time with loss <= target and cost <= budget
+};
+
+enum class Strategy { kExact, kSpotdnn, kExhaustive };
+
+// Default most clusters `exhaustive` may evaluate.
+inline constexpr uint64_t kDefaultExhaustiveLimit = 50'000'000;
+
+// One planning question. Counts are indexed like the model's catalog types.
+struct PlanProblem {
+  double target_loss = 0;             // L_obj
+  double current_loss = kInf;         // re-planning: the loss reached so far (kInf: from scratch)
+  double deadline_s = kInf;           // predicted time + overhead_s must not exceed it (T_obj)
+  double budget_usd = kInf;           // cost must not exceed it
+  double overhead_s = 0;              // T_ohd, added to every predicted time and paid for
+  std::vector<int> min_counts;        // instances that stay (already running, paid for)
+  std::vector<int> max_counts;        // quotas Lim_m (0 leaves a type out)
+  int max_workers = 0;                // largest cluster; 0 = no limit beyond the quotas
+  int parameter_servers = 1;
+  bool on_demand = false;             // price with on-demand instead of spot prices
+  Objective objective = Objective::kMinCost;
+};
+
+// Builds a problem with the catalog's quotas, no instances running and no limits but the SLO;
+// types the model cannot use get quota 0.
+PlanProblem DefaultProblem(const PerformanceModel& model, double target_loss,
+                           double deadline_s = kInf);
+
+// OK when the problem is well formed for `model`; INVALID_ARGUMENT naming the field otherwise.
+absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& problem);
+
+// A scored cluster. time_s and cost_usd include the overhead and use the problem's prices.
+struct Candidate {
+  std::vector<int> counts;
+  Estimate estimate;
+  double time_s = kInf;
+  double cost_usd = kInf;
+};
+
+// Scores `counts`; false when the model gives no answer for it (empty, unreachable target, ...).
+bool Score(const PerformanceModel& model, const PlanProblem& problem, absl::Span<const int> counts,
+           Candidate& out);
+// True when a scored candidate meets the deadline and the budget.
+bool MeetsSlo(const PlanProblem& problem, const Candidate& c);
+// True when `a` is a better plan than `b` under `objective` (ties: the other measure, then fewer
+// instances, then lexicographically smaller counts).
+bool Better(const Candidate& a, const Candidate& b, Objective objective);
+
+struct PlanResult {
+  bool feasible = false;
+  Candidate best;                 // when feasible
+  uint64_t evaluated = 0;         // clusters scored
+  uint64_t nodes = 0;             // search nodes visited (exact)
+};
+
+// The optimum under the model by branch and bound over compositions, one cluster size at a time.
+PlanResult SolveExact(const PerformanceModel& model, const PlanProblem& problem);
+// Every composition within [min_counts, max_counts]; FAILED_PRECONDITION when there are more than
+// `limit` of them, saying how many and how to raise the limit.
+absl::StatusOr<PlanResult> SolveExhaustive(const PerformanceModel& model,
+                                           const PlanProblem& problem,
+                                           uint64_t limit = kDefaultExhaustiveLimit);
+// The spotDNN prototype's heuristic: types sorted by single-worker iteration time, expanded by
+// quota into a list, every (wrapping) window of every length a candidate; running instances are
+// added to every window.
+PlanResult SolveSpotdnn(const PerformanceModel& model, const PlanProblem& problem);
+// Dispatches on `strategy`.
+absl::StatusOr<PlanResult> Solve(const PerformanceModel& model, const PlanProblem& problem,
+                                 Strategy strategy, uint64_t exhaustive_limit = kDefaultExhaustiveLimit);
+
+// The best plan that uses one instance type only (besides running instances).
+PlanResult CheapestHomogeneous(const PerformanceModel& model, const PlanProblem& problem);
+
+// Every plan on the time/cost Pareto frontier (within the deadline and budget), fastest first.
+// Exact (branch and bound with dominance pruning) or exhaustive (the reference).
+absl::StatusOr<std::vector<Candidate>> Frontier(const PerformanceModel& model,
+                                                const PlanProblem& problem, Strategy strategy,
+                                                uint64_t exhaustive_limit = kDefaultExhaustiveLimit,
+                                                uint64_t* evaluated = nullptr);
+
+// Number of compositions within the problem's bounds (saturates at UINT64_MAX).
+uint64_t SearchSpaceSize(const PlanProblem& problem);
+
+}  // namespace spotdnn::provisioner
+
+#endif  // SPOTDNN_PROVISIONER_PLANNER_H_

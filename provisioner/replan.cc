@@ -1,0 +1,92 @@
+#include "provisioner/replan.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "predictor/equations.h"
+
+namespace spotdnn::provisioner {
+
+absl::StatusOr<double> LossAfterIterations(const PerformanceModel& model,
+                                           const std::vector<int>& counts, double iterations,
+                                           int parameter_servers) {
+  if (!(std::isfinite(iterations) && iterations >= 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "normalized_iterations_done = %g: must be a finite number >= 0", iterations));
+  }
+  // The loss curve's slope does not depend on the target; any target above g5 evaluates the shape.
+  const predictor::LossModel& loss = *model.profile().loss;
+  const Estimate e =
+      model.Evaluate(counts, std::numeric_limits<double>::max(), parameter_servers);
+  if (e.error == predictor::EstimateError::kEmptyCluster ||
+      e.error == predictor::EstimateError::kUnusableType) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("progress.cluster_before: ", model.ErrorStatus(e, 0).message()));
+  }
+  return predictor::LossAfter(loss, e.wa_batch,
+                              model.coefficients().convergence_weight * e.convergence_coefficient,
+                              e.workers, iterations);
+}
+
+absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem problem,
+                                    const JobProgress& progress, Strategy strategy,
+                                    uint64_t exhaustive_limit) {
+  if (!(std::isfinite(progress.elapsed_s) && progress.elapsed_s >= 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "progress.elapsed_s = %g: must be a finite number >= 0", progress.elapsed_s));
+  }
+  ReplanResult out;
+  if (std::isfinite(progress.current_loss)) {
+    out.current_loss = progress.current_loss;
+  } else if (!progress.cluster_before.empty()) {
+    auto loss = LossAfterIterations(model, progress.cluster_before, progress.iterations_done,
+                                    problem.parameter_servers);
+    if (!loss.ok()) return loss.status();
+    out.current_loss = *loss;
+  } else {
+    return absl::InvalidArgumentError(
+        "progress: give current_loss, or normalized_iterations_done with cluster_before");
+  }
+  if (!(out.current_loss > problem.target_loss)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "progress.current_loss = %g: already at or below the target loss %g; nothing to re-plan",
+        out.current_loss, problem.target_loss));
+  }
+  problem.current_loss = out.current_loss;
+  out.remaining_s = problem.deadline_s - progress.elapsed_s;
+  problem.deadline_s = out.remaining_s > 0 ? out.remaining_s : 1e-9;  // validation needs > 0
+  if (auto s = ValidateProblem(model, problem); !s.ok()) return s;
+
+  if (out.remaining_s > 0) {
+    auto plan = Solve(model, problem, strategy, exhaustive_limit);
+    if (!plan.ok()) return plan.status();
+    out.evaluated += plan->evaluated;
+    if (plan->feasible) {
+      out.feasible = true;
+      out.plan = plan->best;
+    }
+  }
+  if (!out.feasible) {
+    // No plan meets the deadline: the fastest finish any plan can reach.
+    PlanProblem fastest = problem;
+    fastest.deadline_s = kInf;
+    fastest.budget_usd = kInf;
+    fastest.objective = Objective::kMinTime;
+    const PlanResult best = SolveExact(model, fastest);
+    out.evaluated += best.evaluated;
+    if (best.feasible) {
+      out.fastest = best.best;
+      out.best_finish_s = progress.elapsed_s + best.best.time_s;
+    }
+    return out;
+  }
+  out.to_launch.resize(out.plan.counts.size());
+  for (size_t k = 0; k < out.to_launch.size(); ++k) {
+    out.to_launch[k] = out.plan.counts[k] - problem.min_counts[k];
+  }
+  return out;
+}
+
+}  // namespace spotdnn::provisioner

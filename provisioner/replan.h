@@ -1,0 +1,46 @@
+// Re-planning after a revocation (the paper's remaining-SLO re-planning): the takeover instances
+// that let the rest of a job still reach its target loss by its deadline at the least cost.
+#ifndef SPOTDNN_PROVISIONER_REPLAN_H_
+#define SPOTDNN_PROVISIONER_REPLAN_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "provisioner/planner.h"
+
+namespace spotdnn::provisioner {
+
+// Where a job stands when an instance is revoked.
+struct JobProgress {
+  double elapsed_s = 0;              // since the job started (its deadline counts from there)
+  double current_loss = kInf;        // the loss reached, when known
+  double iterations_done = 0;        // otherwise: normalized iterations done ...
+  std::vector<int> cluster_before;   // ... on this cluster (catalog-indexed)
+};
+
+struct ReplanResult {
+  bool feasible = false;
+  Candidate plan;                   // the whole cluster from now on (survivors + takeover)
+  std::vector<int> to_launch;       // the takeover instances
+  double current_loss = 0;          // the loss the rest of the job starts from
+  double remaining_s = 0;           // deadline - elapsed
+  double best_finish_s = kInf;      // when infeasible: earliest finish since the job started
+  Candidate fastest;                // and the plan that achieves it
+  uint64_t evaluated = 0;
+};
+
+// The loss after `iterations` normalized iterations on `counts` (eq. 3).
+absl::StatusOr<double> LossAfterIterations(const PerformanceModel& model,
+                                           const std::vector<int>& counts, double iterations,
+                                           int parameter_servers = 1);
+
+// `problem` carries the job's SLO (deadline from the job's start), quotas, prices and overhead;
+// its min_counts must be the surviving instances. INVALID_ARGUMENT for inconsistent progress.
+absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem problem,
+                                    const JobProgress& progress,
+                                    Strategy strategy = Strategy::kExact,
+                                    uint64_t exhaustive_limit = kDefaultExhaustiveLimit);
+
+}  // namespace spotdnn::provisioner
+
+#endif  // SPOTDNN_PROVISIONER_REPLAN_H_

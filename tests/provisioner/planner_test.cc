@@ -1,0 +1,373 @@
+#include "provisioner/planner.h"
+
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "provisioner/pareto.h"
+#include "provisioner/replan.h"
+
+namespace spotdnn::provisioner {
+namespace {
+
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using predictor::ComputeProfile;
+using predictor::InstanceCatalog;
+using predictor::WorkloadProfile;
+
+// The prototype's ResNet-110 inputs (reference file), in its table order.
+PerformanceModel PrototypeModel() {
+  InstanceCatalog c;
+  c.name = "prototype";
+  c.types = {{"p2.xlarge", "K80", 1, 12, 0.918, 0.9, 2},
+             {"g4dn.4xlarge", "T4", 1, 16, 0.3612, 1.204, 5},
+             {"g3.8xlarge", "M60", 2, 8, 0.6840, 2.28, 5},
+             {"g3.16xlarge", "M60", 4, 8, 1.5676, 4.56, 8},
+             {"p2.8xlarge", "K80", 8, 12, 2.16, 7.2, 5}};
+  c.parameter_server = {.instance_type = "m5.xlarge", .bandwidth_mb_per_s = 1200};
+  c.pcie_bandwidth_mb_per_s = 10000;
+  WorkloadProfile p;
+  p.name = "resnet110";
+  p.parameter_size_mb = 11.5;
+  p.required_bandwidth_mb_per_s = 142;
+  const std::pair<const char*, std::pair<int, double>> speeds[] = {
+      {"p2.xlarge", {1024, 1885}}, {"g4dn.4xlarge", {1024, 750}}, {"g3.8xlarge", {512, 1018}},
+      {"g3.16xlarge", {512, 1995}}, {"p2.8xlarge", {1024, 2115}}};
+  for (const auto& [type, bs] : speeds) {
+    p.compute.push_back({.instance_type = type,
+                         .batch_per_gpu = bs.first,
+                         .measured_samples_per_s = bs.second});
+  }
+  p.contention = predictor::ContentionModel{.a1 = 0.8, .b1 = -1.92};
+  p.loss = predictor::LossModel{.g1 = 876.5, .g2 = -0.2, .g3 = 2507.6, .g4 = 1, .g5 = 0.5};
+  p.variant = predictor::ModelVariant::kSpotdnnPrototype;
+  return *PerformanceModel::Create(p, c);
+}
+
+struct HeuristicCase {
+  double loss, deadline;
+  std::vector<int> heuristic;
+  double heuristic_cost;
+  std::vector<int> optimum;  // empty: the heuristic's plan is optimal
+  double optimum_cost;
+};
+
+class ReferencePlans : public ::testing::TestWithParam<HeuristicCase> {};
+
+TEST_P(ReferencePlans, SpotdnnReproducesThePrototypeAndExactFindsTheOptimum) {
+  const HeuristicCase& c = GetParam();
+  const PerformanceModel model = PrototypeModel();
+  const PlanProblem problem = DefaultProblem(model, c.loss, c.deadline);
+  const PlanResult heuristic = SolveSpotdnn(model, problem);
+  ASSERT_TRUE(heuristic.feasible);
+  EXPECT_THAT(heuristic.best.counts, ElementsAreArray(c.heuristic));
+  EXPECT_NEAR(heuristic.best.cost_usd, c.heuristic_cost, 0.005);
+  const PlanResult exact = SolveExact(model, problem);
+  ASSERT_TRUE(exact.feasible);
+  const auto& optimum = c.optimum.empty() ? c.heuristic : c.optimum;
+  EXPECT_THAT(exact.best.counts, ElementsAreArray(optimum));
+  EXPECT_NEAR(exact.best.cost_usd, c.optimum.empty() ? c.heuristic_cost : c.optimum_cost, 0.005);
+  EXPECT_LE(exact.best.cost_usd, heuristic.best.cost_usd);
+  EXPECT_LE(exact.best.time_s, c.deadline);
+  const PlanResult exhaustive = *SolveExhaustive(model, problem);
+  EXPECT_NEAR(exact.best.cost_usd, exhaustive.best.cost_usd, 1e-12);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Reference, ReferencePlans,
+    ::testing::Values(HeuristicCase{0.8, 2400, {2, 0, 4, 0, 0}, 2.99, {}, 0},
+                      HeuristicCase{0.9, 1800, {2, 0, 4, 0, 0}, 2.20, {2, 1, 3, 0, 0}, 2.12},
+                      HeuristicCase{1.2, 900, {2, 0, 5, 1, 0}, 1.65, {2, 2, 5, 0, 0}, 1.49},
+                      HeuristicCase{1.0, 1200, {2, 0, 5, 3, 0}, 3.28, {}, 0}));
+
+// A random small instance: catalog, profile (either variant) and SLO.
+struct RandomInstance {
+  PerformanceModel model;
+  PlanProblem problem;
+};
+
+RandomInstance MakeRandom(std::mt19937& rng) {
+  auto uniform = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  auto integer = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const char* gpus[] = {"A", "B", "C"};
+  while (true) {
+    InstanceCatalog c;
+    c.name = "random";
+    const int types = integer(1, 4);
+    for (int k = 0; k < types; ++k) {
+      const double spot = uniform(0.1, 3);
+      c.types.push_back({"t" + std::to_string(k), gpus[integer(0, 2)], integer(1, 4),
+                         uniform(4, 32), spot, spot * uniform(1.5, 4), integer(0, 4)});
+    }
+    c.parameter_server = {.instance_type = "ps",
+                          .bandwidth_mb_per_s = uniform(100, 2000),
+                          .spot_price_per_hour = integer(0, 1) ? uniform(0, 0.3) : 0,
+                          .on_demand_price_per_hour = uniform(0, 0.5)};
+    c.pcie_bandwidth_mb_per_s = uniform(2000, 16000);
+    WorkloadProfile p;
+    p.name = "random";
+    p.parameter_size_mb = uniform(5, 200);
+    p.required_bandwidth_mb_per_s = uniform(50, 600);
+    for (int k = 0; k < types; ++k) {
+      ComputeProfile cp;
+      cp.instance_type = c.types[k].name;
+      cp.batch_per_gpu = 1 << integer(5, 10);
+      if (integer(0, 3) == 0) {
+        cp.measured_samples_per_s = uniform(50, 3000);
+      } else {
+        cp.compute_time_s = uniform(0.05, 3);
+      }
+      p.compute.push_back(cp);
+    }
+    p.contention = predictor::ContentionModel{.a1 = uniform(0.1, 1.2), .b1 = uniform(-2.5, 0.2)};
+    const double g2 = uniform(-0.3, 0.05);
+    p.loss = predictor::LossModel{.g1 = uniform(0, 1500),
+                                  .g2 = g2,
+                                  .g3 = std::max(0.0, -g2) * 32 * 1024 + uniform(50, 3000),
+                                  .g4 = uniform(0, 2),
+                                  .g5 = uniform(0, 1)};
+    p.variant = integer(0, 2) == 0 ? predictor::ModelVariant::kSpotdnnPrototype
+                                   : predictor::ModelVariant::kPaper;
+    auto model = PerformanceModel::Create(p, c);
+    if (!model.ok()) continue;  // e.g. a measured speed too high for its communication time
+    PlanProblem problem = DefaultProblem(*model, p.loss->g5 + uniform(0.05, 3));
+    for (int k = 0; k < types; ++k) {
+      if (integer(0, 4) == 0 && problem.max_counts[k] > 0) {
+        problem.min_counts[k] = integer(0, problem.max_counts[k]);
+      }
+    }
+    if (integer(0, 3) == 0) problem.max_workers = integer(1, 8);
+    if (problem.max_workers > 0 &&
+        std::accumulate(problem.min_counts.begin(), problem.min_counts.end(), 0) >
+            problem.max_workers) {
+      problem.max_workers = 0;
+    }
+    problem.on_demand = integer(0, 3) == 0;
+    if (integer(0, 3) == 0) problem.overhead_s = uniform(0, 60);
+    if (integer(0, 4) == 0) problem.current_loss = problem.target_loss + uniform(0.01, 5);
+    if (integer(0, 2) == 0) problem.parameter_servers = integer(1, 3);
+    // Deadline (and budget) near what some cluster achieves, so both outcomes occur.
+    std::vector<int> probe(types);
+    for (int k = 0; k < types; ++k) probe[k] = integer(problem.min_counts[k], problem.max_counts[k]);
+    Candidate reference;
+    const bool scored = Score(*model, problem, probe, reference);
+    const double scale = uniform(0.3, 1.5);
+    if (integer(0, 2) == 0) {
+      problem.objective = Objective::kMinTime;
+      problem.budget_usd = scored ? reference.cost_usd * scale : uniform(0.01, 10);
+    } else {
+      problem.deadline_s = scored ? reference.time_s * scale : uniform(10, 10000);
+      if (integer(0, 5) == 0) problem.deadline_s = kInf;
+    }
+    return {*std::move(model), problem};
+  }
+}
+
+TEST(ExactVsExhaustive, SameOptimumOnAThousandRandomInstances) {
+  std::mt19937 rng(2023);
+  int feasible = 0, infeasible = 0;
+  for (int i = 0; i < 1200; ++i) {
+    RandomInstance r = MakeRandom(rng);
+    const PlanResult exact = SolveExact(r.model, r.problem);
+    auto exhaustive = SolveExhaustive(r.model, r.problem);
+    ASSERT_TRUE(exhaustive.ok()) << exhaustive.status();
+    ASSERT_EQ(exact.feasible, exhaustive->feasible) << "instance " << i;
+    if (!exact.feasible) {
+      ++infeasible;
+      continue;
+    }
+    ++feasible;
+    const bool by_cost = r.problem.objective == Objective::kMinCost;
+    const double got = by_cost ? exact.best.cost_usd : exact.best.time_s;
+    const double want = by_cost ? exhaustive->best.cost_usd : exhaustive->best.time_s;
+    ASSERT_LE(std::abs(got - want), 1e-9 * std::abs(want)) << "instance " << i;
+    // The plan meets the SLO under the model when scored afresh.
+    Candidate again;
+    ASSERT_TRUE(Score(r.model, r.problem, exact.best.counts, again));
+    EXPECT_TRUE(MeetsSlo(r.problem, again)) << "instance " << i;
+    for (size_t k = 0; k < again.counts.size(); ++k) {
+      EXPECT_GE(again.counts[k], r.problem.min_counts[k]);
+      EXPECT_LE(again.counts[k], r.problem.max_counts[k]);
+    }
+  }
+  EXPECT_GE(feasible + infeasible, 1000);
+  EXPECT_GT(feasible, 300);
+  EXPECT_GT(infeasible, 50);
+}
+
+TEST(ExactVsExhaustive, SameFrontierOnRandomInstances) {
+  std::mt19937 rng(99);
+  for (int i = 0; i < 300; ++i) {
+    RandomInstance r = MakeRandom(rng);
+    auto exact = Frontier(r.model, r.problem, Strategy::kExact);
+    auto exhaustive = Frontier(r.model, r.problem, Strategy::kExhaustive);
+    ASSERT_TRUE(exact.ok() && exhaustive.ok());
+    ASSERT_EQ(exact->size(), exhaustive->size()) << "instance " << i;
+    for (size_t p = 0; p < exact->size(); ++p) {
+      EXPECT_NEAR((*exact)[p].time_s, (*exhaustive)[p].time_s, 1e-9 * (*exhaustive)[p].time_s);
+      EXPECT_NEAR((*exact)[p].cost_usd, (*exhaustive)[p].cost_usd,
+                  1e-9 * (*exhaustive)[p].cost_usd);
+    }
+    for (size_t p = 1; p < exact->size(); ++p) {
+      EXPECT_GT((*exact)[p].time_s, (*exact)[p - 1].time_s);
+      EXPECT_LT((*exact)[p].cost_usd, (*exact)[p - 1].cost_usd);
+    }
+  }
+}
+
+TEST(Frontier, HoldsTheCheapestAndTheFastestPlan) {
+  const PerformanceModel model = PrototypeModel();
+  PlanProblem problem = DefaultProblem(model, 0.9);
+  auto front = Frontier(model, problem, Strategy::kExact);
+  ASSERT_TRUE(front.ok());
+  ASSERT_GE(front->size(), 2u);
+  const PlanResult cheapest = SolveExact(model, problem);
+  EXPECT_NEAR(front->back().cost_usd, cheapest.best.cost_usd, 1e-12);
+  problem.objective = Objective::kMinTime;
+  const PlanResult fastest = SolveExact(model, problem);
+  EXPECT_NEAR(front->front().time_s, fastest.best.time_s, 1e-12);
+}
+
+TEST(BudgetMode, FastestWithinTheBudget) {
+  const PerformanceModel model = PrototypeModel();
+  PlanProblem problem = DefaultProblem(model, 0.9);
+  problem.objective = Objective::kMinTime;
+  problem.budget_usd = 2.5;
+  const PlanResult r = SolveExact(model, problem);
+  ASSERT_TRUE(r.feasible);
+  EXPECT_LE(r.best.cost_usd, 2.5);
+  const PlanResult reference = *SolveExhaustive(model, problem);
+  EXPECT_NEAR(r.best.time_s, reference.best.time_s, 1e-9);
+  problem.budget_usd = 0.01;
+  EXPECT_FALSE(SolveExact(model, problem).feasible);
+}
+
+TEST(Problem, InputsBeyondThePaper) {
+  const PerformanceModel model = PrototypeModel();
+  PlanProblem problem = DefaultProblem(model, 0.9, 1800);
+  // Quota overrides: without p2.xlarge the plan changes and costs more.
+  PlanProblem no_p2 = problem;
+  no_p2.max_counts[0] = 0;
+  const PlanResult base = SolveExact(model, problem);
+  const PlanResult without = SolveExact(model, no_p2);
+  ASSERT_TRUE(base.feasible);
+  if (without.feasible) {
+    EXPECT_EQ(without.best.counts[0], 0);
+    EXPECT_GT(without.best.cost_usd, base.best.cost_usd);
+  }
+  // Running instances stay in the plan.
+  PlanProblem existing = problem;
+  existing.min_counts[3] = 1;
+  const PlanResult kept = SolveExact(model, existing);
+  ASSERT_TRUE(kept.feasible);
+  EXPECT_GE(kept.best.counts[3], 1);
+  // On-demand prices cost more; overhead adds time; a size cap is honoured.
+  PlanProblem od = problem;
+  od.on_demand = true;
+  od.deadline_s = kInf;
+  const PlanResult on_demand = SolveExact(model, od);
+  ASSERT_TRUE(on_demand.feasible);
+  EXPECT_NEAR(on_demand.best.cost_usd,
+              on_demand.best.time_s / 3600 * on_demand.best.estimate.on_demand_price_per_hour,
+              1e-9);
+  PlanProblem overhead = problem;
+  overhead.overhead_s = 30;
+  const PlanResult with_overhead = SolveExact(model, overhead);
+  ASSERT_TRUE(with_overhead.feasible);
+  EXPECT_NEAR(with_overhead.best.time_s, with_overhead.best.estimate.time_s + 30, 1e-9);
+  PlanProblem capped = problem;
+  capped.max_workers = 3;
+  capped.deadline_s = kInf;
+  const PlanResult small = SolveExact(model, capped);
+  ASSERT_TRUE(small.feasible);
+  EXPECT_LE(std::accumulate(small.best.counts.begin(), small.best.counts.end(), 0), 3);
+}
+
+TEST(Problem, ValidationNamesTheField) {
+  const PerformanceModel model = PrototypeModel();
+  PlanProblem p = DefaultProblem(model, 0.9, 1800);
+  p.min_counts[0] = 3;  // quota 2
+  EXPECT_THAT(ValidateProblem(model, p).message(), HasSubstr("existing count of p2.xlarge = 3"));
+  p = DefaultProblem(model, 0.9, -5);
+  EXPECT_THAT(ValidateProblem(model, p).message(), HasSubstr("deadline_s = -5"));
+  p = DefaultProblem(model, 0.9, 1800);
+  p.max_counts[1] = -1;
+  EXPECT_THAT(ValidateProblem(model, p).message(), HasSubstr("quota of g4dn.4xlarge = -1"));
+}
+
+TEST(Exhaustive, RefusesAboveItsLimit) {
+  const PerformanceModel model = PrototypeModel();
+  const PlanProblem p = DefaultProblem(model, 0.9, 1800);
+  EXPECT_EQ(SearchSpaceSize(p), 3u * 6 * 6 * 9 * 6);
+  auto r = SolveExhaustive(model, p, 100);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("5832 clusters"));
+  EXPECT_THAT(r.status().message(), HasSubstr("raise the limit"));
+}
+
+TEST(Replan, TakeoverInstancesMeetTheRemainingSlo) {
+  const PerformanceModel model = PrototypeModel();
+  // Plan (0.9, 1800): the optimum is [2,1,3,0,0]. Revoke a g3.8xlarge 600 s in.
+  PlanProblem problem = DefaultProblem(model, 0.9, 1800);
+  const PlanResult plan = SolveExact(model, problem);
+  ASSERT_TRUE(plan.feasible);
+  const double t_exp = plan.best.estimate.expected_iteration_time_s;
+  JobProgress progress;
+  progress.elapsed_s = 600;
+  progress.cluster_before = plan.best.counts;
+  progress.iterations_done = 600 / t_exp;
+  std::vector<int> survivors = plan.best.counts;
+  survivors[2] -= 1;
+  problem.min_counts = survivors;
+  problem.overhead_s = 30;
+  auto r = Replan(model, problem, progress);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->feasible);
+  EXPECT_NEAR(r->remaining_s, 1200, 1e-9);
+  EXPECT_LE(r->plan.time_s, 1200);
+  int launched = 0;
+  for (size_t k = 0; k < survivors.size(); ++k) {
+    EXPECT_GE(r->to_launch[k], 0);
+    EXPECT_EQ(r->plan.counts[k], survivors[k] + r->to_launch[k]);
+    launched += r->to_launch[k];
+  }
+  EXPECT_GE(launched, 1) << "the survivors alone are too slow for the rest of the job";
+  // The rest of the job on the new cluster reaches the target: its loss curve from the current
+  // loss ends at the target after the predicted iterations.
+  EXPECT_GT(r->current_loss, 0.9);
+  // Scoring the takeover cluster from the current loss gives the same answer.
+  PlanProblem check = problem;
+  check.current_loss = r->current_loss;
+  Candidate again;
+  ASSERT_TRUE(Score(model, check, r->plan.counts, again));
+  EXPECT_NEAR(again.time_s, r->plan.time_s, 1e-9);
+}
+
+TEST(Replan, ImpossibleSaysSoWithTheBestFinishTime) {
+  const PerformanceModel model = PrototypeModel();
+  PlanProblem problem = DefaultProblem(model, 0.9, 1800);
+  problem.min_counts = {0, 0, 1, 0, 0};
+  JobProgress progress;
+  progress.elapsed_s = 1750;  // 50 s left, far too little
+  progress.current_loss = 1.5;
+  auto r = Replan(model, problem, progress);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->feasible);
+  EXPECT_GT(r->best_finish_s, 1800);
+  EXPECT_NEAR(r->best_finish_s, 1750 + r->fastest.time_s, 1e-9);
+  // Past the deadline already: still the best finish.
+  progress.elapsed_s = 2000;
+  auto late = Replan(model, problem, progress);
+  ASSERT_TRUE(late.ok());
+  EXPECT_FALSE(late->feasible);
+  EXPECT_GT(late->best_finish_s, 2000);
+  // Already at the target: bad input.
+  progress.current_loss = 0.8;
+  EXPECT_EQ(Replan(model, problem, progress).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace spotdnn::provisioner
