@@ -43,7 +43,8 @@ struct Bound {
 // min over y of (a0 + sum y_i a_i) / (b0 + sum y_i b_i) with sum y = m, 0 <= y_i <= cap_i (the
 // continuous relaxation), by Dinkelbach's method; denominators are positive.
 double MinRatio(double a0, double b0, const std::vector<double>& a, const std::vector<double>& b,
-                const std::vector<int>& cap, int m, std::vector<int>& idx) {
+                const std::vector<int>& cap, int m, std::vector<int>& idx,
+                double* den_at_min = nullptr) {
   const size_t n = a.size();
   idx.resize(n);
   auto best_for = [&](double lambda, double& num, double& den) {
@@ -71,7 +72,54 @@ double MinRatio(double a0, double b0, const std::vector<double>& a, const std::v
     if (!(next < lambda * (1 - 1e-15) - 1e-300)) break;
     lambda = next;
   }
+  if (den_at_min != nullptr) *den_at_min = den;
   return std::min(lambda, num / den);
+}
+
+// A lower bound on min (a0 + sum y_i a_i) s.t. b0 + sum y_i b_i >= q, sum y = m, 0 <= y_i <=
+// cap_i (a linear program), by Lagrangian duality: every multiplier mu >= 0 gives
+// L(mu) = a0 + mu (q - b0) + min_{sum y = m} sum y_i (a_i - mu b_i) <= the optimum. The multiplier
+// is searched by bisection on the sign of the constraint's slack; the best L seen is returned.
+double MinSumWithFloor(double a0, double b0, const std::vector<double>& a,
+                       const std::vector<double>& b, const std::vector<int>& cap, int m, double q,
+                       std::vector<int>& idx) {
+  const size_t n = a.size();
+  idx.resize(n);
+  // Returns L(mu) and the slack q - (b0 + sum y b) of the minimising y.
+  auto dual = [&](double mu, double& slack) {
+    std::iota(idx.begin(), idx.end(), 0);
+    std::sort(idx.begin(), idx.end(),
+              [&](int i, int j) { return a[i] - mu * b[i] < a[j] - mu * b[j]; });
+    double value = a0 + mu * (q - b0);
+    double den = b0;
+    int left = m;
+    for (int i : idx) {
+      if (left == 0) break;
+      const int take = std::min(left, cap[i]);
+      value += take * (a[i] - mu * b[i]);
+      den += take * b[i];
+      left -= take;
+    }
+    slack = q - den;
+    return value;
+  };
+  double slack = 0;
+  double best = dual(0, slack);
+  if (slack <= 0) return best;  // the cheapest completion already meets the floor
+  double lo = 0, hi = 1;
+  for (int i = 0; i < 60; ++i) {
+    const double value = dual(hi, slack);
+    best = std::max(best, value);
+    if (slack <= 0) break;
+    lo = hi;
+    hi *= 4;
+  }
+  for (int i = 0; i < 14; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    best = std::max(best, dual(mid, slack));
+    (slack > 0 ? lo : hi) = mid;
+  }
+  return best;
 }
 
 class BranchAndBound {
@@ -132,8 +180,12 @@ class BranchAndBound {
       types_.push_back(a);
     }
     if (types_.empty()) return;
-    // Cost-efficient types first (least $ per iteration rate), so good plans turn up early.
-    std::sort(types_.begin(), types_.end(), [](const TypeAtSize& a, const TypeAtSize& b) {
+    // Types whose batch differs most from the rest first: j depends on the WA batch, and fixing
+    // those counts early narrows its range (and so tightens every bound below); then the
+    // cost-efficient ones (least $ per iteration rate), so good plans turn up early.
+    std::sort(types_.begin(), types_.end(), [&](const TypeAtSize& a, const TypeAtSize& b) {
+      const int ba = model_.types()[a.k].batch_size, bb = model_.types()[b.k].batch_size;
+      if (ba != bb) return ba > bb;
       return a.price / a.rate < b.price / b.rate;
     });
     const size_t depth_count = types_.size();
@@ -201,7 +253,9 @@ class BranchAndBound {
       a_[i] = price(i);
       b_[i] = rate(i);
     }
-    const double ratio_lb = MinRatio(base.price, base.rate, a_, b_, cap_, free, idx_);
+    double rate_at_ratio_lb = 0;
+    const double ratio_lb =
+        MinRatio(base.price, base.rate, a_, b_, cap_, free, idx_, &rate_at_ratio_lb);
     // b_w = speed / rate, both ways.
     for (size_t i = 0; i < rest; ++i) a_[i] = speed(i);
     const double bw_lb = MinRatio(base.speed, base.rate, a_, b_, cap_, free, idx_);
@@ -231,7 +285,22 @@ class BranchAndBound {
     const double extra = problem_.overhead_s - t_slack_;
     Bound bound;
     bound.time_s = j_lb / rate_ub + extra;
-    bound.cost_usd = (j_lb * ratio_lb + extra * (extra >= 0 ? price_lb : price_ub)) / 3600.0;
+    // Cost is j * (price / rate). A plan meeting the deadline has rate >= j / (deadline - extra)
+    // >= rate_floor. price / rate is quasiconvex along the relaxation's lower price boundary, so
+    // when its unconstrained minimum is slower than the floor, the constrained minimum is at the
+    // floor: at least min{price : rate >= floor} / floor.
+    double ratio = ratio_lb;
+    const double budget_time = problem_.deadline_s - extra;
+    if (std::isfinite(budget_time) && budget_time > 0 && j_lb > 0) {
+      const double rate_floor = j_lb / budget_time * (1 - kTolerance);
+      if (rate_floor > rate_at_ratio_lb && rate_floor <= rate_ub) {
+        for (size_t i = 0; i < rest; ++i) a_[i] = price(i);
+        ratio = std::max(ratio, MinSumWithFloor(base.price, base.rate, a_, b_, cap_, free,
+                                                rate_floor, idx_) /
+                                    rate_floor);
+      }
+    }
+    bound.cost_usd = (j_lb * ratio + extra * (extra >= 0 ? price_lb : price_ub)) / 3600.0;
     return bound;
   }
 
