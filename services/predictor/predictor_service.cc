@@ -19,57 +19,6 @@ absl::Status CheckTargetLoss(double target_loss) {
 
 }  // namespace
 
-ModelResolver::ModelResolver(std::shared_ptr<const DataRegistry> registry)
-    : registry_(std::move(registry)) {}
-
-absl::StatusOr<std::shared_ptr<const predictor::PerformanceModel>> ModelResolver::Resolve(
-    const pb::WorkloadRef& workload, const pb::CatalogRef& catalog) {
-  if (workload.ref_case() == pb::WorkloadRef::REF_NOT_SET) {
-    return absl::InvalidArgumentError("workload: set name or profile");
-  }
-  if (catalog.ref_case() == pb::CatalogRef::REF_NOT_SET) {
-    return absl::InvalidArgumentError("catalog: set name or catalog");
-  }
-  const bool named = workload.has_name() && catalog.has_name();
-  const std::pair<std::string, std::string> key(workload.name(), catalog.name());
-  if (named) {
-    absl::MutexLock lock(&mu_);
-    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  }
-  pb::WorkloadProfile profile;
-  if (workload.has_name()) {
-    if (LooksLikePath(workload.name())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "workload.name = \"", workload.name(), "\": the server reads no files; send the profile"));
-    }
-    auto resolved = registry_->ResolveWorkload(workload.name());
-    if (!resolved.ok()) return resolved.status();
-    profile = *std::move(resolved);
-  } else {
-    profile = workload.profile();
-  }
-  pb::InstanceCatalog instance_catalog;
-  if (catalog.has_name()) {
-    if (LooksLikePath(catalog.name())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "catalog.name = \"", catalog.name(), "\": the server reads no files; send the catalog"));
-    }
-    auto resolved = registry_->ResolveCatalog(catalog.name());
-    if (!resolved.ok()) return resolved.status();
-    instance_catalog = *std::move(resolved);
-  } else {
-    instance_catalog = catalog.catalog();
-  }
-  auto model = predictor::PerformanceModel::Create(ToDomain(profile), ToDomain(instance_catalog));
-  if (!model.ok()) return model.status();
-  auto shared = std::make_shared<const predictor::PerformanceModel>(*std::move(model));
-  if (named) {
-    absl::MutexLock lock(&mu_);
-    cache_.emplace(key, shared);
-  }
-  return shared;
-}
-
 PredictorServiceImpl::PredictorServiceImpl(std::shared_ptr<const DataRegistry> registry)
     : models_(std::move(registry)) {}
 

@@ -1,0 +1,42 @@
+// spotdnn-provisioner: cheapest plans, re-planning and frontiers as a gRPC service.
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "services/common/server.h"
+#include "services/provisioner/provisioner_service.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50052",
+          "host:port to serve on; port 0 picks a free port (logged, and written to --port_file)");
+ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
+ABSL_FLAG(std::string, catalog_dir, "", "also serve every *.json catalog in this folder by name");
+ABSL_FLAG(std::string, workload_dir, "",
+          "also serve every *.json workload profile in this folder by name");
+
+int main(int argc, char** argv) {
+  spotdnn::services::BlockShutdownSignals();
+  absl::SetProgramUsageMessage("The spotdnn spot instance provisioner (gRPC).");
+  absl::ParseCommandLine(argc, argv);
+  auto logger = spdlog::stderr_color_mt("spotdnn-provisioner");
+  auto registry = std::make_shared<spotdnn::services::DataRegistry>(
+      spotdnn::services::DataRegistry::WithBuiltins());
+  if (const std::string dir = absl::GetFlag(FLAGS_catalog_dir); !dir.empty()) {
+    if (auto s = registry->AddCatalogDir(dir); !s.ok()) {
+      logger->error("--catalog_dir: {}", std::string(s.message()));
+      return 2;
+    }
+  }
+  if (const std::string dir = absl::GetFlag(FLAGS_workload_dir); !dir.empty()) {
+    if (auto s = registry->AddWorkloadDir(dir); !s.ok()) {
+      logger->error("--workload_dir: {}", std::string(s.message()));
+      return 2;
+    }
+  }
+  spotdnn::services::ProvisionerServiceImpl service(registry);
+  return spotdnn::services::ServeUntilSignal("spotdnn-provisioner", absl::GetFlag(FLAGS_listen),
+                                             absl::GetFlag(FLAGS_port_file), {&service});
+}

@@ -1,0 +1,293 @@
+#include "services/provisioner/provisioner_service.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "provisioner/replan.h"
+#include "services/common/convert.h"
+
+namespace spotdnn::services {
+namespace {
+
+using provisioner::Candidate;
+using provisioner::kInf;
+
+// A non-negative number where 0 means "none".
+absl::StatusOr<double> Optional(absl::string_view field, double value) {
+  if (!(std::isfinite(value) && value >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s = %g: must be a finite number >= 0 (0 = none)", field, value));
+  }
+  return value == 0 ? kInf : value;
+}
+
+double Millis(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+const char* StrategyName(provisioner::Strategy s) {
+  switch (s) {
+    case provisioner::Strategy::kSpotdnn:
+      return "spotdnn";
+    case provisioner::Strategy::kExhaustive:
+      return "exhaustive";
+    case provisioner::Strategy::kExact:
+      break;
+  }
+  return "exact";
+}
+
+// A scored candidate as a Plan message (feasible), with the model's numbers.
+pb::Plan ToPlan(const PlanInputs& in, const Candidate& c, const char* strategy) {
+  const predictor::PerformanceModel& m = *in.model;
+  pb::Plan plan;
+  plan.set_feasible(true);
+  predictor::Cluster cluster{.counts = c.counts, .parameter_servers = in.problem.parameter_servers};
+  *plan.mutable_cluster() = ToProto(cluster, m.catalog());
+  predictor::Cluster launch = cluster;
+  for (size_t k = 0; k < launch.counts.size(); ++k) launch.counts[k] -= in.problem.min_counts[k];
+  *plan.mutable_to_launch() = ToProto(launch, m.catalog());
+  // The per-type breakdown comes from a fresh prediction of the same cluster; the cluster-level
+  // numbers are the plan's own (they count only the rest of the job when re-planning).
+  auto detailed = m.Predict(cluster, in.problem.target_loss);
+  if (detailed.ok()) {
+    *plan.mutable_prediction() = ToProto(*detailed, m.catalog());
+  }
+  EstimateToProto(c.estimate, plan.mutable_prediction());
+  plan.mutable_prediction()->set_parameter_servers(in.problem.parameter_servers);
+  plan.mutable_prediction()->set_target_loss(in.problem.target_loss);
+  plan.set_strategy(strategy);
+  plan.set_time_s(c.time_s);
+  plan.set_cost_usd(c.cost_usd);
+  plan.set_spot_cost_usd(c.time_s / 3600 * c.estimate.price_per_hour);
+  plan.set_on_demand_cost_usd(c.time_s / 3600 * c.estimate.on_demand_price_per_hour);
+  for (const std::string& e : in.excluded) plan.add_excluded_types(e);
+  return plan;
+}
+
+pb::Plan Infeasible(const PlanInputs& in, const char* strategy, std::string reason) {
+  pb::Plan plan;
+  plan.set_feasible(false);
+  plan.set_strategy(strategy);
+  plan.set_reason(std::move(reason));
+  for (const std::string& e : in.excluded) plan.add_excluded_types(e);
+  return plan;
+}
+
+// The fastest plan regardless of deadline and budget (what an infeasible SLO can get).
+provisioner::PlanResult Fastest(const PlanInputs& in) {
+  provisioner::PlanProblem p = in.problem;
+  p.deadline_s = kInf;
+  p.budget_usd = kInf;
+  p.objective = provisioner::Objective::kMinTime;
+  return provisioner::SolveExact(*in.model, p);
+}
+
+std::string InfeasibleReason(const PlanInputs& in, const provisioner::PlanResult& fastest) {
+  if (!fastest.feasible) {
+    return "no cluster within the quotas reaches the target loss under the model";
+  }
+  return absl::StrFormat(
+      "no cluster within the quotas meets the SLO: the fastest reaches loss %g in %.1f s "
+      "(deadline %s) for $%.4f (budget %s)",
+      in.problem.target_loss, fastest.best.time_s,
+      std::isfinite(in.problem.deadline_s) ? absl::StrFormat("%.1f s", in.problem.deadline_s)
+                                           : std::string("none"),
+      fastest.best.cost_usd,
+      std::isfinite(in.problem.budget_usd) ? absl::StrFormat("$%.4f", in.problem.budget_usd)
+                                           : std::string("none"));
+}
+
+}  // namespace
+
+absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::WorkloadRef& workload,
+                                        const pb::CatalogRef& catalog, const pb::Slo& slo,
+                                        const pb::PlanOptions& options) {
+  const double margin = options.bandwidth_margin();
+  if (!(margin >= 0 && margin < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("options.bandwidth_margin = %g: must be in [0, 1)", margin));
+  }
+  PlanInputs in;
+  auto model = models.Resolve(workload, catalog, {.bandwidth_margin = margin});
+  if (!model.ok()) return model.status();
+  in.model = *model;
+  const predictor::PerformanceModel& m = *in.model;
+
+  if (!std::isfinite(slo.target_loss())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("slo.target_loss = %g: must be a finite number", slo.target_loss()));
+  }
+  if (!(slo.target_loss() > m.profile().loss->g5)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "slo.target_loss = %g: must be above the workload's loss floor g5 = %g",
+        slo.target_loss(), m.profile().loss->g5));
+  }
+  in.problem = provisioner::DefaultProblem(m, slo.target_loss());
+  auto deadline = Optional("slo.deadline_s", slo.deadline_s());
+  if (!deadline.ok()) return deadline.status();
+  in.problem.deadline_s = *deadline;
+  auto budget = Optional("slo.budget_usd", slo.budget_usd());
+  if (!budget.ok()) return budget.status();
+  in.problem.budget_usd = *budget;
+
+  const auto& types = m.catalog().types;
+  for (int i = 0; i < options.quota_overrides_size(); ++i) {
+    const pb::InstanceCount& q = options.quota_overrides(i);
+    const int k = m.catalog().IndexOf(q.instance_type());
+    if (k < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "options.quota_overrides[%d].instance_type = \"%s\": not in catalog \"%s\"", i,
+          q.instance_type(), m.catalog().name));
+    }
+    if (q.count() < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "options.quota_overrides[%d].count = %d (%s): must be >= 0", i, q.count(),
+          q.instance_type()));
+    }
+    in.problem.max_counts[k] = m.types()[k].usable ? q.count() : 0;
+  }
+  if (options.existing().instances_size() > 0) {
+    auto existing = ToDomain(options.existing(), m.catalog(), "options.existing");
+    if (!existing.ok()) return existing.status();
+    in.problem.min_counts = existing->counts;
+  }
+  if (options.parameter_servers() < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "options.parameter_servers = %d: must be >= 0 (0 = 1)", options.parameter_servers()));
+  }
+  in.problem.parameter_servers = std::max(1, options.parameter_servers());
+  in.problem.on_demand = options.on_demand_prices();
+  in.problem.overhead_s = options.revocation_overhead_s();
+  in.problem.max_workers = options.max_cluster_size();
+  if (options.strategy() == pb::PLAN_STRATEGY_SPOTDNN) in.strategy = provisioner::Strategy::kSpotdnn;
+  if (options.strategy() == pb::PLAN_STRATEGY_EXHAUSTIVE) {
+    in.strategy = provisioner::Strategy::kExhaustive;
+  }
+  if (options.exhaustive_limit() > 0) in.exhaustive_limit = options.exhaustive_limit();
+  for (size_t k = 0; k < types.size(); ++k) {
+    if (!m.types()[k].usable) {
+      in.excluded.push_back(absl::StrCat(types[k].name, ": ", m.types()[k].unusable_reason));
+    }
+  }
+  if (auto s = provisioner::ValidateProblem(m, in.problem); !s.ok()) return s;
+  return in;
+}
+
+ProvisionerServiceImpl::ProvisionerServiceImpl(std::shared_ptr<const DataRegistry> registry)
+    : models_(std::move(registry)) {}
+
+grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRequest* request,
+                                          pb::PlanResponse* response) {
+  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), request->slo(),
+                         request->options());
+  if (!in.ok()) return ToGrpc(in.status());
+  in->problem.objective = request->mode() == pb::PLAN_MODE_BUDGET
+                              ? provisioner::Objective::kMinTime
+                              : provisioner::Objective::kMinCost;
+  const char* strategy = StrategyName(in->strategy);
+  const auto start = std::chrono::steady_clock::now();
+  auto result = provisioner::Solve(*in->model, in->problem, in->strategy, in->exhaustive_limit);
+  const double ms = Millis(start);
+  if (!result.ok()) return ToGrpc(result.status());
+  if (result->feasible) {
+    *response->mutable_plan() = ToPlan(*in, result->best, strategy);
+  } else {
+    const provisioner::PlanResult fastest = Fastest(*in);
+    *response->mutable_plan() = Infeasible(*in, strategy, InfeasibleReason(*in, fastest));
+    if (fastest.feasible) {
+      response->set_fastest_time_s(fastest.best.time_s);
+      response->set_fastest_cost_usd(fastest.best.cost_usd);
+    }
+  }
+  response->mutable_plan()->set_solve_ms(ms);
+  response->mutable_plan()->set_clusters_evaluated(result->evaluated);
+  if (request->options().include_baselines()) {
+    auto baseline = [&](const provisioner::PlanResult& r, const char* name, pb::Plan* out) {
+      *out = r.feasible ? ToPlan(*in, r.best, name)
+                        : Infeasible(*in, name, "no plan of this kind meets the SLO");
+      out->set_clusters_evaluated(r.evaluated);
+    };
+    baseline(provisioner::SolveSpotdnn(*in->model, in->problem), "spotdnn",
+             response->mutable_spotdnn_baseline());
+    baseline(provisioner::CheapestHomogeneous(*in->model, in->problem), "homogeneous",
+             response->mutable_homogeneous_baseline());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext*,
+                                            const pb::ReplanRequest* request,
+                                            pb::ReplanResponse* response) {
+  pb::PlanOptions options = request->options();
+  *options.mutable_existing() = request->survivors();
+  auto in =
+      ToPlanInputs(models_, request->workload(), request->catalog(), request->slo(), options);
+  if (!in.ok()) return ToGrpc(in.status());
+  const pb::JobProgress& p = request->progress();
+  provisioner::JobProgress progress;
+  progress.elapsed_s = p.elapsed_s();
+  if (p.current_loss() != 0) {
+    if (!std::isfinite(p.current_loss())) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
+          "progress.current_loss = %g: must be a finite number", p.current_loss())));
+    }
+    progress.current_loss = p.current_loss();
+  } else if (p.cluster_before().instances_size() > 0) {
+    auto before = ToDomain(p.cluster_before(), in->model->catalog(), "progress.cluster_before");
+    if (!before.ok()) return ToGrpc(before.status());
+    progress.cluster_before = before->counts;
+    progress.iterations_done = p.normalized_iterations_done();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto result =
+      provisioner::Replan(*in->model, in->problem, progress, in->strategy, in->exhaustive_limit);
+  const double ms = Millis(start);
+  if (!result.ok()) return ToGrpc(result.status());
+  const char* strategy = StrategyName(in->strategy);
+  in->problem.target_loss = request->slo().target_loss();
+  if (result->feasible) {
+    *response->mutable_plan() = ToPlan(*in, result->plan, strategy);
+  } else {
+    std::string reason =
+        std::isfinite(result->best_finish_s)
+            ? absl::StrFormat(
+                  "the rest of the job cannot meet the deadline (%.1f s left); the best "
+                  "achievable finish is %.1f s after the job started",
+                  result->remaining_s, result->best_finish_s)
+            : std::string("no cluster within the quotas reaches the target loss any more");
+    *response->mutable_plan() = Infeasible(*in, strategy, reason);
+    response->set_best_finish_time_s(result->best_finish_s);
+  }
+  response->mutable_plan()->set_solve_ms(ms);
+  response->mutable_plan()->set_clusters_evaluated(result->evaluated);
+  response->set_remaining_time_s(result->remaining_s);
+  return grpc::Status::OK;
+}
+
+grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext*,
+                                              const pb::FrontierRequest* request,
+                                              pb::FrontierResponse* response) {
+  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), request->slo(),
+                         request->options());
+  if (!in.ok()) return ToGrpc(in.status());
+  const char* strategy = StrategyName(in->strategy);
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t evaluated = 0;
+  auto front = provisioner::Frontier(*in->model, in->problem, in->strategy, in->exhaustive_limit,
+                                     &evaluated);
+  const double ms = Millis(start);
+  if (!front.ok()) return ToGrpc(front.status());
+  for (const Candidate& c : *front) {
+    pb::Plan* plan = response->add_plans();
+    *plan = ToPlan(*in, c, strategy);
+    plan->set_solve_ms(ms);
+    plan->set_clusters_evaluated(evaluated);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace spotdnn::services
