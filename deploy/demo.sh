@@ -5,8 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build build -j "${JOBS:-$(nproc)}" --target spotdnn spotdnn-predictor
+cmake --build build -j "${JOBS:-$(nproc)}" --target spotdnn
 echo
-echo "\$ spotdnn predict --workload resnet110 --catalog aws-spotdnn-prototype --cluster p2.xlarge=2,g3.8xlarge=4 --loss 0.8 $*"
-./build/spotdnn predict --workload resnet110 --catalog aws-spotdnn-prototype \
-  --cluster p2.xlarge=2,g3.8xlarge=4 --loss 0.8 "$@"
+echo "\$ spotdnn plan --workload resnet110 --catalog aws-spotdnn-prototype --loss 0.9 --deadline 30m $*"
+./build/spotdnn plan --workload resnet110 --catalog aws-spotdnn-prototype --loss 0.9 --deadline 30m "$@"

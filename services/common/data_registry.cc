@@ -133,6 +133,22 @@ DataRegistry DataRegistry::WithBuiltins() {
   return registry;
 }
 
+absl::StatusOr<DataRegistry> DataRegistry::WithBuiltinsAndDirs(const std::string& catalog_dir,
+                                                               const std::string& workload_dir) {
+  DataRegistry registry = WithBuiltins();
+  if (!catalog_dir.empty()) {
+    if (auto s = registry.AddCatalogDir(catalog_dir); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--catalog_dir: ", s.message()));
+    }
+  }
+  if (!workload_dir.empty()) {
+    if (auto s = registry.AddWorkloadDir(workload_dir); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--workload_dir: ", s.message()));
+    }
+  }
+  return registry;
+}
+
 absl::Status DataRegistry::AddCatalog(pb::InstanceCatalog catalog) {
   if (catalog.name().empty()) return absl::InvalidArgumentError("catalog.name is empty");
   std::string name = catalog.name();

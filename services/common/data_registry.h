@@ -36,6 +36,11 @@ class DataRegistry {
   absl::Status AddCatalogDir(const std::string& dir);
   absl::Status AddWorkloadDir(const std::string& dir);
 
+  // The built-ins plus every JSON file in `catalog_dir` and `workload_dir` (each may be empty);
+  // the error names the flag-like label of the folder that failed.
+  static absl::StatusOr<DataRegistry> WithBuiltinsAndDirs(const std::string& catalog_dir,
+                                                          const std::string& workload_dir);
+
   // A registered name, or a path to a JSON file (see LooksLikePath). NOT_FOUND lists known names.
   absl::StatusOr<pb::InstanceCatalog> ResolveCatalog(absl::string_view name_or_path) const;
   absl::StatusOr<pb::WorkloadProfile> ResolveWorkload(absl::string_view name_or_path) const;

@@ -7,7 +7,9 @@
 #include "services/common/convert.h"
 #include "services/common/server.h"
 #include "services/gateway/output.h"
+#include "services/gateway/connection.h"
 #include "services/predictor/predictor_service.h"
+#include "services/provisioner/provisioner_service.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -17,6 +19,7 @@ constexpr char kUsage[] = R"(spotdnn — train deep networks on spot instances t
 Usage: spotdnn COMMAND [FLAGS]
 
 Commands:
+  plan        the cheapest spot cluster that reaches a loss by a deadline (or budget, frontier)
   predict     time and cost for a cluster to reach a target loss
   catalogs    the instance catalogs known by name
   workloads   the workload profiles known by name
@@ -43,33 +46,36 @@ iterations, time and spot/on-demand cost for the cluster to reach loss L.
   --server HOST:PORT       ask a running spotdnn-predictor instead of the in-process model
 )";
 
+constexpr char kPlanUsage[] = R"(Usage: spotdnn plan --workload W --catalog C --loss L --deadline D
+                    [--mode deadline|budget|frontier] [--budget USD]
+                    [--strategy exact|spotdnn|exhaustive] [--quota TYPE=N,...] [--existing TYPE=N,...]
+                    [--on-demand] [--margin F] [--overhead D] [--max-size N] [--parameter-servers N]
+                    [--exhaustive-limit N] [--plot FILE.svg] [--json] [--server HOST:PORT]
+
+Finds the cheapest cluster that reaches loss L by the deadline (deadline mode), the fastest
+within a budget (budget mode), or every plan on the time/cost Pareto frontier (frontier mode),
+and compares it with the spotDNN heuristic, the cheapest one-type plan and on-demand prices.
+
+  --deadline D           2400, 2400s, 40m, 1.5h (optional in budget and frontier modes)
+  --budget USD           most the job may cost (budget mode; bounds the frontier)
+  --strategy S           exact (default, provably optimal under the model), spotdnn (the paper's
+                         heuristic), exhaustive (every composition; refuses huge searches)
+  --quota TYPE=N,...     per-type quota overrides (default: the catalog's quotas)
+  --existing TYPE=N,...  instances already running: they stay in the plan and are paid for
+  --on-demand            plan with on-demand prices
+  --margin F             predict this fraction less PS bandwidth (e.g. 0.03)
+  --overhead D           revocation overhead T_ohd added to the predicted time
+  --max-size N           at most N workers
+  --plot FILE.svg        with --mode frontier: write the frontier as an SVG chart
+Exit status: 0 a plan, 3 no plan meets the SLO, 2 bad input, 1 service failure.
+)";
+
 constexpr char kListUsage[] = R"(Usage: spotdnn catalogs|workloads [--json] [--server HOST:PORT]
 )";
 
-// The predictor behind a command: a remote stub, or the service run in-process.
-struct PredictorConnection {
-  std::unique_ptr<services::PredictorServiceImpl> service;
-  std::unique_ptr<grpc::Server> server;
-  std::unique_ptr<pb::Predictor::StubInterface> stub;
-};
-
-absl::StatusOr<PredictorConnection> ConnectPredictor(const Args& args) {
-  PredictorConnection c;
-  if (auto target = args.Get("--server")) {
-    if (target->find(':') == std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--server = \"", *target, "\": expected HOST:PORT"));
-    }
-    c.stub = pb::Predictor::NewStub(services::MakeChannel(*target));
-    return c;
-  }
-  c.service = std::make_unique<services::PredictorServiceImpl>(
-      std::make_shared<services::DataRegistry>(services::DataRegistry::WithBuiltins()));
-  auto started = services::StartServer("", {c.service.get()});
-  if (!started.ok()) return started.status();
-  c.server = std::move(started->server);
-  c.stub = pb::Predictor::NewStub(c.server->InProcessChannel(services::DefaultChannelArguments()));
-  return c;
+absl::StatusOr<Connection<pb::Predictor, services::PredictorServiceImpl>> ConnectPredictor(
+    const Args& args) {
+  return Connect<pb::Predictor, services::PredictorServiceImpl>(args);
 }
 
 int ListCommand(const std::string& what, const Args& args, const Io& io) {
@@ -125,6 +131,33 @@ int ListCommand(const std::string& what, const Args& args, const Io& io) {
 
 }  // namespace
 
+// A workload named on the command line: a file goes inline, a name is resolved by the predictor.
+absl::StatusOr<pb::WorkloadRef> WorkloadRefFor(const std::string& arg,
+                                               const services::DataRegistry& local) {
+  pb::WorkloadRef ref;
+  if (services::LooksLikePath(arg)) {
+    auto profile = local.ResolveWorkload(arg);
+    if (!profile.ok()) return profile.status();
+    *ref.mutable_profile() = *std::move(profile);
+  } else {
+    ref.set_name(arg);
+  }
+  return ref;
+}
+
+absl::StatusOr<pb::CatalogRef> CatalogRefFor(const std::string& arg,
+                                             const services::DataRegistry& local) {
+  pb::CatalogRef ref;
+  if (services::LooksLikePath(arg)) {
+    auto catalog = local.ResolveCatalog(arg);
+    if (!catalog.ok()) return catalog.status();
+    *ref.mutable_catalog() = *std::move(catalog);
+  } else {
+    ref.set_name(arg);
+  }
+  return ref;
+}
+
 int ReportError(const absl::Status& status, absl::string_view command, const Io& io) {
   io.err << "spotdnn " << command << ": " << absl::StatusCodeToString(status.code()) << ": "
          << status.message() << "\n";
@@ -154,7 +187,8 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
   const bool wants_help = !rest.empty() && (rest[0] == "--help" || rest[0] == "-h");
   if (command == "help") {
     const std::string topic = rest.empty() ? "" : rest[0];
-    out << (topic == "predict" ? kPredictUsage
+    out << (topic == "predict"  ? kPredictUsage
+            : topic == "plan" ? kPlanUsage
             : topic == "catalogs" || topic == "workloads" ? kListUsage
                                                           : kUsage);
     return kExitOk;
@@ -177,6 +211,27 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
     if (!connection.ok()) return ReportError(connection.status(), command, io);
     const services::DataRegistry local = services::DataRegistry::WithBuiltins();
     return Predict(*args, *connection->stub, local, io);
+  }
+  if (command == "plan") {
+    if (wants_help) {
+      out << kPlanUsage;
+      return kExitOk;
+    }
+    auto args = Args::Parse(
+        rest, {.values = {"--workload", "--catalog", "--loss", "--deadline", "--mode", "--budget",
+                          "--strategy", "--quota", "--existing", "--margin", "--overhead",
+                          "--max-size", "--parameter-servers", "--exhaustive-limit", "--plot",
+                          "--server"},
+               .switches = {"--json", "--on-demand"}});
+    Io io{out, err, std::find(rest.begin(), rest.end(), "--json") != rest.end()};
+    if (!args.ok()) {
+      ReportError(args.status(), command, io);
+      err << kPlanUsage;
+      return kExitBadInput;
+    }
+    auto connection = Connect<pb::Provisioner, services::ProvisionerServiceImpl>(*args);
+    if (!connection.ok()) return ReportError(connection.status(), command, io);
+    return Plan(*args, *connection->stub, services::DataRegistry::WithBuiltins(), io);
   }
   if (command == "catalogs" || command == "workloads") {
     if (wants_help) {

@@ -10,6 +10,7 @@
 #include "services/common/data_registry.h"
 #include "services/gateway/cli_args.h"
 #include "spotdnn/v1/predictor.grpc.pb.h"
+#include "spotdnn/v1/provisioner.grpc.pb.h"
 
 namespace spotdnn::gateway {
 
@@ -34,6 +35,17 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
 // `spotdnn predict` against `stub`; `local` resolves workload/catalog files the user names.
 int Predict(const Args& args, pb::Predictor::StubInterface& stub,
             const services::DataRegistry& local, const Io& io);
+
+// A workload or catalog named on the command line: a file (see LooksLikePath) is read here and
+// sent inline; a name goes as it is, for the service to resolve.
+absl::StatusOr<pb::WorkloadRef> WorkloadRefFor(const std::string& arg,
+                                               const services::DataRegistry& local);
+absl::StatusOr<pb::CatalogRef> CatalogRefFor(const std::string& arg,
+                                             const services::DataRegistry& local);
+
+// `spotdnn plan` against `stub`.
+int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
+         const services::DataRegistry& local, const Io& io);
 
 // Reports a failed status (stderr, and a JSON error object on stdout with --json) and returns the
 // exit status for its code.

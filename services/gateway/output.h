@@ -31,6 +31,37 @@ std::string HumanDuration(double seconds);
 std::string Dollars(double usd);
 // A JSON string literal (quoted and escaped).
 std::string JsonString(std::string_view text);
+// Builds one JSON object field by field, in insertion order. Non-finite numbers become null.
+class JsonObject {
+ public:
+  JsonObject& Number(std::string_view key, double value);
+  JsonObject& Integer(std::string_view key, long long value);
+  JsonObject& String(std::string_view key, std::string_view value);
+  JsonObject& Bool(std::string_view key, bool value);
+  // `json` must already be valid JSON (an object, array, ...).
+  JsonObject& Raw(std::string_view key, std::string_view json);
+  std::string str() const { return "{" + body_ + "}"; }
+
+ private:
+  void Key(std::string_view key);
+  std::string body_;
+};
+
+// One point of a chart.
+struct ChartPoint {
+  double x = 0;
+  double y = 0;
+  std::string label;      // shown beside highlighted points
+  bool highlight = false;
+};
+
+// An SVG line chart of `points` (joined in order as a step line, each a dot), axes with ticks,
+// highlighted points in red with their label, and an optional vertical marker line at `marker_x`
+// (NaN: none).
+std::string SvgChart(const std::vector<ChartPoint>& points, std::string_view title,
+                     std::string_view x_label, std::string_view y_label, double marker_x,
+                     std::string_view marker_label);
+
 // printf-style "%.*f".
 std::string Fixed(double value, int decimals);
 

@@ -10,33 +10,6 @@
 namespace spotdnn::gateway {
 namespace {
 
-// A workload named on the command line: a file goes inline, a name is resolved by the predictor.
-absl::StatusOr<pb::WorkloadRef> WorkloadRefFor(const std::string& arg,
-                                               const services::DataRegistry& local) {
-  pb::WorkloadRef ref;
-  if (services::LooksLikePath(arg)) {
-    auto profile = local.ResolveWorkload(arg);
-    if (!profile.ok()) return profile.status();
-    *ref.mutable_profile() = *std::move(profile);
-  } else {
-    ref.set_name(arg);
-  }
-  return ref;
-}
-
-absl::StatusOr<pb::CatalogRef> CatalogRefFor(const std::string& arg,
-                                             const services::DataRegistry& local) {
-  pb::CatalogRef ref;
-  if (services::LooksLikePath(arg)) {
-    auto catalog = local.ResolveCatalog(arg);
-    if (!catalog.ok()) return catalog.status();
-    *ref.mutable_catalog() = *std::move(catalog);
-  } else {
-    ref.set_name(arg);
-  }
-  return ref;
-}
-
 void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveResponse* curve,
                      std::ostream& out) {
   const pb::Prediction& p = response.prediction();

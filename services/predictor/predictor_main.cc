@@ -23,20 +23,13 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   auto logger = spdlog::stderr_color_mt("spotdnn-predictor");
 
-  auto registry = std::make_shared<spotdnn::services::DataRegistry>(
-      spotdnn::services::DataRegistry::WithBuiltins());
-  if (const std::string dir = absl::GetFlag(FLAGS_catalog_dir); !dir.empty()) {
-    if (auto s = registry->AddCatalogDir(dir); !s.ok()) {
-      logger->error("--catalog_dir: {}", std::string(s.message()));
-      return 2;
-    }
+  auto loaded = spotdnn::services::DataRegistry::WithBuiltinsAndDirs(
+      absl::GetFlag(FLAGS_catalog_dir), absl::GetFlag(FLAGS_workload_dir));
+  if (!loaded.ok()) {
+    logger->error("{}", std::string(loaded.status().message()));
+    return 2;
   }
-  if (const std::string dir = absl::GetFlag(FLAGS_workload_dir); !dir.empty()) {
-    if (auto s = registry->AddWorkloadDir(dir); !s.ok()) {
-      logger->error("--workload_dir: {}", std::string(s.message()));
-      return 2;
-    }
-  }
+  auto registry = std::make_shared<spotdnn::services::DataRegistry>(*std::move(loaded));
   logger->info("{} catalogs, {} workloads", registry->catalogs().size(),
                registry->workloads().size());
   spotdnn::services::PredictorServiceImpl service(registry);

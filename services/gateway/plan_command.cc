@@ -1,0 +1,343 @@
+// spotdnn plan: the cheapest set of spot instances that reaches a loss by a deadline (deadline
+// mode), the fastest within a budget (budget mode), or the whole time/cost frontier.
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "services/common/convert.h"
+#include "services/gateway/cli.h"
+#include "services/gateway/output.h"
+
+namespace spotdnn::gateway {
+namespace {
+
+std::string Instances(const pb::Cluster& cluster) {
+  std::vector<std::string> parts;
+  for (const pb::InstanceCount& c : cluster.instances()) {
+    if (c.count() > 0) parts.push_back(absl::StrCat(c.instance_type(), "=", c.count()));
+  }
+  return parts.empty() ? "-" : absl::StrJoin(parts, " ");
+}
+
+std::string ClusterJson(const pb::Cluster& cluster) {
+  JsonObject o;
+  for (const pb::InstanceCount& c : cluster.instances()) {
+    if (c.count() > 0) o.Integer(c.instance_type(), c.count());
+  }
+  return o.str();
+}
+
+// The fields every plan shows in JSON.
+JsonObject PlanJson(const pb::Plan& p) {
+  JsonObject o;
+  o.Bool("feasible", p.feasible());
+  if (p.feasible()) {
+    o.Raw("plan", ClusterJson(p.cluster()))
+        .Raw("to_launch", ClusterJson(p.to_launch()))
+        .Number("time_s", p.time_s())
+        .Number("cost_usd", p.cost_usd())
+        .Number("spot_cost_usd", p.spot_cost_usd())
+        .Number("on_demand_cost_usd", p.on_demand_cost_usd())
+        .Number("normalized_iterations", p.prediction().normalized_iterations())
+        .Number("wa_batch", p.prediction().wa_batch())
+        .Number("convergence_coefficient", p.prediction().convergence_coefficient())
+        .Number("cluster_speed", p.prediction().cluster_speed())
+        .Integer("workers", p.prediction().worker_count());
+  } else {
+    o.String("reason", p.reason());
+  }
+  o.String("strategy", p.strategy())
+      .Number("solve_ms", p.solve_ms())
+      .Integer("clusters_evaluated", static_cast<long long>(p.clusters_evaluated()));
+  return o;
+}
+
+std::string Excess(double cost, double ours) {
+  if (!(ours > 0)) return "-";
+  const double pct = 100 * (cost / ours - 1);
+  return std::abs(pct) < 0.05 ? "same" : absl::StrFormat("%+.1f%%", pct);
+}
+
+std::string Deadline(double s) { return s > 0 ? HumanDuration(s) : std::string("none"); }
+
+void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std::string& workload,
+               const std::string& catalog, std::ostream& out) {
+  const pb::Plan& p = r.plan();
+  const bool budget = req.mode() == pb::PLAN_MODE_BUDGET;
+  out << "Plan: " << workload << " on " << catalog << ", loss " << req.slo().target_loss();
+  if (budget) {
+    out << " within " << Dollars(req.slo().budget_usd()) << ", fastest";
+  } else {
+    out << " by " << Deadline(req.slo().deadline_s()) << ", cheapest";
+  }
+  out << " (" << p.strategy() << ", " << (req.options().on_demand_prices() ? "on-demand" : "spot")
+      << " prices)\n\n";
+  if (!p.feasible()) {
+    out << "No plan meets the SLO: " << p.reason() << "\n";
+    if (r.fastest_time_s() > 0) {
+      out << "Fastest achievable: " << Fixed(r.fastest_time_s(), 1) << " s ("
+          << HumanDuration(r.fastest_time_s()) << ") for " << Dollars(r.fastest_cost_usd())
+          << "\n";
+    }
+  } else {
+    Table types({"instance type", "count", "to launch", "GPUs", "batch", "T_i (s)", "samples/s"});
+    for (const pb::WorkerPrediction& w : p.prediction().workers()) {
+      int launch = 0;
+      for (const pb::InstanceCount& c : p.to_launch().instances()) {
+        if (c.instance_type() == w.instance_type()) launch = c.count();
+      }
+      types.AddRow({w.instance_type(), absl::StrCat(w.count()), absl::StrCat(launch),
+                    absl::StrCat(w.gpus()), absl::StrCat(w.batch_size()),
+                    Fixed(w.iteration_time_s(), 5), Fixed(w.samples_per_s(), 1)});
+    }
+    types.Print(out);
+    out << "\n";
+    Table summary({"quantity", "value"});
+    summary.AddRow({"predicted time", absl::StrCat(Fixed(p.time_s(), 2), " s (",
+                                                   HumanDuration(p.time_s()), ")")});
+    summary.AddRow({"normalized iterations j", Fixed(p.prediction().normalized_iterations(), 0)});
+    summary.AddRow({"WA batch b_w", Fixed(p.prediction().wa_batch(), 1)});
+    summary.AddRow({"convergence coefficient R", Fixed(p.prediction().convergence_coefficient(), 4)});
+    summary.AddRow({"cluster speed (samples/s)", Fixed(p.prediction().cluster_speed(), 1)});
+    summary.AddRow({"cost", Dollars(p.cost_usd())});
+    summary.AddRow({"solve time", absl::StrFormat("%.2f ms, %d clusters evaluated", p.solve_ms(),
+                                                  p.clusters_evaluated())});
+    summary.Print(out);
+    out << "\nThe same SLO, other ways\n";
+    Table compare({"plan", "instances", "time", "cost", "vs this plan"});
+    compare.LeftAlign(1);
+    compare.AddRow({absl::StrCat(p.strategy(), " (this plan)"), Instances(p.cluster()),
+                    HumanDuration(p.time_s()), Dollars(p.cost_usd()), ""});
+    auto baseline = [&](const pb::Plan& b, const std::string& name) {
+      if (b.strategy().empty()) return;
+      if (!b.feasible()) {
+        compare.AddRow({name, "none meets the SLO", "-", "-", "-"});
+        return;
+      }
+      compare.AddRow({name, Instances(b.cluster()), HumanDuration(b.time_s()),
+                      Dollars(b.cost_usd()),
+                      budget ? Excess(b.time_s(), p.time_s()) + " time"
+                             : Excess(b.cost_usd(), p.cost_usd())});
+    };
+    baseline(r.spotdnn_baseline(), "spotdnn heuristic");
+    baseline(r.homogeneous_baseline(), "cheapest homogeneous");
+    if (!req.options().on_demand_prices()) {
+      compare.AddRow({"this plan at on-demand prices", Instances(p.cluster()),
+                      HumanDuration(p.time_s()), Dollars(p.on_demand_cost_usd()),
+                      p.on_demand_cost_usd() > 0
+                          ? absl::StrFormat("spot saves %.1f%%",
+                                            100 * (1 - p.spot_cost_usd() / p.on_demand_cost_usd()))
+                          : "-"});
+    }
+    compare.Print(out);
+  }
+  if (p.excluded_types_size() > 0) {
+    out << "\nLeft out (the profile cannot predict them):\n";
+    for (const std::string& e : p.excluded_types()) out << "  " << e << "\n";
+  }
+}
+
+}  // namespace
+
+int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
+         const services::DataRegistry& local, const Io& io) {
+  auto fail = [&](const absl::Status& s) { return ReportError(s, "plan", io); };
+  const std::string mode = args.Get("--mode").value_or("deadline");
+  if (mode != "deadline" && mode != "budget" && mode != "frontier") {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--mode = \"", mode, "\": expected deadline, budget or frontier")));
+  }
+  pb::PlanRequest request;
+  request.set_mode(mode == "budget" ? pb::PLAN_MODE_BUDGET : pb::PLAN_MODE_DEADLINE);
+  for (const char* flag : {"--workload", "--catalog", "--loss"}) {
+    if (!args.Has(flag)) return fail(absl::InvalidArgumentError(absl::StrCat("missing required flag ", flag)));
+  }
+  const std::string workload = *args.Get("--workload"), catalog = *args.Get("--catalog");
+  auto workload_ref = WorkloadRefFor(workload, local);
+  if (!workload_ref.ok()) return fail(workload_ref.status());
+  auto catalog_ref = CatalogRefFor(catalog, local);
+  if (!catalog_ref.ok()) return fail(catalog_ref.status());
+  *request.mutable_workload() = *workload_ref;
+  *request.mutable_catalog() = *catalog_ref;
+  auto loss = ParseNumber("--loss", *args.Get("--loss"));
+  if (!loss.ok()) return fail(loss.status());
+  request.mutable_slo()->set_target_loss(*loss);
+  if (auto d = args.Get("--deadline")) {
+    auto deadline = ParseDuration("--deadline", *d);
+    if (!deadline.ok()) return fail(deadline.status());
+    request.mutable_slo()->set_deadline_s(*deadline);
+  } else if (mode == "deadline") {
+    return fail(absl::InvalidArgumentError(
+        "missing required flag --deadline (or use --mode budget or --mode frontier)"));
+  }
+  if (auto b = args.Get("--budget")) {
+    auto budget = ParseNumber("--budget", *b);
+    if (!budget.ok()) return fail(budget.status());
+    if (!(*budget > 0)) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--budget = \"", *b, "\": must be a positive number of US dollars")));
+    }
+    request.mutable_slo()->set_budget_usd(*budget);
+  } else if (mode == "budget") {
+    return fail(absl::InvalidArgumentError("missing required flag --budget (with --mode budget)"));
+  }
+  pb::PlanOptions& options = *request.mutable_options();
+  const std::string strategy = args.Get("--strategy").value_or("exact");
+  if (strategy == "spotdnn") {
+    options.set_strategy(pb::PLAN_STRATEGY_SPOTDNN);
+  } else if (strategy == "exhaustive") {
+    options.set_strategy(pb::PLAN_STRATEGY_EXHAUSTIVE);
+  } else if (strategy != "exact") {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--strategy = \"", strategy, "\": expected exact, spotdnn or exhaustive")));
+  }
+  if (auto q = args.Get("--quota")) {
+    auto counts = ParseCounts("--quota", *q);
+    if (!counts.ok()) return fail(counts.status());
+    for (const auto& [type, n] : *counts) {
+      pb::InstanceCount* c = options.add_quota_overrides();
+      c->set_instance_type(type);
+      c->set_count(n);
+    }
+  }
+  if (auto e = args.Get("--existing")) {
+    auto counts = ParseCounts("--existing", *e);
+    if (!counts.ok()) return fail(counts.status());
+    for (const auto& [type, n] : *counts) {
+      pb::InstanceCount* c = options.mutable_existing()->add_instances();
+      c->set_instance_type(type);
+      c->set_count(n);
+    }
+  }
+  options.set_on_demand_prices(args.Switch("--on-demand"));
+  if (auto m = args.Get("--margin")) {
+    auto margin = ParseNumber("--margin", *m);
+    if (!margin.ok()) return fail(margin.status());
+    options.set_bandwidth_margin(*margin);
+  }
+  if (auto o = args.Get("--overhead")) {
+    auto overhead = *o == "0" ? absl::StatusOr<double>(0.0) : ParseDuration("--overhead", *o);
+    if (!overhead.ok()) return fail(overhead.status());
+    options.set_revocation_overhead_s(*overhead);
+  }
+  if (auto n = args.Get("--max-size")) {
+    auto size = ParseInt("--max-size", *n, 1, 1'000'000);
+    if (!size.ok()) return fail(size.status());
+    options.set_max_cluster_size(*size);
+  }
+  if (auto n = args.Get("--parameter-servers")) {
+    auto ps = ParseInt("--parameter-servers", *n, 1, 1000);
+    if (!ps.ok()) return fail(ps.status());
+    options.set_parameter_servers(*ps);
+  }
+  if (auto n = args.Get("--exhaustive-limit")) {
+    auto limit = ParseNumber("--exhaustive-limit", *n);
+    if (!limit.ok() || *limit < 1) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--exhaustive-limit = \"", *n, "\": must be a positive number")));
+    }
+    options.set_exhaustive_limit(static_cast<uint64_t>(*limit));
+  }
+  const auto plot = args.Get("--plot");
+  if (plot && mode != "frontier") {
+    return fail(absl::InvalidArgumentError("--plot draws the frontier: use it with --mode frontier"));
+  }
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::minutes(10);
+
+  if (mode == "frontier") {
+    pb::FrontierRequest f;
+    *f.mutable_workload() = request.workload();
+    *f.mutable_catalog() = request.catalog();
+    *f.mutable_slo() = request.slo();
+    *f.mutable_options() = request.options();
+    pb::FrontierResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(deadline);
+    if (auto s = services::FromGrpc(stub.Frontier(&context, f, &response)); !s.ok()) return fail(s);
+    const int n = response.plans_size();
+    // The plan for the SLO: the cheapest frontier point (the frontier already honours the
+    // deadline and budget), i.e. the last one.
+    if (io.json) {
+      std::vector<std::string> points;
+      for (const pb::Plan& p : response.plans()) points.push_back(PlanJson(p).str());
+      JsonObject o = n > 0 ? PlanJson(response.plans(n - 1)) : JsonObject().Bool("feasible", false);
+      o.String("mode", "frontier").Raw("frontier", "[" + absl::StrJoin(points, ",") + "]");
+      io.out << o.str() << "\n";
+    } else {
+      io.out << "Time/cost frontier: " << workload << " on " << catalog << ", loss " << *loss
+             << " (" << n << " plans, fastest first)\n\n";
+      Table table({"#", "instances", "time (s)", "time", "cost", ""});
+      table.LeftAlign(1);
+      table.LeftAlign(5);
+      for (int i = 0; i < n; ++i) {
+        const pb::Plan& p = response.plans(i);
+        table.AddRow({absl::StrCat(i + 1), Instances(p.cluster()), Fixed(p.time_s(), 1),
+                      HumanDuration(p.time_s()), Dollars(p.cost_usd()),
+                      i == n - 1 ? "<- cheapest: the plan for this SLO" : ""});
+      }
+      table.Print(io.out);
+      if (n > 0) {
+        io.out << "\nsolve time " << absl::StrFormat("%.2f ms", response.plans(0).solve_ms())
+               << ", " << response.plans(0).clusters_evaluated() << " clusters evaluated\n";
+      }
+    }
+    if (plot) {
+      std::vector<ChartPoint> points;
+      for (int i = 0; i < n; ++i) {
+        const pb::Plan& p = response.plans(i);
+        points.push_back({p.time_s() / 60, p.cost_usd(),
+                          absl::StrCat("plan: ", Instances(p.cluster()), ", ",
+                                       Dollars(p.cost_usd())),
+                          i == n - 1});
+      }
+      const double d = request.slo().deadline_s();
+      const std::string svg = SvgChart(
+          points, absl::StrCat("Time/cost frontier: ", workload, ", loss ", *loss),
+          "predicted time (min)", "cost (USD)", d > 0 ? d / 60 : NAN, "deadline");
+      std::ofstream file(*plot, std::ios::trunc);
+      file << svg;
+      if (!file) {
+        return fail(absl::PermissionDeniedError(absl::StrCat("--plot = \"", *plot,
+                                                             "\": cannot write the file")));
+      }
+      if (!io.json) io.out << "frontier chart written to " << *plot << "\n";
+    }
+    return n > 0 ? kExitOk : kExitInfeasible;
+  }
+
+  options.set_include_baselines(true);
+  pb::PlanResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(deadline);
+  if (auto s = services::FromGrpc(stub.Plan(&context, request, &response)); !s.ok()) return fail(s);
+  const pb::Plan& p = response.plan();
+  if (io.json) {
+    JsonObject o = PlanJson(p);
+    o.String("mode", mode)
+        .Number("target_loss", *loss)
+        .Number("deadline_s", request.slo().deadline_s() > 0 ? request.slo().deadline_s() : NAN)
+        .Number("budget_usd", request.slo().budget_usd() > 0 ? request.slo().budget_usd() : NAN);
+    if (!p.feasible()) {
+      o.Number("fastest_time_s", response.fastest_time_s())
+          .Number("fastest_cost_usd", response.fastest_cost_usd());
+    } else if (p.on_demand_cost_usd() > 0) {
+      o.Number("on_demand_saving_pct", 100 * (1 - p.spot_cost_usd() / p.on_demand_cost_usd()));
+    }
+    o.Raw("baselines", JsonObject()
+                           .Raw("spotdnn", PlanJson(response.spotdnn_baseline()).str())
+                           .Raw("homogeneous", PlanJson(response.homogeneous_baseline()).str())
+                           .str());
+    std::vector<std::string> excluded;
+    for (const std::string& e : p.excluded_types()) excluded.push_back(JsonString(e));
+    o.Raw("excluded_types", "[" + absl::StrJoin(excluded, ",") + "]");
+    io.out << o.str() << "\n";
+  } else {
+    PrintPlan(response, request, workload, catalog, io.out);
+  }
+  return p.feasible() ? kExitOk : kExitInfeasible;
+}
+
+}  // namespace spotdnn::gateway

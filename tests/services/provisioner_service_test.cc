@@ -1,0 +1,205 @@
+// Drives Plan, Replan and Frontier of the provisioner service over 127.0.0.1:0.
+#include "services/provisioner/provisioner_service.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/common/server.h"
+
+namespace spotdnn::services {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ProvisionerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    service_ = std::make_unique<ProvisionerServiceImpl>(
+        std::make_shared<DataRegistry>(DataRegistry::WithBuiltins()));
+    auto started = StartServer("127.0.0.1:0", {service_.get()});
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(started->server);
+    stub_ = pb::Provisioner::NewStub(MakeChannel("127.0.0.1:" + std::to_string(started->port)));
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  static pb::PlanRequest Request(double loss, double deadline) {
+    pb::PlanRequest r;
+    r.mutable_workload()->set_name("resnet110");
+    r.mutable_catalog()->set_name("aws-spotdnn-prototype");
+    r.mutable_slo()->set_target_loss(loss);
+    r.mutable_slo()->set_deadline_s(deadline);
+    return r;
+  }
+
+  static int Count(const pb::Cluster& c, const std::string& type) {
+    for (const auto& i : c.instances()) {
+      if (i.instance_type() == type) return i.count();
+    }
+    return 0;
+  }
+
+  grpc::Status Plan(const pb::PlanRequest& r, pb::PlanResponse* out) {
+    grpc::ClientContext context;
+    return stub_->Plan(&context, r, out);
+  }
+
+  std::unique_ptr<ProvisionerServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<pb::Provisioner::Stub> stub_;
+};
+
+TEST_F(ProvisionerServiceTest, PlanFindsTheOptimumAndTheBaselines) {
+  pb::PlanRequest r = Request(0.9, 1800);
+  r.mutable_options()->set_include_baselines(true);
+  pb::PlanResponse response;
+  ASSERT_TRUE(Plan(r, &response).ok());
+  const pb::Plan& p = response.plan();
+  ASSERT_TRUE(p.feasible());
+  EXPECT_EQ(Count(p.cluster(), "p2.xlarge"), 2);
+  EXPECT_EQ(Count(p.cluster(), "g4dn.4xlarge"), 1);
+  EXPECT_EQ(Count(p.cluster(), "g3.8xlarge"), 3);
+  EXPECT_NEAR(p.cost_usd(), 2.119135, 1e-6);
+  EXPECT_LE(p.time_s(), 1800);
+  EXPECT_EQ(p.strategy(), "exact");
+  EXPECT_EQ(p.prediction().workers_size(), 3);
+  EXPECT_GT(p.on_demand_cost_usd(), p.cost_usd());
+  EXPECT_TRUE(response.spotdnn_baseline().feasible());
+  EXPECT_NEAR(response.spotdnn_baseline().cost_usd(), 2.2028, 1e-3);
+  EXPECT_FALSE(response.homogeneous_baseline().feasible());
+}
+
+TEST_F(ProvisionerServiceTest, StrategiesAndBudgetMode) {
+  pb::PlanRequest r = Request(1.2, 900);
+  r.mutable_options()->set_strategy(pb::PLAN_STRATEGY_SPOTDNN);
+  pb::PlanResponse heuristic;
+  ASSERT_TRUE(Plan(r, &heuristic).ok());
+  EXPECT_NEAR(heuristic.plan().cost_usd(), 1.65, 0.005);
+  r.mutable_options()->set_strategy(pb::PLAN_STRATEGY_EXHAUSTIVE);
+  pb::PlanResponse exhaustive;
+  ASSERT_TRUE(Plan(r, &exhaustive).ok());
+  EXPECT_NEAR(exhaustive.plan().cost_usd(), 1.491196, 1e-6);
+  r.mutable_options()->set_exhaustive_limit(10);
+  pb::PlanResponse refused;
+  const grpc::Status s = Plan(r, &refused);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("raise the limit"));
+
+  pb::PlanRequest budget = Request(0.9, 0);
+  budget.set_mode(pb::PLAN_MODE_BUDGET);
+  budget.mutable_slo()->set_budget_usd(2.5);
+  pb::PlanResponse fastest;
+  ASSERT_TRUE(Plan(budget, &fastest).ok());
+  ASSERT_TRUE(fastest.plan().feasible());
+  EXPECT_LE(fastest.plan().cost_usd(), 2.5);
+}
+
+TEST_F(ProvisionerServiceTest, InfeasibleIsAnAnswerWithTheFastestTime) {
+  pb::PlanResponse response;
+  ASSERT_TRUE(Plan(Request(0.7, 300), &response).ok());
+  EXPECT_FALSE(response.plan().feasible());
+  EXPECT_THAT(response.plan().reason(), HasSubstr("fastest"));
+  EXPECT_GT(response.fastest_time_s(), 300);
+  EXPECT_GT(response.fastest_cost_usd(), 0);
+}
+
+TEST_F(ProvisionerServiceTest, BadInputIsInvalidArgumentNamingTheField) {
+  auto expect = [&](const pb::PlanRequest& r, const std::string& text) {
+    pb::PlanResponse response;
+    const grpc::Status s = Plan(r, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(text));
+  };
+  expect(Request(0.4, 1800), "slo.target_loss = 0.4");
+  expect(Request(0.9, -1), "slo.deadline_s = -1");
+  pb::PlanRequest r = Request(0.9, 1800);
+  auto* q = r.mutable_options()->add_quota_overrides();
+  q->set_instance_type("x9.huge");
+  q->set_count(2);
+  expect(r, "options.quota_overrides[0].instance_type = \"x9.huge\"");
+  r = Request(0.9, 1800);
+  auto* e = r.mutable_options()->mutable_existing()->add_instances();
+  e->set_instance_type("p2.xlarge");
+  e->set_count(-1);
+  expect(r, "options.existing.instances[0].count = -1");
+  r = Request(0.9, 1800);
+  r.mutable_options()->set_bandwidth_margin(1.5);
+  expect(r, "options.bandwidth_margin = 1.5");
+  r = Request(0.9, 1800);
+  r.clear_workload();
+  expect(r, "workload");
+}
+
+TEST_F(ProvisionerServiceTest, ExcludedTypesAreNamed) {
+  pb::PlanRequest r = Request(0.9, 3600);
+  r.mutable_catalog()->set_name("aws-paper-2023");
+  pb::PlanResponse response;
+  ASSERT_TRUE(Plan(r, &response).ok());
+  ASSERT_EQ(response.plan().excluded_types_size(), 3);  // p3.2xlarge, g4dn.12xlarge, g3.4xlarge
+  EXPECT_THAT(response.plan().excluded_types(0), HasSubstr("p3.2xlarge"));
+}
+
+TEST_F(ProvisionerServiceTest, ReplanLaunchesTakeoverInstances) {
+  pb::ReplanRequest r;
+  r.mutable_workload()->set_name("resnet110");
+  r.mutable_catalog()->set_name("aws-spotdnn-prototype");
+  r.mutable_slo()->set_target_loss(0.9);
+  r.mutable_slo()->set_deadline_s(1800);
+  auto add = [](pb::Cluster* c, const char* type, int n) {
+    auto* i = c->add_instances();
+    i->set_instance_type(type);
+    i->set_count(n);
+  };
+  add(r.mutable_progress()->mutable_cluster_before(), "p2.xlarge", 2);
+  add(r.mutable_progress()->mutable_cluster_before(), "g4dn.4xlarge", 1);
+  add(r.mutable_progress()->mutable_cluster_before(), "g3.8xlarge", 3);
+  r.mutable_progress()->set_normalized_iterations_done(4000);
+  r.mutable_progress()->set_elapsed_s(600);
+  add(r.mutable_survivors(), "p2.xlarge", 2);
+  add(r.mutable_survivors(), "g3.8xlarge", 2);
+  r.mutable_options()->set_revocation_overhead_s(30);
+  pb::ReplanResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->Replan(&context, r, &response).ok());
+  ASSERT_TRUE(response.plan().feasible()) << response.plan().reason();
+  EXPECT_NEAR(response.remaining_time_s(), 1200, 1e-9);
+  EXPECT_LE(response.plan().time_s(), 1200);
+  EXPECT_GE(Count(response.plan().cluster(), "p2.xlarge"), 2);
+  EXPECT_GE(Count(response.plan().cluster(), "g3.8xlarge"), 2);
+
+  r.mutable_progress()->set_elapsed_s(1790);
+  pb::ReplanResponse late;
+  grpc::ClientContext context2;
+  ASSERT_TRUE(stub_->Replan(&context2, r, &late).ok());
+  EXPECT_FALSE(late.plan().feasible());
+  EXPECT_GT(late.best_finish_time_s(), 1800);
+  EXPECT_THAT(late.plan().reason(), HasSubstr("best achievable finish"));
+
+  r.mutable_progress()->clear_cluster_before();
+  grpc::ClientContext context3;
+  EXPECT_EQ(stub_->Replan(&context3, r, &late).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ProvisionerServiceTest, FrontierIsParetoAndEndsAtTheCheapestPlan) {
+  pb::FrontierRequest r;
+  r.mutable_workload()->set_name("resnet110");
+  r.mutable_catalog()->set_name("aws-spotdnn-prototype");
+  r.mutable_slo()->set_target_loss(0.9);
+  r.mutable_slo()->set_deadline_s(1800);
+  pb::FrontierResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->Frontier(&context, r, &response).ok());
+  ASSERT_GE(response.plans_size(), 2);
+  for (int i = 1; i < response.plans_size(); ++i) {
+    EXPECT_GT(response.plans(i).time_s(), response.plans(i - 1).time_s());
+    EXPECT_LT(response.plans(i).cost_usd(), response.plans(i - 1).cost_usd());
+    EXPECT_LE(response.plans(i).time_s(), 1800);
+  }
+  EXPECT_NEAR(response.plans(response.plans_size() - 1).cost_usd(), 2.119135, 1e-6);
+  r.mutable_options()->set_strategy(pb::PLAN_STRATEGY_SPOTDNN);
+  grpc::ClientContext context2;
+  EXPECT_EQ(stub_->Frontier(&context2, r, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace spotdnn::services
