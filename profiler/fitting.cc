@@ -432,7 +432,7 @@ absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
                                      new LossResidual{p, unit}),
                                  new ceres::CauchyLoss(0.05), &g1, &g2, &g3, &g4, &g5);
       }
-      problem.SetParameterLowerBound(&g1, 0, 0.0);
+      problem.SetParameterLowerBound(&g1, 0, 1.0);  // j + g1 > 0 at j = 0
       problem.SetParameterLowerBound(&g4, 0, -min_convergence + 1e-6);
       problem.SetParameterLowerBound(&g5, 0, 0.0);
       if (!fit_g2) problem.SetParameterBlockConstant(&g2);

@@ -20,13 +20,13 @@ namespace spotdnn::profiler {
 
 // How well a fitted parameter explains the data it was fitted on.
 struct FitQuality {
-  std::string parameter;    // "S_parm", "B_req", "T_comp[p3.2xlarge]", "a1,b1", "a2,b2", "g1..g5"
+  std::string parameter{};  // "S_parm", "B_req", "T_comp[p3.2xlarge]", "a1,b1", "a2,b2", "g1..g5"
   bool identified = false;  // false: the data do not determine it; `note` says what is missing
   double rmse = 0;          // root-mean-square residual, in the fitted quantity's unit
   double r_squared = 0;     // 1 - SS_res / SS_tot (0 when the data do not vary)
   double mape = 0;          // mean absolute percentage error of the fitted values, %
   int points = 0;           // observations used
-  std::string note;
+  std::string note{};
 };
 
 // Residual statistics of `predicted` against `observed`.
@@ -83,13 +83,13 @@ absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples, F
 // Everything FitWorkload could determine; parameters it could not are absent and have an
 // unidentified FitQuality saying why.
 struct WorkloadFit {
-  std::optional<double> parameter_size_mb;
-  std::optional<double> required_bandwidth_mb_per_s;
-  std::vector<predictor::ComputeProfile> compute;
-  std::optional<predictor::ContentionModel> contention;
-  std::optional<predictor::MemoryModel> memory;
-  std::optional<predictor::LossModel> loss;
-  std::vector<FitQuality> quality;
+  std::optional<double> parameter_size_mb{};
+  std::optional<double> required_bandwidth_mb_per_s{};
+  std::vector<predictor::ComputeProfile> compute{};
+  std::optional<predictor::ContentionModel> contention{};
+  std::optional<predictor::MemoryModel> memory{};
+  std::optional<predictor::LossModel> loss{};
+  std::vector<FitQuality> quality{};
 };
 
 // Fits every parameter the samples determine. FAILED_PRECONDITION when `samples` is empty.
@@ -101,15 +101,15 @@ absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
 // One run of a series: |N| identical workers and the cluster speeds (global steps/s) sampled.
 struct SpeedRun {
   int workers = 0;
-  std::vector<double> steps_per_s;
+  std::vector<double> steps_per_s{};
   // The run's observed speed: the median of its samples.
   double Observed() const;
 };
 
 // All runs of one workload on one GPU type.
 struct SpeedSeries {
-  std::string name;
-  std::vector<SpeedRun> runs;  // by workers, ascending
+  std::string name{};
+  std::vector<SpeedRun> runs{};  // by workers, ascending
 };
 
 // Eqs. 2 and 6-9 for |N| identical workers in units the data determine: T_1 = T_comp + 2S/B_req
@@ -151,16 +151,16 @@ struct SpeedPoint {
 
 // One series' validation.
 struct SeriesValidation {
-  std::string series;
+  std::string series{};
   SpeedCurveFit fit;
-  std::vector<SpeedPoint> points;
+  std::vector<SpeedPoint> points{};
   double held_out_mape = 0;
   int held_out_points = 0;
 };
 
 // Every series' validation and the MAPE over all held-out points.
 struct SpeedValidation {
-  std::vector<SeriesValidation> series;
+  std::vector<SeriesValidation> series{};
   double overall_mape = 0;
   int held_out_points = 0;
 };

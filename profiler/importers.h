@@ -37,10 +37,10 @@ absl::string_view LogFormatName(LogFormat format);
 // How to import, and the context that a log itself lacks.
 struct ImportOptions {
   LogFormat format = LogFormat::kAuto;
-  std::string job_id;          // job of every sample (folder import: a prefix for the runs)
-  bool stop_on_error = false;  // fail at the first bad line instead of skipping it
-  std::string instance_type;   // copied into samples that do not say
-  std::string gpu_type;
+  std::string job_id{};         // job of every sample (folder import: a prefix for the runs)
+  bool stop_on_error = false;   // fail at the first bad line instead of skipping it
+  std::string instance_type{};  // copied into samples that do not say
+  std::string gpu_type{};
   int gpus = 0;
   int batch_size = 0;
   int cluster_workers = 0;  // |N| of the run, when the log does not say
@@ -48,10 +48,10 @@ struct ImportOptions {
 
 // What an import produced.
 struct ImportResult {
-  std::vector<Sample> samples;
-  std::uint64_t skipped = 0;        // lines that were malformed or rejected
-  std::vector<std::string> errors;  // "file:line: reason", the first kMaxImportErrors of them
-  int files = 0;                    // files read
+  std::vector<Sample> samples{};
+  std::uint64_t skipped = 0;          // lines that were malformed or rejected
+  std::vector<std::string> errors{};  // "file:line: reason", the first kMaxImportErrors of them
+  int files = 0;                      // files read
 };
 
 // Most error lines an ImportResult keeps (the count of skipped lines is always exact).

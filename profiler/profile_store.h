@@ -24,16 +24,16 @@ namespace spotdnn::profiler {
 
 // One stored version of a profile.
 struct StoredProfile {
-  std::string name;
+  std::string name{};
   int version = 0;
-  std::string json;  // the profile document
+  std::string json{};  // the profile document
   double created_unix_s = 0;
 };
 
 // A job the store holds samples of.
 struct StoredRun {
-  std::string job_id;
-  std::string source;  // where its samples came from (file, "grpc")
+  std::string job_id{};
+  std::string source{};  // where its samples came from (file, "grpc")
   std::int64_t samples = 0;
 };
 

@@ -14,10 +14,10 @@ namespace spotdnn::profiler {
 
 // One worker's measurement of one iteration. Numbers left at 0 were not measured (proto3 style).
 struct Sample {
-  std::string job_id;
-  std::string worker_id;
-  std::string instance_type;
-  std::string gpu_type;
+  std::string job_id{};
+  std::string worker_id{};
+  std::string instance_type{};
+  std::string gpu_type{};
   int gpus = 0;                 // g_i
   int batch_size = 0;           // samples per iteration on this worker, b_i
   std::int64_t step = 0;        // global step (ASP: counts every worker's iterations)
