@@ -285,6 +285,7 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext*,
     out->set_mape(q.mape);
     out->set_identified(q.identified);
     out->set_note(q.note);
+    out->set_points(q.points);
   }
   return grpc::Status::OK;
 }
