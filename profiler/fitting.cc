@@ -284,6 +284,8 @@ absl::StatusOr<ContentionFit> FitContention(absl::Span<const Sample> samples,
     return std::make_tuple(s.instance_type, s.gpu_type, s.batch_size);
   };
   for (const Sample& s : samples) {
+    // Without a type, runs of different hardware would share one baseline: leave them out.
+    if (s.instance_type.empty() && s.gpu_type.empty()) continue;
     if (Workers(s) == 1 && IterationTime(s) > 0) single[key_of(s)].push_back(IterationTime(s));
   }
   std::map<std::tuple<std::string, std::string, int>, double> base;
@@ -301,8 +303,9 @@ absl::StatusOr<ContentionFit> FitContention(absl::Span<const Sample> samples,
   }
   if (residuals.empty()) {
     return Unidentified(
-        "contention needs single-worker runs of the same instance type and batch as the "
-        "multi-worker runs, to know T_comp; got none that match");
+        "contention needs single-worker runs of the same instance (or GPU) type and batch as the "
+        "multi-worker runs, to know T_comp; got none that match (samples without a type are "
+        "left out)");
   }
   if (informative == 0) {
     return Unidentified(absl::StrFormat(
@@ -435,6 +438,7 @@ absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
       problem.SetParameterLowerBound(&g1, 0, 1.0);  // j + g1 > 0 at j = 0
       problem.SetParameterLowerBound(&g4, 0, -min_convergence + 1e-6);
       problem.SetParameterLowerBound(&g5, 0, 0.0);
+      problem.SetParameterUpperBound(&g5, 0, min_loss);  // the floor lies below every loss seen
       if (!fit_g2) problem.SetParameterBlockConstant(&g2);
       if (!fit_g4) problem.SetParameterBlockConstant(&g4);
       ceres::Solver::Summary summary;

@@ -64,8 +64,9 @@ absl::StatusOr<std::vector<predictor::ComputeProfile>> FitCompute(absl::Span<con
 
 // a1, b1 of eq. 9 from iteration times at several cluster sizes: T_i(N) = T_i(1) +
 // 2 S (1 / B_wk(N) - 1 / B_req). Needs S_parm, B_req, B_ps, single-worker runs of the same
-// types, and runs of at least 3 distinct worker counts; FAILED_PRECONDITION names what is
-// missing ("contention needs runs with at least 3 distinct worker counts; got 1").
+// types (samples naming neither instance nor GPU type are left out), and runs of at least 3
+// distinct worker counts; FAILED_PRECONDITION names what is missing ("contention needs runs with at
+// least 3 distinct worker counts; got 1").
 absl::StatusOr<ContentionFit> FitContention(absl::Span<const Sample> samples,
                                             const KnownParameters& known);
 
