@@ -1,9 +1,14 @@
 // Starts the profiler service on 127.0.0.1:0, streams samples to it and fits a profile.
 #include "services/profiler/profiler_service.h"
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -250,6 +255,79 @@ TEST_F(ProfilerServiceTest, ImportsTheCmdareFolderFromAPath) {
   EXPECT_EQ(response.files(), 32u);
   EXPECT_EQ(response.imported(), 1520u);
   EXPECT_EQ(*store_->CountSamples(), 1520);
+}
+
+// The real binary over one database file, started twice: what the first stored, the second serves.
+class ProfilerBinary {
+ public:
+  ProfilerBinary(const std::string& db, const std::string& port_file) : port_file_(port_file) {
+    const std::string binary = std::string(SPOTDNN_BINARY_DIR) + "/spotdnn-profiler";
+    std::filesystem::remove(port_file);
+    pid_ = fork();
+    if (pid_ == 0) {
+      const std::string port_flag = "--port_file=" + port_file, db_flag = "--db=" + db;
+      execl(binary.c_str(), binary.c_str(), "--listen=127.0.0.1:0", port_flag.c_str(),
+            db_flag.c_str(), nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 200 && port_ == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::ifstream in(port_file);
+      in >> port_;
+    }
+  }
+  // Sends SIGTERM and returns the exit status (-1 when killed by a signal).
+  int Stop() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    std::filesystem::remove(port_file_);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::string port_file_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+TEST(ProfilerBinaryTest, ServesOnAFreePortAndKeepsProfilesAcrossRestarts) {
+  ASSERT_TRUE(std::filesystem::exists(std::string(SPOTDNN_BINARY_DIR) + "/spotdnn-profiler"));
+  const std::string base = std::filesystem::temp_directory_path() /
+                           ("spotdnn-profiler-binary-" + std::to_string(::getpid()));
+  const std::string db = base + ".db";
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db + suffix);
+  {
+    ProfilerBinary server(db, base + ".port");
+    ASSERT_GT(server.pid(), 0);
+    ASSERT_GT(server.port(), 0) << "no port written";
+    auto stub = pb::Profiler::NewStub(MakeChannel("127.0.0.1:" + std::to_string(server.port())));
+    pb::WorkloadProfile profile = *DataRegistry::WithBuiltins().ResolveWorkload("resnet110");
+    pb::WorkloadProfile stored;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const grpc::Status s = stub->PutProfile(&context, profile, &stored);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(server.Stop(), 0);
+  }
+  {
+    ProfilerBinary server(db, base + ".port");
+    ASSERT_GT(server.port(), 0) << "no port written";
+    auto stub = pb::Profiler::NewStub(MakeChannel("127.0.0.1:" + std::to_string(server.port())));
+    pb::GetProfileRequest get;
+    get.set_name("resnet110");
+    pb::WorkloadProfile fetched;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const grpc::Status s = stub->GetProfile(&context, get, &fetched);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(fetched.version(), 1);
+    EXPECT_EQ(fetched.loss().g3(), 2507.6);
+    EXPECT_EQ(server.Stop(), 0);
+  }
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db + suffix);
 }
 
 }  // namespace
