@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "profiler/fitting.h"
@@ -77,6 +80,48 @@ TEST(TensorBoardImport, SingleWorkerExportsCarryStepTimeAndReportEmptyWallTimes)
   auto strict = ImportPath(path, {.stop_on_error = true});
   EXPECT_EQ(strict.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(strict.status().message(), HasSubstr("data.csv:2: Wall time is empty"));
+}
+
+// The real single-worker export read as a plain CSV, and rewritten in the prototype's worker-log
+// format and as sample lines: every importer reads the same measurements from it.
+TEST(EveryImporter, ReadsTheSameRealMeasurements) {
+  SKIP_WITHOUT_CMDARE();
+  const std::string path = CmdareDir() + "/single_worker/res32p100/data.csv";
+  auto tensorboard = ImportPath(path, {.job_id = "x"});
+  ASSERT_TRUE(tensorboard.ok()) << tensorboard.status();
+  ASSERT_GT(tensorboard->samples.size(), 30u);
+  auto csv = ImportPath(path, {.format = LogFormat::kCsv, .job_id = "x"});
+  ASSERT_TRUE(csv.ok()) << csv.status();
+
+  std::string worker_log = "datetime\tglobal step\timages\tloss\texamples/s\ts/batch\n";
+  std::string sample_lines;
+  for (const Sample& s : tensorboard->samples) {
+    const absl::Time t = absl::FromUnixMicros(static_cast<int64_t>(s.wall_time_s * 1e6));
+    worker_log += absl::StrFormat("%s\t%d\t128\t0\t%.6f\t%.9f\n",
+                                  absl::FormatTime("%Y-%m-%d %H:%M:%E6S", t, absl::UTCTimeZone()),
+                                  s.step, 128 * s.cluster_steps_per_s, s.iteration_time_s);
+    sample_lines += absl::StrFormat(
+        "INFO SPOTDNN_SAMPLE job_id=x step=%d wall_time_s=%.6f iteration_time_s=%.9f "
+        "cluster_steps_per_s=%.9f\n",
+        s.step, s.wall_time_s, s.iteration_time_s, s.cluster_steps_per_s);
+  }
+  auto worker = ImportText(worker_log, "worker.log", {.job_id = "x"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto lines = ImportText(sample_lines, "train.log", {});
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  for (const ImportResult* r : {&*csv, &*worker, &*lines}) {
+    // The CSV reader skips the same rows without measurements as the TensorBoard reader.
+    EXPECT_EQ(r->skipped, r == &*csv ? tensorboard->skipped : 0u);
+    ASSERT_EQ(r->samples.size(), tensorboard->samples.size());
+    for (size_t i = 0; i < r->samples.size(); ++i) {
+      const Sample &a = tensorboard->samples[i], &b = r->samples[i];
+      EXPECT_EQ(b.job_id, "x");
+      EXPECT_EQ(b.step, a.step);
+      EXPECT_NEAR(b.wall_time_s, a.wall_time_s, 1e-5);
+      EXPECT_NEAR(b.iteration_time_s, a.iteration_time_s, 1e-9);
+    }
+  }
+  EXPECT_EQ(worker->samples[0].batch_size, 128);
 }
 
 constexpr char kBrokenTensorBoard[] =
