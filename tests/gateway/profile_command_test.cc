@@ -11,14 +11,20 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "profiler/profile_store.h"
+#include "services/common/server.h"
 #include "services/gateway/cli.h"
+#include "services/profiler/profiler_service.h"
+#include "spotdnn/v1/profiler_mock.grpc.pb.h"
 
 namespace spotdnn::gateway {
 namespace {
 
+using ::testing::_;
 using ::testing::ContainsRegex;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::Return;
 using ::testing::StartsWith;
 
 struct CliRun {
@@ -164,6 +170,39 @@ TEST_F(ProfileCommandTest, BadInputExitsTwoNamingTheFlag) {
   EXPECT_THAT(fit_workers.err, HasSubstr("at least 3 distinct worker counts; got 2"));
   CliRun json = Profile({"show", "nope", "--json"});
   EXPECT_THAT(json.out, StartsWith("{\"error\":{\"code\":\"NOT_FOUND\""));
+}
+
+TEST_F(ProfileCommandTest, TalksToARunningProfilerWithServer) {
+  auto store = profiler::ProfileStore::Open(db_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  services::ProfilerServiceImpl service(std::shared_ptr<profiler::ProfileStore>(*std::move(store)));
+  auto started = services::StartServer("127.0.0.1:0", {&service});
+  ASSERT_TRUE(started.ok()) << started.status();
+  const std::string server = "127.0.0.1:" + std::to_string(started->port);
+  // A file goes to a remote server as content, under the job named by --job.
+  const std::string log = Write("remote.log",
+                                "SPOTDNN_SAMPLE step=1 iteration_time_s=0.5 loss=2\n"
+                                "SPOTDNN_SAMPLE step=2 iteration_time_s=0.5 loss=1.9\n");
+  CliRun imported =
+      Cli({"profile", "import", log, "--job", "remote", "--server", server, "--json"});
+  ASSERT_EQ(imported.code, 0) << imported.err;
+  EXPECT_THAT(imported.out, HasSubstr("\"imported\":\"2\""));
+  CliRun list = Cli({"profile", "list", "--server", server});
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_THAT(list.out, HasSubstr("(no profiles stored)"));
+  started->server->Shutdown();
+}
+
+TEST(ProfileCommand, AFailingServiceExitsOne) {
+  pb::MockProfilerStub stub;
+  EXPECT_CALL(stub, ListProfiles(_, _, _))
+      .WillOnce(Return(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
+  std::ostringstream out, err;
+  const Io io{out, err, false};
+  auto args = Args::Parse({}, {});
+  ASSERT_TRUE(args.ok());
+  EXPECT_EQ(Profile("list", *args, stub, io), kExitFailure);
+  EXPECT_THAT(err.str(), HasSubstr("UNAVAILABLE: connection refused"));
 }
 
 TEST(ValidateSpeedCommand, MeetsTheTargetOnCmdareK80AndP100) {
