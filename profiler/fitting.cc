@@ -681,6 +681,7 @@ absl::StatusOr<SpeedValidation> ValidateSpeed(absl::Span<const SpeedSeries> seri
     v.fit = *curve;
     double error = 0;
     for (const SpeedRun& r : s.runs) {
+      if (!(r.Observed() > 0)) continue;  // a run without a measured speed has nothing to compare
       SpeedPoint p{.workers = r.workers,
                    .observed = r.Observed(),
                    .predicted = curve->curve.StepsPerS(r.workers),

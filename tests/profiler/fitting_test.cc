@@ -320,6 +320,11 @@ TEST(ValidateSpeed, RejectsTooFewFitCounts) {
   const std::vector<int> three = {1, 2, 4};
   SpeedSeries s{.name = "x", .runs = {{1, {10}}, {2, {19}}, {4, {35}}}};
   const std::vector<SpeedSeries> series = {s};
+  SpeedSeries empty_run = s;
+  empty_run.runs.push_back({8, {}});  // no samples: not a point
+  const std::vector<SpeedSeries> with_empty = {empty_run};
+  EXPECT_EQ(ValidateSpeed(with_empty, three).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   auto nothing_held_out = ValidateSpeed(series, three);
   EXPECT_EQ(nothing_held_out.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(nothing_held_out.status().message(), HasSubstr("nothing is held out"));
