@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev
+  libceres-dev libeigen3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
 )
 

@@ -14,7 +14,8 @@
 namespace spotdnn::gateway {
 namespace {
 
-constexpr char kUsage[] = R"(spotdnn — train deep networks on spot instances to a deadline and a loss
+constexpr char kUsage[] =
+    R"(spotdnn — train deep networks on spot instances to a deadline and a loss
 
 Usage: spotdnn COMMAND [FLAGS]
 
@@ -23,6 +24,7 @@ Commands:
   predict     time and cost for a cluster to reach a target loss
   catalogs    the instance catalogs known by name
   workloads   the workload profiles known by name
+  profile     import training logs, fit, store and export workload profiles; validate-speed
   help        this text, or `spotdnn help COMMAND`
 
 Every command takes --json (one JSON object on stdout) and --server HOST:PORT (use a running
@@ -30,7 +32,8 @@ service instead of the in-process one). Exit status: 0 ok, 1 service failure, 2 
 3 infeasible SLO.
 )";
 
-constexpr char kPredictUsage[] = R"(Usage: spotdnn predict --workload W --catalog C --cluster TYPE=N[,TYPE=N...] --loss L
+constexpr char kPredictUsage[] =
+    R"(Usage: spotdnn predict --workload W --catalog C --cluster TYPE=N[,TYPE=N...] --loss L
                        [--parameter-servers N] [--curve POINTS] [--json] [--server HOST:PORT]
 
 Predicts per-type iteration time, cluster speed, WA batch, convergence coefficient, normalized
@@ -119,11 +122,11 @@ int ListCommand(const std::string& what, const Args& args, const Io& io) {
   table.LeftAlign(5);
   table.LeftAlign(6);
   for (const pb::WorkloadProfile& w : response.workloads()) {
-    table.AddRow({w.name(), w.dataset(), Fixed(w.parameter_size_mb(), 2),
-                  Fixed(w.required_bandwidth_mb_per_s(), 1), absl::StrCat(w.compute_size()),
-                  w.has_loss() ? "yes" : "no (fit one first)",
-                  w.model_variant() == pb::MODEL_VARIANT_SPOTDNN_PROTOTYPE ? "spotdnn-prototype"
-                                                                           : "paper"});
+    table.AddRow(
+        {w.name(), w.dataset(), Fixed(w.parameter_size_mb(), 2),
+         Fixed(w.required_bandwidth_mb_per_s(), 1), absl::StrCat(w.compute_size()),
+         w.has_loss() ? "yes" : "no (fit one first)",
+         w.model_variant() == pb::MODEL_VARIANT_SPOTDNN_PROTOTYPE ? "spotdnn-prototype" : "paper"});
   }
   table.Print(io.out);
   return kExitOk;
@@ -187,6 +190,10 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
   const bool wants_help = !rest.empty() && (rest[0] == "--help" || rest[0] == "-h");
   if (command == "help") {
     const std::string topic = rest.empty() ? "" : rest[0];
+    if (topic == "profile") {
+      out << ProfileUsage();
+      return kExitOk;
+    }
     out << (topic == "predict"  ? kPredictUsage
             : topic == "plan" ? kPlanUsage
             : topic == "catalogs" || topic == "workloads" ? kListUsage
@@ -243,6 +250,7 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
     if (!args.ok()) return ReportError(args.status(), command, io);
     return ListCommand(command, *args, io);
   }
+  if (command == "profile") return ProfileCommand(rest, out, err);
   err << "spotdnn: unknown command \"" << command << "\"\n\n" << kUsage;
   return kExitBadInput;
 }

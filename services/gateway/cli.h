@@ -11,6 +11,7 @@
 #include "services/gateway/cli_args.h"
 #include "spotdnn/v1/predictor.grpc.pb.h"
 #include "spotdnn/v1/provisioner.grpc.pb.h"
+#include "spotdnn/v1/profiler.grpc.pb.h"
 
 namespace spotdnn::gateway {
 
@@ -18,9 +19,9 @@ namespace pb = ::spotdnn::v1;
 
 // Exit statuses of every command.
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;      // the service failed or could not be reached
-inline constexpr int kExitBadInput = 2;     // the user's input is wrong
-inline constexpr int kExitInfeasible = 3;   // a plan cannot meet the SLO
+inline constexpr int kExitFailure = 1;     // the service failed or could not be reached
+inline constexpr int kExitBadInput = 2;    // the user's input is wrong
+inline constexpr int kExitInfeasible = 3;  // a plan cannot meet the SLO
 
 // Where a command's output goes and how it is shaped.
 struct Io {
@@ -46,6 +47,19 @@ absl::StatusOr<pb::CatalogRef> CatalogRefFor(const std::string& arg,
 // `spotdnn plan` against `stub`.
 int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
          const services::DataRegistry& local, const Io& io);
+// `spotdnn profile SUBCOMMAND ...` (argv after "profile"): against a spotdnn-profiler at --server,
+// or one run in-process over the --db database (default DefaultProfileDb()).
+int ProfileCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+// One `spotdnn profile` subcommand (import, fit, show, list, export, delete) against `stub`.
+int Profile(const std::string& subcommand, const Args& args, pb::Profiler::StubInterface& stub,
+            const Io& io);
+// `spotdnn profile validate-speed`: runs here, on the files named by --runs.
+int ValidateSpeedCommand(const Args& args, const Io& io);
+// The in-process profiler's database: $SPOTDNN_PROFILE_DB, else ~/.spotdnn/profiles.db, else
+// ./spotdnn-profiles.db.
+std::string DefaultProfileDb();
+// Usage text of `spotdnn profile`.
+absl::string_view ProfileUsage();
 
 // Reports a failed status (stderr, and a JSON error object on stdout with --json) and returns the
 // exit status for its code.

@@ -1,0 +1,177 @@
+// Fitting the performance model's workload parameters from Samples (paper section III): S_parm,
+// B_req, T_comp per instance or GPU type, memory-to-batch a2/b2 (eq. 10), contention a1/b1
+// (eqs. 8-9), loss coefficients g1..g5 (eq. 3); and the cluster-speed curve of one workload
+// (steps/s against the number of workers, eqs. 2 and 6-9) with its held-out validation.
+// Non-linear least squares is Ceres Solver's, with a Cauchy loss so that stalls and outliers in
+// the samples do not drag the fit.
+#ifndef SPOTDNN_PROFILER_FITTING_H_
+#define SPOTDNN_PROFILER_FITTING_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "predictor/types.h"
+#include "profiler/sample.h"
+
+namespace spotdnn::profiler {
+
+// How well a fitted parameter explains the data it was fitted on.
+struct FitQuality {
+  std::string parameter{};  // "S_parm", "B_req", "T_comp[p3.2xlarge]", "a1,b1", "a2,b2", "g1..g5"
+  bool identified = false;  // false: the data do not determine it; `note` says what is missing
+  double rmse = 0;          // root-mean-square residual, in the fitted quantity's unit
+  double r_squared = 0;     // 1 - SS_res / SS_tot (0 when the data do not vary)
+  double mape = 0;          // mean absolute percentage error of the fitted values, %
+  int points = 0;           // observations used
+  std::string note{};
+};
+
+// Residual statistics of `predicted` against `observed`.
+FitQuality Quality(std::string parameter, absl::Span<const double> observed,
+                   absl::Span<const double> predicted);
+
+// Values the fit takes as given (0 = unknown, fit it from the samples where possible).
+struct KnownParameters {
+  double parameter_size_mb = 0;            // S_parm
+  double required_bandwidth_mb_per_s = 0;  // B_req
+  double ps_bandwidth_mb_per_s = 0;        // B_ps of the parameter server(s) the runs used
+  double pcie_bandwidth_mb_per_s = 10000;  // B_pcie
+};
+
+// Eq. 8-9 contention fitted from multi-worker runs.
+struct ContentionFit {
+  predictor::ContentionModel contention;
+  FitQuality quality;
+};
+
+// S_parm (MB) as the median of (bytes_sent + bytes_received) / 2 per iteration.
+// FAILED_PRECONDITION when no sample reports bytes.
+absl::StatusOr<double> FitParameterSize(absl::Span<const Sample> samples, FitQuality* quality);
+
+// B_req (MB/s) = 2 S_parm / median communication time of single-worker samples.
+// FAILED_PRECONDITION when no single-worker sample reports communication_time_s.
+absl::StatusOr<double> FitRequiredBandwidth(absl::Span<const Sample> samples,
+                                            double parameter_size_mb, FitQuality* quality);
+
+// Single-worker speed per instance type (or GPU type when the type is not given):
+// measured_samples_per_s = batch / median iteration time. One FitQuality per entry.
+// FAILED_PRECONDITION when no single-worker sample has an iteration time and a batch size.
+absl::StatusOr<std::vector<predictor::ComputeProfile>> FitCompute(absl::Span<const Sample> samples,
+                                                                  std::vector<FitQuality>* quality);
+
+// a1, b1 of eq. 9 from iteration times at several cluster sizes: T_i(N) = T_i(1) +
+// 2 S (1 / B_wk(N) - 1 / B_req). Needs S_parm, B_req, B_ps, single-worker runs of the same
+// types (samples naming neither instance nor GPU type are left out), and runs of at least 3
+// distinct worker counts; FAILED_PRECONDITION names what is missing ("contention needs runs with at
+// least 3 distinct worker counts; got 1").
+absl::StatusOr<ContentionFit> FitContention(absl::Span<const Sample> samples,
+                                            const KnownParameters& known);
+
+// a2, b2 of eq. 10 from (GPU memory in use, batch per GPU) pairs: batch = a2 * mem + b2.
+// FAILED_PRECONDITION with fewer than 2 distinct batch sizes.
+absl::StatusOr<predictor::MemoryModel> FitMemory(absl::Span<const Sample> samples,
+                                                 FitQuality* quality);
+
+// g1..g5 of eq. 3 from loss curves, j = global step, b_w = the run's batch, R from |N| equal
+// workers. g2 needs curves at 2 or more batch sizes and g4 at 2 or more cluster sizes; without
+// them g2 is fixed at 0 and g4 at 1 (g3 absorbs the scale) and the note says so.
+// FAILED_PRECONDITION with fewer than 8 samples that carry a loss.
+absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples, FitQuality* quality);
+
+// Everything FitWorkload could determine; parameters it could not are absent and have an
+// unidentified FitQuality saying why.
+struct WorkloadFit {
+  std::optional<double> parameter_size_mb{};
+  std::optional<double> required_bandwidth_mb_per_s{};
+  std::vector<predictor::ComputeProfile> compute{};
+  std::optional<predictor::ContentionModel> contention{};
+  std::optional<predictor::MemoryModel> memory{};
+  std::optional<predictor::LossModel> loss{};
+  std::vector<FitQuality> quality{};
+};
+
+// Fits every parameter the samples determine. FAILED_PRECONDITION when `samples` is empty.
+absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
+                                        const KnownParameters& known);
+
+// ---- Cluster speed against cluster size (validate-speed) ----
+
+// One run of a series: |N| identical workers and the cluster speeds (global steps/s) sampled.
+struct SpeedRun {
+  int workers = 0;
+  std::vector<double> steps_per_s{};
+  // The run's observed speed: the median of its samples.
+  double Observed() const;
+};
+
+// All runs of one workload on one GPU type.
+struct SpeedSeries {
+  std::string name{};
+  std::vector<SpeedRun> runs{};  // by workers, ascending
+};
+
+// Eqs. 2 and 6-9 for |N| identical workers in units the data determine: T_1 = T_comp + 2S/B_req
+// is one worker's iteration time, c = (2S/B_req)/T_1 its communication share, r = B_ps/B_req.
+// Then T(N) = T_1 (1 - c + c B_req / B_wk(N)) and the cluster speed is N / T(N) steps/s.
+struct SpeedCurve {
+  double step_time_s = 0;                       // T_1
+  double comm_share = 0;                        // c
+  double bandwidth_ratio = 0;                   // r = B_ps / B_req
+  predictor::ContentionModel contention{0, 1};  // P of eq. 9
+  // Predicted cluster speed, global steps/s, with `workers` workers.
+  double StepsPerS(int workers) const;
+};
+
+// A fitted curve and its quality on the runs it was fitted to (observed = run medians).
+struct SpeedCurveFit {
+  SpeedCurve curve;
+  FitQuality quality;
+};
+
+// Fits T_1, c and r to every sample of `runs` (log residuals, Cauchy loss). The contention
+// probability is held at P = 1 (a1 = 0, b1 = 1: each worker gets B_ps/|N| once the PS is the
+// bottleneck), because with c and r free a1 and b1 are not identifiable from a few cluster sizes.
+// FAILED_PRECONDITION with fewer than 3 distinct worker counts.
+absl::StatusOr<SpeedCurveFit> FitSpeedCurve(absl::Span<const SpeedRun> runs);
+
+// Groups samples with cluster_steps_per_s into series by job id: a job "<dir>/<series>worker<N>"
+// is run N of series "<dir>/<series>". Samples of jobs not named that way are left out.
+std::vector<SpeedSeries> SpeedSeriesFromSamples(absl::Span<const Sample> samples);
+
+// One observed and predicted cluster speed.
+struct SpeedPoint {
+  int workers = 0;
+  double observed = 0;  // median steps/s of the run
+  double predicted = 0;
+  double error_pct = 0;   // |predicted - observed| / observed * 100
+  bool held_out = false;  // not among the fit counts
+};
+
+// One series' validation.
+struct SeriesValidation {
+  std::string series{};
+  SpeedCurveFit fit;
+  std::vector<SpeedPoint> points{};
+  double held_out_mape = 0;
+  int held_out_points = 0;
+};
+
+// Every series' validation and the MAPE over all held-out points.
+struct SpeedValidation {
+  std::vector<SeriesValidation> series{};
+  double overall_mape = 0;
+  int held_out_points = 0;
+};
+
+// For each series: fits on the runs whose worker count is in `fit_workers` only, predicts every
+// other run and reports the errors. FAILED_PRECONDITION when a series has fewer than 3 of the fit
+// counts or nothing is held out; INVALID_ARGUMENT for bad fit_workers.
+absl::StatusOr<SpeedValidation> ValidateSpeed(absl::Span<const SpeedSeries> series,
+                                              absl::Span<const int> fit_workers);
+
+}  // namespace spotdnn::profiler
+
+#endif  // SPOTDNN_PROFILER_FITTING_H_

@@ -1,0 +1,414 @@
+#include "profiler/profile_store.h"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <filesystem>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace spotdnn::profiler {
+namespace {
+
+constexpr char kSchema[] = R"sql(
+CREATE TABLE IF NOT EXISTS runs (
+  job_id TEXT PRIMARY KEY,
+  source TEXT NOT NULL,
+  created_unix_s REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS samples (
+  job_id TEXT NOT NULL REFERENCES runs(job_id) ON DELETE CASCADE,
+  worker_id TEXT NOT NULL,
+  instance_type TEXT NOT NULL,
+  gpu_type TEXT NOT NULL,
+  gpus INTEGER NOT NULL CHECK (gpus >= 0),
+  batch_size INTEGER NOT NULL CHECK (batch_size >= 0),
+  step INTEGER NOT NULL CHECK (step >= 0),
+  wall_time_s REAL NOT NULL CHECK (wall_time_s >= 0),
+  iteration_time_s REAL NOT NULL CHECK (iteration_time_s >= 0),
+  loss REAL NOT NULL CHECK (loss >= 0),
+  bytes_sent INTEGER NOT NULL CHECK (bytes_sent >= 0),
+  bytes_received INTEGER NOT NULL CHECK (bytes_received >= 0),
+  gpu_memory_gib REAL NOT NULL CHECK (gpu_memory_gib >= 0),
+  cluster_workers INTEGER NOT NULL CHECK (cluster_workers >= 0),
+  communication_time_s REAL NOT NULL CHECK (communication_time_s >= 0),
+  cluster_steps_per_s REAL NOT NULL CHECK (cluster_steps_per_s >= 0)
+);
+CREATE INDEX IF NOT EXISTS samples_by_job ON samples (job_id);
+CREATE TABLE IF NOT EXISTS profiles (
+  name TEXT NOT NULL,
+  version INTEGER NOT NULL CHECK (version >= 1),
+  json TEXT NOT NULL,
+  created_unix_s REAL NOT NULL,
+  PRIMARY KEY (name, version)
+);
+)sql";
+
+double NowUnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+absl::Status SqlError(sqlite3* db, absl::string_view what) {
+  const int code = sqlite3_extended_errcode(db);
+  const std::string message = absl::StrCat(what, ": ", sqlite3_errmsg(db));
+  switch (code & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return absl::UnavailableError(absl::StrCat(message, " (the database is busy; retry)"));
+    case SQLITE_CONSTRAINT:
+      return absl::InvalidArgumentError(message);
+    case SQLITE_FULL:
+      return absl::ResourceExhaustedError(message);
+    case SQLITE_CANTOPEN:
+    case SQLITE_IOERR:
+      return absl::UnavailableError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+// A prepared statement, finalized on scope exit.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    status_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) == SQLITE_OK
+                  ? absl::OkStatus()
+                  : SqlError(db, absl::StrCat("preparing \"", sql, "\""));
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  const absl::Status& status() const { return status_; }
+  sqlite3_stmt* get() { return stmt_; }
+  void Text(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_STATIC);
+  }
+  void Int(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Real(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+  // Steps once; true on a row, false when done; an error status otherwise.
+  absl::StatusOr<bool> Step(absl::string_view what) {
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return SqlError(db_, what);
+  }
+  void Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  std::string ColumnText(int i) {
+    const unsigned char* t = sqlite3_column_text(stmt_, i);
+    return t == nullptr
+               ? std::string()
+               : std::string(reinterpret_cast<const char*>(t), sqlite3_column_bytes(stmt_, i));
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  absl::Status status_;
+};
+
+// BEGIN IMMEDIATE ... COMMIT, rolled back unless Commit() succeeded.
+class Transaction {
+ public:
+  explicit Transaction(sqlite3* db) : db_(db) {
+    status_ = sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK
+                  ? absl::OkStatus()
+                  : SqlError(db, "starting a transaction");
+  }
+  ~Transaction() {
+    if (status_.ok() && !committed_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  const absl::Status& status() const { return status_; }
+  absl::Status Commit() {
+    if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      return SqlError(db_, "committing");
+    }
+    committed_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  sqlite3* db_;
+  absl::Status status_;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::string& path) {
+  if (path != ":memory:") {
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  }
+  sqlite3* db = nullptr;
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string reason = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return absl::UnavailableError(absl::StrCat("db = \"", path, "\": cannot open: ", reason));
+  }
+  sqlite3_busy_timeout(db, 10000);
+  std::unique_ptr<ProfileStore> store(new ProfileStore(db));
+  absl::MutexLock lock(&store->mu_);
+  for (const char* pragma :
+       {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA foreign_keys=ON"}) {
+    if (auto s = store->Exec(pragma); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("db = \"", path, "\": ", s.message()));
+    }
+  }
+  if (auto s = store->Exec(kSchema); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("db = \"", path, "\": ", s.message()));
+  }
+  return store;
+}
+
+ProfileStore::~ProfileStore() {
+  absl::MutexLock lock(&mu_);
+  sqlite3_close(db_);
+}
+
+absl::Status ProfileStore::Exec(const char* sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
+    absl::Status s = SqlError(db_, error != nullptr ? error : sql);
+    sqlite3_free(error);
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const std::string& source) {
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (auto s = ValidateSample(samples[i]); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("samples[", i, "]: ", s.message()));
+    }
+  }
+  if (samples.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  Transaction txn(db_);
+  if (!txn.status().ok()) return txn.status();
+  Statement run(db_,
+                "INSERT INTO runs (job_id, source, created_unix_s) VALUES (?1, ?2, ?3) "
+                "ON CONFLICT (job_id) DO NOTHING");
+  Statement insert(db_,
+                   "INSERT INTO samples (job_id, worker_id, instance_type, gpu_type, gpus, "
+                   "batch_size, step, wall_time_s, iteration_time_s, loss, bytes_sent, "
+                   "bytes_received, gpu_memory_gib, cluster_workers, communication_time_s, "
+                   "cluster_steps_per_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
+                   "?12, ?13, ?14, ?15, ?16)");
+  if (!run.status().ok()) return run.status();
+  if (!insert.status().ok()) return insert.status();
+  const double now = NowUnixSeconds();
+  const std::string* last_job = nullptr;
+  std::set<std::string> jobs;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const Sample& s = samples[i];
+    if ((last_job == nullptr || *last_job != s.job_id) && jobs.insert(s.job_id).second) {
+      run.Text(1, s.job_id);
+      run.Text(2, source);
+      run.Real(3, now);
+      if (auto done = run.Step("recording a run"); !done.ok()) return done.status();
+      run.Reset();
+    }
+    last_job = &s.job_id;
+    insert.Text(1, s.job_id);
+    insert.Text(2, s.worker_id);
+    insert.Text(3, s.instance_type);
+    insert.Text(4, s.gpu_type);
+    insert.Int(5, s.gpus);
+    insert.Int(6, s.batch_size);
+    insert.Int(7, s.step);
+    insert.Real(8, s.wall_time_s);
+    insert.Real(9, s.iteration_time_s);
+    insert.Real(10, s.loss);
+    insert.Int(11, s.bytes_sent);
+    insert.Int(12, s.bytes_received);
+    insert.Real(13, s.gpu_memory_gib);
+    insert.Int(14, s.cluster_workers);
+    insert.Real(15, s.communication_time_s);
+    insert.Real(16, s.cluster_steps_per_s);
+    if (auto done = insert.Step(absl::StrCat("storing samples[", i, "]")); !done.ok()) {
+      return done.status();
+    }
+    insert.Reset();
+  }
+  return txn.Commit();
+}
+
+absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
+    absl::Span<const std::string> job_ids) {
+  absl::MutexLock lock(&mu_);
+  constexpr char kColumns[] =
+      "SELECT job_id, worker_id, instance_type, gpu_type, gpus, batch_size, step, wall_time_s, "
+      "iteration_time_s, loss, bytes_sent, bytes_received, gpu_memory_gib, cluster_workers, "
+      "communication_time_s, cluster_steps_per_s FROM samples";
+  std::vector<Sample> out;
+  auto read = [&](Statement& q) -> absl::Status {
+    while (true) {
+      auto row = q.Step("reading samples");
+      if (!row.ok()) return row.status();
+      if (!*row) return absl::OkStatus();
+      sqlite3_stmt* st = q.get();
+      Sample s;
+      s.job_id = q.ColumnText(0);
+      s.worker_id = q.ColumnText(1);
+      s.instance_type = q.ColumnText(2);
+      s.gpu_type = q.ColumnText(3);
+      s.gpus = sqlite3_column_int(st, 4);
+      s.batch_size = sqlite3_column_int(st, 5);
+      s.step = sqlite3_column_int64(st, 6);
+      s.wall_time_s = sqlite3_column_double(st, 7);
+      s.iteration_time_s = sqlite3_column_double(st, 8);
+      s.loss = sqlite3_column_double(st, 9);
+      s.bytes_sent = sqlite3_column_int64(st, 10);
+      s.bytes_received = sqlite3_column_int64(st, 11);
+      s.gpu_memory_gib = sqlite3_column_double(st, 12);
+      s.cluster_workers = sqlite3_column_int(st, 13);
+      s.communication_time_s = sqlite3_column_double(st, 14);
+      s.cluster_steps_per_s = sqlite3_column_double(st, 15);
+      out.push_back(std::move(s));
+    }
+  };
+  // One read transaction: a consistent snapshot while writers carry on (WAL).
+  if (auto s = Exec("BEGIN"); !s.ok()) return s;
+  absl::Status status;
+  if (job_ids.empty()) {
+    Statement q(db_, absl::StrCat(kColumns, " ORDER BY rowid").c_str());
+    status = q.status().ok() ? read(q) : q.status();
+  } else {
+    Statement q(db_, absl::StrCat(kColumns, " WHERE job_id = ?1 ORDER BY rowid").c_str());
+    status = q.status();
+    for (const std::string& job : job_ids) {
+      if (!status.ok()) break;
+      q.Text(1, job);
+      status = read(q);
+      q.Reset();
+    }
+  }
+  (void)Exec("COMMIT");
+  if (!status.ok()) return status;
+  return out;
+}
+
+absl::StatusOr<std::vector<StoredRun>> ProfileStore::ListRuns() {
+  absl::MutexLock lock(&mu_);
+  Statement q(db_,
+              "SELECT r.job_id, r.source, (SELECT COUNT(*) FROM samples s WHERE s.job_id = "
+              "r.job_id) FROM runs r ORDER BY r.job_id");
+  if (!q.status().ok()) return q.status();
+  std::vector<StoredRun> out;
+  while (true) {
+    auto row = q.Step("listing runs");
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    out.push_back({q.ColumnText(0), q.ColumnText(1), sqlite3_column_int64(q.get(), 2)});
+  }
+  return out;
+}
+
+absl::StatusOr<std::int64_t> ProfileStore::CountSamples() {
+  absl::MutexLock lock(&mu_);
+  Statement q(db_, "SELECT COUNT(*) FROM samples");
+  if (!q.status().ok()) return q.status();
+  auto row = q.Step("counting samples");
+  if (!row.ok()) return row.status();
+  return sqlite3_column_int64(q.get(), 0);
+}
+
+absl::StatusOr<int> ProfileStore::PutProfile(
+    const std::string& name, const std::function<std::string(int version)>& document) {
+  if (name.empty()) return absl::InvalidArgumentError("name is empty: a profile needs a name");
+  absl::MutexLock lock(&mu_);
+  Transaction txn(db_);
+  if (!txn.status().ok()) return txn.status();
+  Statement next(db_, "SELECT COALESCE(MAX(version), 0) + 1 FROM profiles WHERE name = ?1");
+  if (!next.status().ok()) return next.status();
+  next.Text(1, name);
+  auto row = next.Step("numbering the profile");
+  if (!row.ok()) return row.status();
+  const int version = sqlite3_column_int(next.get(), 0);
+  const std::string json = document(version);
+  Statement insert(db_,
+                   "INSERT INTO profiles (name, version, json, created_unix_s) "
+                   "VALUES (?1, ?2, ?3, ?4)");
+  if (!insert.status().ok()) return insert.status();
+  insert.Text(1, name);
+  insert.Int(2, version);
+  insert.Text(3, json);
+  insert.Real(4, NowUnixSeconds());
+  if (auto done = insert.Step("storing the profile"); !done.ok()) return done.status();
+  if (auto s = txn.Commit(); !s.ok()) return s;
+  return version;
+}
+
+absl::StatusOr<StoredProfile> ProfileStore::GetProfile(const std::string& name, int version) {
+  if (version < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("version = ", version, ": must be >= 0"));
+  }
+  absl::MutexLock lock(&mu_);
+  Statement q(db_, version == 0
+                       ? "SELECT name, version, json, created_unix_s FROM profiles WHERE name = ?1 "
+                         "ORDER BY version DESC LIMIT 1"
+                       : "SELECT name, version, json, created_unix_s FROM profiles WHERE name = ?1 "
+                         "AND version = ?2");
+  if (!q.status().ok()) return q.status();
+  q.Text(1, name);
+  if (version != 0) q.Int(2, version);
+  auto row = q.Step("reading the profile");
+  if (!row.ok()) return row.status();
+  if (!*row) {
+    return absl::NotFoundError(
+        version == 0 ? absl::StrCat("profile \"", name, "\" is not stored")
+                     : absl::StrCat("profile \"", name, "\" has no version ", version));
+  }
+  return StoredProfile{q.ColumnText(0), sqlite3_column_int(q.get(), 1), q.ColumnText(2),
+                       sqlite3_column_double(q.get(), 3)};
+}
+
+absl::StatusOr<std::vector<StoredProfile>> ProfileStore::ListProfiles() {
+  absl::MutexLock lock(&mu_);
+  Statement q(db_,
+              "SELECT p.name, p.version, p.json, p.created_unix_s FROM profiles p WHERE p.version "
+              "= (SELECT MAX(version) FROM profiles q WHERE q.name = p.name) ORDER BY p.name");
+  if (!q.status().ok()) return q.status();
+  std::vector<StoredProfile> out;
+  while (true) {
+    auto row = q.Step("listing profiles");
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    out.push_back({q.ColumnText(0), sqlite3_column_int(q.get(), 1), q.ColumnText(2),
+                   sqlite3_column_double(q.get(), 3)});
+  }
+  return out;
+}
+
+absl::StatusOr<int> ProfileStore::DeleteProfile(const std::string& name, int version) {
+  if (version < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("version = ", version, ": must be >= 0"));
+  }
+  absl::MutexLock lock(&mu_);
+  Statement q(db_, version == 0 ? "DELETE FROM profiles WHERE name = ?1"
+                                : "DELETE FROM profiles WHERE name = ?1 AND version = ?2");
+  if (!q.status().ok()) return q.status();
+  q.Text(1, name);
+  if (version != 0) q.Int(2, version);
+  if (auto done = q.Step("deleting the profile"); !done.ok()) return done.status();
+  const int deleted = sqlite3_changes(db_);
+  if (deleted == 0) {
+    return absl::NotFoundError(
+        version == 0 ? absl::StrCat("profile \"", name, "\" is not stored")
+                     : absl::StrCat("profile \"", name, "\" has no version ", version));
+  }
+  return deleted;
+}
+
+}  // namespace spotdnn::profiler

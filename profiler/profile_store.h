@@ -1,0 +1,83 @@
+// The profiler's database: runs (jobs), samples and versioned workload profiles in SQLite (WAL
+// mode, so readers never block the writer and a crash mid-write leaves the last commit intact).
+// Profiles are kept as the JSON document the CLI's --workload FILE reads; this library does not
+// interpret it.
+#ifndef SPOTDNN_PROFILER_PROFILE_STORE_H_
+#define SPOTDNN_PROFILER_PROFILE_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "profiler/sample.h"
+
+struct sqlite3;
+
+namespace spotdnn::profiler {
+
+// One stored version of a profile.
+struct StoredProfile {
+  std::string name{};
+  int version = 0;
+  std::string json{};  // the profile document
+  double created_unix_s = 0;
+};
+
+// A job the store holds samples of.
+struct StoredRun {
+  std::string job_id{};
+  std::string source{};  // where its samples came from (file, "grpc")
+  std::int64_t samples = 0;
+};
+
+// Thread-safe; several processes may open the same file (SQLite locking, busy timeout 10 s).
+class ProfileStore {
+ public:
+  // Opens (creating if needed) the database at `path`, its folder too; ":memory:" for a private
+  // in-memory store. UNAVAILABLE when the file cannot be opened.
+  static absl::StatusOr<std::unique_ptr<ProfileStore>> Open(const std::string& path);
+  ~ProfileStore();
+  ProfileStore(const ProfileStore&) = delete;
+  ProfileStore& operator=(const ProfileStore&) = delete;
+
+  // Adds samples in one transaction: all of them or, on any error, none. Every sample is
+  // validated first (INVALID_ARGUMENT "samples[i]: reason"). `source` is recorded per job.
+  absl::Status AddSamples(absl::Span<const Sample> samples, const std::string& source);
+  // Samples of the given jobs (every job when empty), in the order they were stored.
+  absl::StatusOr<std::vector<Sample>> LoadSamples(absl::Span<const std::string> job_ids);
+  // Every job with its sample count.
+  absl::StatusOr<std::vector<StoredRun>> ListRuns();
+  // Number of samples stored.
+  absl::StatusOr<std::int64_t> CountSamples();
+
+  // Stores the next version of profile `name` (1 for a new name) and returns the version.
+  // `document` makes the JSON for that version inside the transaction, so that the stored
+  // document can carry its own version number. INVALID_ARGUMENT for an empty name.
+  absl::StatusOr<int> PutProfile(const std::string& name,
+                                 const std::function<std::string(int version)>& document);
+  // Version `version` of `name` (0 = latest). NOT_FOUND names the profile and version.
+  absl::StatusOr<StoredProfile> GetProfile(const std::string& name, int version = 0);
+  // The latest version of every profile, by name.
+  absl::StatusOr<std::vector<StoredProfile>> ListProfiles();
+  // Deletes version `version` of `name` (0 = all versions); returns how many were deleted.
+  // NOT_FOUND when nothing matched.
+  absl::StatusOr<int> DeleteProfile(const std::string& name, int version = 0);
+
+ private:
+  explicit ProfileStore(sqlite3* db) : db_(db) {}
+  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace spotdnn::profiler
+
+#endif  // SPOTDNN_PROFILER_PROFILE_STORE_H_

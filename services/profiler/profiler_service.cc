@@ -1,0 +1,348 @@
+#include "services/profiler/profiler_service.h"
+
+#include <cmath>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "services/common/convert.h"
+#include "services/common/data_registry.h"
+
+namespace spotdnn::services {
+namespace {
+
+profiler::LogFormat ToDomain(pb::LogFormat format) {
+  switch (format) {
+    case pb::LOG_FORMAT_TENSORBOARD_CSV:
+      return profiler::LogFormat::kTensorBoardCsv;
+    case pb::LOG_FORMAT_SPOTDNN_WORKER:
+      return profiler::LogFormat::kSpotdnnWorker;
+    case pb::LOG_FORMAT_CSV:
+      return profiler::LogFormat::kCsv;
+    case pb::LOG_FORMAT_SAMPLE_LINES:
+      return profiler::LogFormat::kSampleLines;
+    default:
+      return profiler::LogFormat::kAuto;
+  }
+}
+
+void SetCompute(const predictor::ComputeProfile& in, pb::ComputeProfile* out) {
+  out->set_instance_type(in.instance_type);
+  out->set_gpu_type(in.gpu_type);
+  out->set_batch_per_gpu(in.batch_per_gpu);
+  if (in.compute_time_s) out->set_compute_time_s(*in.compute_time_s);
+  if (in.measured_samples_per_s) out->set_measured_samples_per_s(*in.measured_samples_per_s);
+}
+
+// The names a `require` entry may use for each FitQuality parameter.
+bool Matches(const std::string& wanted, const std::string& parameter) {
+  if (wanted == parameter) return true;
+  if (wanted == "contention") return parameter == "a1,b1";
+  if (wanted == "memory") return parameter == "a2,b2";
+  if (wanted == "loss") return parameter == "g1..g5";
+  if (wanted == "T_comp" || wanted == "compute") return parameter.rfind("T_comp", 0) == 0;
+  return false;
+}
+
+}  // namespace
+
+profiler::Sample ToDomain(const pb::Sample& in) {
+  profiler::Sample s;
+  s.job_id = in.job_id();
+  s.worker_id = in.worker_id();
+  s.instance_type = in.instance_type();
+  s.gpu_type = in.gpu_type();
+  s.gpus = in.gpus();
+  s.batch_size = in.batch_size();
+  s.step = in.step();
+  s.wall_time_s = in.wall_time_s();
+  s.iteration_time_s = in.iteration_time_s();
+  s.loss = in.loss();
+  s.bytes_sent = in.bytes_sent();
+  s.bytes_received = in.bytes_received();
+  s.gpu_memory_gib = in.gpu_memory_gib();
+  s.cluster_workers = in.cluster_workers();
+  s.communication_time_s = in.communication_time_s();
+  s.cluster_steps_per_s = in.cluster_steps_per_s();
+  return s;
+}
+
+pb::Sample ToProto(const profiler::Sample& s) {
+  pb::Sample out;
+  out.set_job_id(s.job_id);
+  out.set_worker_id(s.worker_id);
+  out.set_instance_type(s.instance_type);
+  out.set_gpu_type(s.gpu_type);
+  out.set_gpus(s.gpus);
+  out.set_batch_size(s.batch_size);
+  out.set_step(s.step);
+  out.set_wall_time_s(s.wall_time_s);
+  out.set_iteration_time_s(s.iteration_time_s);
+  out.set_loss(s.loss);
+  out.set_bytes_sent(s.bytes_sent);
+  out.set_bytes_received(s.bytes_received);
+  out.set_gpu_memory_gib(s.gpu_memory_gib);
+  out.set_cluster_workers(s.cluster_workers);
+  out.set_communication_time_s(s.communication_time_s);
+  out.set_cluster_steps_per_s(s.cluster_steps_per_s);
+  return out;
+}
+
+pb::WorkloadProfile MergeFit(const pb::WorkloadProfile& base, const profiler::WorkloadFit& fit) {
+  pb::WorkloadProfile out = base;
+  if (fit.parameter_size_mb) out.set_parameter_size_mb(*fit.parameter_size_mb);
+  if (fit.required_bandwidth_mb_per_s) {
+    out.set_required_bandwidth_mb_per_s(*fit.required_bandwidth_mb_per_s);
+  }
+  for (const predictor::ComputeProfile& c : fit.compute) {
+    pb::ComputeProfile* slot = nullptr;
+    for (pb::ComputeProfile& existing : *out.mutable_compute()) {
+      if (existing.instance_type() == c.instance_type && existing.gpu_type() == c.gpu_type) {
+        slot = &existing;
+      }
+    }
+    if (slot == nullptr) slot = out.add_compute();
+    slot->Clear();
+    SetCompute(c, slot);
+  }
+  if (fit.contention) {
+    out.mutable_contention()->set_a1(fit.contention->a1);
+    out.mutable_contention()->set_b1(fit.contention->b1);
+  }
+  if (fit.memory) {
+    out.mutable_memory()->set_a2(fit.memory->a2);
+    out.mutable_memory()->set_b2(fit.memory->b2);
+  }
+  if (fit.loss) {
+    pb::LossModel* l = out.mutable_loss();
+    l->set_g1(fit.loss->g1);
+    l->set_g2(fit.loss->g2);
+    l->set_g3(fit.loss->g3);
+    l->set_g4(fit.loss->g4);
+    l->set_g5(fit.loss->g5);
+  }
+  return out;
+}
+
+ProfilerServiceImpl::ProfilerServiceImpl(std::shared_ptr<profiler::ProfileStore> store)
+    : store_(std::move(store)) {}
+
+grpc::Status ProfilerServiceImpl::ReportSamples(grpc::ServerContext*,
+                                                grpc::ServerReader<pb::Sample>* reader,
+                                                pb::ReportSamplesResponse* response) {
+  profiler::StepOrderChecker order;
+  std::vector<profiler::Sample> batch;
+  batch.reserve(kReportBatch);
+  std::uint64_t index = 0, accepted = 0, rejected = 0;
+  auto flush = [&]() -> absl::Status {
+    if (batch.empty()) return absl::OkStatus();
+    absl::Status s = store_->AddSamples(batch, "grpc");
+    if (s.ok()) accepted += batch.size();
+    batch.clear();
+    return s;
+  };
+  pb::Sample message;
+  while (reader->Read(&message)) {
+    profiler::Sample sample = ToDomain(message);
+    absl::Status s = sample.job_id.empty()
+                         ? absl::InvalidArgumentError("job_id is empty: every sample names its job")
+                         : profiler::ValidateSample(sample);
+    if (s.ok()) s = order.Check(sample);
+    if (!s.ok()) {
+      ++rejected;
+      if (response->errors_size() < kMaxReportedErrors) {
+        response->add_errors(absl::StrCat("samples[", index, "]: ", s.message()));
+      }
+    } else {
+      batch.push_back(std::move(sample));
+      if (batch.size() >= static_cast<size_t>(kReportBatch)) {
+        if (auto f = flush(); !f.ok()) return ToGrpc(f);
+      }
+    }
+    ++index;
+  }
+  if (auto f = flush(); !f.ok()) return ToGrpc(f);
+  response->set_accepted(accepted);
+  response->set_rejected(rejected);
+  return grpc::Status::OK;
+}
+
+grpc::Status ProfilerServiceImpl::ImportLog(grpc::ServerContext*,
+                                            const pb::ImportLogRequest* request,
+                                            pb::ImportLogResponse* response) {
+  profiler::ImportOptions options;
+  options.format = ToDomain(request->format());
+  options.job_id = request->job_id();
+  options.stop_on_error = request->stop_on_error();
+  options.instance_type = request->instance_type();
+  options.gpu_type = request->gpu_type();
+  options.gpus = request->gpus();
+  options.batch_size = request->batch_size();
+  options.cluster_workers = request->cluster_workers();
+  if (request->cluster_workers() < 0 || request->gpus() < 0 || request->batch_size() < 0) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("cluster_workers = ", request->cluster_workers(), ", gpus = ", request->gpus(),
+                     ", batch_size = ", request->batch_size(), ": must not be negative")));
+  }
+  absl::StatusOr<profiler::ImportResult> result;
+  if (!request->content().empty()) {
+    if (options.job_id.empty()) {
+      return ToGrpc(absl::InvalidArgumentError(
+          "job_id is empty: content sent inline needs the job it belongs to"));
+    }
+    result = profiler::ImportText(request->content(),
+                                  request->path().empty() ? "content" : request->path(), options);
+  } else if (!request->path().empty()) {
+    result = profiler::ImportPath(request->path(), options);
+  } else {
+    return ToGrpc(absl::InvalidArgumentError("set path (a file or folder) or content"));
+  }
+  if (!result.ok()) return ToGrpc(result.status());
+  for (profiler::Sample& s : result->samples) {
+    if (s.job_id.empty()) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+          "job_id is empty and the log (", request->path(), ") names no job: set job_id")));
+    }
+  }
+  // One transaction: an import that fails part-way stores nothing.
+  if (auto s = store_->AddSamples(result->samples,
+                                  request->path().empty() ? "content" : request->path());
+      !s.ok()) {
+    return ToGrpc(s);
+  }
+  response->set_imported(result->samples.size());
+  response->set_skipped(result->skipped);
+  response->set_files(result->files);
+  for (const std::string& e : result->errors) response->add_errors(e);
+  return grpc::Status::OK;
+}
+
+grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext*,
+                                             const pb::FitProfileRequest* request,
+                                             pb::FitProfileResponse* response) {
+  if (request->name().empty()) {
+    return ToGrpc(absl::InvalidArgumentError("name is empty: name the profile to store"));
+  }
+  for (const auto& [field, value] :
+       {std::pair<const char*, double>{"parameter_server_bandwidth_mb_per_s",
+                                       request->parameter_server_bandwidth_mb_per_s()},
+        {"pcie_bandwidth_mb_per_s", request->pcie_bandwidth_mb_per_s()}}) {
+    if (!(value >= 0) || !std::isfinite(value)) {
+      return ToGrpc(absl::InvalidArgumentError(
+          absl::StrCat(field, " = ", value, ": must be a finite number >= 0")));
+    }
+  }
+  const std::vector<std::string> jobs(request->job_ids().begin(), request->job_ids().end());
+  auto samples = store_->LoadSamples(jobs);
+  if (!samples.ok()) return ToGrpc(samples.status());
+  std::set<std::string> seen;
+  for (const profiler::Sample& s : *samples) seen.insert(s.job_id);
+  for (int i = 0; i < request->job_ids_size(); ++i) {
+    if (!seen.count(request->job_ids(i))) {
+      return ToGrpc(absl::NotFoundError(
+          absl::StrCat("job_ids[", i, "] = \"", request->job_ids(i), "\": no samples stored")));
+    }
+  }
+  profiler::KnownParameters known;
+  known.parameter_size_mb = request->base().parameter_size_mb();
+  known.required_bandwidth_mb_per_s = request->base().required_bandwidth_mb_per_s();
+  known.ps_bandwidth_mb_per_s = request->parameter_server_bandwidth_mb_per_s();
+  if (request->pcie_bandwidth_mb_per_s() > 0) {
+    known.pcie_bandwidth_mb_per_s = request->pcie_bandwidth_mb_per_s();
+  }
+  auto fit = profiler::FitWorkload(*samples, known);
+  if (!fit.ok()) return ToGrpc(fit.status());
+  for (const std::string& wanted : request->require()) {
+    bool found = false;
+    for (const profiler::FitQuality& q : fit->quality) {
+      if (!Matches(wanted, q.parameter)) continue;
+      found = true;
+      if (!q.identified) {
+        return ToGrpc(absl::FailedPreconditionError(
+            absl::StrCat("required parameter ", wanted, " not identified: ", q.note)));
+      }
+    }
+    if (!found) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+          "require = \"", wanted,
+          "\": not a parameter; expected S_parm, B_req, T_comp, a1,b1, a2,b2 or g1..g5")));
+    }
+  }
+  pb::WorkloadProfile profile = MergeFit(request->base(), *fit);
+  profile.set_name(request->name());
+  profile.set_source(absl::StrCat("fitted by spotdnn-profiler from ", samples->size(),
+                                  " samples of ", seen.size(), " job(s)"));
+  auto stored = Store(std::move(profile));
+  if (!stored.ok()) return ToGrpc(stored.status());
+  *response->mutable_profile() = *std::move(stored);
+  for (const profiler::FitQuality& q : fit->quality) {
+    pb::FitQuality* out = response->add_quality();
+    out->set_parameter(q.parameter);
+    out->set_rmse(q.rmse);
+    out->set_r_squared(q.r_squared);
+    out->set_mape(q.mape);
+    out->set_identified(q.identified);
+    out->set_note(q.note);
+    out->set_points(q.points);
+  }
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<pb::WorkloadProfile> ProfilerServiceImpl::Store(pb::WorkloadProfile profile) {
+  auto version = store_->PutProfile(profile.name(), [&profile](int v) {
+    profile.set_version(v);
+    return ToJson(profile, /*pretty=*/true);
+  });
+  if (!version.ok()) return version.status();
+  profile.set_version(*version);
+  return profile;
+}
+
+grpc::Status ProfilerServiceImpl::GetProfile(grpc::ServerContext*,
+                                             const pb::GetProfileRequest* request,
+                                             pb::WorkloadProfile* response) {
+  auto stored = store_->GetProfile(request->name(), request->version());
+  if (!stored.ok()) return ToGrpc(stored.status());
+  return ToGrpc(
+      ParseJson(stored->json, absl::StrCat("stored profile ", request->name()), response));
+}
+
+grpc::Status ProfilerServiceImpl::ListProfiles(grpc::ServerContext*, const pb::ListProfilesRequest*,
+                                               pb::ListProfilesResponse* response) {
+  auto stored = store_->ListProfiles();
+  if (!stored.ok()) return ToGrpc(stored.status());
+  for (const profiler::StoredProfile& p : *stored) {
+    if (auto s =
+            ParseJson(p.json, absl::StrCat("stored profile ", p.name), response->add_profiles());
+        !s.ok()) {
+      return ToGrpc(absl::DataLossError(s.message()));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ProfilerServiceImpl::DeleteProfile(grpc::ServerContext*,
+                                                const pb::DeleteProfileRequest* request,
+                                                pb::DeleteProfileResponse* response) {
+  auto deleted = store_->DeleteProfile(request->name(), request->version());
+  if (!deleted.ok()) return ToGrpc(deleted.status());
+  response->set_deleted(*deleted);
+  return grpc::Status::OK;
+}
+
+grpc::Status ProfilerServiceImpl::PutProfile(grpc::ServerContext*,
+                                             const pb::WorkloadProfile* request,
+                                             pb::WorkloadProfile* response) {
+  if (request->name().empty()) {
+    return ToGrpc(absl::InvalidArgumentError("name is empty: a profile needs a name"));
+  }
+  if (auto s = ToDomain(*request).Validate(); !s.ok()) return ToGrpc(s);
+  auto stored = Store(*request);
+  if (!stored.ok()) return ToGrpc(stored.status());
+  *response = *std::move(stored);
+  return grpc::Status::OK;
+}
+
+}  // namespace spotdnn::services

@@ -1,0 +1,233 @@
+// spotdnn profile: the in-process profiler over a temporary database, and validate-speed on the
+// CM-DARE measurements.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "profiler/profile_store.h"
+#include "services/common/server.h"
+#include "services/gateway/cli.h"
+#include "services/profiler/profiler_service.h"
+#include "spotdnn/v1/profiler_mock.grpc.pb.h"
+
+namespace spotdnn::gateway {
+namespace {
+
+using ::testing::_;
+using ::testing::ContainsRegex;
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+using ::testing::Return;
+using ::testing::StartsWith;
+
+struct CliRun {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+CliRun Cli(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = RunCli(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::string DataDir() {
+  const char* env = std::getenv("SPOTDNN_DATA_DIR");
+  return env != nullptr && *env != '\0' ? env : SPOTDNN_DATA_DIR;
+}
+
+class ProfileCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("spotdnn-profile-cli-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    db_ = (dir_ / "profiles.db").string();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  CliRun Profile(std::vector<std::string> args) {
+    args.insert(args.begin(), "profile");
+    args.push_back("--db");
+    args.push_back(db_);
+    return Cli(args);
+  }
+
+  std::string Write(const std::string& name, const std::string& content) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << content;
+    return path;
+  }
+
+  std::filesystem::path dir_;
+  std::string db_;
+};
+
+TEST_F(ProfileCommandTest, ImportsSampleLinesFitsShowsAndExports) {
+  // A training script's log: single-worker samples of one instance type with bytes and
+  // communication time, plus one malformed line.
+  std::string log = "epoch 1 starting\n";
+  for (int step = 1; step <= 20; ++step) {
+    log +=
+        "I1122 SPOTDNN_SAMPLE job_id=r110 worker_id=0 instance_type=p2.xlarge gpus=1 "
+        "batch_size=128 step=" +
+        std::to_string(step) +
+        " iteration_time_s=0.5 communication_time_s=0.16 bytes_sent=11540000 "
+        "bytes_received=11540000 cluster_workers=1\n";
+  }
+  log += "SPOTDNN_SAMPLE job_id=r110 step=21 iteration_time_s=inf\n";
+  const std::string path = Write("train.log", log);
+
+  CliRun imported = Profile({"import", path});
+  ASSERT_EQ(imported.code, 0) << imported.err;
+  EXPECT_THAT(imported.out, ContainsRegex("samples imported +20\n"));
+  EXPECT_THAT(imported.out, HasSubstr("train.log:22: iteration_time_s = inf: must be finite"));
+
+  CliRun strict = Profile({"import", path, "--stop-on-error"});
+  EXPECT_EQ(strict.code, kExitBadInput);
+  EXPECT_THAT(strict.err, HasSubstr("train.log:22: iteration_time_s = inf: must be finite"));
+
+  CliRun fit = Profile({"fit", "--name", "r110", "--require", "S_parm,B_req,T_comp"});
+  ASSERT_EQ(fit.code, 0) << fit.err;
+  EXPECT_THAT(fit.out, HasSubstr("Fitted profile r110 version 1"));
+  EXPECT_THAT(fit.out, ContainsRegex("S_parm \\(MB\\) +11\\.540\n"));
+  EXPECT_THAT(fit.out, ContainsRegex("B_req \\(MB/s\\) +144\\.25\n"));  // 2 * 11.54 / 0.16
+  EXPECT_THAT(fit.out, HasSubstr("256.0"));                             // 128 samples / 0.5 s
+  EXPECT_THAT(fit.out, HasSubstr("contention needs runs with at least 3 distinct worker counts"));
+
+  CliRun unfittable = Profile({"fit", "--name", "r110", "--require", "contention"});
+  EXPECT_EQ(unfittable.code, kExitBadInput);
+  EXPECT_THAT(unfittable.err, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(unfittable.err, HasSubstr("got 1"));
+
+  CliRun list = Profile({"list"});
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_THAT(list.out, HasSubstr("r110"));
+
+  CliRun show = Profile({"show", "r110", "--json"});
+  ASSERT_EQ(show.code, 0) << show.err;
+  EXPECT_THAT(show.out, HasSubstr("\"parameter_size_mb\":11.54"));
+
+  CliRun missing = Profile({"show", "nope"});
+  EXPECT_EQ(missing.code, kExitBadInput);
+  EXPECT_THAT(missing.err, HasSubstr("profile \"nope\" is not stored"));
+}
+
+TEST_F(ProfileCommandTest, ExportedProfilesAreWhatPredictReads) {
+  const std::string builtin = std::string(SPOTDNN_SOURCE_DIR) + "/deploy/workloads/resnet110.json";
+  CliRun imported = Profile({"import", builtin});
+  ASSERT_EQ(imported.code, 0) << imported.err;
+  EXPECT_THAT(imported.out, HasSubstr("Stored profile resnet110 version 1"));
+  const std::string exported = (dir_ / "exported.json").string();
+  CliRun exp = Profile({"export", "resnet110", "--out", exported});
+  ASSERT_EQ(exp.code, 0) << exp.err;
+  // The exported file predicts exactly what the built-in profile predicts.
+  const std::vector<std::string> predict = {"predict",
+                                            "--catalog",
+                                            "aws-spotdnn-prototype",
+                                            "--cluster",
+                                            "p2.xlarge=2,g3.8xlarge=4",
+                                            "--loss",
+                                            "0.8",
+                                            "--workload"};
+  std::vector<std::string> from_file = predict, from_builtin = predict;
+  from_file.push_back(exported);
+  from_builtin.push_back("resnet110");
+  CliRun a = Cli(from_file), b = Cli(from_builtin);
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_THAT(a.out, HasSubstr("2351.08"));
+  EXPECT_EQ(a.out, b.out);
+  // A re-import of the export is version 2; delete removes both.
+  CliRun again = Profile({"import", exported});
+  EXPECT_THAT(again.out, HasSubstr("version 2"));
+  CliRun deleted = Profile({"delete", "resnet110"});
+  EXPECT_THAT(deleted.out, HasSubstr("Deleted 2 version(s)"));
+}
+
+TEST_F(ProfileCommandTest, BadInputExitsTwoNamingTheFlag) {
+  CliRun no_name = Profile({"fit"});
+  EXPECT_EQ(no_name.code, kExitBadInput);
+  EXPECT_THAT(no_name.err, HasSubstr("--name"));
+  CliRun unknown = Profile({"frobnicate"});
+  EXPECT_EQ(unknown.code, kExitBadInput);
+  CliRun format = Profile({"import", "x.csv", "--format", "xml"});
+  EXPECT_EQ(format.code, kExitBadInput);
+  EXPECT_THAT(format.err, HasSubstr("format = \"xml\""));
+  CliRun fit_workers =
+      Cli({"profile", "validate-speed", "--runs", dir_.string(), "--fit-workers", "1,2"});
+  EXPECT_EQ(fit_workers.code, kExitBadInput);
+  EXPECT_THAT(fit_workers.err, HasSubstr("at least 3 distinct worker counts; got 2"));
+  CliRun json = Profile({"show", "nope", "--json"});
+  EXPECT_THAT(json.out, StartsWith("{\"error\":{\"code\":\"NOT_FOUND\""));
+}
+
+TEST_F(ProfileCommandTest, TalksToARunningProfilerWithServer) {
+  auto store = profiler::ProfileStore::Open(db_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  services::ProfilerServiceImpl service(std::shared_ptr<profiler::ProfileStore>(*std::move(store)));
+  auto started = services::StartServer("127.0.0.1:0", {&service});
+  ASSERT_TRUE(started.ok()) << started.status();
+  const std::string server = "127.0.0.1:" + std::to_string(started->port);
+  // A file goes to a remote server as content, under the job named by --job.
+  const std::string log = Write("remote.log",
+                                "SPOTDNN_SAMPLE step=1 iteration_time_s=0.5 loss=2\n"
+                                "SPOTDNN_SAMPLE step=2 iteration_time_s=0.5 loss=1.9\n");
+  CliRun imported =
+      Cli({"profile", "import", log, "--job", "remote", "--server", server, "--json"});
+  ASSERT_EQ(imported.code, 0) << imported.err;
+  EXPECT_THAT(imported.out, HasSubstr("\"imported\":\"2\""));
+  CliRun list = Cli({"profile", "list", "--server", server});
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_THAT(list.out, HasSubstr("(no profiles stored)"));
+  started->server->Shutdown();
+}
+
+TEST(ProfileCommand, AFailingServiceExitsOne) {
+  pb::MockProfilerStub stub;
+  EXPECT_CALL(stub, ListProfiles(_, _, _))
+      .WillOnce(Return(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
+  std::ostringstream out, err;
+  const Io io{out, err, false};
+  auto args = Args::Parse({}, {});
+  ASSERT_TRUE(args.ok());
+  EXPECT_EQ(Profile("list", *args, stub, io), kExitFailure);
+  EXPECT_THAT(err.str(), HasSubstr("UNAVAILABLE: connection refused"));
+}
+
+TEST(ValidateSpeedCommand, MeetsTheTargetOnCmdareK80AndP100) {
+  const std::string k80 = DataDir() + "/cmdare/k80", p100 = DataDir() + "/cmdare/p100";
+  if (!std::filesystem::exists(k80) || !std::filesystem::exists(p100)) {
+    GTEST_SKIP() << "CM-DARE data not found under " << DataDir();
+  }
+  CliRun table =
+      Cli({"profile", "validate-speed", "--runs", k80 + "," + p100, "--fit-workers", "1,2,4,7"});
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("p100/shakebig100"));
+  EXPECT_THAT(table.out, HasSubstr("held out"));
+  EXPECT_THAT(table.out, EndsWith("over 32 points\n"));
+  const std::string last = table.out.substr(table.out.rfind('\n', table.out.size() - 2) + 1);
+  EXPECT_THAT(last, StartsWith("overall held-out MAPE: "));
+
+  CliRun json = Cli({"profile", "validate-speed", "--runs", k80 + "," + p100, "--fit-workers",
+                     "1,2,4,7", "--json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  google::protobuf::Struct object;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &object).ok()) << json.out;
+  EXPECT_EQ(object.fields().at("held_out_points").number_value(), 32);
+  EXPECT_EQ(object.fields().at("series").list_value().values_size(), 8);
+  EXPECT_LE(object.fields().at("overall_mape").number_value(), 5.0);
+}
+
+}  // namespace
+}  // namespace spotdnn::gateway

@@ -1,0 +1,334 @@
+// Starts the profiler service on 127.0.0.1:0, streams samples to it and fits a profile.
+#include "services/profiler/profiler_service.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "predictor/equations.h"
+#include "services/common/convert.h"
+#include "services/common/data_registry.h"
+#include "services/common/server.h"
+
+namespace spotdnn::services {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ProfilerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    db_ = std::filesystem::temp_directory_path() /
+          ("spotdnn-profiler-service-" + std::to_string(getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".db");
+    Remove();
+    auto store = profiler::ProfileStore::Open(db_.string());
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::shared_ptr<profiler::ProfileStore>(*std::move(store));
+    service_ = std::make_unique<ProfilerServiceImpl>(store_);
+    auto started = StartServer("127.0.0.1:0", {service_.get()});
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(started->server);
+    ASSERT_GT(started->port, 0);
+    stub_ = pb::Profiler::NewStub(MakeChannel("127.0.0.1:" + std::to_string(started->port)));
+  }
+  void TearDown() override {
+    server_->Shutdown();
+    server_.reset();
+    service_.reset();
+    store_.reset();
+    Remove();
+  }
+  void Remove() {
+    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db_.string() + suffix);
+  }
+
+  // Iteration time of the generating model: T_comp 0.3 s, S 100 MB, B_req 500 MB/s,
+  // B_ps 1200 MB/s, a1 0.4, b1 -0.4.
+  static double IterationTime(int n) {
+    const double p = predictor::ContentionProbability({0.4, -0.4}, n);
+    return 0.3 + 2 * 100 / predictor::WorkerBandwidth(500, 1200, n, p);
+  }
+
+  // Streams samples of a profiling job at cluster sizes 1, 2, 4, 6 and 8.
+  pb::ReportSamplesResponse Stream(int bad_every = 0) {
+    grpc::ClientContext context;
+    pb::ReportSamplesResponse response;
+    auto writer = stub_->ReportSamples(&context, &response);
+    int i = 0;
+    for (int n : {1, 2, 4, 6, 8}) {
+      for (int worker = 0; worker < n; ++worker) {
+        for (int step = 0; step < 40; ++step, ++i) {
+          pb::Sample s;
+          s.set_job_id("prof-n" + std::to_string(n));
+          s.set_worker_id("w" + std::to_string(worker));
+          s.set_instance_type("g4dn.xlarge");
+          s.set_gpu_type("T4");
+          s.set_gpus(1);
+          s.set_batch_size(64);
+          s.set_step(step);
+          s.set_wall_time_s(1.7e9 + step);
+          // +-1% deterministic jitter.
+          s.set_iteration_time_s(IterationTime(n) * (1 + 0.01 * ((step % 5) - 2) / 2));
+          s.set_bytes_sent(100'000'000);
+          s.set_bytes_received(100'000'000);
+          s.set_cluster_workers(n);
+          if (n == 1) s.set_communication_time_s(2 * 100.0 / 500);
+          if (bad_every > 0 && i % bad_every == 0) s.set_loss(-1);
+          EXPECT_TRUE(writer->Write(s));
+        }
+      }
+    }
+    writer->WritesDone();
+    EXPECT_TRUE(writer->Finish().ok());
+    return response;
+  }
+
+  std::filesystem::path db_;
+  std::shared_ptr<profiler::ProfileStore> store_;
+  std::unique_ptr<ProfilerServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<pb::Profiler::Stub> stub_;
+};
+
+TEST_F(ProfilerServiceTest, StreamsSamplesAndFitsAProfileFromThem) {
+  const pb::ReportSamplesResponse streamed = Stream();
+  EXPECT_EQ(streamed.accepted(), 21u * 40u);
+  EXPECT_EQ(streamed.rejected(), 0u);
+
+  pb::FitProfileRequest request;
+  request.set_name("bench-net");
+  request.set_parameter_server_bandwidth_mb_per_s(1200);
+  request.add_require("S_parm");
+  request.add_require("B_req");
+  request.add_require("contention");
+  grpc::ClientContext context;
+  pb::FitProfileResponse response;
+  const grpc::Status status = stub_->FitProfile(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const pb::WorkloadProfile& p = response.profile();
+  EXPECT_EQ(p.name(), "bench-net");
+  EXPECT_EQ(p.version(), 1);
+  EXPECT_NEAR(p.parameter_size_mb(), 100, 0.01);
+  EXPECT_NEAR(p.required_bandwidth_mb_per_s(), 500, 1);
+  // The jitter is 1%: a1 and b1 come back within 0.05.
+  EXPECT_NEAR(p.contention().a1(), 0.4, 0.05);
+  EXPECT_NEAR(p.contention().b1(), -0.4, 0.05);
+  ASSERT_EQ(p.compute_size(), 1);
+  EXPECT_EQ(p.compute(0).instance_type(), "g4dn.xlarge");
+  EXPECT_NEAR(p.compute(0).measured_samples_per_s(), 64 / IterationTime(1), 1);
+  bool loss_unidentified = false;
+  for (const pb::FitQuality& q : response.quality()) {
+    if (q.parameter() == "g1..g5") loss_unidentified = !q.identified();
+  }
+  EXPECT_TRUE(loss_unidentified);  // no loss in these samples
+
+  // Stored: Get returns the same profile, a second fit is version 2.
+  grpc::ClientContext get_context;
+  pb::GetProfileRequest get;
+  get.set_name("bench-net");
+  pb::WorkloadProfile fetched;
+  ASSERT_TRUE(stub_->GetProfile(&get_context, get, &fetched).ok());
+  EXPECT_EQ(fetched.SerializeAsString(), p.SerializeAsString());
+  grpc::ClientContext again;
+  ASSERT_TRUE(stub_->FitProfile(&again, request, &response).ok());
+  EXPECT_EQ(response.profile().version(), 2);
+}
+
+TEST_F(ProfilerServiceTest, RejectsBadSamplesWithTheirReason) {
+  const pb::ReportSamplesResponse streamed = Stream(/*bad_every=*/100);
+  EXPECT_EQ(streamed.rejected(), 9u);
+  EXPECT_EQ(streamed.accepted(), 21u * 40u - 9u);
+  ASSERT_GT(streamed.errors_size(), 0);
+  EXPECT_EQ(streamed.errors(0), "samples[0]: loss = -1: must not be negative");
+  EXPECT_EQ(*store_->CountSamples(), static_cast<std::int64_t>(streamed.accepted()));
+}
+
+TEST_F(ProfilerServiceTest, FitNamesWhatIsMissing) {
+  grpc::ClientContext context;
+  pb::FitProfileRequest request;
+  request.set_name("x");
+  pb::FitProfileResponse response;
+  grpc::Status status = stub_->FitProfile(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("no samples"));
+
+  Stream();
+  request.add_job_ids("prof-n1");
+  request.add_job_ids("nope");
+  grpc::ClientContext c2;
+  status = stub_->FitProfile(&c2, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(status.error_message(), "job_ids[1] = \"nope\": no samples stored");
+
+  request.clear_job_ids();
+  request.add_job_ids("prof-n1");
+  request.add_require("contention");
+  grpc::ClientContext c3;
+  status = stub_->FitProfile(&c3, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(status.error_message(),
+            "required parameter contention not identified: contention needs runs with at least "
+            "3 distinct worker counts; got 1");
+}
+
+TEST_F(ProfilerServiceTest, ImportLogIsAllOrNothingWithStopOnError) {
+  const std::string log =
+      "Wall time,Step,Value\n1568069781.1,101,8.5\n1568069791.1,201,8.6\n1568069801.1,301,inf\n";
+  pb::ImportLogRequest request;
+  request.set_job_id("tb");
+  request.set_content(log);
+  request.set_path("upload.csv");
+  request.set_stop_on_error(true);
+  pb::ImportLogResponse response;
+  grpc::ClientContext c1;
+  grpc::Status status = stub_->ImportLog(&c1, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "upload.csv:4: cluster_steps_per_s = inf: must be finite");
+  EXPECT_EQ(*store_->CountSamples(), 0);
+
+  request.set_stop_on_error(false);
+  grpc::ClientContext c2;
+  ASSERT_TRUE(stub_->ImportLog(&c2, request, &response).ok());
+  EXPECT_EQ(response.imported(), 2u);
+  EXPECT_EQ(response.skipped(), 1u);
+  ASSERT_EQ(response.errors_size(), 1);
+  EXPECT_EQ(response.errors(0), "upload.csv:4: cluster_steps_per_s = inf: must be finite");
+  EXPECT_EQ(*store_->CountSamples(), 2);
+
+  grpc::ClientContext c3;
+  pb::ImportLogRequest empty;
+  EXPECT_EQ(stub_->ImportLog(&c3, empty, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ProfilerServiceTest, PutListGetDeleteProfiles) {
+  const DataRegistry registry = DataRegistry::WithBuiltins();
+  pb::WorkloadProfile resnet = *registry.ResolveWorkload("resnet110");
+  pb::WorkloadProfile stored;
+  grpc::ClientContext c1;
+  ASSERT_TRUE(stub_->PutProfile(&c1, resnet, &stored).ok());
+  EXPECT_EQ(stored.version(), 1);
+  pb::WorkloadProfile unnamed;
+  grpc::ClientContext c2;
+  EXPECT_EQ(stub_->PutProfile(&c2, unnamed, &stored).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  grpc::ClientContext c3;
+  pb::ListProfilesResponse list;
+  ASSERT_TRUE(stub_->ListProfiles(&c3, pb::ListProfilesRequest(), &list).ok());
+  ASSERT_EQ(list.profiles_size(), 1);
+  pb::WorkloadProfile expected = resnet;
+  expected.set_version(1);
+  EXPECT_EQ(list.profiles(0).SerializeAsString(), expected.SerializeAsString());
+
+  grpc::ClientContext c4;
+  pb::DeleteProfileRequest del;
+  del.set_name("resnet110");
+  pb::DeleteProfileResponse deleted;
+  ASSERT_TRUE(stub_->DeleteProfile(&c4, del, &deleted).ok());
+  EXPECT_EQ(deleted.deleted(), 1);
+  grpc::ClientContext c5;
+  pb::GetProfileRequest get;
+  get.set_name("resnet110");
+  EXPECT_EQ(stub_->GetProfile(&c5, get, &stored).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ProfilerServiceTest, ImportsTheCmdareFolderFromAPath) {
+  const char* env = std::getenv("SPOTDNN_DATA_DIR");
+  const std::string dir =
+      std::string(env != nullptr && *env != '\0' ? env : SPOTDNN_DATA_DIR) + "/cmdare/p100";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "CM-DARE data not found at " << dir;
+  pb::ImportLogRequest request;
+  request.set_path(dir);
+  request.set_job_id("p100");
+  pb::ImportLogResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->ImportLog(&context, request, &response).ok());
+  EXPECT_EQ(response.files(), 32u);
+  EXPECT_EQ(response.imported(), 1520u);
+  EXPECT_EQ(*store_->CountSamples(), 1520);
+}
+
+// The real binary over one database file, started twice: what the first stored, the second serves.
+class ProfilerBinary {
+ public:
+  ProfilerBinary(const std::string& db, const std::string& port_file) : port_file_(port_file) {
+    const std::string binary = std::string(SPOTDNN_BINARY_DIR) + "/spotdnn-profiler";
+    std::filesystem::remove(port_file);
+    pid_ = fork();
+    if (pid_ == 0) {
+      const std::string port_flag = "--port_file=" + port_file, db_flag = "--db=" + db;
+      execl(binary.c_str(), binary.c_str(), "--listen=127.0.0.1:0", port_flag.c_str(),
+            db_flag.c_str(), nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 200 && port_ == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::ifstream in(port_file);
+      in >> port_;
+    }
+  }
+  // Sends SIGTERM and returns the exit status (-1 when killed by a signal).
+  int Stop() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    std::filesystem::remove(port_file_);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::string port_file_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+TEST(ProfilerBinaryTest, ServesOnAFreePortAndKeepsProfilesAcrossRestarts) {
+  ASSERT_TRUE(std::filesystem::exists(std::string(SPOTDNN_BINARY_DIR) + "/spotdnn-profiler"));
+  const std::string base = std::filesystem::temp_directory_path() /
+                           ("spotdnn-profiler-binary-" + std::to_string(::getpid()));
+  const std::string db = base + ".db";
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db + suffix);
+  {
+    ProfilerBinary server(db, base + ".port");
+    ASSERT_GT(server.pid(), 0);
+    ASSERT_GT(server.port(), 0) << "no port written";
+    auto stub = pb::Profiler::NewStub(MakeChannel("127.0.0.1:" + std::to_string(server.port())));
+    pb::WorkloadProfile profile = *DataRegistry::WithBuiltins().ResolveWorkload("resnet110");
+    pb::WorkloadProfile stored;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const grpc::Status s = stub->PutProfile(&context, profile, &stored);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(server.Stop(), 0);
+  }
+  {
+    ProfilerBinary server(db, base + ".port");
+    ASSERT_GT(server.port(), 0) << "no port written";
+    auto stub = pb::Profiler::NewStub(MakeChannel("127.0.0.1:" + std::to_string(server.port())));
+    pb::GetProfileRequest get;
+    get.set_name("resnet110");
+    pb::WorkloadProfile fetched;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const grpc::Status s = stub->GetProfile(&context, get, &fetched);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(fetched.version(), 1);
+    EXPECT_EQ(fetched.loss().g3(), 2507.6);
+    EXPECT_EQ(server.Stop(), 0);
+  }
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db + suffix);
+}
+
+}  // namespace
+}  // namespace spotdnn::services
