@@ -21,15 +21,15 @@ using services::pb::PredictBatchRequest;
 // ResNet-110 profile in the paper's variant, so R is computed.
 predictor::PerformanceModel PaperModel() {
   const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
-  predictor::InstanceCatalog catalog = services::ToDomain(*registry.ResolveCatalog("aws-paper-2023"));
+  predictor::InstanceCatalog catalog =
+      services::ToDomain(*registry.ResolveCatalog("aws-paper-2023"));
   predictor::WorkloadProfile profile = services::ToDomain(*registry.ResolveWorkload("resnet110"));
   profile.variant = predictor::ModelVariant::kPaper;
   profile.compute.clear();
   const double times[] = {0.21, 3.7, 0.9, 1.2, 0.87, 0.85, 0.83};
   for (size_t k = 0; k < catalog.types.size(); ++k) {
-    profile.compute.push_back({.instance_type = catalog.types[k].name,
-                               .batch_per_gpu = 256,
-                               .compute_time_s = times[k]});
+    profile.compute.push_back(
+        {.instance_type = catalog.types[k].name, .batch_per_gpu = 256, .compute_time_s = times[k]});
   }
   return *predictor::PerformanceModel::Create(profile, catalog);
 }

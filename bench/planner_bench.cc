@@ -25,7 +25,8 @@ using provisioner::PlanProblem;
 // GPUs' speeds (V100 < T4 < M60 < K80), the prototype's S_parm, B_req, contention and loss.
 predictor::PerformanceModel PaperModel() {
   const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
-  predictor::InstanceCatalog catalog = services::ToDomain(*registry.ResolveCatalog("aws-paper-2023"));
+  predictor::InstanceCatalog catalog =
+      services::ToDomain(*registry.ResolveCatalog("aws-paper-2023"));
   predictor::WorkloadProfile profile = services::ToDomain(*registry.ResolveWorkload("resnet110"));
   profile.variant = predictor::ModelVariant::kPaper;
   profile.compute = {{.gpu_type = "V100", .batch_per_gpu = 1024, .compute_time_s = 0.21},
@@ -40,9 +41,16 @@ predictor::PerformanceModel PaperModel() {
 predictor::PerformanceModel Synthetic20() {
   std::mt19937 rng(20);
   std::uniform_real_distribution<double> noise(0.8, 1.2);
-  const struct { const char* gpu; double time; double price; int batch; } gpus[] = {
-      {"V100", 0.21, 1.25, 1024}, {"A10G", 0.30, 0.60, 1024}, {"T4", 1.2, 0.36, 1024},
-      {"M60", 0.85, 0.34, 512}, {"K80", 0.38, 0.30, 1024}};
+  const struct {
+    const char* gpu;
+    double time;
+    double price;
+    int batch;
+  } gpus[] = {{"V100", 0.21, 1.25, 1024},
+              {"A10G", 0.30, 0.60, 1024},
+              {"T4", 1.2, 0.36, 1024},
+              {"M60", 0.85, 0.34, 512},
+              {"K80", 0.38, 0.30, 1024}};
   const int sizes[] = {1, 2, 4, 8};
   predictor::InstanceCatalog catalog;
   catalog.name = "synthetic-20";
@@ -55,9 +63,8 @@ predictor::PerformanceModel Synthetic20() {
       const std::string name = std::string(g.gpu) + "x" + std::to_string(s);
       const double spot = g.price * s * noise(rng);
       catalog.types.push_back({name, g.gpu, s, 16, spot, spot * 3, 16});
-      profile.compute.push_back({.instance_type = name,
-                                 .batch_per_gpu = g.batch,
-                                 .compute_time_s = g.time * noise(rng)});
+      profile.compute.push_back(
+          {.instance_type = name, .batch_per_gpu = g.batch, .compute_time_s = g.time * noise(rng)});
     }
   }
   catalog.parameter_server = {.instance_type = "m5.xlarge",

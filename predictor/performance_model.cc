@@ -34,8 +34,8 @@ absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profil
   if (auto s = profile.Validate(); !s.ok()) return s;
   if (auto s = catalog.Validate(); !s.ok()) return s;
   if (!(options.bandwidth_margin >= 0 && options.bandwidth_margin < 1)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "bandwidth_margin = %g: must be in [0, 1)", options.bandwidth_margin));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("bandwidth_margin = %g: must be in [0, 1)", options.bandwidth_margin));
   }
   if (!profile.loss) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -95,18 +95,17 @@ absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profil
         }
       }
       t.usable = t.unusable_reason.empty();
-      t.single_worker_time_s =
-          compute->measured_samples_per_s
-              ? t.batch_size / *compute->measured_samples_per_s
-              : t.compute_time_s + single_worker_comm + t.pcie_time_s;
+      t.single_worker_time_s = compute->measured_samples_per_s
+                                   ? t.batch_size / *compute->measured_samples_per_s
+                                   : t.compute_time_s + single_worker_comm + t.pcie_time_s;
     }
     if (!t.usable) reasons.push_back(t.unusable_reason);
     model.types_.push_back(std::move(t));
   }
   if (reasons.size() == model.types_.size()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("no instance type of catalog \"", catalog.name, "\" is usable: ",
-                     absl::StrJoin(reasons, "; ")));
+        absl::StrCat("no instance type of catalog \"", catalog.name,
+                     "\" is usable: ", absl::StrJoin(reasons, "; ")));
   }
   model.profile_ = std::move(profile);
   model.catalog_ = std::move(catalog);
@@ -133,10 +132,10 @@ bool PerformanceModel::EvaluateShape(absl::Span<const int> counts, int parameter
   }
   const ParameterServer& ps = catalog_.parameter_server;
   out.contention_probability = ContentionProbability(contention_, workers);
-  out.worker_bandwidth_mb_per_s =
-      WorkerBandwidth(profile_.required_bandwidth_mb_per_s, ps.bandwidth_mb_per_s * parameter_servers,
-                      workers, out.contention_probability) *
-      (1.0 - options_.bandwidth_margin);
+  out.worker_bandwidth_mb_per_s = WorkerBandwidth(profile_.required_bandwidth_mb_per_s,
+                                                  ps.bandwidth_mb_per_s * parameter_servers,
+                                                  workers, out.contention_probability) *
+                                  (1.0 - options_.bandwidth_margin);
   const double network_time = two_s_ / out.worker_bandwidth_mb_per_s;
 
   // One pass for eq. 2, v, and the sums eq. 5 needs; workers of a type share T_i and v_i.
@@ -216,18 +215,20 @@ absl::Status PerformanceModel::ErrorStatus(const Estimate& e, double target_loss
       return absl::InvalidArgumentError(
           "cluster is empty: give at least one instance type with a count above 0");
     case EstimateError::kUnusableType:
-      return absl::FailedPreconditionError(
-          absl::StrCat("cluster uses ", catalog_.types[e.unusable_type].name, ", which the model "
-                       "cannot predict: ", types_[e.unusable_type].unusable_reason));
+      return absl::FailedPreconditionError(absl::StrCat("cluster uses ",
+                                                        catalog_.types[e.unusable_type].name,
+                                                        ", which the model "
+                                                        "cannot predict: ",
+                                                        types_[e.unusable_type].unusable_reason));
     case EstimateError::kTargetAtOrBelowFloor:
       return absl::InvalidArgumentError(absl::StrFormat(
           "target_loss = %g: must be above the workload's loss floor g5 = %g, which training "
           "only approaches",
           target_loss, loss_.g5));
     case EstimateError::kNotReachable: {
-      const double start = LossAfter(loss_, e.wa_batch,
-                                     coefficients_.convergence_weight * e.convergence_coefficient,
-                                     e.workers, 0);
+      const double start =
+          LossAfter(loss_, e.wa_batch, coefficients_.convergence_weight * e.convergence_coefficient,
+                    e.workers, 0);
       return absl::InvalidArgumentError(absl::StrFormat(
           "target_loss = %g: the model's loss for this cluster starts at %g, so it needs %g "
           "normalized iterations (not positive); choose a lower target loss",

@@ -49,17 +49,17 @@ enum class EstimateError : std::uint8_t {
 // The cluster-level numbers of a prediction. Filled as far as the model got; read `error` first.
 struct Estimate {
   EstimateError error = EstimateError::kOk;
-  int unusable_type = -1;               // catalog index, for kUnusableType
-  int workers = 0;                      // |N|
-  double contention_probability = 0;    // P
-  double worker_bandwidth_mb_per_s = 0; // B_wk (the same for every worker)
-  double cluster_speed = 0;             // v, samples/s
-  double expected_iteration_time_s = 0; // T_exp
-  double wa_batch = 0;                  // b_w
-  double convergence_coefficient = 0;   // R
-  double normalized_iterations = 0;     // j
-  double time_s = 0;                    // T
-  double price_per_hour = 0;            // spot $/h of workers and parameter servers
+  int unusable_type = -1;                // catalog index, for kUnusableType
+  int workers = 0;                       // |N|
+  double contention_probability = 0;     // P
+  double worker_bandwidth_mb_per_s = 0;  // B_wk (the same for every worker)
+  double cluster_speed = 0;              // v, samples/s
+  double expected_iteration_time_s = 0;  // T_exp
+  double wa_batch = 0;                   // b_w
+  double convergence_coefficient = 0;    // R
+  double normalized_iterations = 0;      // j
+  double time_s = 0;                     // T
+  double price_per_hour = 0;             // spot $/h of workers and parameter servers
   double on_demand_price_per_hour = 0;
   double cost_usd = 0;
   double on_demand_cost_usd = 0;

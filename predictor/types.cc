@@ -58,9 +58,10 @@ absl::Status InstanceCatalog::Validate() const {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s.quota = %d (%s): must be >= 0", field, t.quota, t.name));
     }
-    for (auto [suffix, value] : {std::pair{".gpu_memory_gib", t.gpu_memory_gib},
-                                 std::pair{".spot_price_per_hour", t.spot_price_per_hour},
-                                 std::pair{".on_demand_price_per_hour", t.on_demand_price_per_hour}}) {
+    for (auto [suffix, value] :
+         {std::pair{".gpu_memory_gib", t.gpu_memory_gib},
+          std::pair{".spot_price_per_hour", t.spot_price_per_hour},
+          std::pair{".on_demand_price_per_hour", t.on_demand_price_per_hour}}) {
       if (auto s = RequireNonNegative(absl::StrCat(field, suffix), value); !s.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(s.message(), " (type ", t.name, ")"));
       }
@@ -177,8 +178,8 @@ absl::StatusOr<Cluster> MakeCluster(const InstanceCatalog& catalog,
   Cluster cluster;
   cluster.counts.assign(catalog.types.size(), 0);
   if (parameter_servers < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "cluster.parameter_servers = %d: must be at least 1", parameter_servers));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cluster.parameter_servers = %d: must be at least 1", parameter_servers));
   }
   cluster.parameter_servers = parameter_servers;
   std::vector<bool> given(catalog.types.size(), false);
@@ -187,15 +188,16 @@ absl::StatusOr<Cluster> MakeCluster(const InstanceCatalog& catalog,
     const int index = catalog.IndexOf(type);
     if (index < 0) {
       std::string known;
-      for (const InstanceType& t : catalog.types) absl::StrAppend(&known, known.empty() ? "" : ", ", t.name);
+      for (const InstanceType& t : catalog.types)
+        absl::StrAppend(&known, known.empty() ? "" : ", ", t.name);
       return absl::InvalidArgumentError(
           absl::StrFormat("cluster.instances[%d].instance_type = \"%s\": not in catalog \"%s\" "
                           "(it has %s)",
                           i, type, catalog.name, known));
     }
     if (count < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "cluster.instances[%d].count = %d (%s): must be >= 0", i, count, type));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cluster.instances[%d].count = %d (%s): must be >= 0", i, count, type));
     }
     if (given[index]) {
       return absl::InvalidArgumentError(absl::StrFormat(

@@ -18,17 +18,17 @@ namespace spotdnn::predictor {
 struct InstanceType {
   std::string name;
   std::string gpu_type;
-  int gpus = 1;                     // g_i
-  double gpu_memory_gib = 0;        // mem_k of one GPU (eq. 10)
-  double spot_price_per_hour = 0;   // p_m
+  int gpus = 1;                    // g_i
+  double gpu_memory_gib = 0;       // mem_k of one GPU (eq. 10)
+  double spot_price_per_hour = 0;  // p_m
   double on_demand_price_per_hour = 0;
-  int quota = 0;                    // Lim_m
+  int quota = 0;  // Lim_m
 };
 
 // The parameter server a cluster trains against; prices of 0 mean "not priced".
 struct ParameterServer {
   std::string instance_type;
-  double bandwidth_mb_per_s = 0;    // B_ps of one server
+  double bandwidth_mb_per_s = 0;  // B_ps of one server
   double spot_price_per_hour = 0;
   double on_demand_price_per_hour = 0;
 };
@@ -66,10 +66,10 @@ absl::string_view VariantName(ModelVariant variant);
 
 // Compute time of one worker for an instance type or for every type with a GPU type.
 struct ComputeProfile {
-  std::string instance_type;                  // set this or gpu_type
+  std::string instance_type;  // set this or gpu_type
   std::string gpu_type;
-  int batch_per_gpu = 0;                      // b_k profiled at; 0 = from the memory model
-  std::optional<double> compute_time_s;       // T_comp, or
+  int batch_per_gpu = 0;                         // b_k profiled at; 0 = from the memory model
+  std::optional<double> compute_time_s;          // T_comp, or
   std::optional<double> measured_samples_per_s;  // single-worker speed T_comp is derived from
 };
 
@@ -93,8 +93,8 @@ struct LossModel {
 // Everything the model knows about a training workload.
 struct WorkloadProfile {
   std::string name;
-  double parameter_size_mb = 0;               // S_parm
-  double required_bandwidth_mb_per_s = 0;     // B_req
+  double parameter_size_mb = 0;            // S_parm
+  double required_bandwidth_mb_per_s = 0;  // B_req
   std::vector<ComputeProfile> compute;
   std::optional<ContentionModel> contention;  // a1, b1
   std::optional<MemoryModel> memory;          // a2, b2

@@ -49,9 +49,8 @@ double MinRatio(double a0, double b0, const std::vector<double>& a, const std::v
   idx.resize(n);
   auto best_for = [&](double lambda, double& num, double& den) {
     std::iota(idx.begin(), idx.end(), 0);
-    std::sort(idx.begin(), idx.end(), [&](int i, int j) {
-      return a[i] - lambda * b[i] < a[j] - lambda * b[j];
-    });
+    std::sort(idx.begin(), idx.end(),
+              [&](int i, int j) { return a[i] - lambda * b[i] < a[j] - lambda * b[j]; });
     num = a0;
     den = b0;
     int left = m;
@@ -198,9 +197,8 @@ class BranchAndBound {
     if (n < min_after_[0] || n > max_after_[0]) return;
     Sums root;
     root.price = problem_.parameter_servers *
-                 (problem_.on_demand
-                      ? model_.catalog().parameter_server.on_demand_price_per_hour
-                      : model_.catalog().parameter_server.spot_price_per_hour);
+                 (problem_.on_demand ? model_.catalog().parameter_server.on_demand_price_per_hour
+                                     : model_.catalog().parameter_server.spot_price_per_hour);
     Dfs(0, n, root);
   }
 
@@ -228,9 +226,8 @@ class BranchAndBound {
     auto extreme = [&](auto value, bool largest) {
       order_.resize(rest);
       std::iota(order_.begin(), order_.end(), 0);
-      std::sort(order_.begin(), order_.end(), [&](int i, int j) {
-        return largest ? value(i) > value(j) : value(i) < value(j);
-      });
+      std::sort(order_.begin(), order_.end(),
+                [&](int i, int j) { return largest ? value(i) > value(j) : value(i) < value(j); });
       double sum = 0;
       int m = free;
       for (int i : order_) {
@@ -295,9 +292,9 @@ class BranchAndBound {
       const double rate_floor = j_lb / budget_time * (1 - kTolerance);
       if (rate_floor > rate_at_ratio_lb && rate_floor <= rate_ub) {
         for (size_t i = 0; i < rest; ++i) a_[i] = price(i);
-        ratio = std::max(ratio, MinSumWithFloor(base.price, base.rate, a_, b_, cap_, free,
-                                                rate_floor, idx_) /
-                                    rate_floor);
+        ratio = std::max(
+            ratio, MinSumWithFloor(base.price, base.rate, a_, b_, cap_, free, rate_floor, idx_) /
+                       rate_floor);
       }
     }
     bound.cost_usd = (j_lb * ratio + extra * (extra >= 0 ? price_lb : price_ub)) / 3600.0;

@@ -56,13 +56,12 @@ absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& p
   }
   if (!(p.current_loss > p.target_loss)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "current_loss = %g: the target loss %g is already reached", p.current_loss,
-        p.target_loss));
+        "current_loss = %g: the target loss %g is already reached", p.current_loss, p.target_loss));
   }
   for (size_t k = 0; k < types.size(); ++k) {
     if (p.min_counts[k] < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "existing count of %s = %d: must be >= 0", types[k].name, p.min_counts[k]));
+      return absl::InvalidArgumentError(absl::StrFormat("existing count of %s = %d: must be >= 0",
+                                                        types[k].name, p.min_counts[k]));
     }
     if (p.max_counts[k] < 0) {
       return absl::InvalidArgumentError(
@@ -74,29 +73,29 @@ absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& p
                        " cannot be planned with: ", model.types()[k].unusable_reason));
     }
     if (p.min_counts[k] > p.max_counts[k]) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "existing count of %s = %d exceeds its quota %d", types[k].name, p.min_counts[k],
-          p.max_counts[k]));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("existing count of %s = %d exceeds its quota %d", types[k].name,
+                          p.min_counts[k], p.max_counts[k]));
     }
   }
   const int existing = std::accumulate(p.min_counts.begin(), p.min_counts.end(), 0);
   if (p.max_workers > 0 && existing > p.max_workers) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "max_cluster_size = %d is below the %d instances already running", p.max_workers,
-        existing));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_cluster_size = %d is below the %d instances already running",
+                        p.max_workers, existing));
   }
   return absl::OkStatus();
 }
 
-bool Score(const PerformanceModel& model, const PlanProblem& problem,
-           absl::Span<const int> counts, Candidate& out) {
+bool Score(const PerformanceModel& model, const PlanProblem& problem, absl::Span<const int> counts,
+           Candidate& out) {
   out.estimate =
       model.Evaluate(counts, problem.target_loss, problem.parameter_servers, problem.current_loss);
   if (!out.estimate.ok()) return false;
   out.counts.assign(counts.begin(), counts.end());
   out.time_s = out.estimate.time_s + problem.overhead_s;
-  const double price = problem.on_demand ? out.estimate.on_demand_price_per_hour
-                                         : out.estimate.price_per_hour;
+  const double price =
+      problem.on_demand ? out.estimate.on_demand_price_per_hour : out.estimate.price_per_hour;
   out.cost_usd = out.time_s / 3600.0 * price;
   return true;
 }
@@ -122,8 +121,8 @@ bool Better(const Candidate& a, const Candidate& b, Objective objective) {
 uint64_t SearchSpaceSize(const PlanProblem& problem) {
   uint64_t size = 1;
   for (size_t k = 0; k < problem.max_counts.size(); ++k) {
-    const uint64_t choices = static_cast<uint64_t>(
-        std::max(0, problem.max_counts[k] - problem.min_counts[k]) + 1);
+    const uint64_t choices =
+        static_cast<uint64_t>(std::max(0, problem.max_counts[k] - problem.min_counts[k]) + 1);
     if (size > UINT64_MAX / choices) return UINT64_MAX;
     size *= choices;
   }

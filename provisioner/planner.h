@@ -34,16 +34,16 @@ inline constexpr uint64_t kDefaultExhaustiveLimit = 50'000'000;
 
 // One planning question. Counts are indexed like the model's catalog types.
 struct PlanProblem {
-  double target_loss = 0;             // L_obj
-  double current_loss = kInf;         // re-planning: the loss reached so far (kInf: from scratch)
-  double deadline_s = kInf;           // predicted time + overhead_s must not exceed it (T_obj)
-  double budget_usd = kInf;           // cost must not exceed it
-  double overhead_s = 0;              // T_ohd, added to every predicted time and paid for
-  std::vector<int> min_counts;        // instances that stay (already running, paid for)
-  std::vector<int> max_counts;        // quotas Lim_m (0 leaves a type out)
-  int max_workers = 0;                // largest cluster; 0 = no limit beyond the quotas
+  double target_loss = 0;       // L_obj
+  double current_loss = kInf;   // re-planning: the loss reached so far (kInf: from scratch)
+  double deadline_s = kInf;     // predicted time + overhead_s must not exceed it (T_obj)
+  double budget_usd = kInf;     // cost must not exceed it
+  double overhead_s = 0;        // T_ohd, added to every predicted time and paid for
+  std::vector<int> min_counts;  // instances that stay (already running, paid for)
+  std::vector<int> max_counts;  // quotas Lim_m (0 leaves a type out)
+  int max_workers = 0;          // largest cluster; 0 = no limit beyond the quotas
   int parameter_servers = 1;
-  bool on_demand = false;             // price with on-demand instead of spot prices
+  bool on_demand = false;  // price with on-demand instead of spot prices
   Objective objective = Objective::kMinCost;
 };
 
@@ -74,9 +74,9 @@ bool Better(const Candidate& a, const Candidate& b, Objective objective);
 
 struct PlanResult {
   bool feasible = false;
-  Candidate best;                 // when feasible
-  uint64_t evaluated = 0;         // clusters scored
-  uint64_t nodes = 0;             // search nodes visited (exact)
+  Candidate best;          // when feasible
+  uint64_t evaluated = 0;  // clusters scored
+  uint64_t nodes = 0;      // search nodes visited (exact)
 };
 
 // The optimum under the model by branch and bound over compositions, one cluster size at a time.
@@ -92,7 +92,8 @@ absl::StatusOr<PlanResult> SolveExhaustive(const PerformanceModel& model,
 PlanResult SolveSpotdnn(const PerformanceModel& model, const PlanProblem& problem);
 // Dispatches on `strategy`.
 absl::StatusOr<PlanResult> Solve(const PerformanceModel& model, const PlanProblem& problem,
-                                 Strategy strategy, uint64_t exhaustive_limit = kDefaultExhaustiveLimit);
+                                 Strategy strategy,
+                                 uint64_t exhaustive_limit = kDefaultExhaustiveLimit);
 
 // The best plan that uses one instance type only (besides running instances).
 PlanResult CheapestHomogeneous(const PerformanceModel& model, const PlanProblem& problem);

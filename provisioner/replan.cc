@@ -18,8 +18,7 @@ absl::StatusOr<double> LossAfterIterations(const PerformanceModel& model,
   }
   // The loss curve's slope does not depend on the target; any target above g5 evaluates the shape.
   const predictor::LossModel& loss = *model.profile().loss;
-  const Estimate e =
-      model.Evaluate(counts, std::numeric_limits<double>::max(), parameter_servers);
+  const Estimate e = model.Evaluate(counts, std::numeric_limits<double>::max(), parameter_servers);
   if (e.error == predictor::EstimateError::kEmptyCluster ||
       e.error == predictor::EstimateError::kUnusableType) {
     return absl::InvalidArgumentError(

@@ -12,20 +12,20 @@ namespace spotdnn::provisioner {
 
 // Where a job stands when an instance is revoked.
 struct JobProgress {
-  double elapsed_s = 0;              // since the job started (its deadline counts from there)
-  double current_loss = kInf;        // the loss reached, when known
-  double iterations_done = 0;        // otherwise: normalized iterations done ...
-  std::vector<int> cluster_before;   // ... on this cluster (catalog-indexed)
+  double elapsed_s = 0;             // since the job started (its deadline counts from there)
+  double current_loss = kInf;       // the loss reached, when known
+  double iterations_done = 0;       // otherwise: normalized iterations done ...
+  std::vector<int> cluster_before;  // ... on this cluster (catalog-indexed)
 };
 
 struct ReplanResult {
   bool feasible = false;
-  Candidate plan;                   // the whole cluster from now on (survivors + takeover)
-  std::vector<int> to_launch;       // the takeover instances
-  double current_loss = 0;          // the loss the rest of the job starts from
-  double remaining_s = 0;           // deadline - elapsed
-  double best_finish_s = kInf;      // when infeasible: earliest finish since the job started
-  Candidate fastest;                // and the plan that achieves it
+  Candidate plan;               // the whole cluster from now on (survivors + takeover)
+  std::vector<int> to_launch;   // the takeover instances
+  double current_loss = 0;      // the loss the rest of the job starts from
+  double remaining_s = 0;       // deadline - elapsed
+  double best_finish_s = kInf;  // when infeasible: earliest finish since the job started
+  Candidate fastest;            // and the plan that achieves it
   uint64_t evaluated = 0;
 };
 

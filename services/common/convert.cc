@@ -22,11 +22,11 @@ predictor::InstanceCatalog ToDomain(const pb::InstanceCatalog& in) {
                          .on_demand_price_per_hour = t.on_demand_price_per_hour(),
                          .quota = t.quota()});
   }
-  out.parameter_server = {.instance_type = in.parameter_server().instance_type(),
-                          .bandwidth_mb_per_s = in.parameter_server().bandwidth_mb_per_s(),
-                          .spot_price_per_hour = in.parameter_server().spot_price_per_hour(),
-                          .on_demand_price_per_hour =
-                              in.parameter_server().on_demand_price_per_hour()};
+  out.parameter_server = {
+      .instance_type = in.parameter_server().instance_type(),
+      .bandwidth_mb_per_s = in.parameter_server().bandwidth_mb_per_s(),
+      .spot_price_per_hour = in.parameter_server().spot_price_per_hour(),
+      .on_demand_price_per_hour = in.parameter_server().on_demand_price_per_hour()};
   out.pcie_bandwidth_mb_per_s = in.pcie_bandwidth_mb_per_s();
   return out;
 }
@@ -62,7 +62,8 @@ absl::StatusOr<predictor::Cluster> ToDomain(const pb::Cluster& in,
                                             absl::string_view field) {
   std::vector<std::pair<std::string, int>> counts;
   counts.reserve(in.instances_size());
-  for (const pb::InstanceCount& c : in.instances()) counts.emplace_back(c.instance_type(), c.count());
+  for (const pb::InstanceCount& c : in.instances())
+    counts.emplace_back(c.instance_type(), c.count());
   auto cluster = predictor::MakeCluster(catalog, counts,
                                         in.parameter_servers() == 0 ? 1 : in.parameter_servers());
   if (!cluster.ok() && field != "cluster") {

@@ -44,8 +44,8 @@ absl::StatusOr<Message> Resolve(const Map& map, absl::string_view kind,
   }
   auto it = map.find(std::string(name_or_path));
   if (it == map.end()) {
-    return absl::NotFoundError(absl::StrCat(kind, " \"", name_or_path, "\" not found; known ",
-                                            kind, "s: ", KnownNames(map),
+    return absl::NotFoundError(absl::StrCat(kind, " \"", name_or_path, "\" not found; known ", kind,
+                                            "s: ", KnownNames(map),
                                             " (or give a path to a JSON file)"));
   }
   return it->second;
@@ -57,8 +57,8 @@ absl::Status AddDir(const std::string& dir, absl::string_view kind,
   std::error_code ec;
   std::filesystem::directory_iterator it(dir, ec);
   if (ec) {
-    return absl::NotFoundError(absl::StrCat("cannot list ", kind, " folder ", dir, ": ",
-                                            ec.message()));
+    return absl::NotFoundError(
+        absl::StrCat("cannot list ", kind, " folder ", dir, ": ", ec.message()));
   }
   std::vector<std::filesystem::path> files;
   for (const auto& entry : it) {
@@ -84,8 +84,8 @@ absl::Status ParseJson(absl::string_view json, absl::string_view source,
       google::protobuf::StringPiece(json.data(), json.size()), message, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": not a valid ",
-                                                   message->GetDescriptor()->name(), " JSON: ",
-                                                   std::string(status.message())));
+                                                   message->GetDescriptor()->name(),
+                                                   " JSON: ", std::string(status.message())));
   }
   return absl::OkStatus();
 }

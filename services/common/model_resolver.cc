@@ -29,8 +29,9 @@ absl::StatusOr<std::shared_ptr<const predictor::PerformanceModel>> ModelResolver
   pb::WorkloadProfile profile;
   if (workload.has_name()) {
     if (LooksLikePath(workload.name())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "workload.name = \"", workload.name(), "\": the server reads no files; send the profile"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("workload.name = \"", workload.name(),
+                       "\": the server reads no files; send the profile"));
     }
     auto resolved = registry_->ResolveWorkload(workload.name());
     if (!resolved.ok()) return resolved.status();
@@ -50,8 +51,8 @@ absl::StatusOr<std::shared_ptr<const predictor::PerformanceModel>> ModelResolver
   } else {
     instance_catalog = catalog.catalog();
   }
-  auto model = predictor::PerformanceModel::Create(ToDomain(profile), ToDomain(instance_catalog),
-                                                   options);
+  auto model =
+      predictor::PerformanceModel::Create(ToDomain(profile), ToDomain(instance_catalog), options);
   if (!model.ok()) return model.status();
   auto shared = std::make_shared<const predictor::PerformanceModel>(*std::move(model));
   if (named) {

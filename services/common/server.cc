@@ -39,8 +39,8 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
   for (grpc::Service* service : services) builder.RegisterService(service);
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || (!listen.empty() && started.port == 0)) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on \"", listen,
-                                               "\": address invalid or in use"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on \"", listen, "\": address invalid or in use"));
   }
   return started;
 }

@@ -43,6 +43,14 @@ int WaitForShutdownSignal();
 int ServeUntilSignal(const std::string& service_name, const std::string& listen,
                      const std::string& port_file, const std::vector<grpc::Service*>& services);
 
+// The body of a service main whose service is built from the data registry (built-ins plus the
+// JSON files in `catalog_dir` and `workload_dir`): loads it, constructs `Service` from it and
+// serves until SIGTERM. Returns 2 when a folder cannot be read.
+template <typename Service>
+int ServeWithRegistry(const std::string& service_name, const std::string& listen,
+                      const std::string& port_file, const std::string& catalog_dir,
+                      const std::string& workload_dir);
+
 }  // namespace spotdnn::services
 
 #endif  // SPOTDNN_SERVICES_COMMON_SERVER_H_

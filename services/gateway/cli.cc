@@ -6,8 +6,8 @@
 #include "absl/strings/str_join.h"
 #include "services/common/convert.h"
 #include "services/common/server.h"
-#include "services/gateway/output.h"
 #include "services/gateway/connection.h"
+#include "services/gateway/output.h"
 #include "services/predictor/predictor_service.h"
 #include "services/provisioner/provisioner_service.h"
 
@@ -194,8 +194,8 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
       out << ProfileUsage();
       return kExitOk;
     }
-    out << (topic == "predict"  ? kPredictUsage
-            : topic == "plan" ? kPlanUsage
+    out << (topic == "predict"                            ? kPredictUsage
+            : topic == "plan"                             ? kPlanUsage
             : topic == "catalogs" || topic == "workloads" ? kListUsage
                                                           : kUsage);
     return kExitOk;
@@ -225,11 +225,11 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
       return kExitOk;
     }
     auto args = Args::Parse(
-        rest, {.values = {"--workload", "--catalog", "--loss", "--deadline", "--mode", "--budget",
-                          "--strategy", "--quota", "--existing", "--margin", "--overhead",
-                          "--max-size", "--parameter-servers", "--exhaustive-limit", "--plot",
-                          "--server"},
-               .switches = {"--json", "--on-demand"}});
+        rest,
+        {.values = {"--workload", "--catalog", "--loss", "--deadline", "--mode", "--budget",
+                    "--strategy", "--quota", "--existing", "--margin", "--overhead", "--max-size",
+                    "--parameter-servers", "--exhaustive-limit", "--plot", "--server"},
+         .switches = {"--json", "--on-demand"}});
     Io io{out, err, std::find(rest.begin(), rest.end(), "--json") != rest.end()};
     if (!args.ok()) {
       ReportError(args.status(), command, io);

@@ -10,8 +10,8 @@
 #include "services/common/data_registry.h"
 #include "services/gateway/cli_args.h"
 #include "spotdnn/v1/predictor.grpc.pb.h"
-#include "spotdnn/v1/provisioner.grpc.pb.h"
 #include "spotdnn/v1/profiler.grpc.pb.h"
+#include "spotdnn/v1/provisioner.grpc.pb.h"
 
 namespace spotdnn::gateway {
 

@@ -28,8 +28,8 @@ absl::StatusOr<Args> Args::Parse(const std::vector<std::string>& argv, const Fla
     }
     if (spec.switches.contains(flag)) {
       if (value) {
-        return absl::InvalidArgumentError(absl::StrCat(flag, " takes no value (got \"", *value,
-                                                       "\")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, " takes no value (got \"", *value, "\")"));
       }
       value = "";
     } else if (spec.values.contains(flag)) {
@@ -66,8 +66,7 @@ absl::StatusOr<std::string> Args::Required(absl::string_view flag) const {
 absl::StatusOr<double> ParseNumber(absl::string_view flag, absl::string_view text) {
   double value = 0;
   if (!absl::SimpleAtod(text, &value) || !std::isfinite(value)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " = \"", text, "\": not a finite number"));
+    return absl::InvalidArgumentError(absl::StrCat(flag, " = \"", text, "\": not a finite number"));
   }
   return value;
 }
@@ -97,8 +96,8 @@ absl::StatusOr<std::vector<std::pair<std::string, int>>> ParseCounts(absl::strin
     }
     int count = 0;
     if (!absl::SimpleAtoi(parts[1], &count)) {
-      return absl::InvalidArgumentError(absl::StrCat(flag, ": \"", item, "\": count \"", parts[1],
-                                                     "\" is not a whole number"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": \"", item, "\": count \"", parts[1], "\" is not a whole number"));
     }
     if (count < 0) {
       return absl::InvalidArgumentError(
@@ -118,8 +117,8 @@ absl::StatusOr<std::vector<std::pair<std::string, int>>> ParseCounts(absl::strin
 }
 
 absl::StatusOr<double> ParseDuration(absl::string_view flag, absl::string_view text) {
-  const std::string bad = absl::StrCat(flag, " = \"", text,
-                                       "\": not a duration (e.g. 2400, 2400s, 40m, 1.5h, 1h30m)");
+  const std::string bad =
+      absl::StrCat(flag, " = \"", text, "\": not a duration (e.g. 2400, 2400s, 40m, 1.5h, 1h30m)");
   absl::string_view rest = absl::StripAsciiWhitespace(text);
   if (rest.empty()) return absl::InvalidArgumentError(bad);
   double total = 0;
@@ -134,11 +133,20 @@ absl::StatusOr<double> ParseDuration(absl::string_view flag, absl::string_view t
     double unit = 1;
     if (!rest.empty()) {
       switch (rest[0]) {
-        case 's': unit = 1; break;
-        case 'm': unit = 60; break;
-        case 'h': unit = 3600; break;
-        case 'd': unit = 86400; break;
-        default: return absl::InvalidArgumentError(bad);
+        case 's':
+          unit = 1;
+          break;
+        case 'm':
+          unit = 60;
+          break;
+        case 'h':
+          unit = 3600;
+          break;
+        case 'd':
+          unit = 86400;
+          break;
+        default:
+          return absl::InvalidArgumentError(bad);
       }
       rest.remove_prefix(1);
     } else if (total != 0) {

@@ -50,11 +50,21 @@ std::string JsonString(std::string_view text) {
   std::string out = "\"";
   for (char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += absl::StrFormat("\\u%04x", c);
@@ -126,11 +136,20 @@ std::string XmlEscape(std::string_view text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -163,7 +182,9 @@ std::string SvgChart(const std::vector<ChartPoint>& points, std::string_view tit
   y_lo = std::max(0.0, y_lo - y_pad);
   y_hi += y_pad;
   auto sx = [&](double x) { return kLeft + (x - x_lo) / (x_hi - x_lo) * (kW - kLeft - kRight); };
-  auto sy = [&](double y) { return kH - kBottom - (y - y_lo) / (y_hi - y_lo) * (kH - kTop - kBottom); };
+  auto sy = [&](double y) {
+    return kH - kBottom - (y - y_lo) / (y_hi - y_lo) * (kH - kTop - kBottom);
+  };
   std::string svg = absl::StrFormat(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
       "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n"
@@ -171,11 +192,11 @@ std::string SvgChart(const std::vector<ChartPoint>& points, std::string_view tit
       "<text x=\"%.0f\" y=\"28\" font-size=\"16\" text-anchor=\"middle\">%s</text>\n",
       kW, kH, kW, kH, kW / 2, XmlEscape(title));
   // Axes, grid and ticks.
-  absl::StrAppendFormat(&svg,
-                        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n"
-                        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n",
-                        kLeft, kH - kBottom, kW - kRight, kH - kBottom, kLeft, kTop, kLeft,
-                        kH - kBottom);
+  absl::StrAppendFormat(
+      &svg,
+      "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n"
+      "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n",
+      kLeft, kH - kBottom, kW - kRight, kH - kBottom, kLeft, kTop, kLeft, kH - kBottom);
   for (double t : Ticks(x_lo, x_hi)) {
     absl::StrAppendFormat(&svg,
                           "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
@@ -195,11 +216,12 @@ std::string SvgChart(const std::vector<ChartPoint>& points, std::string_view tit
                         (kLeft + kW - kRight) / 2, kH - 18, XmlEscape(x_label),
                         (kTop + kH - kBottom) / 2, XmlEscape(y_label));
   if (std::isfinite(marker_x)) {
-    absl::StrAppendFormat(&svg,
-                          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" "
-                          "stroke-dasharray=\"6 4\"/><text x=\"%.1f\" y=\"%.1f\" fill=\"#555\">%s</text>\n",
-                          sx(marker_x), kTop, sx(marker_x), kH - kBottom, sx(marker_x) + 4,
-                          kTop + 14, XmlEscape(marker_label));
+    absl::StrAppendFormat(
+        &svg,
+        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" "
+        "stroke-dasharray=\"6 4\"/><text x=\"%.1f\" y=\"%.1f\" fill=\"#555\">%s</text>\n",
+        sx(marker_x), kTop, sx(marker_x), kH - kBottom, sx(marker_x) + 4, kTop + 14,
+        XmlEscape(marker_label));
   }
   // The frontier as a step line (a plan's cost holds until the next, slower and cheaper one).
   if (points.size() > 1) {

@@ -51,7 +51,7 @@ class JsonObject {
 struct ChartPoint {
   double x = 0;
   double y = 0;
-  std::string label;      // shown beside highlighted points
+  std::string label;  // shown beside highlighted points
   bool highlight = false;
 };
 

@@ -79,8 +79,7 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
     out << "No plan meets the SLO: " << p.reason() << "\n";
     if (r.fastest_time_s() > 0) {
       out << "Fastest achievable: " << Fixed(r.fastest_time_s(), 1) << " s ("
-          << HumanDuration(r.fastest_time_s()) << ") for " << Dollars(r.fastest_cost_usd())
-          << "\n";
+          << HumanDuration(r.fastest_time_s()) << ") for " << Dollars(r.fastest_cost_usd()) << "\n";
     }
   } else {
     Table types({"instance type", "count", "to launch", "GPUs", "batch", "T_i (s)", "samples/s"});
@@ -96,11 +95,12 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
     types.Print(out);
     out << "\n";
     Table summary({"quantity", "value"});
-    summary.AddRow({"predicted time", absl::StrCat(Fixed(p.time_s(), 2), " s (",
-                                                   HumanDuration(p.time_s()), ")")});
+    summary.AddRow({"predicted time",
+                    absl::StrCat(Fixed(p.time_s(), 2), " s (", HumanDuration(p.time_s()), ")")});
     summary.AddRow({"normalized iterations j", Fixed(p.prediction().normalized_iterations(), 0)});
     summary.AddRow({"WA batch b_w", Fixed(p.prediction().wa_batch(), 1)});
-    summary.AddRow({"convergence coefficient R", Fixed(p.prediction().convergence_coefficient(), 4)});
+    summary.AddRow(
+        {"convergence coefficient R", Fixed(p.prediction().convergence_coefficient(), 4)});
     summary.AddRow({"cluster speed (samples/s)", Fixed(p.prediction().cluster_speed(), 1)});
     summary.AddRow({"cost", Dollars(p.cost_usd())});
     summary.AddRow({"solve time", absl::StrFormat("%.2f ms, %d clusters evaluated", p.solve_ms(),
@@ -117,10 +117,9 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
         compare.AddRow({name, "none meets the SLO", "-", "-", "-"});
         return;
       }
-      compare.AddRow({name, Instances(b.cluster()), HumanDuration(b.time_s()),
-                      Dollars(b.cost_usd()),
-                      budget ? Excess(b.time_s(), p.time_s()) + " time"
-                             : Excess(b.cost_usd(), p.cost_usd())});
+      compare.AddRow(
+          {name, Instances(b.cluster()), HumanDuration(b.time_s()), Dollars(b.cost_usd()),
+           budget ? Excess(b.time_s(), p.time_s()) + " time" : Excess(b.cost_usd(), p.cost_usd())});
     };
     baseline(r.spotdnn_baseline(), "spotdnn heuristic");
     baseline(r.homogeneous_baseline(), "cheapest homogeneous");
@@ -153,7 +152,8 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   pb::PlanRequest request;
   request.set_mode(mode == "budget" ? pb::PLAN_MODE_BUDGET : pb::PLAN_MODE_DEADLINE);
   for (const char* flag : {"--workload", "--catalog", "--loss"}) {
-    if (!args.Has(flag)) return fail(absl::InvalidArgumentError(absl::StrCat("missing required flag ", flag)));
+    if (!args.Has(flag))
+      return fail(absl::InvalidArgumentError(absl::StrCat("missing required flag ", flag)));
   }
   const std::string workload = *args.Get("--workload"), catalog = *args.Get("--catalog");
   auto workload_ref = WorkloadRefFor(workload, local);
@@ -243,7 +243,8 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   }
   const auto plot = args.Get("--plot");
   if (plot && mode != "frontier") {
-    return fail(absl::InvalidArgumentError("--plot draws the frontier: use it with --mode frontier"));
+    return fail(
+        absl::InvalidArgumentError("--plot draws the frontier: use it with --mode frontier"));
   }
   const auto deadline = std::chrono::system_clock::now() + std::chrono::minutes(10);
 
@@ -288,20 +289,20 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
       std::vector<ChartPoint> points;
       for (int i = 0; i < n; ++i) {
         const pb::Plan& p = response.plans(i);
-        points.push_back({p.time_s() / 60, p.cost_usd(),
-                          absl::StrCat("plan: ", Instances(p.cluster()), ", ",
-                                       Dollars(p.cost_usd())),
-                          i == n - 1});
+        points.push_back(
+            {p.time_s() / 60, p.cost_usd(),
+             absl::StrCat("plan: ", Instances(p.cluster()), ", ", Dollars(p.cost_usd())),
+             i == n - 1});
       }
       const double d = request.slo().deadline_s();
-      const std::string svg = SvgChart(
-          points, absl::StrCat("Time/cost frontier: ", workload, ", loss ", *loss),
-          "predicted time (min)", "cost (USD)", d > 0 ? d / 60 : NAN, "deadline");
+      const std::string svg =
+          SvgChart(points, absl::StrCat("Time/cost frontier: ", workload, ", loss ", *loss),
+                   "predicted time (min)", "cost (USD)", d > 0 ? d / 60 : NAN, "deadline");
       std::ofstream file(*plot, std::ios::trunc);
       file << svg;
       if (!file) {
-        return fail(absl::PermissionDeniedError(absl::StrCat("--plot = \"", *plot,
-                                                             "\": cannot write the file")));
+        return fail(absl::PermissionDeniedError(
+            absl::StrCat("--plot = \"", *plot, "\": cannot write the file")));
       }
       if (!io.json) io.out << "frontier chart written to " << *plot << "\n";
     }

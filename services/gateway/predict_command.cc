@@ -13,10 +13,10 @@ namespace {
 void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveResponse* curve,
                      std::ostream& out) {
   const pb::Prediction& p = response.prediction();
-  out << "Prediction: " << response.workload() << " on " << response.catalog()
-      << ", target loss " << p.target_loss() << "\n\n";
-  Table workers({"instance type", "count", "GPUs", "batch", "T_comp (s)", "T_comm (s)",
-                 "T_i (s)", "samples/s"});
+  out << "Prediction: " << response.workload() << " on " << response.catalog() << ", target loss "
+      << p.target_loss() << "\n\n";
+  Table workers({"instance type", "count", "GPUs", "batch", "T_comp (s)", "T_comm (s)", "T_i (s)",
+                 "samples/s"});
   for (const pb::WorkerPrediction& w : p.workers()) {
     workers.AddRow({w.instance_type(), absl::StrCat(w.count()), absl::StrCat(w.gpus()),
                     absl::StrCat(w.batch_size()), Fixed(w.compute_time_s(), 5),
@@ -36,23 +36,24 @@ void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveRes
   summary.AddRow({"WA batch b_w", Fixed(p.wa_batch(), 1)});
   summary.AddRow({"convergence coefficient R", Fixed(p.convergence_coefficient(), 4)});
   summary.AddRow({"normalized iterations j", Fixed(p.normalized_iterations(), 0)});
-  summary.AddRow({"time T (s)", absl::StrCat(Fixed(p.time_s(), 2), " (",
-                                             HumanDuration(p.time_s()), ")")});
-  summary.AddRow({"spot cost", absl::StrCat(Dollars(p.cost_usd()), " (",
-                                            Dollars(p.price_per_hour()), "/h)")});
+  summary.AddRow(
+      {"time T (s)", absl::StrCat(Fixed(p.time_s(), 2), " (", HumanDuration(p.time_s()), ")")});
+  summary.AddRow(
+      {"spot cost", absl::StrCat(Dollars(p.cost_usd()), " (", Dollars(p.price_per_hour()), "/h)")});
   summary.AddRow({"on-demand cost", absl::StrCat(Dollars(p.on_demand_cost_usd()), " (",
                                                  Dollars(p.on_demand_price_per_hour()), "/h)")});
   if (p.on_demand_cost_usd() > 0) {
-    summary.AddRow({"spot saving", absl::StrFormat("%.1f%%", 100.0 * (1 - p.cost_usd() /
-                                                                           p.on_demand_cost_usd()))});
+    summary.AddRow(
+        {"spot saving",
+         absl::StrFormat("%.1f%%", 100.0 * (1 - p.cost_usd() / p.on_demand_cost_usd()))});
   }
   summary.Print(out);
   if (curve != nullptr) {
     out << "\nPredicted loss curve\n";
     Table points({"time (s)", "iterations", "loss"});
     for (const pb::LossPoint& pt : curve->points()) {
-      points.AddRow({Fixed(pt.time_s(), 1), Fixed(pt.normalized_iterations(), 0),
-                     Fixed(pt.loss(), 4)});
+      points.AddRow(
+          {Fixed(pt.time_s(), 1), Fixed(pt.normalized_iterations(), 0), Fixed(pt.loss(), 4)});
     }
     points.Print(out);
   }

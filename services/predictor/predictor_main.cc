@@ -1,14 +1,11 @@
 // spotdnn-predictor: the performance model as a gRPC service.
-#include <memory>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "services/common/server.h"
+#include "services/common/serve_with_registry.h"
 #include "services/predictor/predictor_service.h"
-#include "spdlog/sinks/stdout_color_sinks.h"
-#include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "host:port to serve on; port 0 picks a free port (logged, and written to --port_file)");
@@ -21,18 +18,7 @@ int main(int argc, char** argv) {
   spotdnn::services::BlockShutdownSignals();
   absl::SetProgramUsageMessage("The spotdnn training-performance predictor (gRPC).");
   absl::ParseCommandLine(argc, argv);
-  auto logger = spdlog::stderr_color_mt("spotdnn-predictor");
-
-  auto loaded = spotdnn::services::DataRegistry::WithBuiltinsAndDirs(
+  return spotdnn::services::ServeWithRegistry<spotdnn::services::PredictorServiceImpl>(
+      "spotdnn-predictor", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_port_file),
       absl::GetFlag(FLAGS_catalog_dir), absl::GetFlag(FLAGS_workload_dir));
-  if (!loaded.ok()) {
-    logger->error("{}", std::string(loaded.status().message()));
-    return 2;
-  }
-  auto registry = std::make_shared<spotdnn::services::DataRegistry>(*std::move(loaded));
-  logger->info("{} catalogs, {} workloads", registry->catalogs().size(),
-               registry->workloads().size());
-  spotdnn::services::PredictorServiceImpl service(registry);
-  return spotdnn::services::ServeUntilSignal("spotdnn-predictor", absl::GetFlag(FLAGS_listen),
-                                             absl::GetFlag(FLAGS_port_file), {&service});
 }

@@ -28,8 +28,7 @@ class PredictorServiceImpl final : public pb::Predictor::Service {
                          pb::LossCurveResponse* response) override;
   grpc::Status ListCatalogs(grpc::ServerContext* context, const pb::ListCatalogsRequest* request,
                             pb::ListCatalogsResponse* response) override;
-  grpc::Status ListWorkloads(grpc::ServerContext* context,
-                             const pb::ListWorkloadsRequest* request,
+  grpc::Status ListWorkloads(grpc::ServerContext* context, const pb::ListWorkloadsRequest* request,
                              pb::ListWorkloadsResponse* response) override;
 
  private:

@@ -122,9 +122,9 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
         absl::StrFormat("slo.target_loss = %g: must be a finite number", slo.target_loss()));
   }
   if (!(slo.target_loss() > m.profile().loss->g5)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "slo.target_loss = %g: must be above the workload's loss floor g5 = %g",
-        slo.target_loss(), m.profile().loss->g5));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("slo.target_loss = %g: must be above the workload's loss floor g5 = %g",
+                        slo.target_loss(), m.profile().loss->g5));
   }
   in.problem = provisioner::DefaultProblem(m, slo.target_loss());
   auto deadline = Optional("slo.deadline_s", slo.deadline_s());
@@ -144,9 +144,9 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
           q.instance_type(), m.catalog().name));
     }
     if (q.count() < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "options.quota_overrides[%d].count = %d (%s): must be >= 0", i, q.count(),
-          q.instance_type()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("options.quota_overrides[%d].count = %d (%s): must be >= 0", i, q.count(),
+                          q.instance_type()));
     }
     in.problem.max_counts[k] = m.types()[k].usable ? q.count() : 0;
   }
@@ -163,7 +163,8 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
   in.problem.on_demand = options.on_demand_prices();
   in.problem.overhead_s = options.revocation_overhead_s();
   in.problem.max_workers = options.max_cluster_size();
-  if (options.strategy() == pb::PLAN_STRATEGY_SPOTDNN) in.strategy = provisioner::Strategy::kSpotdnn;
+  if (options.strategy() == pb::PLAN_STRATEGY_SPOTDNN)
+    in.strategy = provisioner::Strategy::kSpotdnn;
   if (options.strategy() == pb::PLAN_STRATEGY_EXHAUSTIVE) {
     in.strategy = provisioner::Strategy::kExhaustive;
   }
@@ -219,13 +220,11 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRe
   return grpc::Status::OK;
 }
 
-grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext*,
-                                            const pb::ReplanRequest* request,
+grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext*, const pb::ReplanRequest* request,
                                             pb::ReplanResponse* response) {
   pb::PlanOptions options = request->options();
   *options.mutable_existing() = request->survivors();
-  auto in =
-      ToPlanInputs(models_, request->workload(), request->catalog(), request->slo(), options);
+  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), request->slo(), options);
   if (!in.ok()) return ToGrpc(in.status());
   const pb::JobProgress& p = request->progress();
   provisioner::JobProgress progress;

@@ -17,7 +17,8 @@ TEST(Args, ParsesBothFlagFormsAndSwitches) {
   EXPECT_EQ(args->Get("--cluster"), "a=1,b=2");
   EXPECT_TRUE(args->Switch("--json"));
   EXPECT_EQ(args->positional(), std::vector<std::string>{"extra"});
-  EXPECT_THAT(args->Required("--nope").status().message(), HasSubstr("missing required flag --nope"));
+  EXPECT_THAT(args->Required("--nope").status().message(),
+              HasSubstr("missing required flag --nope"));
 }
 
 TEST(Args, RejectsUnknownRepeatedAndValuelessFlags) {

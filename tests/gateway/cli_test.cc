@@ -9,6 +9,7 @@
 #include "services/common/server.h"
 #include "services/predictor/predictor_service.h"
 #include "spotdnn/v1/predictor_mock.grpc.pb.h"
+#include "tests/gateway/cli_runner.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -17,18 +18,6 @@ using ::testing::_;
 using ::testing::HasSubstr;
 using ::testing::Return;
 
-struct CliRun {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-CliRun Cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  const int code = RunCli(args, out, err);
-  return {code, out.str(), err.str()};
-}
-
 google::protobuf::Struct ParseJsonObject(const std::string& text) {
   google::protobuf::Struct object;
   auto status = google::protobuf::util::JsonStringToMessage(text, &object);
@@ -36,19 +25,25 @@ google::protobuf::Struct ParseJsonObject(const std::string& text) {
   return object;
 }
 
-const std::vector<std::string> kPredict = {"predict", "--workload", "resnet110", "--catalog",
-                                           "aws-spotdnn-prototype", "--cluster",
-                                           "p2.xlarge=2,g3.8xlarge=4", "--loss", "0.8"};
+const std::vector<std::string> kPredict = {"predict",
+                                           "--workload",
+                                           "resnet110",
+                                           "--catalog",
+                                           "aws-spotdnn-prototype",
+                                           "--cluster",
+                                           "p2.xlarge=2,g3.8xlarge=4",
+                                           "--loss",
+                                           "0.8"};
 
 TEST(PredictCommand, PrintsATableWithTheModelsNumbers) {
   const CliRun r = Cli(kPredict);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("p2.xlarge"));
-  EXPECT_THAT(r.out, HasSubstr("7807.57"));   // cluster speed
-  EXPECT_THAT(r.out, HasSubstr("17926"));     // normalized iterations
-  EXPECT_THAT(r.out, HasSubstr("2351.08"));   // time
-  EXPECT_THAT(r.out, HasSubstr("$2.9859"));   // spot cost
-  EXPECT_THAT(r.out, HasSubstr("1024.0"));    // WA batch
+  EXPECT_THAT(r.out, HasSubstr("7807.57"));  // cluster speed
+  EXPECT_THAT(r.out, HasSubstr("17926"));    // normalized iterations
+  EXPECT_THAT(r.out, HasSubstr("2351.08"));  // time
+  EXPECT_THAT(r.out, HasSubstr("$2.9859"));  // spot cost
+  EXPECT_THAT(r.out, HasSubstr("1024.0"));   // WA batch
 }
 
 TEST(PredictCommand, JsonIsOneObjectWithSnakeCaseFields) {
@@ -74,7 +69,12 @@ TEST(PredictCommand, CurveAddsTheLossCurve) {
   const CliRun r = Cli(args);
   ASSERT_EQ(r.code, 0) << r.err;
   const auto object = ParseJsonObject(r.out);
-  EXPECT_EQ(object.fields().at("loss_curve").struct_value().fields().at("points").list_value()
+  EXPECT_EQ(object.fields()
+                .at("loss_curve")
+                .struct_value()
+                .fields()
+                .at("points")
+                .list_value()
                 .values_size(),
             5);
 }
@@ -134,9 +134,9 @@ TEST(PredictCommand, ServiceFailureExitsOne) {
   pb::MockPredictorStub stub;
   EXPECT_CALL(stub, Predict(_, _, _))
       .WillOnce(Return(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
-  auto args = Args::Parse({"--workload", "resnet110", "--catalog", "c", "--cluster", "a=1",
-                           "--loss", "1"},
-                          {.values = {"--workload", "--catalog", "--cluster", "--loss"}});
+  auto args =
+      Args::Parse({"--workload", "resnet110", "--catalog", "c", "--cluster", "a=1", "--loss", "1"},
+                  {.values = {"--workload", "--catalog", "--cluster", "--loss"}});
   ASSERT_TRUE(args.ok());
   std::ostringstream out, err;
   const int code = Predict(*args, stub, services::DataRegistry::WithBuiltins(), {out, err});

@@ -7,22 +7,12 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "services/gateway/cli.h"
+#include "tests/gateway/cli_runner.h"
 
 namespace spotdnn::gateway {
 namespace {
 
 using ::testing::HasSubstr;
-
-struct Result {
-  int code;
-  std::string out, err;
-};
-
-Result Cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  const int code = RunCli(args, out, err);
-  return {code, out.str(), err.str()};
-}
 
 google::protobuf::Struct Json(const std::string& text) {
   google::protobuf::Struct s;
@@ -38,7 +28,7 @@ std::vector<std::string> PlanArgs(std::vector<std::string> extra) {
 }
 
 TEST(PlanCommand, TableShowsThePlanAndTheComparisons) {
-  const Result r = Cli(PlanArgs({"--loss", "0.9", "--deadline", "30m"}));
+  const CliRun r = Cli(PlanArgs({"--loss", "0.9", "--deadline", "30m"}));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("g4dn.4xlarge"));
   EXPECT_THAT(r.out, HasSubstr("$2.1191"));
@@ -49,7 +39,7 @@ TEST(PlanCommand, TableShowsThePlanAndTheComparisons) {
 }
 
 TEST(PlanCommand, JsonHasTheAgreedFields) {
-  const Result r = Cli(PlanArgs({"--loss", "1.2", "--deadline", "900s", "--json"}));
+  const CliRun r = Cli(PlanArgs({"--loss", "1.2", "--deadline", "900s", "--json"}));
   ASSERT_EQ(r.code, 0) << r.err;
   const auto f = Json(r.out).fields();
   EXPECT_TRUE(f.at("feasible").bool_value());
@@ -60,13 +50,19 @@ TEST(PlanCommand, JsonHasTheAgreedFields) {
   EXPECT_EQ(f.at("normalized_iterations").number_value(), 8993);
   EXPECT_EQ(f.at("strategy").string_value(), "exact");
   EXPECT_TRUE(f.contains("solve_ms"));
-  EXPECT_NEAR(f.at("baselines").struct_value().fields().at("spotdnn").struct_value().fields()
-                  .at("cost_usd").number_value(),
+  EXPECT_NEAR(f.at("baselines")
+                  .struct_value()
+                  .fields()
+                  .at("spotdnn")
+                  .struct_value()
+                  .fields()
+                  .at("cost_usd")
+                  .number_value(),
               1.65, 0.005);
 }
 
 TEST(PlanCommand, InfeasibleExitsThree) {
-  const Result r = Cli(PlanArgs({"--loss", "0.7", "--deadline", "5m", "--json"}));
+  const CliRun r = Cli(PlanArgs({"--loss", "0.7", "--deadline", "5m", "--json"}));
   EXPECT_EQ(r.code, 3);
   const auto f = Json(r.out).fields();
   EXPECT_FALSE(f.at("feasible").bool_value());
@@ -74,7 +70,7 @@ TEST(PlanCommand, InfeasibleExitsThree) {
 }
 
 TEST(PlanCommand, BadInputExitsTwo) {
-  Result r = Cli(PlanArgs({"--loss", "0.9", "--deadline", "soon"}));
+  CliRun r = Cli(PlanArgs({"--loss", "0.9", "--deadline", "soon"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--deadline = \"soon\""));
   r = Cli(PlanArgs({"--loss", "0.9"}));
@@ -93,7 +89,7 @@ TEST(PlanCommand, BadInputExitsTwo) {
 
 TEST(PlanCommand, OptionsReachThePlanner) {
   // Without p2.xlarge the plan cannot use it; existing instances stay.
-  Result r = Cli(PlanArgs({"--loss", "0.9", "--deadline", "1h", "--quota", "p2.xlarge=0",
+  CliRun r = Cli(PlanArgs({"--loss", "0.9", "--deadline", "1h", "--quota", "p2.xlarge=0",
                            "--existing", "g3.16xlarge=1", "--json"}));
   ASSERT_EQ(r.code, 0) << r.err;
   auto plan = Json(r.out).fields().at("plan").struct_value().fields();
@@ -108,8 +104,8 @@ TEST(PlanCommand, FrontierWritesAnSvgChart) {
   const std::string svg = (std::filesystem::temp_directory_path() /
                            ("spotdnn-frontier-" + std::to_string(::getpid()) + ".svg"))
                               .string();
-  const Result r = Cli(PlanArgs({"--loss", "0.9", "--deadline", "40m", "--mode", "frontier",
-                                 "--plot", svg, "--json"}));
+  const CliRun r = Cli(PlanArgs(
+      {"--loss", "0.9", "--deadline", "40m", "--mode", "frontier", "--plot", svg, "--json"}));
   ASSERT_EQ(r.code, 0) << r.err;
   const auto f = Json(r.out).fields();
   const int points = f.at("frontier").list_value().values_size();
@@ -121,7 +117,7 @@ TEST(PlanCommand, FrontierWritesAnSvgChart) {
   EXPECT_THAT(text.str(), HasSubstr("fill=\"#d03030\""));  // our plan, marked
   EXPECT_THAT(text.str(), HasSubstr("deadline"));
   std::filesystem::remove(svg);
-  const Result bad = Cli(PlanArgs({"--loss", "0.9", "--deadline", "40m", "--plot", svg}));
+  const CliRun bad = Cli(PlanArgs({"--loss", "0.9", "--deadline", "40m", "--plot", svg}));
   EXPECT_EQ(bad.code, 2);
 }
 

@@ -16,6 +16,7 @@
 #include "services/gateway/cli.h"
 #include "services/profiler/profiler_service.h"
 #include "spotdnn/v1/profiler_mock.grpc.pb.h"
+#include "tests/gateway/cli_runner.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -26,18 +27,6 @@ using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::Return;
 using ::testing::StartsWith;
-
-struct CliRun {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-CliRun Cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  const int code = RunCli(args, out, err);
-  return {code, out.str(), err.str()};
-}
 
 std::string DataDir() {
   const char* env = std::getenv("SPOTDNN_DATA_DIR");

@@ -6,48 +6,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/prototype_inputs.h"
 
 namespace spotdnn::predictor {
 namespace {
 
 using ::testing::HasSubstr;
-
-// The prototype's worked ResNet-110 inputs (reference file), types in its table order.
-InstanceCatalog PrototypeCatalog() {
-  InstanceCatalog c;
-  c.name = "prototype";
-  c.types = {
-      {"p2.xlarge", "K80", 1, 12, 0.918, 0.9, 2},
-      {"g4dn.4xlarge", "T4", 1, 16, 0.3612, 1.204, 5},
-      {"g3.8xlarge", "M60", 2, 8, 0.6840, 2.28, 5},
-      {"g3.16xlarge", "M60", 4, 8, 1.5676, 4.56, 8},
-      {"p2.8xlarge", "K80", 8, 12, 2.16, 7.2, 5},
-  };
-  c.parameter_server = {.instance_type = "m5.xlarge", .bandwidth_mb_per_s = 1200};
-  c.pcie_bandwidth_mb_per_s = 10000;
-  return c;
-}
-
-WorkloadProfile PrototypeProfile() {
-  WorkloadProfile p;
-  p.name = "resnet110";
-  p.parameter_size_mb = 11.5;
-  p.required_bandwidth_mb_per_s = 142;
-  const std::pair<const char*, std::pair<int, double>> speeds[] = {
-      {"p2.xlarge", {1024, 1885}}, {"g4dn.4xlarge", {1024, 750}}, {"g3.8xlarge", {512, 1018}},
-      {"g3.16xlarge", {512, 1995}}, {"p2.8xlarge", {1024, 2115}}};
-  for (const auto& [type, bs] : speeds) {
-    ComputeProfile c;
-    c.instance_type = type;
-    c.batch_per_gpu = bs.first;
-    c.measured_samples_per_s = bs.second;
-    p.compute.push_back(c);
-  }
-  p.contention = ContentionModel{.a1 = 0.8, .b1 = -1.92};
-  p.loss = LossModel{.g1 = 876.5, .g2 = -0.2, .g3 = 2507.6, .g4 = 1, .g5 = 0.5};
-  p.variant = ModelVariant::kSpotdnnPrototype;
-  return p;
-}
+using testing_inputs::PrototypeCatalog;
+using testing_inputs::PrototypeProfile;
 
 // A small paper-variant workload whose numbers were worked by hand (see equations_test.cc).
 InstanceCatalog HandCatalog() {
@@ -87,7 +53,8 @@ TEST(PrototypeVariant, DerivesComputeAndMeasuredTimesLikeThePrototype) {
   for (int k = 0; k < 5; ++k) {
     const TypeModel& t = model.types()[k];
     EXPECT_NEAR(t.compute_time_s, t_comp[k], 1e-5) << k;
-    EXPECT_NEAR(static_cast<double>(t.batch_size) / PrototypeProfile().compute[k].measured_samples_per_s.value(),
+    EXPECT_NEAR(static_cast<double>(t.batch_size) /
+                    PrototypeProfile().compute[k].measured_samples_per_s.value(),
                 t_meas[k], 1e-5)
         << k;
     EXPECT_EQ(t.pcie_time_s, 0) << "the prototype leaves PCIe out of T_i";
@@ -120,19 +87,20 @@ TEST_P(PrototypeExamples, ReproducesTheReferenceFigures) {
 
 INSTANTIATE_TEST_SUITE_P(
     Reference, PrototypeExamples,
-    ::testing::Values(WorkedExample{{2, 0, 4, 0, 0}, 0.8, 1024.0, 7807.57, 17926, 2351.08, 2.985872},
-                      WorkedExample{{2, 1, 3, 0, 0}, 0.9, 1024.0, 7542.94, 13225, 1795.37, 2.119135},
-                      WorkedExample{{1, 0, 0, 0, 0}, 1.0, 1024.0, 1877.05, 3729, 2034.30, 0.518746},
-                      WorkedExample{{2, 2, 5, 0, 0}, 1.2, 1024.0, 10255.35, 8993, 897.95, 1.491196},
-                      WorkedExample{{0, 0, 0, 8, 0}, 0.8, 2048.0, 15818.24, 18904, 2447.52, 8.526072}));
+    ::testing::Values(
+        WorkedExample{{2, 0, 4, 0, 0}, 0.8, 1024.0, 7807.57, 17926, 2351.08, 2.985872},
+        WorkedExample{{2, 1, 3, 0, 0}, 0.9, 1024.0, 7542.94, 13225, 1795.37, 2.119135},
+        WorkedExample{{1, 0, 0, 0, 0}, 1.0, 1024.0, 1877.05, 3729, 2034.30, 0.518746},
+        WorkedExample{{2, 2, 5, 0, 0}, 1.2, 1024.0, 10255.35, 8993, 897.95, 1.491196},
+        WorkedExample{{0, 0, 0, 8, 0}, 0.8, 2048.0, 15818.24, 18904, 2447.52, 8.526072}));
 
 TEST(PaperVariant, HomogeneousClusterWorkedByHand) {
   const PerformanceModel model = MustCreate(HandProfile(), HandCatalog());
   auto p = model.Predict({.counts = {4, 0}}, 0.5);
   ASSERT_TRUE(p.ok()) << p.status();
   const Estimate& e = p->estimate;
-  EXPECT_NEAR(e.contention_probability, 0.4, 1e-12);        // 0.6 * 2 - 0.8
-  EXPECT_NEAR(e.worker_bandwidth_mb_per_s, 280, 1e-9);      // 0.4 * 250 + 0.6 * 300
+  EXPECT_NEAR(e.contention_probability, 0.4, 1e-12);    // 0.6 * 2 - 0.8
+  EXPECT_NEAR(e.worker_bandwidth_mb_per_s, 280, 1e-9);  // 0.4 * 250 + 0.6 * 300
   ASSERT_EQ(p->workers.size(), 1u);
   EXPECT_NEAR(p->workers[0].iteration_time_s, 0.5754285714285714, 1e-12);  // 0.5 + 20/280 + 0.004
   EXPECT_NEAR(e.cluster_speed, 889.7715988083417, 1e-9);
@@ -200,7 +168,8 @@ TEST(PaperVariant, ParameterServersAddBandwidth) {
 }
 
 TEST(PaperVariant, BandwidthMarginLowersPredictedBandwidth) {
-  const PerformanceModel model = MustCreate(HandProfile(), HandCatalog(), {.bandwidth_margin = 0.05});
+  const PerformanceModel model =
+      MustCreate(HandProfile(), HandCatalog(), {.bandwidth_margin = 0.05});
   const Estimate e = model.Evaluate(std::vector<int>{4, 0}, 0.5);
   ASSERT_TRUE(e.ok());
   EXPECT_NEAR(e.worker_bandwidth_mb_per_s, 280 * 0.95, 1e-9);

@@ -8,43 +8,21 @@
 #include "gtest/gtest.h"
 #include "provisioner/pareto.h"
 #include "provisioner/replan.h"
+#include "tests/testing/prototype_inputs.h"
 
 namespace spotdnn::provisioner {
 namespace {
 
-using ::testing::ElementsAreArray;
-using ::testing::HasSubstr;
 using predictor::ComputeProfile;
 using predictor::InstanceCatalog;
 using predictor::WorkloadProfile;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
 
 // The prototype's ResNet-110 inputs (reference file), in its table order.
 PerformanceModel PrototypeModel() {
-  InstanceCatalog c;
-  c.name = "prototype";
-  c.types = {{"p2.xlarge", "K80", 1, 12, 0.918, 0.9, 2},
-             {"g4dn.4xlarge", "T4", 1, 16, 0.3612, 1.204, 5},
-             {"g3.8xlarge", "M60", 2, 8, 0.6840, 2.28, 5},
-             {"g3.16xlarge", "M60", 4, 8, 1.5676, 4.56, 8},
-             {"p2.8xlarge", "K80", 8, 12, 2.16, 7.2, 5}};
-  c.parameter_server = {.instance_type = "m5.xlarge", .bandwidth_mb_per_s = 1200};
-  c.pcie_bandwidth_mb_per_s = 10000;
-  WorkloadProfile p;
-  p.name = "resnet110";
-  p.parameter_size_mb = 11.5;
-  p.required_bandwidth_mb_per_s = 142;
-  const std::pair<const char*, std::pair<int, double>> speeds[] = {
-      {"p2.xlarge", {1024, 1885}}, {"g4dn.4xlarge", {1024, 750}}, {"g3.8xlarge", {512, 1018}},
-      {"g3.16xlarge", {512, 1995}}, {"p2.8xlarge", {1024, 2115}}};
-  for (const auto& [type, bs] : speeds) {
-    p.compute.push_back({.instance_type = type,
-                         .batch_per_gpu = bs.first,
-                         .measured_samples_per_s = bs.second});
-  }
-  p.contention = predictor::ContentionModel{.a1 = 0.8, .b1 = -1.92};
-  p.loss = predictor::LossModel{.g1 = 876.5, .g2 = -0.2, .g3 = 2507.6, .g4 = 1, .g5 = 0.5};
-  p.variant = predictor::ModelVariant::kSpotdnnPrototype;
-  return *PerformanceModel::Create(p, c);
+  return *PerformanceModel::Create(predictor::testing_inputs::PrototypeProfile(),
+                                   predictor::testing_inputs::PrototypeCatalog());
 }
 
 struct HeuristicCase {
@@ -90,7 +68,9 @@ struct RandomInstance {
 };
 
 RandomInstance MakeRandom(std::mt19937& rng) {
-  auto uniform = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  auto uniform = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
   auto integer = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const char* gpus[] = {"A", "B", "C"};
   while (true) {
@@ -151,7 +131,8 @@ RandomInstance MakeRandom(std::mt19937& rng) {
     if (integer(0, 2) == 0) problem.parameter_servers = integer(1, 3);
     // Deadline (and budget) near what some cluster achieves, so both outcomes occur.
     std::vector<int> probe(types);
-    for (int k = 0; k < types; ++k) probe[k] = integer(problem.min_counts[k], problem.max_counts[k]);
+    for (int k = 0; k < types; ++k)
+      probe[k] = integer(problem.min_counts[k], problem.max_counts[k]);
     Candidate reference;
     const bool scored = Score(*model, problem, probe, reference);
     const double scale = uniform(0.3, 1.5);

@@ -165,9 +165,12 @@ TEST_F(PredictorServiceTest, BadInputIsInvalidArgumentNamingIt) {
   path.mutable_catalog()->set_name("/etc/passwd");
   ExpectInvalid(path, "reads no files");
   pb::PredictRequest inline_bad = Request({{"p2.xlarge", 1}}, 0.8);
-  *inline_bad.mutable_catalog()->mutable_catalog() = *registry_->ResolveCatalog("aws-spotdnn-prototype");
-  inline_bad.mutable_catalog()->mutable_catalog()->mutable_instance_types(0)->set_spot_price_per_hour(
-      -1);
+  *inline_bad.mutable_catalog()->mutable_catalog() =
+      *registry_->ResolveCatalog("aws-spotdnn-prototype");
+  inline_bad.mutable_catalog()
+      ->mutable_catalog()
+      ->mutable_instance_types(0)
+      ->set_spot_price_per_hour(-1);
   ExpectInvalid(inline_bad, "spot_price_per_hour = -1");
 }
 
