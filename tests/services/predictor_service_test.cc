@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/common/convert.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "services/common/server.h"
 
 namespace spotdnn::services {
@@ -31,6 +33,7 @@ class PredictorServiceTest : public ::testing::Test {
     ASSERT_TRUE(started.ok()) << started.status();
     server_ = std::move(started->server);
     ASSERT_GT(started->port, 0);
+    port_ = started->port;
     stub_ = pb::Predictor::NewStub(MakeChannel("127.0.0.1:" + std::to_string(started->port)));
     auto model = predictor::PerformanceModel::Create(
         ToDomain(*registry_->ResolveWorkload("resnet110")),
@@ -65,6 +68,7 @@ class PredictorServiceTest : public ::testing::Test {
     EXPECT_THAT(s.error_message(), HasSubstr(names));
   }
 
+  int port_ = 0;
   std::shared_ptr<DataRegistry> registry_;
   std::unique_ptr<PredictorServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -254,6 +258,30 @@ TEST_F(PredictorServiceTest, ListsTheBuiltins) {
   grpc::ClientContext c2;
   ASSERT_TRUE(stub_->ListWorkloads(&c2, {}, &workloads).ok());
   EXPECT_EQ(workloads.workloads_size(), 5);
+}
+
+// Every spotdnn server answers the standard health check (grpc.health.v1.Health/Check) with
+// SERVING. The call is made with a generic stub and hand-encoded messages: the request is an empty
+// HealthCheckRequest (service "", the whole server), the answer {status: SERVING} is 08 01.
+TEST_F(PredictorServiceTest, AnswersTheStandardHealthCheck) {
+  grpc::GenericStub generic(MakeChannel("127.0.0.1:" + std::to_string(port_)));
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  std::promise<grpc::Status> done;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  generic.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                    &response, [&](grpc::Status s) { done.set_value(s); });
+  const grpc::Status status = done.get_future().get();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
 // The real binary: --listen=127.0.0.1:0, the port it wrote, a call, and a clean SIGTERM exit.
