@@ -121,7 +121,7 @@ struct MetadataPoller::Impl {
   PollerOptions options;
   CURLM* multi = nullptr;
   int epoll_fd = -1;
-  int wake_fd = -1;
+  std::atomic<int> wake_fd{-1};
   int64_t curl_timeout_ms = -1;
 
   std::mutex mu;  // guards stop, ops and count
@@ -199,13 +199,19 @@ struct MetadataPoller::Impl {
     return absl::OkStatus();
   }
 
-  ~Impl() {
+  // Abandons transfers in flight and closes every connection. Idempotent.
+  void Close() {
     for (Request* r : inflight) Free(r);
     inflight.clear();
     if (multi) curl_multi_cleanup(multi);
+    multi = nullptr;
     if (epoll_fd >= 0) close(epoll_fd);
+    epoll_fd = -1;
     if (wake_fd >= 0) close(wake_fd);
+    wake_fd = -1;
   }
+
+  ~Impl() { Close(); }
 
   void Free(Request* r) {
     curl_multi_remove_handle(multi, r->easy);
@@ -657,6 +663,7 @@ void MetadataPoller::Stop() {
   }
   impl_->Wake();
   if (thread_.joinable()) thread_.join();
+  impl_->Close();
 }
 
 absl::Status MetadataPoller::Add(const PollTarget& target) {
