@@ -211,22 +211,24 @@ void Detector::NoticeLocked(Entry& e, const Notice& n, int64_t seen_unix_ms) {
   AppendLocked(e, n.kind, n.action, seen_unix_ms, n.effective_unix_ms, n.detail, n.key);
 }
 
-void Detector::HeartbeatLocked(Entry& e, int64_t unix_ms) {
+void Detector::HeartbeatLocked(Entry& e, int64_t unix_ms, const std::string& problem) {
   WatchedInstance& w = e.stored.instance;
   w.last_heartbeat_unix_ms = std::max(w.last_heartbeat_unix_ms, unix_ms);
+  const InstanceState next = problem.empty() ? InstanceState::kHealthy : InstanceState::kUnknown;
   if (w.state == InstanceState::kLost) {
-    w.state = InstanceState::kHealthy;
-    w.reason.clear();
+    w.state = next;
+    w.reason = problem;
     AppendLocked(e, EventKind::kRecovered, "", unix_ms, 0, "heartbeats resumed", "");
-  } else if (w.state == InstanceState::kUnknown) {
-    w.state = InstanceState::kHealthy;
-    w.reason.clear();
+  } else if ((w.state == InstanceState::kUnknown || w.state == InstanceState::kHealthy) &&
+             (w.state != next || w.reason != problem)) {
+    w.state = next;
+    w.reason = problem;
     PersistLocked(e);
   }
 }
 
 absl::Status Detector::Heartbeat(const std::string& instance_id, const std::string& job_id,
-                                 Cloud cloud, int64_t unix_ms) {
+                                 Cloud cloud, int64_t unix_ms, const std::string& problem) {
   if (instance_id.empty()) {
     return absl::InvalidArgumentError("instance_id = \"\": must not be empty");
   }
@@ -235,7 +237,7 @@ absl::Status Detector::Heartbeat(const std::string& instance_id, const std::stri
   e.agent = true;
   // The detector's clock decides deadlines: an agent's clock may be off.
   (void)unix_ms;
-  HeartbeatLocked(e, NowUnixMs());
+  HeartbeatLocked(e, NowUnixMs(), problem);
   return absl::OkStatus();
 }
 
@@ -353,7 +355,7 @@ absl::StatusOr<WatchedInstance> Detector::Get(const std::string& instance_id) co
 }
 
 absl::StatusOr<std::vector<Event>> Detector::EventsAfter(uint64_t after, const std::string& job_id,
-                                                         size_t max) const {
+                                                         size_t max, uint64_t* scanned) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (after + 1 < first_retained_) {
     return absl::OutOfRangeError(absl::StrCat("after_sequence = ", after, ": events before ",
@@ -363,9 +365,12 @@ absl::StatusOr<std::vector<Event>> Detector::EventsAfter(uint64_t after, const s
   std::vector<Event> out;
   auto it = std::upper_bound(events_.begin(), events_.end(), after,
                              [](uint64_t s, const Event& e) { return s < e.sequence; });
+  uint64_t last = after;
   for (; it != events_.end() && out.size() < max; ++it) {
+    last = it->sequence;
     if (job_id.empty() || it->job_id == job_id) out.push_back(*it);
   }
+  if (scanned != nullptr) *scanned = last;
   return out;
 }
 

@@ -57,8 +57,10 @@ class Detector {
   // NOT_FOUND when the instance is not registered.
   absl::Status Unregister(const std::string& instance_id);
   // An agent's heartbeat. Unknown instances are registered on the fly with `job_id`/`cloud`.
+  // A non-empty `problem` (the agent cannot read its metadata service) makes it unknown with
+  // that reason; the instance is alive all the same.
   absl::Status Heartbeat(const std::string& instance_id, const std::string& job_id, Cloud cloud,
-                         int64_t unix_ms);
+                         int64_t unix_ms, const std::string& problem = "");
   // A notice an agent read; reported once per notice key. Registers unknown instances like
   // Heartbeat. INVALID_ARGUMENT for an empty key or kind.
   absl::Status ReportNotice(const std::string& instance_id, const std::string& job_id, Cloud cloud,
@@ -72,9 +74,10 @@ class Detector {
   absl::StatusOr<WatchedInstance> Get(const std::string& instance_id) const;
 
   // Up to `max` events with a sequence above `after` (of one job, or all), oldest first.
-  // OUT_OF_RANGE when events after `after` were already trimmed by the retention.
+  // OUT_OF_RANGE when events after `after` were already trimmed by the retention. `scanned`, when
+  // given, receives the last sequence examined (resume from there: filtered-out events count).
   absl::StatusOr<std::vector<Event>> EventsAfter(uint64_t after, const std::string& job_id,
-                                                 size_t max) const;
+                                                 size_t max, uint64_t* scanned = nullptr) const;
   // Waits until an event with a sequence above `after` exists; false on timeout or Shutdown().
   bool WaitForEvents(uint64_t after, absl::Duration timeout) const;
   // The newest sequence number (0 before the first event).
@@ -112,7 +115,7 @@ class Detector {
   void PersistLocked(const Entry& entry);
   // Applies a notice to an entry. Caller holds mu_.
   void NoticeLocked(Entry& entry, const Notice& notice, int64_t seen_unix_ms);
-  void HeartbeatLocked(Entry& entry, int64_t unix_ms);
+  void HeartbeatLocked(Entry& entry, int64_t unix_ms, const std::string& problem = "");
   Entry& EnsureLocked(const std::string& instance_id, const std::string& job_id, Cloud cloud);
   // Adds/removes poll targets after a registration or ring change. Caller holds mu_.
   void ReconcilePollingLocked(Entry& entry);
