@@ -12,7 +12,8 @@
 namespace spotdnn::gateway {
 namespace {
 
-constexpr char kUsage[] = R"(spotdnn — train deep networks on spot instances to a deadline and a loss
+constexpr char kUsage[] =
+    R"(spotdnn — train deep networks on spot instances to a deadline and a loss
 
 Usage: spotdnn COMMAND [FLAGS]
 
@@ -20,6 +21,7 @@ Commands:
   predict     time and cost for a cluster to reach a target loss
   catalogs    the instance catalogs known by name
   workloads   the workload profiles known by name
+  watch       revocation events from a detector, as they arrive
   help        this text, or `spotdnn help COMMAND`
 
 Every command takes --json (one JSON object on stdout) and --server HOST:PORT (use a running
@@ -27,7 +29,8 @@ service instead of the in-process one). Exit status: 0 ok, 1 service failure, 2 
 3 infeasible SLO.
 )";
 
-constexpr char kPredictUsage[] = R"(Usage: spotdnn predict --workload W --catalog C --cluster TYPE=N[,TYPE=N...] --loss L
+constexpr char kPredictUsage[] =
+    R"(Usage: spotdnn predict --workload W --catalog C --cluster TYPE=N[,TYPE=N...] --loss L
                        [--parameter-servers N] [--curve POINTS] [--json] [--server HOST:PORT]
 
 Predicts per-type iteration time, cluster speed, WA batch, convergence coefficient, normalized
@@ -41,6 +44,22 @@ iterations, time and spot/on-demand cost for the cluster to reach loss L.
   --curve POINTS           also print the predicted loss curve up to the target
   --json                   print one JSON object
   --server HOST:PORT       ask a running spotdnn-predictor instead of the in-process model
+)";
+
+constexpr char kWatchUsage[] =
+    R"(Usage: spotdnn watch [--server HOST:PORT] [--job J] [--after SEQ] [--count N]
+                     [--timeout DURATION] [--json]
+
+Prints a spotdnn-detector's revocation events (notice, rebalance, maintenance, revoked, lost,
+recovered) as they arrive, one line each. If the stream breaks it resumes after the last event
+printed, so none is missed.
+
+  --server HOST:PORT   the detector (default 127.0.0.1:50054)
+  --job J              only this job's events
+  --after SEQ          replay events after this sequence number first (default: new ones only)
+  --count N            stop after N events
+  --timeout DURATION   stop after this long (e.g. 30s, 5m)
+  --json               one JSON object per event, one per line
 )";
 
 constexpr char kListUsage[] = R"(Usage: spotdnn catalogs|workloads [--json] [--server HOST:PORT]
@@ -113,11 +132,11 @@ int ListCommand(const std::string& what, const Args& args, const Io& io) {
   table.LeftAlign(5);
   table.LeftAlign(6);
   for (const pb::WorkloadProfile& w : response.workloads()) {
-    table.AddRow({w.name(), w.dataset(), Fixed(w.parameter_size_mb(), 2),
-                  Fixed(w.required_bandwidth_mb_per_s(), 1), absl::StrCat(w.compute_size()),
-                  w.has_loss() ? "yes" : "no (fit one first)",
-                  w.model_variant() == pb::MODEL_VARIANT_SPOTDNN_PROTOTYPE ? "spotdnn-prototype"
-                                                                           : "paper"});
+    table.AddRow(
+        {w.name(), w.dataset(), Fixed(w.parameter_size_mb(), 2),
+         Fixed(w.required_bandwidth_mb_per_s(), 1), absl::StrCat(w.compute_size()),
+         w.has_loss() ? "yes" : "no (fit one first)",
+         w.model_variant() == pb::MODEL_VARIANT_SPOTDNN_PROTOTYPE ? "spotdnn-prototype" : "paper"});
   }
   table.Print(io.out);
   return kExitOk;
@@ -154,7 +173,8 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
   const bool wants_help = !rest.empty() && (rest[0] == "--help" || rest[0] == "-h");
   if (command == "help") {
     const std::string topic = rest.empty() ? "" : rest[0];
-    out << (topic == "predict" ? kPredictUsage
+    out << (topic == "predict"                            ? kPredictUsage
+            : topic == "watch"                            ? kWatchUsage
             : topic == "catalogs" || topic == "workloads" ? kListUsage
                                                           : kUsage);
     return kExitOk;
@@ -187,6 +207,29 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
     Io io{out, err, args.ok() && args->Switch("--json")};
     if (!args.ok()) return ReportError(args.status(), command, io);
     return ListCommand(command, *args, io);
+  }
+  if (command == "watch") {
+    if (wants_help) {
+      out << kWatchUsage;
+      return kExitOk;
+    }
+    auto args =
+        Args::Parse(rest, {.values = {"--server", "--job", "--after", "--count", "--timeout"},
+                           .switches = {"--json"}});
+    Io io{out, err, std::find(rest.begin(), rest.end(), "--json") != rest.end()};
+    if (!args.ok()) {
+      ReportError(args.status(), command, io);
+      err << kWatchUsage;
+      return kExitBadInput;
+    }
+    const std::string target = args->Get("--server").value_or("127.0.0.1:50054");
+    if (target.find(':') == std::string::npos) {
+      return ReportError(absl::InvalidArgumentError(
+                             absl::StrCat("--server = \"", target, "\": expected HOST:PORT")),
+                         command, io);
+    }
+    auto stub = pb::Detector::NewStub(services::MakeChannel(target));
+    return Watch(*args, *stub, io);
   }
   err << "spotdnn: unknown command \"" << command << "\"\n\n" << kUsage;
   return kExitBadInput;

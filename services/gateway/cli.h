@@ -9,6 +9,7 @@
 
 #include "services/common/data_registry.h"
 #include "services/gateway/cli_args.h"
+#include "spotdnn/v1/detector.grpc.pb.h"
 #include "spotdnn/v1/predictor.grpc.pb.h"
 
 namespace spotdnn::gateway {
@@ -17,9 +18,9 @@ namespace pb = ::spotdnn::v1;
 
 // Exit statuses of every command.
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;      // the service failed or could not be reached
-inline constexpr int kExitBadInput = 2;     // the user's input is wrong
-inline constexpr int kExitInfeasible = 3;   // a plan cannot meet the SLO
+inline constexpr int kExitFailure = 1;     // the service failed or could not be reached
+inline constexpr int kExitBadInput = 2;    // the user's input is wrong
+inline constexpr int kExitInfeasible = 3;  // a plan cannot meet the SLO
 
 // Where a command's output goes and how it is shaped.
 struct Io {
@@ -34,6 +35,11 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
 // `spotdnn predict` against `stub`; `local` resolves workload/catalog files the user names.
 int Predict(const Args& args, pb::Predictor::StubInterface& stub,
             const services::DataRegistry& local, const Io& io);
+
+// `spotdnn watch` against a detector: prints events as they arrive (one line each, or one JSON
+// object per line with --json), resuming after the last one printed when the stream breaks;
+// stops after --count events or --timeout.
+int Watch(const Args& args, pb::Detector::StubInterface& stub, const Io& io);
 
 // Reports a failed status (stderr, and a JSON error object on stdout with --json) and returns the
 // exit status for its code.
