@@ -12,8 +12,7 @@
 namespace spotdnn::gateway {
 namespace {
 
-constexpr char kUsage[] =
-    R"(spotdnn — train deep networks on spot instances to a deadline and a loss
+constexpr char kUsage[] = R"(spotdnn — train deep networks on spot instances to a deadline and a loss
 
 Usage: spotdnn COMMAND [FLAGS]
 
@@ -29,8 +28,7 @@ service instead of the in-process one). Exit status: 0 ok, 1 service failure, 2 
 3 infeasible SLO.
 )";
 
-constexpr char kPredictUsage[] =
-    R"(Usage: spotdnn predict --workload W --catalog C --cluster TYPE=N[,TYPE=N...] --loss L
+constexpr char kPredictUsage[] = R"(Usage: spotdnn predict --workload W --catalog C --cluster TYPE=N[,TYPE=N...] --loss L
                        [--parameter-servers N] [--curve POINTS] [--json] [--server HOST:PORT]
 
 Predicts per-type iteration time, cluster speed, WA batch, convergence coefficient, normalized
@@ -46,8 +44,7 @@ iterations, time and spot/on-demand cost for the cluster to reach loss L.
   --server HOST:PORT       ask a running spotdnn-predictor instead of the in-process model
 )";
 
-constexpr char kWatchUsage[] =
-    R"(Usage: spotdnn watch [--server HOST:PORT] [--job J] [--after SEQ] [--count N]
+constexpr char kWatchUsage[] = R"(Usage: spotdnn watch [--server HOST:PORT] [--job J] [--after SEQ] [--count N]
                      [--timeout DURATION] [--json]
 
 Prints a spotdnn-detector's revocation events (notice, rebalance, maintenance, revoked, lost,
@@ -132,11 +129,11 @@ int ListCommand(const std::string& what, const Args& args, const Io& io) {
   table.LeftAlign(5);
   table.LeftAlign(6);
   for (const pb::WorkloadProfile& w : response.workloads()) {
-    table.AddRow(
-        {w.name(), w.dataset(), Fixed(w.parameter_size_mb(), 2),
-         Fixed(w.required_bandwidth_mb_per_s(), 1), absl::StrCat(w.compute_size()),
-         w.has_loss() ? "yes" : "no (fit one first)",
-         w.model_variant() == pb::MODEL_VARIANT_SPOTDNN_PROTOTYPE ? "spotdnn-prototype" : "paper"});
+    table.AddRow({w.name(), w.dataset(), Fixed(w.parameter_size_mb(), 2),
+                  Fixed(w.required_bandwidth_mb_per_s(), 1), absl::StrCat(w.compute_size()),
+                  w.has_loss() ? "yes" : "no (fit one first)",
+                  w.model_variant() == pb::MODEL_VARIANT_SPOTDNN_PROTOTYPE ? "spotdnn-prototype"
+                                                                           : "paper"});
   }
   table.Print(io.out);
   return kExitOk;
@@ -173,8 +170,8 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
   const bool wants_help = !rest.empty() && (rest[0] == "--help" || rest[0] == "-h");
   if (command == "help") {
     const std::string topic = rest.empty() ? "" : rest[0];
-    out << (topic == "predict"                            ? kPredictUsage
-            : topic == "watch"                            ? kWatchUsage
+    out << (topic == "predict" ? kPredictUsage
+            : topic == "watch" ? kWatchUsage
             : topic == "catalogs" || topic == "workloads" ? kListUsage
                                                           : kUsage);
     return kExitOk;

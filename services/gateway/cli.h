@@ -18,9 +18,9 @@ namespace pb = ::spotdnn::v1;
 
 // Exit statuses of every command.
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;     // the service failed or could not be reached
-inline constexpr int kExitBadInput = 2;    // the user's input is wrong
-inline constexpr int kExitInfeasible = 3;  // a plan cannot meet the SLO
+inline constexpr int kExitFailure = 1;      // the service failed or could not be reached
+inline constexpr int kExitBadInput = 2;     // the user's input is wrong
+inline constexpr int kExitInfeasible = 3;   // a plan cannot meet the SLO
 
 // Where a command's output goes and how it is shaped.
 struct Io {

@@ -170,6 +170,18 @@ struct FaultCase {
   const char* reason;
 };
 
+// Stable names and printouts (CTest lists the tests by name).
+std::string FaultCaseName(const FaultCase& c) {
+  const char* fault = c.fault == EmulatorFault::kServerError    ? "Http500"
+                      : c.fault == EmulatorFault::kGarbage      ? "Garbage"
+                      : c.fault == EmulatorFault::kTruncated    ? "Truncated"
+                      : c.fault == EmulatorFault::kSlow         ? "SlowBeyondTimeout"
+                      : c.fault == EmulatorFault::kUnauthorized ? "Unauthorized"
+                                                                : "None";
+  return std::string(CloudName(c.cloud)) + fault;
+}
+void PrintTo(const FaultCase& c, std::ostream* os) { *os << FaultCaseName(c); }
+
 class PollerFaultTest : public PollerTest, public ::testing::WithParamInterface<FaultCase> {};
 
 TEST_P(PollerFaultTest, FaultIsUnknownWithReasonAndNoFalseNotice) {
@@ -211,7 +223,8 @@ INSTANTIATE_TEST_SUITE_P(
                       FaultCase{Cloud::kAzure, EmulatorFault::kServerError, "HTTP 500"},
                       FaultCase{Cloud::kAzure, EmulatorFault::kGarbage, "not valid JSON"},
                       FaultCase{Cloud::kAzure, EmulatorFault::kTruncated, "not valid JSON"},
-                      FaultCase{Cloud::kAzure, EmulatorFault::kSlow, "timed out"}));
+                      FaultCase{Cloud::kAzure, EmulatorFault::kSlow, "timed out"}),
+    [](const ::testing::TestParamInfo<FaultCase>& info) { return FaultCaseName(info.param); });
 
 TEST_F(PollerTest, EndpointDownIsUnknown) {
   // A port that was free a moment ago: nothing listens there.
