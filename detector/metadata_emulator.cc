@@ -88,6 +88,7 @@ absl::StatusOr<std::unique_ptr<MetadataEmulator>> MetadataEmulator::Start(const 
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server.set_keep_alive_max_count(options.keep_alive ? 100000 : 1);
   server.set_keep_alive_timeout(5);
+  server.set_tcp_nodelay(true);  // headers and body go out as separate writes
   MetadataEmulator* self = emulator.get();
   auto handler = [self](const httplib::Request& req, httplib::Response& res) {
     self->Handle(req, res);
@@ -433,13 +434,14 @@ void MetadataEmulator::HandleControl(const httplib::Request& request, httplib::R
       return fail("kind = \"" + kind + "\": expected notice, rebalance or maintenance");
     }
     notice.action = request.get_param_value("action");
-    int64_t in_ms = 0, effective_in_ms = 0;
+    int64_t in_ms = 0, effective_in_ms = 0, at_ms = 0;
     if (!int_param("in_ms", &in_ms)) return fail("in_ms: expected an integer");
+    if (!int_param("at_ms", &at_ms)) return fail("at_ms: expected an integer");
     if (!int_param("effective_in_ms", &effective_in_ms)) {
       return fail("effective_in_ms: expected an integer");
     }
     const int64_t now = NowUnixMs();
-    notice.visible_at_unix_ms = now + in_ms;
+    notice.visible_at_unix_ms = at_ms > 0 ? at_ms : now + in_ms;
     if (effective_in_ms > 0) notice.effective_unix_ms = now + effective_in_ms;
     ScheduleNotice(instance_id, notice);
     response.set_content("scheduled\n", "text/plain");

@@ -5,7 +5,7 @@
 //
 // Control routes (for the emulator binary and scripts), all under /emulator/:
 //   POST /emulator/notice?instance=I&cloud=aws|gce|azure&kind=notice|rebalance|maintenance
-//        &action=A&in_ms=N&effective_in_ms=M
+//        &action=A&in_ms=N&effective_in_ms=M   (or at_ms=UNIX_MS instead of in_ms)
 //   POST /emulator/fault?instance=I&fault=none|500|401|garbage|truncated|slow&slow_ms=N
 //   POST /emulator/clear?instance=I
 #ifndef SPOTDNN_DETECTOR_METADATA_EMULATOR_H_

@@ -196,6 +196,12 @@ struct MetadataPoller::Impl {
     curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, this);
     curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, &Impl::TimerCallback);
     curl_multi_setopt(multi, CURLMOPT_TIMERDATA, this);
+    if (options.max_connections_per_host > 0) {
+      curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS,
+                        static_cast<long>(options.max_connections_per_host));
+      curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS,
+                        static_cast<long>(options.max_connections_per_host));
+    }
     return absl::OkStatus();
   }
 

@@ -46,6 +46,9 @@ struct PollerOptions {
   bool gce_long_poll = true;                                    // wait_for_change; false = poll
   int gce_long_poll_timeout_s = 30;                             // timeout_sec of one long poll
   bool azure_ack = false;  // acknowledge Preempt events (POST StartRequests) once reported
+  // Most connections to one host:port (0 = no limit). Real instances each have their own
+  // metadata host; an emulator serving thousands of instances on one port wants a cap.
+  int max_connections_per_host = 0;
 };
 
 // What one round of polling an instance found.

@@ -17,6 +17,7 @@ ABSL_FLAG(int, port, 0,
           "port to serve on; 0 picks a free one (logged, and written to --port_file)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
 ABSL_FLAG(int, threads, 256, "HTTP worker threads (each open connection or long poll holds one)");
+ABSL_FLAG(bool, keep_alive, true, "keep connections open between requests");
 
 int main(int argc, char** argv) {
   spotdnn::services::BlockShutdownSignals();
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
   options.threads = absl::GetFlag(FLAGS_threads);
+  options.keep_alive = absl::GetFlag(FLAGS_keep_alive);
   auto emulator = spotdnn::detector::MetadataEmulator::Start(options);
   if (!emulator.ok()) {
     logger->error("{}", std::string(emulator.status().message()));
