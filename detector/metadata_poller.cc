@@ -573,11 +573,17 @@ struct MetadataPoller::Impl {
       auto t = std::make_shared<Target>();
       t->t = std::move(p);
       targets[t->t.instance_id] = t;
+      // First rounds are spread over one interval (by a hash of the id), so that thousands of
+      // targets added at once do not all ask in the same instant and queue into timeouts.
+      const auto first = Clock::now() + std::chrono::milliseconds(
+                                            std::hash<std::string>()(t->t.instance_id) %
+                                            static_cast<uint64_t>(std::max<int64_t>(
+                                                1, absl::ToInt64Milliseconds(options.interval))));
       if (t->t.cloud == Cloud::kGce) {
-        Schedule(t, Clock::now(), 0);
-        Schedule(t, Clock::now(), 1);
+        Schedule(t, first, 0);
+        Schedule(t, first, 1);
       } else {
-        Schedule(t, Clock::now(), -1);
+        Schedule(t, first, -1);
       }
     }
     std::lock_guard<std::mutex> lock(mu);

@@ -28,6 +28,7 @@ class WatchCommandTest : public ::testing::Test {
   void SetUp() override {
     d::DetectorOptions options;
     options.run_poller = false;
+    options.heartbeat_interval = absl::Seconds(60);  // reported instances never go lost here
     auto detector = d::Detector::Open(options);
     ASSERT_TRUE(detector.ok());
     detector_ = *std::move(detector);

@@ -86,8 +86,9 @@ class DetectorServiceTest : public ::testing::Test {
     o.poller.request_timeout = absl::Milliseconds(300);
     o.poller.max_backoff = absl::Milliseconds(300);
     o.poller.gce_long_poll_timeout_s = 5;
-    o.heartbeat_interval = absl::Milliseconds(100);
-    o.lost_after_intervals = 3;
+    // Agents beat every 50 ms; lost after 1 s of silence leaves room for a loaded machine.
+    o.heartbeat_interval = absl::Milliseconds(200);
+    o.lost_after_intervals = 5;
     o.replica_id = replica;
     if (persistent) o.db_path = db_.string();
     return o;
