@@ -96,6 +96,7 @@ size_t Discard(char*, size_t size, size_t n, void*) { return size * n; }
 
 int main(int argc, char** argv) {
   const Flags f = ParseFlags(argc, argv);
+  setvbuf(stdout, nullptr, _IOLBF, 0);
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const auto tmp =
       std::filesystem::temp_directory_path() / ("detector_load_bench_" + std::to_string(getpid()));
@@ -124,17 +125,27 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  // Whatever happens from here on, the emulator process goes too.
+  struct StopEmulator {
+    pid_t pid;
+    ~StopEmulator() {
+      kill(pid, SIGTERM);
+      waitpid(pid, nullptr, 0);
+    }
+  } stop_emulator{emulator};
 
   d::DetectorOptions options;
   options.db_path = (tmp / "detector.db").string();
   options.poller.interval = absl::Milliseconds(f.interval_ms);
   options.poller.request_timeout = absl::Milliseconds(800);
+  // cpp-httplib listens with a backlog of 5: a thousand first connects overflow it and wait for
+  // SYN retransmits. That is the emulator's limit, not the detector's, so connects may take 3 s.
+  options.poller.connect_timeout = absl::Seconds(3);
   options.poller.max_connections_per_host = f.connections;
   options.poller.gce_long_poll_timeout_s = 30;
   auto opened = d::Detector::Open(options);
   if (!opened.ok()) {
     std::fprintf(stderr, "%s\n", std::string(opened.status().message()).c_str());
-    kill(emulator, SIGTERM);
     return 1;
   }
   std::unique_ptr<d::Detector> detector = *std::move(opened);
@@ -179,8 +190,8 @@ int main(int argc, char** argv) {
 
   // Notices at random times within the window.
   std::mt19937 rng(f.seed);
-  // The window starts once every notice is scheduled (allowing 2 ms per notice for that).
-  const int64_t t0 = d::NowUnixMs() + 2000 + 2 * static_cast<int64_t>(ids.size());
+  // The window starts once every notice is scheduled (allowing 5 ms per notice for that).
+  const int64_t t0 = d::NowUnixMs() + 3000 + 5 * static_cast<int64_t>(ids.size());
   std::uniform_int_distribution<int64_t> when(t0 + 2000, t0 + f.window_s * 1000 - 4000);
   std::bernoulli_distribution pick(f.notice_fraction);
   std::map<std::string, int64_t> visible_at;
@@ -266,8 +277,6 @@ int main(int argc, char** argv) {
 
   detector->Shutdown();
   detector.reset();
-  kill(emulator, SIGTERM);
-  waitpid(emulator, nullptr, 0);
   std::filesystem::remove_all(tmp);
   return 0;
 }
