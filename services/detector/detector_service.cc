@@ -14,6 +14,16 @@ namespace {
 
 namespace d = ::spotdnn::detector;
 
+// Counts a call in `counter` for its lifetime.
+class StreamCount {
+ public:
+  explicit StreamCount(std::atomic<int>& counter) : counter_(counter) { ++counter_; }
+  ~StreamCount() { --counter_; }
+
+ private:
+  std::atomic<int>& counter_;
+};
+
 std::shared_ptr<spdlog::logger> Logger() {
   auto logger = spdlog::get("spotdnn-detector");
   return logger ? logger : spdlog::default_logger();
@@ -277,6 +287,7 @@ grpc::Status DetectorServiceImpl::AgentStream(
 grpc::Status DetectorServiceImpl::WatchEvents(grpc::ServerContext* context,
                                               const pb::WatchEventsRequest* request,
                                               grpc::ServerWriter<pb::RevocationEvent>* writer) {
+  StreamCount count(open_streams_);
   uint64_t cursor = request->after_sequence();
   while (!context->IsCancelled() && !stopped_) {
     uint64_t scanned = cursor;

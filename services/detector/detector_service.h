@@ -55,6 +55,8 @@ class DetectorServiceImpl final : public pb::Detector::Service {
   void Stop();
   // Replicas alive now (this one included), sorted.
   std::vector<std::string> LiveReplicas() const;
+  // WatchEvents and AgentStream calls being served now.
+  int open_streams() const { return open_streams_.load(); }
 
   grpc::Status RegisterInstance(grpc::ServerContext* context,
                                 const pb::RegisterInstanceRequest* request,
@@ -88,6 +90,7 @@ class DetectorServiceImpl final : public pb::Detector::Service {
   std::condition_variable stop_cv_;
   bool stopping_ = false;
   std::atomic<bool> stopped_{false};
+  std::atomic<int> open_streams_{0};
   std::vector<PeerState> peers_;
   std::thread monitor_;
 };

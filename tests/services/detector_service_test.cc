@@ -207,6 +207,8 @@ TEST_F(DetectorServiceTest, WatchResumesAfterReconnectMissingNothing) {
   // The subscriber is gone while three more notices happen.
   for (const char* id : {"b", "c", "d"}) emulator_->ScheduleNotice(id, {.cloud = d::Cloud::kAws});
   ASSERT_TRUE(Eventually([&] { return r.detector->last_sequence() == 4; }));
+  // The first subscriber's call ended on the server too.
+  ASSERT_TRUE(Eventually([&] { return r.service->open_streams() == 0; }));
   auto resumed = Watch(r, first[0].sequence(), 3);
   ASSERT_EQ(resumed.size(), 3u);
   std::set<std::string> ids;
@@ -296,6 +298,7 @@ TEST_F(DetectorServiceTest, AgentStreamsNoticesAndHeartbeatLossIsLost) {
   EXPECT_EQ(agent.replica(), "replica-0");
   // The agent (and so its heartbeats) stops: the instance is lost.
   agent.Stop();
+  EXPECT_TRUE(Eventually([&] { return r.service->open_streams() == 0; }));
   auto lost = Watch(r, events[0].sequence(), 1);
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].kind(), pb::RevocationEvent::KIND_LOST);
