@@ -153,7 +153,7 @@ absl::Status Detector::Unregister(const std::string& instance_id) {
     return absl::NotFoundError(absl::StrCat("instance_id = \"", instance_id, "\": not registered"));
   }
   if (it->second.polled) poller_->Remove(instance_id);
-  (void)store_->DeleteInstance(instance_id);
+  StoreResultLocked(store_->DeleteInstance(instance_id));
   entries_.erase(it);
   return absl::OkStatus();
 }
@@ -173,7 +173,23 @@ Detector::Entry& Detector::EnsureLocked(const std::string& instance_id, const st
   return it->second;
 }
 
-void Detector::PersistLocked(const Entry& e) { (void)store_->PutInstance(e.stored); }
+void Detector::PersistLocked(const Entry& e) { StoreResultLocked(store_->PutInstance(e.stored)); }
+
+void Detector::StoreResultLocked(const absl::Status& status) {
+  if (status.ok()) return;
+  ++store_errors_;
+  last_store_error_ = std::string(status.message());
+}
+
+uint64_t Detector::store_errors() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_errors_;
+}
+
+std::string Detector::last_store_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_store_error_;
+}
 
 void Detector::AppendLocked(Entry& e, EventKind kind, const std::string& action,
                             int64_t notice_unix_ms, int64_t effective_unix_ms,
@@ -190,12 +206,12 @@ void Detector::AppendLocked(Entry& e, EventKind kind, const std::string& action,
   event.detail = detail;
   if (!seen_key.empty()) e.seen.insert(seen_key);
   // Persisted before any subscriber can see it: a restart cannot lose a delivered event.
-  (void)store_->AppendEvent(event, e.stored, seen_key);
+  StoreResultLocked(store_->AppendEvent(event, e.stored, seen_key));
   events_.push_back(std::move(event));
   if (events_.size() > options_.event_retention) {
     events_.pop_front();
     first_retained_ = events_.front().sequence;
-    if (first_retained_ % 1024 == 0) (void)store_->TrimEvents(first_retained_);
+    if (first_retained_ % 1024 == 0) StoreResultLocked(store_->TrimEvents(first_retained_));
   }
   event_cv_.notify_all();
 }

@@ -95,6 +95,10 @@ class Detector {
   const std::string& replica_id() const { return options_.replica_id; }
   // Instances this replica polls now.
   size_t polled() const;
+  // Writes to the SQLite store that failed (the state and events stay in memory and are served;
+  // a restart would not see them). The last failure's message is in last_store_error().
+  uint64_t store_errors() const;
+  std::string last_store_error() const;
 
   // Wakes waiters and stops the poller and monitor. Idempotent.
   void Shutdown();
@@ -113,6 +117,8 @@ class Detector {
                     int64_t effective_unix_ms, const std::string& detail,
                     const std::string& seen_key);
   void PersistLocked(const Entry& entry);
+  // Counts a failed store write. Caller holds mu_.
+  void StoreResultLocked(const absl::Status& status);
   // Applies a notice to an entry. Caller holds mu_.
   void NoticeLocked(Entry& entry, const Notice& notice, int64_t seen_unix_ms);
   void HeartbeatLocked(Entry& entry, int64_t unix_ms, const std::string& problem = "");
@@ -133,6 +139,8 @@ class Detector {
   std::deque<Event> events_;
   uint64_t next_sequence_ = 1;
   uint64_t first_retained_ = 1;
+  uint64_t store_errors_ = 0;
+  std::string last_store_error_;
   HashRing ring_;
   std::thread monitor_;
 };

@@ -319,6 +319,8 @@ grpc::Status DetectorServiceImpl::ReplicaStatus(grpc::ServerContext*,
   response->set_polled(detector_->polled());
   response->set_last_sequence(detector_->last_sequence());
   for (const std::string& r : LiveReplicas()) response->add_live_replicas(r);
+  response->set_store_errors(detector_->store_errors());
+  response->set_last_store_error(detector_->last_store_error());
   return grpc::Status::OK;
 }
 

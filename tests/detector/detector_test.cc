@@ -2,6 +2,7 @@
 // and replicas sharing instances.
 #include "detector/detector.h"
 
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -159,6 +160,7 @@ TEST_F(DetectorTest, RestartLosesAndRepeatsNothing) {
   auto events = All(*d);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].sequence, 1u);
+  EXPECT_EQ(d->store_errors(), 0u) << d->last_store_error();
   EXPECT_EQ(events[0].kind, EventKind::kNotice);
   // The restarted detector polls again, sees the same notice, and does not report it twice; a
   // new notice continues the sequence.
@@ -248,6 +250,22 @@ TEST_F(DetectorTest, RetentionTrimsAndSaysSo) {
   }
   EXPECT_EQ(d->EventsAfter(0, "", 10).status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(d->EventsAfter(2, "", 10)->size(), 3u);
+}
+
+TEST_F(DetectorTest, StoreFailuresAreCountedAndEventsStillServed) {
+  DetectorOptions o = ByHand();
+  o.db_path = db_.string();
+  auto d = OpenDetector(o);
+  // Someone drops the events table under the detector.
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.string().c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "DROP TABLE events", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  Notice n{EventKind::kNotice, "stop", 0, 0, "k", ""};
+  ASSERT_TRUE(d->ReportNotice("i", "", Cloud::kAws, n, 0).ok());
+  EXPECT_EQ(d->store_errors(), 1u);
+  EXPECT_THAT(d->last_store_error(), HasSubstr("events"));
+  EXPECT_EQ(All(*d).size(), 1u);
 }
 
 TEST_F(DetectorTest, RegistrationValidation) {
