@@ -9,6 +9,7 @@ packages=(
   libabsl-dev libspdlog-dev libfmt-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev
   libceres-dev libeigen3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libcpp-httplib-dev nlohmann-json3-dev clang-14 libclang-rt-14-dev
 )
 
 sudo_cmd=()

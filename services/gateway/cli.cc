@@ -25,6 +25,7 @@ Commands:
   catalogs    the instance catalogs known by name
   workloads   the workload profiles known by name
   profile     import training logs, fit, store and export workload profiles; validate-speed
+  watch       revocation events from a detector, as they arrive
   help        this text, or `spotdnn help COMMAND`
 
 Every command takes --json (one JSON object on stdout) and --server HOST:PORT (use a running
@@ -71,6 +72,21 @@ and compares it with the spotDNN heuristic, the cheapest one-type plan and on-de
   --max-size N           at most N workers
   --plot FILE.svg        with --mode frontier: write the frontier as an SVG chart
 Exit status: 0 a plan, 3 no plan meets the SLO, 2 bad input, 1 service failure.
+)";
+
+constexpr char kWatchUsage[] = R"(Usage: spotdnn watch [--server HOST:PORT] [--job J] [--after SEQ] [--count N]
+                     [--timeout DURATION] [--json]
+
+Prints a spotdnn-detector's revocation events (notice, rebalance, maintenance, revoked, lost,
+recovered) as they arrive, one line each. If the stream breaks it resumes after the last event
+printed, so none is missed.
+
+  --server HOST:PORT   the detector (default 127.0.0.1:50054)
+  --job J              only this job's events
+  --after SEQ          replay events after this sequence number first (default: new ones only)
+  --count N            stop after N events
+  --timeout DURATION   stop after this long (e.g. 30s, 5m)
+  --json               one JSON object per event, one per line
 )";
 
 constexpr char kListUsage[] = R"(Usage: spotdnn catalogs|workloads [--json] [--server HOST:PORT]
@@ -196,6 +212,7 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
     }
     out << (topic == "predict"                            ? kPredictUsage
             : topic == "plan"                             ? kPlanUsage
+            : topic == "watch"                            ? kWatchUsage
             : topic == "catalogs" || topic == "workloads" ? kListUsage
                                                           : kUsage);
     return kExitOk;
@@ -251,6 +268,29 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
     return ListCommand(command, *args, io);
   }
   if (command == "profile") return ProfileCommand(rest, out, err);
+  if (command == "watch") {
+    if (wants_help) {
+      out << kWatchUsage;
+      return kExitOk;
+    }
+    auto args =
+        Args::Parse(rest, {.values = {"--server", "--job", "--after", "--count", "--timeout"},
+                           .switches = {"--json"}});
+    Io io{out, err, std::find(rest.begin(), rest.end(), "--json") != rest.end()};
+    if (!args.ok()) {
+      ReportError(args.status(), command, io);
+      err << kWatchUsage;
+      return kExitBadInput;
+    }
+    const std::string target = args->Get("--server").value_or("127.0.0.1:50054");
+    if (target.find(':') == std::string::npos) {
+      return ReportError(absl::InvalidArgumentError(
+                             absl::StrCat("--server = \"", target, "\": expected HOST:PORT")),
+                         command, io);
+    }
+    auto stub = pb::Detector::NewStub(services::MakeChannel(target));
+    return Watch(*args, *stub, io);
+  }
   err << "spotdnn: unknown command \"" << command << "\"\n\n" << kUsage;
   return kExitBadInput;
 }

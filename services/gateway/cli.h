@@ -9,6 +9,7 @@
 
 #include "services/common/data_registry.h"
 #include "services/gateway/cli_args.h"
+#include "spotdnn/v1/detector.grpc.pb.h"
 #include "spotdnn/v1/predictor.grpc.pb.h"
 #include "spotdnn/v1/profiler.grpc.pb.h"
 #include "spotdnn/v1/provisioner.grpc.pb.h"
@@ -60,6 +61,10 @@ int ValidateSpeedCommand(const Args& args, const Io& io);
 std::string DefaultProfileDb();
 // Usage text of `spotdnn profile`.
 absl::string_view ProfileUsage();
+// `spotdnn watch` against a detector: prints events as they arrive (one line each, or one JSON
+// object per line with --json), resuming after the last one printed when the stream breaks;
+// stops after --count events or --timeout.
+int Watch(const Args& args, pb::Detector::StubInterface& stub, const Io& io);
 
 // Reports a failed status (stderr, and a JSON error object on stdout with --json) and returns the
 // exit status for its code.

@@ -1,0 +1,282 @@
+// Load bench of the revocation detector: one detector (the core with its curl-multi poller and
+// SQLite store, in this process) watches N instances served by spotdnn-metadata-emulator (a
+// separate process on 127.0.0.1), every instance gets a notice at a random time, and a
+// subscriber reads the event log. Reports notice-to-event latency (from the moment the emulator
+// starts showing the notice to the moment the subscriber has the event), lost and duplicated
+// events, and this process's CPU use over the window (detector + subscriber; the emulator's CPU
+// is not counted).
+//
+// Usage: detector_load_bench [--instances 1000] [--interval_ms 1000] [--window_s 30]
+//          [--cloud aws|azure|gce|mixed] [--notice_fraction 1.0] [--connections 128]
+//          [--emulator_threads 300] [--seed 1] [--emulator PATH]
+#include <curl/curl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "detector/detector.h"
+
+namespace d = ::spotdnn::detector;
+
+namespace {
+
+struct Flags {
+  int instances = 1000;
+  int interval_ms = 1000;
+  int window_s = 30;
+  std::string cloud = "aws";
+  double notice_fraction = 1.0;
+  int connections = 128;
+  int emulator_threads = 300;
+  unsigned seed = 1;
+  std::string emulator = SPOTDNN_BINARY_DIR "/spotdnn-metadata-emulator";
+};
+
+Flags ParseFlags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--instances")
+      f.instances = std::stoi(v);
+    else if (k == "--interval_ms")
+      f.interval_ms = std::stoi(v);
+    else if (k == "--window_s")
+      f.window_s = std::stoi(v);
+    else if (k == "--cloud")
+      f.cloud = v;
+    else if (k == "--notice_fraction")
+      f.notice_fraction = std::stod(v);
+    else if (k == "--connections")
+      f.connections = std::stoi(v);
+    else if (k == "--emulator_threads")
+      f.emulator_threads = std::stoi(v);
+    else if (k == "--seed")
+      f.seed = static_cast<unsigned>(std::stoul(v));
+    else if (k == "--emulator")
+      f.emulator = v;
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  return f;
+}
+
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec / 1e6;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+size_t Discard(char*, size_t size, size_t n, void*) { return size * n; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags f = ParseFlags(argc, argv);
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  const auto tmp =
+      std::filesystem::temp_directory_path() / ("detector_load_bench_" + std::to_string(getpid()));
+  std::filesystem::create_directories(tmp);
+  const std::string port_file = (tmp / "port").string();
+
+  // The emulator, as its own process.
+  const pid_t emulator = fork();
+  if (emulator == 0) {
+    const std::string threads = "--threads=" + std::to_string(f.emulator_threads);
+    const std::string pf = "--port_file=" + port_file;
+    execl(f.emulator.c_str(), f.emulator.c_str(), "--host=127.0.0.1", "--port=0", pf.c_str(),
+          threads.c_str(), static_cast<char*>(nullptr));
+    std::perror("exec spotdnn-metadata-emulator");
+    _exit(127);
+  }
+  int port = 0;
+  for (int i = 0; i < 200 && port == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    std::ifstream in(port_file);
+    in >> port;
+  }
+  if (port == 0) {
+    std::fprintf(stderr, "emulator did not start (%s)\n", f.emulator.c_str());
+    kill(emulator, SIGTERM);
+    return 1;
+  }
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  // Whatever happens from here on, the emulator process goes too.
+  struct StopEmulator {
+    pid_t pid;
+    ~StopEmulator() {
+      kill(pid, SIGTERM);
+      waitpid(pid, nullptr, 0);
+    }
+  } stop_emulator{emulator};
+
+  d::DetectorOptions options;
+  options.db_path = (tmp / "detector.db").string();
+  options.poller.interval = absl::Milliseconds(f.interval_ms);
+  options.poller.request_timeout = absl::Milliseconds(800);
+  // cpp-httplib listens with a backlog of 5: a thousand first connects overflow it and wait for
+  // SYN retransmits. That is the emulator's limit, not the detector's, so connects may take 3 s.
+  options.poller.connect_timeout = absl::Seconds(3);
+  options.poller.max_connections_per_host = f.connections;
+  options.poller.gce_long_poll_timeout_s = 30;
+  auto opened = d::Detector::Open(options);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(opened.status().message()).c_str());
+    return 1;
+  }
+  std::unique_ptr<d::Detector> detector = *std::move(opened);
+
+  std::vector<std::string> ids;
+  std::vector<d::Cloud> clouds;
+  const d::Cloud mix[3] = {d::Cloud::kAws, d::Cloud::kAzure, d::Cloud::kGce};
+  for (int i = 0; i < f.instances; ++i) {
+    char id[32];
+    std::snprintf(id, sizeof(id), "i-%06d", i);
+    ids.push_back(id);
+    d::Cloud cloud = f.cloud == "mixed" ? mix[i % 3] : *d::ParseCloud("--cloud", f.cloud);
+    clouds.push_back(cloud);
+    d::WatchedInstance w;
+    w.instance_id = id;
+    w.job_id = "bench";
+    w.cloud = cloud;
+    w.metadata_endpoint = base + "/i/" + id;
+    if (auto s = detector->Register(w); !s.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
+  // Warm-up: every instance answered once.
+  const auto warm_start = std::chrono::steady_clock::now();
+  size_t healthy = 0;
+  while (std::chrono::steady_clock::now() - warm_start < std::chrono::seconds(30)) {
+    healthy = 0;
+    for (const auto& w : detector->List("")) healthy += w.state == d::InstanceState::kHealthy;
+    if (healthy == ids.size()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::map<std::string, int> reasons;
+  for (const auto& w : detector->List("")) {
+    if (w.state != d::InstanceState::kHealthy) ++reasons[w.reason.substr(0, 120)];
+  }
+  for (const auto& [reason, n] : reasons)
+    std::printf("  not healthy: %d x %s\n", n, reason.c_str());
+  std::printf("instances %d (%s), interval %d ms, healthy after warm-up %zu (%.1f s)\n",
+              f.instances, f.cloud.c_str(), f.interval_ms, healthy,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_start).count());
+
+  // Notices at random times within the window.
+  std::mt19937 rng(f.seed);
+  // The window starts once every notice is scheduled (allowing 5 ms per notice for that).
+  const int64_t t0 = d::NowUnixMs() + 3000 + 5 * static_cast<int64_t>(ids.size());
+  std::uniform_int_distribution<int64_t> when(t0 + 2000, t0 + f.window_s * 1000 - 4000);
+  std::bernoulli_distribution pick(f.notice_fraction);
+  std::map<std::string, int64_t> visible_at;
+  CURL* curl = curl_easy_init();
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Discard);
+  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, "");
+  curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!pick(rng)) continue;
+    const int64_t at = when(rng);
+    const std::string url = base + "/emulator/notice?instance=" + ids[i] +
+                            "&cloud=" + std::string(d::CloudName(clouds[i])) +
+                            "&at_ms=" + std::to_string(at);
+    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+    long code = 0;
+    if (curl_easy_perform(curl) != CURLE_OK ||
+        (curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code), code != 200)) {
+      std::fprintf(stderr, "scheduling a notice failed (HTTP %ld)\n", code);
+      return 1;
+    }
+    visible_at[ids[i]] = at;
+  }
+  curl_easy_cleanup(curl);
+
+  // The subscriber, and the measurement window.
+  std::map<std::string, int> notices_per_instance;
+  std::vector<double> latency_ms;
+  int other_events = 0;
+  if (d::NowUnixMs() > t0) {
+    std::fprintf(stderr, "scheduling the notices overran the window start\n");
+    return 1;
+  }
+  while (d::NowUnixMs() < t0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const double cpu0 = CpuSeconds();
+  const auto wall0 = std::chrono::steady_clock::now();
+  // Notices appear until 4 s before the end; the last seconds let late events arrive.
+  const int64_t end = t0 + f.window_s * 1000;
+  uint64_t cursor = detector->last_sequence();
+  // After the window, events keep being read for one poll interval and 2 s more (not counted in
+  // the CPU figure): a notice is lost only if it never arrives.
+  const int64_t grace_end = end + f.interval_ms + 2000;
+  bool window_open = true;
+  double wall = 0, cpu = 0;
+  while (d::NowUnixMs() < grace_end) {
+    if (window_open && d::NowUnixMs() >= end) {
+      window_open = false;
+      wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+      cpu = CpuSeconds() - cpu0;
+    }
+    detector->WaitForEvents(cursor, absl::Milliseconds(100));
+    auto events = detector->EventsAfter(cursor, "", 10000, &cursor);
+    const int64_t now = d::NowUnixMs();
+    for (const d::Event& e : *events) {
+      if (e.kind != d::EventKind::kNotice) {
+        ++other_events;
+        continue;
+      }
+      ++notices_per_instance[e.instance_id];
+      auto it = visible_at.find(e.instance_id);
+      if (it != visible_at.end() && notices_per_instance[e.instance_id] == 1) {
+        latency_ms.push_back(static_cast<double>(now - it->second));
+      }
+    }
+  }
+
+  int lost = 0, duplicated = 0, unexpected = 0;
+  for (const auto& [id, at] : visible_at) {
+    auto it = notices_per_instance.find(id);
+    if (it == notices_per_instance.end()) ++lost;
+  }
+  for (const auto& [id, n] : notices_per_instance) {
+    if (n > 1) duplicated += n - 1;
+    if (!visible_at.count(id)) unexpected += n;
+  }
+  std::printf(
+      "notices scheduled %zu, events %zu, lost %d, duplicated %d, unexpected %d, "
+      "other events %d\n",
+      visible_at.size(), latency_ms.size(), lost, duplicated, unexpected, other_events);
+  std::printf("notice-to-event latency ms: p50 %.0f  p90 %.0f  p99 %.0f  max %.0f\n",
+              Percentile(latency_ms, 0.5), Percentile(latency_ms, 0.9),
+              Percentile(latency_ms, 0.99), Percentile(latency_ms, 1.0));
+  std::printf("detector process CPU: %.3f cores (%.2f s over %.1f s)\n", cpu / wall, cpu, wall);
+
+  detector->Shutdown();
+  detector.reset();
+  std::filesystem::remove_all(tmp);
+  return 0;
+}

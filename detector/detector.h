@@ -1,0 +1,150 @@
+// The detector core: the registry of watched instances, their state machine, the event log with
+// sequence numbers, SQLite persistence, heartbeat deadlines and (with replicas) which instances
+// this replica holds. Fed by its own MetadataPoller and by agents' reports.
+//
+// States: unknown -> healthy (a poll or heartbeat succeeded); healthy/unknown -> unknown + reason
+// (a poll failed); any -> notice (a revocation notice; event KIND_NOTICE once per notice);
+// notice -> revoked (its deadline passed; KIND_REVOKED); agent-fed instances whose heartbeats stop
+// for lost_after_intervals intervals -> lost (KIND_LOST), and back to healthy (KIND_RECOVERED)
+// when they resume. Rebalance and maintenance notices are events that leave the state alone.
+#ifndef SPOTDNN_DETECTOR_DETECTOR_H_
+#define SPOTDNN_DETECTOR_DETECTOR_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "detector/detector_store.h"
+#include "detector/hash_ring.h"
+#include "detector/metadata_poller.h"
+#include "detector/types.h"
+
+namespace spotdnn::detector {
+
+// How a detector runs.
+struct DetectorOptions {
+  std::string db_path = ":memory:";  // SQLite file; ":memory:" keeps nothing across restarts
+  PollerOptions poller;              // for instances with a metadata endpoint
+  absl::Duration heartbeat_interval = absl::Seconds(1);  // agents' heartbeat interval
+  int lost_after_intervals = 3;  // missed heartbeat intervals before an instance is lost
+  std::string replica_id = "replica-0";
+  size_t event_retention = 100000;  // newest events kept (memory and database)
+  bool run_poller = true;           // false: only agents' reports feed it (tests)
+};
+
+// The detector. Thread-safe.
+class Detector {
+ public:
+  // Opens the store, reloads registrations, seen notices and events, and starts polling and the
+  // deadline monitor. INVALID_ARGUMENT for bad options or a database that cannot be opened.
+  static absl::StatusOr<std::unique_ptr<Detector>> Open(DetectorOptions options);
+  ~Detector();
+  Detector(const Detector&) = delete;
+  Detector& operator=(const Detector&) = delete;
+
+  // Registers (or updates) an instance. INVALID_ARGUMENT naming the field for an empty id, an
+  // endpoint that is not a base URL, or an endpoint without a cloud.
+  absl::Status Register(const WatchedInstance& instance);
+  // NOT_FOUND when the instance is not registered.
+  absl::Status Unregister(const std::string& instance_id);
+  // An agent's heartbeat. Unknown instances are registered on the fly with `job_id`/`cloud`.
+  // A non-empty `problem` (the agent cannot read its metadata service) makes it unknown with
+  // that reason; the instance is alive all the same.
+  absl::Status Heartbeat(const std::string& instance_id, const std::string& job_id, Cloud cloud,
+                         int64_t unix_ms, const std::string& problem = "");
+  // A notice an agent read; reported once per notice key. Registers unknown instances like
+  // Heartbeat. INVALID_ARGUMENT for an empty key or kind.
+  absl::Status ReportNotice(const std::string& instance_id, const std::string& job_id, Cloud cloud,
+                            const Notice& notice, int64_t seen_unix_ms);
+  // One round of polling (the poller's sink).
+  void HandlePollResult(const PollResult& result);
+
+  // Registered instances (of one job, or all when `job_id` is empty), sorted by id.
+  std::vector<WatchedInstance> List(const std::string& job_id) const;
+  // One instance; NOT_FOUND when not registered.
+  absl::StatusOr<WatchedInstance> Get(const std::string& instance_id) const;
+
+  // Up to `max` events with a sequence above `after` (of one job, or all), oldest first.
+  // OUT_OF_RANGE when events after `after` were already trimmed by the retention. `scanned`, when
+  // given, receives the last sequence examined (resume from there: filtered-out events count).
+  absl::StatusOr<std::vector<Event>> EventsAfter(uint64_t after, const std::string& job_id,
+                                                 size_t max, uint64_t* scanned = nullptr) const;
+  // Waits until an event with a sequence above `after` exists; false on timeout or Shutdown().
+  bool WaitForEvents(uint64_t after, absl::Duration timeout) const;
+  // The newest sequence number (0 before the first event).
+  uint64_t last_sequence() const;
+
+  // Applies heartbeat deadlines and notice deadlines at `now_unix_ms` (the monitor thread calls
+  // this every tenth of a heartbeat interval; tests may call it directly).
+  void CheckDeadlines(int64_t now_unix_ms);
+
+  // Scale-out: the replicas alive now (this one included). This replica polls the instances the
+  // consistent-hash ring gives it; an empty list means it holds every instance.
+  void SetLiveReplicas(const std::vector<std::string>& replicas);
+  // The replica that holds `instance_id` under the current ring.
+  std::string OwnerOf(const std::string& instance_id) const;
+  const std::string& replica_id() const { return options_.replica_id; }
+  // Instances this replica polls now.
+  size_t polled() const;
+  // Writes to the SQLite store that failed (the state and events stay in memory and are served;
+  // a restart would not see them). The last failure's message is in last_store_error().
+  uint64_t store_errors() const;
+  std::string last_store_error() const;
+
+  // Wakes waiters and stops the poller and monitor. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Entry {
+    StoredInstance stored;
+    std::set<std::string> seen;  // notice keys already reported
+    bool agent = false;          // heartbeats arrive here
+    bool polled = false;         // in this replica's poller
+  };
+  explicit Detector(DetectorOptions options);
+  absl::Status Load();
+  // Appends an event for `entry` (persisted before it is visible). Caller holds mu_.
+  void AppendLocked(Entry& entry, EventKind kind, const std::string& action, int64_t notice_unix_ms,
+                    int64_t effective_unix_ms, const std::string& detail,
+                    const std::string& seen_key);
+  void PersistLocked(const Entry& entry);
+  // Counts a failed store write. Caller holds mu_.
+  void StoreResultLocked(const absl::Status& status);
+  // Applies a notice to an entry. Caller holds mu_.
+  void NoticeLocked(Entry& entry, const Notice& notice, int64_t seen_unix_ms);
+  void HeartbeatLocked(Entry& entry, int64_t unix_ms, const std::string& problem = "");
+  Entry& EnsureLocked(const std::string& instance_id, const std::string& job_id, Cloud cloud);
+  // Adds/removes poll targets after a registration or ring change. Caller holds mu_.
+  void ReconcilePollingLocked(Entry& entry);
+  bool HoldsLocked(const std::string& instance_id) const;
+  void MonitorLoop();
+
+  DetectorOptions options_;
+  std::unique_ptr<DetectorStore> store_;
+  std::unique_ptr<MetadataPoller> poller_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable event_cv_;
+  std::condition_variable stop_cv_;
+  bool shutdown_ = false;
+  std::map<std::string, Entry> entries_;
+  std::deque<Event> events_;
+  uint64_t next_sequence_ = 1;
+  uint64_t first_retained_ = 1;
+  uint64_t store_errors_ = 0;
+  std::string last_store_error_;
+  HashRing ring_;
+  std::thread monitor_;
+};
+
+}  // namespace spotdnn::detector
+
+#endif  // SPOTDNN_DETECTOR_DETECTOR_H_

@@ -1,0 +1,60 @@
+// The detector's SQLite store: registrations (with state), the notice keys already reported, and
+// the event log. A restarted detector reloads all three, so it neither loses nor repeats events.
+#ifndef SPOTDNN_DETECTOR_DETECTOR_STORE_H_
+#define SPOTDNN_DETECTOR_DETECTOR_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "detector/types.h"
+
+struct sqlite3;
+
+namespace spotdnn::detector {
+
+// A registration as stored, with the state the detector had reached.
+struct StoredInstance {
+  WatchedInstance instance;
+  int64_t notice_effective_unix_ms = 0;  // deadline of the outstanding notice
+};
+
+// SQLite persistence. Not thread-safe: the detector calls it under its lock.
+class DetectorStore {
+ public:
+  // Opens (creating) the database at `path`; ":memory:" keeps nothing. INVALID_ARGUMENT naming
+  // the path when SQLite cannot open it.
+  static absl::StatusOr<std::unique_ptr<DetectorStore>> Open(const std::string& path);
+  ~DetectorStore();
+  DetectorStore(const DetectorStore&) = delete;
+  DetectorStore& operator=(const DetectorStore&) = delete;
+
+  absl::StatusOr<std::vector<StoredInstance>> LoadInstances();
+  // (instance_id, key) pairs of notices already reported.
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> LoadSeen();
+  // The newest `limit` events, oldest first.
+  absl::StatusOr<std::vector<Event>> LoadEvents(size_t limit);
+
+  // Inserts or replaces a registration.
+  absl::Status PutInstance(const StoredInstance& instance);
+  // Deletes a registration and its seen keys (its events stay in the log).
+  absl::Status DeleteInstance(const std::string& instance_id);
+  // Appends `event`, stores the instance's new state and (when not empty) the seen key, in one
+  // transaction.
+  absl::Status AppendEvent(const Event& event, const StoredInstance& instance,
+                           const std::string& seen_key);
+  // Deletes events with a sequence below `first_kept`.
+  absl::Status TrimEvents(uint64_t first_kept);
+
+ private:
+  explicit DetectorStore(sqlite3* db) : db_(db) {}
+  absl::Status Exec(const char* sql);
+  sqlite3* db_;
+};
+
+}  // namespace spotdnn::detector
+
+#endif  // SPOTDNN_DETECTOR_DETECTOR_STORE_H_

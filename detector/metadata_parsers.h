@@ -1,0 +1,70 @@
+// Parsers of the three clouds' metadata answers. They take the body of a 200 answer and never
+// guess: anything malformed is an error (never a notice), and every error names the field and
+// value it choked on. Bodies over kMaxMetadataBody bytes are rejected.
+#ifndef SPOTDNN_DETECTOR_METADATA_PARSERS_H_
+#define SPOTDNN_DETECTOR_METADATA_PARSERS_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "detector/types.h"
+
+namespace spotdnn::detector {
+
+// Largest metadata answer the parsers accept.
+inline constexpr size_t kMaxMetadataBody = 64 * 1024;
+
+// An RFC 3339 time ("2017-09-18T08:22:00Z", fractions and offsets allowed) in Unix ms.
+absl::StatusOr<int64_t> ParseRfc3339Ms(std::string_view field, std::string_view text);
+// An RFC 7231 HTTP date ("Mon, 19 Sep 2016 18:29:47 GMT") in Unix ms.
+absl::StatusOr<int64_t> ParseHttpDateMs(std::string_view field, std::string_view text);
+
+// AWS /latest/meta-data/spot/instance-action: {"action": "terminate"|"stop"|"hibernate",
+// "time": "…Z"} as a kNotice whose effective time is "time".
+absl::StatusOr<Notice> ParseAwsInstanceAction(std::string_view body);
+// AWS /latest/meta-data/events/recommendations/rebalance: {"noticeTime": "…Z"} as a kRebalance.
+absl::StatusOr<Notice> ParseAwsRebalance(std::string_view body);
+// AWS /latest/api/token: the token text (visible ASCII, at most 512 characters).
+absl::StatusOr<std::string> ParseAwsToken(std::string_view body);
+
+// GCE instance/preempted: "TRUE" or "FALSE" (surrounding whitespace allowed).
+absl::StatusOr<bool> ParseGcePreempted(std::string_view body);
+// GCE instance/maintenance-event: "NONE", "MIGRATE_ON_HOST_MAINTENANCE" or
+// "TERMINATE_ON_HOST_MAINTENANCE"; anything else (a cut-short "NO" included) is an error.
+absl::StatusOr<std::string> ParseGceMaintenanceEvent(std::string_view body);
+
+// One Azure scheduled event.
+struct AzureScheduledEvent {
+  std::string event_id;
+  std::string event_type;  // "Preempt", "Reboot", "Redeploy", "Freeze", "Terminate"
+  std::string resource_type;
+  std::vector<std::string> resources;
+  std::string event_status;        // "Scheduled", "Started"
+  int64_t not_before_unix_ms = 0;  // 0 when NotBefore is empty (the event started)
+  std::string description;
+  std::string event_source;
+  int64_t duration_s = -1;
+};
+
+// Azure /metadata/scheduledevents (api-version 2020-07-01).
+struct AzureScheduledEvents {
+  int64_t document_incarnation = 0;
+  std::vector<AzureScheduledEvent> events;
+};
+
+// Parses an Azure Scheduled Events document.
+absl::StatusOr<AzureScheduledEvents> ParseAzureScheduledEvents(std::string_view body);
+// The notices in an Azure document: Preempt (and Terminate) as kNotice, the rest as kMaintenance;
+// keyed by EventId.
+std::vector<Notice> AzureNotices(const AzureScheduledEvents& document);
+// The POST body acknowledging `event_ids`: {"StartRequests": [{"EventId": "…"}, …]}.
+std::string AzureStartRequestsBody(const std::vector<std::string>& event_ids);
+// Parses a StartRequests body into its event ids (used by the emulator).
+absl::StatusOr<std::vector<std::string>> ParseAzureStartRequests(std::string_view body);
+
+}  // namespace spotdnn::detector
+
+#endif  // SPOTDNN_DETECTOR_METADATA_PARSERS_H_

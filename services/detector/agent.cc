@@ -1,0 +1,156 @@
+#include "services/detector/agent.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "services/common/server.h"
+#include "services/detector/detector_service.h"
+#include "spdlog/spdlog.h"
+#include "spotdnn/v1/detector.grpc.pb.h"
+
+namespace spotdnn::services {
+
+std::string DefaultMetadataEndpoint(detector::Cloud cloud) {
+  // Production defaults only; tests always pass an emulator's endpoint.
+  return cloud == detector::Cloud::kGce ? "http://metadata.google.internal"
+                                        : "http://169.254.169.254";
+}
+
+Agent::Agent(AgentOptions options) : options_(std::move(options)) {}
+
+Agent::~Agent() { Stop(); }
+
+absl::Status Agent::Start() {
+  if (options_.detectors.empty()) {
+    return absl::InvalidArgumentError("detector = \"\": name at least one HOST:PORT");
+  }
+  for (const std::string& d : options_.detectors) {
+    if (d.find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("detector = \"", d, "\": expected HOST:PORT"));
+    }
+  }
+  if (options_.instance_id.empty()) {
+    return absl::InvalidArgumentError("instance_id = \"\": must not be empty");
+  }
+  if (options_.metadata_endpoint.empty()) {
+    options_.metadata_endpoint = DefaultMetadataEndpoint(options_.cloud);
+  }
+  poller_ = std::make_unique<detector::MetadataPoller>(
+      options_.poller, [this](const detector::PollResult& r) { OnPoll(r); });
+  if (auto s = poller_->Add({options_.instance_id, options_.cloud, options_.metadata_endpoint});
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = poller_->Start(); !s.ok()) return s;
+  sender_ = std::thread([this] { SendLoop(); });
+  return absl::OkStatus();
+}
+
+void Agent::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    if (context_ != nullptr) context_->TryCancel();
+  }
+  cv_.notify_all();
+  if (sender_.joinable()) sender_.join();
+  if (poller_) poller_->Stop();
+}
+
+std::string Agent::replica() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return replica_;
+}
+
+void Agent::OnPoll(const detector::PollResult& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  problem_ = r.healthy ? "" : r.reason;
+  bool added = false;
+  for (const detector::Notice& n : r.notices) {
+    if (notices_.emplace(n.key, n).second) {
+      pending_.push_back(n.key);
+      added = true;
+    }
+  }
+  if (added) cv_.notify_all();
+}
+
+void Agent::SendLoop() {
+  auto logger = spdlog::get("spotdnn-agent");
+  if (!logger) logger = spdlog::default_logger();
+  size_t index = 0;
+  const auto heartbeat =
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  while (true) {
+    const std::string target = options_.detectors[index % options_.detectors.size()];
+    auto stub = v1::Detector::NewStub(MakeChannel(target));
+    grpc::ClientContext context;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+      context_ = &context;
+      // A new stream: every notice read so far goes out again (the detector dedupes by key).
+      pending_.clear();
+      for (const auto& [key, n] : notices_) pending_.push_back(key);
+    }
+    auto stream = stub->AgentStream(&context);
+    bool ok = true;
+    auto send = [&](const v1::AgentReport& report) {
+      v1::AgentAck ack;
+      if (!stream->Write(report) || !stream->Read(&ack)) return false;
+      acked_.fetch_add(1);
+      std::lock_guard<std::mutex> lock(mu_);
+      replica_ = ack.replica();
+      return true;
+    };
+    auto next_heartbeat = std::chrono::steady_clock::now();
+    while (ok) {
+      v1::AgentReport report;
+      report.set_instance_id(options_.instance_id);
+      report.set_job_id(options_.job_id);
+      report.set_cloud(ToProto(options_.cloud));
+      report.set_unix_ms(detector::NowUnixMs());
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait_until(lock, next_heartbeat, [this] { return stopping_ || !pending_.empty(); });
+        if (stopping_) break;
+        if (!pending_.empty()) {
+          const detector::Notice& n = notices_.at(pending_.front());
+          pending_.pop_front();
+          v1::RevocationEvent* e = report.mutable_event();
+          e->set_instance_id(options_.instance_id);
+          e->set_job_id(options_.job_id);
+          e->set_cloud(ToProto(options_.cloud));
+          e->set_kind(static_cast<v1::RevocationEvent::Kind>(n.kind));
+          e->set_action(n.action);
+          e->set_notice_unix_ms(detector::NowUnixMs());
+          e->set_effective_unix_ms(n.effective_unix_ms);
+          e->set_detail(n.detail);
+          report.set_notice_key(n.key);
+        } else {
+          report.set_heartbeat(true);
+          report.set_problem(problem_);
+          next_heartbeat = std::chrono::steady_clock::now() + heartbeat;
+        }
+      }
+      ok = send(report);
+    }
+    stream->WritesDone();
+    const grpc::Status status = stream->Finish();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      context_ = nullptr;
+      if (stopping_) return;
+    }
+    logger->warn("detector {} stream ended ({}); trying the next replica", target,
+                 status.error_message());
+    ++index;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock,
+                 std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.reconnect_backoff)),
+                 [this] { return stopping_; });
+  }
+}
+
+}  // namespace spotdnn::services

@@ -1,0 +1,78 @@
+// spotdnn-agent's logic: polls the instance's own metadata service with the detector's poller and
+// streams heartbeats and notices to a detector replica, failing over to the next replica in its
+// list when the stream breaks. Every notice read is re-sent on each new stream (the detector
+// reports a notice key once), so a reconnect cannot drop one.
+#ifndef SPOTDNN_SERVICES_DETECTOR_AGENT_H_
+#define SPOTDNN_SERVICES_DETECTOR_AGENT_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "detector/metadata_poller.h"
+#include "detector/types.h"
+#include "grpcpp/grpcpp.h"
+
+namespace spotdnn::services {
+
+// What an agent watches and where it reports.
+struct AgentOptions {
+  std::vector<std::string> detectors;  // host:port of the replicas, tried in order
+  std::string instance_id;
+  std::string job_id;
+  detector::Cloud cloud = detector::Cloud::kUnspecified;
+  std::string metadata_endpoint;  // empty: the cloud's (http://169.254.169.254, …)
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration reconnect_backoff = absl::Milliseconds(200);
+  detector::PollerOptions poller;
+};
+
+// The default metadata endpoint of a cloud (the real link-local services).
+std::string DefaultMetadataEndpoint(detector::Cloud cloud);
+
+// The agent. Thread-safe.
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Starts polling and streaming. INVALID_ARGUMENT naming the option that is wrong.
+  absl::Status Start();
+  // Stops both. Idempotent.
+  void Stop();
+  // The replica that acknowledged the last report ("" before the first).
+  std::string replica() const;
+  // Reports the detector acknowledged.
+  uint64_t acked() const { return acked_.load(); }
+
+ private:
+  void OnPoll(const detector::PollResult& result);
+  void SendLoop();
+
+  AgentOptions options_;
+  std::unique_ptr<detector::MetadataPoller> poller_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::string problem_;                              // why local polling fails ("" = fine)
+  std::map<std::string, detector::Notice> notices_;  // every notice read, by key
+  std::deque<std::string> pending_;                  // keys not yet sent on the current stream
+  std::string replica_;
+  grpc::ClientContext* context_ = nullptr;  // of the open stream, for Stop()
+  std::atomic<uint64_t> acked_{0};
+  std::thread sender_;
+};
+
+}  // namespace spotdnn::services
+
+#endif  // SPOTDNN_SERVICES_DETECTOR_AGENT_H_

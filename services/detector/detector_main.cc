@@ -1,0 +1,73 @@
+// spotdnn-detector: the revocation detector as a gRPC service.
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "detector/detector.h"
+#include "services/common/server.h"
+#include "services/detector/detector_service.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50054",
+          "host:port to serve on; port 0 picks a free port (logged, and written to --port_file)");
+ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
+ABSL_FLAG(std::string, db, "spotdnn-detector.db",
+          "SQLite file of registrations and events (\":memory:\" keeps nothing)");
+ABSL_FLAG(absl::Duration, poll_interval, absl::Seconds(1),
+          "interval of the AWS and Azure metadata polls this replica makes");
+ABSL_FLAG(absl::Duration, request_timeout, absl::Milliseconds(800),
+          "timeout of one metadata request");
+ABSL_FLAG(int, gce_long_poll_timeout_s, 30, "timeout_sec of one GCE wait_for_change long poll");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "agents' heartbeat interval");
+ABSL_FLAG(int, lost_after_intervals, 3,
+          "an agent-fed instance missing this many heartbeat intervals is lost");
+ABSL_FLAG(bool, azure_ack, false,
+          "acknowledge Azure Preempt events (POST StartRequests) once reported");
+ABSL_FLAG(std::string, replica_id, "replica-0", "this replica's id on the consistent-hash ring");
+ABSL_FLAG(std::string, peers, "",
+          "the other replicas, ID=HOST:PORT[,ID=HOST:PORT...]; instances are shared among the "
+          "live ones by consistent hashing of their ids");
+ABSL_FLAG(int, event_retention, 100000, "newest events kept for WatchEvents resumes");
+
+int main(int argc, char** argv) {
+  spotdnn::services::BlockShutdownSignals();
+  absl::SetProgramUsageMessage(
+      "The spotdnn revocation detector (gRPC): AWS, Google Cloud and Azure notices, heartbeats.");
+  absl::ParseCommandLine(argc, argv);
+  auto logger = spdlog::stderr_color_mt("spotdnn-detector");
+
+  auto peers = spotdnn::services::ParseDetectorPeers("--peers", absl::GetFlag(FLAGS_peers));
+  if (!peers.ok()) {
+    logger->error("{}", std::string(peers.status().message()));
+    return 2;
+  }
+  spotdnn::detector::DetectorOptions options;
+  options.db_path = absl::GetFlag(FLAGS_db);
+  options.poller.interval = absl::GetFlag(FLAGS_poll_interval);
+  options.poller.request_timeout = absl::GetFlag(FLAGS_request_timeout);
+  options.poller.gce_long_poll_timeout_s = absl::GetFlag(FLAGS_gce_long_poll_timeout_s);
+  options.poller.azure_ack = absl::GetFlag(FLAGS_azure_ack);
+  options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.lost_after_intervals = absl::GetFlag(FLAGS_lost_after_intervals);
+  options.replica_id = absl::GetFlag(FLAGS_replica_id);
+  options.event_retention = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_event_retention)));
+  auto detector = spotdnn::detector::Detector::Open(options);
+  if (!detector.ok()) {
+    logger->error("{}", std::string(detector.status().message()));
+    return 2;
+  }
+  std::shared_ptr<spotdnn::detector::Detector> shared = *std::move(detector);
+  logger->info("replica {}: {} instances, last event {}, {} peers", options.replica_id,
+               shared->List("").size(), shared->last_sequence(), peers->size());
+  spotdnn::services::DetectorServiceImpl service(shared, *peers);
+  service.StartPeerMonitor();
+  const int code = spotdnn::services::ServeUntilSignal(
+      "spotdnn-detector", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_port_file), {&service});
+  service.Stop();
+  shared->Shutdown();
+  return code;
+}

@@ -1,0 +1,327 @@
+#include "services/detector/detector_service.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "services/common/convert.h"
+#include "services/common/server.h"
+#include "spdlog/spdlog.h"
+
+namespace spotdnn::services {
+namespace {
+
+namespace d = ::spotdnn::detector;
+
+// Counts a call in `counter` for its lifetime.
+class StreamCount {
+ public:
+  explicit StreamCount(std::atomic<int>& counter) : counter_(counter) { ++counter_; }
+  ~StreamCount() { --counter_; }
+
+ private:
+  std::atomic<int>& counter_;
+};
+
+std::shared_ptr<spdlog::logger> Logger() {
+  auto logger = spdlog::get("spotdnn-detector");
+  return logger ? logger : spdlog::default_logger();
+}
+
+pb::InstanceState ToProto(d::InstanceState s) { return static_cast<pb::InstanceState>(s); }
+
+pb::RevocationEvent::Kind ToProto(d::EventKind k) {
+  return static_cast<pb::RevocationEvent::Kind>(k);
+}
+
+std::chrono::system_clock::time_point In(absl::Duration d) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+}  // namespace
+
+pb::Cloud ToProto(d::Cloud cloud) { return static_cast<pb::Cloud>(cloud); }
+d::Cloud ToDomain(pb::Cloud cloud) {
+  switch (cloud) {
+    case pb::CLOUD_AWS:
+      return d::Cloud::kAws;
+    case pb::CLOUD_GCE:
+      return d::Cloud::kGce;
+    case pb::CLOUD_AZURE:
+      return d::Cloud::kAzure;
+    default:
+      return d::Cloud::kUnspecified;
+  }
+}
+
+pb::WatchedInstance ToProto(const d::WatchedInstance& w) {
+  pb::WatchedInstance p;
+  p.set_instance_id(w.instance_id);
+  p.set_job_id(w.job_id);
+  p.set_cloud(ToProto(w.cloud));
+  p.set_metadata_endpoint(w.metadata_endpoint);
+  p.set_state(ToProto(w.state));
+  p.set_reason(w.reason);
+  p.set_last_heartbeat_unix_ms(w.last_heartbeat_unix_ms);
+  p.set_replica(w.replica);
+  return p;
+}
+
+d::WatchedInstance ToDomain(const pb::WatchedInstance& p) {
+  d::WatchedInstance w;
+  w.instance_id = p.instance_id();
+  w.job_id = p.job_id();
+  w.cloud = ToDomain(p.cloud());
+  w.metadata_endpoint = p.metadata_endpoint();
+  return w;
+}
+
+pb::RevocationEvent ToProto(const d::Event& e) {
+  pb::RevocationEvent p;
+  p.set_sequence(e.sequence);
+  p.set_instance_id(e.instance_id);
+  p.set_job_id(e.job_id);
+  p.set_cloud(ToProto(e.cloud));
+  p.set_kind(ToProto(e.kind));
+  p.set_action(e.action);
+  p.set_notice_unix_ms(e.notice_unix_ms);
+  p.set_effective_unix_ms(e.effective_unix_ms);
+  p.set_detail(e.detail);
+  return p;
+}
+
+absl::StatusOr<std::vector<DetectorPeer>> ParseDetectorPeers(std::string_view flag,
+                                                             std::string_view text) {
+  std::vector<DetectorPeer> peers;
+  if (text.empty()) return peers;
+  for (absl::string_view entry : absl::StrSplit(absl::string_view(text.data(), text.size()), ',')) {
+    std::vector<std::string> parts = absl::StrSplit(entry, absl::MaxSplits('=', 1));
+    if (parts.size() != 2 || parts[0].empty() || parts[1].find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          std::string(flag), " entry \"", std::string(entry), "\": expected ID=HOST:PORT"));
+    }
+    for (const DetectorPeer& p : peers) {
+      if (p.id == parts[0]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            std::string(flag), " entry \"", std::string(entry), "\": replica id named twice"));
+      }
+    }
+    peers.push_back({parts[0], parts[1]});
+  }
+  return peers;
+}
+
+DetectorServiceImpl::DetectorServiceImpl(std::shared_ptr<d::Detector> detector,
+                                         std::vector<DetectorPeer> peers)
+    : detector_(std::move(detector)) {
+  for (DetectorPeer& p : peers) {
+    PeerState s;
+    s.stub = pb::Detector::NewStub(MakeChannel(p.address));
+    s.peer = std::move(p);
+    peers_.push_back(std::move(s));
+  }
+  if (!peers_.empty()) detector_->SetLiveReplicas(LiveReplicas());
+}
+
+DetectorServiceImpl::~DetectorServiceImpl() { Stop(); }
+
+void DetectorServiceImpl::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  stopped_ = true;
+  stop_cv_.notify_all();
+  if (monitor_.joinable()) monitor_.join();
+}
+
+std::vector<std::string> DetectorServiceImpl::LiveReplicas() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> live = {detector_->replica_id()};
+  for (const PeerState& p : peers_) {
+    if (p.alive) live.push_back(p.peer.id);
+  }
+  std::sort(live.begin(), live.end());
+  return live;
+}
+
+void DetectorServiceImpl::StartPeerMonitor(absl::Duration period, int failures_to_dead) {
+  if (peers_.empty() || monitor_.joinable()) return;
+  monitor_ = std::thread([=, this] { MonitorPeers(period, failures_to_dead); });
+}
+
+void DetectorServiceImpl::MonitorPeers(absl::Duration period, int failures_to_dead) {
+  auto logger = Logger();
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stop_cv_.wait_for(lock, std::chrono::milliseconds(absl::ToInt64Milliseconds(period)),
+                            [this] { return stopping_; })) {
+        return;
+      }
+    }
+    bool changed = false;
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      grpc::ClientContext context;
+      context.set_deadline(In(std::max(period, absl::Milliseconds(200))));
+      pb::ReplicaStatusResponse status;
+      const bool ok = peers_[i].stub->ReplicaStatus(&context, {}, &status).ok();
+      bool push = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        PeerState& p = peers_[i];
+        if (ok) {
+          p.failures = 0;
+          if (!p.alive) {
+            logger->info("replica {} is back", p.peer.id);
+            p.alive = true;
+            changed = true;
+          }
+          // A peer that (re)started may lack registrations made meanwhile: send them all.
+          push = !p.synced || status.instances() < detector_->List("").size();
+          p.synced = true;
+        } else if (++p.failures >= failures_to_dead && p.alive) {
+          logger->warn("replica {} missed {} checks; its instances move to the others", p.peer.id,
+                       p.failures);
+          p.alive = false;
+          p.synced = false;
+          changed = true;
+        }
+      }
+      if (push) {
+        for (const d::WatchedInstance& w : detector_->List("")) {
+          grpc::ClientContext c;
+          c.set_deadline(In(absl::Seconds(2)));
+          pb::RegisterInstanceRequest request;
+          *request.mutable_instance() = ToProto(w);
+          request.set_from_peer(true);
+          pb::RegisterInstanceResponse response;
+          if (!peers_[i].stub->RegisterInstance(&c, request, &response).ok()) break;
+        }
+      }
+    }
+    if (changed) detector_->SetLiveReplicas(LiveReplicas());
+  }
+}
+
+void DetectorServiceImpl::Forward(
+    const std::function<grpc::Status(pb::Detector::Stub&, grpc::ClientContext&)>& call) {
+  for (PeerState& p : peers_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!p.alive) continue;  // it is sent everything when it comes back
+    }
+    grpc::ClientContext context;
+    context.set_deadline(In(absl::Seconds(2)));
+    const grpc::Status s = call(*p.stub, context);
+    if (!s.ok() && s.error_code() != grpc::StatusCode::NOT_FOUND) {
+      Logger()->warn("forwarding to replica {} failed: {}", p.peer.id, s.error_message());
+    }
+  }
+}
+
+grpc::Status DetectorServiceImpl::RegisterInstance(grpc::ServerContext*,
+                                                   const pb::RegisterInstanceRequest* request,
+                                                   pb::RegisterInstanceResponse*) {
+  if (!request->has_instance()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "instance: missing");
+  }
+  if (auto s = detector_->Register(ToDomain(request->instance())); !s.ok()) return ToGrpc(s);
+  if (!request->from_peer()) {
+    pb::RegisterInstanceRequest forwarded = *request;
+    forwarded.set_from_peer(true);
+    Forward([&](pb::Detector::Stub& stub, grpc::ClientContext& c) {
+      pb::RegisterInstanceResponse r;
+      return stub.RegisterInstance(&c, forwarded, &r);
+    });
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status DetectorServiceImpl::UnregisterInstance(grpc::ServerContext*,
+                                                     const pb::UnregisterInstanceRequest* request,
+                                                     pb::UnregisterInstanceResponse*) {
+  const absl::Status s = detector_->Unregister(request->instance_id());
+  if (!request->from_peer()) {
+    pb::UnregisterInstanceRequest forwarded = *request;
+    forwarded.set_from_peer(true);
+    Forward([&](pb::Detector::Stub& stub, grpc::ClientContext& c) {
+      pb::UnregisterInstanceResponse r;
+      return stub.UnregisterInstance(&c, forwarded, &r);
+    });
+  }
+  return ToGrpc(s);
+}
+
+grpc::Status DetectorServiceImpl::AgentStream(
+    grpc::ServerContext* context, grpc::ServerReaderWriter<pb::AgentAck, pb::AgentReport>* stream) {
+  pb::AgentReport report;
+  while (!stopped_ && stream->Read(&report)) {
+    const d::Cloud cloud = ToDomain(report.cloud());
+    absl::Status s;
+    if (report.report_case() == pb::AgentReport::kEvent) {
+      const pb::RevocationEvent& e = report.event();
+      d::Notice n;
+      n.kind = static_cast<d::EventKind>(e.kind());
+      n.action = e.action();
+      n.effective_unix_ms = e.effective_unix_ms();
+      n.detail = e.detail();
+      n.key = report.notice_key();
+      s = detector_->ReportNotice(report.instance_id(), report.job_id(), cloud, n,
+                                  e.notice_unix_ms());
+    } else {
+      s = detector_->Heartbeat(report.instance_id(), report.job_id(), cloud, report.unix_ms(),
+                               report.problem());
+    }
+    if (!s.ok()) return ToGrpc(s);
+    pb::AgentAck ack;
+    ack.set_unix_ms(d::NowUnixMs());
+    ack.set_replica(detector_->replica_id());
+    if (!stream->Write(ack)) break;
+  }
+  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+  return grpc::Status::OK;
+}
+
+grpc::Status DetectorServiceImpl::WatchEvents(grpc::ServerContext* context,
+                                              const pb::WatchEventsRequest* request,
+                                              grpc::ServerWriter<pb::RevocationEvent>* writer) {
+  StreamCount count(open_streams_);
+  uint64_t cursor = request->after_sequence();
+  while (!context->IsCancelled() && !stopped_) {
+    uint64_t scanned = cursor;
+    auto events = detector_->EventsAfter(cursor, request->job_id(), 256, &scanned);
+    if (!events.ok()) return ToGrpc(events.status());
+    for (const d::Event& e : *events) {
+      if (!writer->Write(ToProto(e))) return grpc::Status::OK;  // the subscriber left
+    }
+    cursor = scanned;  // events of other jobs were looked at too
+    if (events->size() < 256) detector_->WaitForEvents(cursor, absl::Milliseconds(200));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status DetectorServiceImpl::ListInstances(grpc::ServerContext*,
+                                                const pb::ListInstancesRequest* request,
+                                                pb::ListInstancesResponse* response) {
+  for (const d::WatchedInstance& w : detector_->List(request->job_id())) {
+    *response->add_instances() = ToProto(w);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status DetectorServiceImpl::ReplicaStatus(grpc::ServerContext*,
+                                                const pb::ReplicaStatusRequest*,
+                                                pb::ReplicaStatusResponse* response) {
+  response->set_replica(detector_->replica_id());
+  response->set_instances(detector_->List("").size());
+  response->set_polled(detector_->polled());
+  response->set_last_sequence(detector_->last_sequence());
+  for (const std::string& r : LiveReplicas()) response->add_live_replicas(r);
+  response->set_store_errors(detector_->store_errors());
+  response->set_last_store_error(detector_->last_store_error());
+  return grpc::Status::OK;
+}
+
+}  // namespace spotdnn::services

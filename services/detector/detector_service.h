@@ -1,0 +1,100 @@
+// The gRPC edge of the revocation detector: converts spotdnn.v1 messages to the detector core's
+// types, streams events to subscribers and takes agents' streams, and (with peers) forwards
+// registrations to the other replicas and tracks which replicas are alive.
+#ifndef SPOTDNN_SERVICES_DETECTOR_DETECTOR_SERVICE_H_
+#define SPOTDNN_SERVICES_DETECTOR_DETECTOR_SERVICE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "detector/detector.h"
+#include "spotdnn/v1/detector.grpc.pb.h"
+
+namespace spotdnn::services {
+
+namespace pb = ::spotdnn::v1;
+
+pb::WatchedInstance ToProto(const detector::WatchedInstance& instance);
+detector::WatchedInstance ToDomain(const pb::WatchedInstance& instance);
+pb::RevocationEvent ToProto(const detector::Event& event);
+pb::Cloud ToProto(detector::Cloud cloud);
+detector::Cloud ToDomain(pb::Cloud cloud);
+
+// Another detector replica.
+struct DetectorPeer {
+  std::string id;
+  std::string address;  // host:port
+};
+
+// Parses "--peers" text: "ID=HOST:PORT[,ID=HOST:PORT...]" (empty = none). INVALID_ARGUMENT
+// naming `flag` and the bad entry.
+absl::StatusOr<std::vector<DetectorPeer>> ParseDetectorPeers(std::string_view flag,
+                                                             std::string_view text);
+
+// The Detector service.
+class DetectorServiceImpl final : public pb::Detector::Service {
+ public:
+  // `peers` are the other replicas (not this one).
+  explicit DetectorServiceImpl(std::shared_ptr<detector::Detector> detector,
+                               std::vector<DetectorPeer> peers = {});
+  ~DetectorServiceImpl() override;
+
+  // Starts asking every peer's ReplicaStatus each `period`; a peer that fails `failures_to_dead`
+  // checks in a row is dead and its instances move to the live replicas; a peer that comes
+  // (back) up is sent every registration this replica holds. No-op without peers.
+  void StartPeerMonitor(absl::Duration period = absl::Milliseconds(500), int failures_to_dead = 3);
+  // Stops the peer monitor and ends open WatchEvents streams. Idempotent.
+  void Stop();
+  // Replicas alive now (this one included), sorted.
+  std::vector<std::string> LiveReplicas() const;
+  // WatchEvents and AgentStream calls being served now.
+  int open_streams() const { return open_streams_.load(); }
+
+  grpc::Status RegisterInstance(grpc::ServerContext* context,
+                                const pb::RegisterInstanceRequest* request,
+                                pb::RegisterInstanceResponse* response) override;
+  grpc::Status UnregisterInstance(grpc::ServerContext* context,
+                                  const pb::UnregisterInstanceRequest* request,
+                                  pb::UnregisterInstanceResponse* response) override;
+  grpc::Status AgentStream(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<pb::AgentAck, pb::AgentReport>* stream) override;
+  grpc::Status WatchEvents(grpc::ServerContext* context, const pb::WatchEventsRequest* request,
+                           grpc::ServerWriter<pb::RevocationEvent>* writer) override;
+  grpc::Status ListInstances(grpc::ServerContext* context, const pb::ListInstancesRequest* request,
+                             pb::ListInstancesResponse* response) override;
+  grpc::Status ReplicaStatus(grpc::ServerContext* context, const pb::ReplicaStatusRequest* request,
+                             pb::ReplicaStatusResponse* response) override;
+
+ private:
+  struct PeerState {
+    DetectorPeer peer;
+    std::unique_ptr<pb::Detector::Stub> stub;
+    bool alive = true;  // assumed up until it fails its checks
+    bool synced = false;
+    int failures = 0;
+  };
+  void MonitorPeers(absl::Duration period, int failures_to_dead);
+  void Forward(const std::function<grpc::Status(pb::Detector::Stub&, grpc::ClientContext&)>& call);
+
+  std::shared_ptr<detector::Detector> detector_;
+  mutable std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::atomic<bool> stopped_{false};
+  std::atomic<int> open_streams_{0};
+  std::vector<PeerState> peers_;
+  std::thread monitor_;
+};
+
+}  // namespace spotdnn::services
+
+#endif  // SPOTDNN_SERVICES_DETECTOR_DETECTOR_SERVICE_H_

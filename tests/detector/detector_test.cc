@@ -1,0 +1,342 @@
+// The detector core against the emulator: state machine, event log, persistence, heartbeats,
+// and replicas sharing instances.
+#include "detector/detector.h"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "detector/metadata_emulator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace spotdnn::detector {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Polls `pred` every 10 ms for up to 10 s.
+bool Eventually(const std::function<bool()>& pred) {
+  for (int i = 0; i < 1000; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+class DetectorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto e = MetadataEmulator::Start({});
+    ASSERT_TRUE(e.ok()) << e.status();
+    emulator_ = *std::move(e);
+    db_ = std::filesystem::temp_directory_path() /
+          ("detector_test_" + std::to_string(getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".db");
+    std::filesystem::remove(db_);
+  }
+  void TearDown() override {
+    emulator_->Stop();
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+      std::filesystem::remove(db_.string() + suffix);
+    }
+  }
+  DetectorOptions Options(bool persistent = false) {
+    DetectorOptions o;
+    o.poller.interval = absl::Milliseconds(100);
+    o.poller.request_timeout = absl::Milliseconds(300);
+    o.poller.max_backoff = absl::Milliseconds(300);
+    o.poller.gce_long_poll_timeout_s = 5;
+    o.heartbeat_interval = absl::Milliseconds(100);
+    o.lost_after_intervals = 3;
+    if (persistent) o.db_path = db_.string();
+    return o;
+  }
+  // Fed by hand (no poller) with a heartbeat interval so long that the monitor thread never
+  // acts during the test; deadlines are checked with explicit times.
+  DetectorOptions ByHand() {
+    DetectorOptions o = Options();
+    o.run_poller = false;
+    o.heartbeat_interval = absl::Seconds(10);
+    return o;
+  }
+  std::unique_ptr<Detector> OpenDetector(DetectorOptions o) {
+    auto d = Detector::Open(std::move(o));
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? *std::move(d) : nullptr;
+  }
+  WatchedInstance Polled(const std::string& id, Cloud cloud, const std::string& job = "job") {
+    WatchedInstance w;
+    w.instance_id = id;
+    w.job_id = job;
+    w.cloud = cloud;
+    w.metadata_endpoint = emulator_->EndpointFor(id);
+    return w;
+  }
+  static InstanceState StateOf(const Detector& d, const std::string& id) {
+    auto w = d.Get(id);
+    return w.ok() ? w->state : InstanceState::kUnknown;
+  }
+  static std::vector<Event> All(const Detector& d) {
+    auto events = d.EventsAfter(0, "", 100000);
+    EXPECT_TRUE(events.ok());
+    return events.ok() ? *events : std::vector<Event>{};
+  }
+
+  std::unique_ptr<MetadataEmulator> emulator_;
+  std::filesystem::path db_;
+};
+
+TEST_F(DetectorTest, PolledNoticeBecomesOneEvent) {
+  auto d = OpenDetector(Options());
+  ASSERT_TRUE(d->Register(Polled("a", Cloud::kAws)).ok());
+  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "a") == InstanceState::kHealthy; }));
+  const int64_t effective = (NowUnixMs() / 1000 + 120) * 1000;
+  emulator_->ScheduleNotice("a", {.cloud = Cloud::kAws, .effective_unix_ms = effective});
+  emulator_->ScheduleNotice("a", {.cloud = Cloud::kAws, .kind = EventKind::kRebalance});
+  ASSERT_TRUE(Eventually([&] { return All(*d).size() >= 2; }));
+  // Several more rounds see the same notices: still one event each.
+  const int requests_before = emulator_->Stats("a").requests;
+  ASSERT_TRUE(Eventually([&] { return emulator_->Stats("a").requests >= requests_before + 6; }));
+  auto events = All(*d);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].sequence + 1, events[1].sequence);
+  int notices = 0;
+  for (const Event& e : events) {
+    EXPECT_EQ(e.instance_id, "a");
+    EXPECT_EQ(e.job_id, "job");
+    if (e.kind == EventKind::kNotice) {
+      ++notices;
+      EXPECT_EQ(e.action, "terminate");
+      EXPECT_EQ(e.effective_unix_ms, effective);
+    } else {
+      EXPECT_EQ(e.kind, EventKind::kRebalance);
+    }
+  }
+  EXPECT_EQ(notices, 1);
+  EXPECT_EQ(StateOf(*d, "a"), InstanceState::kNotice);
+}
+
+TEST_F(DetectorTest, FaultyEndpointIsUnknownAndOthersAreServed) {
+  auto d = OpenDetector(Options());
+  emulator_->SetFault("bad", EmulatorFault::kGarbage);
+  emulator_->ScheduleNotice("bad", {.cloud = Cloud::kAzure});
+  ASSERT_TRUE(d->Register(Polled("bad", Cloud::kAzure)).ok());
+  ASSERT_TRUE(d->Register(Polled("good", Cloud::kGce)).ok());
+  ASSERT_TRUE(Eventually([&] {
+    auto w = d->Get("bad");
+    return w.ok() && w->reason.find("not valid JSON") != std::string::npos;
+  }));
+  EXPECT_EQ(StateOf(*d, "bad"), InstanceState::kUnknown);
+  emulator_->ScheduleNotice("good", {.cloud = Cloud::kGce});
+  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "good") == InstanceState::kNotice; }));
+  for (const Event& e : All(*d)) EXPECT_EQ(e.instance_id, "good");
+  // The fault clears: the real notice arrives, once.
+  emulator_->SetFault("bad", EmulatorFault::kNone);
+  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "bad") == InstanceState::kNotice; }));
+  auto events = All(*d);
+  EXPECT_EQ(std::count_if(events.begin(), events.end(),
+                          [](const Event& e) { return e.instance_id == "bad"; }),
+            1);
+}
+
+TEST_F(DetectorTest, RestartLosesAndRepeatsNothing) {
+  {
+    auto d = OpenDetector(Options(true));
+    ASSERT_TRUE(d->Register(Polled("a", Cloud::kAws, "j1")).ok());
+    ASSERT_TRUE(d->Register(Polled("b", Cloud::kAws, "j2")).ok());
+    emulator_->ScheduleNotice("a", {.cloud = Cloud::kAws});
+    ASSERT_TRUE(Eventually([&] { return d->last_sequence() == 1; }));
+  }
+  auto d = OpenDetector(Options(true));
+  auto listed = d->List("");
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0].instance_id, "a");
+  EXPECT_EQ(listed[0].state, InstanceState::kNotice);
+  EXPECT_EQ(listed[1].job_id, "j2");
+  auto events = All(*d);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].sequence, 1u);
+  EXPECT_EQ(d->store_errors(), 0u) << d->last_store_error();
+  EXPECT_EQ(events[0].kind, EventKind::kNotice);
+  // The restarted detector polls again, sees the same notice, and does not report it twice; a
+  // new notice continues the sequence.
+  const int requests_before = emulator_->Stats("a").requests;
+  ASSERT_TRUE(Eventually([&] { return emulator_->Stats("a").requests >= requests_before + 4; }));
+  EXPECT_EQ(d->last_sequence(), 1u);
+  emulator_->ScheduleNotice("b", {.cloud = Cloud::kAws});
+  ASSERT_TRUE(Eventually([&] { return d->last_sequence() == 2; }));
+  EXPECT_EQ(All(*d).back().instance_id, "b");
+}
+
+TEST_F(DetectorTest, HeartbeatLossIsLostThenRecovered) {
+  auto d = OpenDetector(ByHand());
+  ASSERT_TRUE(d->Heartbeat("h", "job", Cloud::kAws, NowUnixMs()).ok());
+  EXPECT_EQ(StateOf(*d, "h"), InstanceState::kHealthy);
+  const int64_t now = NowUnixMs();
+  d->CheckDeadlines(now + 20000);  // 2 intervals: not yet
+  EXPECT_EQ(StateOf(*d, "h"), InstanceState::kHealthy);
+  d->CheckDeadlines(now + 31000);
+  auto w = d->Get("h");
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->state, InstanceState::kLost);
+  EXPECT_THAT(w->reason, HasSubstr("no heartbeat"));
+  d->CheckDeadlines(now + 60000);  // lost once, not again
+  ASSERT_TRUE(d->Heartbeat("h", "job", Cloud::kAws, NowUnixMs()).ok());
+  auto events = All(*d);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].kind, EventKind::kLost);
+  EXPECT_EQ(events[1].kind, EventKind::kRecovered);
+  EXPECT_EQ(StateOf(*d, "h"), InstanceState::kHealthy);
+}
+
+TEST_F(DetectorTest, MonitorMarksSilentAgentsLost) {
+  DetectorOptions o = Options();
+  o.run_poller = false;
+  auto d = OpenDetector(o);
+  ASSERT_TRUE(d->Heartbeat("h", "job", Cloud::kGce, NowUnixMs()).ok());
+  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "h") == InstanceState::kLost; }));
+}
+
+TEST_F(DetectorTest, AgentNoticeThenRevokedAtItsDeadline) {
+  auto d = OpenDetector(ByHand());
+  const int64_t now = NowUnixMs();
+  Notice n{EventKind::kNotice, "Preempt", 0, now + 30000, "azure:1", "evicted"};
+  ASSERT_TRUE(d->ReportNotice("z", "job", Cloud::kAzure, n, now).ok());
+  ASSERT_TRUE(d->ReportNotice("z", "job", Cloud::kAzure, n, now).ok());  // repeated: once
+  EXPECT_EQ(StateOf(*d, "z"), InstanceState::kNotice);
+  d->CheckDeadlines(now + 30001);
+  EXPECT_EQ(StateOf(*d, "z"), InstanceState::kRevoked);
+  auto events = All(*d);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].kind, EventKind::kNotice);
+  EXPECT_EQ(events[0].cloud, Cloud::kAzure);
+  EXPECT_EQ(events[1].kind, EventKind::kRevoked);
+  Notice bad = n;
+  bad.key = "";
+  EXPECT_EQ(d->ReportNotice("z", "job", Cloud::kAzure, bad, now).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(DetectorTest, EventsAfterResumesAndFiltersByJob) {
+  auto d = OpenDetector(ByHand());
+  for (int i = 0; i < 6; ++i) {
+    Notice n{EventKind::kRebalance, "rebalance", 0, 0, "k" + std::to_string(i), ""};
+    ASSERT_TRUE(
+        d->ReportNotice("i" + std::to_string(i), i % 2 ? "odd" : "even", Cloud::kAws, n, 0).ok());
+  }
+  auto after3 = d->EventsAfter(3, "", 100);
+  ASSERT_TRUE(after3.ok());
+  ASSERT_EQ(after3->size(), 3u);
+  EXPECT_EQ((*after3)[0].sequence, 4u);
+  auto odd = d->EventsAfter(0, "odd", 100);
+  ASSERT_EQ(odd->size(), 3u);
+  for (const Event& e : *odd) EXPECT_EQ(e.job_id, "odd");
+  EXPECT_EQ(d->EventsAfter(0, "", 2)->size(), 2u);
+  EXPECT_FALSE(d->WaitForEvents(6, absl::Milliseconds(20)));
+  EXPECT_TRUE(d->WaitForEvents(5, absl::Milliseconds(20)));
+}
+
+TEST_F(DetectorTest, RetentionTrimsAndSaysSo) {
+  DetectorOptions o = ByHand();
+  o.event_retention = 3;
+  auto d = OpenDetector(o);
+  for (int i = 0; i < 5; ++i) {
+    Notice n{EventKind::kRebalance, "rebalance", 0, 0, "k" + std::to_string(i), ""};
+    ASSERT_TRUE(d->ReportNotice("i", "", Cloud::kAws, n, 0).ok());
+  }
+  EXPECT_EQ(d->EventsAfter(0, "", 10).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(d->EventsAfter(2, "", 10)->size(), 3u);
+}
+
+TEST_F(DetectorTest, StoreFailuresAreCountedAndEventsStillServed) {
+  DetectorOptions o = ByHand();
+  o.db_path = db_.string();
+  auto d = OpenDetector(o);
+  // Someone drops the events table under the detector.
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.string().c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "DROP TABLE events", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  Notice n{EventKind::kNotice, "stop", 0, 0, "k", ""};
+  ASSERT_TRUE(d->ReportNotice("i", "", Cloud::kAws, n, 0).ok());
+  EXPECT_EQ(d->store_errors(), 1u);
+  EXPECT_THAT(d->last_store_error(), HasSubstr("events"));
+  EXPECT_EQ(All(*d).size(), 1u);
+}
+
+TEST_F(DetectorTest, RegistrationValidation) {
+  auto d = OpenDetector(Options());
+  WatchedInstance w;
+  EXPECT_THAT(std::string(d->Register(w).message()), HasSubstr("instance.instance_id"));
+  w.instance_id = "x";
+  w.metadata_endpoint = "169.254.169.254";
+  w.cloud = Cloud::kAws;
+  EXPECT_THAT(std::string(d->Register(w).message()),
+              HasSubstr("instance.metadata_endpoint = \"169.254.169.254\""));
+  w.metadata_endpoint = "http://127.0.0.1:1";
+  w.cloud = Cloud::kUnspecified;
+  EXPECT_THAT(std::string(d->Register(w).message()), HasSubstr("instance.cloud"));
+  EXPECT_EQ(d->Unregister("nope").code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(d->Register(Polled("x", Cloud::kAws)).ok());
+  EXPECT_EQ(d->polled(), 1u);
+  ASSERT_TRUE(d->Unregister("x").ok());
+  EXPECT_EQ(d->polled(), 0u);
+  EXPECT_TRUE(d->List("").empty());
+}
+
+TEST(HashRingTest, SpreadsAndMovesOnlyTheFailedReplicasInstances) {
+  HashRing three({"a", "b", "c"});
+  HashRing two({"a", "c"});
+  std::map<std::string, int> counts;
+  int moved_wrongly = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const std::string id = "i-" + std::to_string(i);
+    const std::string& owner = three.Owner(id);
+    ++counts[owner];
+    if (owner != "b" && two.Owner(id) != owner) ++moved_wrongly;
+    EXPECT_NE(two.Owner(id), "b");
+  }
+  EXPECT_EQ(moved_wrongly, 0);
+  for (const auto& [replica, n] : counts) EXPECT_GT(n, 600) << replica;
+  EXPECT_EQ(HashRing().Owner("x"), "");
+}
+
+TEST_F(DetectorTest, ReplicasShareInstancesAndTakeOverOnFailure) {
+  DetectorOptions oa = Options();
+  oa.replica_id = "a";
+  DetectorOptions ob = Options();
+  ob.replica_id = "b";
+  auto a = OpenDetector(oa);
+  auto b = OpenDetector(ob);
+  a->SetLiveReplicas({"a", "b"});
+  b->SetLiveReplicas({"a", "b"});
+  for (int i = 0; i < 20; ++i) {
+    const auto w = Polled("r" + std::to_string(i), Cloud::kAws);
+    ASSERT_TRUE(a->Register(w).ok());
+    ASSERT_TRUE(b->Register(w).ok());
+  }
+  EXPECT_EQ(a->polled() + b->polled(), 20u);
+  EXPECT_GT(a->polled(), 0u);
+  EXPECT_GT(b->polled(), 0u);
+  // An instance held by b gets a notice: only b reports it.
+  std::string on_b;
+  for (const WatchedInstance& w : b->List("")) {
+    if (w.replica == "b") on_b = w.instance_id;
+  }
+  ASSERT_FALSE(on_b.empty());
+  emulator_->ScheduleNotice(on_b, {.cloud = Cloud::kAws});
+  ASSERT_TRUE(Eventually([&] { return b->last_sequence() == 1; }));
+  // b fails: a takes over all 20, and sees b's notice too (at-least-once across replicas).
+  b.reset();
+  a->SetLiveReplicas({"a"});
+  EXPECT_EQ(a->polled(), 20u);
+  ASSERT_TRUE(Eventually([&] { return StateOf(*a, on_b) == InstanceState::kNotice; }));
+  for (const WatchedInstance& w : a->List("")) EXPECT_EQ(w.replica, "a");
+}
+
+}  // namespace
+}  // namespace spotdnn::detector

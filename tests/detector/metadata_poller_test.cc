@@ -1,0 +1,337 @@
+// The pollers against the emulator on 127.0.0.1: notices per cloud, token refresh, and faults.
+#include "detector/metadata_poller.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+
+#include "detector/metadata_emulator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace spotdnn::detector {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Collects poll results and waits for one that matches.
+class Collector {
+ public:
+  void Add(const PollResult& r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    results_.push_back(r);
+    cv_.notify_all();
+  }
+  // The first result after index `from` for `id` that satisfies `pred`, within 10 s.
+  std::optional<PollResult> WaitFor(const std::string& id,
+                                    const std::function<bool(const PollResult&)>& pred,
+                                    size_t from = 0) {
+    std::unique_lock<std::mutex> lock(mu_);
+    std::optional<PollResult> found;
+    cv_.wait_for(lock, std::chrono::seconds(10), [&] {
+      for (size_t i = from; i < results_.size(); ++i) {
+        if (results_[i].instance_id == id && pred(results_[i])) {
+          found = results_[i];
+          return true;
+        }
+      }
+      return false;
+    });
+    return found;
+  }
+  std::vector<PollResult> For(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<PollResult> out;
+    for (const auto& r : results_) {
+      if (r.instance_id == id) out.push_back(r);
+    }
+    return out;
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return results_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<PollResult> results_;
+};
+
+bool HasNotice(const PollResult& r, EventKind kind) {
+  for (const Notice& n : r.notices) {
+    if (n.kind == kind) return true;
+  }
+  return false;
+}
+
+class PollerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto e = MetadataEmulator::Start({});
+    ASSERT_TRUE(e.ok()) << e.status();
+    emulator_ = *std::move(e);
+  }
+  void StartPoller(PollerOptions options = {}) {
+    if (options.interval == absl::Seconds(1)) options.interval = absl::Milliseconds(100);
+    options.request_timeout = std::min(options.request_timeout, absl::Milliseconds(500));
+    options.max_backoff = absl::Milliseconds(400);
+    options.gce_long_poll_timeout_s = 5;
+    poller_ =
+        std::make_unique<MetadataPoller>(options, [this](const PollResult& r) { results_.Add(r); });
+    ASSERT_TRUE(poller_->Start().ok());
+  }
+  void Watch(const std::string& id, Cloud cloud) {
+    ASSERT_TRUE(poller_->Add({id, cloud, emulator_->EndpointFor(id)}).ok());
+  }
+  void TearDown() override {
+    if (poller_) poller_->Stop();
+    emulator_->Stop();
+  }
+
+  std::unique_ptr<MetadataEmulator> emulator_;
+  std::unique_ptr<MetadataPoller> poller_;
+  Collector results_;
+};
+
+TEST_F(PollerTest, AwsNoticeWithActionAndTime) {
+  StartPoller();
+  Watch("a", Cloud::kAws);
+  ASSERT_TRUE(results_.WaitFor("a", [](const PollResult& r) { return r.healthy; }));
+  const int64_t effective = (NowUnixMs() / 1000 + 120) * 1000;
+  emulator_->ScheduleNotice(
+      "a", {.cloud = Cloud::kAws, .action = "hibernate", .effective_unix_ms = effective});
+  auto r = results_.WaitFor("a", [](const PollResult& r) { return !r.notices.empty(); });
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->notices.size(), 1u);
+  EXPECT_EQ(r->notices[0].kind, EventKind::kNotice);
+  EXPECT_EQ(r->notices[0].action, "hibernate");
+  EXPECT_EQ(r->notices[0].effective_unix_ms, effective);
+  EXPECT_TRUE(r->healthy);
+  EXPECT_EQ(emulator_->Stats("a").unauthorized, 0);
+}
+
+TEST_F(PollerTest, AwsRebalanceRecommendation) {
+  StartPoller();
+  Watch("r", Cloud::kAws);
+  emulator_->ScheduleNotice("r", {.cloud = Cloud::kAws, .kind = EventKind::kRebalance});
+  auto r = results_.WaitFor(
+      "r", [](const PollResult& r) { return HasNotice(r, EventKind::kRebalance); });
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(HasNotice(*r, EventKind::kNotice));
+  EXPECT_GT(r->notices[0].issued_unix_ms, 0);
+}
+
+TEST_F(PollerTest, AwsTokenRefreshedBeforeExpiry) {
+  PollerOptions options;
+  options.aws_token_ttl_s = 2;
+  options.aws_token_refresh_margin = absl::Seconds(1);
+  StartPoller(options);
+  Watch("t", Cloud::kAws);
+  ASSERT_TRUE(results_.WaitFor(
+      "t", [this](const PollResult&) { return emulator_->Stats("t").token_requests >= 3; }));
+  // Refreshed before expiry: no request was ever refused.
+  EXPECT_EQ(emulator_->Stats("t").unauthorized, 0);
+  for (const PollResult& r : results_.For("t")) EXPECT_TRUE(r.healthy) << r.reason;
+}
+
+TEST_F(PollerTest, AwsTokenRefreshedAfter401) {
+  StartPoller();
+  Watch("t", Cloud::kAws);
+  ASSERT_TRUE(results_.WaitFor("t", [](const PollResult& r) { return r.healthy; }));
+  emulator_->ExpireTokens("t");
+  ASSERT_TRUE(results_.WaitFor("t", [this](const PollResult& r) {
+    return r.healthy && emulator_->Stats("t").token_requests == 2;
+  }));
+  EXPECT_GT(emulator_->Stats("t").unauthorized, 0);
+  // The 401 was retried within the round with a fresh token, so no round was unhealthy.
+  for (const PollResult& r : results_.For("t")) EXPECT_TRUE(r.healthy) << r.reason;
+}
+
+TEST_F(PollerTest, Aws401LoopIsUnknownNotANotice) {
+  StartPoller();
+  emulator_->SetFault("u", EmulatorFault::kUnauthorized);
+  emulator_->ScheduleNotice("u", {.cloud = Cloud::kAws});
+  Watch("u", Cloud::kAws);
+  auto r = results_.WaitFor("u", [](const PollResult& r) { return !r.healthy; });
+  ASSERT_TRUE(r);
+  EXPECT_THAT(r->reason, HasSubstr("401"));
+  EXPECT_TRUE(r->notices.empty());
+}
+
+struct FaultCase {
+  Cloud cloud;
+  EmulatorFault fault;
+  const char* reason;
+};
+
+// Stable names and printouts (CTest lists the tests by name).
+std::string FaultCaseName(const FaultCase& c) {
+  const char* fault = c.fault == EmulatorFault::kServerError    ? "Http500"
+                      : c.fault == EmulatorFault::kGarbage      ? "Garbage"
+                      : c.fault == EmulatorFault::kTruncated    ? "Truncated"
+                      : c.fault == EmulatorFault::kSlow         ? "SlowBeyondTimeout"
+                      : c.fault == EmulatorFault::kUnauthorized ? "Unauthorized"
+                                                                : "None";
+  return std::string(CloudName(c.cloud)) + fault;
+}
+void PrintTo(const FaultCase& c, std::ostream* os) { *os << FaultCaseName(c); }
+
+class PollerFaultTest : public PollerTest, public ::testing::WithParamInterface<FaultCase> {};
+
+TEST_P(PollerFaultTest, FaultIsUnknownWithReasonAndNoFalseNotice) {
+  const FaultCase c = GetParam();
+  PollerOptions options;
+  options.request_timeout = absl::Milliseconds(200);
+  StartPoller(options);
+  // The faulty instance has a real notice behind the fault; its neighbour keeps being served.
+  emulator_->SetFault("bad", c.fault, 1000);
+  emulator_->ScheduleNotice("bad", {.cloud = c.cloud});
+  Watch("bad", c.cloud);
+  Watch("good", c.cloud);
+  // (GCE has two channels; either may report first, so wait for the one named.)
+  auto bad = results_.WaitFor("bad", [&](const PollResult& r) {
+    return !r.healthy && r.reason.find(c.reason) != std::string::npos;
+  });
+  ASSERT_TRUE(bad) << "no unhealthy result with \"" << c.reason << "\"";
+  emulator_->ScheduleNotice("good", {.cloud = c.cloud});
+  ASSERT_TRUE(results_.WaitFor("good", [](const PollResult& r) { return !r.notices.empty(); }));
+  for (const PollResult& r : results_.For("bad")) {
+    EXPECT_TRUE(r.notices.empty()) << "notice from a faulty answer";
+  }
+  // Once the fault clears, the real notice comes through: nothing was dropped.
+  emulator_->ScheduleNotice("bad", {.cloud = c.cloud});
+  emulator_->SetFault("bad", EmulatorFault::kNone);
+  auto later = results_.WaitFor("bad", [](const PollResult& r) { return !r.notices.empty(); });
+  ASSERT_TRUE(later);
+  EXPECT_TRUE(results_.WaitFor("bad", [](const PollResult& r) { return r.healthy; }));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, PollerFaultTest,
+    ::testing::Values(FaultCase{Cloud::kAws, EmulatorFault::kServerError, "HTTP 500"},
+                      FaultCase{Cloud::kAws, EmulatorFault::kGarbage, "not valid JSON"},
+                      FaultCase{Cloud::kAws, EmulatorFault::kTruncated, "not valid JSON"},
+                      FaultCase{Cloud::kAws, EmulatorFault::kSlow, "timed out"},
+                      FaultCase{Cloud::kGce, EmulatorFault::kServerError, "HTTP 500"},
+                      FaultCase{Cloud::kGce, EmulatorFault::kGarbage, "expected TRUE or FALSE"},
+                      FaultCase{Cloud::kGce, EmulatorFault::kTruncated, "expected TRUE or FALSE"},
+                      FaultCase{Cloud::kGce, EmulatorFault::kSlow, "timed out"},
+                      FaultCase{Cloud::kAzure, EmulatorFault::kServerError, "HTTP 500"},
+                      FaultCase{Cloud::kAzure, EmulatorFault::kGarbage, "not valid JSON"},
+                      FaultCase{Cloud::kAzure, EmulatorFault::kTruncated, "not valid JSON"},
+                      FaultCase{Cloud::kAzure, EmulatorFault::kSlow, "timed out"}),
+    [](const ::testing::TestParamInfo<FaultCase>& info) { return FaultCaseName(info.param); });
+
+TEST_F(PollerTest, EndpointDownIsUnknown) {
+  // A port that was free a moment ago: nothing listens there.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  close(fd);
+  StartPoller();
+  ASSERT_TRUE(poller_->Add({"down", Cloud::kAws, "http://127.0.0.1:" + std::to_string(port)}).ok());
+  auto r = results_.WaitFor("down", [](const PollResult& r) { return !r.healthy; });
+  ASSERT_TRUE(r);
+  EXPECT_THAT(r->reason, HasSubstr("connect"));
+  EXPECT_TRUE(r->notices.empty());
+}
+
+TEST_F(PollerTest, GcePreemptedByLongPoll) {
+  StartPoller();
+  Watch("g", Cloud::kGce);
+  ASSERT_TRUE(results_.WaitFor("g", [](const PollResult& r) { return r.healthy; }));
+  const int64_t scheduled = NowUnixMs() + 300;
+  emulator_->ScheduleNotice("g", {.cloud = Cloud::kGce, .visible_at_unix_ms = scheduled});
+  auto r = results_.WaitFor("g", [](const PollResult& r) { return !r.notices.empty(); });
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->notices[0].kind, EventKind::kNotice);
+  EXPECT_EQ(r->notices[0].action, "preempt");
+  EXPECT_GE(r->observed_unix_ms, scheduled);
+  EXPECT_GT(r->notices[0].effective_unix_ms, r->observed_unix_ms);
+}
+
+TEST_F(PollerTest, GceMaintenanceEvent) {
+  StartPoller();
+  Watch("m", Cloud::kGce);
+  emulator_->ScheduleNotice("m", {.cloud = Cloud::kGce,
+                                  .kind = EventKind::kMaintenance,
+                                  .action = "MIGRATE_ON_HOST_MAINTENANCE"});
+  auto r = results_.WaitFor(
+      "m", [](const PollResult& r) { return HasNotice(r, EventKind::kMaintenance); });
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->notices[0].action, "MIGRATE_ON_HOST_MAINTENANCE");
+  emulator_->ScheduleNotice("m", {.cloud = Cloud::kGce,
+                                  .kind = EventKind::kMaintenance,
+                                  .action = "TERMINATE_ON_HOST_MAINTENANCE"});
+  auto t =
+      results_.WaitFor("m", [](const PollResult& r) { return HasNotice(r, EventKind::kNotice); });
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->notices[0].action, "TERMINATE_ON_HOST_MAINTENANCE");
+}
+
+TEST_F(PollerTest, AzurePreemptWithNotBeforeAndAck) {
+  PollerOptions options;
+  options.azure_ack = true;
+  StartPoller(options);
+  Watch("z", Cloud::kAzure);
+  const int64_t not_before = (NowUnixMs() / 1000 + 30) * 1000;
+  emulator_->ScheduleNotice("z", {.cloud = Cloud::kAzure, .effective_unix_ms = not_before});
+  emulator_->ScheduleNotice(
+      "z", {.cloud = Cloud::kAzure, .kind = EventKind::kMaintenance, .action = "Freeze"});
+  auto r = results_.WaitFor("z", [](const PollResult& r) {
+    return HasNotice(r, EventKind::kNotice) && HasNotice(r, EventKind::kMaintenance);
+  });
+  ASSERT_TRUE(r);
+  for (const Notice& n : r->notices) {
+    if (n.kind == EventKind::kNotice) {
+      EXPECT_EQ(n.action, "Preempt");
+      EXPECT_EQ(n.effective_unix_ms, not_before);
+    } else {
+      EXPECT_EQ(n.action, "Freeze");
+    }
+  }
+  ASSERT_TRUE(results_.WaitFor(
+      "z", [this](const PollResult&) { return emulator_->Stats("z").azure_acks.size() == 1; }));
+}
+
+TEST_F(PollerTest, AzureNotAcknowledgedUnlessAsked) {
+  StartPoller();
+  Watch("z", Cloud::kAzure);
+  emulator_->ScheduleNotice("z", {.cloud = Cloud::kAzure});
+  auto r = results_.WaitFor("z", [](const PollResult& r) { return !r.notices.empty(); });
+  ASSERT_TRUE(r);
+  const size_t seen = results_.size();
+  ASSERT_TRUE(results_.WaitFor(
+      "z", [](const PollResult&) { return true; }, seen + 2));
+  EXPECT_TRUE(emulator_->Stats("z").azure_acks.empty());
+}
+
+TEST_F(PollerTest, RejectsBadTargetsAndRemoves) {
+  StartPoller();
+  EXPECT_FALSE(poller_->Add({"", Cloud::kAws, "http://127.0.0.1:1"}).ok());
+  EXPECT_FALSE(poller_->Add({"x", Cloud::kUnspecified, "http://127.0.0.1:1"}).ok());
+  auto bad = poller_->Add({"x", Cloud::kAws, "ftp://host"});
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("metadata_endpoint = \"ftp://host\""));
+  Watch("x", Cloud::kAws);
+  ASSERT_TRUE(results_.WaitFor("x", [](const PollResult&) { return true; }));
+  poller_->Remove("x");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const size_t before = results_.For("x").size();
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(results_.For("x").size(), before);
+  EXPECT_EQ(poller_->size(), 0u);
+}
+
+}  // namespace
+}  // namespace spotdnn::detector

@@ -1,0 +1,113 @@
+// The three detector binaries together, as a launcher would run them: spotdnn-metadata-emulator,
+// spotdnn-detector and spotdnn-agent on 127.0.0.1, then a notice through to a WatchEvents stream,
+// and a clean exit on SIGTERM.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "services/common/server.h"
+#include "spotdnn/v1/detector.grpc.pb.h"
+
+namespace spotdnn::services {
+namespace {
+
+// A child process started from the build folder, stopped with SIGTERM at the end.
+class Child {
+ public:
+  explicit Child(std::vector<std::string> argv) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::vector<char*> args;
+      for (std::string& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+  }
+  // SIGTERM, then whether it exited normally with status 0.
+  bool Stop() {
+    if (pid_ <= 0) return false;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    const bool ok =
+        waitpid(pid_, &status, 0) == pid_ && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    pid_ = -1;
+    return ok;
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+int ReadPort(const std::string& file) {
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream in(file);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 0;
+}
+
+TEST(DetectorBinaries, NoticeFromAgentToWatcher) {
+  const std::string bin = SPOTDNN_BINARY_DIR;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("detector_binaries_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  Child emulator({bin + "/spotdnn-metadata-emulator", "--port_file=" + (dir / "emu").string(),
+                  "--threads=16"});
+  const int emulator_port = ReadPort((dir / "emu").string());
+  ASSERT_GT(emulator_port, 0);
+  Child detector({bin + "/spotdnn-detector", "--listen=127.0.0.1:0",
+                  "--port_file=" + (dir / "det").string(), "--db=" + (dir / "d.db").string(),
+                  "--heartbeat_interval=200ms", "--poll_interval=100ms"});
+  const int detector_port = ReadPort((dir / "det").string());
+  ASSERT_GT(detector_port, 0);
+  const std::string endpoint = "http://127.0.0.1:" + std::to_string(emulator_port) + "/i/i-bin";
+  Child agent({bin + "/spotdnn-agent", "--detector=127.0.0.1:" + std::to_string(detector_port),
+               "--instance_id=i-bin", "--job_id=j", "--cloud=azure",
+               "--metadata_endpoint=" + endpoint, "--heartbeat_interval=100ms",
+               "--poll_interval=100ms"});
+  {
+    httplib::Client control("127.0.0.1", emulator_port);
+    auto scheduled =
+        control.Post("/emulator/notice?instance=i-bin&cloud=azure&in_ms=300", "", "text/plain");
+    ASSERT_TRUE(scheduled);
+    ASSERT_EQ(scheduled->status, 200);
+  }
+
+  auto stub = v1::Detector::NewStub(MakeChannel("127.0.0.1:" + std::to_string(detector_port)));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));
+  auto reader = stub->WatchEvents(&context, v1::WatchEventsRequest());
+  v1::RevocationEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_EQ(event.instance_id(), "i-bin");
+  EXPECT_EQ(event.job_id(), "j");
+  EXPECT_EQ(event.kind(), v1::RevocationEvent::KIND_NOTICE);
+  EXPECT_EQ(event.action(), "Preempt");
+  EXPECT_GT(event.effective_unix_ms(), 0);
+  context.TryCancel();
+  reader->Finish();
+
+  EXPECT_TRUE(agent.Stop());
+  EXPECT_TRUE(detector.Stop());
+  EXPECT_TRUE(emulator.Stop());
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace spotdnn::services
