@@ -25,6 +25,8 @@ Commands:
   catalogs    the instance catalogs known by name
   workloads   the workload profiles known by name
   profile     import training logs, fit, store and export workload profiles; validate-speed
+  local       launch, list, revoke and terminate instances of the local provider (processes)
+  catalog     refresh a catalog's spot prices from the cloud (catalog refresh --provider aws)
   help        this text, or `spotdnn help COMMAND`
 
 Every command takes --json (one JSON object on stdout) and --server HOST:PORT (use a running
@@ -194,6 +196,10 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
       out << ProfileUsage();
       return kExitOk;
     }
+    if (topic == "local" || topic == "catalog") {
+      out << (topic == "local" ? LocalUsage() : CatalogUsage());
+      return kExitOk;
+    }
     out << (topic == "predict"  ? kPredictUsage
             : topic == "plan" ? kPlanUsage
             : topic == "catalogs" || topic == "workloads" ? kListUsage
@@ -251,6 +257,8 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
     return ListCommand(command, *args, io);
   }
   if (command == "profile") return ProfileCommand(rest, out, err);
+  if (command == "local") return LocalCommand(rest, out, err);
+  if (command == "catalog") return CatalogCommand(rest, out, err);
   err << "spotdnn: unknown command \"" << command << "\"\n\n" << kUsage;
   return kExitBadInput;
 }

@@ -61,6 +61,14 @@ std::string DefaultProfileDb();
 // Usage text of `spotdnn profile`.
 absl::string_view ProfileUsage();
 
+// `spotdnn local launch|list|revoke|terminate ...` (argv after "local"): the local provider.
+int LocalCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+// `spotdnn catalog refresh ...` (argv after "catalog"): live spot prices into a catalog.
+int CatalogCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+// Usage texts of `spotdnn local` and `spotdnn catalog`.
+absl::string_view LocalUsage();
+absl::string_view CatalogUsage();
+
 // Reports a failed status (stderr, and a JSON error object on stdout with --json) and returns the
 // exit status for its code.
 int ReportError(const absl::Status& status, absl::string_view command, const Io& io);
