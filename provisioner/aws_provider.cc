@@ -383,20 +383,29 @@ absl::StatusOr<Ec2Error> ParseEc2Error(const std::string& xml) {
                   .request_id = ChildText(root, "RequestID")};
 }
 
-bool IsRetryableEc2Error(long http_status, const std::string& code) {
-  static const std::set<std::string> kRetryable = {
-      "RequestLimitExceeded", "Throttling",  "ThrottlingException", "InternalError",
-      "InternalFailure",      "Unavailable", "ServiceUnavailable",  "RequestTimeout"};
-  return http_status >= 500 || kRetryable.count(code) > 0;
-}
-
-absl::Status Ec2ErrorToStatus(const std::string& action, long http_status, const Ec2Error& error,
-                              const std::string& instance_type) {
+namespace {
+// Errors that mean "no capacity at this price": re-plan without the type, never retry blindly
+// (EC2 sends InsufficientInstanceCapacity as a server error).
+bool IsCapacityError(const std::string& code) {
   static const std::set<std::string> kCapacity = {
       "InsufficientInstanceCapacity", "InsufficientCapacity",
       "SpotMaxPriceTooLow",           "MaxSpotInstanceCountExceeded",
       "InstanceLimitExceeded",        "VcpuLimitExceeded",
       "InsufficientHostCapacity",     "InsufficientReservedInstanceCapacity"};
+  return kCapacity.count(code) > 0;
+}
+}  // namespace
+
+bool IsRetryableEc2Error(long http_status, const std::string& code) {
+  static const std::set<std::string> kRetryable = {
+      "RequestLimitExceeded", "Throttling",  "ThrottlingException", "InternalError",
+      "InternalFailure",      "Unavailable", "ServiceUnavailable",  "RequestTimeout"};
+  if (IsCapacityError(code)) return false;
+  return http_status >= 500 || kRetryable.count(code) > 0;
+}
+
+absl::Status Ec2ErrorToStatus(const std::string& action, long http_status, const Ec2Error& error,
+                              const std::string& instance_type) {
   static const std::set<std::string> kAuthentication = {"AuthFailure",
                                                         "InvalidClientTokenId",
                                                         "SignatureDoesNotMatch",
@@ -412,7 +421,7 @@ absl::Status Ec2ErrorToStatus(const std::string& action, long http_status, const
                                   error.request_id.empty() ? "" : " (request id ", error.request_id,
                                   error.request_id.empty() ? "" : ")");
   const std::string& code = error.code;
-  if (kCapacity.count(code) > 0) {
+  if (IsCapacityError(code)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         what, instance_type.empty() ? "" : "; re-plan without instance type " + instance_type));
   }

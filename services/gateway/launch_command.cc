@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "provisioner/aws_provider.h"
+#include "provisioner/cluster_launcher.h"
 #include "provisioner/local_provider.h"
 #include "services/gateway/cli.h"
 #include "services/gateway/output.h"
@@ -153,46 +154,34 @@ int LocalLaunch(const Args& args, const Io& io) {
   auto provider = OpenLocal(true, args.Get("--metadata-emulator").value_or(""));
   if (!provider.ok()) return ReportError(provider.status(), "local launch", io);
 
-  std::vector<std::string> ps_addresses;
+  std::vector<int> ps_ports;
   for (int i = 0; i < ps_count; ++i) {
     auto port = FreeLocalPort();
     if (!port.ok()) return ReportError(port.status(), "local launch", io);
-    ps_addresses.push_back(absl::StrCat("127.0.0.1:", *port));
+    ps_ports.push_back(*port);
   }
-  std::vector<Instance> launched;
-  auto launch = [&](launcher::LaunchRequest request) -> absl::Status {
-    auto result = (*provider)->Launch(request);
-    if (!result.ok()) return result.status();
-    launched.insert(launched.end(), result->instances.begin(), result->instances.end());
-    return result->error;
-  };
-  absl::Status status;
-  if (ps_count > 0) {
-    status = launch({.job_id = *job,
-                     .instance_type = args.Get("--ps-type").value_or("m5.xlarge"),
-                     .count = ps_count,
-                     .role = launcher::Role::kParameterServer,
-                     .command = *command,
-                     .ps_addresses = ps_addresses,
-                     .batch_size = batch_size});
-  }
-  int next_index = 0;
-  for (const auto& [type, count] : *workers) {
-    if (!status.ok() || count == 0) continue;
-    status = launch({.job_id = *job,
-                     .instance_type = type,
-                     .count = count,
-                     .role = launcher::Role::kWorker,
-                     .first_index = next_index,
-                     .command = *command,
-                     .ps_addresses = ps_addresses,
-                     .batch_size = batch_size});
-    next_index += count;
-  }
-  if (!status.ok()) {
-    // The destructor stops what did start: a failed launch leaves nothing running.
+  auto cluster = launcher::LaunchCluster(
+      **provider, {.job_id = *job,
+                   .command = *command,
+                   .workers = *workers,
+                   .parameter_servers = ps_count,
+                   .parameter_server_type = args.Get("--ps-type").value_or("m5.xlarge"),
+                   .local_ps_ports = ps_ports,
+                   .batch_size = batch_size});
+  if (!cluster.ok()) return ReportError(cluster.status(), "local launch", io);
+  if (!cluster->complete()) {
+    // The provider's destructor stops what did start: a failed launch leaves nothing running.
+    absl::Status status = cluster->error;
+    if (status.ok()) {
+      std::vector<std::string> short_by;
+      for (const auto& [type, n] : cluster->shortfall)
+        short_by.push_back(absl::StrCat(type, "=", n));
+      status = absl::ResourceExhaustedError(
+          absl::StrCat("could not launch ", absl::StrJoin(short_by, ",")));
+    }
     return ReportError(status, "local launch", io);
   }
+  const std::vector<Instance>& launched = cluster->instances;
   if (io.json) {
     io.out << JsonObject()
                   .String("job_id", *job)

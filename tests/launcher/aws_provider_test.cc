@@ -216,7 +216,9 @@ TEST_F(AwsProviderTest, PersistentServerErrorsBecomeUnavailable) {
 
 TEST_F(AwsProviderTest, CapacityErrorsAskForAReplan) {
   auto provider = Provider();
+  // EC2 answers InsufficientInstanceCapacity with a 500: still no retry, a re-plan.
   fake_.Inject({.action = "RunInstances",
+                .http_status = 500,
                 .code = "InsufficientInstanceCapacity",
                 .message = "We currently do not have sufficient g4dn.4xlarge capacity"});
   absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(1));
