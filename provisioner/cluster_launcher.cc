@@ -20,13 +20,19 @@ absl::StatusOr<ClusterLaunchResult> LaunchCluster(CloudProvider& provider,
   }
   ClusterLaunchResult result;
   if (request.parameter_servers > 0) {
-    absl::StatusOr<LaunchResult> ps =
-        provider.Launch({.job_id = request.job_id,
-                         .instance_type = request.parameter_server_type,
-                         .count = request.parameter_servers,
-                         .role = Role::kParameterServer,
-                         .command = request.command,
-                         .batch_size = request.batch_size});
+    LaunchRequest ps_request{.job_id = request.job_id,
+                             .instance_type = request.parameter_server_type,
+                             .count = request.parameter_servers,
+                             .role = Role::kParameterServer,
+                             .command = request.command,
+                             .batch_size = request.batch_size};
+    // A cloud server listens on SPOTDNN_PS_PORT; local ones on their own entry of
+    // SPOTDNN_PS_ADDRESSES (known before launch: they share 127.0.0.1).
+    ps_request.extra_env["SPOTDNN_PS_PORT"] = absl::StrCat(request.ps_port);
+    for (int port : request.local_ps_ports) {
+      ps_request.ps_addresses.push_back(absl::StrCat("127.0.0.1:", port));
+    }
+    absl::StatusOr<LaunchResult> ps = provider.Launch(ps_request);
     if (!ps.ok()) return ps.status();
     for (size_t i = 0; i < ps->instances.size(); ++i) {
       const Instance& instance = ps->instances[i];

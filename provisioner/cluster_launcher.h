@@ -23,8 +23,9 @@ struct ClusterLaunchRequest {
   std::vector<std::pair<std::string, int>> workers;  // (instance type, count), in launch order
   int parameter_servers = 1;
   std::string parameter_server_type = "m5.xlarge";
-  // Port the parameter servers listen on (their addresses are PRIVATE_IP:PORT); when the provider
-  // reports 127.0.0.1 (local), each server gets its own port from `local_ps_ports` instead.
+  // Port the parameter servers listen on (their addresses are PRIVATE_IP:PORT; they get it as
+  // SPOTDNN_PS_PORT). When the provider reports 127.0.0.1 (local), server i listens on
+  // local_ps_ports[i] instead, and every server gets the full SPOTDNN_PS_ADDRESSES list.
   int ps_port = 2222;
   std::vector<int> local_ps_ports;
   int batch_size = 0;

@@ -56,6 +56,11 @@ TEST_F(ClusterLauncherTest, ReportsExhaustedTypesAndShortfall) {
   EXPECT_THAT(result->ps_addresses[0], HasSubstr(":2222"));
   EXPECT_EQ(result->instances.size(), 1u + 1u + 2u);  // ps, 1 g4dn, 2 g3
 
+  for (const auto& request : fake_.requests()) {
+    if (request.at("Action") == "RunInstances" && request.at("InstanceType") == "m5.xlarge") {
+      EXPECT_THAT(Base64Decode(request.at("UserData")), HasSubstr("SPOTDNN_PS_PORT='2222'"));
+    }
+  }
   // Workers got the parameter server's address and consecutive indexes across types.
   int g3_first_index = -1;
   for (const auto& request : fake_.requests()) {
