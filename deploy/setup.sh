@@ -8,6 +8,7 @@ packages=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev
   libceres-dev libeigen3-dev
+  libxml2-dev libcpp-httplib-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcpp-httplib-dev nlohmann-json3-dev clang-14 libclang-rt-14-dev
 )

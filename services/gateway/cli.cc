@@ -26,6 +26,8 @@ Commands:
   workloads   the workload profiles known by name
   profile     import training logs, fit, store and export workload profiles; validate-speed
   watch       revocation events from a detector, as they arrive
+  local       launch, list, revoke and terminate instances of the local provider (processes)
+  catalog     refresh a catalog's spot prices from the cloud (catalog refresh --provider aws)
   help        this text, or `spotdnn help COMMAND`
 
 Every command takes --json (one JSON object on stdout) and --server HOST:PORT (use a running
@@ -210,6 +212,10 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
       out << ProfileUsage();
       return kExitOk;
     }
+    if (topic == "local" || topic == "catalog") {
+      out << (topic == "local" ? LocalUsage() : CatalogUsage());
+      return kExitOk;
+    }
     out << (topic == "predict"                            ? kPredictUsage
             : topic == "plan"                             ? kPlanUsage
             : topic == "watch"                            ? kWatchUsage
@@ -291,6 +297,8 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
     auto stub = pb::Detector::NewStub(services::MakeChannel(target));
     return Watch(*args, *stub, io);
   }
+  if (command == "local") return LocalCommand(rest, out, err);
+  if (command == "catalog") return CatalogCommand(rest, out, err);
   err << "spotdnn: unknown command \"" << command << "\"\n\n" << kUsage;
   return kExitBadInput;
 }

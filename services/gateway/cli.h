@@ -66,6 +66,14 @@ absl::string_view ProfileUsage();
 // stops after --count events or --timeout.
 int Watch(const Args& args, pb::Detector::StubInterface& stub, const Io& io);
 
+// `spotdnn local launch|list|revoke|terminate ...` (argv after "local"): the local provider.
+int LocalCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+// `spotdnn catalog refresh ...` (argv after "catalog"): live spot prices into a catalog.
+int CatalogCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+// Usage texts of `spotdnn local` and `spotdnn catalog`.
+absl::string_view LocalUsage();
+absl::string_view CatalogUsage();
+
 // Reports a failed status (stderr, and a JSON error object on stdout with --json) and returns the
 // exit status for its code.
 int ReportError(const absl::Status& status, absl::string_view command, const Io& io);

@@ -1,0 +1,726 @@
+#include "provisioner/aws_provider.h"
+
+#include <curl/curl.h>
+#include <libxml/parser.h>
+#include <libxml/tree.h>
+#include <openssl/evp.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "nlohmann/json.hpp"
+
+namespace spotdnn::launcher {
+namespace {
+
+constexpr char kApiVersion[] = "2016-11-15";
+constexpr char kJobTag[] = "spotdnn:job";
+constexpr char kRoleTag[] = "spotdnn:role";
+constexpr char kFirstIndexTag[] = "spotdnn:first-index";
+
+void GlobalInit() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    xmlInitParser();
+  });
+}
+
+size_t WriteToString(char* data, size_t size, size_t count, void* user) {
+  static_cast<std::string*>(user)->append(data, size * count);
+  return size * count;
+}
+
+// --- XML helpers (element names compared without their namespace) ---
+
+struct XmlDocDeleter {
+  void operator()(xmlDoc* doc) const { xmlFreeDoc(doc); }
+};
+using XmlDocPtr = std::unique_ptr<xmlDoc, XmlDocDeleter>;
+
+XmlDocPtr ParseXml(const std::string& text) {
+  GlobalInit();
+  return XmlDocPtr(xmlReadMemory(text.data(), static_cast<int>(text.size()), "ec2.xml", nullptr,
+                                 XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING));
+}
+
+bool Named(const xmlNode* node, const char* name) {
+  return node != nullptr && node->type == XML_ELEMENT_NODE &&
+         xmlStrcmp(node->name, reinterpret_cast<const xmlChar*>(name)) == 0;
+}
+
+xmlNode* Child(const xmlNode* node, const char* name) {
+  if (node == nullptr) return nullptr;
+  for (xmlNode* c = node->children; c != nullptr; c = c->next) {
+    if (Named(c, name)) return c;
+  }
+  return nullptr;
+}
+
+std::vector<xmlNode*> Items(const xmlNode* set) {
+  std::vector<xmlNode*> out;
+  if (set == nullptr) return out;
+  for (xmlNode* c = set->children; c != nullptr; c = c->next) {
+    if (Named(c, "item")) out.push_back(c);
+  }
+  return out;
+}
+
+std::string Text(const xmlNode* node) {
+  if (node == nullptr) return "";
+  xmlChar* content = xmlNodeGetContent(node);
+  std::string out = content == nullptr ? "" : reinterpret_cast<const char*>(content);
+  xmlFree(content);
+  return std::string(absl::StripAsciiWhitespace(out));
+}
+
+std::string ChildText(const xmlNode* node, const char* name) { return Text(Child(node, name)); }
+
+absl::StatusOr<XmlDocPtr> ParseResponse(const std::string& action, const std::string& body,
+                                        const char* root_name) {
+  XmlDocPtr doc = ParseXml(body);
+  xmlNode* root = doc == nullptr ? nullptr : xmlDocGetRootElement(doc.get());
+  if (!Named(root, root_name)) {
+    return absl::InternalError(absl::StrCat("EC2 ", action, ": the response is not a ", root_name,
+                                            " document (", body.size(), " bytes)"));
+  }
+  return doc;
+}
+
+std::string Base64(const std::string& data) {
+  std::string out(4 * ((data.size() + 2) / 3) + 1, '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(data.data()),
+                          static_cast<int>(data.size()));
+  out.resize(n);
+  return out;
+}
+
+std::string ShellQuote(const std::string& text) {
+  return absl::StrCat("'", absl::StrReplaceAll(text, {{"'", "'\\''"}}), "'");
+}
+
+absl::Time ParseAwsTime(const std::string& text) {
+  absl::Time t;
+  std::string error;
+  if (absl::ParseTime(absl::RFC3339_full, text, &t, &error)) return t;
+  return absl::InfinitePast();
+}
+
+Instance ParseInstance(const xmlNode* item) {
+  Instance instance;
+  instance.id = ChildText(item, "instanceId");
+  instance.instance_type = ChildText(item, "instanceType");
+  absl::StatusOr<InstanceState> state =
+      ParseInstanceState(ChildText(Child(item, "instanceState"), "name"));
+  instance.state = state.ok() ? *state : InstanceState::kPending;
+  instance.private_address = ChildText(item, "privateIpAddress");
+  instance.public_address = ChildText(item, "ipAddress");
+  instance.launch_time = ParseAwsTime(ChildText(item, "launchTime"));
+  instance.metadata_endpoint = "http://169.254.169.254";
+  int launch_index = 0;
+  (void)absl::SimpleAtoi(ChildText(item, "amiLaunchIndex"), &launch_index);
+  int first_index = 0;
+  for (const xmlNode* tag : Items(Child(item, "tagSet"))) {
+    std::string key = ChildText(tag, "key");
+    std::string value = ChildText(tag, "value");
+    if (key == kJobTag) instance.job_id = value;
+    if (key == kRoleTag) {
+      absl::StatusOr<Role> role = ParseRole(value);
+      if (role.ok()) instance.role = *role;
+    }
+    if (key == kFirstIndexTag) (void)absl::SimpleAtoi(value, &first_index);
+  }
+  instance.index = first_index + launch_index;
+  return instance;
+}
+
+struct ParsedUrl {
+  std::string scheme;
+  std::string authority;  // host[:port], what the Host header carries
+  std::string path;       // "/" when absent
+};
+
+absl::StatusOr<ParsedUrl> ParseUrl(const std::string& url) {
+  size_t scheme_end = url.find("://");
+  if (scheme_end == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("endpoint_url = \"", url, "\": expected http(s)://HOST[:PORT][/PATH]"));
+  }
+  ParsedUrl out;
+  out.scheme = absl::AsciiStrToLower(url.substr(0, scheme_end));
+  if (out.scheme != "http" && out.scheme != "https") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("endpoint_url = \"", url, "\": the scheme must be http or https"));
+  }
+  std::string rest = url.substr(scheme_end + 3);
+  size_t slash = rest.find('/');
+  out.authority = rest.substr(0, slash);
+  out.path = slash == std::string::npos ? "/" : rest.substr(slash);
+  if (out.authority.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("endpoint_url = \"", url, "\": no host"));
+  }
+  return out;
+}
+
+std::string DefaultEndpoint(const std::string& region) {
+  // China regions live in another partition with its own domain.
+  if (absl::StartsWith(region, "cn-")) {
+    return absl::StrCat("https://ec2.", region, ".amazonaws.com.cn");
+  }
+  return absl::StrCat("https://ec2.", region, ".amazonaws.com");
+}
+
+absl::Status ValidateRegion(const std::string& region) {
+  if (region.empty()) return absl::InvalidArgumentError("region is empty");
+  for (char c : region) {
+    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-')) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("region = \"", region, "\": expected a name like us-east-1"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A GET or PUT to the instance metadata service (the instance role's credentials).
+absl::StatusOr<std::string> MetadataRequest(const std::string& url, bool put,
+                                            const std::string& header, absl::Duration timeout) {
+  GlobalInit();
+  CURL* curl = curl_easy_init();
+  if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
+  std::string body;
+  curl_slist* headers = curl_slist_append(nullptr, header.c_str());
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  if (put) {
+    // An empty body with Content-Length: 0, as the metadata service expects.
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, "");
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, 0L);
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "PUT");
+  }
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(timeout)));
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &WriteToString);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+  CURLcode rc = curl_easy_perform(curl);
+  long status = 0;
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(curl);
+  if (rc != CURLE_OK) {
+    return absl::UnavailableError(absl::StrCat(url, ": ", curl_easy_strerror(rc)));
+  }
+  if (status != 200) return absl::UnavailableError(absl::StrCat(url, ": HTTP ", status));
+  return body;
+}
+
+absl::StatusOr<AwsCredentials> InstanceRoleCredentials(const std::string& endpoint,
+                                                       absl::Duration timeout) {
+  absl::StatusOr<std::string> token = MetadataRequest(
+      endpoint + "/latest/api/token", true, "X-aws-ec2-metadata-token-ttl-seconds: 21600", timeout);
+  if (!token.ok()) return token.status();
+  std::string auth = "X-aws-ec2-metadata-token: " + *token;
+  const std::string base = endpoint + "/latest/meta-data/iam/security-credentials/";
+  absl::StatusOr<std::string> roles = MetadataRequest(base, false, auth, timeout);
+  if (!roles.ok()) return roles.status();
+  std::string role(absl::StripAsciiWhitespace(roles->substr(0, roles->find('\n'))));
+  if (role.empty()) return absl::NotFoundError("no instance role attached");
+  absl::StatusOr<std::string> doc = MetadataRequest(base + role, false, auth, timeout);
+  if (!doc.ok()) return doc.status();
+  nlohmann::json json = nlohmann::json::parse(*doc, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("AccessKeyId") || !json.contains("SecretAccessKey")) {
+    return absl::UnavailableError(
+        absl::StrCat("instance role ", role, ": the credentials document is not readable"));
+  }
+  AwsCredentials credentials;
+  credentials.access_key_id = json.value("AccessKeyId", "");
+  credentials.secret_access_key = json.value("SecretAccessKey", "");
+  credentials.session_token = json.value("Token", "");
+  credentials.source = absl::StrCat("instance role ", role);
+  return credentials;
+}
+
+}  // namespace
+
+absl::StatusOr<AwsCredentials> ParseCredentialsFile(const std::string& text,
+                                                    const std::string& profile) {
+  std::map<std::string, std::string> keys;
+  bool in_profile = false;
+  bool found = false;
+  for (absl::string_view raw : absl::StrSplit(text, '\n')) {
+    std::string line(absl::StripAsciiWhitespace(raw));
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      std::string name(absl::StripAsciiWhitespace(line.substr(1, line.size() - 2)));
+      if (absl::StartsWith(name, "profile "))
+        name = std::string(absl::StripAsciiWhitespace(name.substr(8)));
+      in_profile = name == profile;
+      found = found || in_profile;
+      continue;
+    }
+    if (!in_profile) continue;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    keys[absl::AsciiStrToLower(absl::StripAsciiWhitespace(line.substr(0, eq)))] =
+        std::string(absl::StripAsciiWhitespace(line.substr(eq + 1)));
+  }
+  if (!found) return absl::NotFoundError(absl::StrCat("profile \"", profile, "\" not found"));
+  AwsCredentials credentials;
+  credentials.access_key_id = keys["aws_access_key_id"];
+  credentials.secret_access_key = keys["aws_secret_access_key"];
+  credentials.session_token = keys["aws_session_token"];
+  credentials.source = absl::StrCat("profile ", profile);
+  if (credentials.access_key_id.empty() || credentials.secret_access_key.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile \"", profile, "\": aws_access_key_id and aws_secret_access_key are both needed"));
+  }
+  return credentials;
+}
+
+absl::StatusOr<AwsCredentials> ResolveAwsCredentials(const CredentialSources& sources) {
+  auto getenv = sources.getenv ? sources.getenv : [](const std::string& name) {
+    const char* value = std::getenv(name.c_str());
+    return std::string(value == nullptr ? "" : value);
+  };
+  std::vector<std::string> tried;
+  std::string key = getenv("AWS_ACCESS_KEY_ID");
+  std::string secret = getenv("AWS_SECRET_ACCESS_KEY");
+  if (!key.empty() && !secret.empty()) {
+    return AwsCredentials{.access_key_id = key,
+                          .secret_access_key = secret,
+                          .session_token = getenv("AWS_SESSION_TOKEN"),
+                          .source = "environment"};
+  }
+  tried.push_back(key.empty() ? "AWS_ACCESS_KEY_ID is not set"
+                              : "AWS_SECRET_ACCESS_KEY is not set");
+
+  std::string file = sources.credentials_file;
+  if (file.empty()) file = getenv("AWS_SHARED_CREDENTIALS_FILE");
+  if (file.empty() && !getenv("HOME").empty()) file = getenv("HOME") + "/.aws/credentials";
+  std::string profile = sources.profile;
+  if (profile.empty()) profile = getenv("AWS_PROFILE");
+  if (profile.empty()) profile = "default";
+  if (!file.empty()) {
+    std::ifstream in(file);
+    if (in) {
+      std::stringstream text;
+      text << in.rdbuf();
+      absl::StatusOr<AwsCredentials> from_file = ParseCredentialsFile(text.str(), profile);
+      if (from_file.ok()) return from_file;
+      tried.push_back(absl::StrCat(file, ": ", from_file.status().message()));
+    } else {
+      tried.push_back(absl::StrCat(file, " does not exist"));
+    }
+  }
+
+  if (absl::AsciiStrToLower(getenv("AWS_EC2_METADATA_DISABLED")) != "true") {
+    std::string endpoint = sources.metadata_endpoint;
+    if (endpoint.empty()) endpoint = getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+    if (endpoint.empty()) endpoint = "http://169.254.169.254";
+    while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+    absl::StatusOr<AwsCredentials> role =
+        InstanceRoleCredentials(endpoint, sources.metadata_timeout);
+    if (role.ok()) return role;
+    tried.push_back(absl::StrCat("instance role: ", role.status().message()));
+  }
+  return absl::UnauthenticatedError(
+      absl::StrCat("no AWS credentials found (", absl::StrJoin(tried, "; "), ")"));
+}
+
+absl::StatusOr<HttpResponse> CurlPost(
+    const std::string& url, const std::vector<std::pair<std::string, std::string>>& headers,
+    const std::string& body, absl::Duration timeout) {
+  GlobalInit();
+  CURL* curl = curl_easy_init();
+  if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
+  curl_slist* list = nullptr;
+  for (const auto& [name, value] : headers) {
+    list = curl_slist_append(list, absl::StrCat(name, ": ", value).c_str());
+  }
+  list = curl_slist_append(list, "Expect:");  // no 100-continue round trip
+  HttpResponse response;
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, list);
+  curl_easy_setopt(curl, CURLOPT_POST, 1L);
+  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
+  curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(timeout)));
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &WriteToString);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
+  CURLcode rc = curl_easy_perform(curl);
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
+  curl_slist_free_all(list);
+  curl_easy_cleanup(curl);
+  if (rc != CURLE_OK) {
+    return absl::UnavailableError(absl::StrCat("POST ", url, ": ", curl_easy_strerror(rc)));
+  }
+  return response;
+}
+
+absl::StatusOr<Ec2Error> ParseEc2Error(const std::string& xml) {
+  XmlDocPtr doc = ParseXml(xml);
+  xmlNode* root = doc == nullptr ? nullptr : xmlDocGetRootElement(doc.get());
+  // <Response><Errors><Error><Code/><Message/></Error></Errors><RequestID/></Response>
+  xmlNode* error = Child(Child(root, "Errors"), "Error");
+  if (!Named(root, "Response") || error == nullptr) {
+    return absl::NotFoundError("not an EC2 error document");
+  }
+  return Ec2Error{.code = ChildText(error, "Code"),
+                  .message = ChildText(error, "Message"),
+                  .request_id = ChildText(root, "RequestID")};
+}
+
+namespace {
+// Errors that mean "no capacity at this price": re-plan without the type, never retry blindly
+// (EC2 sends InsufficientInstanceCapacity as a server error).
+bool IsCapacityError(const std::string& code) {
+  static const std::set<std::string> kCapacity = {
+      "InsufficientInstanceCapacity", "InsufficientCapacity",
+      "SpotMaxPriceTooLow",           "MaxSpotInstanceCountExceeded",
+      "InstanceLimitExceeded",        "VcpuLimitExceeded",
+      "InsufficientHostCapacity",     "InsufficientReservedInstanceCapacity"};
+  return kCapacity.count(code) > 0;
+}
+}  // namespace
+
+bool IsRetryableEc2Error(long http_status, const std::string& code) {
+  static const std::set<std::string> kRetryable = {
+      "RequestLimitExceeded", "Throttling",  "ThrottlingException", "InternalError",
+      "InternalFailure",      "Unavailable", "ServiceUnavailable",  "RequestTimeout"};
+  if (IsCapacityError(code)) return false;
+  return http_status >= 500 || kRetryable.count(code) > 0;
+}
+
+absl::Status Ec2ErrorToStatus(const std::string& action, long http_status, const Ec2Error& error,
+                              const std::string& instance_type) {
+  static const std::set<std::string> kAuthentication = {"AuthFailure",
+                                                        "InvalidClientTokenId",
+                                                        "SignatureDoesNotMatch",
+                                                        "IncompleteSignature",
+                                                        "MissingAuthenticationToken",
+                                                        "ExpiredToken",
+                                                        "RequestExpired",
+                                                        "OptInRequired",
+                                                        "Blocked"};
+  std::string what = absl::StrCat("EC2 ", action, ": ", error.code.empty() ? "HTTP " : "",
+                                  error.code.empty() ? absl::StrCat(http_status) : error.code,
+                                  error.message.empty() ? "" : ": ", error.message,
+                                  error.request_id.empty() ? "" : " (request id ", error.request_id,
+                                  error.request_id.empty() ? "" : ")");
+  const std::string& code = error.code;
+  if (IsCapacityError(code)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, instance_type.empty() ? "" : "; re-plan without instance type " + instance_type));
+  }
+  if (code == "UnauthorizedOperation" || code == "AccessDenied" ||
+      code == "AccessDeniedException") {
+    return absl::PermissionDeniedError(absl::StrCat(what, "; the IAM policy needs ec2:", action,
+                                                    action == "RunInstances"
+                                                        ? " (and ec2:CreateTags for the job tags, "
+                                                          "iam:PassRole with an instance profile)"
+                                                        : ""));
+  }
+  if (kAuthentication.count(code) > 0) {
+    return absl::UnauthenticatedError(
+        absl::StrCat(what, "; check the access key, its secret, the session token and the clock"));
+  }
+  if (code == "RequestLimitExceeded" || code == "Throttling" || code == "ThrottlingException") {
+    return absl::UnavailableError(what);
+  }
+  if (absl::StartsWith(code, "InvalidInstanceID.NotFound")) return absl::NotFoundError(what);
+  if (code == "IdempotentParameterMismatch") {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, "; the client token was used before with other parameters"));
+  }
+  if (absl::StartsWith(code, "Invalid") || absl::StartsWith(code, "Missing") ||
+      absl::StartsWith(code, "Unknown") || code == "Unsupported" ||
+      code == "UnsupportedOperation" || code == "ValidationError") {
+    return absl::InvalidArgumentError(what);
+  }
+  if (http_status >= 500) return absl::UnavailableError(what);
+  if (http_status == 401) return absl::UnauthenticatedError(what);
+  if (http_status == 403) return absl::PermissionDeniedError(what);
+  return absl::FailedPreconditionError(what);
+}
+
+absl::StatusOr<std::unique_ptr<AwsProvider>> AwsProvider::Create(Options options) {
+  if (absl::Status s = ValidateRegion(options.region); !s.ok()) return s;
+  std::string endpoint =
+      options.endpoint_url.empty() ? DefaultEndpoint(options.region) : options.endpoint_url;
+  if (absl::StatusOr<ParsedUrl> url = ParseUrl(endpoint); !url.ok()) return url.status();
+  if (options.max_attempts < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_attempts = ", options.max_attempts, ": must be >= 1"));
+  }
+  if (!options.sleep) options.sleep = [](absl::Duration d) { absl::SleepFor(d); };
+  return std::unique_ptr<AwsProvider>(new AwsProvider(std::move(options), endpoint));
+}
+
+AwsProvider::AwsProvider(Options options, std::string endpoint_url)
+    : options_(std::move(options)), endpoint_url_(std::move(endpoint_url)) {}
+
+absl::StatusOr<std::string> AwsProvider::Call(
+    const std::string& action, std::vector<std::pair<std::string, std::string>> params,
+    const std::string& region, const std::string& instance_type) {
+  const std::string& signing_region = region.empty() ? options_.region : region;
+  if (absl::Status s = ValidateRegion(signing_region); !s.ok()) return s;
+  std::string endpoint = endpoint_url_;
+  if (options_.endpoint_url.empty() && signing_region != options_.region) {
+    endpoint = DefaultEndpoint(signing_region);
+  }
+  absl::StatusOr<ParsedUrl> url = ParseUrl(endpoint);
+  if (!url.ok()) return url.status();
+
+  params.insert(params.begin(), {{"Action", action}, {"Version", kApiVersion}});
+  std::string body = FormEncode(params);
+
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  absl::Status last;
+  for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
+    if (attempt > 0) {
+      // Full jitter: a uniform wait in [0, min(cap, base * 2^attempt)].
+      absl::Duration ceiling =
+          std::min(options_.backoff_cap, options_.backoff_base * (1 << std::min(attempt, 20)));
+      std::uniform_real_distribution<double> fraction(0.0, 1.0);
+      options_.sleep(ceiling * fraction(rng));
+    }
+    HttpRequestToSign request{
+        .method = "POST",
+        .path = url->path,
+        .headers = {{"Host", url->authority},
+                    {"Content-Type", "application/x-www-form-urlencoded; charset=utf-8"}},
+        .body = body};
+    SigningParams signing{.region = signing_region, .service = "ec2", .time = options_.now()};
+    absl::StatusOr<SignedParts> signed_parts =
+        SignWithHeaders(request, options_.credentials, signing);
+    if (!signed_parts.ok()) return signed_parts.status();
+    std::vector<std::pair<std::string, std::string>> headers = request.headers;
+    headers.insert(headers.end(), signed_parts->additions.begin(), signed_parts->additions.end());
+
+    absl::StatusOr<HttpResponse> response =
+        CurlPost(endpoint, headers, body, options_.request_timeout);
+    if (!response.ok()) {
+      last = response.status();
+      continue;
+    }
+    if (response->status == 200) return std::move(response->body);
+    absl::StatusOr<Ec2Error> error = ParseEc2Error(response->body);
+    Ec2Error ec2_error = error.ok() ? *error : Ec2Error{};
+    last = Ec2ErrorToStatus(action, response->status, ec2_error, instance_type);
+    if (!IsRetryableEc2Error(response->status, ec2_error.code)) return last;
+  }
+  return absl::UnavailableError(absl::StrCat("gave up after ", options_.max_attempts,
+                                             " attempts; last error: ", last.message()));
+}
+
+std::string AwsProvider::UserData(const LaunchRequest& request) const {
+  std::string script = absl::StrCat(
+      "#!/bin/bash\n# spotdnn launcher: job ", request.job_id, ", ", RoleName(request.role),
+      " instances of ", request.instance_type, "\n",
+      "IMDS=http://169.254.169.254\n"
+      "TOKEN=$(curl -s -X PUT $IMDS/latest/api/token -H "
+      "'X-aws-ec2-metadata-token-ttl-seconds: 21600')\n"
+      "md() { curl -s -H \"X-aws-ec2-metadata-token: $TOKEN\" \"$IMDS/latest/meta-data/$1\"; }\n"
+      "INSTANCE_ID=$(md instance-id)\n"
+      "LAUNCH_INDEX=$(md ami-launch-index)\n");
+  for (const auto& [name, value] : InstanceEnvironment(request, -1, "", "")) {
+    absl::StrAppend(&script, "export ", name, "=", ShellQuote(value), "\n");
+  }
+  absl::StrAppend(&script, "export SPOTDNN_INDEX=$((", request.first_index, " + LAUNCH_INDEX))\n",
+                  "export SPOTDNN_INSTANCE_ID=\"$INSTANCE_ID\"\n",
+                  "export SPOTDNN_METADATA_ENDPOINT=$IMDS\n");
+  if (!options_.agent_command.empty()) {
+    std::string agent =
+        absl::StrReplaceAll(options_.agent_command,
+                            {{"%INSTANCE_ID%", "\"$INSTANCE_ID\""}, {"%JOB_ID%", request.job_id}});
+    absl::StrAppend(&script, "nohup ", agent, " >/var/log/spotdnn-agent.log 2>&1 &\n");
+  }
+  absl::StrAppend(&script, "exec /bin/bash -c ", ShellQuote(request.command), " >/var/log/spotdnn-",
+                  RoleName(request.role), ".log 2>&1\n");
+  return script;
+}
+
+absl::StatusOr<LaunchResult> AwsProvider::Launch(const LaunchRequest& request) {
+  if (absl::Status s = ValidateLaunchRequest(request); !s.ok()) return s;
+  if (options_.image_id.empty()) {
+    return absl::InvalidArgumentError(
+        "image_id is empty: give the AMI with your framework and spotdnn-agent (--ami)");
+  }
+  if (request.command.empty()) return absl::InvalidArgumentError("command is empty");
+  std::string token =
+      request.client_token.empty() ? DefaultClientToken(request) : request.client_token;
+  std::vector<std::pair<std::string, std::string>> p = {
+      {"ImageId", options_.image_id},
+      {"InstanceType", request.instance_type},
+      // MinCount 1: EC2 launches what it can, and a shortfall is reported as a partial launch.
+      {"MinCount", "1"},
+      {"MaxCount", absl::StrCat(request.count)},
+      {"ClientToken", token},
+      {"InstanceMarketOptions.MarketType", "spot"},
+      {"InstanceMarketOptions.SpotOptions.SpotInstanceType", "one-time"},
+      {"InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior", "terminate"},
+      {"MetadataOptions.HttpTokens", "required"},
+      {"UserData", Base64(UserData(request))},
+      {"TagSpecification.1.ResourceType", "instance"},
+      {"TagSpecification.1.Tag.1.Key", kJobTag},
+      {"TagSpecification.1.Tag.1.Value", request.job_id},
+      {"TagSpecification.1.Tag.2.Key", kRoleTag},
+      {"TagSpecification.1.Tag.2.Value", std::string(RoleName(request.role))},
+      {"TagSpecification.1.Tag.3.Key", kFirstIndexTag},
+      {"TagSpecification.1.Tag.3.Value", absl::StrCat(request.first_index)},
+      {"TagSpecification.1.Tag.4.Key", "Name"},
+      {"TagSpecification.1.Tag.4.Value",
+       absl::StrCat("spotdnn-", request.job_id, "-", RoleName(request.role))},
+  };
+  if (!options_.max_spot_price.empty()) {
+    p.emplace_back("InstanceMarketOptions.SpotOptions.MaxPrice", options_.max_spot_price);
+  }
+  if (!options_.subnet_id.empty()) p.emplace_back("SubnetId", options_.subnet_id);
+  for (size_t i = 0; i < options_.security_group_ids.size(); ++i) {
+    p.emplace_back(absl::StrCat("SecurityGroupId.", i + 1), options_.security_group_ids[i]);
+  }
+  if (!options_.key_name.empty()) p.emplace_back("KeyName", options_.key_name);
+  if (!options_.iam_instance_profile.empty()) {
+    bool arn = absl::StartsWith(options_.iam_instance_profile, "arn:");
+    p.emplace_back(arn ? "IamInstanceProfile.Arn" : "IamInstanceProfile.Name",
+                   options_.iam_instance_profile);
+  }
+
+  absl::StatusOr<std::string> body = Call("RunInstances", p, "", request.instance_type);
+  if (!body.ok()) return body.status();
+  absl::StatusOr<XmlDocPtr> doc = ParseResponse("RunInstances", *body, "RunInstancesResponse");
+  if (!doc.ok()) return doc.status();
+  LaunchResult result;
+  result.requested = request.count;
+  xmlNode* root = xmlDocGetRootElement(doc->get());
+  for (const xmlNode* item : Items(Child(root, "instancesSet"))) {
+    Instance instance = ParseInstance(item);
+    // RunInstances may answer before the tags show; the request says what they are.
+    instance.job_id = request.job_id;
+    instance.role = request.role;
+    result.instances.push_back(std::move(instance));
+  }
+  if (static_cast<int>(result.instances.size()) < request.count) {
+    result.error = absl::ResourceExhaustedError(
+        absl::StrCat("EC2 RunInstances: launched ", result.instances.size(), " of ", request.count,
+                     " ", request.instance_type, " spot instances for job ", request.job_id,
+                     " (partial launch; re-plan the rest without this type)"));
+  }
+  return result;
+}
+
+absl::StatusOr<std::vector<Instance>> AwsProvider::Describe(const std::string& job_id) {
+  std::vector<Instance> out;
+  std::string next_token;
+  for (int page = 0; page < 1000; ++page) {
+    std::vector<std::pair<std::string, std::string>> p;
+    if (!job_id.empty()) {
+      p = {{"Filter.1.Name", absl::StrCat("tag:", kJobTag)}, {"Filter.1.Value.1", job_id}};
+    } else {
+      p = {{"Filter.1.Name", "tag-key"}, {"Filter.1.Value.1", kJobTag}};
+    }
+    if (!next_token.empty()) p.emplace_back("NextToken", next_token);
+    absl::StatusOr<std::string> body = Call("DescribeInstances", p, "");
+    if (!body.ok()) return body.status();
+    absl::StatusOr<XmlDocPtr> doc =
+        ParseResponse("DescribeInstances", *body, "DescribeInstancesResponse");
+    if (!doc.ok()) return doc.status();
+    xmlNode* root = xmlDocGetRootElement(doc->get());
+    for (const xmlNode* reservation : Items(Child(root, "reservationSet"))) {
+      for (const xmlNode* item : Items(Child(reservation, "instancesSet"))) {
+        out.push_back(ParseInstance(item));
+      }
+    }
+    next_token = ChildText(root, "nextToken");
+    if (next_token.empty()) return out;
+  }
+  return absl::InternalError("EC2 DescribeInstances: more than 1000 pages");
+}
+
+absl::Status AwsProvider::Terminate(const std::vector<std::string>& instance_ids) {
+  if (instance_ids.empty()) return absl::OkStatus();
+  std::vector<std::pair<std::string, std::string>> p;
+  for (size_t i = 0; i < instance_ids.size(); ++i) {
+    if (instance_ids[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("instance_ids[", i, "] is empty"));
+    }
+    p.emplace_back(absl::StrCat("InstanceId.", i + 1), instance_ids[i]);
+  }
+  absl::StatusOr<std::string> body = Call("TerminateInstances", p, "");
+  if (!body.ok()) return body.status();
+  absl::StatusOr<XmlDocPtr> doc =
+      ParseResponse("TerminateInstances", *body, "TerminateInstancesResponse");
+  if (!doc.ok()) return doc.status();
+  std::set<std::string> answered;
+  for (const xmlNode* item : Items(Child(xmlDocGetRootElement(doc->get()), "instancesSet"))) {
+    answered.insert(ChildText(item, "instanceId"));
+  }
+  std::vector<std::string> missing;
+  for (const std::string& id : instance_ids) {
+    if (answered.count(id) == 0) missing.push_back(id);
+  }
+  if (!missing.empty()) {
+    return absl::InternalError(
+        absl::StrCat("EC2 TerminateInstances did not confirm ", absl::StrJoin(missing, ", ")));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<SpotPrice>> AwsProvider::SpotPrices(
+    const std::vector<std::string>& instance_types, const std::string& region) {
+  if (instance_types.empty()) return std::vector<SpotPrice>{};
+  // The latest price per (type, zone): start now, so each zone answers with its current price.
+  std::map<std::pair<std::string, std::string>, SpotPrice> latest;
+  std::string next_token;
+  std::string start = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", options_.now(), absl::UTCTimeZone());
+  for (int page = 0; page < 1000; ++page) {
+    std::vector<std::pair<std::string, std::string>> p;
+    for (size_t i = 0; i < instance_types.size(); ++i) {
+      p.emplace_back(absl::StrCat("InstanceType.", i + 1), instance_types[i]);
+    }
+    p.emplace_back("ProductDescription.1", "Linux/UNIX");
+    p.emplace_back("StartTime", start);
+    p.emplace_back("MaxResults", "1000");
+    if (!next_token.empty()) p.emplace_back("NextToken", next_token);
+    absl::StatusOr<std::string> body = Call("DescribeSpotPriceHistory", p, region);
+    if (!body.ok()) return body.status();
+    absl::StatusOr<XmlDocPtr> doc =
+        ParseResponse("DescribeSpotPriceHistory", *body, "DescribeSpotPriceHistoryResponse");
+    if (!doc.ok()) return doc.status();
+    xmlNode* root = xmlDocGetRootElement(doc->get());
+    for (const xmlNode* item : Items(Child(root, "spotPriceHistorySet"))) {
+      SpotPrice price;
+      price.instance_type = ChildText(item, "instanceType");
+      price.availability_zone = ChildText(item, "availabilityZone");
+      price.timestamp = ParseAwsTime(ChildText(item, "timestamp"));
+      std::string text = ChildText(item, "spotPrice");
+      if (!absl::SimpleAtod(text, &price.price_per_hour) || price.price_per_hour < 0) {
+        return absl::InternalError(absl::StrCat("EC2 DescribeSpotPriceHistory: spotPrice = \"",
+                                                text, "\" for ", price.instance_type));
+      }
+      auto key = std::make_pair(price.instance_type, price.availability_zone);
+      auto it = latest.find(key);
+      if (it == latest.end() || price.timestamp > it->second.timestamp) latest[key] = price;
+    }
+    next_token = ChildText(root, "nextToken");
+    if (next_token.empty()) break;
+  }
+  std::vector<SpotPrice> out;
+  for (auto& [key, price] : latest) out.push_back(std::move(price));
+  return out;
+}
+
+}  // namespace spotdnn::launcher

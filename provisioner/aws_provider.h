@@ -1,0 +1,142 @@
+// The AWS EC2 spot provider: the EC2 Query API (version 2016-11-15) over libcurl, signed with
+// SigV4. RunInstances (one-time spot, terminate on interruption, ClientToken, job tags, user data
+// that starts the worker and spotdnn-agent), DescribeInstances, TerminateInstances and
+// DescribeSpotPriceHistory (paged with NextToken). EC2 error codes map to statuses:
+//   InsufficientInstanceCapacity, SpotMaxPriceTooLow, ... -> RESOURCE_EXHAUSTED (re-plan without
+//   the type); RequestLimitExceeded and 5xx -> retried with backoff and jitter, then UNAVAILABLE;
+//   UnauthorizedOperation -> PERMISSION_DENIED naming the ec2: action; AuthFailure and other
+//   credential errors -> UNAUTHENTICATED; bad parameters -> INVALID_ARGUMENT.
+// Messages never hold the secret key or the session token.
+#ifndef SPOTDNN_PROVISIONER_AWS_PROVIDER_H_
+#define SPOTDNN_PROVISIONER_AWS_PROVIDER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "provisioner/cloud_provider.h"
+#include "provisioner/sigv4.h"
+
+namespace spotdnn::launcher {
+
+// Where to look for credentials (defaults: the real environment and files).
+struct CredentialSources {
+  // Reads an environment variable (empty when unset). Default: std::getenv.
+  std::function<std::string(const std::string&)> getenv;
+  // The shared credentials file; empty: $AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials.
+  std::string credentials_file;
+  // The profile; empty: $AWS_PROFILE, else "default".
+  std::string profile;
+  // The instance metadata service (IMDSv2) for the instance role; empty:
+  // $AWS_EC2_METADATA_SERVICE_ENDPOINT, else http://169.254.169.254. Not asked when
+  // $AWS_EC2_METADATA_DISABLED is "true".
+  std::string metadata_endpoint;
+  absl::Duration metadata_timeout = absl::Seconds(1);
+};
+
+// Resolves credentials like the AWS CLI: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
+// AWS_SESSION_TOKEN, then the profile in the shared credentials file, then the instance role
+// from the metadata service. UNAUTHENTICATED (listing what was tried) when none has them.
+absl::StatusOr<AwsCredentials> ResolveAwsCredentials(const CredentialSources& sources = {});
+
+// Parses a shared credentials file's text for `profile` (NOT_FOUND when absent, INVALID_ARGUMENT
+// when it lacks a key; never quoting the secret).
+absl::StatusOr<AwsCredentials> ParseCredentialsFile(const std::string& text,
+                                                    const std::string& profile);
+
+// A plain HTTP response.
+struct HttpResponse {
+  long status = 0;
+  std::string body;
+};
+
+// POSTs an x-www-form-urlencoded body with `headers` to `url` through libcurl. UNAVAILABLE on a
+// transport failure (the message names the URL, never the headers).
+absl::StatusOr<HttpResponse> CurlPost(
+    const std::string& url, const std::vector<std::pair<std::string, std::string>>& headers,
+    const std::string& body, absl::Duration timeout);
+
+// An EC2 error response (<Response><Errors><Error><Code>, <Message>; <RequestID>).
+struct Ec2Error {
+  std::string code;
+  std::string message;
+  std::string request_id;
+};
+
+// Parses an EC2 error document; NOT_FOUND when the body is not one.
+absl::StatusOr<Ec2Error> ParseEc2Error(const std::string& xml);
+
+// Maps an EC2 error of `action` (e.g. "RunInstances") with HTTP status `http_status` to a status.
+absl::Status Ec2ErrorToStatus(const std::string& action, long http_status, const Ec2Error& error,
+                              const std::string& instance_type = "");
+
+// True for errors worth retrying (RequestLimitExceeded, throttling, 5xx, transport failures).
+bool IsRetryableEc2Error(long http_status, const std::string& code);
+
+// The AWS provider.
+class AwsProvider final : public CloudProvider {
+ public:
+  struct Options {
+    std::string region = "us-east-1";
+    // Empty: https://ec2.REGION.amazonaws.com (other partitions and tests override it).
+    std::string endpoint_url;
+    AwsCredentials credentials;
+    // RunInstances parameters.
+    std::string image_id;   // AMI with the user's framework; required to launch
+    std::string subnet_id;  // optional
+    std::vector<std::string> security_group_ids;
+    std::string key_name;              // optional SSH key pair
+    std::string iam_instance_profile;  // name or ARN; needs iam:PassRole
+    std::string max_spot_price;        // empty: up to the on-demand price
+    // The agent started beside the worker; %INSTANCE_ID% and %JOB_ID% are replaced at boot.
+    // Empty: no agent.
+    std::string agent_command =
+        "spotdnn-agent --cloud=aws --instance_id=%INSTANCE_ID% --job_id=%JOB_ID%";
+    // Retries of throttled and 5xx calls: attempts in all, and the backoff (full jitter on
+    // base * 2^attempt, capped).
+    int max_attempts = 5;
+    absl::Duration backoff_base = absl::Milliseconds(200);
+    absl::Duration backoff_cap = absl::Seconds(20);
+    absl::Duration request_timeout = absl::Seconds(30);
+    // How to wait between attempts (tests record instead of sleeping). Default: absl::SleepFor.
+    std::function<void(absl::Duration)> sleep;
+    absl::Time (*now)() = &absl::Now;
+  };
+
+  // INVALID_ARGUMENT for a bad endpoint URL or region.
+  static absl::StatusOr<std::unique_ptr<AwsProvider>> Create(Options options);
+
+  std::string name() const override { return "aws"; }
+  absl::StatusOr<LaunchResult> Launch(const LaunchRequest& request) override;
+  absl::StatusOr<std::vector<Instance>> Describe(const std::string& job_id) override;
+  absl::Status Terminate(const std::vector<std::string>& instance_ids) override;
+  absl::StatusOr<std::vector<SpotPrice>> SpotPrices(const std::vector<std::string>& instance_types,
+                                                    const std::string& region) override;
+
+  // The user data (before base64) RunInstances sends for `request`.
+  std::string UserData(const LaunchRequest& request) const;
+  // The endpoint calls go to.
+  const std::string& endpoint_url() const { return endpoint_url_; }
+
+ private:
+  explicit AwsProvider(Options options, std::string endpoint_url);
+
+  // Signs and POSTs one EC2 action, retrying throttling and 5xx; returns the response body of a
+  // 200 or the mapped error.
+  absl::StatusOr<std::string> Call(const std::string& action,
+                                   std::vector<std::pair<std::string, std::string>> params,
+                                   const std::string& region,
+                                   const std::string& instance_type = "");
+
+  Options options_;
+  std::string endpoint_url_;
+};
+
+}  // namespace spotdnn::launcher
+
+#endif  // SPOTDNN_PROVISIONER_AWS_PROVIDER_H_

@@ -1,0 +1,137 @@
+// The launcher's view of a cloud: a CloudProvider turns a plan's instance counts into running
+// instances (one type, one role at a time), describes and terminates them, and reads live spot
+// prices. Implementations: LocalProvider (processes on this machine) and AwsProvider (EC2 spot).
+#ifndef SPOTDNN_PROVISIONER_CLOUD_PROVIDER_H_
+#define SPOTDNN_PROVISIONER_CLOUD_PROVIDER_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace spotdnn::launcher {
+
+// What an instance does in a parameter-server job.
+enum class Role { kParameterServer, kWorker };
+
+// "ps" or "worker".
+absl::string_view RoleName(Role role);
+// Parses "ps" or "worker"; INVALID_ARGUMENT naming the value otherwise.
+absl::StatusOr<Role> ParseRole(absl::string_view text);
+
+// Lifecycle state, in EC2's words.
+enum class InstanceState { kPending, kRunning, kShuttingDown, kTerminated, kStopping, kStopped };
+
+// "pending", "running", "shutting-down", "terminated", "stopping", "stopped".
+absl::string_view InstanceStateName(InstanceState state);
+// Parses the names above; INVALID_ARGUMENT otherwise.
+absl::StatusOr<InstanceState> ParseInstanceState(absl::string_view text);
+
+// One request to launch `count` instances of one type for one job.
+struct LaunchRequest {
+  std::string job_id;         // tags every instance; required
+  std::string instance_type;  // e.g. "g4dn.4xlarge"; required
+  int count = 1;              // >= 1
+  Role role = Role::kWorker;
+  int first_index = 0;  // role index of the first instance (workers 0..N-1 across calls)
+  std::string command;  // the user's start command (a shell command line)
+  std::vector<std::string> ps_addresses;  // host:port of the parameter servers, for workers
+  int batch_size = 0;                     // per-worker batch size (0 = not set)
+  // Makes launches idempotent: the same token never launches twice (EC2 ClientToken). Empty: the
+  // provider derives one from the job, role, type and first index.
+  std::string client_token;
+  std::map<std::string, std::string> extra_env;  // more environment for the command
+};
+
+// One instance as the provider sees it.
+struct Instance {
+  std::string id;
+  std::string instance_type;
+  InstanceState state = InstanceState::kPending;
+  std::string job_id;
+  Role role = Role::kWorker;
+  int index = 0;
+  std::string private_address;  // IP (or 127.0.0.1 for local)
+  std::string public_address;   // may be empty
+  // Where this instance's metadata service answers (AWS IMDS flavour), e.g.
+  // http://169.254.169.254 on EC2 or http://127.0.0.1:PORT/i/ID locally.
+  std::string metadata_endpoint;
+  absl::Time launch_time = absl::InfinitePast();
+  // When it stopped, where the provider knows (local: the moment a revocation stopped it);
+  // InfiniteFuture otherwise.
+  absl::Time end_time = absl::InfiniteFuture();
+};
+
+// The outcome of a launch: the instances started, and when fewer than asked for, why. A partial
+// launch is OK with `error` set; callers must look at both.
+struct LaunchResult {
+  std::vector<Instance> instances;
+  int requested = 0;
+  absl::Status error;  // OK when all `requested` instances were launched
+
+  bool partial() const {
+    return !instances.empty() && static_cast<int>(instances.size()) < requested;
+  }
+};
+
+// A spot price observation.
+struct SpotPrice {
+  std::string instance_type;
+  std::string availability_zone;
+  double price_per_hour = 0;
+  absl::Time timestamp = absl::InfinitePast();
+};
+
+// A cloud. Implementations are thread-compatible (one caller at a time) unless they say so.
+class CloudProvider {
+ public:
+  virtual ~CloudProvider() = default;
+
+  // "local", "aws", ...
+  virtual std::string name() const = 0;
+
+  // Launches request.count instances. Errors: INVALID_ARGUMENT for a bad request (naming the
+  // field), RESOURCE_EXHAUSTED when the cloud has no capacity at the price (re-plan without the
+  // type), UNAVAILABLE when retries ran out, PERMISSION_DENIED/UNAUTHENTICATED for credentials. A
+  // partial launch returns a LaunchResult with instances and a non-OK `error`.
+  virtual absl::StatusOr<LaunchResult> Launch(const LaunchRequest& request) = 0;
+
+  // The job's instances (all jobs when `job_id` is empty), terminated ones included while the
+  // provider still reports them.
+  virtual absl::StatusOr<std::vector<Instance>> Describe(const std::string& job_id) = 0;
+
+  // Terminates the instances (ids unknown to the provider: NOT_FOUND naming them).
+  virtual absl::Status Terminate(const std::vector<std::string>& instance_ids) = 0;
+
+  // The latest spot price per (type, availability zone) for `instance_types` in `region`
+  // (empty region: the provider's own).
+  virtual absl::StatusOr<std::vector<SpotPrice>> SpotPrices(
+      const std::vector<std::string>& instance_types, const std::string& region) = 0;
+};
+
+// The lowest current price per type over its zones (types with no observation are absent).
+std::map<std::string, double> CheapestPerType(const std::vector<SpotPrice>& prices);
+
+// A default client token for a request: job, role, type, first index and count (stable across
+// retries of the same request, different for different requests); at most 64 characters.
+std::string DefaultClientToken(const LaunchRequest& request);
+
+// The environment a launched instance's command gets: SPOTDNN_JOB_ID, SPOTDNN_ROLE (ps|worker),
+// SPOTDNN_INDEX, SPOTDNN_PS_ADDRESSES (comma-separated host:port), SPOTDNN_BATCH_SIZE (when set),
+// SPOTDNN_INSTANCE_TYPE, SPOTDNN_INSTANCE_ID, SPOTDNN_METADATA_ENDPOINT, plus request.extra_env.
+// `index` < 0, an empty `instance_id` or `metadata_endpoint` leave that variable out (the AWS
+// user data sets them at boot).
+std::map<std::string, std::string> InstanceEnvironment(const LaunchRequest& request, int index,
+                                                       const std::string& instance_id,
+                                                       const std::string& metadata_endpoint);
+
+// Validates the parts of a request every provider needs (INVALID_ARGUMENT naming the field).
+absl::Status ValidateLaunchRequest(const LaunchRequest& request);
+
+}  // namespace spotdnn::launcher
+
+#endif  // SPOTDNN_PROVISIONER_CLOUD_PROVIDER_H_

@@ -1,0 +1,140 @@
+// The local provider, the embedded default: each instance is a process group on this machine
+// running the user's command (through /bin/sh -c) with SPOTDNN_* environment variables saying
+// its job, role, index, parameter-server addresses, batch size and type, and its own AWS-flavour
+// metadata endpoint on a metadata emulator. Revoke() publishes a spot notice there and stops the
+// process group at the notice time, as a cloud would.
+//
+// State lives in a directory (one `<id>.instance` file per instance, key=value lines, plus its
+// `<id>.log`), so that another process (`spotdnn local list|revoke|terminate`) can find them.
+// The process that launches instances owns them: its destructor terminates them, and a reaper
+// process (forked at Create) kills their process groups if the owner dies without doing so.
+#ifndef SPOTDNN_PROVISIONER_LOCAL_PROVIDER_H_
+#define SPOTDNN_PROVISIONER_LOCAL_PROVIDER_H_
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "provisioner/cloud_provider.h"
+
+namespace spotdnn::launcher {
+
+// Per-instance metadata endpoints for local instances (AWS IMDSv2 flavour).
+class LocalMetadataService {
+ public:
+  virtual ~LocalMetadataService() = default;
+  // The base URL instance `instance_id` reads its metadata from (its IMDS root).
+  virtual std::string EndpointFor(const std::string& instance_id) const = 0;
+  // Where another process reaches this service's control routes (empty: not reachable).
+  virtual std::string ControlUrl() const = 0;
+  // Publishes an AWS spot interruption notice for the instance: visible now, instance-action
+  // "terminate" at `action_time`.
+  virtual absl::Status PublishSpotNotice(const std::string& instance_id,
+                                         absl::Time action_time) = 0;
+};
+
+// A LocalMetadataService backed by a metadata emulator (spotdnn-metadata-emulator or the
+// in-process detector::MetadataEmulator) at `base_url` (http://127.0.0.1:PORT): endpoints are
+// BASE/i/ID, notices go to its control route POST /emulator/notice.
+class EmulatorMetadataClient final : public LocalMetadataService {
+ public:
+  explicit EmulatorMetadataClient(std::string base_url);
+  std::string EndpointFor(const std::string& instance_id) const override;
+  std::string ControlUrl() const override { return base_url_; }
+  // UNAVAILABLE when the emulator cannot be reached or refuses the notice.
+  absl::Status PublishSpotNotice(const std::string& instance_id, absl::Time action_time) override;
+
+ private:
+  std::string base_url_;
+};
+
+// The local provider.
+class LocalProvider final : public CloudProvider {
+ public:
+  struct Options {
+    // Required: where the instance files and logs go (created if missing).
+    std::string state_dir;
+    // The metadata service; null: instances get no metadata endpoint and Revoke stops them
+    // without a notice (FAILED_PRECONDITION unless `allow_revoke_without_metadata`).
+    std::shared_ptr<LocalMetadataService> metadata;
+    bool allow_revoke_without_metadata = false;
+    // Owner: launches, terminates its instances on destruction and runs the reaper. Not owner:
+    // only looks at (and may revoke or terminate) instances another process launched.
+    bool owner = true;
+    // Stopping: SIGTERM to the group, then SIGKILL after this long.
+    absl::Duration stop_grace = absl::Seconds(2);
+    std::string shell = "/bin/sh";
+  };
+
+  // INVALID_ARGUMENT for an empty state dir; INTERNAL when it cannot be created or the reaper
+  // cannot be started.
+  static absl::StatusOr<std::unique_ptr<LocalProvider>> Create(Options options);
+  // An owner terminates every instance it launched that is still running.
+  ~LocalProvider() override;
+  LocalProvider(const LocalProvider&) = delete;
+  LocalProvider& operator=(const LocalProvider&) = delete;
+
+  std::string name() const override { return "local"; }
+  // Starts request.count process groups. The same client token (explicit or default) returns
+  // the instances it launched before instead of starting more. FAILED_PRECONDITION when not the
+  // owner; INTERNAL when a process cannot be started (a partial launch keeps the ones started).
+  absl::StatusOr<LaunchResult> Launch(const LaunchRequest& request) override;
+  // Instances from the state dir; state running while the process group has a member,
+  // terminated afterwards.
+  absl::StatusOr<std::vector<Instance>> Describe(const std::string& job_id) override;
+  // Stops the process groups (SIGTERM, then SIGKILL) and removes their files.
+  absl::Status Terminate(const std::vector<std::string>& instance_ids) override;
+  // Local machines have no spot market: UNIMPLEMENTED.
+  absl::StatusOr<std::vector<SpotPrice>> SpotPrices(const std::vector<std::string>& instance_types,
+                                                    const std::string& region) override;
+
+  // Publishes a spot notice on the instance's metadata endpoint and stops its process group
+  // `notice` later (in a background thread). NOT_FOUND for an unknown id, FAILED_PRECONDITION
+  // when it is not running.
+  absl::Status Revoke(const std::string& instance_id, absl::Duration notice);
+  // Blocks until every revocation scheduled by this object has stopped its instance.
+  void WaitForRevocations();
+
+  // The process group of a running instance (for tests and the CLI); NOT_FOUND otherwise.
+  absl::StatusOr<pid_t> ProcessGroup(const std::string& instance_id);
+  const std::string& state_dir() const { return options_.state_dir; }
+
+ private:
+  struct Record;
+  explicit LocalProvider(Options options);
+  absl::Status StartReaper();
+  void TellReaper(pid_t pgid, bool add);
+  absl::StatusOr<Record> Load(const std::string& instance_id) const;
+  std::vector<Record> LoadAll() const;
+  absl::Status Save(const Record& record) const;
+  void ReapOwned();
+  bool Alive(const Record& record);
+  void Stop(const Record& record);
+  std::string PathFor(const std::string& instance_id, const char* suffix) const;
+
+  Options options_;
+  int reaper_fd_ = -1;  // write end of the pipe to the reaper
+  pid_t reaper_pid_ = -1;
+  std::mutex mu_;
+  std::set<pid_t> owned_;     // children this process started and has not reaped yet
+  std::set<pid_t> launched_;  // process groups this process started and has not stopped
+  std::condition_variable revocations_done_;
+  int pending_revocations_ = 0;
+  bool shutting_down_ = false;
+  std::vector<std::thread> revokers_;
+};
+
+// The default state dir: $SPOTDNN_HOME/local, else $HOME/.spotdnn/local, else ./.spotdnn/local.
+std::string DefaultLocalStateDir();
+
+}  // namespace spotdnn::launcher
+
+#endif  // SPOTDNN_PROVISIONER_LOCAL_PROVIDER_H_

@@ -1,0 +1,441 @@
+// The AWS provider against a fake EC2 endpoint on 127.0.0.1: launch, describe, terminate, spot
+// price refresh with NextToken pages, idempotent retries, the mapped errors, credentials.
+#include "provisioner/aws_provider.h"
+
+#include <httplib.h>
+#include <openssl/evp.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/launcher/fake_ec2.h"
+
+namespace spotdnn::launcher {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::FakeEc2;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::UnorderedElementsAre;
+
+constexpr char kKey[] = "AKIDTESTLAUNCHER";
+constexpr char kSecret[] = "s3cr3t/Key+ThatMustNeverLeak";
+constexpr char kToken[] = "SessionTokenThatMustNeverLeak==";
+
+std::string Base64Decode(const std::string& text) {
+  std::string out(text.size(), '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()),
+                          static_cast<int>(text.size()));
+  out.resize(n < 0 ? 0 : n);
+  while (!out.empty() && out.back() == '\0') out.pop_back();
+  return out;
+}
+
+class AwsProviderTest : public ::testing::Test {
+ protected:
+  AwsProviderTest() : fake_(kKey, kSecret, kToken) {}
+
+  std::unique_ptr<AwsProvider> Provider(const std::string& secret = kSecret) {
+    AwsProvider::Options options;
+    options.region = "us-east-1";
+    options.endpoint_url = fake_.url();
+    options.credentials = {.access_key_id = kKey,
+                           .secret_access_key = secret,
+                           .session_token = kToken,
+                           .source = "test"};
+    options.image_id = "ami-0123456789abcdef0";
+    options.subnet_id = "subnet-0abc";
+    options.security_group_ids = {"sg-01", "sg-02"};
+    options.max_attempts = 4;
+    options.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
+    absl::StatusOr<std::unique_ptr<AwsProvider>> provider = AwsProvider::Create(options);
+    EXPECT_TRUE(provider.ok()) << provider.status();
+    return std::move(*provider);
+  }
+
+  static LaunchRequest Workers(int count) {
+    return LaunchRequest{.job_id = "job-42",
+                         .instance_type = "g4dn.4xlarge",
+                         .count = count,
+                         .role = Role::kWorker,
+                         .first_index = 0,
+                         .command = "python train.py --it's-quoted",
+                         .ps_addresses = {"10.0.0.5:2222"},
+                         .batch_size = 64};
+  }
+
+  int RunInstancesCalls() const {
+    int n = 0;
+    for (const std::string& a : fake_.actions()) n += a == "RunInstances";
+    return n;
+  }
+
+  FakeEc2 fake_;
+  std::vector<absl::Duration> sleeps_;
+};
+
+TEST_F(AwsProviderTest, LaunchDescribeTerminate) {
+  auto provider = Provider();
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(3));
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_TRUE(launched->error.ok());
+  ASSERT_EQ(launched->instances.size(), 3u);
+  EXPECT_FALSE(launched->partial());
+
+  // What EC2 was asked.
+  auto runs = fake_.requests();
+  ASSERT_FALSE(runs.empty());
+  std::map<std::string, std::string> run = runs.back();
+  EXPECT_EQ(run["InstanceMarketOptions.MarketType"], "spot");
+  EXPECT_EQ(run["InstanceMarketOptions.SpotOptions.SpotInstanceType"], "one-time");
+  EXPECT_EQ(run["InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior"], "terminate");
+  EXPECT_EQ(run["MaxCount"], "3");
+  EXPECT_EQ(run["ImageId"], "ami-0123456789abcdef0");
+  EXPECT_EQ(run["SubnetId"], "subnet-0abc");
+  EXPECT_EQ(run["SecurityGroupId.2"], "sg-02");
+  EXPECT_FALSE(run["ClientToken"].empty());
+  EXPECT_EQ(run["TagSpecification.1.Tag.1.Key"], "spotdnn:job");
+  EXPECT_EQ(run["TagSpecification.1.Tag.1.Value"], "job-42");
+  std::string user_data = Base64Decode(run["UserData"]);
+  EXPECT_THAT(user_data, HasSubstr("export SPOTDNN_ROLE='worker'"));
+  EXPECT_THAT(user_data, HasSubstr("export SPOTDNN_PS_ADDRESSES='10.0.0.5:2222'"));
+  EXPECT_THAT(user_data, HasSubstr("export SPOTDNN_BATCH_SIZE='64'"));
+  EXPECT_THAT(user_data, HasSubstr("'python train.py --it'\\''s-quoted'"));
+  EXPECT_THAT(user_data, HasSubstr("spotdnn-agent --cloud=aws"));
+
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("job-42");
+  ASSERT_TRUE(described.ok()) << described.status();
+  ASSERT_EQ(described->size(), 3u);
+  std::vector<int> indexes;
+  for (const Instance& instance : *described) {
+    EXPECT_EQ(instance.state, InstanceState::kRunning);
+    EXPECT_EQ(instance.job_id, "job-42");
+    EXPECT_EQ(instance.role, Role::kWorker);
+    EXPECT_EQ(instance.instance_type, "g4dn.4xlarge");
+    EXPECT_THAT(instance.private_address, HasSubstr("10.0.0."));
+    indexes.push_back(instance.index);
+  }
+  EXPECT_THAT(indexes, UnorderedElementsAre(0, 1, 2));
+  absl::StatusOr<std::vector<Instance>> other = provider->Describe("another-job");
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(other->empty());
+
+  std::vector<std::string> ids;
+  for (const Instance& instance : launched->instances) ids.push_back(instance.id);
+  ASSERT_TRUE(provider->Terminate(ids).ok());
+  described = provider->Describe("job-42");
+  ASSERT_TRUE(described.ok());
+  for (const Instance& instance : *described) {
+    EXPECT_EQ(instance.state, InstanceState::kTerminated);
+  }
+  absl::Status unknown = provider->Terminate({"i-doesnotexist"});
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound) << unknown;
+  EXPECT_THAT(unknown.message(), HasSubstr("i-doesnotexist"));
+}
+
+TEST_F(AwsProviderTest, DescribeFollowsNextToken) {
+  auto provider = Provider();
+  ASSERT_TRUE(provider->Launch(Workers(5)).ok());
+  fake_.set_page_size(2);
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("job-42");
+  ASSERT_TRUE(described.ok()) << described.status();
+  EXPECT_EQ(described->size(), 5u);
+  int describes = 0;
+  for (const std::string& a : fake_.actions()) describes += a == "DescribeInstances";
+  EXPECT_EQ(describes, 3);
+}
+
+TEST_F(AwsProviderTest, SameClientTokenNeverLaunchesTwice) {
+  auto provider = Provider();
+  absl::StatusOr<LaunchResult> first = provider->Launch(Workers(2));
+  absl::StatusOr<LaunchResult> again = provider->Launch(Workers(2));
+  ASSERT_TRUE(first.ok() && again.ok());
+  ASSERT_EQ(again->instances.size(), 2u);
+  EXPECT_EQ(first->instances[0].id, again->instances[0].id);
+  EXPECT_EQ(first->instances[1].id, again->instances[1].id);
+  EXPECT_EQ(fake_.instances().size(), 2u);
+
+  // Another request (other first index) gets other instances.
+  LaunchRequest more = Workers(2);
+  more.first_index = 2;
+  ASSERT_TRUE(provider->Launch(more).ok());
+  EXPECT_EQ(fake_.instances().size(), 4u);
+}
+
+TEST_F(AwsProviderTest, LostResponseIsRetriedWithTheSameToken) {
+  auto provider = Provider();
+  // EC2 launches, then the answer is a 503: the retry must not launch a second set.
+  fake_.Inject({.action = "RunInstances",
+                .http_status = 503,
+                .code = "Unavailable",
+                .message = "The server is overloaded",
+                .after_effect = true});
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(3));
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(launched->instances.size(), 3u);
+  EXPECT_EQ(fake_.instances().size(), 3u);
+  EXPECT_EQ(RunInstancesCalls(), 2);
+  EXPECT_EQ(sleeps_.size(), 1u);
+  auto requests = fake_.requests();
+  EXPECT_EQ(requests[0]["ClientToken"], requests[1]["ClientToken"]);
+}
+
+TEST_F(AwsProviderTest, ThrottlingIsRetriedWithBackoff) {
+  auto provider = Provider();
+  for (int i = 0; i < 2; ++i) {
+    fake_.Inject({.action = "RunInstances",
+                  .http_status = 503,
+                  .code = "RequestLimitExceeded",
+                  .message = "Request limit exceeded."});
+  }
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(1));
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(launched->instances.size(), 1u);
+  EXPECT_EQ(RunInstancesCalls(), 3);
+  ASSERT_EQ(sleeps_.size(), 2u);
+  // Full jitter stays under base * 2^attempt (200 ms, then 800 ms).
+  EXPECT_LE(sleeps_[0], absl::Milliseconds(400));
+  EXPECT_LE(sleeps_[1], absl::Milliseconds(800));
+}
+
+TEST_F(AwsProviderTest, PersistentServerErrorsBecomeUnavailable) {
+  auto provider = Provider();
+  for (int i = 0; i < 4; ++i) {
+    fake_.Inject({.http_status = 500, .code = "InternalError", .message = "internal"});
+  }
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("job-42");
+  EXPECT_EQ(described.status().code(), absl::StatusCode::kUnavailable) << described.status();
+  EXPECT_THAT(described.status().message(), HasSubstr("4 attempts"));
+  EXPECT_EQ(fake_.actions().size(), 4u);
+}
+
+TEST_F(AwsProviderTest, CapacityErrorsAskForAReplan) {
+  auto provider = Provider();
+  // EC2 answers InsufficientInstanceCapacity with a 500: still no retry, a re-plan.
+  fake_.Inject({.action = "RunInstances",
+                .http_status = 500,
+                .code = "InsufficientInstanceCapacity",
+                .message = "We currently do not have sufficient g4dn.4xlarge capacity"});
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(1));
+  EXPECT_EQ(launched.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(launched.status().message(), HasSubstr("re-plan without instance type g4dn.4xlarge"));
+
+  fake_.Inject({.action = "RunInstances",
+                .code = "SpotMaxPriceTooLow",
+                .message = "Your Spot request price of 0.1 is lower than the minimum"});
+  launched = provider->Launch(Workers(1));
+  EXPECT_EQ(launched.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(launched.status().message(), HasSubstr("SpotMaxPriceTooLow"));
+  EXPECT_EQ(RunInstancesCalls(), 2);  // not retried
+  EXPECT_TRUE(fake_.instances().empty());
+}
+
+TEST_F(AwsProviderTest, PartialLaunchIsReported) {
+  auto provider = Provider();
+  fake_.SetCapacity("g4dn.4xlarge", 2);
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(5));
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(launched->instances.size(), 2u);
+  EXPECT_EQ(launched->requested, 5);
+  EXPECT_TRUE(launched->partial());
+  EXPECT_EQ(launched->error.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(launched->error.message(), HasSubstr("launched 2 of 5"));
+}
+
+TEST_F(AwsProviderTest, MissingPermissionIsNamed) {
+  auto provider = Provider();
+  fake_.Inject({.action = "RunInstances",
+                .http_status = 403,
+                .code = "UnauthorizedOperation",
+                .message = "You are not authorized to perform this operation."});
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(1));
+  EXPECT_EQ(launched.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(launched.status().message(), HasSubstr("ec2:RunInstances"));
+  EXPECT_EQ(RunInstancesCalls(), 1);
+}
+
+TEST_F(AwsProviderTest, WrongSecretIsUnauthenticatedAndNeverLeaks) {
+  auto provider = Provider("wrong-secret-that-must-not-leak");
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("job-42");
+  EXPECT_EQ(described.status().code(), absl::StatusCode::kUnauthenticated) << described.status();
+  EXPECT_THAT(described.status().message(), HasSubstr("SignatureDoesNotMatch"));
+  EXPECT_THAT(described.status().message(), Not(HasSubstr("wrong-secret")));
+  EXPECT_THAT(described.status().message(), Not(HasSubstr(kToken)));
+  EXPECT_EQ(fake_.actions().size(), 1u);  // auth failures are not retried
+}
+
+TEST_F(AwsProviderTest, SpotPricesFollowNextTokenAndKeepTheLatest) {
+  auto provider = Provider();
+  absl::Time t0 = absl::FromUnixSeconds(1700000000);
+  fake_.AddSpotPrice({"g4dn.4xlarge", "us-east-1a", 0.40, t0});
+  fake_.AddSpotPrice({"g4dn.4xlarge", "us-east-1a", 0.37, t0 + absl::Hours(1)});
+  fake_.AddSpotPrice({"g4dn.4xlarge", "us-east-1b", 0.52, t0 + absl::Hours(1)});
+  fake_.AddSpotPrice({"p3.2xlarge", "us-east-1a", 0.95, t0});
+  fake_.AddSpotPrice({"p3.2xlarge", "us-east-1c", 1.10, t0});
+  fake_.AddSpotPrice({"m5.xlarge", "us-east-1a", 0.07, t0});
+  fake_.set_page_size(2);
+  absl::StatusOr<std::vector<SpotPrice>> prices =
+      provider->SpotPrices({"g4dn.4xlarge", "p3.2xlarge"}, "");
+  ASSERT_TRUE(prices.ok()) << prices.status();
+  EXPECT_EQ(prices->size(), 4u);  // (type, zone) pairs
+  std::map<std::string, double> cheapest = CheapestPerType(*prices);
+  EXPECT_THAT(cheapest, ElementsAre(std::pair<const std::string, double>("g4dn.4xlarge", 0.37),
+                                    std::pair<const std::string, double>("p3.2xlarge", 0.95)));
+  int pages = 0;
+  for (const auto& request : fake_.requests()) {
+    if (request.at("Action") != "DescribeSpotPriceHistory") continue;
+    ++pages;
+    EXPECT_EQ(request.at("ProductDescription.1"), "Linux/UNIX");
+  }
+  EXPECT_EQ(pages, 3);  // 5 matching prices, 2 per page
+}
+
+TEST(AwsErrorsTest, ParseAndMap) {
+  absl::StatusOr<Ec2Error> error = ParseEc2Error(
+      "<?xml version=\"1.0\"?><Response><Errors><Error><Code>RequestLimitExceeded</Code>"
+      "<Message>Request limit exceeded.</Message></Error></Errors><RequestID>abc</RequestID>"
+      "</Response>");
+  ASSERT_TRUE(error.ok());
+  EXPECT_EQ(error->code, "RequestLimitExceeded");
+  EXPECT_EQ(error->request_id, "abc");
+  EXPECT_TRUE(IsRetryableEc2Error(400, error->code));
+  EXPECT_FALSE(IsRetryableEc2Error(400, "InvalidParameterValue"));
+  EXPECT_EQ(ParseEc2Error("not xml").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Ec2ErrorToStatus("RunInstances", 400, {.code = "InvalidAMIID.NotFound"}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Ec2ErrorToStatus("RunInstances", 401, {.code = "AuthFailure"}).code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(Ec2ErrorToStatus("X", 400, {.code = "IdempotentParameterMismatch"}).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(AwsProviderCreateTest, BadInputNamesTheField) {
+  AwsProvider::Options options;
+  options.endpoint_url = "ftp//nope";
+  auto provider = AwsProvider::Create(options);
+  EXPECT_EQ(provider.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(provider.status().message(), HasSubstr("endpoint_url"));
+  options.endpoint_url = "";
+  options.region = "US East";
+  EXPECT_THAT(AwsProvider::Create(options).status().message(), HasSubstr("region = \"US East\""));
+  options.region = "eu-west-1";
+  auto ok = AwsProvider::Create(options);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ((*ok)->endpoint_url(), "https://ec2.eu-west-1.amazonaws.com");
+  auto no_ami = (*ok)->Launch({.job_id = "j", .instance_type = "t3.micro", .command = "true"});
+  EXPECT_EQ(no_ami.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_ami.status().message(), HasSubstr("image_id"));
+}
+
+// --- credentials ---
+
+std::function<std::string(const std::string&)> Env(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) {
+    auto it = vars.find(name);
+    return it == vars.end() ? std::string() : it->second;
+  };
+}
+
+TEST(AwsCredentialsTest, EnvironmentFirst) {
+  auto credentials =
+      ResolveAwsCredentials({.getenv = Env({{"AWS_ACCESS_KEY_ID", "AKIDENV"},
+                                            {"AWS_SECRET_ACCESS_KEY", "envsecret"},
+                                            {"AWS_SESSION_TOKEN", "envtoken"},
+                                            {"AWS_EC2_METADATA_DISABLED", "true"}})});
+  ASSERT_TRUE(credentials.ok());
+  EXPECT_EQ(credentials->access_key_id, "AKIDENV");
+  EXPECT_EQ(credentials->session_token, "envtoken");
+  EXPECT_EQ(credentials->source, "environment");
+}
+
+TEST(AwsCredentialsTest, ProfileFromTheSharedFile) {
+  std::string path = ::testing::TempDir() + "/spotdnn-credentials";
+  {
+    std::ofstream out(path);
+    out << "[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = defsecret\n\n"
+           "# comment\n[training]\naws_access_key_id=AKIDTRAIN\naws_secret_access_key=trsecret\n"
+           "aws_session_token = trtoken\n[broken]\naws_access_key_id = AKIDBROKEN\n";
+  }
+  auto env = Env({{"AWS_SHARED_CREDENTIALS_FILE", path},
+                  {"AWS_PROFILE", "training"},
+                  {"AWS_EC2_METADATA_DISABLED", "true"}});
+  auto credentials = ResolveAwsCredentials({.getenv = env});
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  EXPECT_EQ(credentials->access_key_id, "AKIDTRAIN");
+  EXPECT_EQ(credentials->secret_access_key, "trsecret");
+  EXPECT_EQ(credentials->session_token, "trtoken");
+
+  auto fallback = ResolveAwsCredentials({.getenv = env, .profile = "default"});
+  ASSERT_TRUE(fallback.ok());
+  EXPECT_EQ(fallback->access_key_id, "AKIDDEFAULT");
+
+  auto broken = ResolveAwsCredentials({.getenv = env, .profile = "broken"});
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(broken.status().message(), HasSubstr("profile \"broken\""));
+  auto missing = ResolveAwsCredentials({.getenv = env, .profile = "nope"});
+  EXPECT_THAT(missing.status().message(), HasSubstr("profile \"nope\" not found"));
+  EXPECT_THAT(missing.status().message(), Not(HasSubstr("defsecret")));
+  EXPECT_THAT(missing.status().message(), Not(HasSubstr("trsecret")));
+  std::remove(path.c_str());
+}
+
+TEST(AwsCredentialsTest, InstanceRoleFromTheMetadataService) {
+  httplib::Server imds;
+  imds.Put("/latest/api/token", [](const httplib::Request& request, httplib::Response& response) {
+    if (request.get_header_value("X-aws-ec2-metadata-token-ttl-seconds").empty()) {
+      response.status = 400;
+      return;
+    }
+    response.set_content("imds-token", "text/plain");
+  });
+  auto authorized = [](const httplib::Request& request) {
+    return request.get_header_value("X-aws-ec2-metadata-token") == "imds-token";
+  };
+  imds.Get("/latest/meta-data/iam/security-credentials/",
+           [&](const httplib::Request& request, httplib::Response& response) {
+             if (!authorized(request)) {
+               response.status = 401;
+               return;
+             }
+             response.set_content("spotdnn-worker-role", "text/plain");
+           });
+  imds.Get("/latest/meta-data/iam/security-credentials/spotdnn-worker-role",
+           [&](const httplib::Request& request, httplib::Response& response) {
+             if (!authorized(request)) {
+               response.status = 401;
+               return;
+             }
+             response.set_content(
+                 R"({"Code":"Success","AccessKeyId":"ASIAROLE","SecretAccessKey":"rolesecret",)"
+                 R"("Token":"roletoken","Expiration":"2026-11-22T10:00:00Z"})",
+                 "application/json");
+           });
+  int port = imds.bind_to_any_port("127.0.0.1");
+  std::thread thread([&] { imds.listen_after_bind(); });
+  auto credentials = ResolveAwsCredentials(
+      {.getenv = Env({}), .metadata_endpoint = "http://127.0.0.1:" + std::to_string(port)});
+  imds.stop();
+  thread.join();
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  EXPECT_EQ(credentials->access_key_id, "ASIAROLE");
+  EXPECT_EQ(credentials->session_token, "roletoken");
+  EXPECT_EQ(credentials->source, "instance role spotdnn-worker-role");
+  EXPECT_THAT(credentials->DebugString(), Not(HasSubstr("rolesecret")));
+}
+
+TEST(AwsCredentialsTest, NoneFoundListsWhatWasTried) {
+  auto credentials =
+      ResolveAwsCredentials({.getenv = Env({{"AWS_EC2_METADATA_DISABLED", "true"}}),
+                             .credentials_file = "/nonexistent/spotdnn/credentials"});
+  EXPECT_EQ(credentials.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(credentials.status().message(), HasSubstr("AWS_ACCESS_KEY_ID is not set"));
+  EXPECT_THAT(credentials.status().message(), HasSubstr("/nonexistent/spotdnn/credentials"));
+}
+
+}  // namespace
+}  // namespace spotdnn::launcher

@@ -1,0 +1,371 @@
+// The local provider with real processes: the environment they get, revocation with a notice on
+// the metadata endpoint, terminate, and nothing left behind (destructor, crash of the launcher).
+#include "provisioner/local_provider.h"
+
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "detector/metadata_emulator.h"
+#include "detector/metadata_parsers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace spotdnn::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+// Records the notices the provider publishes.
+class RecordingMetadata : public LocalMetadataService {
+ public:
+  std::string EndpointFor(const std::string& id) const override {
+    return "http://127.0.0.1:9/i/" + id;
+  }
+  std::string ControlUrl() const override { return ""; }
+  absl::Status PublishSpotNotice(const std::string& id, absl::Time at) override {
+    std::lock_guard<std::mutex> lock(mu);
+    notices[id] = at;
+    return absl::OkStatus();
+  }
+  std::mutex mu;
+  std::map<std::string, absl::Time> notices;
+};
+
+// Polls `done` for up to 20 s (the assertion is on the outcome, not on how fast it came).
+template <typename F>
+bool Eventually(F done) {
+  for (int i = 0; i < 1000; ++i) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return done();
+}
+
+// No process left in the group at all: kill(-pgid, 0) fails with ESRCH only once every member,
+// zombies included, has been reaped (a killed shell's children are reaped by init soon after).
+bool GroupGone(pid_t pgid) { return kill(-pgid, 0) != 0 && errno == ESRCH; }
+
+std::map<std::string, std::string> ReadEnv(const std::string& path) {
+  std::ifstream in(path);
+  std::map<std::string, std::string> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t eq = line.find('=');
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+class LocalProviderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           absl::StrCat("spotdnn-local-", getpid(), "-",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "out");
+    metadata_ = std::make_shared<RecordingMetadata>();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::unique_ptr<LocalProvider> Provider(bool owner = true) {
+    LocalProvider::Options options{.state_dir = (dir_ / "state").string(),
+                                   .metadata = metadata_,
+                                   .owner = owner,
+                                   .stop_grace = absl::Seconds(1)};
+    auto provider = LocalProvider::Create(options);
+    EXPECT_TRUE(provider.ok()) << provider.status();
+    return std::move(*provider);
+  }
+
+  // Writes its SPOTDNN_* environment to out/ID.env, then sleeps (in a child of the shell, so the
+  // group has two processes).
+  std::string EnvThenSleep() const {
+    return absl::StrCat("env | grep ^SPOTDNN_ > '", (dir_ / "out").string(),
+                        "'/$SPOTDNN_INSTANCE_ID.env.tmp && mv '", (dir_ / "out").string(),
+                        "'/$SPOTDNN_INSTANCE_ID.env.tmp '", (dir_ / "out").string(),
+                        "'/$SPOTDNN_INSTANCE_ID.env; sleep 60 & wait");
+  }
+
+  LaunchRequest Request(Role role, int count, int first_index = 0) const {
+    return LaunchRequest{.job_id = "job-local",
+                         .instance_type = role == Role::kWorker ? "g4dn.4xlarge" : "m5.xlarge",
+                         .count = count,
+                         .role = role,
+                         .first_index = first_index,
+                         .command = EnvThenSleep(),
+                         .ps_addresses = {"127.0.0.1:40001"},
+                         .batch_size = 32};
+  }
+
+  fs::path dir_;
+  std::shared_ptr<RecordingMetadata> metadata_;
+};
+
+TEST_F(LocalProviderTest, ClusterGetsItsEnvironmentAndRevocationAndTerminate) {
+  auto provider = Provider();
+  absl::StatusOr<LaunchResult> ps = provider->Launch(Request(Role::kParameterServer, 1));
+  absl::StatusOr<LaunchResult> workers = provider->Launch(Request(Role::kWorker, 2));
+  ASSERT_TRUE(ps.ok() && workers.ok());
+  ASSERT_THAT(ps->instances, SizeIs(1));
+  ASSERT_THAT(workers->instances, SizeIs(2));
+
+  std::vector<Instance> all = ps->instances;
+  all.insert(all.end(), workers->instances.begin(), workers->instances.end());
+  std::map<std::string, pid_t> groups;
+  for (const Instance& instance : all) {
+    std::string env_file = (dir_ / "out" / (instance.id + ".env")).string();
+    ASSERT_TRUE(Eventually([&] { return fs::exists(env_file); })) << env_file;
+    std::map<std::string, std::string> env = ReadEnv(env_file);
+    EXPECT_EQ(env["SPOTDNN_JOB_ID"], "job-local");
+    EXPECT_EQ(env["SPOTDNN_INSTANCE_ID"], instance.id);
+    EXPECT_EQ(env["SPOTDNN_ROLE"], instance.role == Role::kWorker ? "worker" : "ps");
+    EXPECT_EQ(env["SPOTDNN_INDEX"], absl::StrCat(instance.index));
+    EXPECT_EQ(env["SPOTDNN_PS_ADDRESSES"], "127.0.0.1:40001");
+    EXPECT_EQ(env["SPOTDNN_BATCH_SIZE"], "32");
+    EXPECT_EQ(env["SPOTDNN_INSTANCE_TYPE"], instance.instance_type);
+    EXPECT_EQ(env["SPOTDNN_METADATA_ENDPOINT"], "http://127.0.0.1:9/i/" + instance.id);
+    absl::StatusOr<pid_t> pgid = provider->ProcessGroup(instance.id);
+    ASSERT_TRUE(pgid.ok()) << pgid.status();
+    groups[instance.id] = *pgid;
+  }
+  EXPECT_EQ(workers->instances[0].index, 0);
+  EXPECT_EQ(workers->instances[1].index, 1);
+
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("job-local");
+  ASSERT_TRUE(described.ok());
+  ASSERT_THAT(*described, SizeIs(3));
+  for (const Instance& instance : *described) {
+    EXPECT_EQ(instance.state, InstanceState::kRunning);
+  }
+
+  // Revoke worker 1 with a notice: the notice is published at once, the process stops at the
+  // notice time.
+  const std::string victim = workers->instances[1].id;
+  absl::Time before = absl::Now();
+  ASSERT_TRUE(provider->Revoke(victim, absl::Seconds(1)).ok());
+  {
+    std::lock_guard<std::mutex> lock(metadata_->mu);
+    ASSERT_EQ(metadata_->notices.count(victim), 1u);
+    EXPECT_GE(metadata_->notices[victim], before + absl::Seconds(1));
+  }
+  provider->WaitForRevocations();
+  EXPECT_GE(absl::Now(), before + absl::Seconds(1));  // not stopped before its notice time
+  EXPECT_TRUE(Eventually([&] { return GroupGone(groups[victim]); }));
+  described = provider->Describe("job-local");
+  ASSERT_TRUE(described.ok());
+  for (const Instance& instance : *described) {
+    EXPECT_EQ(instance.state,
+              instance.id == victim ? InstanceState::kTerminated : InstanceState::kRunning)
+        << instance.id;
+  }
+  EXPECT_EQ(provider->Revoke(victim, absl::Seconds(1)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(provider->Revoke("i-local-unknown", absl::Seconds(1)).code(),
+            absl::StatusCode::kNotFound);
+
+  // Terminate all: every group is gone and the files with them.
+  std::vector<std::string> ids;
+  for (const Instance& instance : all) ids.push_back(instance.id);
+  ASSERT_TRUE(provider->Terminate(ids).ok());
+  for (const auto& [id, pgid] : groups) {
+    EXPECT_TRUE(Eventually([&] { return GroupGone(pgid); })) << id;
+  }
+  described = provider->Describe("job-local");
+  ASSERT_TRUE(described.ok());
+  EXPECT_TRUE(described->empty());
+  EXPECT_EQ(provider->Terminate({"i-local-unknown"}).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(LocalProviderTest, SameClientTokenDoesNotLaunchTwice) {
+  auto provider = Provider();
+  absl::StatusOr<LaunchResult> first = provider->Launch(Request(Role::kWorker, 2));
+  absl::StatusOr<LaunchResult> again = provider->Launch(Request(Role::kWorker, 2));
+  ASSERT_TRUE(first.ok() && again.ok());
+  ASSERT_THAT(again->instances, SizeIs(2));
+  EXPECT_EQ(first->instances[0].id, again->instances[0].id);
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("job-local");
+  ASSERT_TRUE(described.ok());
+  EXPECT_THAT(*described, SizeIs(2));
+}
+
+TEST_F(LocalProviderTest, OwnerDestructionLeavesNothingRunning) {
+  std::vector<pid_t> groups;
+  {
+    auto provider = Provider();
+    absl::StatusOr<LaunchResult> launched = provider->Launch(Request(Role::kWorker, 2));
+    ASSERT_TRUE(launched.ok());
+    for (const Instance& instance : launched->instances) {
+      absl::StatusOr<pid_t> pgid = provider->ProcessGroup(instance.id);
+      ASSERT_TRUE(pgid.ok());
+      groups.push_back(*pgid);
+    }
+  }
+  for (pid_t pgid : groups) EXPECT_TRUE(Eventually([&] { return GroupGone(pgid); })) << pgid;
+}
+
+TEST_F(LocalProviderTest, ReaperKillsInstancesWhenTheLauncherCrashes) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    // The "launcher": starts instances, reports their groups, then dies without cleaning up.
+    close(fds[0]);
+    auto provider = LocalProvider::Create(
+        {.state_dir = (dir_ / "state").string(), .metadata = metadata_, .owner = true});
+    if (!provider.ok()) _exit(2);
+    auto launched = (*provider)->Launch(Request(Role::kWorker, 2));
+    if (!launched.ok()) _exit(3);
+    for (const Instance& instance : launched->instances) {
+      auto pgid = (*provider)->ProcessGroup(instance.id);
+      int32_t value = pgid.ok() ? *pgid : 0;
+      (void)!write(fds[1], &value, sizeof value);
+    }
+    _exit(1);  // a crash: no destructor runs
+  }
+  close(fds[1]);
+  std::vector<pid_t> groups;
+  int32_t value = 0;
+  while (read(fds[0], &value, sizeof value) == sizeof value) groups.push_back(value);
+  close(fds[0]);
+  int status = 0;
+  waitpid(launcher, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 1);
+  ASSERT_THAT(groups, SizeIs(2));
+  for (pid_t pgid : groups) {
+    ASSERT_GT(pgid, 1);
+    EXPECT_TRUE(Eventually([&] { return GroupGone(pgid); })) << "group " << pgid << " survived";
+  }
+}
+
+TEST_F(LocalProviderTest, AnotherProcessCanListAndTerminate) {
+  auto owner = Provider();
+  absl::StatusOr<LaunchResult> launched = owner->Launch(Request(Role::kWorker, 1));
+  ASSERT_TRUE(launched.ok());
+  auto watcher = Provider(/*owner=*/false);
+  EXPECT_EQ(watcher->Launch(Request(Role::kWorker, 1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<std::vector<Instance>> described = watcher->Describe("");
+  ASSERT_TRUE(described.ok());
+  ASSERT_THAT(*described, SizeIs(1));
+  EXPECT_EQ(described->at(0).state, InstanceState::kRunning);
+  absl::StatusOr<pid_t> pgid = watcher->ProcessGroup(described->at(0).id);
+  ASSERT_TRUE(pgid.ok());
+  ASSERT_TRUE(watcher->Terminate({described->at(0).id}).ok());
+  // The owner reaps its child; then the group is gone.
+  EXPECT_TRUE(Eventually([&] {
+    (void)owner->Describe("");
+    return GroupGone(*pgid);
+  }));
+}
+
+TEST_F(LocalProviderTest, BadRequestsNameTheField) {
+  auto provider = Provider();
+  LaunchRequest request = Request(Role::kWorker, 0);
+  EXPECT_THAT(provider->Launch(request).status().message(), HasSubstr("count = 0"));
+  request = Request(Role::kWorker, 1);
+  request.job_id = "bad job";
+  EXPECT_THAT(provider->Launch(request).status().message(), HasSubstr("job_id = \"bad job\""));
+  EXPECT_EQ(LocalProvider::Create({}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(provider->SpotPrices({"m5.xlarge"}, "").status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+// The local provider on the real metadata emulator: the instance's endpoint answers the AWS
+// IMDSv2 protocol, shows nothing before a revocation, the spot instance-action after it (with the
+// action time the provider stops it at), and the provider records when it stopped the instance.
+TEST_F(LocalProviderTest, RevocationShowsOnTheInstancesEmulatedMetadataEndpoint) {
+  auto emulator = detector::MetadataEmulator::Start({.threads = 8});
+  ASSERT_TRUE(emulator.ok()) << emulator.status();
+  const std::string base = absl::StrCat("http://127.0.0.1:", (*emulator)->port());
+  LocalProvider::Options options{.state_dir = (dir_ / "state").string(),
+                                 .metadata = std::make_shared<EmulatorMetadataClient>(base),
+                                 .stop_grace = absl::Seconds(1)};
+  auto provider = LocalProvider::Create(options);
+  ASSERT_TRUE(provider.ok()) << provider.status();
+  absl::StatusOr<LaunchResult> launched = (*provider)->Launch(Request(Role::kWorker, 1));
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  const Instance instance = launched->instances.at(0);
+  ASSERT_EQ(instance.metadata_endpoint, absl::StrCat(base, "/i/", instance.id));
+
+  // What an agent on the instance does: a session token, then the spot instance-action.
+  httplib::Client client("127.0.0.1", (*emulator)->port());
+  auto instance_action = [&]() -> httplib::Result {
+    const std::string root = absl::StrCat("/i/", instance.id);
+    auto token = client.Put(root + "/latest/api/token",
+                            {{"X-aws-ec2-metadata-token-ttl-seconds", "21600"}}, "", "text/plain");
+    EXPECT_TRUE(token && token->status == 200);
+    return client.Get(root + "/latest/meta-data/spot/instance-action",
+                      {{"X-aws-ec2-metadata-token", token ? token->body : ""}});
+  };
+  auto before = instance_action();
+  ASSERT_TRUE(before);
+  EXPECT_EQ(before->status, 404);
+
+  const absl::Time revoked_at = absl::Now();
+  ASSERT_TRUE((*provider)->Revoke(instance.id, absl::Seconds(2)).ok());
+  auto after = instance_action();
+  ASSERT_TRUE(after);
+  ASSERT_EQ(after->status, 200) << after->body;
+  absl::StatusOr<detector::Notice> notice = detector::ParseAwsInstanceAction(after->body);
+  ASSERT_TRUE(notice.ok()) << notice.status() << " in " << after->body;
+  EXPECT_EQ(notice->action, "terminate");
+  // The action time is the stop time, to the second (the AWS format has no fractions).
+  EXPECT_NEAR(static_cast<double>(notice->effective_unix_ms),
+              absl::ToUnixMillis(revoked_at + absl::Seconds(2)), 1500);
+
+  (*provider)->WaitForRevocations();
+  absl::StatusOr<std::vector<Instance>> described = (*provider)->Describe("job-local");
+  ASSERT_TRUE(described.ok());
+  ASSERT_THAT(*described, SizeIs(1));
+  EXPECT_EQ((*described)[0].state, InstanceState::kTerminated);
+  EXPECT_GE((*described)[0].end_time, revoked_at + absl::Seconds(2));
+  EXPECT_LT((*described)[0].end_time, absl::Now() + absl::Seconds(1));
+}
+
+TEST(EmulatorMetadataClientTest, PostsTheNoticeToTheControlRoute) {
+  httplib::Server server;
+  std::mutex mu;
+  std::map<std::string, std::string> got;
+  server.Post("/emulator/notice", [&](const httplib::Request& request, httplib::Response&) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [k, v] : request.params) got[k] = v;
+  });
+  int port = server.bind_to_any_port("127.0.0.1");
+  std::thread thread([&] { server.listen_after_bind(); });
+  EmulatorMetadataClient client(absl::StrCat("http://127.0.0.1:", port, "/"));
+  EXPECT_EQ(client.EndpointFor("i-1"), absl::StrCat("http://127.0.0.1:", port, "/i/i-1"));
+  absl::Status published = client.PublishSpotNotice("i-1", absl::Now() + absl::Seconds(10));
+  server.stop();
+  thread.join();
+  ASSERT_TRUE(published.ok()) << published;
+  EXPECT_EQ(got["instance"], "i-1");
+  EXPECT_EQ(got["cloud"], "aws");
+  EXPECT_EQ(got["kind"], "notice");
+  EXPECT_EQ(got["action"], "terminate");
+  int64_t effective = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(got["effective_in_ms"], &effective));
+  EXPECT_GT(effective, 5000);
+  EXPECT_LE(effective, 10000);
+
+  EmulatorMetadataClient nobody("http://127.0.0.1:1");
+  EXPECT_EQ(nobody.PublishSpotNotice("i-1", absl::Now()).code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace spotdnn::launcher
