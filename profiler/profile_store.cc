@@ -9,9 +9,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "profiler/sqlite.h"
 
 namespace spotdnn::profiler {
 namespace {
+
+using sqlite::SqlError;
+using sqlite::Statement;
+using sqlite::Transaction;
 
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS runs (
@@ -50,94 +55,6 @@ CREATE TABLE IF NOT EXISTS profiles (
 double NowUnixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
-
-absl::Status SqlError(sqlite3* db, absl::string_view what) {
-  const int code = sqlite3_extended_errcode(db);
-  const std::string message = absl::StrCat(what, ": ", sqlite3_errmsg(db));
-  switch (code & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      return absl::UnavailableError(absl::StrCat(message, " (the database is busy; retry)"));
-    case SQLITE_CONSTRAINT:
-      return absl::InvalidArgumentError(message);
-    case SQLITE_FULL:
-      return absl::ResourceExhaustedError(message);
-    case SQLITE_CANTOPEN:
-    case SQLITE_IOERR:
-      return absl::UnavailableError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
-
-// A prepared statement, finalized on scope exit.
-class Statement {
- public:
-  Statement(sqlite3* db, const char* sql) : db_(db) {
-    status_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) == SQLITE_OK
-                  ? absl::OkStatus()
-                  : SqlError(db, absl::StrCat("preparing \"", sql, "\""));
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-
-  const absl::Status& status() const { return status_; }
-  sqlite3_stmt* get() { return stmt_; }
-  void Text(int i, const std::string& s) {
-    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_STATIC);
-  }
-  void Int(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
-  void Real(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
-  // Steps once; true on a row, false when done; an error status otherwise.
-  absl::StatusOr<bool> Step(absl::string_view what) {
-    const int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    return SqlError(db_, what);
-  }
-  void Reset() {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-  std::string ColumnText(int i) {
-    const unsigned char* t = sqlite3_column_text(stmt_, i);
-    return t == nullptr
-               ? std::string()
-               : std::string(reinterpret_cast<const char*>(t), sqlite3_column_bytes(stmt_, i));
-  }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-  absl::Status status_;
-};
-
-// BEGIN IMMEDIATE ... COMMIT, rolled back unless Commit() succeeded.
-class Transaction {
- public:
-  explicit Transaction(sqlite3* db) : db_(db) {
-    status_ = sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK
-                  ? absl::OkStatus()
-                  : SqlError(db, "starting a transaction");
-  }
-  ~Transaction() {
-    if (status_.ok() && !committed_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  const absl::Status& status() const { return status_; }
-  absl::Status Commit() {
-    if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-      return SqlError(db_, "committing");
-    }
-    committed_ = true;
-    return absl::OkStatus();
-  }
-
- private:
-  sqlite3* db_;
-  absl::Status status_;
-  bool committed_ = false;
-};
 
 }  // namespace
 
@@ -322,6 +239,29 @@ absl::StatusOr<std::int64_t> ProfileStore::CountSamples() {
   auto row = q.Step("counting samples");
   if (!row.ok()) return row.status();
   return sqlite3_column_int64(q.get(), 0);
+}
+
+absl::StatusOr<std::vector<WorkerProgress>> ProfileStore::JobProgress(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  // SQLite takes the bare columns of a MAX() aggregate from the row holding the maximum.
+  Statement q(db_,
+              "SELECT worker_id, instance_type, MAX(step), COUNT(*), MAX(wall_time_s), loss "
+              "FROM samples WHERE job_id = ?1 GROUP BY worker_id ORDER BY worker_id");
+  if (!q.status().ok()) return q.status();
+  q.Text(1, job_id);
+  std::vector<WorkerProgress> out;
+  while (true) {
+    auto row = q.Step("reading a job's progress");
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    out.push_back({.worker_id = q.ColumnText(0),
+                   .instance_type = q.ColumnText(1),
+                   .steps = sqlite3_column_int64(q.get(), 2),
+                   .samples = sqlite3_column_int64(q.get(), 3),
+                   .last_wall_time_s = sqlite3_column_double(q.get(), 4),
+                   .last_loss = sqlite3_column_double(q.get(), 5)});
+  }
+  return out;
 }
 
 absl::StatusOr<int> ProfileStore::PutProfile(

@@ -31,6 +31,16 @@ struct StoredProfile {
 };
 
 // A job the store holds samples of.
+// One worker's progress in a job, from its samples.
+struct WorkerProgress {
+  std::string worker_id{};
+  std::string instance_type{};
+  std::int64_t steps = 0;    // its highest step: the iterations it has done
+  std::int64_t samples = 0;  // how many samples it reported
+  double last_wall_time_s = 0;
+  double last_loss = 0;  // the loss of its highest step (0 when it reports none)
+};
+
 struct StoredRun {
   std::string job_id{};
   std::string source{};  // where its samples came from (file, "grpc")
@@ -56,6 +66,8 @@ class ProfileStore {
   absl::StatusOr<std::vector<StoredRun>> ListRuns();
   // Number of samples stored.
   absl::StatusOr<std::int64_t> CountSamples();
+  // Each worker of the job with its highest step, by worker id (empty for an unknown job).
+  absl::StatusOr<std::vector<WorkerProgress>> JobProgress(const std::string& job_id);
 
   // Stores the next version of profile `name` (1 for a new name) and returns the version.
   // `document` makes the JSON for that version inside the transaction, so that the stored

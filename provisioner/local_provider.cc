@@ -185,7 +185,7 @@ absl::StatusOr<std::unique_ptr<LocalProvider>> LocalProvider::Create(Options opt
         absl::StrCat("state_dir = \"", options.state_dir, "\": ", ec.message()));
   }
   std::unique_ptr<LocalProvider> provider(new LocalProvider(std::move(options)));
-  if (provider->options_.owner) {
+  if (provider->options_.owner && !provider->options_.detached) {
     if (absl::Status s = provider->StartReaper(); !s.ok()) return s;
   }
   return provider;
@@ -200,7 +200,7 @@ LocalProvider::~LocalProvider() {
   }
   revocations_done_.notify_all();
   for (std::thread& t : revokers_) t.join();
-  if (options_.owner) {
+  if (options_.owner && !options_.detached) {
     std::vector<std::string> mine;
     for (const Record& r : LoadAll()) {
       std::lock_guard<std::mutex> lock(mu_);

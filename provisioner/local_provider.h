@@ -69,6 +69,10 @@ class LocalProvider final : public CloudProvider {
     // Owner: launches, terminates its instances on destruction and runs the reaper. Not owner:
     // only looks at (and may revoke or terminate) instances another process launched.
     bool owner = true;
+    // Instances outlive this process, as cloud instances outlive the program that launched them:
+    // no reaper, and the destructor leaves them running (`spotdnn run` uses this so that a job
+    // survives its gateway and `spotdnn run --resume` reattaches to it).
+    bool detached = false;
     // Stopping: SIGTERM to the group, then SIGKILL after this long.
     absl::Duration stop_grace = absl::Seconds(2);
     std::string shell = "/bin/sh";

@@ -26,6 +26,9 @@ Commands:
   workloads   the workload profiles known by name
   profile     import training logs, fit, store and export workload profiles; validate-speed
   watch       revocation events from a detector, as they arrive
+  run         run a job end to end: plan, launch, watch, take over revoked instances, summary
+  jobs        the jobs run so far; status JOB shows one
+  up, down    start or stop the four services (and the local metadata emulator) on this machine
   local       launch, list, revoke and terminate instances of the local provider (processes)
   catalog     refresh a catalog's spot prices from the cloud (catalog refresh --provider aws)
   help        this text, or `spotdnn help COMMAND`
@@ -212,6 +215,13 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
       out << ProfileUsage();
       return kExitOk;
     }
+    if (topic == "run" || topic == "jobs" || topic == "status" || topic == "up" ||
+        topic == "down") {
+      out << (topic == "run"    ? RunUsage()
+              : topic == "up" || topic == "down" ? UpUsage()
+                                                 : JobsUsage());
+      return kExitOk;
+    }
     if (topic == "local" || topic == "catalog") {
       out << (topic == "local" ? LocalUsage() : CatalogUsage());
       return kExitOk;
@@ -298,6 +308,10 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
     return Watch(*args, *stub, io);
   }
   if (command == "local") return LocalCommand(rest, out, err);
+  if (command == "run" || command == "jobs" || command == "status" || command == "up" ||
+      command == "down") {
+    return JobCommand(command, rest, out, err);
+  }
   if (command == "catalog") return CatalogCommand(rest, out, err);
   err << "spotdnn: unknown command \"" << command << "\"\n\n" << kUsage;
   return kExitBadInput;

@@ -72,6 +72,12 @@ int LocalCommand(const std::vector<std::string>& argv, std::ostream& out, std::o
 int CatalogCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 // Usage texts of `spotdnn local` and `spotdnn catalog`.
 absl::string_view LocalUsage();
+// `spotdnn run|jobs|status|up|down ...` (argv after the command).
+int JobCommand(const std::string& command, const std::vector<std::string>& argv,
+               std::ostream& out, std::ostream& err);
+absl::string_view RunUsage();
+absl::string_view JobsUsage();
+absl::string_view UpUsage();
 absl::string_view CatalogUsage();
 
 // Reports a failed status (stderr, and a JSON error object on stdout with --json) and returns the

@@ -345,4 +345,28 @@ grpc::Status ProfilerServiceImpl::PutProfile(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status ProfilerServiceImpl::GetJobProgress(grpc::ServerContext*,
+                                                 const pb::GetJobProgressRequest* request,
+                                                 pb::GetJobProgressResponse* response) {
+  if (request->job_id().empty()) {
+    return ToGrpc(absl::InvalidArgumentError("job_id is empty: name the job"));
+  }
+  auto workers = store_->JobProgress(request->job_id());
+  if (!workers.ok()) return ToGrpc(workers.status());
+  response->set_job_id(request->job_id());
+  std::int64_t total = 0;
+  for (const profiler::WorkerProgress& w : *workers) {
+    pb::WorkerProgress* out = response->add_workers();
+    out->set_worker_id(w.worker_id);
+    out->set_instance_type(w.instance_type);
+    out->set_steps(w.steps);
+    out->set_samples(w.samples);
+    out->set_last_wall_time_s(w.last_wall_time_s);
+    out->set_last_loss(w.last_loss);
+    total += w.steps;
+  }
+  response->set_total_steps(total);
+  return grpc::Status::OK;
+}
+
 }  // namespace spotdnn::services

@@ -47,6 +47,9 @@ class ProfilerServiceImpl final : public pb::Profiler::Service {
                              pb::DeleteProfileResponse* response) override;
   grpc::Status PutProfile(grpc::ServerContext* context, const pb::WorkloadProfile* request,
                           pb::WorkloadProfile* response) override;
+  grpc::Status GetJobProgress(grpc::ServerContext* context,
+                              const pb::GetJobProgressRequest* request,
+                              pb::GetJobProgressResponse* response) override;
 
  private:
   // Stores `profile` as the next version of its name; returns it with the version set.

@@ -13,44 +13,13 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "services/common/server.h"
+#include "tests/testing/child_process.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
 
 namespace spotdnn::services {
 namespace {
 
-// A child process started from the build folder, stopped with SIGTERM at the end.
-class Child {
- public:
-  explicit Child(std::vector<std::string> argv) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      std::vector<char*> args;
-      for (std::string& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  // SIGTERM, then whether it exited normally with status 0.
-  bool Stop() {
-    if (pid_ <= 0) return false;
-    kill(pid_, SIGTERM);
-    int status = 0;
-    const bool ok =
-        waitpid(pid_, &status, 0) == pid_ && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    pid_ = -1;
-    return ok;
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
- private:
-  pid_t pid_ = -1;
-};
+using testing_util::Child;
 
 int ReadPort(const std::string& file) {
   for (int i = 0; i < 500; ++i) {

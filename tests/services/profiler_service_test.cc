@@ -142,6 +142,33 @@ TEST_F(ProfilerServiceTest, StreamsSamplesAndFitsAProfileFromThem) {
   EXPECT_EQ(response.profile().version(), 2);
 }
 
+TEST_F(ProfilerServiceTest, JobProgressSumsEachWorkersHighestStep) {
+  Stream();  // job prof-n4: workers w0..w3 at steps 0..39
+  grpc::ClientContext context;
+  pb::GetJobProgressRequest request;
+  request.set_job_id("prof-n4");
+  pb::GetJobProgressResponse progress;
+  ASSERT_TRUE(stub_->GetJobProgress(&context, request, &progress).ok());
+  ASSERT_EQ(progress.workers_size(), 4);
+  EXPECT_EQ(progress.workers(2).worker_id(), "w2");
+  EXPECT_EQ(progress.workers(2).steps(), 39);
+  EXPECT_EQ(progress.workers(2).samples(), 40);
+  EXPECT_EQ(progress.workers(2).last_wall_time_s(), 1.7e9 + 39);
+  EXPECT_EQ(progress.total_steps(), 4 * 39);
+
+  grpc::ClientContext unknown_context;
+  request.set_job_id("no-such-job");
+  ASSERT_TRUE(stub_->GetJobProgress(&unknown_context, request, &progress).ok());
+  EXPECT_EQ(progress.workers_size(), 0);
+  EXPECT_EQ(progress.total_steps(), 0);
+
+  grpc::ClientContext empty_context;
+  request.set_job_id("");
+  grpc::Status empty = stub_->GetJobProgress(&empty_context, request, &progress);
+  EXPECT_EQ(empty.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(empty.error_message(), HasSubstr("job_id"));
+}
+
 TEST_F(ProfilerServiceTest, RejectsBadSamplesWithTheirReason) {
   const pb::ReportSamplesResponse streamed = Stream(/*bad_every=*/100);
   EXPECT_EQ(streamed.rejected(), 9u);

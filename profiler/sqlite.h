@@ -1,0 +1,109 @@
+// Small RAII helpers over the SQLite C API shared by the stores (profiles, jobs): a prepared
+// statement, an immediate transaction, and SQLite errors as absl::Status.
+#ifndef SPOTDNN_PROFILER_SQLITE_H_
+#define SPOTDNN_PROFILER_SQLITE_H_
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace spotdnn::sqlite {
+
+// `what` and SQLite's message, with a status code for the kind of failure.
+inline absl::Status SqlError(sqlite3* db, absl::string_view what) {
+  const int code = sqlite3_extended_errcode(db);
+  const std::string message = absl::StrCat(what, ": ", sqlite3_errmsg(db));
+  switch (code & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return absl::UnavailableError(absl::StrCat(message, " (the database is busy; retry)"));
+    case SQLITE_CONSTRAINT:
+      return absl::InvalidArgumentError(message);
+    case SQLITE_FULL:
+      return absl::ResourceExhaustedError(message);
+    case SQLITE_CANTOPEN:
+    case SQLITE_IOERR:
+      return absl::UnavailableError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+// A prepared statement, finalized on scope exit.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    status_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) == SQLITE_OK
+                  ? absl::OkStatus()
+                  : SqlError(db, absl::StrCat("preparing \"", sql, "\""));
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  const absl::Status& status() const { return status_; }
+  sqlite3_stmt* get() { return stmt_; }
+  void Text(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_STATIC);
+  }
+  void Int(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Real(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+  // Steps once; true on a row, false when done; an error status otherwise.
+  absl::StatusOr<bool> Step(absl::string_view what) {
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return SqlError(db_, what);
+  }
+  void Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  std::string ColumnText(int i) {
+    const unsigned char* t = sqlite3_column_text(stmt_, i);
+    return t == nullptr
+               ? std::string()
+               : std::string(reinterpret_cast<const char*>(t), sqlite3_column_bytes(stmt_, i));
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  absl::Status status_;
+};
+
+// BEGIN IMMEDIATE ... COMMIT, rolled back unless Commit() succeeded.
+class Transaction {
+ public:
+  explicit Transaction(sqlite3* db) : db_(db) {
+    status_ = sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK
+                  ? absl::OkStatus()
+                  : SqlError(db, "starting a transaction");
+  }
+  ~Transaction() {
+    if (status_.ok() && !committed_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  const absl::Status& status() const { return status_; }
+  absl::Status Commit() {
+    if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      return SqlError(db_, "committing");
+    }
+    committed_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  sqlite3* db_;
+  absl::Status status_;
+  bool committed_ = false;
+};
+
+}  // namespace spotdnn::sqlite
+
+#endif  // SPOTDNN_PROFILER_SQLITE_H_

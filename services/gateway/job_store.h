@@ -1,0 +1,129 @@
+// The gateway's job state, in SQLite: each job's spec, plan, progress and summary; every instance
+// it launched (and why); every revocation it handled, with the times that measure the handling;
+// and a log of what happened. `spotdnn run --resume` rebuilds a job from here after the gateway
+// died, so every decision is written before it is acted on (launch intents carry the client token
+// the cloud deduplicates on).
+#ifndef SPOTDNN_SERVICES_GATEWAY_JOB_STORE_H_
+#define SPOTDNN_SERVICES_GATEWAY_JOB_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+struct sqlite3;
+
+namespace spotdnn::gateway {
+
+// Job states, in order: new (stored, not planned), launching (planned; instances being started),
+// running, then finished (reached the target loss) or failed (cannot go on; message says why).
+struct JobRecord {
+  std::string id;
+  std::string spec_json;  // the job spec as given
+  std::string state = "new";
+  std::string message;  // why it failed, or what it is waiting for
+  int64_t created_ms = 0;
+  int64_t started_ms = 0;        // when the plan's instances were launched
+  int64_t finished_ms = 0;       // when it reached the target (or failed)
+  std::string workload_json;     // the resolved WorkloadProfile (protobuf JSON)
+  std::string catalog_json;      // the resolved InstanceCatalog (protobuf JSON)
+  std::string plan_json;         // the first Plan (protobuf JSON)
+  double target_iterations = 0;  // normalized iterations to reach the target loss
+  double predicted_time_s = 0;
+  double predicted_cost_usd = 0;
+  double iterations_done = 0;
+  int64_t last_event_seq = 0;  // the detector's last event handled
+  std::string ps_addresses;    // comma-separated host:port
+  std::string ps_ports;        // local provider: the ports chosen for the servers, comma-separated
+  int next_worker_index = 0;
+  int takeovers = 0;         // takeover launches so far (numbers their client tokens)
+  std::string summary_json;  // when finished or failed
+};
+
+struct InstanceRecord {
+  std::string job_id;
+  std::string id;
+  std::string role;  // "ps" or "worker"
+  std::string instance_type;
+  int index = 0;
+  std::string reason;  // "plan" or "takeover"
+  std::string launch_token;
+  double price_per_hour = 0;
+  double predicted_iteration_s = 0;
+  std::string metadata_endpoint;
+  std::string state = "running";  // running, revoking (notice out), ended
+  int64_t launched_ms = 0;
+  int64_t ended_ms = 0;
+};
+
+// One revocation notice the gateway acted on. Times are unix ms; 0 = not yet.
+struct RevocationRecord {
+  std::string job_id;
+  std::string instance_id;
+  std::string kind;                  // the detector's event kind ("notice", "revoked", "lost")
+  int64_t cloud_notice_ms = 0;       // when the detector saw the notice
+  int64_t effective_ms = 0;          // when the cloud said the instance goes
+  int64_t received_ms = 0;           // when the gateway got the event
+  int64_t replanned_ms = 0;          // when the re-plan answered
+  std::string replan_json;           // the ReplanResponse (protobuf JSON)
+  std::string takeover_token;        // the client token of the takeover launch
+  std::string takeover_ids;          // comma-separated
+  int takeover_first_index = 0;      // worker index of the first takeover instance
+  int64_t takeover_launched_ms = 0;  // when the takeover instances were running
+  int64_t takeover_reported_ms =
+      0;                 // when the first takeover worker's first step reached the profiler
+  int64_t ended_ms = 0;  // when the revoked instance stopped
+  std::string status = "pending";  // pending, launched, none-needed, failed
+  std::string detail;
+};
+
+struct JobEventRecord {
+  int64_t at_ms = 0;
+  std::string kind;
+  std::string detail;
+};
+
+// Thread-safe. Several processes may open the same file (SQLite locking, WAL).
+class JobStore {
+ public:
+  // Opens or creates the database (and its folder). UNAVAILABLE naming the path when it cannot.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
+  ~JobStore();
+  JobStore(const JobStore&) = delete;
+  JobStore& operator=(const JobStore&) = delete;
+
+  // ALREADY_EXISTS when a job with the id is stored.
+  absl::Status CreateJob(const JobRecord& job);
+  // NOT_FOUND naming the job.
+  absl::StatusOr<JobRecord> GetJob(const std::string& id);
+  absl::StatusOr<std::vector<JobRecord>> ListJobs();
+  // Writes every field of a stored job. NOT_FOUND when it is not stored.
+  absl::Status UpdateJob(const JobRecord& job);
+
+  // Inserts or replaces (by job and id).
+  absl::Status PutInstance(const InstanceRecord& instance);
+  absl::StatusOr<std::vector<InstanceRecord>> Instances(const std::string& job_id);
+  // Inserts or replaces (by job and instance).
+  absl::Status PutRevocation(const RevocationRecord& revocation);
+  absl::StatusOr<std::vector<RevocationRecord>> Revocations(const std::string& job_id);
+
+  absl::Status AddEvent(const std::string& job_id, const std::string& kind,
+                        const std::string& detail);
+  absl::StatusOr<std::vector<JobEventRecord>> Events(const std::string& job_id);
+
+ private:
+  explicit JobStore(sqlite3* db) : db_(db) {}
+  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace spotdnn::gateway
+
+#endif  // SPOTDNN_SERVICES_GATEWAY_JOB_STORE_H_

@@ -1,0 +1,139 @@
+// spotdnn-sim-worker: a stand-in for a training process that trains nothing. Started by the
+// launcher as a job's worker command, it "trains" at the pace the plan predicts for its instance
+// (SPOTDNN_PREDICTED_ITERATION_S, which `spotdnn run` sets) and reports every iteration to the
+// profiler (SPOTDNN_PROFILER) exactly as a real worker's reporting hook would; as a parameter
+// server (SPOTDNN_ROLE=ps) it waits. SIGTERM or SIGINT: it reports what is left and exits 0.
+// For demos and end-to-end tests of `spotdnn run` on the local provider.
+#include <signal.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "services/common/server.h"
+#include "spdlog/spdlog.h"
+#include "spotdnn/v1/profiler.grpc.pb.h"
+
+ABSL_FLAG(double, iteration_time_s, 0,
+          "seconds per iteration (default: $SPOTDNN_PREDICTED_ITERATION_S)");
+ABSL_FLAG(std::string, profiler, "", "host:port of the profiler (default: $SPOTDNN_PROFILER)");
+ABSL_FLAG(absl::Duration, report_interval, absl::Milliseconds(500),
+          "how often finished iterations are sent to the profiler");
+ABSL_FLAG(int64_t, max_steps, 0, "stop after this many iterations (0: until stopped)");
+
+namespace {
+
+namespace pb = spotdnn::v1;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+// Sends `pending` in one ReportSamples stream; keeps them when the profiler cannot be reached.
+void Report(pb::Profiler::Stub& stub, std::vector<pb::Sample>& pending) {
+  if (pending.empty()) return;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  pb::ReportSamplesResponse response;
+  auto writer = stub.ReportSamples(&context, &response);
+  for (const pb::Sample& s : pending) {
+    if (!writer->Write(s)) break;
+  }
+  writer->WritesDone();
+  grpc::Status status = writer->Finish();
+  if (!status.ok()) {
+    spdlog::warn("profiler unreachable ({}); {} samples kept for the next report",
+                 status.error_message(), pending.size());
+    return;
+  }
+  if (response.rejected() > 0) {
+    spdlog::error("profiler rejected {} samples: {}", response.rejected(),
+                  response.errors_size() > 0 ? response.errors(0) : "");
+  }
+  pending.clear();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spotdnn::services::BlockShutdownSignals();
+  absl::SetProgramUsageMessage(
+      "A simulated training worker: iterates at the predicted pace and reports to the profiler.");
+  absl::ParseCommandLine(argc, argv);
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+
+  if (Env("SPOTDNN_ROLE") == "ps") {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    return 0;
+  }
+  double iteration_s = absl::GetFlag(FLAGS_iteration_time_s);
+  if (iteration_s <= 0 && !absl::SimpleAtod(Env("SPOTDNN_PREDICTED_ITERATION_S"), &iteration_s)) {
+    iteration_s = 0;
+  }
+  if (!(iteration_s > 0) || iteration_s > 3600) {
+    spdlog::error(
+        "iteration time = {}: give --iteration_time_s or SPOTDNN_PREDICTED_ITERATION_S "
+        "(seconds, > 0 and <= 3600)",
+        iteration_s);
+    return 2;
+  }
+  std::string profiler = absl::GetFlag(FLAGS_profiler);
+  if (profiler.empty()) profiler = Env("SPOTDNN_PROFILER");
+  if (profiler.find(':') == std::string::npos) {
+    spdlog::error("profiler = \"{}\": give --profiler or SPOTDNN_PROFILER as HOST:PORT", profiler);
+    return 2;
+  }
+  const std::string job = Env("SPOTDNN_JOB_ID");
+  const std::string worker = Env("SPOTDNN_INSTANCE_ID");
+  if (job.empty() || worker.empty()) {
+    spdlog::error("SPOTDNN_JOB_ID and SPOTDNN_INSTANCE_ID must be set (the launcher sets them)");
+    return 2;
+  }
+  int batch = 0;
+  (void)absl::SimpleAtoi(Env("SPOTDNN_BATCH_SIZE"), &batch);
+  auto stub = pb::Profiler::NewStub(spotdnn::services::MakeChannel(profiler));
+
+  const absl::Time start = absl::Now();
+  const absl::Duration per_step = absl::Seconds(iteration_s);
+  const absl::Duration interval = absl::GetFlag(FLAGS_report_interval);
+  const int64_t max_steps = absl::GetFlag(FLAGS_max_steps);
+  std::vector<pb::Sample> pending;
+  int64_t step = 0;
+  bool stop = false;
+  while (!stop) {
+    // Sleep until the next report, waking at once on SIGTERM/SIGINT.
+    timespec timeout = absl::ToTimespec(interval);
+    if (sigtimedwait(&signals, nullptr, &timeout) > 0) stop = true;
+    const absl::Time now = absl::Now();
+    // Every iteration that has finished by now, at exactly the predicted pace.
+    const int64_t done = static_cast<int64_t>(absl::FDivDuration(now - start, per_step));
+    for (; step < done && (max_steps == 0 || step < max_steps); ++step) {
+      pb::Sample s;
+      s.set_job_id(job);
+      s.set_worker_id(worker);
+      s.set_instance_type(Env("SPOTDNN_INSTANCE_TYPE"));
+      s.set_gpus(1);
+      s.set_batch_size(batch);
+      s.set_step(step + 1);
+      s.set_wall_time_s(absl::ToDoubleSeconds(start + per_step * (step + 1) - absl::UnixEpoch()));
+      s.set_iteration_time_s(iteration_s);
+      pending.push_back(std::move(s));
+    }
+    Report(*stub, pending);
+    if (max_steps > 0 && step >= max_steps) break;
+  }
+  Report(*stub, pending);
+  return 0;
+}
