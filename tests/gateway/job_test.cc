@@ -1,0 +1,177 @@
+// The job spec parser, the job store, and the CLI's answers to bad input for run/jobs/status/up.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/gateway/job_spec.h"
+#include "services/gateway/job_store.h"
+#include "tests/gateway/cli_runner.h"
+
+namespace spotdnn::gateway {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+constexpr char kGood[] = R"({
+  "name": "j1",
+  "workload": {"profile": "resnet110"},
+  "slo": {"loss": 0.9, "deadline": "30m", "budget_usd": 5},
+  "catalog": "aws-spotdnn-prototype",
+  "provider": {"name": "aws", "region": "us-west-2", "image_id": "ami-1",
+               "security_group_ids": ["sg-1", "sg-2"]},
+  "quotas": {"p2.xlarge": 3},
+  "parameter_servers": 2,
+  "commands": {"worker": "python train.py"}
+})";
+
+TEST(JobSpecTest, ParsesEveryField) {
+  auto spec = ParseJobSpec(kGood);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, "j1");
+  EXPECT_EQ(spec->workload, "resnet110");
+  EXPECT_DOUBLE_EQ(spec->target_loss, 0.9);
+  EXPECT_DOUBLE_EQ(spec->deadline_s, 1800);
+  EXPECT_DOUBLE_EQ(spec->budget_usd, 5);
+  EXPECT_EQ(spec->provider, "aws");
+  EXPECT_EQ(spec->region, "us-west-2");
+  EXPECT_EQ(spec->provider_options.at("image_id"), "ami-1");
+  EXPECT_EQ(spec->provider_options.at("security_group_ids"), "sg-1,sg-2");
+  EXPECT_EQ(spec->quotas.at("p2.xlarge"), 3);
+  EXPECT_EQ(spec->parameter_servers, 2);
+  EXPECT_EQ(spec->worker_command, "python train.py");
+  EXPECT_EQ(spec->ps_command, "python train.py");  // defaults to the worker's
+}
+
+TEST(JobSpecTest, TheExampleInDeployParses) {
+  auto spec = ReadJobSpec(std::string(SPOTDNN_SOURCE_DIR) + "/deploy/examples/job.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->provider, "local");
+}
+
+TEST(JobSpecTest, BadInputNamesTheFieldAndTheValue) {
+  struct Case {
+    std::string json;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"[", "not valid JSON"},
+      {R"({"name": "a b"})", "name = \"a b\""},
+      {R"({"name": "j", "workload": 3})", "workload = 3"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": -1}})", "slo.loss = -1"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": "soon"}})",
+       "slo.deadline"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1}})", "give a deadline"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "quotas": {"p2.xlarge": -2}, "commands": {"worker": "x"}})",
+       "quotas.p2.xlarge = -2"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": "gce", "commands": {"worker": "x"}})",
+       "provider.name = \"gce\""},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c"})",
+       "commands is required"},
+      {R"({"name": "j", "workloads": "w"})", "workloads: unknown field"},
+  };
+  for (const Case& c : cases) {
+    auto spec = ParseJobSpec(c.json);
+    ASSERT_FALSE(spec.ok()) << c.json;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << c.json;
+    EXPECT_THAT(spec.status().message(), HasSubstr(c.message)) << c.json;
+  }
+}
+
+class JobStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           absl::StrCat("spotdnn-job-store-", getpid(), "-",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(JobStoreTest, JobsInstancesRevocationsAndEventsSurviveAReopen) {
+  {
+    auto store = JobStore::Open((dir_ / "jobs.db").string());
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->CreateJob({.id = "j", .state = "launching", .created_ms = 1}).ok());
+    EXPECT_EQ((*store)->CreateJob({.id = "j"}).code(), absl::StatusCode::kAlreadyExists);
+    JobRecord job = *(*store)->GetJob("j");
+    job.iterations_done = 12.5;
+    job.ps_addresses = "127.0.0.1:1";
+    ASSERT_TRUE((*store)->UpdateJob(job).ok());
+    EXPECT_EQ((*store)->UpdateJob({.id = "other"}).code(), absl::StatusCode::kNotFound);
+    ASSERT_TRUE((*store)
+                    ->PutInstance({.job_id = "j", .id = "i-1", .role = "worker",
+                                   .price_per_hour = 0.9, .launched_ms = 10})
+                    .ok());
+    InstanceRecord again{.job_id = "j", .id = "i-1", .role = "worker", .state = "ended"};
+    ASSERT_TRUE((*store)->PutInstance(again).ok());  // replaces, never duplicates
+    ASSERT_TRUE(
+        (*store)->PutRevocation({.job_id = "j", .instance_id = "i-1", .takeover_first_index = 5})
+            .ok());
+    ASSERT_TRUE((*store)->AddEvent("j", "notice", "i-1").ok());
+  }
+  auto store = JobStore::Open((dir_ / "jobs.db").string());
+  ASSERT_TRUE(store.ok());
+  auto job = (*store)->GetJob("j");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state, "launching");
+  EXPECT_DOUBLE_EQ(job->iterations_done, 12.5);
+  EXPECT_EQ(job->ps_addresses, "127.0.0.1:1");
+  auto instances = (*store)->Instances("j");
+  ASSERT_TRUE(instances.ok());
+  ASSERT_EQ(instances->size(), 1u);
+  EXPECT_EQ((*instances)[0].state, "ended");
+  auto revocations = (*store)->Revocations("j");
+  ASSERT_EQ(revocations->size(), 1u);
+  EXPECT_EQ((*revocations)[0].takeover_first_index, 5);
+  EXPECT_EQ((*store)->Events("j")->size(), 1u);
+  EXPECT_EQ((*store)->GetJob("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*store)->ListJobs()->size(), 1u);
+}
+
+TEST_F(JobStoreTest, CliExplainsWhatIsMissing) {
+  const std::string data = dir_.string();
+  CliRun no_stack = Cli({"run", std::string(SPOTDNN_SOURCE_DIR) + "/deploy/examples/job.json",
+                         "--data-dir", data});
+  EXPECT_EQ(no_stack.code, kExitBadInput) << no_stack.err;
+  EXPECT_THAT(no_stack.err, HasSubstr("spotdnn up"));
+
+  CliRun no_spec = Cli({"run", (dir_ / "missing.json").string(), "--data-dir", data});
+  EXPECT_THAT(no_spec.err, HasSubstr("missing.json\" cannot be read"));
+
+  fs::create_directories(dir_);
+  std::ofstream(dir_ / "bad.json") << R"({"name": "j", "workload": "w", "slo": {"loss": 0}})";
+  CliRun bad = Cli({"run", (dir_ / "bad.json").string(), "--data-dir", data});
+  EXPECT_EQ(bad.code, kExitBadInput);
+  EXPECT_THAT(bad.err, HasSubstr("slo.loss = 0"));
+
+  CliRun both = Cli({"run", "x.json", "--resume", "j", "--data-dir", data});
+  EXPECT_EQ(both.code, kExitBadInput);
+
+  CliRun unknown = Cli({"status", "nope", "--data-dir", data});
+  EXPECT_NE(unknown.code, 0);
+  EXPECT_THAT(unknown.err, HasSubstr("job \"nope\" is not in the job store"));
+
+  CliRun jobs = Cli({"jobs", "--data-dir", data});
+  EXPECT_EQ(jobs.code, 0);
+  EXPECT_THAT(jobs.out, HasSubstr("No jobs"));
+
+  CliRun down = Cli({"down", "--data-dir", data});
+  EXPECT_NE(down.code, 0);
+  EXPECT_THAT(down.err, HasSubstr("no spotdnn stack is up"));
+
+  CliRun up = Cli({"up", "--data-dir", data, "--bin-dir", (dir_ / "nowhere").string()});
+  EXPECT_NE(up.code, 0);
+  EXPECT_THAT(up.err, HasSubstr("is not there"));
+}
+
+}  // namespace
+}  // namespace spotdnn::gateway
