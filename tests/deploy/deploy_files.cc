@@ -11,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -51,6 +52,11 @@ YAML::Node At(const YAML::Node& node, const std::vector<std::string>& path) {
 std::string ScalarAt(const YAML::Node& node, const std::vector<std::string>& path) {
   YAML::Node value = At(node, path);
   return value.IsScalar() ? value.as<std::string>() : "";
+}
+
+int IntAt(const YAML::Node& node, const std::vector<std::string>& path) {
+  int value = -1;
+  return absl::SimpleAtoi(ScalarAt(node, path), &value) ? value : -1;
 }
 
 std::map<std::string, std::string> StringMap(const YAML::Node& node) {
@@ -113,11 +119,8 @@ std::optional<std::string> FlagValue(const std::vector<std::string>& words,
 int PortOf(const std::string& host_port) {
   const size_t colon = host_port.rfind(':');
   if (colon == std::string::npos) return -1;
-  try {
-    return std::stoi(host_port.substr(colon + 1));
-  } catch (const std::exception&) {
-    return -1;
-  }
+  int port = -1;
+  return absl::SimpleAtoi(host_port.substr(colon + 1), &port) ? port : -1;
 }
 
 ProgramFlags HelpFlags(const std::string& program_path) {

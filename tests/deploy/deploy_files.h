@@ -39,6 +39,9 @@ YAML::Node At(const YAML::Node& node, const std::vector<std::string>& path);
 // The scalar at `path` as a string, "" when missing.
 std::string ScalarAt(const YAML::Node& node, const std::vector<std::string>& path);
 
+// The integer scalar at `path` (-1 when missing or not an integer).
+int IntAt(const YAML::Node& node, const std::vector<std::string>& path);
+
 // A map node of string scalars as a std::map (empty when not a map).
 std::map<std::string, std::string> StringMap(const YAML::Node& node);
 
