@@ -11,6 +11,7 @@ packages=(
   libxml2-dev libcpp-httplib-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcpp-httplib-dev nlohmann-json3-dev clang-14 libclang-rt-14-dev
+  libyaml-cpp-dev
 )
 
 sudo_cmd=()
