@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "detector/metadata_parsers.h"
@@ -105,6 +106,12 @@ absl::StatusOr<std::unique_ptr<MetadataEmulator>> MetadataEmulator::Start(const 
   }
   emulator->port_ = port;
   emulator->thread_ = std::thread([self] { self->server_->listen_after_bind(); });
+  // httplib's stop() does nothing until the listen loop runs, and that loop would then never
+  // end: Start returns only once it runs, so an early Stop cannot hang.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!emulator->server_->is_running() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   return emulator;
 }
 

@@ -5,6 +5,7 @@
 #include <httplib.h>
 #include <openssl/evp.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -417,6 +418,7 @@ TEST(AwsCredentialsTest, InstanceRoleFromTheMetadataService) {
            });
   int port = imds.bind_to_any_port("127.0.0.1");
   std::thread thread([&] { imds.listen_after_bind(); });
+  while (!imds.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   auto credentials = ResolveAwsCredentials(
       {.getenv = Env({}), .metadata_endpoint = "http://127.0.0.1:" + std::to_string(port)});
   imds.stop();

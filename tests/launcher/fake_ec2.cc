@@ -2,7 +2,9 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -98,6 +100,8 @@ FakeEc2::FakeEc2(std::string access_key_id, std::string secret_access_key,
   });
   port_ = server_->bind_to_any_port("127.0.0.1");
   thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // httplib's stop() is lost if it comes before the listen loop runs.
+  while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 FakeEc2::~FakeEc2() {

@@ -348,6 +348,7 @@ TEST(EmulatorMetadataClientTest, PostsTheNoticeToTheControlRoute) {
   });
   int port = server.bind_to_any_port("127.0.0.1");
   std::thread thread([&] { server.listen_after_bind(); });
+  while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EmulatorMetadataClient client(absl::StrCat("http://127.0.0.1:", port, "/"));
   EXPECT_EQ(client.EndpointFor("i-1"), absl::StrCat("http://127.0.0.1:", port, "/i/i-1"));
   absl::Status published = client.PublishSpotNotice("i-1", absl::Now() + absl::Seconds(10));
