@@ -7,6 +7,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "profiler/profile_store.h"
+#include "services/common/security_flags.h"
 #include "services/common/server.h"
 #include "services/profiler/profiler_service.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -33,5 +34,6 @@ int main(int argc, char** argv) {
   spotdnn::services::ProfilerServiceImpl service(
       std::shared_ptr<spotdnn::profiler::ProfileStore>(*std::move(store)));
   return spotdnn::services::ServeUntilSignal("spotdnn-profiler", absl::GetFlag(FLAGS_listen),
-                                             absl::GetFlag(FLAGS_port_file), {&service});
+                                             absl::GetFlag(FLAGS_port_file), {&service},
+                                             spotdnn::services::ServerSecurityFromFlags());
 }
