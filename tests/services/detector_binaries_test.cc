@@ -1,66 +1,21 @@
 // The three detector binaries together, as a launcher would run them: spotdnn-metadata-emulator,
 // spotdnn-detector and spotdnn-agent on 127.0.0.1, then a notice through to a WatchEvents stream,
 // and a clean exit on SIGTERM.
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <thread>
 
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "services/common/server.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
+#include "tests/testing/child_process.h"
 
 namespace spotdnn::services {
 namespace {
 
-// A child process started from the build folder, stopped with SIGTERM at the end.
-class Child {
- public:
-  explicit Child(std::vector<std::string> argv) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      std::vector<char*> args;
-      for (std::string& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  // SIGTERM, then whether it exited normally with status 0.
-  bool Stop() {
-    if (pid_ <= 0) return false;
-    kill(pid_, SIGTERM);
-    int status = 0;
-    const bool ok =
-        waitpid(pid_, &status, 0) == pid_ && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    pid_ = -1;
-    return ok;
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
- private:
-  pid_t pid_ = -1;
-};
-
-int ReadPort(const std::string& file) {
-  for (int i = 0; i < 500; ++i) {
-    std::ifstream in(file);
-    int port = 0;
-    if (in >> port && port > 0) return port;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return 0;
-}
+using ::spotdnn::testing::Child;
+using ::spotdnn::testing::ReadPort;
 
 TEST(DetectorBinaries, NoticeFromAgentToWatcher) {
   const std::string bin = SPOTDNN_BINARY_DIR;
