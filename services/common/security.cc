@@ -314,6 +314,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   return credentials;
 }
 
+absl::Status ValidateServerSecurity(absl::string_view listen, const ServerSecurity& security) {
+  return MakeServerCredentials(listen, security).status();
+}
+
 grpc::ChannelArguments DefaultChannelArguments() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);

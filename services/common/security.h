@@ -63,6 +63,9 @@ absl::Status CheckListenSecurity(absl::string_view listen, const ServerSecurity&
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     absl::string_view listen, const ServerSecurity& security);
 
+// MakeServerCredentials' checks alone, for a main to fail (exit 2) before it opens its state.
+absl::Status ValidateServerSecurity(absl::string_view listen, const ServerSecurity& security);
+
 // Reads the files of `security` and makes it what MakeChannel(target) uses from now on, in this
 // process. INVALID_ARGUMENT naming the flag and path for a bad file; the default is then
 // unchanged.

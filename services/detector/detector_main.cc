@@ -42,6 +42,11 @@ int main(int argc, char** argv) {
   auto logger = spdlog::stderr_color_mt("spotdnn-detector");
 
   const spotdnn::services::ServerSecurity security = spotdnn::services::ServerSecurityFromFlags();
+  if (auto s = spotdnn::services::ValidateServerSecurity(absl::GetFlag(FLAGS_listen), security);
+      !s.ok()) {
+    logger->error("{}", std::string(s.message()));
+    return 2;
+  }
   // Calls to peers present this replica's --tls_cert and trust --tls_ca, else --tls_client_ca
   // (one CA signs every replica in the usual set-up).
   spotdnn::services::ClientSecurity peer_security = spotdnn::services::ClientSecurityFromFlags();
