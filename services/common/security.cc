@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -28,6 +29,10 @@ constexpr absl::string_view kHealthServicePrefix = "/grpc.health.v1.Health/";
 // The file's contents; INVALID_ARGUMENT naming `flag` and `path` when it cannot be read or is
 // empty.
 absl::StatusOr<std::string> ReadFileForFlag(absl::string_view flag, const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " = \"", path, "\": is a directory"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::InvalidArgumentError(

@@ -97,6 +97,7 @@ TEST(ServerSecurityFiles, ErrorsNameTheFlagAndPath) {
                 .tls_client_ca_file = f.missing_file},
                "--tls_client_ca", f.missing_file);
   expect_error({.auth_token_file = f.empty_file}, "--auth_token_file", f.empty_file);
+  expect_error({.auth_token_file = f.dir.string()}, "--auth_token_file", f.dir.string());
   expect_error({.tls_client_ca_file = f.certs.ca_cert}, "--tls_client_ca", f.certs.ca_cert);
 
   auto half = MakeServerCredentials("127.0.0.1:0", {.tls_cert_file = f.certs.server_cert});
