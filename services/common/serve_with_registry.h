@@ -15,7 +15,7 @@ namespace spotdnn::services {
 template <typename Service>
 int ServeWithRegistry(const std::string& service_name, const std::string& listen,
                       const std::string& port_file, const std::string& catalog_dir,
-                      const std::string& workload_dir) {
+                      const std::string& workload_dir, const ServerSecurity& security) {
   auto logger = spdlog::get(service_name);
   if (!logger) logger = spdlog::stderr_color_mt(service_name);
   auto loaded = DataRegistry::WithBuiltinsAndDirs(catalog_dir, workload_dir);
@@ -27,7 +27,7 @@ int ServeWithRegistry(const std::string& service_name, const std::string& listen
   logger->info("{} catalogs, {} workloads", registry->catalogs().size(),
                registry->workloads().size());
   Service service(registry);
-  return ServeUntilSignal(service_name, listen, port_file, {&service});
+  return ServeUntilSignal(service_name, listen, port_file, {&service}, security);
 }
 
 }  // namespace spotdnn::services

@@ -13,26 +13,21 @@
 
 namespace spotdnn::services {
 
-grpc::ChannelArguments DefaultChannelArguments() {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
-  return args;
-}
-
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
-                                   DefaultChannelArguments());
-}
-
 absl::StatusOr<StartedServer> StartServer(const std::string& listen,
-                                          const std::vector<grpc::Service*>& services) {
+                                          const std::vector<grpc::Service*>& services,
+                                          const ServerSecurity& security) {
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (!listen.empty()) {
+    auto made = MakeServerCredentials(listen, security);
+    if (!made.ok()) return made.status();
+    credentials = *std::move(made);
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   StartedServer started;
   if (!listen.empty()) {
-    builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &started.port);
+    builder.AddListeningPort(listen, credentials, &started.port);
   }
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -65,16 +60,20 @@ int WaitForShutdownSignal() {
 }
 
 int ServeUntilSignal(const std::string& service_name, const std::string& listen,
-                     const std::string& port_file, const std::vector<grpc::Service*>& services) {
+                     const std::string& port_file, const std::vector<grpc::Service*>& services,
+                     const ServerSecurity& security) {
   auto logger = spdlog::get(service_name);
   if (!logger) logger = spdlog::stderr_color_mt(service_name);
-  auto started = StartServer(listen, services);
+  auto started = StartServer(listen, services, security);
   if (!started.ok()) {
     logger->error("{}", std::string(started.status().message()));
-    return 1;
+    return absl::IsInvalidArgument(started.status()) ? 2 : 1;
   }
   const std::string host = listen.substr(0, listen.rfind(':'));
-  logger->info("listening on {}:{}", host, started->port);
+  logger->info("listening on {}:{} ({}{}{})", host, started->port,
+               security.tls() ? "TLS" : "plaintext",
+               security.tls_client_ca_file.empty() ? "" : ", client certificates required",
+               security.auth_token_file.empty() ? "" : ", bearer token required");
   if (!port_file.empty()) {
     std::ofstream out(port_file, std::ios::trunc);
     out << started->port << "\n";

@@ -1,4 +1,5 @@
-// Server plumbing shared by every spotdnn service main and the CLI's in-process mode.
+// Server plumbing shared by every spotdnn service main and the CLI's in-process mode. Channels
+// and transport security are in security.h.
 #ifndef SPOTDNN_SERVICES_COMMON_SERVER_H_
 #define SPOTDNN_SERVICES_COMMON_SERVER_H_
 
@@ -8,16 +9,9 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "services/common/security.h"
 
 namespace spotdnn::services {
-
-// Largest message a spotdnn server or client accepts (a PredictBatch of many clusters is big).
-inline constexpr int kMaxMessageBytes = 256 << 20;
-
-// Channel arguments every spotdnn client uses (message size limits).
-grpc::ChannelArguments DefaultChannelArguments();
-// An insecure channel to `target` ("host:port") with DefaultChannelArguments().
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
 
 // A started server and the port it bound (0 for an in-process server).
 struct StartedServer {
@@ -26,10 +20,12 @@ struct StartedServer {
 };
 
 // Starts a server on `listen` ("host:port"; port 0 picks a free one) with health checking and
-// server reflection. An empty `listen` starts an in-process server (use server->InProcessChannel).
-// UNAVAILABLE when the address cannot be bound.
+// server reflection, secured as `security` says (see MakeServerCredentials). An empty `listen`
+// starts an in-process server (use server->InProcessChannel). INVALID_ARGUMENT for a bad
+// `security` (nothing is bound then); UNAVAILABLE when the address cannot be bound.
 absl::StatusOr<StartedServer> StartServer(const std::string& listen,
-                                          const std::vector<grpc::Service*>& services);
+                                          const std::vector<grpc::Service*>& services,
+                                          const ServerSecurity& security = {});
 
 // Blocks SIGINT and SIGTERM in the calling thread and every thread it starts later; call it first
 // in main so that WaitForShutdownSignal() receives them.
@@ -39,17 +35,19 @@ int WaitForShutdownSignal();
 
 // The body of a service main: starts the server, logs the bound address (and writes the port to
 // `port_file` when set), serves until SIGTERM/SIGINT, then shuts down gracefully. Returns the exit
-// status for main.
+// status for main: 2 when `security` is wrong (before binding), 1 when serving fails.
 int ServeUntilSignal(const std::string& service_name, const std::string& listen,
-                     const std::string& port_file, const std::vector<grpc::Service*>& services);
+                     const std::string& port_file, const std::vector<grpc::Service*>& services,
+                     const ServerSecurity& security = {});
 
 // The body of a service main whose service is built from the data registry (built-ins plus the
 // JSON files in `catalog_dir` and `workload_dir`): loads it, constructs `Service` from it and
-// serves until SIGTERM. Returns 2 when a folder cannot be read.
+// serves until SIGTERM with `security`. Returns 2 when a folder cannot be read or `security` is
+// wrong.
 template <typename Service>
 int ServeWithRegistry(const std::string& service_name, const std::string& listen,
                       const std::string& port_file, const std::string& catalog_dir,
-                      const std::string& workload_dir);
+                      const std::string& workload_dir, const ServerSecurity& security = {});
 
 }  // namespace spotdnn::services
 

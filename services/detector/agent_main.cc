@@ -8,6 +8,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "services/common/security_flags.h"
 #include "services/common/server.h"
 #include "services/detector/agent.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -34,6 +35,12 @@ int main(int argc, char** argv) {
       "The spotdnn instance agent: local revocation notices to the detector.");
   absl::ParseCommandLine(argc, argv);
   auto logger = spdlog::stderr_color_mt("spotdnn-agent");
+  if (auto s =
+          spotdnn::services::SetDefaultClientSecurity(spotdnn::services::ClientSecurityFromFlags());
+      !s.ok()) {
+    logger->error("{}", std::string(s.message()));
+    return 2;
+  }
   auto cloud = spotdnn::detector::ParseCloud("--cloud", absl::GetFlag(FLAGS_cloud));
   if (!cloud.ok()) {
     logger->error("{}", std::string(cloud.status().message()));

@@ -7,6 +7,7 @@
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "detector/detector.h"
+#include "services/common/security_flags.h"
 #include "services/common/server.h"
 #include "services/detector/detector_service.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -40,6 +41,20 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   auto logger = spdlog::stderr_color_mt("spotdnn-detector");
 
+  const spotdnn::services::ServerSecurity security = spotdnn::services::ServerSecurityFromFlags();
+  if (auto s = spotdnn::services::ValidateServerSecurity(absl::GetFlag(FLAGS_listen), security);
+      !s.ok()) {
+    logger->error("{}", std::string(s.message()));
+    return 2;
+  }
+  // Calls to peers present this replica's --tls_cert and trust --tls_ca, else --tls_client_ca
+  // (one CA signs every replica in the usual set-up).
+  spotdnn::services::ClientSecurity peer_security = spotdnn::services::ClientSecurityFromFlags();
+  if (peer_security.ca_file.empty()) peer_security.ca_file = security.tls_client_ca_file;
+  if (auto s = spotdnn::services::SetDefaultClientSecurity(peer_security); !s.ok()) {
+    logger->error("{}", std::string(s.message()));
+    return 2;
+  }
   auto peers = spotdnn::services::ParseDetectorPeers("--peers", absl::GetFlag(FLAGS_peers));
   if (!peers.ok()) {
     logger->error("{}", std::string(peers.status().message()));
@@ -65,8 +80,9 @@ int main(int argc, char** argv) {
                shared->List("").size(), shared->last_sequence(), peers->size());
   spotdnn::services::DetectorServiceImpl service(shared, *peers);
   service.StartPeerMonitor();
-  const int code = spotdnn::services::ServeUntilSignal(
-      "spotdnn-detector", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_port_file), {&service});
+  const int code =
+      spotdnn::services::ServeUntilSignal("spotdnn-detector", absl::GetFlag(FLAGS_listen),
+                                          absl::GetFlag(FLAGS_port_file), {&service}, security);
   service.Stop();
   shared->Shutdown();
   return code;

@@ -8,6 +8,7 @@
 #include "services/common/server.h"
 #include "services/gateway/connection.h"
 #include "services/gateway/output.h"
+#include "services/gateway/security_options.h"
 #include "services/predictor/predictor_service.h"
 #include "services/provisioner/provisioner_service.h"
 
@@ -36,6 +37,10 @@ Commands:
 Every command takes --json (one JSON object on stdout) and --server HOST:PORT (use a running
 service instead of the in-process one). Exit status: 0 ok, 1 service failure, 2 bad input,
 3 infeasible SLO.
+
+TLS and tokens, for any command that talks to a server: --tls-ca FILE (verify the server),
+--tls-cert FILE --tls-key FILE (mutual TLS), --token-file FILE (bearer token); defaults from
+$SPOTDNN_TLS_CA, $SPOTDNN_TLS_CERT, $SPOTDNN_TLS_KEY, $SPOTDNN_TOKEN_FILE.
 )";
 
 constexpr char kPredictUsage[] =
@@ -201,7 +206,13 @@ int ReportError(const absl::Status& status, absl::string_view command, const Io&
   }
 }
 
-int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+int RunCli(const std::vector<std::string>& raw_argv, std::ostream& out, std::ostream& err) {
+  // The security options apply to every command's channels; the commands never see them.
+  std::vector<std::string> argv = raw_argv;
+  if (absl::Status s = ApplySecurityOptions(argv); !s.ok()) {
+    err << "spotdnn: " << s.message() << "\n";
+    return kExitBadInput;
+  }
   if (argv.empty() || argv[0] == "--help" || argv[0] == "-h") {
     (argv.empty() ? err : out) << kUsage;
     return argv.empty() ? kExitBadInput : kExitOk;

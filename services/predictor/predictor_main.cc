@@ -4,6 +4,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "services/common/security_flags.h"
 #include "services/common/serve_with_registry.h"
 #include "services/predictor/predictor_service.h"
 
@@ -20,5 +21,6 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   return spotdnn::services::ServeWithRegistry<spotdnn::services::PredictorServiceImpl>(
       "spotdnn-predictor", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_port_file),
-      absl::GetFlag(FLAGS_catalog_dir), absl::GetFlag(FLAGS_workload_dir));
+      absl::GetFlag(FLAGS_catalog_dir), absl::GetFlag(FLAGS_workload_dir),
+      spotdnn::services::ServerSecurityFromFlags());
 }

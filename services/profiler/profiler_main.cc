@@ -7,6 +7,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "profiler/profile_store.h"
+#include "services/common/security_flags.h"
 #include "services/common/server.h"
 #include "services/profiler/profiler_service.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -23,6 +24,12 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("The spotdnn parameter profiler (gRPC).");
   absl::ParseCommandLine(argc, argv);
   auto logger = spdlog::stderr_color_mt("spotdnn-profiler");
+  const spotdnn::services::ServerSecurity security = spotdnn::services::ServerSecurityFromFlags();
+  if (auto s = spotdnn::services::ValidateServerSecurity(absl::GetFlag(FLAGS_listen), security);
+      !s.ok()) {
+    logger->error("{}", std::string(s.message()));
+    return 2;
+  }
   const std::string db = absl::GetFlag(FLAGS_db);
   auto store = spotdnn::profiler::ProfileStore::Open(db);
   if (!store.ok()) {
@@ -33,5 +40,5 @@ int main(int argc, char** argv) {
   spotdnn::services::ProfilerServiceImpl service(
       std::shared_ptr<spotdnn::profiler::ProfileStore>(*std::move(store)));
   return spotdnn::services::ServeUntilSignal("spotdnn-profiler", absl::GetFlag(FLAGS_listen),
-                                             absl::GetFlag(FLAGS_port_file), {&service});
+                                             absl::GetFlag(FLAGS_port_file), {&service}, security);
 }

@@ -36,9 +36,6 @@ const std::set<std::string> kImagePrograms = {
     "spotdnn",          "spotdnn-predictor", "spotdnn-provisioner",
     "spotdnn-profiler", "spotdnn-detector",  "spotdnn-agent"};
 
-// Flags the deploy files pass that issue 7's security work is adding to every service main on
-// another branch. Until it is merged a program may not know them yet; afterwards it must.
-const std::set<std::string> kFlagsBeingAdded = {"insecure"};
 
 // The ConfigMaps generated from deploy/<folder>/*.json by deploy/k8s/update-configmaps.sh.
 const std::map<std::string, std::string> kDataConfigMaps = {{"spotdnn-catalogs", "catalogs"},
@@ -154,11 +151,6 @@ void ExpectFlagsAccepted(const std::string& where, const std::string& program,
                          << kBinaryDir << " (or its --helpfull printed no flags)";
   for (const auto& [flag, value] : FlagsOf(words)) {
     if (known.defaults.count(flag) != 0) continue;
-    if (kFlagsBeingAdded.count(flag) != 0) {
-      std::cout << "note: " << where << ": --" << flag << " is not yet a flag of " << program
-                << " (added by the security work of issue 7)\n";
-      continue;
-    }
     ADD_FAILURE() << where << ": " << program << " has no flag --" << flag;
   }
 }

@@ -1,35 +1,21 @@
 // The three detector binaries together, as a launcher would run them: spotdnn-metadata-emulator,
 // spotdnn-detector and spotdnn-agent on 127.0.0.1, then a notice through to a WatchEvents stream,
 // and a clean exit on SIGTERM.
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <thread>
 
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "services/common/server.h"
-#include "tests/testing/child_process.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
+#include "tests/testing/child_process.h"
 
 namespace spotdnn::services {
 namespace {
 
-using testing_util::Child;
-
-int ReadPort(const std::string& file) {
-  for (int i = 0; i < 500; ++i) {
-    std::ifstream in(file);
-    int port = 0;
-    if (in >> port && port > 0) return port;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return 0;
-}
+using ::spotdnn::testing_util::Child;
+using ::spotdnn::testing_util::ReadPort;
 
 TEST(DetectorBinaries, NoticeFromAgentToWatcher) {
   const std::string bin = SPOTDNN_BINARY_DIR;

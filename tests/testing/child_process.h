@@ -1,4 +1,4 @@
-// A child process for tests that start the real binaries: started with execv (stdout and stderr
+// Child processes for tests that start the real binaries: started with execv (stdout and stderr
 // optionally to a file), stopped with SIGTERM, killed with SIGKILL if still running at the end.
 #ifndef SPOTDNN_TESTS_TESTING_CHILD_PROCESS_H_
 #define SPOTDNN_TESTS_TESTING_CHILD_PROCESS_H_
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -51,6 +52,15 @@ class Child {
     return ok;
   }
 
+  // Waits for it to exit by itself: its exit status, or -1 when it did not exit normally.
+  int Wait() {
+    if (pid_ <= 0) return -1;
+    int status = 0;
+    const bool exited = waitpid(pid_, &status, 0) == pid_ && WIFEXITED(status);
+    pid_ = -1;
+    return exited ? WEXITSTATUS(status) : -1;
+  }
+
   // SIGKILL, as a crash would.
   void Kill() {
     if (pid_ <= 0) return;
@@ -80,6 +90,17 @@ class Child {
  private:
   pid_t pid_ = -1;
 };
+
+// The port a server wrote to `file` (--port_file), waiting up to 10 s; 0 when none came.
+inline int ReadPort(const std::string& file) {
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream in(file);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 0;
+}
 
 }  // namespace spotdnn::testing_util
 
