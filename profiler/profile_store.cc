@@ -3,7 +3,6 @@
 #include <sqlite3.h>
 
 #include <chrono>
-#include <filesystem>
 #include <set>
 #include <utility>
 
@@ -59,33 +58,9 @@ double NowUnixSeconds() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::string& path) {
-  if (path != ":memory:") {
-    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-    std::error_code ec;
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  }
-  sqlite3* db = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &db,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
-  if (rc != SQLITE_OK) {
-    std::string reason = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    sqlite3_close(db);
-    return absl::UnavailableError(absl::StrCat("db = \"", path, "\": cannot open: ", reason));
-  }
-  sqlite3_busy_timeout(db, 10000);
-  std::unique_ptr<ProfileStore> store(new ProfileStore(db));
-  absl::MutexLock lock(&store->mu_);
-  for (const char* pragma :
-       {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA foreign_keys=ON"}) {
-    if (auto s = store->Exec(pragma); !s.ok()) {
-      return absl::UnavailableError(absl::StrCat("db = \"", path, "\": ", s.message()));
-    }
-  }
-  if (auto s = store->Exec(kSchema); !s.ok()) {
-    return absl::UnavailableError(absl::StrCat("db = \"", path, "\": ", s.message()));
-  }
-  return store;
+  absl::StatusOr<sqlite3*> db = sqlite::OpenDatabase(path, "db", kSchema);
+  if (!db.ok()) return db.status();
+  return std::unique_ptr<ProfileStore>(new ProfileStore(*db));
 }
 
 ProfileStore::~ProfileStore() {
@@ -93,15 +68,7 @@ ProfileStore::~ProfileStore() {
   sqlite3_close(db_);
 }
 
-absl::Status ProfileStore::Exec(const char* sql) {
-  char* error = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
-    absl::Status s = SqlError(db_, error != nullptr ? error : sql);
-    sqlite3_free(error);
-    return s;
-  }
-  return absl::OkStatus();
-}
+absl::Status ProfileStore::Exec(const char* sql) { return sqlite::Exec(db_, sql); }
 
 absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const std::string& source) {
   for (size_t i = 0; i < samples.size(); ++i) {

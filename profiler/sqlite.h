@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include "absl/status/status.h"
@@ -103,6 +104,47 @@ class Transaction {
   absl::Status status_;
   bool committed_ = false;
 };
+
+// Runs `sql` (one statement or several).
+inline absl::Status Exec(sqlite3* db, const char* sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &error) != SQLITE_OK) {
+    absl::Status s = SqlError(db, error != nullptr ? error : sql);
+    sqlite3_free(error);
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+// Opens or creates the database at `path` (its folder too; ":memory:" for a private one) for
+// several threads and processes: a 10 s busy timeout, WAL, foreign keys, then `schema`.
+// UNAVAILABLE naming `what` and the path when it cannot.
+inline absl::StatusOr<sqlite3*> OpenDatabase(const std::string& path, absl::string_view what,
+                                             const char* schema) {
+  if (path != ":memory:") {
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  }
+  sqlite3* db = nullptr;
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string reason = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return absl::UnavailableError(absl::StrCat(what, " = \"", path, "\": cannot open: ", reason));
+  }
+  sqlite3_busy_timeout(db, 10000);
+  for (const char* sql :
+       {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA foreign_keys=ON", schema}) {
+    if (absl::Status s = Exec(db, sql); !s.ok()) {
+      sqlite3_close(db);
+      return absl::UnavailableError(absl::StrCat(what, " = \"", path, "\": ", s.message()));
+    }
+  }
+  return db;
+}
 
 }  // namespace spotdnn::sqlite
 

@@ -3,7 +3,6 @@
 #include <sqlite3.h>
 
 #include <chrono>
-#include <filesystem>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
@@ -201,42 +200,14 @@ absl::StatusOr<std::vector<R>> SelectForJob(sqlite3* db, const char* table, cons
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  sqlite3* db = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &db,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
-  if (rc != SQLITE_OK) {
-    std::string reason = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    sqlite3_close(db);
-    return absl::UnavailableError(absl::StrCat("job db = \"", path, "\": cannot open: ", reason));
-  }
-  sqlite3_busy_timeout(db, 10000);
-  std::unique_ptr<JobStore> store(new JobStore(db));
-  absl::MutexLock lock(&store->mu_);
-  for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", kSchema}) {
-    if (auto s = store->Exec(sql); !s.ok()) {
-      return absl::UnavailableError(absl::StrCat("job db = \"", path, "\": ", s.message()));
-    }
-  }
-  return store;
+  absl::StatusOr<sqlite3*> db = sqlite::OpenDatabase(path, "job db", kSchema);
+  if (!db.ok()) return db.status();
+  return std::unique_ptr<JobStore>(new JobStore(*db));
 }
 
 JobStore::~JobStore() {
   absl::MutexLock lock(&mu_);
   sqlite3_close(db_);
-}
-
-absl::Status JobStore::Exec(const char* sql) {
-  char* error = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
-    absl::Status s = SqlError(db_, error != nullptr ? error : sql);
-    sqlite3_free(error);
-    return s;
-  }
-  return absl::OkStatus();
 }
 
 absl::Status JobStore::CreateJob(const JobRecord& job) {

@@ -118,7 +118,6 @@ class JobStore {
 
  private:
   explicit JobStore(sqlite3* db) : db_(db) {}
-  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
