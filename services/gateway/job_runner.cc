@@ -215,6 +215,7 @@ class Job {
   std::map<std::string, InstanceRecord> instances_;  // by id
   std::set<std::string> reported_workers_;
   double last_loss_ = 0;
+  std::string last_warning_;
 
   std::mutex mu_;
   std::deque<pb::RevocationEvent> events_;  // guarded by mu_
@@ -640,9 +641,10 @@ void Job::ShowProgress() {
   const double fraction =
       job_.target_iterations > 0 ? job_.iterations_done / job_.target_iterations : 0;
   Emit(env_, "progress",
-       absl::StrFormat("[%6.1fs] %s/%s iterations (%.1f%%), %d workers running%s%s", elapsed,
+       absl::StrFormat("[%6.1fs] %s/%s iterations (%.1f%%)%s, %d workers running%s%s", elapsed,
                        Fixed(job_.iterations_done, 0), Fixed(job_.target_iterations, 0),
-                       100 * std::min(1.0, fraction), running,
+                       100 * std::min(1.0, fraction),
+                       last_loss_ > 0 ? absl::StrFormat(", loss %.4g", last_loss_) : "", running,
                        revoking > 0 ? absl::StrCat(", ", revoking, " revoking") : "",
                        spec_.deadline_s > 0
                            ? absl::StrFormat(", deadline in %.0f s", spec_.deadline_s - elapsed)
@@ -651,15 +653,15 @@ void Job::ShowProgress() {
            .Number("elapsed_s", elapsed)
            .Number("iterations_done", job_.iterations_done)
            .Number("target_iterations", job_.target_iterations)
+           .Number("loss", last_loss_)
            .Integer("workers_running", running)
            .Integer("workers_revoking", revoking));
 }
 
 absl::Status Job::Finish() {
+  // Every instance, stopped ones too, so that the provider forgets them (NOT_FOUND: it has).
   std::vector<std::string> ids;
-  for (const auto& [id, i] : instances_) {
-    if (i.state != "ended") ids.push_back(id);
-  }
+  for (const auto& [id, i] : instances_) ids.push_back(id);
   absl::Status terminated = env_.provider->Terminate(ids);
   if (!terminated.ok() && !absl::IsNotFound(terminated)) return terminated;
   const int64_t now = NowMs();
@@ -740,7 +742,11 @@ absl::StatusOr<JobRecord> Job::Run() {
       next_describe = absl::Now() + absl::Seconds(1);
     }
     if (absl::Status p = PollProgress(); !p.ok()) {
-      (void)Log("warning", std::string(p.message()));  // the profiler may be restarting
+      // The profiler may be restarting: say so once, not on every tick.
+      if (p.message() != last_warning_) (void)Log("warning", std::string(p.message()));
+      last_warning_ = std::string(p.message());
+    } else {
+      last_warning_.clear();
     }
     if (absl::Now() >= next_progress) {
       ShowProgress();

@@ -7,15 +7,22 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "provisioner/local_provider.h"
+#include "services/common/data_registry.h"
+#include "services/gateway/job_runner.h"
 #include "services/gateway/job_spec.h"
 #include "services/gateway/job_store.h"
+#include "spotdnn/v1/profiler_mock.grpc.pb.h"
+#include "spotdnn/v1/provisioner_mock.grpc.pb.h"
 #include "tests/gateway/cli_runner.h"
 
 namespace spotdnn::gateway {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::_;
 using ::testing::HasSubstr;
+using ::testing::Return;
 
 constexpr char kGood[] = R"({
   "name": "j1",
@@ -63,8 +70,7 @@ TEST(JobSpecTest, BadInputNamesTheFieldAndTheValue) {
       {R"({"name": "a b"})", "name = \"a b\""},
       {R"({"name": "j", "workload": 3})", "workload = 3"},
       {R"({"name": "j", "workload": "w", "slo": {"loss": -1}})", "slo.loss = -1"},
-      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": "soon"}})",
-       "slo.deadline"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": "soon"}})", "slo.deadline"},
       {R"({"name": "j", "workload": "w", "slo": {"loss": 1}})", "give a deadline"},
       {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
            "quotas": {"p2.xlarge": -2}, "commands": {"worker": "x"}})",
@@ -108,13 +114,17 @@ TEST_F(JobStoreTest, JobsInstancesRevocationsAndEventsSurviveAReopen) {
     ASSERT_TRUE((*store)->UpdateJob(job).ok());
     EXPECT_EQ((*store)->UpdateJob({.id = "other"}).code(), absl::StatusCode::kNotFound);
     ASSERT_TRUE((*store)
-                    ->PutInstance({.job_id = "j", .id = "i-1", .role = "worker",
-                                   .price_per_hour = 0.9, .launched_ms = 10})
+                    ->PutInstance({.job_id = "j",
+                                   .id = "i-1",
+                                   .role = "worker",
+                                   .price_per_hour = 0.9,
+                                   .launched_ms = 10})
                     .ok());
     InstanceRecord again{.job_id = "j", .id = "i-1", .role = "worker", .state = "ended"};
     ASSERT_TRUE((*store)->PutInstance(again).ok());  // replaces, never duplicates
     ASSERT_TRUE(
-        (*store)->PutRevocation({.job_id = "j", .instance_id = "i-1", .takeover_first_index = 5})
+        (*store)
+            ->PutRevocation({.job_id = "j", .instance_id = "i-1", .takeover_first_index = 5})
             .ok());
     ASSERT_TRUE((*store)->AddEvent("j", "notice", "i-1").ok());
   }
@@ -139,8 +149,8 @@ TEST_F(JobStoreTest, JobsInstancesRevocationsAndEventsSurviveAReopen) {
 
 TEST_F(JobStoreTest, CliExplainsWhatIsMissing) {
   const std::string data = dir_.string();
-  CliRun no_stack = Cli({"run", std::string(SPOTDNN_SOURCE_DIR) + "/deploy/examples/job.json",
-                         "--data-dir", data});
+  CliRun no_stack = Cli(
+      {"run", std::string(SPOTDNN_SOURCE_DIR) + "/deploy/examples/job.json", "--data-dir", data});
   EXPECT_EQ(no_stack.code, kExitBadInput) << no_stack.err;
   EXPECT_THAT(no_stack.err, HasSubstr("spotdnn up"));
 
@@ -171,6 +181,72 @@ TEST_F(JobStoreTest, CliExplainsWhatIsMissing) {
   CliRun up = Cli({"up", "--data-dir", data, "--bin-dir", (dir_ / "nowhere").string()});
   EXPECT_NE(up.code, 0);
   EXPECT_THAT(up.err, HasSubstr("is not there"));
+}
+
+// A job with a profiling step: its logs are imported into the profiler under JOB-profiling, fitted
+// into the named profile over the base, and that profile (not a built-in) is what gets planned
+// and stored with the job.
+TEST_F(JobStoreTest, ProfilingStepImportsFitsAndPlansWithTheFittedProfile) {
+  pb::MockProfilerStub profiler;
+  pb::MockProvisionerStub provisioner;
+  std::vector<std::string> imported;
+  EXPECT_CALL(profiler, ImportLog(_, _, _))
+      .Times(2)
+      .WillRepeatedly(
+          [&](grpc::ClientContext*, const pb::ImportLogRequest& r, pb::ImportLogResponse*) {
+            EXPECT_EQ(r.job_id(), "fitted-job-profiling");
+            imported.push_back(fs::path(r.path()).filename().string());
+            return grpc::Status::OK;
+          });
+  EXPECT_CALL(profiler, FitProfile(_, _, _))
+      .WillOnce([](grpc::ClientContext*, const pb::FitProfileRequest& r, pb::FitProfileResponse*) {
+        EXPECT_EQ(r.name(), "mynet");
+        EXPECT_EQ(r.job_ids_size(), 1);
+        EXPECT_EQ(r.base().name(), "resnet110");  // the base the spec names
+        return grpc::Status::OK;
+      });
+  const services::DataRegistry local = services::DataRegistry::WithBuiltins();
+  pb::WorkloadProfile fitted = *local.ResolveWorkload("resnet110");
+  fitted.set_name("mynet");
+  EXPECT_CALL(profiler, GetProfile(_, _, _))
+      .WillOnce(
+          [&](grpc::ClientContext*, const pb::GetProfileRequest& r, pb::WorkloadProfile* out) {
+            EXPECT_EQ(r.name(), "mynet");
+            *out = fitted;
+            return grpc::Status::OK;
+          });
+  EXPECT_CALL(provisioner, Plan(_, _, _))
+      .WillOnce([](grpc::ClientContext*, const pb::PlanRequest& r, pb::PlanResponse* out) {
+        EXPECT_EQ(r.workload().profile().name(), "mynet");
+        EXPECT_EQ(r.slo().target_loss(), 2.6);
+        out->mutable_plan()->set_feasible(true);
+        pb::InstanceCount* c = out->mutable_plan()->mutable_cluster()->add_instances();
+        c->set_instance_type("p2.xlarge");
+        c->set_count(2);
+        out->mutable_plan()->mutable_prediction()->set_normalized_iterations(40);
+        out->mutable_plan()->set_time_s(20);
+        return grpc::Status::OK;
+      });
+  auto store = JobStore::Open((dir_ / "jobs.db").string());
+  ASSERT_TRUE(store.ok());
+  auto provider =
+      launcher::LocalProvider::Create({.state_dir = (dir_ / "local").string(), .owner = false});
+  ASSERT_TRUE(provider.ok());
+  RunnerEnv env{.provisioner = &provisioner,
+                .profiler = &profiler,
+                .provider = provider->get(),
+                .store = store->get()};
+  const std::string spec = R"({"name": "fitted-job",
+    "workload": {"profile": "mynet", "profiling": {"logs": ["a.csv", "b.csv"], "base": "resnet110"}},
+    "slo": {"loss": 2.6, "deadline": 60}, "catalog": "aws-spotdnn-prototype",
+    "commands": {"worker": "true"}})";
+  auto job = PlanJob(spec, env, local);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(imported, (std::vector<std::string>{"a.csv", "b.csv"}));
+  EXPECT_EQ(job->state, "launching");
+  EXPECT_EQ(job->target_iterations, 40);
+  EXPECT_THAT(job->workload_json, HasSubstr("\"mynet\""));
+  EXPECT_EQ(PlanJob(spec, env, local).status().code(), absl::StatusCode::kAlreadyExists);
 }
 
 }  // namespace
