@@ -12,15 +12,19 @@ jobs=${JOBS:-$(nproc)}
 data_dir=${SPOTDNN_DATA_DIR:-$(pwd)/../shared/data}
 
 echo "== build (RelWithDebInfo)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPOTDNN_DATA_DIR="$data_dir"
+# -g1 (line tables: file:line in stack traces) builds about a fifth faster than full -g.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPOTDNN_DATA_DIR="$data_dir" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
 cmake --build build -j "$jobs"
 echo "== tests"
 (cd build && ctest --output-on-failure -j "$jobs")
 
 if [ "${SPOTDNN_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== build (ASan + UBSan)"
+  # The parser fuzz target (its own clang ASan build) already ran in the normal build.
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPOTDNN_SANITIZE=ON \
-    -DSPOTDNN_BUILD_BENCH=OFF -DSPOTDNN_DATA_DIR="$data_dir"
+    -DSPOTDNN_BUILD_BENCH=OFF -DSPOTDNN_BUILD_FUZZ=OFF -DSPOTDNN_DATA_DIR="$data_dir" \
+    -DCMAKE_CXX_FLAGS_DEBUG="-g1"
   cmake --build build-asan -j "$jobs"
   echo "== tests (ASan + UBSan)"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
