@@ -240,14 +240,18 @@ absl::StatusOr<AwsCredentials> InstanceRoleCredentials(const std::string& endpoi
   absl::StatusOr<std::string> doc = MetadataRequest(base + role, false, auth, timeout);
   if (!doc.ok()) return doc.status();
   nlohmann::json json = nlohmann::json::parse(*doc, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object() || !json.contains("AccessKeyId") || !json.contains("SecretAccessKey")) {
+  auto text = [&json](const char* key) {
+    auto it = json.find(key);
+    return it != json.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  if (!json.is_object() || text("AccessKeyId").empty() || text("SecretAccessKey").empty()) {
     return absl::UnavailableError(
         absl::StrCat("instance role ", role, ": the credentials document is not readable"));
   }
   AwsCredentials credentials;
-  credentials.access_key_id = json.value("AccessKeyId", "");
-  credentials.secret_access_key = json.value("SecretAccessKey", "");
-  credentials.session_token = json.value("Token", "");
+  credentials.access_key_id = text("AccessKeyId");
+  credentials.secret_access_key = text("SecretAccessKey");
+  credentials.session_token = text("Token");
   credentials.source = absl::StrCat("instance role ", role);
   return credentials;
 }
@@ -557,7 +561,8 @@ absl::StatusOr<LaunchResult> AwsProvider::Launch(const LaunchRequest& request) {
   if (absl::Status s = ValidateLaunchRequest(request); !s.ok()) return s;
   if (options_.image_id.empty()) {
     return absl::InvalidArgumentError(
-        "image_id is empty: give the AMI with your framework and spotdnn-agent (--ami)");
+        "image_id is empty: give the AMI with your framework and spotdnn-agent (the job spec's "
+        "provider.image_id)");
   }
   if (request.command.empty()) return absl::InvalidArgumentError("command is empty");
   std::string token =
@@ -652,11 +657,34 @@ absl::StatusOr<std::vector<Instance>> AwsProvider::Describe(const std::string& j
 
 absl::Status AwsProvider::Terminate(const std::vector<std::string>& instance_ids) {
   if (instance_ids.empty()) return absl::OkStatus();
-  std::vector<std::pair<std::string, std::string>> p;
   for (size_t i = 0; i < instance_ids.size(); ++i) {
     if (instance_ids[i].empty()) {
       return absl::InvalidArgumentError(absl::StrCat("instance_ids[", i, "] is empty"));
     }
+  }
+  absl::Status all = TerminateBatch(instance_ids);
+  if (!absl::IsNotFound(all) || instance_ids.size() == 1) return all;
+  // EC2 refuses the whole call when one id is unknown (an instance it forgot an hour after it
+  // ended): terminate the others one by one so that none is left running and billing, then name
+  // the unknown ones.
+  std::vector<std::string> unknown;
+  for (const std::string& id : instance_ids) {
+    absl::Status one = TerminateBatch({id});
+    if (absl::IsNotFound(one)) {
+      unknown.push_back(id);
+    } else if (!one.ok()) {
+      return one;
+    }
+  }
+  if (unknown.empty()) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("EC2 TerminateInstances: unknown instance id(s) ",
+                                          absl::StrJoin(unknown, ", "),
+                                          "; the others were terminated"));
+}
+
+absl::Status AwsProvider::TerminateBatch(const std::vector<std::string>& instance_ids) {
+  std::vector<std::pair<std::string, std::string>> p;
+  for (size_t i = 0; i < instance_ids.size(); ++i) {
     p.emplace_back(absl::StrCat("InstanceId.", i + 1), instance_ids[i]);
   }
   absl::StatusOr<std::string> body = Call("TerminateInstances", p, "");

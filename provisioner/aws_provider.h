@@ -132,6 +132,9 @@ class AwsProvider final : public CloudProvider {
                                    std::vector<std::pair<std::string, std::string>> params,
                                    const std::string& region,
                                    const std::string& instance_type = "");
+  // One TerminateInstances call for all of `instance_ids` (EC2 refuses all of them when one is
+  // unknown: NOT_FOUND).
+  absl::Status TerminateBatch(const std::vector<std::string>& instance_ids);
 
   Options options_;
   std::string endpoint_url_;

@@ -139,6 +139,27 @@ TEST_F(AwsProviderTest, LaunchDescribeTerminate) {
   EXPECT_THAT(unknown.message(), HasSubstr("i-doesnotexist"));
 }
 
+// EC2 refuses a whole TerminateInstances call when one id is unknown (it forgets ended instances):
+// the known ones must still be terminated, not left running and billing.
+TEST_F(AwsProviderTest, AnUnknownIdDoesNotLeaveTheOthersRunning) {
+  auto provider = Provider();
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(2));
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  ASSERT_EQ(launched->instances.size(), 2u);
+  std::vector<std::string> ids = {launched->instances[0].id, "i-forgotten0001",
+                                  launched->instances[1].id};
+  absl::Status terminated = provider->Terminate(ids);
+  EXPECT_EQ(terminated.code(), absl::StatusCode::kNotFound) << terminated;
+  EXPECT_THAT(terminated.message(), HasSubstr("i-forgotten0001"));
+  EXPECT_THAT(terminated.message(), Not(HasSubstr(launched->instances[0].id)));
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("job-42");
+  ASSERT_TRUE(described.ok()) << described.status();
+  ASSERT_EQ(described->size(), 2u);
+  for (const Instance& instance : *described) {
+    EXPECT_EQ(instance.state, InstanceState::kTerminated) << instance.id;
+  }
+}
+
 TEST_F(AwsProviderTest, DescribeFollowsNextToken) {
   auto provider = Provider();
   ASSERT_TRUE(provider->Launch(Workers(5)).ok());
