@@ -62,6 +62,13 @@ std::string DefaultClientToken(const LaunchRequest& request) {
   return absl::StrCat("spotdnn-", Sha256Hex(key).substr(0, 40));
 }
 
+std::string ClientTokenFor(const std::string& key) {
+  bool ascii = true;
+  for (char c : key) ascii = ascii && static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+  if (!key.empty() && key.size() <= 64 && ascii) return key;
+  return absl::StrCat("spotdnn-", Sha256Hex(key).substr(0, 40));
+}
+
 std::map<std::string, std::string> InstanceEnvironment(const LaunchRequest& request, int index,
                                                        const std::string& instance_id,
                                                        const std::string& metadata_endpoint) {

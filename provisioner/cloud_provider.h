@@ -120,6 +120,11 @@ std::map<std::string, double> CheapestPerType(const std::vector<SpotPrice>& pric
 // retries of the same request, different for different requests); at most 64 characters.
 std::string DefaultClientToken(const LaunchRequest& request);
 
+// A client token from a caller's own key: the key itself when it is printable ASCII of at most 64
+// characters (EC2's limit), else "spotdnn-" and 40 hex digits of its SHA-256. Deterministic, so a
+// resumed job asks with the same token.
+std::string ClientTokenFor(const std::string& key);
+
 // The environment a launched instance's command gets: SPOTDNN_JOB_ID, SPOTDNN_ROLE (ps|worker),
 // SPOTDNN_INDEX, SPOTDNN_PS_ADDRESSES (comma-separated host:port), SPOTDNN_BATCH_SIZE (when set),
 // SPOTDNN_INSTANCE_TYPE, SPOTDNN_INSTANCE_ID, SPOTDNN_METADATA_ENDPOINT, plus request.extra_env.

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -380,7 +381,21 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
   }
   if (!result.instances.empty()) return result;  // launched before with this token
 
-  for (int i = 0; i < request.count; ++i) {
+  int fits = request.count;
+  if (auto cap = options_.capacity.find(request.instance_type); cap != options_.capacity.end()) {
+    int running = 0;
+    for (const Record& r : LoadAll())
+      running += r.instance_type == request.instance_type && Alive(r);
+    fits = std::clamp(cap->second - running, 0, request.count);
+    if (fits < request.count) {
+      result.error = absl::ResourceExhaustedError(absl::StrCat(
+          "local: InsufficientInstanceCapacity: ", request.instance_type, " has capacity for ",
+          cap->second, " instance(s), ", running, " running; launched ", fits, " of ",
+          request.count, "; re-plan without instance type ", request.instance_type));
+      if (fits == 0) return result.error;
+    }
+  }
+  for (int i = 0; i < fits; ++i) {
     Record record;
     record.id = RandomId();
     record.job_id = request.job_id;

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -73,6 +74,11 @@ class LocalProvider final : public CloudProvider {
     // no reaper, and the destructor leaves them running (`spotdnn run` uses this so that a job
     // survives its gateway and `spotdnn run --resume` reattaches to it).
     bool detached = false;
+    // Capacity per instance type: the most instances of the type that may run at once (a type
+    // not listed has no limit). Beyond it Launch starts what fits and answers RESOURCE_EXHAUSTED
+    // as a cloud with no spare capacity does (InsufficientInstanceCapacity), so that a planner's
+    // re-planning without the type can be run and tested on one machine.
+    std::map<std::string, int> capacity;
     // Stopping: SIGTERM to the group, then SIGKILL after this long.
     absl::Duration stop_grace = absl::Seconds(2);
     std::string shell = "/bin/sh";

@@ -101,5 +101,21 @@ TEST_F(ClusterLauncherTest, OtherErrorsStopTheLaunch) {
               HasSubstr("workers[0] (g4dn.4xlarge) = -1"));
 }
 
+TEST(ClientTokenForTest, ShortKeysStayLongOnesAreHashedWithinTheCloudsLimit) {
+  EXPECT_EQ(ClientTokenFor("job-7-w-p3.2xlarge"), "job-7-w-p3.2xlarge");
+  const std::string sixty_four(64, 'k');
+  EXPECT_EQ(ClientTokenFor(sixty_four), sixty_four);
+  const std::string long_key = std::string(64, 'j') + "-takeover-1-p2.8xlarge";
+  const std::string token = ClientTokenFor(long_key);
+  EXPECT_LE(token.size(), 64u);
+  EXPECT_THAT(token, ::testing::StartsWith("spotdnn-"));
+  EXPECT_EQ(token, ClientTokenFor(long_key)) << "a resumed job must ask with the same token";
+  EXPECT_NE(token, ClientTokenFor(long_key + "x"));
+  EXPECT_NE(ClientTokenFor("tab\there"), "tab\there");
+  EXPECT_TRUE(ValidateLaunchRequest(
+                  {.job_id = "j", .instance_type = "p3.2xlarge", .count = 1, .client_token = token})
+                  .ok());
+}
+
 }  // namespace
 }  // namespace spotdnn::launcher
