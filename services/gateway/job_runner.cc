@@ -22,8 +22,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
 #include "services/common/convert.h"
 #include "services/gateway/output.h"
 
@@ -186,6 +188,15 @@ class Job {
     return env_.store->AddEvent(job_.id, kind, detail);
   }
   absl::Status LaunchPlanned();
+  // The plan's workers; a type the cloud has no capacity for is capped at what did start and the
+  // rest of the plan re-planned around it, round after round ("capacity-replan" events, written
+  // before their launches, so that a resumed gateway replays the same launches).
+  absl::Status LaunchPlannedWorkers();
+  // Asks the provisioner for the cluster that meets the SLO from the workers running now, with
+  // each type of `capped` held at its count.
+  absl::StatusOr<pb::ReplanResponse> ReplanAroundCapacity(const std::map<std::string, int>& capped);
+  // The workers of `type` on record that have not ended.
+  int WorkersOf(const std::string& type) const;
   // Launches `count` workers of `type` with `token`, records and registers them.
   absl::StatusOr<std::vector<std::string>> LaunchWorkers(const std::string& type, int count,
                                                          int first_index, const std::string& token,
@@ -320,7 +331,7 @@ absl::Status Job::LaunchPlanned() {
                    .count = spec_.parameter_servers,
                    .role = Role::kParameterServer,
                    .command = spec_.ps_command,
-                   .client_token = job_.id + "-ps"};
+                   .client_token = launcher::ClientTokenFor(job_.id + "-ps")};
   std::vector<std::string> ports = absl::StrSplit(job_.ps_ports, ',', absl::SkipEmpty());
   for (const std::string& port : ports) ps.ps_addresses.push_back("127.0.0.1:" + port);
   ps.extra_env = {{"SPOTDNN_PS_PORT", "2222"}, {"SPOTDNN_DETECTOR", env_.detector_address}};
@@ -336,16 +347,8 @@ absl::Status Job::LaunchPlanned() {
                             : instance.private_address + ":2222");
   }
   job_.ps_addresses = absl::StrJoin(addresses, ",");
-  int index = 0;
-  for (const pb::InstanceCount& c : plan_.cluster().instances()) {
-    if (c.count() == 0) continue;
-    auto ids =
-        LaunchWorkers(c.instance_type(), c.count(), index,
-                      absl::StrCat(job_.id, "-w-", c.instance_type()), plan_.prediction(), "plan");
-    if (!ids.ok()) return ids.status();
-    index += c.count();
-  }
-  job_.next_worker_index = index;
+  if (absl::Status s = LaunchPlannedWorkers(); !s.ok()) return s;
+  const int index = WorkersOf("");
   job_.state = "running";
   if (auto s = Save(); !s.ok()) return s;
   (void)Log("launched", absl::StrCat(instances_.size(), " instances"));
@@ -353,6 +356,175 @@ absl::Status Job::LaunchPlanned() {
        absl::StrCat("Launched ", instances_.size(), " instances (", spec_.parameter_servers,
                     " parameter server(s) and ", index, " workers) on ", env_.provider->name()),
        JsonObject().Integer("instances", instances_.size()).Integer("workers", index));
+  return absl::OkStatus();
+}
+
+int Job::WorkersOf(const std::string& type) const {
+  int n = 0;
+  for (const auto& [id, i] : instances_) {
+    n += i.role == "worker" && i.state != "ended" && (type.empty() || i.instance_type == type);
+  }
+  return n;
+}
+
+absl::StatusOr<pb::ReplanResponse> Job::ReplanAroundCapacity(
+    const std::map<std::string, int>& capped) {
+  pb::ReplanRequest request;
+  *request.mutable_workload()->mutable_profile() = workload_;
+  *request.mutable_catalog()->mutable_catalog() = catalog_;
+  *request.mutable_slo() = SloOf(spec_);
+  pb::PlanOptions options = OptionsOf(spec_);
+  std::map<std::string, int> quotas(spec_.quotas.begin(), spec_.quotas.end());
+  for (const auto& [type, n] : capped) quotas[type] = n;
+  options.clear_quota_overrides();
+  for (const auto& [type, n] : quotas) {
+    pb::InstanceCount* q = options.add_quota_overrides();
+    q->set_instance_type(type);
+    q->set_count(n);
+  }
+  *request.mutable_options() = options;
+  // Nothing trained yet: the job starts from the plan's cluster at iteration 0.
+  pb::JobProgress* progress = request.mutable_progress();
+  progress->set_normalized_iterations_done(0);
+  progress->set_elapsed_s((NowMs() - job_.started_ms) / 1000.0);
+  *progress->mutable_cluster_before() = plan_.cluster();
+  std::map<std::string, int> running;
+  for (const auto& [id, i] : instances_) {
+    if (i.role == "worker" && i.state != "ended") ++running[i.instance_type];
+  }
+  for (const auto& [type, n] : running) {
+    pb::InstanceCount* c = request.mutable_survivors()->add_instances();
+    c->set_instance_type(type);
+    c->set_count(n);
+  }
+  request.mutable_survivors()->set_parameter_servers(spec_.parameter_servers);
+  pb::ReplanResponse replan;
+  grpc::Status s =
+      Call([&](grpc::ClientContext& c) { return env_.provisioner->Replan(&c, request, &replan); });
+  if (auto st = FromGrpc(s, "re-planning around a type with no capacity"); !st.ok()) return st;
+  return replan;
+}
+
+absl::Status Job::LaunchPlannedWorkers() {
+  struct Round {
+    std::vector<std::pair<std::string, int>> launch;  // (type, count) in launch order
+    int first_index = 0;
+    std::string token_prefix;
+    pb::Prediction prediction;
+    std::set<std::string> exhausted;  // types the cloud had no capacity for in this round
+  };
+  auto round_of = [this](const pb::Cluster& cluster, int first_index, int number,
+                         const pb::Prediction& prediction) {
+    Round round{.first_index = first_index,
+                .token_prefix = number == 0 ? absl::StrCat(job_.id, "-w-")
+                                            : absl::StrCat(job_.id, "-capacity-", number, "-"),
+                .prediction = prediction};
+    for (const pb::InstanceCount& c : cluster.instances()) {
+      if (c.count() > 0) round.launch.emplace_back(c.instance_type(), c.count());
+    }
+    return round;
+  };
+  auto adopt = [this](const pb::ReplanResponse& replan) {
+    // The job's plan is now the re-planned whole cluster, from iteration 0. The stored plan stays
+    // the first one: a resumed gateway starts from it and replays the re-plans.
+    plan_ = replan.plan();
+    job_.target_iterations = plan_.prediction().normalized_iterations();
+    job_.predicted_time_s = replan.plan().time_s();
+    job_.predicted_cost_usd = replan.plan().cost_usd();
+  };
+  std::vector<Round> rounds = {round_of(plan_.cluster(), 0, 0, plan_.prediction())};
+  std::map<std::string, int> capped;  // type -> the count it is held at
+
+  // A resumed gateway: the re-plans made before it was stopped, in order.
+  auto events = env_.store->Events(job_.id);
+  if (!events.ok()) return events.status();
+  for (const JobEventRecord& e : *events) {
+    if (e.kind != "capacity-replan") continue;
+    const nlohmann::json doc = nlohmann::json::parse(e.detail, nullptr, false);
+    if (!doc.is_object() || !doc["exhausted"].is_object() || !doc["replan"].is_object() ||
+        !doc["first_index"].is_number_integer()) {
+      return absl::DataLossError(
+          absl::StrCat("job ", job_.id, ": a capacity-replan event is not readable: ", e.detail));
+    }
+    auto replan = FromJson<pb::ReplanResponse>(doc["replan"].dump(), "capacity re-plan");
+    if (!replan.ok()) return replan.status();
+    for (const auto& [type, n] : doc["exhausted"].items()) {
+      rounds.back().exhausted.insert(type);
+      capped[type] = n.is_number_integer() ? n.get<int>() : 0;
+    }
+    rounds.push_back(round_of(replan->plan().to_launch(), doc["first_index"].get<int>(),
+                              static_cast<int>(rounds.size()), replan->plan().prediction()));
+    adopt(*replan);
+  }
+
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    int index = rounds[r].first_index;
+    std::map<std::string, int> exhausted;  // type -> workers of it running after this round
+    std::vector<std::string> why;
+    for (const auto& [type, count] : rounds[r].launch) {
+      const int first = index;
+      index += count;
+      // Replayed: the cloud had no capacity for it then; what did start is on record.
+      if (rounds[r].exhausted.count(type) > 0) continue;
+      auto ids =
+          LaunchWorkers(type, count, first, launcher::ClientTokenFor(rounds[r].token_prefix + type),
+                        rounds[r].prediction, r == 0 ? "plan" : "capacity");
+      if (ids.ok()) continue;
+      if (!absl::IsResourceExhausted(ids.status())) return ids.status();
+      exhausted[type] = WorkersOf(type);
+      why.emplace_back(ids.status().message());
+    }
+    job_.next_worker_index = std::max(job_.next_worker_index, index);
+    if (exhausted.empty() || r + 1 < rounds.size()) continue;
+
+    std::vector<std::string> types;
+    for (const auto& [type, n] : exhausted) {
+      capped[type] = n;
+      types.push_back(absl::StrCat(type, " (", n, " running)"));
+    }
+    (void)Log("warning", absl::StrJoin(why, "; "));
+    Emit(env_, "capacity",
+         absl::StrCat("No capacity for ", absl::StrJoin(types, ", "), ": re-planning without more"),
+         JsonObject().String("types", absl::StrJoin(types, ", ")));
+    if (rounds.size() > static_cast<size_t>(catalog_.instance_types_size()) + 1) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no capacity for ", absl::StrJoin(types, ", "), " after ", rounds.size(),
+                       " re-plans: ", absl::StrJoin(why, "; ")));
+    }
+    auto replan = ReplanAroundCapacity(capped);
+    if (!replan.ok()) return replan.status();
+    if (!replan->plan().feasible()) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "no capacity for %s, and without more of it no plan meets the SLO: %s (the earliest "
+          "finish is %.0f s after the start)",
+          absl::StrJoin(types, ", "), replan->plan().reason(), replan->best_finish_time_s()));
+    }
+    // Written before launching: a resumed gateway replays this round with the same tokens.
+    nlohmann::json exhausted_json = nlohmann::json::object();
+    for (const auto& [type, n] : exhausted) exhausted_json[type] = n;
+    const nlohmann::json record = {{"first_index", index},
+                                   {"exhausted", exhausted_json},
+                                   {"replan", nlohmann::json::parse(ToJson(*replan))}};
+    if (auto st = Log("capacity-replan", record.dump()); !st.ok()) return st;
+    adopt(*replan);
+    if (auto st = Save(); !st.ok()) return st;
+    rounds[r].exhausted.clear();
+    for (const auto& [type, n] : exhausted) rounds[r].exhausted.insert(type);
+    rounds.push_back(round_of(replan->plan().to_launch(), index, static_cast<int>(rounds.size()),
+                              replan->plan().prediction()));
+    std::vector<std::string> launch;
+    for (const auto& [type, n] : rounds.back().launch) launch.push_back(absl::StrCat(type, "=", n));
+    Emit(env_, "replanned",
+         absl::StrFormat("Re-planned without more %s: launch %s; predicted %.1f s and $%.4f",
+                         absl::StrJoin(types, ", "),
+                         launch.empty() ? "nothing" : absl::StrJoin(launch, ","),
+                         replan->plan().time_s(), replan->plan().cost_usd()),
+         JsonObject()
+             .String("reason", "capacity")
+             .Bool("feasible", true)
+             .String("to_launch", absl::StrJoin(launch, ","))
+             .Number("predicted_time_s", replan->plan().time_s()));
+  }
   return absl::OkStatus();
 }
 
@@ -399,8 +571,12 @@ void Job::StopWatching() {
 absl::Status Job::HandleEvent(const pb::RevocationEvent& event) {
   if (static_cast<int64_t>(event.sequence()) <= job_.last_event_seq) return absl::OkStatus();
   job_.last_event_seq = static_cast<int64_t>(event.sequence());
-  const std::string kind = absl::AsciiStrToLower(
-      pb::RevocationEvent::Kind_Name(event.kind()).substr(std::string("KIND_").size()));
+  // A kind this gateway does not know (a newer detector) has no name: log its number.
+  const std::string kind_name = pb::RevocationEvent::Kind_Name(event.kind());
+  absl::string_view name = kind_name;
+  const std::string kind = absl::ConsumePrefix(&name, "KIND_")
+                               ? absl::AsciiStrToLower(name)
+                               : absl::StrCat("kind ", static_cast<int>(event.kind()));
   (void)Log(kind, absl::StrCat(event.instance_id(), " ", event.action(), " ", event.detail()));
   auto it = instances_.find(event.instance_id());
   if (it == instances_.end()) return Save();
@@ -526,9 +702,10 @@ absl::Status Job::Takeover(RevocationRecord& revocation) {
   int index = revocation.takeover_first_index;
   for (const pb::InstanceCount& c : replan.plan().to_launch().instances()) {
     if (c.count() == 0) continue;
-    auto launched = LaunchWorkers(c.instance_type(), c.count(), index,
-                                  absl::StrCat(revocation.takeover_token, "-", c.instance_type()),
-                                  replan.plan().prediction(), "takeover");
+    auto launched = LaunchWorkers(
+        c.instance_type(), c.count(), index,
+        launcher::ClientTokenFor(absl::StrCat(revocation.takeover_token, "-", c.instance_type())),
+        replan.plan().prediction(), "takeover");
     if (!launched.ok()) return launched.status();
     ids.insert(ids.end(), launched->begin(), launched->end());
     index += c.count();

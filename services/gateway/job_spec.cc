@@ -181,11 +181,31 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
       auto pname = String(provider, "name", "provider.name", true);
       if (!pname.ok()) return pname.status();
       spec.provider = *pname;
+      if (auto s = OnlyKnown(
+              provider, "provider.",
+              {"name", "region", "endpoint_url", "image_id", "subnet_id", "security_group_ids",
+               "key_name", "iam_instance_profile", "max_spot_price", "capacity"});
+          !s.ok()) {
+        return s;
+      }
       for (const auto& [key, value] : provider.items()) {
         if (key == "name") continue;
         if (key == "region") {
           if (!value.is_string()) return Bad("provider.region", value, "expected a string");
           spec.region = value;
+          continue;
+        }
+        if (key == "capacity") {
+          if (spec.provider != "local") {
+            return Bad("provider.capacity", value, "only the local provider takes a capacity");
+          }
+          if (!value.is_object()) return Bad("provider.capacity", value, "expected {\"TYPE\": N}");
+          for (const auto& [type, n] : value.items()) {
+            if (!n.is_number_integer() || n.get<int64_t>() < 0 || n.get<int64_t>() > 1000) {
+              return Bad("provider.capacity." + type, n, "expected an integer from 0 to 1000");
+            }
+            spec.local_capacity[type] = n.get<int>();
+          }
           continue;
         }
         if (value.is_string()) {
@@ -207,13 +227,18 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
     if (spec.provider != "local" && spec.provider != "aws") {
       return Bad("provider.name", json(spec.provider), "expected local or aws");
     }
+    if (spec.provider == "aws" && spec.provider_options["image_id"].empty()) {
+      return absl::InvalidArgumentError(
+          "provider.image_id is required for aws: the AMI with your framework and spotdnn-agent");
+    }
   }
 
   if (doc.contains("quotas")) {
     const json& quotas = doc["quotas"];
     if (!quotas.is_object()) return Bad("quotas", quotas, "expected {\"TYPE\": N, ...}");
     for (const auto& [type, n] : quotas.items()) {
-      if (!n.is_number_integer() || n.get<int>() < 0 || n.get<int>() > 1000) {
+      // int64: a value beyond int's range must be refused, not truncated into it.
+      if (!n.is_number_integer() || n.get<int64_t>() < 0 || n.get<int64_t>() > 1000) {
         return Bad("quotas." + type, n, "expected an integer from 0 to 1000");
       }
       spec.quotas[type] = n.get<int>();
@@ -221,7 +246,7 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
   }
   if (doc.contains("parameter_servers")) {
     const json& ps = doc["parameter_servers"];
-    if (!ps.is_number_integer() || ps.get<int>() < 1 || ps.get<int>() > 64) {
+    if (!ps.is_number_integer() || ps.get<int64_t>() < 1 || ps.get<int64_t>() > 64) {
       return Bad("parameter_servers", ps, "expected an integer from 1 to 64");
     }
     spec.parameter_servers = ps.get<int>();

@@ -29,7 +29,9 @@ struct JobSpec {
   std::string provider = "local";  // "local" or "aws"
   std::string region;
   std::map<std::string, std::string> provider_options;  // aws: image_id, subnet_id, ...
-  std::map<std::string, int> quotas;                    // per-type overrides
+  // local: capacity per type (provider.capacity), to rehearse a cloud's "no capacity" answer.
+  std::map<std::string, int> local_capacity;
+  std::map<std::string, int> quotas;  // per-type overrides
   int parameter_servers = 1;
   std::string worker_command;
   std::string ps_command;  // default: the worker command (SPOTDNN_ROLE tells them apart)

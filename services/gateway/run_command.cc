@@ -118,6 +118,7 @@ absl::StatusOr<std::unique_ptr<launcher::CloudProvider>> ProviderFor(const JobSp
   if (spec.provider == "local") {
     launcher::LocalProvider::Options options{
         .state_dir = (fs::path(data_dir) / "local").string(), .owner = true, .detached = true};
+    options.capacity = spec.local_capacity;
     if (!emulator.empty()) {
       options.metadata = std::make_shared<launcher::EmulatorMetadataClient>(emulator);
     }

@@ -257,13 +257,18 @@ TEST_F(RunEndToEnd, RevocationIsTakenOverBeforeTheInstanceGoes) {
 }
 
 TEST_F(RunEndToEnd, KilledGatewayResumesWithoutLaunchingTwice) {
-  const std::string spec = WriteJob("e2e-resume");
+  // The longest name a job may have (64 characters): its launch tokens ("NAME-w-p2.8xlarge", ...)
+  // are longer than a cloud's client token may be, so they are hashed, and the resumed gateway
+  // must ask with the same ones.
+  const std::string job = "e2e-resume-" + std::string(53, 'x');
+  ASSERT_EQ(job.size(), 64u);
+  const std::string spec = WriteJob(job);
   auto gateway = StartGateway({"run", spec}, "run.log");
-  WaitUntilTraining("e2e-resume", 3);
+  WaitUntilTraining(job, 3);
   gateway->Kill();  // kill -9, mid-job
 
   // The instances outlive the gateway, as cloud instances do.
-  auto running = provider_->Describe("e2e-resume");
+  auto running = provider_->Describe(job);
   ASSERT_TRUE(running.ok());
   std::set<std::string> planned;
   for (const auto& i : *running) {
@@ -273,10 +278,10 @@ TEST_F(RunEndToEnd, KilledGatewayResumesWithoutLaunchingTwice) {
   ASSERT_EQ(planned.size(), 6u);  // 1 parameter server and 5 workers
 
   // A revocation while no gateway runs: the detector keeps the event for the resumed one.
-  const std::string victim = RevokeAWorker("e2e-resume", absl::Seconds(10));
+  const std::string victim = RevokeAWorker(job, absl::Seconds(10));
   absl::SleepFor(absl::Milliseconds(1500));
 
-  auto resumed = StartGateway({"run", "--resume", "e2e-resume"}, "resume.log");
+  auto resumed = StartGateway({"run", "--resume", job}, "resume.log");
   std::optional<int> code = resumed->Wait(std::chrono::seconds(110));
   ASSERT_TRUE(code.has_value()) << "the resumed gateway did not finish the job";
   EXPECT_EQ(*code, 0);
@@ -289,7 +294,7 @@ TEST_F(RunEndToEnd, KilledGatewayResumesWithoutLaunchingTwice) {
   // every other instance is a takeover.
   auto store = Store();
   ASSERT_NE(store, nullptr);
-  auto instances = store->Instances("e2e-resume");
+  auto instances = store->Instances(job);
   ASSERT_TRUE(instances.ok());
   std::set<std::string> planned_after, all;
   for (const InstanceRecord& i : *instances) {
@@ -297,7 +302,68 @@ TEST_F(RunEndToEnd, KilledGatewayResumesWithoutLaunchingTwice) {
     if (i.reason == "plan") planned_after.insert(i.id);
   }
   EXPECT_EQ(planned_after, planned);
-  CheckRevocationHandled("e2e-resume", victim);
+  CheckRevocationHandled(job, victim);
+}
+
+// A cloud with no capacity for the planned type (EC2's InsufficientInstanceCapacity; here the
+// local provider's capacity of 0): the gateway re-plans without more of it and the job runs on
+// what the re-plan names. Loss 2.6 by 150 s plans one p2.xlarge; without it the cheapest plan is
+// one g3.16xlarge. The workers step every 0.1 s instead of at the predicted pace, so it is short.
+TEST_F(RunEndToEnd, NoCapacityForAPlannedTypeIsReplannedAround) {
+  const std::string job = "e2e-capacity";
+  const fs::path spec = dir_ / "capacity.json";
+  std::ofstream(spec)
+      << nlohmann::json{{"name", job},
+                        {"workload", {{"profile", "resnet110"}}},
+                        {"slo", {{"loss", 2.6}, {"deadline", "150s"}}},
+                        {"catalog", "aws-spotdnn-prototype"},
+                        {"provider", {{"name", "local"}, {"capacity", {{"p2.xlarge", 0}}}}},
+                        {"commands",
+                         {{"worker", bin_ + "/spotdnn-sim-worker --iteration_time_s=0.1"},
+                          {"parameter_server", bin_ + "/spotdnn-sim-worker"}}}}
+             .dump(2);
+  auto gateway = StartGateway({"run", spec.string()}, "run.log");
+  std::optional<int> code = gateway->Wait(std::chrono::seconds(90));
+  ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
+  EXPECT_EQ(*code, 0);
+
+  std::vector<std::string> kinds;
+  std::string planned_cluster;
+  for (const auto& e : JsonLines(dir_ / "run.log")) {
+    kinds.push_back(e.value("event", ""));
+    if (e.value("event", "") == "planned") planned_cluster = e.value("cluster", "");
+  }
+  EXPECT_EQ(planned_cluster, "p2.xlarge=1");
+  EXPECT_THAT(kinds, ::testing::Contains("capacity"));
+  EXPECT_THAT(kinds, ::testing::Contains("replanned"));
+  EXPECT_THAT(kinds, ::testing::Contains("finished"));
+
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  auto record = store->GetJob(job);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->state, "finished") << record->message;
+  EXPECT_GE(record->iterations_done, record->target_iterations);
+  auto events = store->Events(job);
+  ASSERT_TRUE(events.ok());
+  int replans = 0;
+  for (const JobEventRecord& e : *events) replans += e.kind == "capacity-replan";
+  EXPECT_EQ(replans, 1);
+  auto instances = store->Instances(job);
+  ASSERT_TRUE(instances.ok());
+  std::map<std::string, int> workers;
+  for (const InstanceRecord& i : *instances) {
+    if (i.role == "worker") ++workers[i.instance_type];
+    if (i.role == "worker") EXPECT_EQ(i.reason, "capacity") << i.id;
+    EXPECT_EQ(i.state, "ended") << i.id;
+  }
+  EXPECT_EQ(workers, (std::map<std::string, int>{{"g3.16xlarge", 1}}));
+  // The target is the re-plan's (the same loss on the cluster that trains), and it was met.
+  CliRun status = Cli({"status", job, "--json", "--data-dir", dir_.string()});
+  ASSERT_EQ(status.code, 0) << status.err;
+  const nlohmann::json summary = nlohmann::json::parse(status.out)["summary"];
+  EXPECT_EQ(summary["slo_met"], true);
+  EXPECT_DOUBLE_EQ(summary["target_iterations"].get<double>(), 123);
 }
 
 }  // namespace
