@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -37,6 +38,25 @@ constexpr Part kParts[] = {{"spotdnn-predictor", "predictor", true},
                            {"spotdnn-metadata-emulator", "emulator", false}};
 
 bool Alive(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+// Whether `pid` is still a service of the stack in `data_dir`: its command line names a port file
+// under the stack's run/ folder. After a reboot or a crash a recorded pid may belong to another
+// program by now, which must never be signalled.
+bool OfThisStack(pid_t pid, const std::string& data_dir) {
+  if (!Alive(pid)) return false;
+  std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"), std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::error_code ec;
+  const fs::path run = fs::weakly_canonical(fs::absolute(fs::path(data_dir) / "run"), ec);
+  for (absl::string_view arg : absl::StrSplit(buffer.str(), '\0')) {
+    if (!absl::ConsumePrefix(&arg, "--port_file=")) continue;
+    // The path as `up` gave it (relative or not), compared as the folder it names.
+    const fs::path port_file(std::string{arg});
+    if (fs::weakly_canonical(port_file.parent_path(), ec) == run) return true;
+  }
+  return false;
+}
 
 std::string Tail(const fs::path& path, size_t bytes = 2000) {
   std::ifstream in(path, std::ios::binary);
@@ -119,11 +139,12 @@ absl::StatusOr<Stack> StartStack(const std::string& data_dir, const std::string&
                                  std::ostream* progress) {
   if (auto up = ReadStack(data_dir); up.ok()) {
     bool all = true;
-    for (const auto& [name, pid] : up->pids) all = all && Alive(pid);
+    for (const auto& [name, pid] : up->pids) all = all && OfThisStack(pid, data_dir);
     if (all) return up;
     (void)StopStack(data_dir);  // a partly dead stack: start afresh
   }
-  const fs::path dir(data_dir);
+  // Absolute: the services' command lines name it, and `down` recognises them by it.
+  const fs::path dir = fs::absolute(data_dir);
   std::error_code ec;
   fs::create_directories(dir / "logs", ec);
   fs::create_directories(dir / "run", ec);
@@ -203,16 +224,17 @@ absl::StatusOr<Stack> StartStack(const std::string& data_dir, const std::string&
 absl::Status StopStack(const std::string& data_dir) {
   absl::StatusOr<Stack> stack = ReadStack(data_dir);
   if (!stack.ok()) return stack.status();
+  std::vector<pid_t> signalled;
   for (const auto& [name, pid] : stack->pids) {
-    if (Alive(pid)) kill(pid, SIGTERM);
+    if (OfThisStack(pid, data_dir) && kill(pid, SIGTERM) == 0) signalled.push_back(pid);
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  for (const auto& [name, pid] : stack->pids) {
+  for (pid_t pid : signalled) {
     while (Alive(pid) && absl::Now() < deadline) {
       waitpid(pid, nullptr, WNOHANG);  // our own child when `up` ran in this process
       absl::SleepFor(absl::Milliseconds(20));
     }
-    if (Alive(pid)) kill(pid, SIGKILL);
+    if (OfThisStack(pid, data_dir)) kill(pid, SIGKILL);
     waitpid(pid, nullptr, WNOHANG);
   }
   std::error_code ec;

@@ -1,12 +1,16 @@
 // The job spec parser, the job store, and the CLI's answers to bad input for run/jobs/status/up.
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "provisioner/local_provider.h"
 #include "services/common/data_registry.h"
 #include "services/gateway/job_runner.h"
@@ -81,6 +85,27 @@ TEST(JobSpecTest, BadInputNamesTheFieldAndTheValue) {
       {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c"})",
        "commands is required"},
       {R"({"name": "j", "workloads": "w"})", "workloads: unknown field"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "quotas": {"p2.xlarge": 4294967297}, "commands": {"worker": "x"}})",
+       "quotas.p2.xlarge = 4294967297"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "parameter_servers": 4294967297, "commands": {"worker": "x"}})",
+       "parameter_servers = 4294967297"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": {"name": "aws", "image_id": "ami-1", "subnet": "s-1"},
+           "commands": {"worker": "x"}})",
+       "provider.subnet: unknown field"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": {"name": "aws", "region": "us-east-1"}, "commands": {"worker": "x"}})",
+       "provider.image_id is required"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": {"name": "local", "capacity": {"p2.xlarge": "two"}},
+           "commands": {"worker": "x"}})",
+       "provider.capacity.p2.xlarge = \"two\""},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": {"name": "aws", "image_id": "ami-1", "capacity": {"p2.xlarge": 1}},
+           "commands": {"worker": "x"}})",
+       "only the local provider"},
   };
   for (const Case& c : cases) {
     auto spec = ParseJobSpec(c.json);
@@ -145,6 +170,32 @@ TEST_F(JobStoreTest, JobsInstancesRevocationsAndEventsSurviveAReopen) {
   EXPECT_EQ((*store)->Events("j")->size(), 1u);
   EXPECT_EQ((*store)->GetJob("nope").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*store)->ListJobs()->size(), 1u);
+}
+
+// After a reboot or a crash, a pid in stack.json may belong to another program: `spotdnn down`
+// must leave it alone (and still forget the stack).
+TEST_F(JobStoreTest, DownNeverSignalsAProcessThatIsNotTheStacks) {
+  fs::create_directories(dir_);
+  const pid_t stranger = fork();
+  ASSERT_GE(stranger, 0);
+  if (stranger == 0) {
+    execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  nlohmann::json doc;
+  for (const char* key : {"predictor", "provisioner", "profiler", "detector"}) {
+    doc[key] = {{"address", "127.0.0.1:1"}, {"pid", stranger}, {"log", "x.log"}};
+  }
+  doc["emulator"] = {{"address", "http://127.0.0.1:1"}, {"pid", stranger}, {"log", "x.log"}};
+  std::ofstream(dir_ / "stack.json") << doc.dump();
+  CliRun down = Cli({"down", "--data-dir", dir_.string()});
+  EXPECT_EQ(down.code, 0) << down.err;
+  EXPECT_FALSE(fs::exists(dir_ / "stack.json"));
+  absl::SleepFor(absl::Milliseconds(200));
+  int status = 0;
+  EXPECT_EQ(waitpid(stranger, &status, WNOHANG), 0) << "spotdnn down signalled a stranger";
+  kill(stranger, SIGKILL);
+  waitpid(stranger, &status, 0);
 }
 
 TEST_F(JobStoreTest, CliExplainsWhatIsMissing) {
