@@ -506,7 +506,10 @@ absl::Status LocalProvider::Terminate(const std::vector<std::string>& instance_i
     Stop(r);
     std::error_code ec;
     fs::remove(PathFor(r.id, ".instance"), ec);
-    fs::remove(PathFor(r.id, ".log"), ec);
+    // The output stays, for whoever asks why an instance failed: STATE_DIR/logs/ID.log.
+    fs::create_directories(fs::path(options_.state_dir) / "logs", ec);
+    fs::rename(PathFor(r.id, ".log"), fs::path(options_.state_dir) / "logs" / (r.id + ".log"), ec);
+    if (ec) fs::remove(PathFor(r.id, ".log"), ec);
   }
   if (!unknown.empty()) {
     return absl::NotFoundError(

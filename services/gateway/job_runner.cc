@@ -903,6 +903,11 @@ absl::StatusOr<JobRecord> Job::Run() {
   StartWatching();
   absl::Time next_progress = absl::Now();
   absl::Time next_describe = absl::Now();
+  absl::Time last_advance = absl::Now();
+  double last_iterations = job_.iterations_done;
+  const std::string logs = env_.instance_logs.empty()
+                               ? ""
+                               : absl::StrCat("; the instances' output is in ", env_.instance_logs);
   absl::Status status;
   while (status.ok()) {
     std::deque<pb::RevocationEvent> events;
@@ -935,6 +940,17 @@ absl::StatusOr<JobRecord> Job::Run() {
       status = Finish();
       break;
     }
+    if (job_.iterations_done > last_iterations) {
+      last_iterations = job_.iterations_done;
+      last_advance = absl::Now();
+    } else if (env_.stall_timeout > absl::ZeroDuration() &&
+               absl::Now() - last_advance > env_.stall_timeout) {
+      status = Fail(absl::StrCat(
+          "no worker reported a new iteration for ", absl::FormatDuration(env_.stall_timeout), " (",
+          Fixed(job_.iterations_done, 0), " of ", Fixed(job_.target_iterations, 0),
+          " done): do the workers report their steps to the profiler ($SPOTDNN_PROFILER)?", logs));
+      break;
+    }
     bool any_worker = false;
     for (const auto& [id, i] : instances_) any_worker |= i.role == "worker" && i.state != "ended";
     auto revocations = env_.store->Revocations(job_.id);
@@ -943,7 +959,10 @@ absl::StatusOr<JobRecord> Job::Run() {
       for (const RevocationRecord& r : *revocations) pending |= r.status == "pending";
     }
     if (!any_worker && !pending) {
-      status = Fail("no worker is left running and no takeover is pending");
+      status =
+          Fail(absl::StrCat("no worker is left running and no takeover is pending (worker "
+                            "command: ",
+                            spec_.worker_command, ")", logs));
       break;
     }
     absl::SleepFor(env_.tick);

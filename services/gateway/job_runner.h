@@ -45,6 +45,11 @@ struct RunnerEnv {
   std::function<void(const JobUpdate&)> on_update;
   absl::Duration tick = absl::Milliseconds(250);
   absl::Duration progress_every = absl::Seconds(2);
+  // The job fails when its workers report no new iteration for this long while running (a worker
+  // command that does not report, or a profiler nobody reaches); zero: never.
+  absl::Duration stall_timeout = absl::Minutes(10);
+  // Where the instances' output is kept, for the failure messages (local provider); may be empty.
+  std::string instance_logs;
 };
 
 // Stores a new job: resolves its workload (running its profiling step first when it has one) and

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 
 constexpr char kRunUsage[] =
     R"(Usage: spotdnn run JOB.json [--json] [--data-dir D] [--provisioner H:P] [--profiler H:P]
-                   [--detector H:P] [--metadata-emulator URL]
+                   [--detector H:P] [--metadata-emulator URL] [--stall-timeout T]
        spotdnn run --resume JOB [--json] [--data-dir D] ...
 
 Runs a job end to end: profiles it if its spec says so, plans the cheapest cluster that meets its
@@ -43,6 +43,8 @@ notices) from the stack's emulator or --metadata-emulator.
 
   --data-dir D   state folder (default $SPOTDNN_HOME, else ~/.spotdnn)
   --json         one JSON object per event, one per line (the last one has the summary)
+  --stall-timeout T  fail the job when no worker reports a new iteration for T (default 10m;
+                 0: never)
 Exit status: 0 the job met its SLO, 3 it finished without meeting it or failed, 2 bad input,
 1 a service could not be reached.
 )";
@@ -176,6 +178,12 @@ int Run(const Args& args, const Io& io) {
   }
   auto spec = ParseJobSpec(spec_json);
   if (!spec.ok()) return ReportError(spec.status(), "run", io);
+  absl::Duration stall_timeout = absl::Minutes(10);
+  if (auto v = args.Get("--stall-timeout")) {
+    auto d = *v == "0" ? absl::StatusOr<double>(0) : ParseDuration("--stall-timeout", *v);
+    if (!d.ok()) return ReportError(d.status(), "run", io);
+    stall_timeout = absl::Seconds(*d);
+  }
 
   // The services: named, or the stack's.
   std::string provisioner = args.Get("--provisioner").value_or("");
@@ -219,7 +227,11 @@ int Run(const Args& args, const Io& io) {
                 .provider = provider->get(),
                 .store = store->get(),
                 .profiler_address = profiler,
-                .detector_address = detector};
+                .detector_address = detector,
+                .stall_timeout = stall_timeout};
+  if (auto* local = dynamic_cast<launcher::LocalProvider*>(provider->get()); local != nullptr) {
+    env.instance_logs = (fs::path(local->state_dir()) / "logs").string();
+  }
   env.on_update = [&io](const JobUpdate& u) {
     if (io.json) {
       io.out << u.json << std::endl;
@@ -418,9 +430,10 @@ int JobCommand(const std::string& command, const std::vector<std::string>& argv,
     return kExitOk;
   }
   Io io{out, err, std::find(argv.begin(), argv.end(), "--json") != argv.end()};
-  auto args = Args::Parse(argv, {.values = {"--data-dir", "--bin-dir", "--resume", "--provisioner",
-                                            "--profiler", "--detector", "--metadata-emulator"},
-                                 .switches = {"--json"}});
+  auto args = Args::Parse(
+      argv, {.values = {"--data-dir", "--bin-dir", "--resume", "--provisioner", "--profiler",
+                        "--detector", "--metadata-emulator", "--stall-timeout"},
+             .switches = {"--json"}});
   if (!args.ok()) {
     ReportError(args.status(), command, io);
     err << usage;

@@ -366,5 +366,49 @@ TEST_F(RunEndToEnd, NoCapacityForAPlannedTypeIsReplannedAround) {
   EXPECT_DOUBLE_EQ(summary["target_iterations"].get<double>(), 123);
 }
 
+// Workers that never report a step: the job fails after --stall-timeout with a message that says
+// what to check and where the instances' output is, instead of waiting for ever; nothing is left
+// running and the output is kept.
+TEST_F(RunEndToEnd, WorkersThatNeverReportFailTheJobAfterTheStallTimeout) {
+  const std::string job = "e2e-stall";
+  const fs::path spec = dir_ / "stall.json";
+  std::ofstream(spec) << nlohmann::json{
+      {"name", job},
+      {"workload", {{"profile", "resnet110"}}},
+      {"slo", {{"loss", 2.6}, {"deadline", "150s"}}},
+      {"catalog", "aws-spotdnn-prototype"},
+      {"provider", "local"},
+      {"commands",
+       {{"worker", "echo worker-started-but-silent; sleep 60"},
+        {"parameter_server",
+         "sleep 60"}}}}.dump(2);
+  auto gateway = StartGateway({"run", spec.string(), "--stall-timeout", "3s"}, "run.log");
+  std::optional<int> code = gateway->Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(code.has_value()) << "the gateway kept waiting";
+  EXPECT_EQ(*code, 3);
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  auto record = store->GetJob(job);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->state, "failed");
+  EXPECT_THAT(record->message, ::testing::HasSubstr("no worker reported a new iteration for 3s"));
+  const fs::path logs = dir_ / "local" / "logs";
+  EXPECT_THAT(record->message, ::testing::HasSubstr(logs.string()));
+  auto left = provider_->Describe(job);
+  ASSERT_TRUE(left.ok());
+  for (const auto& i : *left) {
+    EXPECT_EQ(i.state, launcher::InstanceState::kTerminated) << i.id << " is still running";
+  }
+  bool output_kept = false;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(logs, ec)) {
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    output_kept |= absl::StrContains(text.str(), "worker-started-but-silent");
+  }
+  EXPECT_TRUE(output_kept) << "no worker output under " << logs;
+}
+
 }  // namespace
 }  // namespace spotdnn::gateway
