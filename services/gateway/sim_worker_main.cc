@@ -3,7 +3,8 @@
 // (SPOTDNN_PREDICTED_ITERATION_S, which `spotdnn run` sets) and reports every iteration to the
 // profiler (SPOTDNN_PROFILER) exactly as a real worker's reporting hook would; as a parameter
 // server (SPOTDNN_ROLE=ps) it waits. SIGTERM or SIGINT: it reports what is left and exits 0.
-// For demos and end-to-end tests of `spotdnn run` on the local provider.
+// For demos and end-to-end tests of `spotdnn run` on the local provider. Against a secured
+// profiler it takes the agent's client flags (--tls_ca, --tls_cert, --tls_key, --auth_token_file).
 #include <signal.h>
 
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "services/common/security_flags.h"
 #include "services/common/server.h"
 #include "spdlog/spdlog.h"
 #include "spotdnn/v1/profiler.grpc.pb.h"
@@ -99,6 +101,13 @@ int main(int argc, char** argv) {
   const std::string worker = Env("SPOTDNN_INSTANCE_ID");
   if (job.empty() || worker.empty()) {
     spdlog::error("SPOTDNN_JOB_ID and SPOTDNN_INSTANCE_ID must be set (the launcher sets them)");
+    return 2;
+  }
+  // A secured profiler: --tls_ca (TLS), --tls_cert/--tls_key (mutual TLS), --auth_token_file.
+  if (auto s =
+          spotdnn::services::SetDefaultClientSecurity(spotdnn::services::ClientSecurityFromFlags());
+      !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
     return 2;
   }
   int batch = 0;

@@ -14,6 +14,7 @@
 #include "httplib.h"
 #include "services/common/security.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
+#include "spotdnn/v1/profiler.grpc.pb.h"
 #include "tests/gateway/cli_runner.h"
 #include "tests/testing/child_process.h"
 #include "tests/testing/test_certificates.h"
@@ -175,6 +176,60 @@ TEST_F(SecureBinariesTest, AgentReachesDetectorOverMutualTlsWithToken) {
   EXPECT_TRUE(agent.Stop());
   EXPECT_TRUE(detector.Stop());
   EXPECT_TRUE(emulator.Stop());
+}
+
+// A worker reports its steps to a profiler that wants mutual TLS and a token: spotdnn-sim-worker
+// (the stand-in for a training process) takes the agent's client flags. Without them it gets
+// nothing through.
+TEST_F(SecureBinariesTest, SimWorkerReportsToAProfilerOverMutualTlsWithToken) {
+  std::vector<std::string> argv = {Bin("spotdnn-profiler"), "--listen=127.0.0.1:0",
+                                   "--port_file=" + Path("prof"), "--db=" + Path("p.db")};
+  for (const std::string& flag : ServerFlags()) argv.push_back(flag);
+  Child profiler(argv);
+  const int port = ReadPort(Path("prof"));
+  ASSERT_GT(port, 0);
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  setenv("SPOTDNN_JOB_ID", "tls-job", 1);
+  auto worker = [&](const std::string& id, bool secured) {
+    setenv("SPOTDNN_INSTANCE_ID", id.c_str(), 1);
+    std::vector<std::string> args = {Bin("spotdnn-sim-worker"), "--profiler=" + target,
+                                     "--iteration_time_s=0.01", "--max_steps=20",
+                                     "--report_interval=50ms"};
+    if (secured) {
+      for (const std::string& flag :
+           {"--tls_ca=" + certs_.ca_cert, "--tls_cert=" + certs_.client_cert,
+            "--tls_key=" + certs_.client_key, "--auth_token_file=" + token_file_}) {
+        args.push_back(flag);
+      }
+    }
+    Child child(args, Path(id + ".log"));
+    return child.Wait(std::chrono::seconds(30));
+  };
+  std::optional<int> plain = worker("i-plain", false);
+  std::optional<int> secured = worker("i-tls", true);
+  unsetenv("SPOTDNN_JOB_ID");
+  unsetenv("SPOTDNN_INSTANCE_ID");
+  ASSERT_TRUE(secured.has_value());
+  EXPECT_EQ(*secured, 0) << Slurp(Path("i-tls.log"));
+  EXPECT_TRUE(plain.has_value());
+
+  auto channel = MakeChannel(target, {.ca_file = certs_.ca_cert,
+                                      .cert_file = certs_.client_cert,
+                                      .key_file = certs_.client_key,
+                                      .token_file = token_file_});
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  auto stub = v1::Profiler::NewStub(*channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::GetJobProgressRequest request;
+  request.set_job_id("tls-job");
+  v1::GetJobProgressResponse progress;
+  grpc::Status status = stub->GetJobProgress(&context, request, &progress);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(progress.workers_size(), 1) << "only the worker with the client flags gets through";
+  EXPECT_EQ(progress.workers(0).worker_id(), "i-tls");
+  EXPECT_EQ(progress.total_steps(), 20);
+  EXPECT_TRUE(profiler.Stop());
 }
 
 }  // namespace
