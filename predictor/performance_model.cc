@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -115,7 +117,7 @@ absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profil
 
 bool PerformanceModel::EvaluateShape(absl::Span<const int> counts, int parameter_servers,
                                      Estimate& out) const {
-  int workers = 0;
+  int64_t sum = 0;  // 64-bit: counts come from callers that may not have bounded them
   for (size_t k = 0; k < counts.size(); ++k) {
     if (counts[k] == 0) continue;
     if (!types_[k].usable) {
@@ -123,8 +125,14 @@ bool PerformanceModel::EvaluateShape(absl::Span<const int> counts, int parameter
       out.unusable_type = static_cast<int>(k);
       return false;
     }
-    workers += counts[k];
+    sum += counts[k];
   }
+  if (sum > kMaxClusterSize) {
+    out.workers = static_cast<int>(std::min<int64_t>(sum, std::numeric_limits<int>::max()));
+    out.error = EstimateError::kTooManyWorkers;
+    return false;
+  }
+  const int workers = static_cast<int>(sum);
   out.workers = workers;
   if (workers == 0) {
     out.error = EstimateError::kEmptyCluster;
@@ -214,6 +222,9 @@ absl::Status PerformanceModel::ErrorStatus(const Estimate& e, double target_loss
     case EstimateError::kEmptyCluster:
       return absl::InvalidArgumentError(
           "cluster is empty: give at least one instance type with a count above 0");
+    case EstimateError::kTooManyWorkers:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "cluster has %d workers: must be at most %d", e.workers, kMaxClusterSize));
     case EstimateError::kUnusableType:
       return absl::FailedPreconditionError(absl::StrCat("cluster uses ",
                                                         catalog_.types[e.unusable_type].name,
@@ -250,9 +261,10 @@ absl::Status PerformanceModel::CheckCluster(const Cluster& cluster) const {
                         cluster.counts.size(), catalog_.name, catalog_.types.size()));
   }
   for (size_t k = 0; k < cluster.counts.size(); ++k) {
-    if (cluster.counts[k] < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat("cluster count of %s = %d: must be >= 0",
-                                                        catalog_.types[k].name, cluster.counts[k]));
+    if (cluster.counts[k] < 0 || cluster.counts[k] > kMaxInstancesPerType) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cluster count of %s = %d: must be in [0, %d]", catalog_.types[k].name,
+                          cluster.counts[k], kMaxInstancesPerType));
     }
   }
   if (cluster.parameter_servers < 1) {

@@ -40,6 +40,7 @@ struct TypeModel {
 enum class EstimateError : std::uint8_t {
   kOk,
   kEmptyCluster,          // |N| = 0
+  kTooManyWorkers,        // |N| > kMaxClusterSize
   kUnusableType,          // a type with count > 0 has no usable compute profile
   kTargetAtOrBelowFloor,  // target loss <= g5 (or NaN)
   kNotReachable,          // j <= 0: the cluster starts below the target already

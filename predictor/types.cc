@@ -1,6 +1,9 @@
 #include "predictor/types.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -54,9 +57,9 @@ absl::Status InstanceCatalog::Validate() const {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s.gpus = %d (%s): must be at least 1", field, t.gpus, t.name));
     }
-    if (t.quota < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s.quota = %d (%s): must be >= 0", field, t.quota, t.name));
+    if (t.quota < 0 || t.quota > kMaxInstancesPerType) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s.quota = %d (%s): must be in [0, %d]", field, t.quota, t.name, kMaxInstancesPerType));
     }
     for (auto [suffix, value] :
          {std::pair{".gpu_memory_gib", t.gpu_memory_gib},
@@ -167,9 +170,9 @@ absl::Status WorkloadProfile::Validate() const {
 }
 
 int Cluster::Workers() const {
-  int n = 0;
+  int64_t n = 0;
   for (int c : counts) n += c;
-  return n;
+  return static_cast<int>(std::min<int64_t>(n, std::numeric_limits<int>::max()));
 }
 
 absl::StatusOr<Cluster> MakeCluster(const InstanceCatalog& catalog,
@@ -195,9 +198,10 @@ absl::StatusOr<Cluster> MakeCluster(const InstanceCatalog& catalog,
                           "(it has %s)",
                           i, type, catalog.name, known));
     }
-    if (count < 0) {
+    if (count < 0 || count > kMaxInstancesPerType) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("cluster.instances[%d].count = %d (%s): must be >= 0", i, count, type));
+          absl::StrFormat("cluster.instances[%d].count = %d (%s): must be in [0, %d]", i, count,
+                          type, kMaxInstancesPerType));
     }
     if (given[index]) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -205,6 +209,11 @@ absl::StatusOr<Cluster> MakeCluster(const InstanceCatalog& catalog,
     }
     given[index] = true;
     cluster.counts[index] = count;
+  }
+  // Each count is bounded, so the sum fits; bound it too so |N| stays a sane model input.
+  if (const int workers = cluster.Workers(); workers > kMaxClusterSize) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cluster.instances: %d workers in all: must be at most %d", workers, kMaxClusterSize));
   }
   return cluster;
 }

@@ -14,6 +14,12 @@
 
 namespace spotdnn::predictor {
 
+// Most instances of one type a quota or a cluster may hold. Far above any real spot quota; it keeps
+// counts, their sums and every planning strategy's search finite and well inside `int`.
+inline constexpr int kMaxInstancesPerType = 10'000;
+// Most workers in one cluster (and the largest cluster a plan considers).
+inline constexpr int kMaxClusterSize = 100'000;
+
 // A GPU instance type with its prices and the user's quota (Lim_m).
 struct InstanceType {
   std::string name;
@@ -22,7 +28,7 @@ struct InstanceType {
   double gpu_memory_gib = 0;       // mem_k of one GPU (eq. 10)
   double spot_price_per_hour = 0;  // p_m
   double on_demand_price_per_hour = 0;
-  int quota = 0;  // Lim_m
+  int quota = 0;  // Lim_m, in [0, kMaxInstancesPerType]
 };
 
 // The parameter server a cluster trains against; prices of 0 mean "not priced".
@@ -110,11 +116,13 @@ struct Cluster {
   std::vector<int> counts;
   int parameter_servers = 1;
 
+  // |N|, the sum of the counts (saturates at INT_MAX for counts MakeCluster would refuse).
   int Workers() const;
 };
 
-// Builds a Cluster from (type name, count) pairs; names must be in the catalog, counts >= 0, and
-// a type may appear once. INVALID_ARGUMENT names the offending entry.
+// Builds a Cluster from (type name, count) pairs; names must be in the catalog, counts in
+// [0, kMaxInstancesPerType], at most kMaxClusterSize in all, and a type may appear once.
+// INVALID_ARGUMENT names the offending entry.
 absl::StatusOr<Cluster> MakeCluster(const InstanceCatalog& catalog,
                                     const std::vector<std::pair<std::string, int>>& counts,
                                     int parameter_servers = 1);

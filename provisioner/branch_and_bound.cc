@@ -7,6 +7,7 @@
 // linear-fractional parts), so they hold whether or not adding workers speeds a cluster up.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 
 #include "predictor/equations.h"
@@ -146,14 +147,16 @@ class BranchAndBound {
   }
 
   PlanResult Run() {
-    int n_min = 0, n_max = 0;
+    // 64-bit sums: quotas are bounded per type, not their number.
+    int64_t n_min = 0, n_max = 0;
     for (size_t k = 0; k < problem_.max_counts.size(); ++k) {
       n_min += problem_.min_counts[k];
       n_max += problem_.max_counts[k];
     }
-    n_min = std::max(n_min, 1);
-    if (problem_.max_workers > 0) n_max = std::min(n_max, problem_.max_workers);
-    for (int n = n_min; n <= n_max; ++n) SolveSize(n);
+    n_min = std::max<int64_t>(n_min, 1);
+    n_max = std::min<int64_t>(
+        n_max, problem_.max_workers > 0 ? problem_.max_workers : predictor::kMaxClusterSize);
+    for (int64_t n = n_min; n <= n_max; ++n) SolveSize(static_cast<int>(n));
     return result_;
   }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -46,9 +47,10 @@ absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& p
     return absl::InvalidArgumentError(
         absl::StrFormat("revocation_overhead_s = %g: must be a finite number >= 0", p.overhead_s));
   }
-  if (p.max_workers < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("max_cluster_size = %d: must be >= 0", p.max_workers));
+  if (p.max_workers < 0 || p.max_workers > predictor::kMaxClusterSize) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_cluster_size = %d: must be in [0, %d] (0 = no limit beyond the quotas)", p.max_workers,
+        predictor::kMaxClusterSize));
   }
   if (p.parameter_servers < 1) {
     return absl::InvalidArgumentError(
@@ -63,9 +65,10 @@ absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& p
       return absl::InvalidArgumentError(absl::StrFormat("existing count of %s = %d: must be >= 0",
                                                         types[k].name, p.min_counts[k]));
     }
-    if (p.max_counts[k] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("quota of %s = %d: must be >= 0", types[k].name, p.max_counts[k]));
+    if (p.max_counts[k] < 0 || p.max_counts[k] > predictor::kMaxInstancesPerType) {
+      return absl::InvalidArgumentError(absl::StrFormat("quota of %s = %d: must be in [0, %d]",
+                                                        types[k].name, p.max_counts[k],
+                                                        predictor::kMaxInstancesPerType));
     }
     if (p.min_counts[k] > 0 && !model.types()[k].usable) {
       return absl::InvalidArgumentError(
@@ -78,7 +81,7 @@ absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& p
                           p.min_counts[k], p.max_counts[k]));
     }
   }
-  const int existing = std::accumulate(p.min_counts.begin(), p.min_counts.end(), 0);
+  const int64_t existing = std::accumulate(p.min_counts.begin(), p.min_counts.end(), int64_t{0});
   if (p.max_workers > 0 && existing > p.max_workers) {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_cluster_size = %d is below the %d instances already running",
@@ -112,8 +115,8 @@ bool Better(const Candidate& a, const Candidate& b, Objective objective) {
   const double a2 = objective == Objective::kMinCost ? a.time_s : a.cost_usd;
   const double b2 = objective == Objective::kMinCost ? b.time_s : b.cost_usd;
   if (a2 != b2) return a2 < b2;
-  const int na = std::accumulate(a.counts.begin(), a.counts.end(), 0);
-  const int nb = std::accumulate(b.counts.begin(), b.counts.end(), 0);
+  const int64_t na = std::accumulate(a.counts.begin(), a.counts.end(), int64_t{0});
+  const int64_t nb = std::accumulate(b.counts.begin(), b.counts.end(), int64_t{0});
   if (na != nb) return na < nb;
   return a.counts < b.counts;
 }
@@ -182,8 +185,12 @@ absl::StatusOr<PlanResult> SolveExhaustive(const PerformanceModel& model,
   return result;
 }
 
-PlanResult SolveSpotdnn(const PerformanceModel& model, const PlanProblem& problem) {
-  PlanResult result;
+namespace {
+
+// The heuristic's list: usable types with room to grow, fastest single worker first, each
+// repeated (quota - running) times; as (type, run length) pairs.
+std::vector<std::pair<int, int>> SpotdnnRuns(const PerformanceModel& model,
+                                             const PlanProblem& problem) {
   const auto& types = model.types();
   std::vector<int> order;
   for (size_t k = 0; k < types.size(); ++k) {
@@ -194,10 +201,59 @@ PlanResult SolveSpotdnn(const PerformanceModel& model, const PlanProblem& proble
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     return types[a].single_worker_time_s < types[b].single_worker_time_s;
   });
+  std::vector<std::pair<int, int>> runs;
+  for (int k : order) runs.emplace_back(k, problem.max_counts[k] - problem.min_counts[k]);
+  return runs;
+}
+
+struct SpotdnnShape {
+  int64_t len = 0;       // list length
+  int64_t max_n = 0;     // longest window (max_workers allowing)
+  uint64_t windows = 0;  // clusters scored
+};
+
+SpotdnnShape ShapeOf(const std::vector<std::pair<int, int>>& runs, const PlanProblem& problem) {
+  SpotdnnShape shape;
+  for (const auto& run : runs) shape.len += run.second;
+  const int64_t existing =
+      std::accumulate(problem.min_counts.begin(), problem.min_counts.end(), int64_t{0});
+  shape.max_n = shape.len;
+  if (problem.max_workers > 0) {
+    shape.max_n = std::clamp<int64_t>(problem.max_workers - existing, 0, shape.len);
+  }
+  // Every start for lengths below the list's; one window of the full length.
+  const auto len = static_cast<uint64_t>(shape.len);
+  const auto max_n = static_cast<uint64_t>(shape.max_n);
+  shape.windows =
+      (existing > 0 ? 1 : 0) + (max_n == len && len > 0 ? (len - 1) * len + 1 : max_n * len);
+  return shape;
+}
+
+}  // namespace
+
+absl::Status CheckSpotdnnSize(const PerformanceModel& model, const PlanProblem& problem) {
+  const SpotdnnShape shape = ShapeOf(SpotdnnRuns(model, problem), problem);
+  if (shape.windows > kSpotdnnWindowLimit) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the spotdnn heuristic would score %d windows of its %d-instance list (the quotas above "
+        "the running instances), above its limit of %d; lower the quotas (--quota / "
+        "options.quota_overrides) or the cluster size (--max-size / options.max_cluster_size), "
+        "or use the exact strategy",
+        shape.windows, shape.len, kSpotdnnWindowLimit));
+  }
+  return absl::OkStatus();
+}
+
+PlanResult SolveSpotdnn(const PerformanceModel& model, const PlanProblem& problem) {
+  PlanResult result;
+  const std::vector<std::pair<int, int>> runs = SpotdnnRuns(model, problem);
+  const SpotdnnShape shape = ShapeOf(runs, problem);
+  if (shape.windows > kSpotdnnWindowLimit) return result;
   std::vector<int> list;
-  for (int k : order) list.insert(list.end(), problem.max_counts[k] - problem.min_counts[k], k);
-  const int len = static_cast<int>(list.size());
-  const int existing = std::accumulate(problem.min_counts.begin(), problem.min_counts.end(), 0);
+  list.reserve(shape.len);
+  for (const auto& [k, n] : runs) list.insert(list.end(), n, k);
+  const int len = static_cast<int>(shape.len);
+  const int max_n = static_cast<int>(shape.max_n);
   Candidate c;
   std::vector<int> counts;
   auto consider = [&]() {
@@ -208,17 +264,18 @@ PlanResult SolveSpotdnn(const PerformanceModel& model, const PlanProblem& proble
       result.feasible = true;
     }
   };
-  if (existing > 0) {
+  if (std::accumulate(problem.min_counts.begin(), problem.min_counts.end(), int64_t{0}) > 0) {
     counts = problem.min_counts;
     consider();
   }
-  for (int n = 1; n <= len; ++n) {
-    if (problem.max_workers > 0 && existing + n > problem.max_workers) break;
-    for (int m = 0; m < len; ++m) {
-      counts = problem.min_counts;
-      for (int i = 0; i < n; ++i) ++counts[list[(m + i) % len]];
+  // Window [m, m + n) of the circular list, grown one instance at a time from each start. The
+  // full list is the same from every start, so only start 0 scores it.
+  for (int m = 0; m < len; ++m) {
+    counts = problem.min_counts;
+    for (int n = 1; n <= max_n; ++n) {
+      if (n == len && m > 0) break;
+      ++counts[list[(m + n - 1) % len]];
       consider();
-      if (n == len) break;  // every start gives the same full list
     }
   }
   return result;
@@ -254,6 +311,7 @@ absl::StatusOr<PlanResult> Solve(const PerformanceModel& model, const PlanProble
     case Strategy::kExact:
       return SolveExact(model, problem);
     case Strategy::kSpotdnn:
+      if (auto s = CheckSpotdnnSize(model, problem); !s.ok()) return s;
       return SolveSpotdnn(model, problem);
     case Strategy::kExhaustive:
       return SolveExhaustive(model, problem, exhaustive_limit);

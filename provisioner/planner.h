@@ -31,6 +31,9 @@ enum class Strategy { kExact, kSpotdnn, kExhaustive };
 
 // Default most clusters `exhaustive` may evaluate.
 inline constexpr uint64_t kDefaultExhaustiveLimit = 50'000'000;
+// Most windows (clusters) the `spotdnn` heuristic scores (about a second); it scores about L^2
+// for a list of L instances, so this admits lists of up to 2,000 instances.
+inline constexpr uint64_t kSpotdnnWindowLimit = 4'000'000;
 
 // One planning question. Counts are indexed like the model's catalog types.
 struct PlanProblem {
@@ -40,8 +43,10 @@ struct PlanProblem {
   double budget_usd = kInf;     // cost must not exceed it
   double overhead_s = 0;        // T_ohd, added to every predicted time and paid for
   std::vector<int> min_counts;  // instances that stay (already running, paid for)
-  std::vector<int> max_counts;  // quotas Lim_m (0 leaves a type out)
-  int max_workers = 0;          // largest cluster; 0 = no limit beyond the quotas
+  std::vector<int> max_counts;  // quotas Lim_m (0 leaves a type out), at most
+                                // predictor::kMaxInstancesPerType each
+  int max_workers = 0;          // largest cluster, at most predictor::kMaxClusterSize; 0 = no
+                                // limit beyond the quotas (and kMaxClusterSize)
   int parameter_servers = 1;
   bool on_demand = false;  // price with on-demand instead of spot prices
   Objective objective = Objective::kMinCost;
@@ -88,8 +93,11 @@ absl::StatusOr<PlanResult> SolveExhaustive(const PerformanceModel& model,
                                            uint64_t limit = kDefaultExhaustiveLimit);
 // The spotDNN prototype's heuristic: types sorted by single-worker iteration time, expanded by
 // quota into a list, every (wrapping) window of every length a candidate; running instances are
-// added to every window.
+// added to every window. Scores nothing (infeasible) when CheckSpotdnnSize refuses the problem.
 PlanResult SolveSpotdnn(const PerformanceModel& model, const PlanProblem& problem);
+// FAILED_PRECONDITION when the heuristic would score more than kSpotdnnWindowLimit windows,
+// saying how many and how to shrink the problem.
+absl::Status CheckSpotdnnSize(const PerformanceModel& model, const PlanProblem& problem);
 // Dispatches on `strategy`.
 absl::StatusOr<PlanResult> Solve(const PerformanceModel& model, const PlanProblem& problem,
                                  Strategy strategy,

@@ -20,6 +20,7 @@ absl::StatusOr<double> LossAfterIterations(const PerformanceModel& model,
   const predictor::LossModel& loss = *model.profile().loss;
   const Estimate e = model.Evaluate(counts, std::numeric_limits<double>::max(), parameter_servers);
   if (e.error == predictor::EstimateError::kEmptyCluster ||
+      e.error == predictor::EstimateError::kTooManyWorkers ||
       e.error == predictor::EstimateError::kUnusableType) {
     return absl::InvalidArgumentError(
         absl::StrCat("progress.cluster_before: ", model.ErrorStatus(e, 0).message()));

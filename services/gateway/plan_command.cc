@@ -1,12 +1,22 @@
 // spotdnn plan: the cheapest set of spot instances that reaches a loss by a deadline (deadline
 // mode), the fastest within a budget (budget mode), or the whole time/cost frontier.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "predictor/types.h"
 #include "services/common/convert.h"
 #include "services/gateway/cli.h"
 #include "services/gateway/output.h"
@@ -63,6 +73,65 @@ std::string Excess(double cost, double ours) {
 
 std::string Deadline(double s) { return s > 0 ? HumanDuration(s) : std::string("none"); }
 
+// A baseline the service did not compute says so in its reason.
+bool Skipped(const pb::Plan& p) { return absl::StartsWith(p.reason(), "skipped: "); }
+
+// The "no plan meets the SLO" lines of a deadline, budget or frontier answer.
+void PrintInfeasible(const std::string& reason, double fastest_time_s, double fastest_cost_usd,
+                     std::ostream& out) {
+  out << "No plan meets the SLO: " << reason << "\n";
+  if (fastest_time_s > 0) {
+    out << "Fastest achievable: " << Fixed(fastest_time_s, 1) << " s ("
+        << HumanDuration(fastest_time_s) << ") for " << Dollars(fastest_cost_usd) << "\n";
+  }
+}
+
+// --overhead: a duration that, unlike a deadline, may be zero ("0", "0s", "0.0m").
+absl::StatusOr<double> ParseOverhead(absl::string_view text) {
+  auto seconds = ParseDuration("--overhead", text);
+  if (seconds.ok()) return seconds;
+  absl::string_view number = absl::StripAsciiWhitespace(text);
+  if (!number.empty() && absl::StrContains("smhd", number.back())) number.remove_suffix(1);
+  if (!number.empty() && number.find_first_not_of("0.") == absl::string_view::npos &&
+      std::count(number.begin(), number.end(), '.') <= 1 && number != ".") {
+    return 0.0;
+  }
+  return seconds.status();
+}
+
+// --exhaustive-limit: a whole number in [1, UINT64_MAX], as digits or in floating notation (1e9).
+absl::StatusOr<uint64_t> ParseExhaustiveLimit(absl::string_view text) {
+  uint64_t limit = 0;
+  if (!absl::SimpleAtoi(text, &limit)) {
+    limit = 0;  // SimpleAtoi leaves a partial or clamped value behind when it fails
+    double value = 0;
+    // 0x1p64 is 2^64, the first double above UINT64_MAX; the cast below is defined under it.
+    if (absl::SimpleAtod(text, &value) && value >= 1 && value < 0x1p64 &&
+        std::floor(value) == value) {
+      limit = static_cast<uint64_t>(value);
+    }
+  }
+  if (limit < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--exhaustive-limit = \"", text,
+                                                   "\": must be a whole number from 1 to ",
+                                                   std::numeric_limits<uint64_t>::max()));
+  }
+  return limit;
+}
+
+// --quota and --existing counts above what a plan may hold, named by the flag.
+absl::Status CheckCounts(absl::string_view flag,
+                         const std::vector<std::pair<std::string, int>>& counts) {
+  for (const auto& [type, n] : counts) {
+    if (n > predictor::kMaxInstancesPerType) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %s=%d: must be at most %d instances of one type", flag, type, n,
+                          predictor::kMaxInstancesPerType));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std::string& workload,
                const std::string& catalog, std::ostream& out) {
   const pb::Plan& p = r.plan();
@@ -76,11 +145,7 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
   out << " (" << p.strategy() << ", " << (req.options().on_demand_prices() ? "on-demand" : "spot")
       << " prices)\n\n";
   if (!p.feasible()) {
-    out << "No plan meets the SLO: " << p.reason() << "\n";
-    if (r.fastest_time_s() > 0) {
-      out << "Fastest achievable: " << Fixed(r.fastest_time_s(), 1) << " s ("
-          << HumanDuration(r.fastest_time_s()) << ") for " << Dollars(r.fastest_cost_usd()) << "\n";
-    }
+    PrintInfeasible(p.reason(), r.fastest_time_s(), r.fastest_cost_usd(), out);
   } else {
     Table types({"instance type", "count", "to launch", "GPUs", "batch", "T_i (s)", "samples/s"});
     for (const pb::WorkerPrediction& w : p.prediction().workers()) {
@@ -114,7 +179,8 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
     auto baseline = [&](const pb::Plan& b, const std::string& name) {
       if (b.strategy().empty()) return;
       if (!b.feasible()) {
-        compare.AddRow({name, "none meets the SLO", "-", "-", "-"});
+        compare.AddRow(
+            {name, Skipped(b) ? "skipped (see below)" : "none meets the SLO", "-", "-", "-"});
         return;
       }
       compare.AddRow(
@@ -132,6 +198,9 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
                           : "-"});
     }
     compare.Print(out);
+    for (const pb::Plan* b : {&r.spotdnn_baseline(), &r.homogeneous_baseline()}) {
+      if (Skipped(*b)) out << "\n" << b->strategy() << " baseline " << b->reason() << "\n";
+    }
   }
   if (p.excluded_types_size() > 0) {
     out << "\nLeft out (the profile cannot predict them):\n";
@@ -197,6 +266,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   if (auto q = args.Get("--quota")) {
     auto counts = ParseCounts("--quota", *q);
     if (!counts.ok()) return fail(counts.status());
+    if (auto s = CheckCounts("--quota", *counts); !s.ok()) return fail(s);
     for (const auto& [type, n] : *counts) {
       pb::InstanceCount* c = options.add_quota_overrides();
       c->set_instance_type(type);
@@ -206,6 +276,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   if (auto e = args.Get("--existing")) {
     auto counts = ParseCounts("--existing", *e);
     if (!counts.ok()) return fail(counts.status());
+    if (auto s = CheckCounts("--existing", *counts); !s.ok()) return fail(s);
     for (const auto& [type, n] : *counts) {
       pb::InstanceCount* c = options.mutable_existing()->add_instances();
       c->set_instance_type(type);
@@ -219,12 +290,12 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     options.set_bandwidth_margin(*margin);
   }
   if (auto o = args.Get("--overhead")) {
-    auto overhead = *o == "0" ? absl::StatusOr<double>(0.0) : ParseDuration("--overhead", *o);
+    auto overhead = ParseOverhead(*o);
     if (!overhead.ok()) return fail(overhead.status());
     options.set_revocation_overhead_s(*overhead);
   }
   if (auto n = args.Get("--max-size")) {
-    auto size = ParseInt("--max-size", *n, 1, 1'000'000);
+    auto size = ParseInt("--max-size", *n, 1, predictor::kMaxClusterSize);
     if (!size.ok()) return fail(size.status());
     options.set_max_cluster_size(*size);
   }
@@ -234,12 +305,9 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     options.set_parameter_servers(*ps);
   }
   if (auto n = args.Get("--exhaustive-limit")) {
-    auto limit = ParseNumber("--exhaustive-limit", *n);
-    if (!limit.ok() || *limit < 1) {
-      return fail(absl::InvalidArgumentError(
-          absl::StrCat("--exhaustive-limit = \"", *n, "\": must be a positive number")));
-    }
-    options.set_exhaustive_limit(static_cast<uint64_t>(*limit));
+    auto limit = ParseExhaustiveLimit(*n);
+    if (!limit.ok()) return fail(limit.status());
+    options.set_exhaustive_limit(*limit);
   }
   const auto plot = args.Get("--plot");
   if (plot && mode != "frontier") {
@@ -265,22 +333,30 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
       std::vector<std::string> points;
       for (const pb::Plan& p : response.plans()) points.push_back(PlanJson(p).str());
       JsonObject o = n > 0 ? PlanJson(response.plans(n - 1)) : JsonObject().Bool("feasible", false);
+      if (n == 0) {
+        o.String("reason", response.reason())
+            .Number("fastest_time_s", response.fastest_time_s())
+            .Number("fastest_cost_usd", response.fastest_cost_usd());
+      }
       o.String("mode", "frontier").Raw("frontier", "[" + absl::StrJoin(points, ",") + "]");
       io.out << o.str() << "\n";
     } else {
       io.out << "Time/cost frontier: " << workload << " on " << catalog << ", loss " << *loss
              << " (" << n << " plans, fastest first)\n\n";
-      Table table({"#", "instances", "time (s)", "time", "cost", ""});
-      table.LeftAlign(1);
-      table.LeftAlign(5);
-      for (int i = 0; i < n; ++i) {
-        const pb::Plan& p = response.plans(i);
-        table.AddRow({absl::StrCat(i + 1), Instances(p.cluster()), Fixed(p.time_s(), 1),
-                      HumanDuration(p.time_s()), Dollars(p.cost_usd()),
-                      i == n - 1 ? "<- cheapest: the plan for this SLO" : ""});
-      }
-      table.Print(io.out);
-      if (n > 0) {
+      if (n == 0) {
+        PrintInfeasible(response.reason(), response.fastest_time_s(), response.fastest_cost_usd(),
+                        io.out);
+      } else {
+        Table table({"#", "instances", "time (s)", "time", "cost", ""});
+        table.LeftAlign(1);
+        table.LeftAlign(5);
+        for (int i = 0; i < n; ++i) {
+          const pb::Plan& p = response.plans(i);
+          table.AddRow({absl::StrCat(i + 1), Instances(p.cluster()), Fixed(p.time_s(), 1),
+                        HumanDuration(p.time_s()), Dollars(p.cost_usd()),
+                        i == n - 1 ? "<- cheapest: the plan for this SLO" : ""});
+        }
+        table.Print(io.out);
         io.out << "\nsolve time " << absl::StrFormat("%.2f ms", response.plans(0).solve_ms())
                << ", " << response.plans(0).clusters_evaluated() << " clusters evaluated\n";
       }

@@ -68,6 +68,9 @@ pb::Plan ToPlan(const PlanInputs& in, const Candidate& c, const char* strategy) 
   return plan;
 }
 
+// Starts the reason of a baseline that was not computed.
+constexpr absl::string_view kSkipped = "skipped: ";
+
 pb::Plan Infeasible(const PlanInputs& in, const char* strategy, std::string reason) {
   pb::Plan plan;
   plan.set_feasible(false);
@@ -105,7 +108,8 @@ std::string InfeasibleReason(const PlanInputs& in, const provisioner::PlanResult
 
 absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::WorkloadRef& workload,
                                         const pb::CatalogRef& catalog, const pb::Slo& slo,
-                                        const pb::PlanOptions& options) {
+                                        const pb::PlanOptions& options,
+                                        absl::string_view existing_field) {
   const double margin = options.bandwidth_margin();
   if (!(margin >= 0 && margin < 1)) {
     return absl::InvalidArgumentError(
@@ -143,17 +147,37 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
           "options.quota_overrides[%d].instance_type = \"%s\": not in catalog \"%s\"", i,
           q.instance_type(), m.catalog().name));
     }
-    if (q.count() < 0) {
+    if (q.count() < 0 || q.count() > predictor::kMaxInstancesPerType) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("options.quota_overrides[%d].count = %d (%s): must be >= 0", i, q.count(),
-                          q.instance_type()));
+          absl::StrFormat("options.quota_overrides[%d].count = %d (%s): must be in [0, %d]", i,
+                          q.count(), q.instance_type(), predictor::kMaxInstancesPerType));
     }
     in.problem.max_counts[k] = m.types()[k].usable ? q.count() : 0;
   }
   if (options.existing().instances_size() > 0) {
-    auto existing = ToDomain(options.existing(), m.catalog(), "options.existing");
+    auto existing = ToDomain(options.existing(), m.catalog(), existing_field);
     if (!existing.ok()) return existing.status();
     in.problem.min_counts = existing->counts;
+    // What ValidateProblem would refuse about running instances, named as the request has them.
+    for (int i = 0; i < options.existing().instances_size(); ++i) {
+      const pb::InstanceCount& e = options.existing().instances(i);
+      const int k = m.catalog().IndexOf(e.instance_type());
+      if (e.count() > 0 && !m.types()[k].usable) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s.instances[%d].instance_type = \"%s\": cannot be planned with: %s",
+                            existing_field, i, e.instance_type(), m.types()[k].unusable_reason));
+      }
+      if (e.count() > in.problem.max_counts[k]) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s.instances[%d].count = %d (%s): exceeds its quota %d", existing_field, i, e.count(),
+            e.instance_type(), in.problem.max_counts[k]));
+      }
+    }
+    if (options.max_cluster_size() > 0 && existing->Workers() > options.max_cluster_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("options.max_cluster_size = %d: below the %d instances of %s",
+                          options.max_cluster_size(), existing->Workers(), existing_field));
+    }
   }
   if (options.parameter_servers() < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -212,8 +236,14 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRe
                         : Infeasible(*in, name, "no plan of this kind meets the SLO");
       out->set_clusters_evaluated(r.evaluated);
     };
-    baseline(provisioner::SolveSpotdnn(*in->model, in->problem), "spotdnn",
-             response->mutable_spotdnn_baseline());
+    // The heuristic scores about L^2 windows of an L-instance list: too many for huge quotas.
+    if (auto s = provisioner::CheckSpotdnnSize(*in->model, in->problem); !s.ok()) {
+      *response->mutable_spotdnn_baseline() =
+          Infeasible(*in, "spotdnn", absl::StrCat(kSkipped, s.message()));
+    } else {
+      baseline(provisioner::SolveSpotdnn(*in->model, in->problem), "spotdnn",
+               response->mutable_spotdnn_baseline());
+    }
     baseline(provisioner::CheapestHomogeneous(*in->model, in->problem), "homogeneous",
              response->mutable_homogeneous_baseline());
   }
@@ -224,7 +254,8 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext*, const pb::Repl
                                             pb::ReplanResponse* response) {
   pb::PlanOptions options = request->options();
   *options.mutable_existing() = request->survivors();
-  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), request->slo(), options);
+  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), request->slo(), options,
+                         "survivors");
   if (!in.ok()) return ToGrpc(in.status());
   const pb::JobProgress& p = request->progress();
   provisioner::JobProgress progress;
@@ -285,6 +316,15 @@ grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext*,
     *plan = ToPlan(*in, c, strategy);
     plan->set_solve_ms(ms);
     plan->set_clusters_evaluated(evaluated);
+  }
+  if (front->empty()) {
+    // As Plan answers an infeasible SLO: why, and what the fastest plan would take.
+    const provisioner::PlanResult fastest = Fastest(*in);
+    response->set_reason(InfeasibleReason(*in, fastest));
+    if (fastest.feasible) {
+      response->set_fastest_time_s(fastest.best.time_s);
+      response->set_fastest_cost_usd(fastest.best.cost_usd);
+    }
   }
   return grpc::Status::OK;
 }

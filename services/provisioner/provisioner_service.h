@@ -23,10 +23,12 @@ struct PlanInputs {
 };
 
 // Validates and converts the parts every provisioner request shares. INVALID_ARGUMENT names the
-// field (slo.deadline_s, options.quota_overrides[2].instance_type, ...).
+// field (slo.deadline_s, options.quota_overrides[2].instance_type, ...); `existing_field` is what
+// the request calls options.existing (Replan's survivors).
 absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::WorkloadRef& workload,
                                         const pb::CatalogRef& catalog, const pb::Slo& slo,
-                                        const pb::PlanOptions& options);
+                                        const pb::PlanOptions& options,
+                                        absl::string_view existing_field = "options.existing");
 
 class ProvisionerServiceImpl final : public pb::Provisioner::Service {
  public:

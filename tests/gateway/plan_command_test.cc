@@ -6,7 +6,9 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "services/common/server.h"
 #include "services/gateway/cli.h"
+#include "services/provisioner/provisioner_service.h"
 #include "tests/gateway/cli_runner.h"
 
 namespace spotdnn::gateway {
@@ -119,6 +121,113 @@ TEST(PlanCommand, FrontierWritesAnSvgChart) {
   std::filesystem::remove(svg);
   const CliRun bad = Cli(PlanArgs({"--loss", "0.9", "--deadline", "40m", "--plot", svg}));
   EXPECT_EQ(bad.code, 2);
+}
+
+TEST(PlanCommand, HugeQuotasAreRefusedNamingTheFlag) {
+  const CliRun r =
+      Cli(PlanArgs({"--loss", "0.9", "--deadline", "30m", "--quota", "p2.xlarge=100000"}));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--quota: p2.xlarge=100000: must be at most 10000"));
+  const CliRun existing =
+      Cli(PlanArgs({"--loss", "0.9", "--deadline", "30m", "--existing", "g3.8xlarge=2147483647"}));
+  EXPECT_EQ(existing.code, 2);
+  EXPECT_THAT(existing.err, HasSubstr("--existing: g3.8xlarge=2147483647"));
+  const CliRun size = Cli(PlanArgs({"--loss", "0.9", "--deadline", "30m", "--max-size", "200000"}));
+  EXPECT_EQ(size.code, 2);
+  EXPECT_THAT(size.err, HasSubstr("--max-size = 200000"));
+}
+
+TEST(PlanCommand, HugeQuotasSkipTheHeuristicBaselineAndSaySo) {
+  const std::string all =
+      "p2.xlarge=10000,g4dn.4xlarge=10000,g3.8xlarge=10000,"
+      "g3.16xlarge=10000,p2.8xlarge=10000";
+  const CliRun r = Cli(PlanArgs({"--loss", "0.9", "--deadline", "30m", "--quota", all}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("skipped (see below)"));
+  EXPECT_THAT(r.out, HasSubstr("spotdnn baseline skipped: "));
+  EXPECT_THAT(r.out, HasSubstr("50000-instance list"));
+  const CliRun json =
+      Cli(PlanArgs({"--loss", "0.9", "--deadline", "30m", "--quota", all, "--json"}));
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto spotdnn =
+      Json(json.out).fields().at("baselines").struct_value().fields().at("spotdnn").struct_value();
+  EXPECT_FALSE(spotdnn.fields().at("feasible").bool_value());
+  EXPECT_THAT(spotdnn.fields().at("reason").string_value(), HasSubstr("skipped: "));
+  // As the chosen strategy it is refused with the reason, not run.
+  const CliRun heuristic = Cli(
+      PlanArgs({"--loss", "0.9", "--deadline", "30m", "--quota", all, "--strategy", "spotdnn"}));
+  EXPECT_EQ(heuristic.code, 2);
+  EXPECT_THAT(heuristic.err, HasSubstr("windows"));
+}
+
+TEST(PlanCommand, ExhaustiveLimitMustBeAWholeNumberInRange) {
+  for (const char* bad : {"1e30", "18446744073709551616", "0", "-3", "2.5", "nan", "many"}) {
+    const CliRun r = Cli(PlanArgs({"--loss", "1.2", "--deadline", "900s", "--strategy",
+                                   "exhaustive", "--exhaustive-limit", bad}));
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_THAT(r.err, HasSubstr(std::string("--exhaustive-limit = \"") + bad + "\"")) << bad;
+  }
+  for (const char* good : {"1e9", "18446744073709551615", "6000"}) {
+    const CliRun r = Cli(PlanArgs({"--loss", "1.2", "--deadline", "900s", "--strategy",
+                                   "exhaustive", "--exhaustive-limit", good, "--json"}));
+    EXPECT_EQ(r.code, 0) << good << ": " << r.err;
+  }
+  // The limit reaches the planner: the prototype's 5832 clusters are above 100.
+  const CliRun refused = Cli(PlanArgs({"--loss", "1.2", "--deadline", "900s", "--strategy",
+                                       "exhaustive", "--exhaustive-limit", "100"}));
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_THAT(refused.err, HasSubstr("5832 clusters"));
+}
+
+TEST(PlanCommand, ZeroOverheadInAnyUnit) {
+  for (const char* zero : {"0", "0s", "0m", "0.0h"}) {
+    const CliRun r =
+        Cli(PlanArgs({"--loss", "1.2", "--deadline", "900s", "--overhead", zero, "--json"}));
+    ASSERT_EQ(r.code, 0) << zero << ": " << r.err;
+    EXPECT_NEAR(Json(r.out).fields().at("cost_usd").number_value(), 1.491196, 1e-6) << zero;
+  }
+  const CliRun bad = Cli(PlanArgs({"--loss", "1.2", "--deadline", "900s", "--overhead", "-1s"}));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--overhead = \"-1s\""));
+}
+
+TEST(PlanCommand, InfeasibleFrontierSaysWhyAndTheFastestTime) {
+  const CliRun r = Cli(PlanArgs({"--loss", "0.7", "--deadline", "5m", "--mode", "frontier"}));
+  EXPECT_EQ(r.code, 3);
+  EXPECT_THAT(r.out, HasSubstr("0 plans"));
+  EXPECT_THAT(r.out,
+              HasSubstr("No plan meets the SLO: no cluster within the quotas meets the SLO"));
+  EXPECT_THAT(r.out, HasSubstr("Fastest achievable: "));
+  const CliRun json =
+      Cli(PlanArgs({"--loss", "0.7", "--deadline", "5m", "--mode", "frontier", "--json"}));
+  EXPECT_EQ(json.code, 3);
+  const auto f = Json(json.out).fields();
+  EXPECT_FALSE(f.at("feasible").bool_value());
+  EXPECT_THAT(f.at("reason").string_value(), HasSubstr("fastest"));
+  EXPECT_GT(f.at("fastest_time_s").number_value(), 300);
+  EXPECT_GT(f.at("fastest_cost_usd").number_value(), 0);
+  EXPECT_EQ(f.at("frontier").list_value().values_size(), 0);
+  // The deadline mode gives the same fastest time.
+  const CliRun deadline = Cli(PlanArgs({"--loss", "0.7", "--deadline", "5m", "--json"}));
+  EXPECT_EQ(Json(deadline.out).fields().at("fastest_time_s").number_value(),
+            f.at("fastest_time_s").number_value());
+}
+
+TEST(PlanCommand, TalksToARunningServerWithServerFlag) {
+  services::ProvisionerServiceImpl service(
+      std::make_shared<services::DataRegistry>(services::DataRegistry::WithBuiltins()));
+  auto started = services::StartServer("127.0.0.1:0", {&service});
+  ASSERT_TRUE(started.ok()) << started.status();
+  const std::string server = "127.0.0.1:" + std::to_string(started->port);
+  const std::vector<std::string> args =
+      PlanArgs({"--loss", "1.2", "--deadline", "900s", "--json", "--server", server});
+  const CliRun r = Cli(args);
+  started->server->Shutdown();
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NEAR(Json(r.out).fields().at("cost_usd").number_value(), 1.491196, 1e-6);
+  // With the server gone the same command fails: it did not fall back to the in-process planner.
+  const CliRun gone = Cli(args);
+  EXPECT_EQ(gone.code, 1) << gone.out;
 }
 
 }  // namespace

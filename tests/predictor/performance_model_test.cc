@@ -1,6 +1,7 @@
 #include "predictor/performance_model.h"
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -12,6 +13,7 @@ namespace spotdnn::predictor {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing_inputs::PrototypeCatalog;
 using testing_inputs::PrototypeProfile;
 
@@ -231,6 +233,40 @@ TEST(Errors, CreateRejectsBadInputsNamingTheField) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Errors, HugeCountsNameTheCountNotTheTargetLoss) {
+  const InstanceCatalog catalog = HandCatalog();
+  // INT_MAX + 1 workers overflowed int and came back as a NaN time blamed on target_loss.
+  auto cluster = MakeCluster(catalog, {{"a.big", std::numeric_limits<int>::max()}, {"b.small", 1}});
+  EXPECT_EQ(cluster.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cluster.status().message(),
+              HasSubstr("cluster.instances[0].count = 2147483647 (a.big)"));
+  EXPECT_THAT(cluster.status().message(), Not(HasSubstr("target_loss")));
+  cluster = MakeCluster(catalog, {{"b.small", kMaxInstancesPerType + 1}});
+  EXPECT_THAT(cluster.status().message(), HasSubstr("cluster.instances[0].count = 10001"));
+  ASSERT_TRUE(MakeCluster(catalog, {{"a.big", kMaxInstancesPerType}}).ok());
+
+  const PerformanceModel model = MustCreate(HandProfile(), catalog);
+  auto p = model.Predict({.counts = {std::numeric_limits<int>::max(), 1}}, 0.5);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(), HasSubstr("cluster count of a.big = 2147483647"));
+  // The hot path refuses the sum without overflowing it.
+  const Estimate e = model.Evaluate(std::vector<int>{std::numeric_limits<int>::max(), 1}, 0.5);
+  EXPECT_EQ(e.error, EstimateError::kTooManyWorkers);
+  EXPECT_THAT(model.ErrorStatus(e, 0.5).message(), HasSubstr("must be at most 100000"));
+  const Cluster huge{.counts = {std::numeric_limits<int>::max(), 1}};
+  EXPECT_EQ(huge.Workers(), std::numeric_limits<int>::max());
+}
+
+TEST(Errors, CatalogQuotaAboveTheLimitIsRefused) {
+  InstanceCatalog catalog = HandCatalog();
+  catalog.types[1].quota = 100'000;
+  const absl::Status s = catalog.Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("instance_types[1].quota = 100000 (b.small)"));
+  catalog.types[1].quota = kMaxInstancesPerType;
+  EXPECT_TRUE(catalog.Validate().ok());
 }
 
 TEST(Errors, NeverNanOrNegativeTime) {

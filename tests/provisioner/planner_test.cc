@@ -1,6 +1,7 @@
 #include "provisioner/planner.h"
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -277,6 +278,90 @@ TEST(Problem, ValidationNamesTheField) {
   p = DefaultProblem(model, 0.9, 1800);
   p.max_counts[1] = -1;
   EXPECT_THAT(ValidateProblem(model, p).message(), HasSubstr("quota of g4dn.4xlarge = -1"));
+}
+
+TEST(Problem, HugeQuotasAndSizesAreRefusedNamingTheField) {
+  const PerformanceModel model = PrototypeModel();
+  PlanProblem p = DefaultProblem(model, 0.9, 1800);
+  p.max_counts[0] = 100'000;
+  EXPECT_THAT(ValidateProblem(model, p).message(), HasSubstr("quota of p2.xlarge = 100000"));
+  p.max_counts[0] = std::numeric_limits<int>::max();
+  EXPECT_THAT(ValidateProblem(model, p).message(), HasSubstr("quota of p2.xlarge = 2147483647"));
+  p = DefaultProblem(model, 0.9, 1800);
+  p.max_workers = predictor::kMaxClusterSize + 1;
+  EXPECT_THAT(ValidateProblem(model, p).message(), HasSubstr("max_cluster_size = 100001"));
+  EXPECT_EQ(Solve(model, p, Strategy::kExact).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Problem, LargestQuotasStillPlan) {
+  // Every type at the quota limit: sizes up to 50,000 workers; exact and the frontier stay finite.
+  const PerformanceModel model = PrototypeModel();
+  PlanProblem p = DefaultProblem(model, 0.9, 1800);
+  for (int& q : p.max_counts) q = predictor::kMaxInstancesPerType;
+  ASSERT_TRUE(ValidateProblem(model, p).ok());
+  auto exact = Solve(model, p, Strategy::kExact);
+  ASSERT_TRUE(exact.ok() && exact->feasible);
+  const PlanResult small = SolveExact(model, DefaultProblem(model, 0.9, 1800));
+  EXPECT_LE(exact->best.cost_usd, small.best.cost_usd) << "larger quotas cannot cost more";
+  auto front = Frontier(model, p, Strategy::kExact);
+  ASSERT_TRUE(front.ok());
+  EXPECT_FALSE(front->empty());
+}
+
+TEST(Spotdnn, RefusesAListTooLongToSlideOverInsteadOfHanging) {
+  const PerformanceModel model = PrototypeModel();
+  PlanProblem p = DefaultProblem(model, 0.9, 1800);
+  for (int& q : p.max_counts) q = predictor::kMaxInstancesPerType;
+  // 50,000 instances: about 2.5e9 windows.
+  const absl::Status s = CheckSpotdnnSize(model, p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("50000-instance list"));
+  EXPECT_THAT(s.message(), HasSubstr("exact strategy"));
+  EXPECT_EQ(Solve(model, p, Strategy::kSpotdnn).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  const PlanResult direct = SolveSpotdnn(model, p);
+  EXPECT_FALSE(direct.feasible);
+  EXPECT_EQ(direct.evaluated, 0u);
+  // A size cap bounds the window lengths: 10 lengths from each of the 50,000 starts.
+  p.max_workers = 10;
+  ASSERT_TRUE(CheckSpotdnnSize(model, p).ok());
+  auto capped = Solve(model, p, Strategy::kSpotdnn);
+  ASSERT_TRUE(capped.ok());
+  EXPECT_EQ(capped->evaluated, 10u * 50'000);
+}
+
+// The heuristic's list is circular. With quotas g4dn.4xlarge 3, g3.8xlarge 2, g3.16xlarge 1 its
+// list (fastest single worker first) is [g3.8x, g3.8x, g3.16x, g4dn, g4dn, g4dn]; one g4dn.4xlarge
+// with one g3.8xlarge is only a window when it wraps from the list's end to its start (any
+// window that does not wrap holds the g3.16xlarge between them). At loss 1.2 by 2271 s that
+// wrapping window is the cheapest of all windows, checked here by scoring every window.
+TEST(Spotdnn, BestWindowWrapsAroundTheList) {
+  const PerformanceModel model = PrototypeModel();
+  PlanProblem p = DefaultProblem(model, 1.2, 2271);
+  p.max_counts = {0, 3, 2, 1, 0};
+  const auto& types = model.types();
+  ASSERT_LT(types[2].single_worker_time_s, types[3].single_worker_time_s);
+  ASSERT_LT(types[3].single_worker_time_s, types[1].single_worker_time_s);
+  const std::vector<int> list = {2, 2, 3, 1, 1, 1};
+  const int len = static_cast<int>(list.size());
+  Candidate best_any, best_plain, c;
+  for (int n = 1; n <= len; ++n) {
+    for (int m = 0; m < len; ++m) {
+      std::vector<int> counts(5, 0);
+      for (int i = 0; i < n; ++i) ++counts[list[(m + i) % len]];
+      if (!Score(model, p, counts, c) || !MeetsSlo(p, c)) continue;
+      if (Better(c, best_any, p.objective)) best_any = c;
+      if (m + n <= len && Better(c, best_plain, p.objective)) best_plain = c;
+    }
+  }
+  ASSERT_THAT(best_any.counts, ElementsAreArray({0, 1, 1, 0, 0}));
+  ASSERT_FALSE(best_plain.counts.empty());
+  EXPECT_LT(best_any.cost_usd, best_plain.cost_usd) << "the wrapping window must win";
+  const PlanResult r = SolveSpotdnn(model, p);
+  ASSERT_TRUE(r.feasible);
+  EXPECT_THAT(r.best.counts, ElementsAreArray(best_any.counts));
+  EXPECT_EQ(r.best.cost_usd, best_any.cost_usd);
+  EXPECT_EQ(r.evaluated, static_cast<uint64_t>((len - 1) * len + 1));
 }
 
 TEST(Exhaustive, RefusesAboveItsLimit) {

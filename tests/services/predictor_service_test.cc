@@ -8,15 +8,15 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <future>
 #include <fstream>
+#include <future>
 #include <random>
 #include <thread>
 
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "services/common/convert.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "services/common/server.h"
 
 namespace spotdnn::services {
@@ -133,9 +133,10 @@ TEST_F(PredictorServiceTest, PredictBatchEqualsTheInProcessModel) {
     EXPECT_EQ(item.prediction().normalized_iterations(), e.normalized_iterations);
     EXPECT_EQ(item.prediction().workers_size(), 0) << "no breakdown unless detailed";
   }
-  // Big clusters (P -> 1) need more iterations than the floor allows at loss 0.9? Either way the
-  // batch reported per item what the model said.
-  SUCCEED() << errors << " clusters had no answer";
+  // The batch reported per item what the model said; at loss 0.9 most of these small clusters
+  // have an answer, so a batch that failed them all cannot pass as "equal".
+  EXPECT_LT(errors, static_cast<int>(clusters.size()) / 10)
+      << errors << " of " << clusters.size() << " clusters had no answer";
 }
 
 TEST_F(PredictorServiceTest, DetailedBatchCarriesTheBreakdown) {

@@ -176,7 +176,53 @@ TEST_F(ProvisionerServiceTest, ReplanLaunchesTakeoverInstances) {
 
   r.mutable_progress()->clear_cluster_before();
   grpc::ClientContext context3;
-  EXPECT_EQ(stub_->Replan(&context3, r, &late).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  const grpc::Status bad = stub_->Replan(&context3, r, &late);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("progress"));
+  EXPECT_THAT(bad.error_message(), HasSubstr("current_loss"));
+}
+
+TEST_F(ProvisionerServiceTest, ReplanBadInputNamesTheRequestsField) {
+  pb::ReplanRequest base;
+  base.mutable_workload()->set_name("resnet110");
+  base.mutable_catalog()->set_name("aws-spotdnn-prototype");
+  base.mutable_slo()->set_target_loss(0.9);
+  base.mutable_slo()->set_deadline_s(1800);
+  base.mutable_progress()->set_current_loss(1.5);
+  base.mutable_progress()->set_elapsed_s(600);
+  auto expect = [&](const pb::ReplanRequest& r, const std::string& text) {
+    pb::ReplanResponse response;
+    grpc::ClientContext context;
+    const grpc::Status s = stub_->Replan(&context, r, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(text));
+    EXPECT_THAT(s.error_message(), ::testing::Not(HasSubstr("existing")));
+  };
+  auto survivor = [](pb::ReplanRequest& r, const char* type, int n) {
+    auto* i = r.mutable_survivors()->add_instances();
+    i->set_instance_type(type);
+    i->set_count(n);
+  };
+  pb::ReplanRequest r = base;
+  survivor(r, "p2.xlarge", 3);  // quota 2
+  expect(r, "survivors.instances[0].count = 3 (p2.xlarge): exceeds its quota 2");
+  r = base;
+  survivor(r, "g3.8xlarge", 1);
+  survivor(r, "x9.huge", 1);
+  expect(r, "survivors.instances[1].instance_type = \"x9.huge\"");
+  r = base;
+  survivor(r, "g3.8xlarge", -1);
+  expect(r, "survivors.instances[0].count = -1");
+  r = base;
+  survivor(r, "g3.8xlarge", 3);
+  r.mutable_options()->set_max_cluster_size(2);
+  expect(r, "options.max_cluster_size = 2: below the 3 instances of survivors");
+  r = base;
+  r.mutable_progress()->set_elapsed_s(-5);
+  expect(r, "progress.elapsed_s = -5");
+  r = base;
+  r.mutable_slo()->set_deadline_s(-1);
+  expect(r, "slo.deadline_s = -1");
 }
 
 TEST_F(ProvisionerServiceTest, FrontierIsParetoAndEndsAtTheCheapestPlan) {
@@ -195,10 +241,85 @@ TEST_F(ProvisionerServiceTest, FrontierIsParetoAndEndsAtTheCheapestPlan) {
     EXPECT_LE(response.plans(i).time_s(), 1800);
   }
   EXPECT_NEAR(response.plans(response.plans_size() - 1).cost_usd(), 2.119135, 1e-6);
+  EXPECT_TRUE(response.reason().empty());
+  EXPECT_EQ(response.fastest_time_s(), 0);
   r.mutable_options()->set_strategy(pb::PLAN_STRATEGY_SPOTDNN);
   grpc::ClientContext context2;
-  EXPECT_EQ(stub_->Frontier(&context2, r, &response).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+  const grpc::Status s = stub_->Frontier(&context2, r, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("strategy = spotdnn"));
+}
+
+TEST_F(ProvisionerServiceTest, FrontierBadInputNamesTheField) {
+  auto expect = [&](const pb::FrontierRequest& r, const std::string& text) {
+    pb::FrontierResponse response;
+    grpc::ClientContext context;
+    const grpc::Status s = stub_->Frontier(&context, r, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(text));
+  };
+  pb::FrontierRequest base;
+  base.mutable_workload()->set_name("resnet110");
+  base.mutable_catalog()->set_name("aws-spotdnn-prototype");
+  base.mutable_slo()->set_target_loss(0.9);
+  pb::FrontierRequest r = base;
+  r.mutable_slo()->set_target_loss(0.4);
+  expect(r, "slo.target_loss = 0.4");
+  r = base;
+  r.mutable_slo()->set_budget_usd(-2);
+  expect(r, "slo.budget_usd = -2");
+  r = base;
+  auto* q = r.mutable_options()->add_quota_overrides();
+  q->set_instance_type("p2.xlarge");
+  q->set_count(100'000);
+  expect(r, "options.quota_overrides[0].count = 100000 (p2.xlarge): must be in [0, 10000]");
+  r = base;
+  r.mutable_options()->set_max_cluster_size(1'000'000);
+  expect(r, "max_cluster_size = 1000000");
+}
+
+TEST_F(ProvisionerServiceTest, InfeasibleFrontierSaysWhyWithTheFastestTime) {
+  pb::FrontierRequest r;
+  r.mutable_workload()->set_name("resnet110");
+  r.mutable_catalog()->set_name("aws-spotdnn-prototype");
+  r.mutable_slo()->set_target_loss(0.7);
+  r.mutable_slo()->set_deadline_s(300);
+  pb::FrontierResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->Frontier(&context, r, &response).ok());
+  EXPECT_EQ(response.plans_size(), 0);
+  EXPECT_THAT(response.reason(), HasSubstr("fastest"));
+  // The same answer Plan gives for the same SLO.
+  pb::PlanResponse plan;
+  ASSERT_TRUE(Plan(Request(0.7, 300), &plan).ok());
+  ASSERT_FALSE(plan.plan().feasible());
+  EXPECT_GT(response.fastest_time_s(), 300);
+  EXPECT_EQ(response.fastest_time_s(), plan.fastest_time_s());
+  EXPECT_EQ(response.fastest_cost_usd(), plan.fastest_cost_usd());
+  EXPECT_EQ(response.reason(), plan.plan().reason());
+}
+
+TEST_F(ProvisionerServiceTest, HugeQuotasSkipTheHeuristicBaselineAndSayWhy) {
+  pb::PlanRequest r = Request(0.9, 1800);
+  for (const char* type :
+       {"p2.xlarge", "g4dn.4xlarge", "g3.8xlarge", "g3.16xlarge", "p2.8xlarge"}) {
+    auto* q = r.mutable_options()->add_quota_overrides();
+    q->set_instance_type(type);
+    q->set_count(predictor::kMaxInstancesPerType);
+  }
+  r.mutable_options()->set_include_baselines(true);
+  pb::PlanResponse response;
+  ASSERT_TRUE(Plan(r, &response).ok());
+  EXPECT_TRUE(response.plan().feasible());
+  EXPECT_FALSE(response.spotdnn_baseline().feasible());
+  EXPECT_THAT(response.spotdnn_baseline().reason(), HasSubstr("skipped: "));
+  EXPECT_THAT(response.spotdnn_baseline().reason(), HasSubstr("50000-instance list"));
+  EXPECT_EQ(response.homogeneous_baseline().strategy(), "homogeneous");
+  // As the strategy itself, the heuristic refuses instead of hanging.
+  r.mutable_options()->set_strategy(pb::PLAN_STRATEGY_SPOTDNN);
+  const grpc::Status s = Plan(r, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("windows"));
 }
 
 }  // namespace
