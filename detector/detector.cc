@@ -127,21 +127,43 @@ absl::Status Detector::Register(const WatchedInstance& instance) {
   auto [it, inserted] = entries_.try_emplace(instance.instance_id);
   Entry& e = it->second;
   WatchedInstance& w = e.stored.instance;
-  const bool endpoint_changed = !inserted && w.metadata_endpoint != instance.metadata_endpoint;
-  if (inserted) {
+  // See the header: only a new lifetime resets; an idempotent re-registration must not make an
+  // already reported notice reportable again.
+  const InstanceState was = w.state;
+  const bool ended = was == InstanceState::kRevoked || was == InstanceState::kLost;
+  const bool endpoint_changed = !w.metadata_endpoint.empty() &&
+                                !instance.metadata_endpoint.empty() &&
+                                w.metadata_endpoint != instance.metadata_endpoint;
+  const bool cloud_changed = w.cloud != Cloud::kUnspecified &&
+                             instance.cloud != Cloud::kUnspecified && instance.cloud != w.cloud;
+  const bool reset = !inserted && (ended || endpoint_changed || cloud_changed);
+  if (inserted || reset) {
     w.instance_id = instance.instance_id;
     w.state = InstanceState::kUnknown;
-    w.reason = "registered; no poll or heartbeat yet";
+    w.reason = inserted
+                   ? "registered; no poll or heartbeat yet"
+                   : absl::StrCat("registered again (was ", std::string(InstanceStateName(was)),
+                                  "); no poll or heartbeat yet");
     w.last_heartbeat_unix_ms = NowUnixMs();
+    e.stored.notice_effective_unix_ms = 0;
+    e.seen.clear();
+  }
+  if (reset) {
+    // A fresh poll target: the old one's tokens, ETags and acknowledgements belong to the old
+    // lifetime (or machine).
+    if (e.polled) {
+      poller_->Remove(w.instance_id);
+      e.polled = false;
+    }
   }
   w.job_id = instance.job_id;
-  w.cloud = instance.cloud;
+  if (instance.cloud != Cloud::kUnspecified) w.cloud = instance.cloud;
   w.metadata_endpoint = instance.metadata_endpoint;
-  if (endpoint_changed && e.polled) {
-    poller_->Remove(w.instance_id);
-    e.polled = false;
+  if (reset) {
+    StoreResultLocked(store_->ResetInstance(e.stored));
+  } else {
+    PersistLocked(e);
   }
-  PersistLocked(e);
   ReconcilePollingLocked(e);
   return absl::OkStatus();
 }
@@ -377,6 +399,14 @@ absl::StatusOr<std::vector<Event>> Detector::EventsAfter(uint64_t after, const s
     return absl::OutOfRangeError(absl::StrCat("after_sequence = ", after, ": events before ",
                                               first_retained_, " were trimmed by the retention of ",
                                               options_.event_retention, " events"));
+  }
+  const uint64_t newest = next_sequence_ - 1;
+  if (after > newest) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "after_sequence = ", after, ": past the newest event, ", newest,
+        " (the detector's event log was reset, or the sequence came from another replica's "
+        "log); resume after ",
+        newest, " or less"));
   }
   std::vector<Event> out;
   auto it = std::upper_bound(events_.begin(), events_.end(), after,

@@ -7,6 +7,8 @@
 // notice -> revoked (its deadline passed; KIND_REVOKED); agent-fed instances whose heartbeats stop
 // for lost_after_intervals intervals -> lost (KIND_LOST), and back to healthy (KIND_RECOVERED)
 // when they resume. Rebalance and maintenance notices are events that leave the state alone.
+// A re-registration that starts a new lifetime (see Register) puts a revoked or lost instance
+// back to unknown, without an event.
 #ifndef SPOTDNN_DETECTOR_DETECTOR_H_
 #define SPOTDNN_DETECTOR_DETECTOR_H_
 
@@ -53,6 +55,18 @@ class Detector {
 
   // Registers (or updates) an instance. INVALID_ARGUMENT naming the field for an empty id, an
   // endpoint that is not a base URL, or an endpoint without a cloud.
+  //
+  // Registering an id that is already known is idempotent (a registration forwarded between
+  // replicas, a runner resuming its job, an agent reconnecting): the state, the notice deadline
+  // and the keys of the notices already reported stay, so no notice is reported twice; only the
+  // job, cloud and endpoint are updated. It starts a new lifetime instead (state unknown, reported
+  // notice keys and deadline forgotten, polled afresh) when
+  //   - the instance is revoked or lost: its id is in use again (an AWS instance started after a
+  //     stop or hibernation, a GCE preemptible instance restarted), or
+  //   - its metadata endpoint or cloud changed to another one: another machine answers for it.
+  //     Giving an endpoint or a cloud to an instance that had none (an agent registered it
+  //     first), or leaving them out, is no change (an unspecified cloud keeps the known one;
+  //     an empty endpoint stops the polling).
   absl::Status Register(const WatchedInstance& instance);
   // NOT_FOUND when the instance is not registered.
   absl::Status Unregister(const std::string& instance_id);
@@ -74,8 +88,10 @@ class Detector {
   absl::StatusOr<WatchedInstance> Get(const std::string& instance_id) const;
 
   // Up to `max` events with a sequence above `after` (of one job, or all), oldest first.
-  // OUT_OF_RANGE when events after `after` were already trimmed by the retention. `scanned`, when
-  // given, receives the last sequence examined (resume from there: filtered-out events count).
+  // OUT_OF_RANGE when events after `after` were already trimmed by the retention, or when `after`
+  // is past the newest event (the log was reset, or `after` came from another replica's log):
+  // waiting there would skip every event until the numbering caught up. `scanned`, when given,
+  // receives the last sequence examined (resume from there: filtered-out events count).
   absl::StatusOr<std::vector<Event>> EventsAfter(uint64_t after, const std::string& job_id,
                                                  size_t max, uint64_t* scanned = nullptr) const;
   // Waits until an event with a sequence above `after` exists; false on timeout or Shutdown().

@@ -166,6 +166,21 @@ absl::Status DetectorStore::PutInstance(const StoredInstance& i) {
   return RunDone(s, "store instance");
 }
 
+absl::Status DetectorStore::ResetInstance(const StoredInstance& instance) {
+  if (auto s = Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
+  auto body = [&]() -> absl::Status {
+    Statement seen(db_, "DELETE FROM seen WHERE instance_id = ?");
+    seen.Bind(1, instance.instance.instance_id);
+    if (auto st = RunDone(seen, "delete seen keys"); !st.ok()) return st;
+    return PutInstance(instance);
+  };
+  if (auto s = body(); !s.ok()) {
+    (void)Exec("ROLLBACK");
+    return s;
+  }
+  return Exec("COMMIT");
+}
+
 absl::Status DetectorStore::DeleteInstance(const std::string& instance_id) {
   Statement a(db_, "DELETE FROM instances WHERE instance_id = ?");
   a.Bind(1, instance_id);

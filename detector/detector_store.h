@@ -40,6 +40,9 @@ class DetectorStore {
 
   // Inserts or replaces a registration.
   absl::Status PutInstance(const StoredInstance& instance);
+  // Stores a registration and deletes its seen keys, in one transaction (a new lifetime of an
+  // instance id).
+  absl::Status ResetInstance(const StoredInstance& instance);
   // Deletes a registration and its seen keys (its events stay in the log).
   absl::Status DeleteInstance(const std::string& instance_id);
   // Appends `event`, stores the instance's new state and (when not empty) the seen key, in one

@@ -42,12 +42,17 @@ struct MetadataEmulator::Instance {
   };
   std::vector<Scheduled> notices;
   EmulatorFault fault = EmulatorFault::kNone;
+  std::string fault_path;  // empty: every path
   int slow_ms = 0;
   std::map<std::string, int64_t> tokens;  // token -> expiry (unix ms)
   int azure_ack_count = 0;
   int clears = 0;
   EmulatorStats stats;
 
+  // The fault injected into answers on `path`.
+  EmulatorFault FaultFor(const std::string& path) const {
+    return fault_path.empty() || fault_path == path ? fault : EmulatorFault::kNone;
+  }
   // Notices of `cloud` and `kind` visible at `now`.
   std::vector<const Scheduled*> Visible(Cloud cloud, EventKind kind, int64_t now) const {
     std::vector<const Scheduled*> out;
@@ -177,10 +182,12 @@ void MetadataEmulator::ClearNotices(const std::string& instance_id) {
   changed_.notify_all();
 }
 
-void MetadataEmulator::SetFault(const std::string& instance_id, EmulatorFault fault, int slow_ms) {
+void MetadataEmulator::SetFault(const std::string& instance_id, EmulatorFault fault, int slow_ms,
+                                const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
   Instance& instance = InstanceLocked(instance_id);
   instance.fault = fault;
+  instance.fault_path = path;
   instance.slow_ms = slow_ms;
 }
 
@@ -211,7 +218,7 @@ void MetadataEmulator::Handle(const httplib::Request& request, httplib::Response
   std::unique_lock<std::mutex> lock(mu_);
   Instance& instance = InstanceLocked(instance_id);
   ++instance.stats.requests;
-  const EmulatorFault fault = instance.fault;
+  const EmulatorFault fault = instance.FaultFor(path);
   if (fault == EmulatorFault::kSlow && instance.slow_ms > 0) {
     const int slow_ms = instance.slow_ms;
     changed_.wait_for(lock, std::chrono::milliseconds(slow_ms), [this] { return stopping_; });
@@ -271,7 +278,7 @@ void MetadataEmulator::HandleAws(Instance& instance, const std::string& path,
   // IMDSv2 only: a missing, unknown or expired token is 401.
   const std::string token = request.get_header_value("X-aws-ec2-metadata-token");
   auto it = instance.tokens.find(token);
-  if (instance.fault == EmulatorFault::kUnauthorized || it == instance.tokens.end() ||
+  if (instance.FaultFor(path) == EmulatorFault::kUnauthorized || it == instance.tokens.end() ||
       it->second <= now) {
     ++instance.stats.unauthorized;
     response.status = 401;
@@ -459,7 +466,7 @@ void MetadataEmulator::HandleControl(const httplib::Request& request, httplib::R
     if (!fault.ok()) return fail(std::string(fault.status().message()));
     int64_t slow_ms = 0;
     if (!int_param("slow_ms", &slow_ms)) return fail("slow_ms: expected an integer");
-    SetFault(instance_id, *fault, static_cast<int>(slow_ms));
+    SetFault(instance_id, *fault, static_cast<int>(slow_ms), request.get_param_value("path"));
     response.set_content("ok\n", "text/plain");
     return;
   }

@@ -7,6 +7,7 @@
 //   POST /emulator/notice?instance=I&cloud=aws|gce|azure&kind=notice|rebalance|maintenance
 //        &action=A&in_ms=N&effective_in_ms=M   (or at_ms=UNIX_MS instead of in_ms)
 //   POST /emulator/fault?instance=I&fault=none|500|401|garbage|truncated|slow&slow_ms=N
+//        &path=P   (optional: only that metadata path, e.g. /latest/meta-data/spot/instance-action)
 //   POST /emulator/clear?instance=I
 #ifndef SPOTDNN_DETECTOR_METADATA_EMULATOR_H_
 #define SPOTDNN_DETECTOR_METADATA_EMULATOR_H_
@@ -92,8 +93,10 @@ class MetadataEmulator {
   void ScheduleNotice(const std::string& instance_id, EmulatedNotice notice);
   // Removes an instance's notices (AWS 404s again, GCE FALSE/NONE, Azure no events).
   void ClearNotices(const std::string& instance_id);
-  // Injects a fault into an instance's answers (kNone removes it).
-  void SetFault(const std::string& instance_id, EmulatorFault fault, int slow_ms = 0);
+  // Injects a fault into an instance's answers (kNone removes it): into every metadata path, or
+  // only into `path` (e.g. "/latest/meta-data/events/recommendations/rebalance") when given.
+  void SetFault(const std::string& instance_id, EmulatorFault fault, int slow_ms = 0,
+                const std::string& path = "");
   // Invalidates every AWS token issued for an instance (the next request gets 401).
   void ExpireTokens(const std::string& instance_id);
   // What the instance's metadata service was asked so far.

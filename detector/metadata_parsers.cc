@@ -66,6 +66,53 @@ std::string_view Trim(std::string_view text) {
   return text;
 }
 
+// One event of a Scheduled Events document; `what` names it in errors.
+absl::StatusOr<AzureScheduledEvent> ParseAzureEvent(const std::string& what, const Json& e) {
+  if (!e.is_object()) return Invalid(what, Dump(e), "expected an object");
+  AzureScheduledEvent event;
+  auto id = StringField(what, e, "EventId");
+  if (!id.ok()) return id.status();
+  if (id->empty()) return Invalid(what + ".EventId", *id, "must not be empty");
+  event.event_id = *id;
+  auto type = StringField(what, e, "EventType");
+  if (!type.ok()) return type.status();
+  if (type->empty()) return Invalid(what + ".EventType", *type, "must not be empty");
+  event.event_type = *type;
+  auto resource_type = StringField(what, e, "ResourceType", false);
+  if (!resource_type.ok()) return resource_type.status();
+  event.resource_type = *resource_type;
+  auto status = StringField(what, e, "EventStatus", false);
+  if (!status.ok()) return status.status();
+  event.event_status = *status;
+  auto not_before = StringField(what, e, "NotBefore", false);
+  if (!not_before.ok()) return not_before.status();
+  if (!not_before->empty()) {
+    auto ms = ParseHttpDateMs(what + ".NotBefore", *not_before);
+    if (!ms.ok()) return ms.status();
+    event.not_before_unix_ms = *ms;
+  }
+  auto description = StringField(what, e, "Description", false);
+  if (!description.ok()) return description.status();
+  event.description = *description;
+  auto source = StringField(what, e, "EventSource", false);
+  if (!source.ok()) return source.status();
+  event.event_source = *source;
+  if (auto r = e.find("Resources"); r != e.end()) {
+    if (!r->is_array()) return Invalid(what + ".Resources", Dump(*r), "expected an array");
+    for (const Json& name : *r) {
+      if (!name.is_string()) return Invalid(what + ".Resources", Dump(name), "expected strings");
+      event.resources.push_back(name.get<std::string>());
+    }
+  }
+  if (auto d = e.find("DurationInSeconds"); d != e.end()) {
+    if (!d->is_number_integer()) {
+      return Invalid(what + ".DurationInSeconds", Dump(*d), "expected an integer");
+    }
+    event.duration_s = d->get<int64_t>();
+  }
+  return event;
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> ParseRfc3339Ms(std::string_view field, std::string_view text) {
@@ -176,53 +223,12 @@ absl::StatusOr<AzureScheduledEvents> ParseAzureScheduledEvents(std::string_view 
     return Invalid("scheduledevents.Events", Dump(*events), "expected an array");
   }
   for (size_t i = 0; i < events->size(); ++i) {
-    const Json& e = (*events)[i];
-    const std::string what = absl::StrCat("scheduledevents.Events[", i, "]");
-    if (!e.is_object()) return Invalid(what, Dump(e), "expected an object");
-    AzureScheduledEvent event;
-    auto id = StringField(what, e, "EventId");
-    if (!id.ok()) return id.status();
-    if (id->empty()) return Invalid(what + ".EventId", *id, "must not be empty");
-    event.event_id = *id;
-    auto type = StringField(what, e, "EventType");
-    if (!type.ok()) return type.status();
-    if (type->empty()) return Invalid(what + ".EventType", *type, "must not be empty");
-    event.event_type = *type;
-    auto resource_type = StringField(what, e, "ResourceType", false);
-    if (!resource_type.ok()) return resource_type.status();
-    event.resource_type = *resource_type;
-    auto status = StringField(what, e, "EventStatus", false);
-    if (!status.ok()) return status.status();
-    event.event_status = *status;
-    auto not_before = StringField(what, e, "NotBefore", false);
-    if (!not_before.ok()) return not_before.status();
-    if (!not_before->empty()) {
-      auto ms = ParseHttpDateMs(what + ".NotBefore", *not_before);
-      if (!ms.ok()) return ms.status();
-      event.not_before_unix_ms = *ms;
+    auto event = ParseAzureEvent(absl::StrCat("scheduledevents.Events[", i, "]"), (*events)[i]);
+    if (event.ok()) {
+      document.events.push_back(*std::move(event));
+    } else {
+      document.malformed.emplace_back(event.status().message());
     }
-    auto description = StringField(what, e, "Description", false);
-    if (!description.ok()) return description.status();
-    event.description = *description;
-    auto source = StringField(what, e, "EventSource", false);
-    if (!source.ok()) return source.status();
-    event.event_source = *source;
-    if (auto r = e.find("Resources"); r != e.end()) {
-      if (!r->is_array()) return Invalid(what + ".Resources", Dump(*r), "expected an array");
-      for (const Json& name : *r) {
-        if (!name.is_string()) {
-          return Invalid(what + ".Resources", Dump(name), "expected strings");
-        }
-        event.resources.push_back(name.get<std::string>());
-      }
-    }
-    if (auto d = e.find("DurationInSeconds"); d != e.end()) {
-      if (!d->is_number_integer()) {
-        return Invalid(what + ".DurationInSeconds", Dump(*d), "expected an integer");
-      }
-      event.duration_s = d->get<int64_t>();
-    }
-    document.events.push_back(std::move(event));
   }
   return document;
 }

@@ -52,10 +52,16 @@ struct AzureScheduledEvent {
 // Azure /metadata/scheduledevents (api-version 2020-07-01).
 struct AzureScheduledEvents {
   int64_t document_incarnation = 0;
-  std::vector<AzureScheduledEvent> events;
+  std::vector<AzureScheduledEvent> events;  // the well-formed events
+  // Why each malformed event was left out (field and value), e.g.
+  // "scheduledevents.Events[1].NotBefore = \"soon\": expected an HTTP date …".
+  std::vector<std::string> malformed;
 };
 
-// Parses an Azure Scheduled Events document.
+// Parses an Azure Scheduled Events document. A malformed document (not JSON, no
+// DocumentIncarnation or Events array) is an error; a malformed event is left out of `events` and
+// named in `malformed`, so that one bad event cannot hide a valid Preempt beside it (and is never
+// a notice itself).
 absl::StatusOr<AzureScheduledEvents> ParseAzureScheduledEvents(std::string_view body);
 // The notices in an Azure document: Preempt (and Terminate) as kNotice, the rest as kMaintenance;
 // keyed by EventId.

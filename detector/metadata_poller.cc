@@ -458,7 +458,13 @@ struct MetadataPoller::Impl {
         if (problem.empty() && status == 200) {
           auto document = ParseAzureScheduledEvents(r->body);
           if (document.ok()) {
-            t->errors.erase(ch);
+            // A malformed event makes the round unhealthy, with why; the well-formed events
+            // beside it (a Preempt among them) are still reported.
+            if (document->malformed.empty()) {
+              t->errors.erase(ch);
+            } else {
+              t->errors[ch] = absl::StrJoin(document->malformed, "; ");
+            }
             t->notices = AzureNotices(*document);
             for (const AzureScheduledEvent& e : document->events) {
               if (e.event_type == "Preempt" && e.event_status != "Started" &&

@@ -8,9 +8,10 @@
 //   GCE   instance/preempted and instance/maintenance-event, long-polled with
 //         wait_for_change=true&last_etag=… (answers the moment the value flips).
 //   Azure /metadata/scheduledevents every interval; optionally acknowledges Preempt events.
-// Failures (connect errors, timeouts, non-200/404 codes, 401 loops, unparsable bodies) make the
-// round unhealthy with the reason and are retried with exponential backoff; they never produce a
-// notice, and a notice read in the same round is still reported.
+// Failures (connect errors, timeouts, non-200/404 codes, 401 loops, unparsable bodies, a
+// malformed event in an Azure document) make the round unhealthy with the reason and are retried
+// with exponential backoff; they never produce a notice, and a notice read in the same round (on
+// another channel, or a well-formed Azure event) is still reported.
 #ifndef SPOTDNN_DETECTOR_METADATA_POLLER_H_
 #define SPOTDNN_DETECTOR_METADATA_POLLER_H_
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -190,7 +191,23 @@ void DetectorServiceImpl::MonitorPeers(absl::Duration period, int failures_to_de
         }
       }
       if (push) {
+        // Only what the peer lacks: a registration it already has would be an idempotent no-op
+        // at best, and it must not start a new lifetime there (reset a revoked instance, so that
+        // a notice is reported again) because this replica has a stale view of its state.
+        std::set<std::string> has;
+        {
+          grpc::ClientContext c;
+          c.set_deadline(In(absl::Seconds(2)));
+          pb::ListInstancesResponse listed;
+          if (!peers_[i].stub->ListInstances(&c, {}, &listed).ok()) {
+            std::lock_guard<std::mutex> lock(mu_);
+            peers_[i].synced = false;  // try again next round
+            continue;
+          }
+          for (const pb::WatchedInstance& w : listed.instances()) has.insert(w.instance_id());
+        }
         for (const d::WatchedInstance& w : detector_->List("")) {
+          if (has.count(w.instance_id)) continue;
           grpc::ClientContext c;
           c.set_deadline(In(absl::Seconds(2)));
           pb::RegisterInstanceRequest request;
@@ -289,10 +306,21 @@ grpc::Status DetectorServiceImpl::WatchEvents(grpc::ServerContext* context,
                                               grpc::ServerWriter<pb::RevocationEvent>* writer) {
   StreamCount count(open_streams_);
   uint64_t cursor = request->after_sequence();
+  bool opened = false;
   while (!context->IsCancelled() && !stopped_) {
     uint64_t scanned = cursor;
     auto events = detector_->EventsAfter(cursor, request->job_id(), 256, &scanned);
+    // A resume point past the newest event or trimmed away is OUT_OF_RANGE before the stream
+    // opens (later rounds start from what this stream scanned, so they cannot fail that way).
     if (!events.ok()) return ToGrpc(events.status());
+    if (!opened) {
+      // Tells the subscriber at once that the stream is up, before any event (clients tell an
+      // unreachable detector from a quiet one by it).
+      context->AddInitialMetadata(std::string(kWatchOpenedHeader),
+                                  std::to_string(detector_->last_sequence()));
+      writer->SendInitialMetadata();
+      opened = true;
+    }
     for (const d::Event& e : *events) {
       if (!writer->Write(ToProto(e))) return grpc::Status::OK;  // the subscriber left
     }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -27,6 +28,10 @@ detector::WatchedInstance ToDomain(const pb::WatchedInstance& instance);
 pb::RevocationEvent ToProto(const detector::Event& event);
 pb::Cloud ToProto(detector::Cloud cloud);
 detector::Cloud ToDomain(pb::Cloud cloud);
+
+// Initial metadata a WatchEvents stream sends as soon as it is open (before any event): the
+// detector's newest sequence then. A subscriber that got it reached the detector.
+inline constexpr std::string_view kWatchOpenedHeader = "spotdnn-watch-last-sequence";
 
 // Another detector replica.
 struct DetectorPeer {
@@ -49,7 +54,8 @@ class DetectorServiceImpl final : public pb::Detector::Service {
 
   // Starts asking every peer's ReplicaStatus each `period`; a peer that fails `failures_to_dead`
   // checks in a row is dead and its instances move to the live replicas; a peer that comes
-  // (back) up is sent every registration this replica holds. No-op without peers.
+  // (back) up is sent every registration this replica holds that it lacks (never one it has:
+  // see Detector::Register on re-registration). No-op without peers.
   void StartPeerMonitor(absl::Duration period = absl::Milliseconds(500), int failures_to_dead = 3);
   // Stops the peer monitor and ends open WatchEvents streams. Idempotent.
   void Stop();
@@ -67,6 +73,8 @@ class DetectorServiceImpl final : public pb::Detector::Service {
   grpc::Status AgentStream(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<pb::AgentAck, pb::AgentReport>* stream) override;
+  // Streams events after request.after_sequence: OUT_OF_RANGE (naming both numbers) when that is
+  // past the newest event or was trimmed; otherwise sends kWatchOpenedHeader at once.
   grpc::Status WatchEvents(grpc::ServerContext* context, const pb::WatchEventsRequest* request,
                            grpc::ServerWriter<pb::RevocationEvent>* writer) override;
   grpc::Status ListInstances(grpc::ServerContext* context, const pb::ListInstancesRequest* request,

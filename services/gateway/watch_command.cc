@@ -1,5 +1,8 @@
 // spotdnn watch: prints a detector's revocation events as they arrive, resuming after the last
-// sequence it printed when the stream breaks.
+// sequence it printed when the stream breaks; gives up (exit 1, naming the server) when the
+// detector cannot be reached within WatchRetryLimits.
+#include "services/gateway/watch_command.h"
+
 #include <chrono>
 #include <thread>
 
@@ -7,6 +10,7 @@
 #include "absl/time/time.h"
 #include "services/common/convert.h"
 #include "services/common/data_registry.h"
+#include "services/detector/detector_service.h"
 #include "services/gateway/cli.h"
 #include "services/gateway/output.h"
 
@@ -72,21 +76,43 @@ std::string EventLine(const pb::RevocationEvent& e) {
 }  // namespace
 
 int Watch(const Args& args, pb::Detector::StubInterface& stub, const Io& io) {
+  return WatchWithLimits(args, stub, io, WatchRetryLimits());
+}
+
+int WatchWithLimits(const Args& args, pb::Detector::StubInterface& stub, const Io& io,
+                    const WatchRetryLimits& limits) {
+  using Clock = std::chrono::steady_clock;
   constexpr absl::string_view kCommand = "watch";
+  const std::string server = args.Get("--server").value_or(std::string(kDefaultDetectorAddress));
   int count = 0;
   if (auto c = args.Get("--count")) {
     auto parsed = ParseInt("--count", *c, 1, 1 << 30);
     if (!parsed.ok()) return ReportError(parsed.status(), kCommand, io);
     count = *parsed;
   }
-  std::optional<std::chrono::steady_clock::time_point> end;
+  std::optional<Clock::time_point> end;
+  std::optional<double> timeout_s;
   if (auto t = args.Get("--timeout")) {
     auto seconds = ParseDuration("--timeout", *t);
     if (!seconds.ok()) return ReportError(seconds.status(), kCommand, io);
-    end = std::chrono::steady_clock::now() +
-          std::chrono::milliseconds(static_cast<int64_t>(*seconds * 1000));
+    timeout_s = *seconds;
+    end = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(*seconds * 1000));
   }
+  auto ms = [](absl::Duration d) {
+    return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+  };
+  // Until when a detector that has not answered yet is retried: --timeout, else first_connect.
+  const Clock::time_point connect_by = end ? *end : Clock::now() + ms(limits.first_connect);
+  const std::string connect_budget =
+      timeout_s ? absl::StrCat("--timeout ", HumanDuration(*timeout_s))
+                : HumanDuration(absl::ToDoubleSeconds(limits.first_connect));
+  auto unreachable = [&](const std::string& why) {
+    return ReportError(absl::UnavailableError(absl::StrCat("cannot reach the detector at ", server,
+                                                           " within ", connect_budget, ": ", why)),
+                       kCommand, io);
+  };
   uint64_t after = 0;
+  const bool after_given = args.Get("--after").has_value();
   if (auto a = args.Get("--after")) {
     if (!absl::SimpleAtoi(*a, &after)) {
       return ReportError(absl::InvalidArgumentError(absl::StrCat(
@@ -94,27 +120,45 @@ int Watch(const Args& args, pb::Detector::StubInterface& stub, const Io& io) {
                          kCommand, io);
     }
   } else {
-    // New events only: start after the detector's newest.
+    // New events only: start after the detector's newest. Waits for a detector that is starting
+    // up, but not longer than the connect bound.
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    context.set_wait_for_ready(true);
+    context.set_deadline(std::chrono::system_clock::now() + (connect_by - Clock::now()));
     pb::ReplicaStatusResponse status;
-    auto s = services::FromGrpc(stub.ReplicaStatus(&context, {}, &status));
-    if (!s.ok()) return ReportError(s, kCommand, io);
+    const grpc::Status s = stub.ReplicaStatus(&context, {}, &status);
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return unreachable(s.error_message());
+    }
+    if (!s.ok()) return ReportError(services::FromGrpc(s), kCommand, io);
     after = status.last_sequence();
   }
   pb::WatchEventsRequest request;
   request.set_job_id(args.Get("--job").value_or(""));
   int printed = 0;
+  bool ever_up = false;    // a stream has been up
+  bool announced = false;  // the current outage was reported on stderr
+  Clock::time_point give_up = connect_by;
   while (true) {
     grpc::ClientContext context;
     if (end) {
-      context.set_deadline(std::chrono::system_clock::now() +
-                           (*end - std::chrono::steady_clock::now()));
+      context.set_deadline(std::chrono::system_clock::now() + (*end - Clock::now()));
     }
     request.set_after_sequence(after);
     auto reader = stub.WatchEvents(&context, request);
+    // The detector sends its header as soon as the stream is open: that tells an unreachable
+    // detector from a quiet one.
+    reader->WaitForInitialMetadata();
+    bool up = context.GetServerInitialMetadata().count(grpc::string_ref(
+                  services::kWatchOpenedHeader.data(), services::kWatchOpenedHeader.size())) > 0;
+    if (up) {
+      ever_up = true;
+      announced = false;
+    }
     pb::RevocationEvent event;
     while (reader->Read(&event)) {
+      up = ever_up = true;
       if (io.json) {
         io.out << services::ToJson(event) << "\n";
       } else {
@@ -129,17 +173,51 @@ int Watch(const Args& args, pb::Detector::StubInterface& stub, const Io& io) {
       }
     }
     const grpc::Status status = reader->Finish();
-    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-        (end && std::chrono::steady_clock::now() >= *end)) {
+    const bool timed_out =
+        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED || (end && Clock::now() >= *end);
+    if (timed_out) {
+      if (!ever_up) return unreachable(status.error_message());
       return kExitOk;  // --timeout reached
+    }
+    if (status.error_code() == grpc::StatusCode::OUT_OF_RANGE) {
+      // Waiting would skip events (or the ones asked for are gone): say so and stop.
+      const std::string from = after_given && printed == 0
+                                   ? absl::StrCat("--after = ", after)
+                                   : absl::StrCat("resuming after #", after);
+      return ReportError(
+          absl::OutOfRangeError(absl::StrCat(
+              from, " at ", server, ": ", status.error_message(),
+              "; run again with a smaller --after to replay what it has, or without --after "
+              "for new events only")),
+          kCommand, io);
     }
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE && !status.ok()) {
       return ReportError(services::FromGrpc(status), kCommand, io);
     }
-    // The detector went away (or restarted): resume after the last event printed.
-    io.err << "spotdnn watch: stream ended (" << status.error_message() << "); resuming after #"
-           << after << "\n";
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    // The detector went away, restarted or is not there yet: retry, within bounds.
+    const Clock::time_point now = Clock::now();
+    if (up) give_up = now + ms(limits.resume);
+    if (now >= give_up) {
+      if (!ever_up) return unreachable(status.error_message());
+      return ReportError(
+          absl::UnavailableError(absl::StrCat("lost the detector at ", server, ": no stream for ",
+                                              HumanDuration(absl::ToDoubleSeconds(limits.resume)),
+                                              " after #", after, " (", status.error_message(),
+                                              "); run again with --after ", after, " to resume")),
+          kCommand, io);
+    }
+    if (!announced) {
+      if (ever_up) {
+        io.err << "spotdnn watch: stream ended (" << status.error_message() << "); resuming after #"
+               << after << ", retrying for up to "
+               << HumanDuration(absl::ToDoubleSeconds(limits.resume)) << "\n";
+      } else {
+        io.err << "spotdnn watch: cannot reach the detector at " << server << " yet ("
+               << status.error_message() << "); retrying for up to " << connect_budget << "\n";
+      }
+      announced = true;
+    }
+    std::this_thread::sleep_until(std::min(now + ms(limits.retry_every), give_up));
   }
 }
 

@@ -240,6 +240,171 @@ TEST_F(DetectorTest, EventsAfterResumesAndFiltersByJob) {
   EXPECT_TRUE(d->WaitForEvents(5, absl::Milliseconds(20)));
 }
 
+TEST_F(DetectorTest, EventsAfterPastTheNewestIsOutOfRangeNamingBoth) {
+  auto d = OpenDetector(ByHand());
+  // A fresh (or wiped) log: 0 is fine, anything past it is not.
+  EXPECT_TRUE(d->EventsAfter(0, "", 10).ok());
+  auto empty = d->EventsAfter(5, "", 10);
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(empty.status().message()), HasSubstr("after_sequence = 5"));
+  EXPECT_THAT(std::string(empty.status().message()), HasSubstr("newest event, 0"));
+  for (int i = 0; i < 3; ++i) {
+    Notice n{EventKind::kRebalance, "rebalance", 0, 0, "k" + std::to_string(i), ""};
+    ASSERT_TRUE(d->ReportNotice("i", "", Cloud::kAws, n, 0).ok());
+  }
+  EXPECT_TRUE(d->EventsAfter(3, "", 10).ok());
+  auto past = d->EventsAfter(57, "", 10);
+  EXPECT_EQ(past.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(past.status().message()), HasSubstr("after_sequence = 57"));
+  EXPECT_THAT(std::string(past.status().message()), HasSubstr("newest event, 3"));
+}
+
+TEST_F(DetectorTest, ReRegistrationIsIdempotentUntilANewLifetime) {
+  DetectorOptions o = ByHand();
+  o.db_path = db_.string();
+  o.lost_after_intervals = 100;  // 1000 s: only the explicit checks below make anything lost
+  auto d = OpenDetector(o);
+  WatchedInstance w;
+  w.instance_id = "i";
+  w.job_id = "job";
+  w.cloud = Cloud::kGce;
+  ASSERT_TRUE(d->Register(w).ok());
+  const int64_t now = NowUnixMs();
+  // GCE's preemption notice has the same key in every lifetime of an instance.
+  Notice n{EventKind::kNotice, "preempt", 0, now + 30000, "gce:preempted", "preempted"};
+  ASSERT_TRUE(d->ReportNotice("i", "job", Cloud::kGce, n, now).ok());
+  ASSERT_EQ(d->last_sequence(), 1u);
+  // Registered again while the notice is out (a forwarded registration, a runner resuming):
+  // nothing changes and the notice is not reported twice.
+  ASSERT_TRUE(d->Register(w).ok());
+  EXPECT_EQ(StateOf(*d, "i"), InstanceState::kNotice);
+  ASSERT_TRUE(d->ReportNotice("i", "job", Cloud::kGce, n, now).ok());
+  EXPECT_EQ(d->last_sequence(), 1u);
+  d->CheckDeadlines(now + 30001);
+  ASSERT_EQ(StateOf(*d, "i"), InstanceState::kRevoked);
+  ASSERT_EQ(d->last_sequence(), 2u);
+  // The id is in use again (the preemptible instance restarted): a new lifetime.
+  ASSERT_TRUE(d->Register(w).ok());
+  auto again = d->Get("i");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->state, InstanceState::kUnknown);
+  EXPECT_THAT(again->reason, HasSubstr("was revoked"));
+  // It survives a restart: the old notice key is forgotten in the store too.
+  d.reset();
+  d = OpenDetector(o);
+  EXPECT_EQ(StateOf(*d, "i"), InstanceState::kUnknown);
+  d->CheckDeadlines(now + 60000);  // the old deadline is gone: not revoked again
+  EXPECT_EQ(StateOf(*d, "i"), InstanceState::kUnknown);
+  const int64_t later = NowUnixMs();
+  Notice second = n;
+  second.effective_unix_ms = later + 30000;
+  ASSERT_TRUE(d->ReportNotice("i", "job", Cloud::kGce, second, later).ok());
+  auto events = All(*d);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[2].kind, EventKind::kNotice);
+  EXPECT_EQ(events[2].effective_unix_ms, later + 30000);
+  EXPECT_EQ(StateOf(*d, "i"), InstanceState::kNotice);
+  // A lost instance registered again starts over as well.
+  ASSERT_TRUE(d->Heartbeat("h", "job", Cloud::kAws, NowUnixMs()).ok());
+  d->CheckDeadlines(NowUnixMs() + 2000000);
+  ASSERT_EQ(StateOf(*d, "h"), InstanceState::kLost);
+  WatchedInstance h;
+  h.instance_id = "h";
+  h.job_id = "job";
+  ASSERT_TRUE(d->Register(h).ok());
+  auto lost_again = d->Get("h");
+  ASSERT_TRUE(lost_again.ok());
+  EXPECT_EQ(lost_again->state, InstanceState::kUnknown);
+  EXPECT_EQ(lost_again->cloud, Cloud::kAws);  // an unspecified cloud keeps the known one
+  EXPECT_EQ(d->store_errors(), 0u) << d->last_store_error();
+}
+
+TEST_F(DetectorTest, ReRegistrationWithAnotherEndpointIsANewLifetime) {
+  auto d = OpenDetector(ByHand());
+  WatchedInstance w;
+  w.instance_id = "i";
+  w.cloud = Cloud::kAws;
+  ASSERT_TRUE(d->Register(w).ok());
+  Notice n{EventKind::kNotice, "stop", 0, NowUnixMs() + 120000, "aws:instance-action:stop:t", ""};
+  ASSERT_TRUE(d->ReportNotice("i", "", Cloud::kAws, n, 0).ok());
+  // An endpoint given to an instance that had none: the same machine, nothing reset.
+  w.metadata_endpoint = "http://127.0.0.1:1/i/i";
+  ASSERT_TRUE(d->Register(w).ok());
+  EXPECT_EQ(StateOf(*d, "i"), InstanceState::kNotice);
+  ASSERT_TRUE(d->ReportNotice("i", "", Cloud::kAws, n, 0).ok());
+  EXPECT_EQ(d->last_sequence(), 1u);
+  // Another endpoint: another machine answers for the id now.
+  w.metadata_endpoint = "http://127.0.0.1:2/i/i";
+  ASSERT_TRUE(d->Register(w).ok());
+  EXPECT_EQ(StateOf(*d, "i"), InstanceState::kUnknown);
+  ASSERT_TRUE(d->ReportNotice("i", "", Cloud::kAws, n, 0).ok());
+  EXPECT_EQ(d->last_sequence(), 2u);
+  // Another cloud likewise.
+  w.cloud = Cloud::kAzure;
+  ASSERT_TRUE(d->Register(w).ok());
+  EXPECT_EQ(StateOf(*d, "i"), InstanceState::kUnknown);
+}
+
+TEST_F(DetectorTest, RevokedInstanceRegisteredAgainIsPolledAgain) {
+  auto d = OpenDetector(Options());
+  ASSERT_TRUE(d->Register(Polled("a", Cloud::kAws)).ok());
+  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "a") == InstanceState::kHealthy; }));
+  // A stop notice whose deadline comes quickly (AWS times have whole seconds).
+  const int64_t effective = (NowUnixMs() / 1000 + 2) * 1000;
+  emulator_->ScheduleNotice(
+      "a", {.cloud = Cloud::kAws, .action = "stop", .effective_unix_ms = effective});
+  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "a") == InstanceState::kRevoked; }));
+  EXPECT_EQ(d->polled(), 0u);
+  // The instance is started again under the same id and registered again.
+  emulator_->ClearNotices("a");
+  ASSERT_TRUE(d->Register(Polled("a", Cloud::kAws)).ok());
+  EXPECT_EQ(d->polled(), 1u);
+  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "a") == InstanceState::kHealthy; }));
+  emulator_->ScheduleNotice("a", {.cloud = Cloud::kAws, .action = "terminate"});
+  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "a") == InstanceState::kNotice; }));
+  auto events = All(*d);
+  ASSERT_EQ(events.size(), 3u);  // notice, revoked, notice
+  EXPECT_EQ(events[2].kind, EventKind::kNotice);
+  EXPECT_EQ(events[2].action, "terminate");
+}
+
+TEST_F(DetectorTest, NoticeBehindAFaultArrivesOnceWhenItClears) {
+  auto d = OpenDetector(Options());
+  const std::vector<std::pair<std::string, Cloud>> instances = {
+      {"f-aws", Cloud::kAws}, {"f-gce", Cloud::kGce}, {"f-azure", Cloud::kAzure}};
+  for (const auto& [id, cloud] : instances) {
+    emulator_->SetFault(id, EmulatorFault::kServerError);
+    emulator_->ScheduleNotice(id, {.cloud = cloud});
+    ASSERT_TRUE(d->Register(Polled(id, cloud)).ok());
+  }
+  for (const auto& [id, cloud] : instances) {
+    ASSERT_TRUE(Eventually([&, id = id] {
+      auto w = d->Get(id);
+      return w.ok() && w->reason.find("HTTP 500") != std::string::npos;
+    })) << id;
+  }
+  EXPECT_EQ(d->last_sequence(), 0u);  // nothing from a faulty answer
+  for (const auto& [id, cloud] : instances) emulator_->SetFault(id, EmulatorFault::kNone);
+  for (const auto& [id, cloud] : instances) {
+    ASSERT_TRUE(Eventually([&, id = id] { return StateOf(*d, id) == InstanceState::kNotice; }))
+        << id;
+  }
+  // More rounds see the same notices: still one event each.
+  const int requests_before = emulator_->Stats("f-azure").requests;
+  ASSERT_TRUE(
+      Eventually([&] { return emulator_->Stats("f-azure").requests >= requests_before + 4; }));
+  auto events = All(*d);
+  for (const auto& [id, cloud] : instances) {
+    EXPECT_EQ(std::count_if(events.begin(), events.end(),
+                            [&, id = id](const Event& e) {
+                              return e.instance_id == id && e.kind == EventKind::kNotice;
+                            }),
+              1)
+        << id;
+  }
+  EXPECT_EQ(events.size(), 3u);
+}
+
 TEST_F(DetectorTest, RetentionTrimsAndSaysSo) {
   DetectorOptions o = ByHand();
   o.event_retention = 3;

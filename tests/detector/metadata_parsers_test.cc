@@ -103,19 +103,51 @@ TEST(Azure, ParsesScheduledEvents) {
 }
 
 TEST(Azure, RejectsMalformedDocuments) {
-  for (const char* body :
-       {"", "{}", R"({"DocumentIncarnation": 1})", R"({"Events": []})",
-        R"({"DocumentIncarnation": "1", "Events": []})",
-        R"({"DocumentIncarnation": 1, "Events": {}})",
-        R"({"DocumentIncarnation": 1, "Events": [1]})",
-        R"({"DocumentIncarnation": 1, "Events": [{"EventType": "Preempt"}]})",
-        R"({"DocumentIncarnation": 1, "Events": [{"EventId": "a", "EventType": "Preempt",
-            "NotBefore": "soon"}]})"}) {
+  for (const char* body : {"", "{}", R"({"DocumentIncarnation": 1})", R"({"Events": []})",
+                           R"({"DocumentIncarnation": "1", "Events": []})",
+                           R"({"DocumentIncarnation": 1, "Events": {}})"}) {
     EXPECT_FALSE(ParseAzureScheduledEvents(body).ok()) << body;
   }
   std::string truncated(kAzureDocument);
   truncated.resize(truncated.size() / 2);
   EXPECT_FALSE(ParseAzureScheduledEvents(truncated).ok());
+}
+
+TEST(Azure, MalformedEventsAreNamedAndNeverNotices) {
+  for (const char* body :
+       {R"({"DocumentIncarnation": 1, "Events": [1]})",
+        R"({"DocumentIncarnation": 1, "Events": [{"EventType": "Preempt"}]})",
+        R"({"DocumentIncarnation": 1, "Events": [{"EventId": "a", "EventType": "Preempt",
+            "NotBefore": "soon"}]})"}) {
+    auto d = ParseAzureScheduledEvents(body);
+    ASSERT_TRUE(d.ok()) << body;
+    EXPECT_TRUE(d->events.empty()) << body;
+    ASSERT_EQ(d->malformed.size(), 1u) << body;
+    EXPECT_THAT(d->malformed[0], HasSubstr("scheduledevents.Events[0]")) << body;
+    EXPECT_TRUE(AzureNotices(*d).empty()) << body;
+  }
+}
+
+TEST(Azure, MalformedEventDoesNotHideAValidPreempt) {
+  constexpr char kMixed[] = R"({"DocumentIncarnation": 4, "Events": [
+    {"EventId": "bad", "EventType": "Preempt", "NotBefore": "soon"},
+    {"EventId": "P", "EventType": "Preempt", "ResourceType": "VirtualMachine",
+     "Resources": ["vm1"], "EventStatus": "Scheduled",
+     "NotBefore": "Mon, 19 Sep 2016 18:29:47 GMT"},
+    {"EventId": "R", "EventType": "Reboot", "Resources": "vm1"}
+  ]})";
+  auto d = ParseAzureScheduledEvents(kMixed);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->events.size(), 1u);
+  EXPECT_EQ(d->events[0].event_id, "P");
+  ASSERT_EQ(d->malformed.size(), 2u);
+  EXPECT_THAT(d->malformed[0], HasSubstr("scheduledevents.Events[0].NotBefore = \"soon\""));
+  EXPECT_THAT(d->malformed[1], HasSubstr("scheduledevents.Events[2].Resources"));
+  auto notices = AzureNotices(*d);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0].kind, EventKind::kNotice);
+  EXPECT_EQ(notices[0].key, "azure:P");
+  EXPECT_EQ(notices[0].effective_unix_ms, 1474309787000);
 }
 
 TEST(Azure, StartRequestsRoundTrip) {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <set>
 
 #include "detector/metadata_emulator.h"
 #include "gmock/gmock.h"
@@ -189,9 +190,11 @@ TEST_P(PollerFaultTest, FaultIsUnknownWithReasonAndNoFalseNotice) {
   PollerOptions options;
   options.request_timeout = absl::Milliseconds(200);
   StartPoller(options);
-  // The faulty instance has a real notice behind the fault; its neighbour keeps being served.
+  // The faulty instance has a real notice behind the fault (the only one it will ever have); its
+  // neighbour keeps being served. Whole seconds: AWS and Azure times carry no milliseconds.
+  const int64_t effective = (NowUnixMs() / 1000 + 300) * 1000;
   emulator_->SetFault("bad", c.fault, 1000);
-  emulator_->ScheduleNotice("bad", {.cloud = c.cloud});
+  emulator_->ScheduleNotice("bad", {.cloud = c.cloud, .effective_unix_ms = effective});
   Watch("bad", c.cloud);
   Watch("good", c.cloud);
   // (GCE has two channels; either may report first, so wait for the one named.)
@@ -201,14 +204,31 @@ TEST_P(PollerFaultTest, FaultIsUnknownWithReasonAndNoFalseNotice) {
   ASSERT_TRUE(bad) << "no unhealthy result with \"" << c.reason << "\"";
   emulator_->ScheduleNotice("good", {.cloud = c.cloud});
   ASSERT_TRUE(results_.WaitFor("good", [](const PollResult& r) { return !r.notices.empty(); }));
+  const size_t faulted = results_.For("bad").size();
   for (const PollResult& r : results_.For("bad")) {
     EXPECT_TRUE(r.notices.empty()) << "notice from a faulty answer";
   }
-  // Once the fault clears, the real notice comes through: nothing was dropped.
-  emulator_->ScheduleNotice("bad", {.cloud = c.cloud});
+  // Once the fault clears, the original notice comes through (nothing new was scheduled): it was
+  // not dropped while the answers were faulty.
   emulator_->SetFault("bad", EmulatorFault::kNone);
-  auto later = results_.WaitFor("bad", [](const PollResult& r) { return !r.notices.empty(); });
-  ASSERT_TRUE(later);
+  ASSERT_TRUE(results_.WaitFor("bad", [](const PollResult& r) { return !r.notices.empty(); }));
+  const size_t cleared = results_.For("bad").size();
+  ASSERT_TRUE(results_.WaitFor(
+      "bad", [](const PollResult&) { return true; }, cleared + 2));
+  // Exactly that one notice: every round after the fault shows the same key (the detector
+  // reports a key once), and never anything else.
+  std::set<std::string> keys;
+  std::vector<PollResult> all = results_.For("bad");
+  for (size_t i = faulted; i < all.size(); ++i) {
+    for (const Notice& n : all[i].notices) {
+      EXPECT_EQ(n.kind, EventKind::kNotice);
+      if (c.cloud != Cloud::kGce) {
+        EXPECT_EQ(n.effective_unix_ms, effective);
+      }
+      keys.insert(n.key);
+    }
+  }
+  EXPECT_EQ(keys.size(), 1u);
   EXPECT_TRUE(results_.WaitFor("bad", [](const PollResult& r) { return r.healthy; }));
 }
 
@@ -228,7 +248,7 @@ INSTANTIATE_TEST_SUITE_P(
                       FaultCase{Cloud::kAzure, EmulatorFault::kSlow, "timed out"}),
     [](const ::testing::TestParamInfo<FaultCase>& info) { return FaultCaseName(info.param); });
 
-TEST_F(PollerTest, EndpointDownIsUnknown) {
+TEST_F(PollerTest, EndpointDownIsUnknownForEveryCloud) {
   // A port that was free a moment ago: nothing listens there.
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -240,11 +260,45 @@ TEST_F(PollerTest, EndpointDownIsUnknown) {
   const int port = ntohs(addr.sin_port);
   close(fd);
   StartPoller();
-  ASSERT_TRUE(poller_->Add({"down", Cloud::kAws, "http://127.0.0.1:" + std::to_string(port)}).ok());
-  auto r = results_.WaitFor("down", [](const PollResult& r) { return !r.healthy; });
+  const std::string endpoint = "http://127.0.0.1:" + std::to_string(port);
+  for (Cloud cloud : {Cloud::kAws, Cloud::kGce, Cloud::kAzure}) {
+    const std::string id = "down-" + std::string(CloudName(cloud));
+    ASSERT_TRUE(poller_->Add({id, cloud, endpoint + "/i/" + id}).ok());
+  }
+  for (Cloud cloud : {Cloud::kAws, Cloud::kGce, Cloud::kAzure}) {
+    const std::string id = "down-" + std::string(CloudName(cloud));
+    auto r = results_.WaitFor(id, [](const PollResult& r) { return !r.healthy; });
+    ASSERT_TRUE(r) << id;
+    EXPECT_THAT(r->reason, HasSubstr("connect")) << id;
+    for (const PollResult& each : results_.For(id)) {
+      EXPECT_TRUE(each.notices.empty()) << id;
+      EXPECT_FALSE(each.healthy) << id;
+    }
+  }
+}
+
+TEST_F(PollerTest, AwsNoticeReportedWhileRebalanceAnswersGarbage) {
+  StartPoller();
+  // instance-action answers 200 with a real notice; the rebalance answer is garbage.
+  emulator_->SetFault("p", EmulatorFault::kGarbage, 0,
+                      "/latest/meta-data/events/recommendations/rebalance");
+  const int64_t effective = (NowUnixMs() / 1000 + 120) * 1000;
+  emulator_->ScheduleNotice("p", {.cloud = Cloud::kAws, .effective_unix_ms = effective});
+  emulator_->ScheduleNotice("p", {.cloud = Cloud::kAws, .kind = EventKind::kRebalance});
+  Watch("p", Cloud::kAws);
+  auto r = results_.WaitFor("p", [](const PollResult& r) { return !r.notices.empty(); });
   ASSERT_TRUE(r);
-  EXPECT_THAT(r->reason, HasSubstr("connect"));
-  EXPECT_TRUE(r->notices.empty());
+  ASSERT_EQ(r->notices.size(), 1u);
+  EXPECT_EQ(r->notices[0].kind, EventKind::kNotice);
+  EXPECT_EQ(r->notices[0].action, "terminate");
+  EXPECT_EQ(r->notices[0].effective_unix_ms, effective);
+  // The garbage is visible as the round's reason, and makes no rebalance event.
+  EXPECT_FALSE(r->healthy);
+  EXPECT_THAT(r->reason, HasSubstr("rebalance"));
+  EXPECT_THAT(r->reason, HasSubstr("not valid JSON"));
+  for (const PollResult& each : results_.For("p")) {
+    EXPECT_FALSE(HasNotice(each, EventKind::kRebalance));
+  }
 }
 
 TEST_F(PollerTest, GcePreemptedByLongPoll) {

@@ -1,4 +1,10 @@
 // spotdnn watch against a real detector service on 127.0.0.1:0.
+#include "services/gateway/watch_command.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <sstream>
 #include <thread>
 
@@ -21,6 +27,36 @@ struct CliRun {
   int code;
   std::string out;
   std::string err;
+};
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// A detector service for `detector` on 127.0.0.1:`port` that a test can stop and start again.
+struct Served {
+  Served(std::shared_ptr<d::Detector> detector, int port) {
+    service = std::make_unique<services::DetectorServiceImpl>(std::move(detector));
+    auto started = services::StartServer("127.0.0.1:" + std::to_string(port), {service.get()});
+    EXPECT_TRUE(started.ok()) << started.status();
+    if (started.ok()) server = std::move(started->server);
+  }
+  ~Served() { Kill(); }
+  void Kill() {
+    if (service) service->Stop();
+    if (server) server->Shutdown(std::chrono::system_clock::now());
+    server.reset();
+  }
+  std::unique_ptr<services::DetectorServiceImpl> service;
+  std::unique_ptr<grpc::Server> server;
 };
 
 class WatchCommandTest : public ::testing::Test {
@@ -50,6 +86,21 @@ class WatchCommandTest : public ::testing::Test {
   CliRun Cli(std::vector<std::string> args) {
     std::ostringstream out, err;
     const int code = RunCli(args, out, err);
+    return {code, out.str(), err.str()};
+  }
+  // `spotdnn watch ARGS` against `address` with explicit retry bounds.
+  static CliRun WatchWith(const std::string& address, std::vector<std::string> args,
+                          const WatchRetryLimits& limits) {
+    args.insert(args.begin(), {"--server", address});
+    auto parsed =
+        Args::Parse(args, {.values = {"--server", "--job", "--after", "--count", "--timeout"},
+                           .switches = {"--json"}});
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    if (!parsed.ok()) return {-1, "", ""};
+    auto stub = pb::Detector::NewStub(services::MakeChannel(address));
+    std::ostringstream out, err;
+    Io io{out, err, false};
+    const int code = WatchWithLimits(*parsed, *stub, io, limits);
     return {code, out.str(), err.str()};
   }
 
@@ -91,6 +142,96 @@ TEST_F(WatchCommandTest, TimeoutStopsCleanly) {
   auto run = Cli({"watch", "--server", address_, "--timeout", "0.3s"});
   EXPECT_EQ(run.code, kExitOk) << run.err;
   EXPECT_EQ(run.out, "");
+}
+
+TEST_F(WatchCommandTest, AfterPastTheNewestEventExitsNamingBothNumbers) {
+  Notice("i-1", "j", "k1");
+  Notice("i-2", "j", "k2");
+  // The --timeout only bounds the test: the answer must come at once, and be an error.
+  auto run = Cli({"watch", "--server", address_, "--after", "10", "--timeout", "5s"});
+  EXPECT_EQ(run.code, kExitBadInput) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("OUT_OF_RANGE"));
+  EXPECT_THAT(run.err, HasSubstr("--after = 10"));
+  EXPECT_THAT(run.err, HasSubstr("after_sequence = 10"));
+  EXPECT_THAT(run.err, HasSubstr("newest event, 2"));
+  EXPECT_EQ(run.out, "");
+}
+
+TEST_F(WatchCommandTest, UnreachableServerExitsNamingIt) {
+  const std::string nowhere = "127.0.0.1:" + std::to_string(FreePort());
+  // With --after (straight to the stream) and without (the newest sequence is asked first).
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"watch", "--server", nowhere, "--after", "0", "--timeout", "1s"},
+        std::vector<std::string>{"watch", "--server", nowhere, "--timeout", "1s"}}) {
+    const auto start = std::chrono::steady_clock::now();
+    auto run = Cli(args);
+    EXPECT_EQ(run.code, kExitFailure) << run.err;
+    EXPECT_THAT(run.err, HasSubstr("cannot reach the detector at " + nowhere));
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  }
+  // Without --timeout the first-connection bound applies.
+  WatchRetryLimits limits;
+  limits.first_connect = absl::Seconds(1);
+  const auto start = std::chrono::steady_clock::now();
+  auto run = WatchWith(nowhere, {"--after", "0"}, limits);
+  EXPECT_EQ(run.code, kExitFailure) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("cannot reach the detector at " + nowhere + " within 1"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(WatchCommandTest, BrokenStreamResumesThenGivesUpWithinTheBound) {
+  const int port = FreePort();
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  auto served = std::make_unique<Served>(detector_, port);
+  Notice("i-1", "j", "k1");
+  WatchRetryLimits limits;
+  limits.resume = absl::Seconds(10);
+  limits.retry_every = absl::Milliseconds(100);
+  CliRun resumed;
+  std::thread watch([&] {
+    resumed = WatchWith(address, {"--after", "0", "--count", "2"}, limits);
+  });
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 500 && served->service->open_streams() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return served->service->open_streams() > 0;
+  }());
+  // The detector restarts; the second event happens while it is down.
+  served->Kill();
+  Notice("i-2", "j", "k2");
+  served = std::make_unique<Served>(detector_, port);
+  watch.join();
+  ASSERT_EQ(resumed.code, kExitOk) << resumed.err;
+  EXPECT_THAT(resumed.err, HasSubstr("resuming after #1"));
+  EXPECT_THAT(resumed.out, HasSubstr("#1  "));
+  EXPECT_THAT(resumed.out, HasSubstr("#2  "));
+
+  // This time it does not come back: the watch gives up once the resume bound has passed.
+  ASSERT_TRUE([&] {  // the first watch's stream is gone
+    for (int i = 0; i < 500 && served->service->open_streams() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return served->service->open_streams() == 0;
+  }());
+  limits.resume = absl::Seconds(1);
+  CliRun lost;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread lose([&] {
+    lost = WatchWith(address, {"--after", "2", "--timeout", "20s"}, limits);
+  });
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 500 && served->service->open_streams() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return served->service->open_streams() > 0;
+  }());
+  served->Kill();
+  lose.join();
+  EXPECT_EQ(lost.code, kExitFailure) << lost.err;
+  EXPECT_THAT(lost.err, HasSubstr("lost the detector at " + address));
+  EXPECT_THAT(lost.err, HasSubstr("--after 2"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 TEST_F(WatchCommandTest, BadFlagsNameTheFlag) {

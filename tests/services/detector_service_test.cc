@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "detector/hash_ring.h"
 #include "detector/metadata_emulator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -229,6 +230,63 @@ TEST_F(DetectorServiceTest, WatchResumesAfterReconnectMissingNothing) {
   EXPECT_FALSE(reader->Read(&extra));
 }
 
+TEST_F(DetectorServiceTest, WatchPastTheNewestEventIsOutOfRange) {
+  Replica& r = StartReplica(Options());
+  ASSERT_TRUE(Register(r, Polled("a", pb::CLOUD_AWS)).ok());
+  emulator_->ScheduleNotice("a", {.cloud = d::Cloud::kAws});
+  ASSERT_TRUE(Eventually([&] { return r.detector->last_sequence() == 1; }));
+  // A subscriber resuming after 50 (its detector's log was wiped, or it moved replica): told at
+  // once, rather than left waiting while events 2..50 go by unseen.
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  pb::WatchEventsRequest request;
+  request.set_after_sequence(50);
+  auto reader = r.stub->WatchEvents(&c, request);
+  pb::RevocationEvent e;
+  EXPECT_FALSE(reader->Read(&e));
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("after_sequence = 50"));
+  EXPECT_THAT(s.error_message(), HasSubstr("newest event, 1"));
+  // At the newest event the stream opens, and says so before any event arrives.
+  grpc::ClientContext ok;
+  ok.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  request.set_after_sequence(1);
+  auto open = r.stub->WatchEvents(&ok, request);
+  open->WaitForInitialMetadata();
+  const auto& metadata = ok.GetServerInitialMetadata();
+  auto header =
+      metadata.find(grpc::string_ref(kWatchOpenedHeader.data(), kWatchOpenedHeader.size()));
+  ASSERT_NE(header, metadata.end());
+  EXPECT_EQ(std::string(header->second.data(), header->second.size()), "1");
+  EXPECT_FALSE(open->Read(&e));
+  EXPECT_EQ(open->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
+TEST_F(DetectorServiceTest, RevokedInstanceRegisteredAgainIsWatchedAgain) {
+  Replica& r = StartReplica(Options());
+  ASSERT_TRUE(Register(r, Polled("a", pb::CLOUD_AWS)).ok());
+  ASSERT_TRUE(Eventually([&] { return StateOf(r, "a") == pb::INSTANCE_STATE_HEALTHY; }));
+  const int64_t effective = (d::NowUnixMs() / 1000 + 2) * 1000;
+  emulator_->ScheduleNotice(
+      "a", {.cloud = d::Cloud::kAws, .action = "stop", .effective_unix_ms = effective});
+  ASSERT_TRUE(Eventually([&] { return StateOf(r, "a") == pb::INSTANCE_STATE_REVOKED; }));
+  // A registration of the healthy instance repeated meanwhile changes nothing...
+  ASSERT_TRUE(Register(r, Polled("b", pb::CLOUD_AWS)).ok());
+  ASSERT_TRUE(Eventually([&] { return StateOf(r, "b") == pb::INSTANCE_STATE_HEALTHY; }));
+  ASSERT_TRUE(Register(r, Polled("b", pb::CLOUD_AWS)).ok());
+  EXPECT_EQ(StateOf(r, "b"), pb::INSTANCE_STATE_HEALTHY);
+  // ...but "a" started again under its id and registered again is watched again.
+  emulator_->ClearNotices("a");
+  ASSERT_TRUE(Register(r, Polled("a", pb::CLOUD_AWS)).ok());
+  emulator_->ScheduleNotice("a", {.cloud = d::Cloud::kAws, .action = "terminate"});
+  auto events = Watch(r, 2, 1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].instance_id(), "a");
+  EXPECT_EQ(events[0].kind(), pb::RevocationEvent::KIND_NOTICE);
+  EXPECT_EQ(events[0].action(), "terminate");
+}
+
 TEST_F(DetectorServiceTest, WatchFiltersByJob) {
   Replica& r = StartReplica(Options());
   ASSERT_TRUE(Register(r, Polled("x", pb::CLOUD_GCE, "other")).ok());
@@ -351,6 +409,36 @@ TEST_F(DetectorServiceTest, ReplicasShareRegistrationsAndTakeOver) {
   ASSERT_TRUE(Eventually([&] { return a.detector->polled() == 12u; }));
   EXPECT_EQ(a.service->LiveReplicas(), std::vector<std::string>{"a"});
   for (const auto& w : List(a)) EXPECT_EQ(w.replica(), "a");
+}
+
+TEST_F(DetectorServiceTest, RestartedPeerDoesNotResetARevokedInstance) {
+  const int port_a = FreePort();
+  const int port_b = FreePort();
+  const std::string addr_a = "127.0.0.1:" + std::to_string(port_a);
+  const std::string addr_b = "127.0.0.1:" + std::to_string(port_b);
+  // An instance that replica a holds while both are up.
+  d::HashRing ring({"a", "b"});
+  std::string id;
+  for (int i = 0; id.empty(); ++i) {
+    if (ring.Owner("x" + std::to_string(i)) == "a") id = "x" + std::to_string(i);
+  }
+  Replica& a = StartReplica(Options("a"), {{"b", addr_b}}, port_a);
+  Replica* b = &StartReplica(Options("b", true), {{"a", addr_a}}, port_b);
+  ASSERT_TRUE(Register(a, Polled(id, pb::CLOUD_AWS)).ok());
+  ASSERT_EQ(List(*b).size(), 1u);  // forwarded, and stored in b's database
+  const int64_t effective = (d::NowUnixMs() / 1000 + 2) * 1000;
+  emulator_->ScheduleNotice(id, {.cloud = d::Cloud::kAws, .effective_unix_ms = effective});
+  ASSERT_TRUE(Eventually([&] { return StateOf(a, id) == pb::INSTANCE_STATE_REVOKED; }));
+  // b restarts and, meeting a again, sends a the registrations a lacks: not this one, which a
+  // would otherwise take for a new lifetime and report (the notice is still visible) again.
+  b->Kill();
+  ASSERT_TRUE(Eventually([&] { return a.service->LiveReplicas().size() == 1; }));
+  b = &StartReplica(Options("b", true), {{"a", addr_a}}, port_b);
+  ASSERT_TRUE(Eventually([&] { return a.service->LiveReplicas().size() == 2; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // several peer rounds
+  EXPECT_EQ(StateOf(a, id), pb::INSTANCE_STATE_REVOKED);
+  EXPECT_EQ(a.detector->last_sequence(), 2u);  // notice, revoked: nothing reported again
+  EXPECT_EQ(List(*b).size(), 1u);
 }
 
 TEST(DetectorPeers, Parse) {
