@@ -89,7 +89,9 @@ constexpr char kWatchUsage[] = R"(Usage: spotdnn watch [--server HOST:PORT] [--j
 
 Prints a spotdnn-detector's revocation events (notice, rebalance, maintenance, revoked, lost,
 recovered) as they arrive, one line each. If the stream breaks it resumes after the last event
-printed, so none is missed.
+printed, so none is missed. It gives up (exit 1, naming the server) when the detector cannot be
+reached within --timeout (or 10 s) at the start, or for 60 s after a stream broke; an --after
+past the detector's newest event exits 2 naming both numbers.
 
   --server HOST:PORT   the detector (default 127.0.0.1:50054)
   --job J              only this job's events

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -229,7 +230,8 @@ class Job {
   std::string last_warning_;
 
   std::mutex mu_;
-  std::deque<pb::RevocationEvent> events_;  // guarded by mu_
+  // Events from the watcher; an empty one (nullopt) says the detector's numbering restarted.
+  std::deque<std::optional<pb::RevocationEvent>> events_;  // guarded by mu_
   std::atomic<bool> stop_{false};
   std::mutex context_mu_;
   grpc::ClientContext* watch_context_ = nullptr;  // guarded by context_mu_
@@ -549,7 +551,15 @@ void Job::StartWatching() {
         std::lock_guard<std::mutex> lock(mu_);
         events_.push_back(event);
       }
-      (void)reader->Finish();
+      const grpc::Status finished = reader->Finish();
+      if (finished.error_code() == grpc::StatusCode::OUT_OF_RANGE && after > 0) {
+        // The detector has no event as new as ours: its log was reset (a fresh database) or this
+        // is another replica's log. Read it from the start; old notices for instances that are no
+        // longer running change nothing.
+        after = 0;
+        std::lock_guard<std::mutex> lock(mu_);
+        events_.push_back(std::nullopt);
+      }
       {
         std::lock_guard<std::mutex> lock(context_mu_);
         watch_context_ = nullptr;
@@ -891,9 +901,11 @@ absl::StatusOr<JobRecord> Job::Run() {
       return job_;
     }
   } else {
-    // Resumed: the instances run on; make sure the detector watches them.
+    // Resumed: the instances run on; make sure the detector watches them. Not those already
+    // going (a revocation is under way): registering a revoked instance again starts a new
+    // lifetime for it in the detector, which would report its notice again.
     for (const auto& [id, i] : instances_) {
-      if (i.state != "ended") (void)Register(i);
+      if (i.state == "running") (void)Register(i);
     }
     (void)Log("resumed", "");
     Emit(env_, "resumed",
@@ -910,13 +922,27 @@ absl::StatusOr<JobRecord> Job::Run() {
                                : absl::StrCat("; the instances' output is in ", env_.instance_logs);
   absl::Status status;
   while (status.ok()) {
-    std::deque<pb::RevocationEvent> events;
+    std::deque<std::optional<pb::RevocationEvent>> events;
     {
       std::lock_guard<std::mutex> lock(mu_);
       events.swap(events_);
     }
-    for (const pb::RevocationEvent& e : events) {
-      if (status.ok()) status = HandleEvent(e);
+    for (const std::optional<pb::RevocationEvent>& e : events) {
+      if (!status.ok()) break;
+      if (e.has_value()) {
+        status = HandleEvent(*e);
+        continue;
+      }
+      // The detector lost its event log, and maybe its registrations: number afresh, and make
+      // sure it watches the running instances.
+      (void)Log("warning",
+                absl::StrCat("the detector's event log restarted (after sequence ",
+                             job_.last_event_seq, "); re-registered the running instances"));
+      job_.last_event_seq = 0;
+      for (const auto& [id, i] : instances_) {
+        if (i.state == "running") (void)Register(i);
+      }
+      status = Save();
     }
     if (status.ok()) status = HandlePending();
     if (absl::Now() >= next_describe) {
