@@ -442,7 +442,8 @@ absl::Status Job::LaunchPlannedWorkers() {
   if (!events.ok()) return events.status();
   for (const JobEventRecord& e : *events) {
     if (e.kind != "capacity-replan") continue;
-    const nlohmann::json doc = nlohmann::json::parse(e.detail, nullptr, false);
+    // Not const: operator[] on a missing key gives null here (on a const object it is undefined).
+    nlohmann::json doc = nlohmann::json::parse(e.detail, nullptr, false);
     if (!doc.is_object() || !doc["exhausted"].is_object() || !doc["replan"].is_object() ||
         !doc["first_index"].is_number_integer()) {
       return absl::DataLossError(
