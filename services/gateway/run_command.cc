@@ -1,12 +1,19 @@
 // `spotdnn run`, `spotdnn jobs`, `spotdnn status`, `spotdnn up` and `spotdnn down`.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -151,6 +158,46 @@ absl::StatusOr<std::unique_ptr<launcher::CloudProvider>> ProviderFor(const JobSp
   return std::unique_ptr<launcher::CloudProvider>(std::move(*aws));
 }
 
+// Holds DATA_DIR/locks/JOB.lock (flock) for as long as this gateway runs the job: a second
+// gateway on the same job (a --resume while the first still runs) would re-plan and launch
+// takeovers of its own. The kernel drops the lock when the process dies, even by kill -9.
+class JobLock {
+ public:
+  static absl::StatusOr<std::unique_ptr<JobLock>> Acquire(const std::string& data_dir,
+                                                          const std::string& job_id) {
+    const fs::path dir = fs::path(data_dir) / "locks";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const fs::path path = dir / (job_id + ".lock");
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      return absl::UnavailableError(
+          absl::StrCat(path.string(), ": cannot be opened: ", std::strerror(errno)));
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      char buffer[32] = {0};
+      const ssize_t n = pread(fd, buffer, sizeof buffer - 1, 0);
+      close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat("job \"", job_id, "\" is being run by another gateway",
+                       n > 0 ? absl::StrCat(" (pid ", absl::StripAsciiWhitespace(buffer), ")") : "",
+                       ": wait for it, or stop it before `spotdnn run --resume ", job_id, "`"));
+    }
+    const std::string pid = absl::StrCat(getpid(), "\n");
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+      // The lock holds without the pid; the pid only makes the message friendlier.
+    }
+    return std::unique_ptr<JobLock>(new JobLock(fd));
+  }
+  ~JobLock() { close(fd_); }
+  JobLock(const JobLock&) = delete;
+  JobLock& operator=(const JobLock&) = delete;
+
+ private:
+  explicit JobLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
 int Run(const Args& args, const Io& io) {
   const std::string data_dir = DataDir(args);
   const auto resume = args.Get("--resume");
@@ -178,6 +225,8 @@ int Run(const Args& args, const Io& io) {
   }
   auto spec = ParseJobSpec(spec_json);
   if (!spec.ok()) return ReportError(spec.status(), "run", io);
+  auto lock = JobLock::Acquire(data_dir, spec->name);
+  if (!lock.ok()) return ReportError(lock.status(), "run", io);
   absl::Duration stall_timeout = absl::Minutes(10);
   if (auto v = args.Get("--stall-timeout")) {
     auto d = *v == "0" ? absl::StatusOr<double>(0) : ParseDuration("--stall-timeout", *v);
