@@ -193,9 +193,16 @@ class Job {
   // rest of the plan re-planned around it, round after round ("capacity-replan" events, written
   // before their launches, so that a resumed gateway replays the same launches).
   absl::Status LaunchPlannedWorkers();
-  // Asks the provisioner for the cluster that meets the SLO from the workers running now, with
-  // each type of `capped` held at its count.
-  absl::StatusOr<pb::ReplanResponse> ReplanAroundCapacity(const std::map<std::string, int>& capped);
+  // Asks the provisioner to re-plan the rest of the job: `survivors` (type -> count) stay,
+  // `iterations_done` were trained on `before`, and each type of `capped` is held at its count
+  // (its quota). `what` names the re-plan in errors.
+  absl::StatusOr<pb::ReplanResponse> RequestReplan(const std::map<std::string, int>& survivors,
+                                                   const pb::Cluster& before,
+                                                   double iterations_done,
+                                                   const std::map<std::string, int>& capped,
+                                                   const std::string& what);
+  // `counts` (type -> count) with the job's parameter servers.
+  pb::Cluster ClusterOf(const std::map<std::string, int>& counts) const;
   // The workers of `type` on record that have not ended.
   int WorkersOf(const std::string& type) const;
   // Launches `count` workers of `type` with `token`, records and registers them.
@@ -369,41 +376,46 @@ int Job::WorkersOf(const std::string& type) const {
   return n;
 }
 
-absl::StatusOr<pb::ReplanResponse> Job::ReplanAroundCapacity(
-    const std::map<std::string, int>& capped) {
+pb::Cluster Job::ClusterOf(const std::map<std::string, int>& counts) const {
+  pb::Cluster cluster;
+  for (const auto& [type, n] : counts) {
+    pb::InstanceCount* c = cluster.add_instances();
+    c->set_instance_type(type);
+    c->set_count(n);
+  }
+  cluster.set_parameter_servers(spec_.parameter_servers);
+  return cluster;
+}
+
+absl::StatusOr<pb::ReplanResponse> Job::RequestReplan(const std::map<std::string, int>& survivors,
+                                                      const pb::Cluster& before,
+                                                      double iterations_done,
+                                                      const std::map<std::string, int>& capped,
+                                                      const std::string& what) {
   pb::ReplanRequest request;
   *request.mutable_workload()->mutable_profile() = workload_;
   *request.mutable_catalog()->mutable_catalog() = catalog_;
   *request.mutable_slo() = SloOf(spec_);
-  pb::PlanOptions options = OptionsOf(spec_);
-  std::map<std::string, int> quotas(spec_.quotas.begin(), spec_.quotas.end());
-  for (const auto& [type, n] : capped) quotas[type] = n;
-  options.clear_quota_overrides();
-  for (const auto& [type, n] : quotas) {
-    pb::InstanceCount* q = options.add_quota_overrides();
-    q->set_instance_type(type);
-    q->set_count(n);
+  *request.mutable_options() = OptionsOf(spec_);
+  if (!capped.empty()) {
+    std::map<std::string, int> quotas(spec_.quotas.begin(), spec_.quotas.end());
+    for (const auto& [type, n] : capped) quotas[type] = n;
+    request.mutable_options()->clear_quota_overrides();
+    for (const auto& [type, n] : quotas) {
+      pb::InstanceCount* q = request.mutable_options()->add_quota_overrides();
+      q->set_instance_type(type);
+      q->set_count(n);
+    }
   }
-  *request.mutable_options() = options;
-  // Nothing trained yet: the job starts from the plan's cluster at iteration 0.
   pb::JobProgress* progress = request.mutable_progress();
-  progress->set_normalized_iterations_done(0);
+  progress->set_normalized_iterations_done(iterations_done);
   progress->set_elapsed_s((NowMs() - job_.started_ms) / 1000.0);
-  *progress->mutable_cluster_before() = plan_.cluster();
-  std::map<std::string, int> running;
-  for (const auto& [id, i] : instances_) {
-    if (i.role == "worker" && i.state != "ended") ++running[i.instance_type];
-  }
-  for (const auto& [type, n] : running) {
-    pb::InstanceCount* c = request.mutable_survivors()->add_instances();
-    c->set_instance_type(type);
-    c->set_count(n);
-  }
-  request.mutable_survivors()->set_parameter_servers(spec_.parameter_servers);
+  *progress->mutable_cluster_before() = before;
+  *request.mutable_survivors() = ClusterOf(survivors);
   pb::ReplanResponse replan;
   grpc::Status s =
       Call([&](grpc::ClientContext& c) { return env_.provisioner->Replan(&c, request, &replan); });
-  if (auto st = FromGrpc(s, "re-planning around a type with no capacity"); !st.ok()) return st;
+  if (auto st = FromGrpc(s, what); !st.ok()) return st;
   return replan;
 }
 
@@ -494,7 +506,14 @@ absl::Status Job::LaunchPlannedWorkers() {
           absl::StrCat("no capacity for ", absl::StrJoin(types, ", "), " after ", rounds.size(),
                        " re-plans: ", absl::StrJoin(why, "; ")));
     }
-    auto replan = ReplanAroundCapacity(capped);
+    // Nothing trained yet: the job starts from the plan's cluster at iteration 0, with the
+    // workers running now.
+    std::map<std::string, int> running;
+    for (const auto& [id, i] : instances_) {
+      if (i.role == "worker" && i.state != "ended") ++running[i.instance_type];
+    }
+    auto replan = RequestReplan(running, plan_.cluster(), 0, capped,
+                                "re-planning around a type with no capacity");
     if (!replan.ok()) return replan.status();
     if (!replan->plan().feasible()) {
       return absl::ResourceExhaustedError(absl::StrFormat(
@@ -641,29 +660,10 @@ absl::Status Job::Takeover(RevocationRecord& revocation) {
       if (i.state == "running") ++survivors[i.instance_type];
       if (i.state != "ended" || id == revocation.instance_id) ++before[i.instance_type];
     }
-    pb::ReplanRequest request;
-    *request.mutable_workload()->mutable_profile() = workload_;
-    *request.mutable_catalog()->mutable_catalog() = catalog_;
-    *request.mutable_slo() = SloOf(spec_);
-    *request.mutable_options() = OptionsOf(spec_);
-    pb::JobProgress* progress = request.mutable_progress();
-    progress->set_normalized_iterations_done(job_.iterations_done);
-    progress->set_elapsed_s((NowMs() - job_.started_ms) / 1000.0);
-    for (const auto& [type, n] : before) {
-      pb::InstanceCount* c = progress->mutable_cluster_before()->add_instances();
-      c->set_instance_type(type);
-      c->set_count(n);
-    }
-    progress->mutable_cluster_before()->set_parameter_servers(spec_.parameter_servers);
-    for (const auto& [type, n] : survivors) {
-      pb::InstanceCount* c = request.mutable_survivors()->add_instances();
-      c->set_instance_type(type);
-      c->set_count(n);
-    }
-    request.mutable_survivors()->set_parameter_servers(spec_.parameter_servers);
-    grpc::Status s = Call(
-        [&](grpc::ClientContext& c) { return env_.provisioner->Replan(&c, request, &replan); });
-    if (auto st = FromGrpc(s, "re-planning"); !st.ok()) return st;
+    auto replanned =
+        RequestReplan(survivors, ClusterOf(before), job_.iterations_done, {}, "re-planning");
+    if (!replanned.ok()) return replanned.status();
+    replan = *std::move(replanned);
     if (!replan.plan().feasible()) {
       // No plan meets the deadline any more: replace like for like and finish as early as can be.
       const std::string reason = replan.plan().reason();
