@@ -31,6 +31,21 @@ absl::Status OnlyKnown(const json& object, const std::string& where,
   return absl::OkStatus();
 }
 
+// {"TYPE": N, ...} with each N a whole number from 0 to 1000 (quotas, a local capacity). int64:
+// a value beyond int's range must be refused, not truncated into it.
+absl::StatusOr<std::map<std::string, int>> CountsPerType(const json& value,
+                                                         const std::string& field) {
+  if (!value.is_object()) return Bad(field, value, "expected {\"TYPE\": N, ...}");
+  std::map<std::string, int> counts;
+  for (const auto& [type, n] : value.items()) {
+    if (!n.is_number_integer() || n.get<int64_t>() < 0 || n.get<int64_t>() > 1000) {
+      return Bad(field + "." + type, n, "expected an integer from 0 to 1000");
+    }
+    counts[type] = n.get<int>();
+  }
+  return counts;
+}
+
 absl::StatusOr<std::string> String(const json& object, const std::string& key,
                                    const std::string& field, bool required) {
   if (!object.contains(key)) {
@@ -199,13 +214,9 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
           if (spec.provider != "local") {
             return Bad("provider.capacity", value, "only the local provider takes a capacity");
           }
-          if (!value.is_object()) return Bad("provider.capacity", value, "expected {\"TYPE\": N}");
-          for (const auto& [type, n] : value.items()) {
-            if (!n.is_number_integer() || n.get<int64_t>() < 0 || n.get<int64_t>() > 1000) {
-              return Bad("provider.capacity." + type, n, "expected an integer from 0 to 1000");
-            }
-            spec.local_capacity[type] = n.get<int>();
-          }
+          auto capacity = CountsPerType(value, "provider.capacity");
+          if (!capacity.ok()) return capacity.status();
+          spec.local_capacity = *std::move(capacity);
           continue;
         }
         if (value.is_string()) {
@@ -234,15 +245,9 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
   }
 
   if (doc.contains("quotas")) {
-    const json& quotas = doc["quotas"];
-    if (!quotas.is_object()) return Bad("quotas", quotas, "expected {\"TYPE\": N, ...}");
-    for (const auto& [type, n] : quotas.items()) {
-      // int64: a value beyond int's range must be refused, not truncated into it.
-      if (!n.is_number_integer() || n.get<int64_t>() < 0 || n.get<int64_t>() > 1000) {
-        return Bad("quotas." + type, n, "expected an integer from 0 to 1000");
-      }
-      spec.quotas[type] = n.get<int>();
-    }
+    auto quotas = CountsPerType(doc["quotas"], "quotas");
+    if (!quotas.ok()) return quotas.status();
+    spec.quotas = *std::move(quotas);
   }
   if (doc.contains("parameter_servers")) {
     const json& ps = doc["parameter_servers"];
