@@ -9,6 +9,7 @@
 #include "services/gateway/connection.h"
 #include "services/gateway/output.h"
 #include "services/gateway/security_options.h"
+#include "services/gateway/watch_command.h"
 #include "services/predictor/predictor_service.h"
 #include "services/provisioner/provisioner_service.h"
 
@@ -311,7 +312,7 @@ int RunCli(const std::vector<std::string>& raw_argv, std::ostream& out, std::ost
       err << kWatchUsage;
       return kExitBadInput;
     }
-    const std::string target = args->Get("--server").value_or("127.0.0.1:50054");
+    const std::string target = args->Get("--server").value_or(std::string(kDefaultDetectorAddress));
     if (target.find(':') == std::string::npos) {
       return ReportError(absl::InvalidArgumentError(
                              absl::StrCat("--server = \"", target, "\": expected HOST:PORT")),
