@@ -116,7 +116,8 @@ absl::StatusOr<std::vector<std::pair<std::string, int>>> ParseCounts(absl::strin
   return counts;
 }
 
-absl::StatusOr<double> ParseDuration(absl::string_view flag, absl::string_view text) {
+absl::StatusOr<double> ParseDuration(absl::string_view flag, absl::string_view text,
+                                     bool allow_zero) {
   const std::string bad =
       absl::StrCat(flag, " = \"", text, "\": not a duration (e.g. 2400, 2400s, 40m, 1.5h, 1h30m)");
   absl::string_view rest = absl::StripAsciiWhitespace(text);
@@ -154,7 +155,7 @@ absl::StatusOr<double> ParseDuration(absl::string_view flag, absl::string_view t
     }
     total += value * unit;
   }
-  if (!(std::isfinite(total) && total > 0)) {
+  if (!(std::isfinite(total) && (total > 0 || (allow_zero && total == 0)))) {
     return absl::InvalidArgumentError(absl::StrCat(flag, " = \"", text, "\": must be positive"));
   }
   return total;

@@ -48,8 +48,10 @@ absl::StatusOr<int> ParseInt(absl::string_view flag, absl::string_view text, int
 // "TYPE=N,TYPE=N" with N >= 0 and each TYPE once.
 absl::StatusOr<std::vector<std::pair<std::string, int>>> ParseCounts(absl::string_view flag,
                                                                      absl::string_view text);
-// Seconds from "2400", "2400s", "40m", "1.5h" (also "1h30m"); must be positive and finite.
-absl::StatusOr<double> ParseDuration(absl::string_view flag, absl::string_view text);
+// Seconds from "2400", "2400s", "40m", "1.5h" (also "1h30m"); must be positive and finite, or
+// also zero in any unit ("0", "0s", "0.0h") with `allow_zero`.
+absl::StatusOr<double> ParseDuration(absl::string_view flag, absl::string_view text,
+                                     bool allow_zero = false);
 
 }  // namespace spotdnn::gateway
 

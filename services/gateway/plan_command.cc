@@ -1,6 +1,5 @@
 // spotdnn plan: the cheapest set of spot instances that reaches a loss by a deadline (deadline
 // mode), the fastest within a budget (budget mode), or the whole time/cost frontier.
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -9,13 +8,11 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "predictor/types.h"
 #include "services/common/convert.h"
 #include "services/gateway/cli.h"
@@ -84,19 +81,6 @@ void PrintInfeasible(const std::string& reason, double fastest_time_s, double fa
     out << "Fastest achievable: " << Fixed(fastest_time_s, 1) << " s ("
         << HumanDuration(fastest_time_s) << ") for " << Dollars(fastest_cost_usd) << "\n";
   }
-}
-
-// --overhead: a duration that, unlike a deadline, may be zero ("0", "0s", "0.0m").
-absl::StatusOr<double> ParseOverhead(absl::string_view text) {
-  auto seconds = ParseDuration("--overhead", text);
-  if (seconds.ok()) return seconds;
-  absl::string_view number = absl::StripAsciiWhitespace(text);
-  if (!number.empty() && absl::StrContains("smhd", number.back())) number.remove_suffix(1);
-  if (!number.empty() && number.find_first_not_of("0.") == absl::string_view::npos &&
-      std::count(number.begin(), number.end(), '.') <= 1 && number != ".") {
-    return 0.0;
-  }
-  return seconds.status();
 }
 
 // --exhaustive-limit: a whole number in [1, UINT64_MAX], as digits or in floating notation (1e9).
@@ -290,7 +274,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     options.set_bandwidth_margin(*margin);
   }
   if (auto o = args.Get("--overhead")) {
-    auto overhead = ParseOverhead(*o);
+    auto overhead = ParseDuration("--overhead", *o, /*allow_zero=*/true);
     if (!overhead.ok()) return fail(overhead.status());
     options.set_revocation_overhead_s(*overhead);
   }
