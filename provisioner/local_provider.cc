@@ -374,18 +374,20 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
       request.client_token.empty() ? DefaultClientToken(request) : request.client_token;
   LaunchResult result;
   result.requested = request.count;
+  const auto cap = options_.capacity.find(request.instance_type);
+  const bool capped = cap != options_.capacity.end();
+  int running = 0;  // of the type, counted when its capacity is limited
   for (const Record& r : LoadAll()) {
     if (r.client_token == token && r.job_id == request.job_id) {
       result.instances.push_back(r.ToInstance(Alive(r)));
+    } else if (capped && r.instance_type == request.instance_type && Alive(r)) {
+      ++running;
     }
   }
   if (!result.instances.empty()) return result;  // launched before with this token
 
   int fits = request.count;
-  if (auto cap = options_.capacity.find(request.instance_type); cap != options_.capacity.end()) {
-    int running = 0;
-    for (const Record& r : LoadAll())
-      running += r.instance_type == request.instance_type && Alive(r);
+  if (capped) {
     fits = std::clamp(cap->second - running, 0, request.count);
     if (fits < request.count) {
       result.error = absl::ResourceExhaustedError(absl::StrCat(

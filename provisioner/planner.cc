@@ -207,6 +207,7 @@ std::vector<std::pair<int, int>> SpotdnnRuns(const PerformanceModel& model,
 }
 
 struct SpotdnnShape {
+  int64_t existing = 0;  // running instances (added to every window)
   int64_t len = 0;       // list length
   int64_t max_n = 0;     // longest window (max_workers allowing)
   uint64_t windows = 0;  // clusters scored
@@ -215,17 +216,17 @@ struct SpotdnnShape {
 SpotdnnShape ShapeOf(const std::vector<std::pair<int, int>>& runs, const PlanProblem& problem) {
   SpotdnnShape shape;
   for (const auto& run : runs) shape.len += run.second;
-  const int64_t existing =
+  shape.existing =
       std::accumulate(problem.min_counts.begin(), problem.min_counts.end(), int64_t{0});
   shape.max_n = shape.len;
   if (problem.max_workers > 0) {
-    shape.max_n = std::clamp<int64_t>(problem.max_workers - existing, 0, shape.len);
+    shape.max_n = std::clamp<int64_t>(problem.max_workers - shape.existing, 0, shape.len);
   }
   // Every start for lengths below the list's; one window of the full length.
   const auto len = static_cast<uint64_t>(shape.len);
   const auto max_n = static_cast<uint64_t>(shape.max_n);
   shape.windows =
-      (existing > 0 ? 1 : 0) + (max_n == len && len > 0 ? (len - 1) * len + 1 : max_n * len);
+      (shape.existing > 0 ? 1 : 0) + (max_n == len && len > 0 ? (len - 1) * len + 1 : max_n * len);
   return shape;
 }
 
@@ -264,7 +265,7 @@ PlanResult SolveSpotdnn(const PerformanceModel& model, const PlanProblem& proble
       result.feasible = true;
     }
   };
-  if (std::accumulate(problem.min_counts.begin(), problem.min_counts.end(), int64_t{0}) > 0) {
+  if (shape.existing > 0) {
     counts = problem.min_counts;
     consider();
   }
