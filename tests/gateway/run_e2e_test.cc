@@ -357,8 +357,10 @@ TEST_F(RunEndToEnd, NoCapacityForAPlannedTypeIsReplannedAround) {
   ASSERT_TRUE(instances.ok());
   std::map<std::string, int> workers;
   for (const InstanceRecord& i : *instances) {
-    if (i.role == "worker") ++workers[i.instance_type];
-    if (i.role == "worker") EXPECT_EQ(i.reason, "capacity") << i.id;
+    if (i.role == "worker") {
+      ++workers[i.instance_type];
+      EXPECT_EQ(i.reason, "capacity") << i.id;
+    }
     EXPECT_EQ(i.state, "ended") << i.id;
   }
   EXPECT_EQ(workers, (std::map<std::string, int>{{"g3.16xlarge", 1}}));
