@@ -47,7 +47,7 @@ struct DetectorOptions {
 class Detector {
  public:
   // Opens the store, reloads registrations, seen notices and events, and starts polling and the
-  // deadline monitor. INVALID_ARGUMENT for bad options or a database that cannot be opened.
+  // deadline monitor. INVALID_ARGUMENT for bad options; UNAVAILABLE for a database that cannot be opened.
   static absl::StatusOr<std::unique_ptr<Detector>> Open(DetectorOptions options);
   ~Detector();
   Detector(const Detector&) = delete;

@@ -22,11 +22,11 @@ struct StoredInstance {
   int64_t notice_effective_unix_ms = 0;  // deadline of the outstanding notice
 };
 
-// SQLite persistence. Not thread-safe: the detector calls it under its lock.
+// SQLite persistence (services/common/db). Not thread-safe: the detector calls it under its lock.
 class DetectorStore {
  public:
-  // Opens (creating) the database at `path`; ":memory:" keeps nothing. INVALID_ARGUMENT naming
-  // the path when SQLite cannot open it.
+  // Opens (creating) the database at `path`; ":memory:" keeps nothing. UNAVAILABLE naming the
+  // path when SQLite cannot open it.
   static absl::StatusOr<std::unique_ptr<DetectorStore>> Open(const std::string& path);
   ~DetectorStore();
   DetectorStore(const DetectorStore&) = delete;
@@ -54,7 +54,6 @@ class DetectorStore {
 
  private:
   explicit DetectorStore(sqlite3* db) : db_(db) {}
-  absl::Status Exec(const char* sql);
   sqlite3* db_;
 };
 

@@ -8,14 +8,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "profiler/sqlite.h"
+#include "services/common/db/sqlite.h"
 
 namespace spotdnn::profiler {
 namespace {
 
-using sqlite::SqlError;
-using sqlite::Statement;
-using sqlite::Transaction;
+using sql::SqlError;
+using sql::Statement;
+using sql::Transaction;
 
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS runs (
@@ -58,7 +58,7 @@ double NowUnixSeconds() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::string& path) {
-  absl::StatusOr<sqlite3*> db = sqlite::OpenDatabase(path, "db", kSchema);
+  absl::StatusOr<sqlite3*> db = sql::OpenDatabase(path, "db", kSchema);
   if (!db.ok()) return db.status();
   return std::unique_ptr<ProfileStore>(new ProfileStore(*db));
 }
@@ -68,7 +68,7 @@ ProfileStore::~ProfileStore() {
   sqlite3_close(db_);
 }
 
-absl::Status ProfileStore::Exec(const char* sql) { return sqlite::Exec(db_, sql); }
+absl::Status ProfileStore::Exec(const char* sql) { return sql::Exec(db_, sql); }
 
 absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const std::string& source) {
   for (size_t i = 0; i < samples.size(); ++i) {

@@ -1,10 +1,13 @@
 #include "services/common/convert.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace spotdnn::services {
 
@@ -130,6 +133,51 @@ grpc::Status ToGrpc(const absl::Status& status) {
 absl::Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+namespace {
+
+// The prefix every value name of the enum shares, up to and including its last '_'
+// ("PLAN_STRATEGY_" for PLAN_STRATEGY_EXACT, PLAN_STRATEGY_SPOTDNN, ...).
+std::string CommonPrefix(const google::protobuf::EnumDescriptor& descriptor) {
+  if (descriptor.value_count() == 0) return "";
+  std::string prefix = descriptor.value(0)->name();
+  for (int i = 1; i < descriptor.value_count(); ++i) {
+    const std::string& name = descriptor.value(i)->name();
+    size_t n = 0;
+    while (n < prefix.size() && n < name.size() && prefix[n] == name[n]) ++n;
+    prefix.resize(n);
+  }
+  const size_t underscore = prefix.rfind('_');
+  return underscore == std::string::npos ? "" : prefix.substr(0, underscore + 1);
+}
+
+std::string Label(const google::protobuf::EnumDescriptor& descriptor, const std::string& name) {
+  std::string label = absl::AsciiStrToLower(name.substr(CommonPrefix(descriptor).size()));
+  std::replace(label.begin(), label.end(), '_', '-');
+  return label;
+}
+
+}  // namespace
+
+std::string EnumLabel(const google::protobuf::EnumDescriptor& descriptor, int value) {
+  const google::protobuf::EnumValueDescriptor* v = descriptor.FindValueByNumber(value);
+  if (v == nullptr) return absl::StrCat("unknown-", value);
+  return Label(descriptor, v->name());
+}
+
+absl::StatusOr<int> ParseEnumLabel(const google::protobuf::EnumDescriptor& descriptor,
+                                   absl::string_view field, absl::string_view label) {
+  std::string wanted = absl::AsciiStrToLower(label);
+  std::replace(wanted.begin(), wanted.end(), '_', '-');
+  std::vector<std::string> labels;
+  for (int i = 0; i < descriptor.value_count(); ++i) {
+    std::string l = Label(descriptor, descriptor.value(i)->name());
+    if (l == wanted) return descriptor.value(i)->number();
+    labels.push_back(std::move(l));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " = \"", label, "\": expected one of ", absl::StrJoin(labels, ", ")));
 }
 
 }  // namespace spotdnn::services

@@ -2,8 +2,12 @@
 #ifndef SPOTDNN_SERVICES_COMMON_CONVERT_H_
 #define SPOTDNN_SERVICES_COMMON_CONVERT_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/generated_enum_reflection.h"
 #include "grpcpp/support/status.h"
 #include "predictor/performance_model.h"
 #include "predictor/types.h"
@@ -30,6 +34,28 @@ pb::Prediction ToProto(const predictor::Prediction& prediction,
 grpc::Status ToGrpc(const absl::Status& status);
 // grpc::Status -> absl::Status with the same code and message.
 absl::Status FromGrpc(const grpc::Status& status);
+
+// The label of a protobuf enum value, as the CLI, logs and job files show it: its name without the
+// prefix all the enum's values share, lower case, '_' as '-' ("spotdnn-prototype" for
+// MODEL_VARIANT_SPOTDNN_PROTOTYPE, "notice" for RevocationEvent::KIND_NOTICE). A number the enum
+// does not define (a newer peer's) is "unknown-N".
+std::string EnumLabel(const google::protobuf::EnumDescriptor& descriptor, int value);
+template <typename E>
+std::string EnumLabel(E value) {
+  return EnumLabel(*google::protobuf::GetEnumDescriptor<E>(), static_cast<int>(value));
+}
+
+// The value with that label (see EnumLabel; case-insensitive, '_' or '-'). INVALID_ARGUMENT naming
+// `field`, the text and the labels it accepts.
+absl::StatusOr<int> ParseEnumLabel(const google::protobuf::EnumDescriptor& descriptor,
+                                   absl::string_view field, absl::string_view label);
+template <typename E>
+absl::StatusOr<E> ParseEnumLabel(absl::string_view field, absl::string_view label) {
+  absl::StatusOr<int> value =
+      ParseEnumLabel(*google::protobuf::GetEnumDescriptor<E>(), field, label);
+  if (!value.ok()) return value.status();
+  return static_cast<E>(*value);
+}
 
 }  // namespace spotdnn::services
 

@@ -155,7 +155,7 @@ int ListCommand(const std::string& what, const Args& args, const Io& io) {
         {w.name(), w.dataset(), Fixed(w.parameter_size_mb(), 2),
          Fixed(w.required_bandwidth_mb_per_s(), 1), absl::StrCat(w.compute_size()),
          w.has_loss() ? "yes" : "no (fit one first)",
-         w.model_variant() == pb::MODEL_VARIANT_SPOTDNN_PROTOTYPE ? "spotdnn-prototype" : "paper"});
+         services::EnumLabel(w.model_variant())});
   }
   table.Print(io.out);
   return kExitOk;

@@ -601,12 +601,8 @@ void Job::StopWatching() {
 absl::Status Job::HandleEvent(const pb::RevocationEvent& event) {
   if (static_cast<int64_t>(event.sequence()) <= job_.last_event_seq) return absl::OkStatus();
   job_.last_event_seq = static_cast<int64_t>(event.sequence());
-  // A kind this gateway does not know (a newer detector) has no name: log its number.
-  const std::string kind_name = pb::RevocationEvent::Kind_Name(event.kind());
-  absl::string_view name = kind_name;
-  const std::string kind = absl::ConsumePrefix(&name, "KIND_")
-                               ? absl::AsciiStrToLower(name)
-                               : absl::StrCat("kind ", static_cast<int>(event.kind()));
+  // A kind this gateway does not know (a newer detector) is logged by number ("unknown-7").
+  const std::string kind = services::EnumLabel(event.kind());
   (void)Log(kind, absl::StrCat(event.instance_id(), " ", event.action(), " ", event.detail()));
   auto it = instances_.find(event.instance_id());
   if (it == instances_.end()) return Save();
@@ -1077,7 +1073,7 @@ absl::StatusOr<JobRecord> PlanJob(const std::string& spec_json, RunnerEnv& env,
   Emit(env, "planned",
        absl::StrFormat("Plan for %s: %s, %s iterations, predicted %.1f s and $%.4f (%s)", job.id,
                        absl::StrJoin(cluster, ","), Fixed(job.target_iterations, 0), plan.time_s(),
-                       plan.cost_usd(), plan.strategy()),
+                       plan.cost_usd(), services::EnumLabel(plan.strategy())),
        JsonObject()
            .String("job_id", job.id)
            .String("cluster", absl::StrJoin(cluster, ","))

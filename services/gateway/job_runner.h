@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "provisioner/cloud_provider.h"
+#include "provisioner/launcher/cloud_provider.h"
 #include "services/common/data_registry.h"
 #include "services/gateway/job_spec.h"
 #include "services/gateway/job_store.h"

@@ -7,13 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "profiler/sqlite.h"
+#include "services/common/db/sqlite.h"
 
 namespace spotdnn::gateway {
 namespace {
 
-using sqlite::SqlError;
-using sqlite::Statement;
+using sql::SqlError;
+using sql::Statement;
 
 // One column of a record: its name and the member it maps to.
 template <typename R>
@@ -200,7 +200,7 @@ absl::StatusOr<std::vector<R>> SelectForJob(sqlite3* db, const char* table, cons
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
-  absl::StatusOr<sqlite3*> db = sqlite::OpenDatabase(path, "job db", kSchema);
+  absl::StatusOr<sqlite3*> db = sql::OpenDatabase(path, "job db", kSchema);
   if (!db.ok()) return db.status();
   return std::unique_ptr<JobStore>(new JobStore(*db));
 }

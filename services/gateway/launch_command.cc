@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "detector/metadata_emulator.h"
-#include "provisioner/aws_provider.h"
-#include "provisioner/cluster_launcher.h"
-#include "provisioner/local_provider.h"
+#include "provisioner/launcher/aws_provider.h"
+#include "provisioner/launcher/cluster_launcher.h"
+#include "provisioner/launcher/local_provider.h"
 #include "services/gateway/cli.h"
 #include "services/gateway/output.h"
 

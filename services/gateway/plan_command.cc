@@ -56,7 +56,8 @@ JsonObject PlanJson(const pb::Plan& p) {
   } else {
     o.String("reason", p.reason());
   }
-  o.String("strategy", p.strategy())
+  if (p.skipped()) o.Bool("skipped", true);
+  o.String("strategy", services::EnumLabel(p.strategy()))
       .Number("solve_ms", p.solve_ms())
       .Integer("clusters_evaluated", static_cast<long long>(p.clusters_evaluated()));
   return o;
@@ -69,9 +70,6 @@ std::string Excess(double cost, double ours) {
 }
 
 std::string Deadline(double s) { return s > 0 ? HumanDuration(s) : std::string("none"); }
-
-// A baseline the service did not compute says so in its reason.
-bool Skipped(const pb::Plan& p) { return absl::StartsWith(p.reason(), "skipped: "); }
 
 // The "no plan meets the SLO" lines of a deadline, budget or frontier answer.
 void PrintInfeasible(const std::string& reason, double fastest_time_s, double fastest_cost_usd,
@@ -126,8 +124,8 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
   } else {
     out << " by " << Deadline(req.slo().deadline_s()) << ", cheapest";
   }
-  out << " (" << p.strategy() << ", " << (req.options().on_demand_prices() ? "on-demand" : "spot")
-      << " prices)\n\n";
+  out << " (" << services::EnumLabel(p.strategy()) << ", "
+      << (req.options().on_demand_prices() ? "on-demand" : "spot") << " prices)\n\n";
   if (!p.feasible()) {
     PrintInfeasible(p.reason(), r.fastest_time_s(), r.fastest_cost_usd(), out);
   } else {
@@ -158,21 +156,21 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
     out << "\nThe same SLO, other ways\n";
     Table compare({"plan", "instances", "time", "cost", "vs this plan"});
     compare.LeftAlign(1);
-    compare.AddRow({absl::StrCat(p.strategy(), " (this plan)"), Instances(p.cluster()),
-                    HumanDuration(p.time_s()), Dollars(p.cost_usd()), ""});
-    auto baseline = [&](const pb::Plan& b, const std::string& name) {
-      if (b.strategy().empty()) return;
+    compare.AddRow({absl::StrCat(services::EnumLabel(p.strategy()), " (this plan)"),
+                    Instances(p.cluster()), HumanDuration(p.time_s()), Dollars(p.cost_usd()), ""});
+    auto baseline = [&](bool present, const pb::Plan& b, const std::string& name) {
+      if (!present) return;
       if (!b.feasible()) {
         compare.AddRow(
-            {name, Skipped(b) ? "skipped (see below)" : "none meets the SLO", "-", "-", "-"});
+            {name, b.skipped() ? "skipped (see below)" : "none meets the SLO", "-", "-", "-"});
         return;
       }
       compare.AddRow(
           {name, Instances(b.cluster()), HumanDuration(b.time_s()), Dollars(b.cost_usd()),
            budget ? Excess(b.time_s(), p.time_s()) + " time" : Excess(b.cost_usd(), p.cost_usd())});
     };
-    baseline(r.spotdnn_baseline(), "spotdnn heuristic");
-    baseline(r.homogeneous_baseline(), "cheapest homogeneous");
+    baseline(r.has_spotdnn_baseline(), r.spotdnn_baseline(), "spotdnn heuristic");
+    baseline(r.has_homogeneous_baseline(), r.homogeneous_baseline(), "cheapest homogeneous");
     if (!req.options().on_demand_prices()) {
       compare.AddRow({"this plan at on-demand prices", Instances(p.cluster()),
                       HumanDuration(p.time_s()), Dollars(p.on_demand_cost_usd()),
@@ -183,7 +181,10 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
     }
     compare.Print(out);
     for (const pb::Plan* b : {&r.spotdnn_baseline(), &r.homogeneous_baseline()}) {
-      if (Skipped(*b)) out << "\n" << b->strategy() << " baseline " << b->reason() << "\n";
+      if (b->skipped()) {
+        out << "\n"
+            << services::EnumLabel(b->strategy()) << " baseline skipped: " << b->reason() << "\n";
+      }
     }
   }
   if (p.excluded_types_size() > 0) {

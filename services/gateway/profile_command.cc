@@ -107,15 +107,11 @@ absl::StatusOr<int> VersionFlag(const Args& args) {
   return 0;
 }
 
-std::string Variant(const pb::WorkloadProfile& p) {
-  return p.model_variant() == pb::MODEL_VARIANT_SPOTDNN_PROTOTYPE ? "spotdnn-prototype" : "paper";
-}
-
 void PrintProfile(const pb::WorkloadProfile& p, std::ostream& out) {
   Table summary({"quantity", "value"});
   summary.AddRow({"profile", absl::StrCat(p.name(), " (version ", p.version(), ")")});
   if (!p.source().empty()) summary.AddRow({"source", p.source()});
-  summary.AddRow({"model variant", Variant(p)});
+  summary.AddRow({"model variant", services::EnumLabel(p.model_variant())});
   summary.AddRow(
       {"S_parm (MB)", p.parameter_size_mb() > 0 ? Fixed(p.parameter_size_mb(), 3) : "-"});
   summary.AddRow({"B_req (MB/s)", p.required_bandwidth_mb_per_s() > 0

@@ -17,38 +17,6 @@
 namespace spotdnn::gateway {
 namespace {
 
-std::string KindName(pb::RevocationEvent::Kind kind) {
-  switch (kind) {
-    case pb::RevocationEvent::KIND_NOTICE:
-      return "notice";
-    case pb::RevocationEvent::KIND_REBALANCE:
-      return "rebalance";
-    case pb::RevocationEvent::KIND_MAINTENANCE:
-      return "maintenance";
-    case pb::RevocationEvent::KIND_REVOKED:
-      return "revoked";
-    case pb::RevocationEvent::KIND_LOST:
-      return "lost";
-    case pb::RevocationEvent::KIND_RECOVERED:
-      return "recovered";
-    default:
-      return "unspecified";
-  }
-}
-
-std::string CloudName(pb::Cloud cloud) {
-  switch (cloud) {
-    case pb::CLOUD_AWS:
-      return "aws";
-    case pb::CLOUD_GCE:
-      return "gce";
-    case pb::CLOUD_AZURE:
-      return "azure";
-    default:
-      return "-";
-  }
-}
-
 std::string Utc(int64_t unix_ms) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms),
                           absl::UTCTimeZone());
@@ -57,9 +25,9 @@ std::string Utc(int64_t unix_ms) {
 // One line per event: "#12  2026-…Z  notice       aws    i-1  job j  terminate  goes …".
 std::string EventLine(const pb::RevocationEvent& e) {
   std::string line = absl::StrCat("#", e.sequence(), "  ", Utc(e.notice_unix_ms()), "  ");
-  std::string kind = KindName(e.kind());
+  std::string kind = services::EnumLabel(e.kind());
   kind.resize(std::max<size_t>(kind.size(), 11), ' ');
-  std::string cloud = CloudName(e.cloud());
+  std::string cloud = e.cloud() == pb::CLOUD_UNSPECIFIED ? "-" : services::EnumLabel(e.cloud());
   cloud.resize(std::max<size_t>(cloud.size(), 5), ' ');
   absl::StrAppend(&line, kind, "  ", cloud, "  ", e.instance_id());
   if (!e.job_id().empty()) absl::StrAppend(&line, "  job ", e.job_id());

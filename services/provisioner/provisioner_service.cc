@@ -28,20 +28,20 @@ double Millis(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-const char* StrategyName(provisioner::Strategy s) {
+pb::PlanStrategy StrategyOf(provisioner::Strategy s) {
   switch (s) {
     case provisioner::Strategy::kSpotdnn:
-      return "spotdnn";
+      return pb::PLAN_STRATEGY_SPOTDNN;
     case provisioner::Strategy::kExhaustive:
-      return "exhaustive";
+      return pb::PLAN_STRATEGY_EXHAUSTIVE;
     case provisioner::Strategy::kExact:
       break;
   }
-  return "exact";
+  return pb::PLAN_STRATEGY_EXACT;
 }
 
 // A scored candidate as a Plan message (feasible), with the model's numbers.
-pb::Plan ToPlan(const PlanInputs& in, const Candidate& c, const char* strategy) {
+pb::Plan ToPlan(const PlanInputs& in, const Candidate& c, pb::PlanStrategy strategy) {
   const predictor::PerformanceModel& m = *in.model;
   pb::Plan plan;
   plan.set_feasible(true);
@@ -68,10 +68,7 @@ pb::Plan ToPlan(const PlanInputs& in, const Candidate& c, const char* strategy) 
   return plan;
 }
 
-// Starts the reason of a baseline that was not computed.
-constexpr absl::string_view kSkipped = "skipped: ";
-
-pb::Plan Infeasible(const PlanInputs& in, const char* strategy, std::string reason) {
+pb::Plan Infeasible(const PlanInputs& in, pb::PlanStrategy strategy, std::string reason) {
   pb::Plan plan;
   plan.set_feasible(false);
   plan.set_strategy(strategy);
@@ -213,7 +210,7 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRe
   in->problem.objective = request->mode() == pb::PLAN_MODE_BUDGET
                               ? provisioner::Objective::kMinTime
                               : provisioner::Objective::kMinCost;
-  const char* strategy = StrategyName(in->strategy);
+  const pb::PlanStrategy strategy = StrategyOf(in->strategy);
   const auto start = std::chrono::steady_clock::now();
   auto result = provisioner::Solve(*in->model, in->problem, in->strategy, in->exhaustive_limit);
   const double ms = Millis(start);
@@ -231,21 +228,22 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRe
   response->mutable_plan()->set_solve_ms(ms);
   response->mutable_plan()->set_clusters_evaluated(result->evaluated);
   if (request->options().include_baselines()) {
-    auto baseline = [&](const provisioner::PlanResult& r, const char* name, pb::Plan* out) {
+    auto baseline = [&](const provisioner::PlanResult& r, pb::PlanStrategy name, pb::Plan* out) {
       *out = r.feasible ? ToPlan(*in, r.best, name)
                         : Infeasible(*in, name, "no plan of this kind meets the SLO");
       out->set_clusters_evaluated(r.evaluated);
     };
     // The heuristic scores about L^2 windows of an L-instance list: too many for huge quotas.
     if (auto s = provisioner::CheckSpotdnnSize(*in->model, in->problem); !s.ok()) {
-      *response->mutable_spotdnn_baseline() =
-          Infeasible(*in, "spotdnn", absl::StrCat(kSkipped, s.message()));
+      pb::Plan* skipped = response->mutable_spotdnn_baseline();
+      *skipped = Infeasible(*in, pb::PLAN_STRATEGY_SPOTDNN, std::string(s.message()));
+      skipped->set_skipped(true);
     } else {
-      baseline(provisioner::SolveSpotdnn(*in->model, in->problem), "spotdnn",
+      baseline(provisioner::SolveSpotdnn(*in->model, in->problem), pb::PLAN_STRATEGY_SPOTDNN,
                response->mutable_spotdnn_baseline());
     }
-    baseline(provisioner::CheapestHomogeneous(*in->model, in->problem), "homogeneous",
-             response->mutable_homogeneous_baseline());
+    baseline(provisioner::CheapestHomogeneous(*in->model, in->problem),
+             pb::PLAN_STRATEGY_HOMOGENEOUS, response->mutable_homogeneous_baseline());
   }
   return grpc::Status::OK;
 }
@@ -277,7 +275,7 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext*, const pb::Repl
       provisioner::Replan(*in->model, in->problem, progress, in->strategy, in->exhaustive_limit);
   const double ms = Millis(start);
   if (!result.ok()) return ToGrpc(result.status());
-  const char* strategy = StrategyName(in->strategy);
+  const pb::PlanStrategy strategy = StrategyOf(in->strategy);
   in->problem.target_loss = request->slo().target_loss();
   if (result->feasible) {
     *response->mutable_plan() = ToPlan(*in, result->plan, strategy);
@@ -304,7 +302,7 @@ grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext*,
   auto in = ToPlanInputs(models_, request->workload(), request->catalog(), request->slo(),
                          request->options());
   if (!in.ok()) return ToGrpc(in.status());
-  const char* strategy = StrategyName(in->strategy);
+  const pb::PlanStrategy strategy = StrategyOf(in->strategy);
   const auto start = std::chrono::steady_clock::now();
   uint64_t evaluated = 0;
   auto front = provisioner::Frontier(*in->model, in->problem, in->strategy, in->exhaustive_limit,

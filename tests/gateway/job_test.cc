@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "provisioner/local_provider.h"
+#include "provisioner/launcher/local_provider.h"
 #include "services/common/data_registry.h"
 #include "services/gateway/job_runner.h"
 #include "services/gateway/job_spec.h"

@@ -16,6 +16,7 @@
 #include "services/common/server.h"
 #include "services/detector/detector_service.h"
 #include "services/gateway/cli.h"
+#include "tests/testing/ports.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -29,17 +30,7 @@ struct CliRun {
   std::string err;
 };
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using testing_util::FreeLoopbackPort;
 
 // A detector service for `detector` on 127.0.0.1:`port` that a test can stop and start again.
 struct Served {
@@ -158,7 +149,7 @@ TEST_F(WatchCommandTest, AfterPastTheNewestEventExitsNamingBothNumbers) {
 }
 
 TEST_F(WatchCommandTest, UnreachableServerExitsNamingIt) {
-  const std::string nowhere = "127.0.0.1:" + std::to_string(FreePort());
+  const std::string nowhere = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
   // With --after (straight to the stream) and without (the newest sequence is asked first).
   for (std::vector<std::string> args :
        {std::vector<std::string>{"watch", "--server", nowhere, "--after", "0", "--timeout", "1s"},
@@ -180,7 +171,7 @@ TEST_F(WatchCommandTest, UnreachableServerExitsNamingIt) {
 }
 
 TEST_F(WatchCommandTest, BrokenStreamResumesThenGivesUpWithinTheBound) {
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   const std::string address = "127.0.0.1:" + std::to_string(port);
   auto served = std::make_unique<Served>(detector_, port);
   Notice("i-1", "j", "k1");

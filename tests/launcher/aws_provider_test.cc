@@ -1,6 +1,6 @@
 // The AWS provider against a fake EC2 endpoint on 127.0.0.1: launch, describe, terminate, spot
 // price refresh with NextToken pages, idempotent retries, the mapped errors, credentials.
-#include "provisioner/aws_provider.h"
+#include "provisioner/launcher/aws_provider.h"
 
 #include <httplib.h>
 #include <openssl/evp.h>

@@ -1,12 +1,12 @@
 // LaunchCluster over the AWS provider and the fake EC2 endpoint: parameter servers first, their
 // addresses in the workers' user data, capacity errors reported per type for a re-plan.
-#include "provisioner/cluster_launcher.h"
+#include "provisioner/launcher/cluster_launcher.h"
 
 #include <openssl/evp.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "provisioner/aws_provider.h"
+#include "provisioner/launcher/aws_provider.h"
 #include "tests/launcher/fake_ec2.h"
 
 namespace spotdnn::launcher {

@@ -13,30 +13,20 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
-#include "provisioner/sigv4.h"
+#include "libxml/entities.h"
+#include "libxml/xmlmemory.h"
+#include "provisioner/launcher/sigv4.h"
 
 namespace spotdnn::launcher::testing {
 namespace {
 
 constexpr char kNs[] = "http://ec2.amazonaws.com/doc/2016-11-15/";
 
+// Text as XML character data (libxml2's escaping, as a real EC2 endpoint would produce it).
 std::string Escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
+  xmlChar* encoded = xmlEncodeSpecialChars(nullptr, reinterpret_cast<const xmlChar*>(text.c_str()));
+  std::string out = encoded != nullptr ? reinterpret_cast<const char*>(encoded) : "";
+  xmlFree(encoded);
   return out;
 }
 

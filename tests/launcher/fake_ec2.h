@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "provisioner/cloud_provider.h"
+#include "provisioner/launcher/cloud_provider.h"
 
 namespace httplib {
 class Server;

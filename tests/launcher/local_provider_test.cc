@@ -1,6 +1,6 @@
 // The local provider with real processes: the environment they get, revocation with a notice on
 // the metadata endpoint, terminate, and nothing left behind (destructor, crash of the launcher).
-#include "provisioner/local_provider.h"
+#include "provisioner/launcher/local_provider.h"
 
 #include <httplib.h>
 #include <signal.h>

@@ -1,7 +1,7 @@
 // SigV4 conformance over every case of AWS's signing test suite (header and query signing), plus
 // unit checks of the helpers. The suite folder comes from $SPOTDNN_SIGV4_SUITE, else the CMake
 // cache variable SPOTDNN_SIGV4_SUITE (default: SPOTDNN_DATA_DIR/aws-sigv4-test-suite).
-#include "provisioner/sigv4.h"
+#include "provisioner/launcher/sigv4.h"
 
 #include <cstdlib>
 #include <filesystem>

@@ -17,6 +17,7 @@
 #include "services/common/convert.h"
 #include "services/common/server.h"
 #include "services/detector/agent.h"
+#include "tests/testing/ports.h"
 
 namespace spotdnn::services {
 namespace {
@@ -32,17 +33,7 @@ bool Eventually(const std::function<bool()>& pred, int seconds = 10) {
   return pred();
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using testing_util::FreeLoopbackPort;
 
 // One detector replica: core, service, server and a stub to it.
 struct Replica {
@@ -185,7 +176,7 @@ TEST_F(DetectorServiceTest, RegisterListAndValidate) {
 TEST_F(DetectorServiceTest, UnreachableMetadataIsUnknownWithReason) {
   Replica& r = StartReplica(Options());
   auto req = Polled("down", pb::CLOUD_AZURE);
-  req.mutable_instance()->set_metadata_endpoint("http://127.0.0.1:" + std::to_string(FreePort()));
+  req.mutable_instance()->set_metadata_endpoint("http://127.0.0.1:" + std::to_string(FreeLoopbackPort()));
   ASSERT_TRUE(Register(r, req).ok());
   ASSERT_TRUE(Eventually([&] {
     auto l = List(r);
@@ -392,8 +383,8 @@ TEST_F(DetectorServiceTest, AgentFailsOverToTheNextReplica) {
 }
 
 TEST_F(DetectorServiceTest, ReplicasShareRegistrationsAndTakeOver) {
-  const int port_a = FreePort();
-  const int port_b = FreePort();
+  const int port_a = FreeLoopbackPort();
+  const int port_b = FreeLoopbackPort();
   const std::string addr_a = "127.0.0.1:" + std::to_string(port_a);
   const std::string addr_b = "127.0.0.1:" + std::to_string(port_b);
   Replica& a = StartReplica(Options("a"), {{"b", addr_b}}, port_a);
@@ -412,8 +403,8 @@ TEST_F(DetectorServiceTest, ReplicasShareRegistrationsAndTakeOver) {
 }
 
 TEST_F(DetectorServiceTest, RestartedPeerDoesNotResetARevokedInstance) {
-  const int port_a = FreePort();
-  const int port_b = FreePort();
+  const int port_a = FreeLoopbackPort();
+  const int port_b = FreeLoopbackPort();
   const std::string addr_a = "127.0.0.1:" + std::to_string(port_a);
   const std::string addr_b = "127.0.0.1:" + std::to_string(port_b);
   // An instance that replica a holds while both are up.

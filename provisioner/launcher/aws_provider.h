@@ -7,8 +7,8 @@
 //   UnauthorizedOperation -> PERMISSION_DENIED naming the ec2: action; AuthFailure and other
 //   credential errors -> UNAUTHENTICATED; bad parameters -> INVALID_ARGUMENT.
 // Messages never hold the secret key or the session token.
-#ifndef SPOTDNN_PROVISIONER_AWS_PROVIDER_H_
-#define SPOTDNN_PROVISIONER_AWS_PROVIDER_H_
+#ifndef SPOTDNN_PROVISIONER_LAUNCHER_AWS_PROVIDER_H_
+#define SPOTDNN_PROVISIONER_LAUNCHER_AWS_PROVIDER_H_
 
 #include <functional>
 #include <map>
@@ -19,8 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "provisioner/cloud_provider.h"
-#include "provisioner/sigv4.h"
+#include "provisioner/launcher/cloud_provider.h"
+#include "provisioner/launcher/sigv4.h"
 
 namespace spotdnn::launcher {
 
@@ -142,4 +142,4 @@ class AwsProvider final : public CloudProvider {
 
 }  // namespace spotdnn::launcher
 
-#endif  // SPOTDNN_PROVISIONER_AWS_PROVIDER_H_
+#endif  // SPOTDNN_PROVISIONER_LAUNCHER_AWS_PROVIDER_H_

@@ -1,10 +1,10 @@
-#include "provisioner/cloud_provider.h"
+#include "provisioner/launcher/cloud_provider.h"
 
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "provisioner/sigv4.h"
+#include "provisioner/launcher/sigv4.h"
 
 namespace spotdnn::launcher {
 

@@ -1,8 +1,8 @@
 // The launcher's view of a cloud: a CloudProvider turns a plan's instance counts into running
 // instances (one type, one role at a time), describes and terminates them, and reads live spot
 // prices. Implementations: LocalProvider (processes on this machine) and AwsProvider (EC2 spot).
-#ifndef SPOTDNN_PROVISIONER_CLOUD_PROVIDER_H_
-#define SPOTDNN_PROVISIONER_CLOUD_PROVIDER_H_
+#ifndef SPOTDNN_PROVISIONER_LAUNCHER_CLOUD_PROVIDER_H_
+#define SPOTDNN_PROVISIONER_LAUNCHER_CLOUD_PROVIDER_H_
 
 #include <map>
 #include <string>
@@ -139,4 +139,4 @@ absl::Status ValidateLaunchRequest(const LaunchRequest& request);
 
 }  // namespace spotdnn::launcher
 
-#endif  // SPOTDNN_PROVISIONER_CLOUD_PROVIDER_H_
+#endif  // SPOTDNN_PROVISIONER_LAUNCHER_CLOUD_PROVIDER_H_

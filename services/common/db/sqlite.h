@@ -1,7 +1,9 @@
-// Small RAII helpers over the SQLite C API shared by the stores (profiles, jobs): a prepared
-// statement, an immediate transaction, and SQLite errors as absl::Status.
-#ifndef SPOTDNN_PROFILER_SQLITE_H_
-#define SPOTDNN_PROFILER_SQLITE_H_
+// The database layer every store uses (profiles, jobs, the detector): RAII helpers over the SQLite
+// C API (a prepared statement, an immediate transaction, opening with the shared pragmas) and
+// SQLite errors as absl::Status with a code for the kind of failure. No gRPC: domain stores use it
+// too.
+#ifndef SPOTDNN_SERVICES_COMMON_DB_SQLITE_H_
+#define SPOTDNN_SERVICES_COMMON_DB_SQLITE_H_
 
 #include <sqlite3.h>
 
@@ -14,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
-namespace spotdnn::sqlite {
+namespace spotdnn::sql {
 
 // `what` and SQLite's message, with a status code for the kind of failure.
 inline absl::Status SqlError(sqlite3* db, absl::string_view what) {
@@ -66,6 +68,14 @@ class Statement {
     sqlite3_reset(stmt_);
     sqlite3_clear_bindings(stmt_);
   }
+  // Steps once and expects no row (an INSERT, UPDATE or DELETE).
+  absl::Status Run(absl::string_view what) {
+    absl::StatusOr<bool> row = Step(what);
+    if (!row.ok()) return row.status();
+    return absl::OkStatus();
+  }
+  std::int64_t ColumnInt(int i) { return sqlite3_column_int64(stmt_, i); }
+  double ColumnReal(int i) { return sqlite3_column_double(stmt_, i); }
   std::string ColumnText(int i) {
     const unsigned char* t = sqlite3_column_text(stmt_, i);
     return t == nullptr
@@ -146,6 +156,6 @@ inline absl::StatusOr<sqlite3*> OpenDatabase(const std::string& path, absl::stri
   return db;
 }
 
-}  // namespace spotdnn::sqlite
+}  // namespace spotdnn::sql
 
-#endif  // SPOTDNN_PROFILER_SQLITE_H_
+#endif  // SPOTDNN_SERVICES_COMMON_DB_SQLITE_H_

@@ -2,8 +2,8 @@
 // addresses go to the workers), then the workers type by type with consecutive indexes. A type
 // the cloud has no capacity for (RESOURCE_EXHAUSTED) is reported so that the planner can re-plan
 // without it (ExcludeTypes); other errors stop the launch. Partial launches are reported.
-#ifndef SPOTDNN_PROVISIONER_CLUSTER_LAUNCHER_H_
-#define SPOTDNN_PROVISIONER_CLUSTER_LAUNCHER_H_
+#ifndef SPOTDNN_PROVISIONER_LAUNCHER_CLUSTER_LAUNCHER_H_
+#define SPOTDNN_PROVISIONER_LAUNCHER_CLUSTER_LAUNCHER_H_
 
 #include <map>
 #include <string>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "provisioner/cloud_provider.h"
+#include "provisioner/launcher/cloud_provider.h"
 #include "provisioner/planner.h"
 
 namespace spotdnn::launcher {
@@ -57,4 +57,4 @@ absl::Status ExcludeTypes(const predictor::InstanceCatalog& catalog,
 
 }  // namespace spotdnn::launcher
 
-#endif  // SPOTDNN_PROVISIONER_CLUSTER_LAUNCHER_H_
+#endif  // SPOTDNN_PROVISIONER_LAUNCHER_CLUSTER_LAUNCHER_H_

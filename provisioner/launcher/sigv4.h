@@ -1,8 +1,8 @@
 // AWS Signature Version 4 (AWS4-HMAC-SHA256): canonical request, string to sign and signature,
 // carried in headers (Authorization) or in the query string (presigned). Pure computation over
 // OpenSSL's SHA-256 and HMAC; nothing here logs, and no result or error holds the secret key.
-#ifndef SPOTDNN_PROVISIONER_SIGV4_H_
-#define SPOTDNN_PROVISIONER_SIGV4_H_
+#ifndef SPOTDNN_PROVISIONER_LAUNCHER_SIGV4_H_
+#define SPOTDNN_PROVISIONER_LAUNCHER_SIGV4_H_
 
 #include <string>
 #include <utility>
@@ -82,4 +82,4 @@ std::string FormEncode(const std::vector<std::pair<std::string, std::string>>& p
 
 }  // namespace spotdnn::launcher
 
-#endif  // SPOTDNN_PROVISIONER_SIGV4_H_
+#endif  // SPOTDNN_PROVISIONER_LAUNCHER_SIGV4_H_

@@ -1,4 +1,4 @@
-#include "provisioner/local_provider.h"
+#include "provisioner/launcher/local_provider.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -25,8 +25,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "provisioner/aws_provider.h"
-#include "provisioner/sigv4.h"
+#include "provisioner/launcher/aws_provider.h"
+#include "provisioner/launcher/sigv4.h"
 
 extern char** environ;
 

@@ -1,4 +1,4 @@
-#include "provisioner/cluster_launcher.h"
+#include "provisioner/launcher/cluster_launcher.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"

@@ -1,4 +1,4 @@
-#include "provisioner/sigv4.h"
+#include "provisioner/launcher/sigv4.h"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>

@@ -1,4 +1,4 @@
-#include "provisioner/aws_provider.h"
+#include "provisioner/launcher/aws_provider.h"
 
 #include <curl/curl.h>
 #include <libxml/parser.h>

@@ -8,8 +8,8 @@
 // `<id>.log`), so that another process (`spotdnn local list|revoke|terminate`) can find them.
 // The process that launches instances owns them: its destructor terminates them, and a reaper
 // process (forked at Create) kills their process groups if the owner dies without doing so.
-#ifndef SPOTDNN_PROVISIONER_LOCAL_PROVIDER_H_
-#define SPOTDNN_PROVISIONER_LOCAL_PROVIDER_H_
+#ifndef SPOTDNN_PROVISIONER_LAUNCHER_LOCAL_PROVIDER_H_
+#define SPOTDNN_PROVISIONER_LAUNCHER_LOCAL_PROVIDER_H_
 
 #include <sys/types.h>
 
@@ -24,7 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "provisioner/cloud_provider.h"
+#include "provisioner/launcher/cloud_provider.h"
 
 namespace spotdnn::launcher {
 
@@ -147,4 +147,4 @@ std::string DefaultLocalStateDir();
 
 }  // namespace spotdnn::launcher
 
-#endif  // SPOTDNN_PROVISIONER_LOCAL_PROVIDER_H_
+#endif  // SPOTDNN_PROVISIONER_LAUNCHER_LOCAL_PROVIDER_H_
