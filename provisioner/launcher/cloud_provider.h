@@ -60,6 +60,9 @@ struct Instance {
   // Where this instance's metadata service answers (AWS IMDS flavour), e.g.
   // http://169.254.169.254 on EC2 or http://127.0.0.1:PORT/i/ID locally.
   std::string metadata_endpoint;
+  // Where a parameter server serves (host:port) when the provider chose it (local: a free
+  // loopback port); empty: PRIVATE_ADDRESS and the port the launch asked for.
+  std::string service_address;
   absl::Time launch_time = absl::InfinitePast();
   // When it stopped, where the provider knows (local: the moment a revocation stopped it);
   // InfiniteFuture otherwise.
@@ -93,6 +96,10 @@ class CloudProvider {
 
   // "local", "aws", ...
   virtual std::string name() const = 0;
+
+  // Where a person can read the instances' output, for error messages ("the instances' output is
+  // in …"); empty when the provider keeps none.
+  virtual std::string OutputLocation() const { return ""; }
 
   // Launches request.count instances. Errors: INVALID_ARGUMENT for a bad request (naming the
   // field), RESOURCE_EXHAUSTED when the cloud has no capacity at the price (re-plan without the

@@ -1,8 +1,6 @@
 // `spotdnn local launch|list|revoke|terminate` (the local provider) and `spotdnn catalog refresh`
 // (live spot prices from a cloud provider into a catalog).
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -100,23 +98,6 @@ void PrintInstances(const std::vector<Instance>& instances, std::ostream& out) {
   table.Print(out);
 }
 
-absl::StatusOr<int> FreeLocalPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket() failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return absl::InternalError("cannot find a free local port");
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 absl::StatusOr<std::unique_ptr<LocalProvider>> OpenLocal(bool owner,
                                                          const std::string& emulator_url) {
   LocalProvider::Options options{.state_dir = launcher::DefaultLocalStateDir(), .owner = owner};
@@ -165,20 +146,14 @@ int LocalLaunch(const Args& args, const Io& io) {
   auto provider = OpenLocal(true, emulator_url);
   if (!provider.ok()) return ReportError(provider.status(), "local launch", io);
 
-  std::vector<int> ps_ports;
-  for (int i = 0; i < ps_count; ++i) {
-    auto port = FreeLocalPort();
-    if (!port.ok()) return ReportError(port.status(), "local launch", io);
-    ps_ports.push_back(*port);
-  }
+  std::vector<launcher::WorkerGroup> groups = launcher::ConsecutiveGroups(*workers);
+  for (launcher::WorkerGroup& g : groups) g.batch_size = batch_size;
   auto cluster = launcher::LaunchCluster(
       **provider, {.job_id = *job,
                    .command = *command,
-                   .workers = *workers,
                    .parameter_servers = ps_count,
                    .parameter_server_type = args.Get("--ps-type").value_or("m5.xlarge"),
-                   .local_ps_ports = ps_ports,
-                   .batch_size = batch_size});
+                   .workers = groups});
   if (!cluster.ok()) return ReportError(cluster.status(), "local launch", io);
   if (!cluster->complete()) {
     // The provider's destructor stops what did start: a failed launch leaves nothing running.
