@@ -57,9 +57,13 @@ struct Instance {
   int index = 0;
   std::string private_address;  // IP (or 127.0.0.1 for local)
   std::string public_address;   // may be empty
-  // Where this instance's metadata service answers (AWS IMDS flavour), e.g.
-  // http://169.254.169.254 on EC2 or http://127.0.0.1:PORT/i/ID locally.
+  // Where a detector elsewhere can poll this instance's metadata service (the local provider's
+  // emulator: http://127.0.0.1:PORT/i/ID). Empty for cloud instances: their metadata service
+  // (169.254.169.254) answers only the instance itself, so its agent reports its notices.
   std::string metadata_endpoint;
+  // Which cloud's metadata service the instance has ("aws", "gce", "azure"): how its notices
+  // read. The local provider's instances have the AWS flavour.
+  std::string metadata_cloud = "aws";
   // Where a parameter server serves (host:port) when the provider chose it (local: a free
   // loopback port); empty: PRIVATE_ADDRESS and the port the launch asked for.
   std::string service_address;
