@@ -1,4 +1,4 @@
-#include "services/gateway/cli_args.h"
+#include "services/gateway/cli/args.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

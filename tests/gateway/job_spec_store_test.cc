@@ -1,4 +1,5 @@
-// The job spec parser, the job store, and the CLI's answers to bad input for run/jobs/status/up.
+// The job spec parser, the job store, planning a job with a profiling step, and the CLI's answers
+// to bad input for run/jobs/status/up.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,9 +14,9 @@
 #include "nlohmann/json.hpp"
 #include "provisioner/launcher/local_provider.h"
 #include "services/common/data_registry.h"
-#include "services/gateway/job_runner.h"
-#include "services/gateway/job_spec.h"
-#include "services/gateway/job_store.h"
+#include "services/gateway/job/job_controller.h"
+#include "services/gateway/job/job_spec.h"
+#include "services/gateway/job/job_store.h"
 #include "spotdnn/v1/profiler_mock.grpc.pb.h"
 #include "spotdnn/v1/provisioner_mock.grpc.pb.h"
 #include "tests/gateway/cli_runner.h"
@@ -24,6 +25,15 @@ namespace spotdnn::gateway {
 namespace {
 
 namespace fs = std::filesystem;
+using job::InstanceRecord;
+using job::InstanceStatus;
+using job::JobController;
+using job::JobRecord;
+using job::JobState;
+using job::JobStore;
+using job::LaunchReason;
+using job::ParseJobSpec;
+using job::ReadJobSpec;
 using ::testing::_;
 using ::testing::HasSubstr;
 using ::testing::Return;
@@ -48,10 +58,10 @@ TEST(JobSpecTest, ParsesEveryField) {
   EXPECT_DOUBLE_EQ(spec->target_loss, 0.9);
   EXPECT_DOUBLE_EQ(spec->deadline_s, 1800);
   EXPECT_DOUBLE_EQ(spec->budget_usd, 5);
-  EXPECT_EQ(spec->provider, "aws");
-  EXPECT_EQ(spec->region, "us-west-2");
-  EXPECT_EQ(spec->provider_options.at("image_id"), "ami-1");
-  EXPECT_EQ(spec->provider_options.at("security_group_ids"), "sg-1,sg-2");
+  EXPECT_EQ(spec->provider.name, "aws");
+  EXPECT_EQ(spec->provider.options.at("region"), "us-west-2");
+  EXPECT_EQ(spec->provider.options.at("image_id"), "ami-1");
+  EXPECT_EQ(spec->provider.options.at("security_group_ids"), "sg-1,sg-2");
   EXPECT_EQ(spec->quotas.at("p2.xlarge"), 3);
   EXPECT_EQ(spec->parameter_servers, 2);
   EXPECT_EQ(spec->worker_command, "python train.py");
@@ -61,7 +71,7 @@ TEST(JobSpecTest, ParsesEveryField) {
 TEST(JobSpecTest, TheExampleInDeployParses) {
   auto spec = ReadJobSpec(std::string(SPOTDNN_SOURCE_DIR) + "/deploy/examples/job.json");
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(spec->provider, "local");
+  EXPECT_EQ(spec->provider.name, "local");
 }
 
 TEST(JobSpecTest, BadInputNamesTheFieldAndTheValue) {
@@ -94,7 +104,7 @@ TEST(JobSpecTest, BadInputNamesTheFieldAndTheValue) {
       {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
            "provider": {"name": "aws", "image_id": "ami-1", "subnet": "s-1"},
            "commands": {"worker": "x"}})",
-       "provider.subnet: unknown field"},
+       "provider.subnet: unknown key for aws"},
       {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
            "provider": {"name": "aws", "region": "us-east-1"}, "commands": {"worker": "x"}})",
        "provider.image_id is required"},
@@ -131,7 +141,8 @@ TEST_F(JobStoreTest, JobsInstancesRevocationsAndEventsSurviveAReopen) {
   {
     auto store = JobStore::Open((dir_ / "jobs.db").string());
     ASSERT_TRUE(store.ok()) << store.status();
-    ASSERT_TRUE((*store)->CreateJob({.id = "j", .state = "launching", .created_ms = 1}).ok());
+    ASSERT_TRUE(
+        (*store)->CreateJob({.id = "j", .state = JobState::kLaunching, .created_ms = 1}).ok());
     EXPECT_EQ((*store)->CreateJob({.id = "j"}).code(), absl::StatusCode::kAlreadyExists);
     JobRecord job = *(*store)->GetJob("j");
     job.iterations_done = 12.5;
@@ -141,33 +152,41 @@ TEST_F(JobStoreTest, JobsInstancesRevocationsAndEventsSurviveAReopen) {
     ASSERT_TRUE((*store)
                     ->PutInstance({.job_id = "j",
                                    .id = "i-1",
-                                   .role = "worker",
+                                   .role = launcher::Role::kWorker,
                                    .price_per_hour = 0.9,
                                    .launched_ms = 10})
                     .ok());
-    InstanceRecord again{.job_id = "j", .id = "i-1", .role = "worker", .state = "ended"};
+    InstanceRecord again{.job_id = "j",
+                         .id = "i-1",
+                         .role = launcher::Role::kWorker,
+                         .reason = LaunchReason::kTakeover,
+                         .metadata_cloud = "gce",
+                         .state = InstanceStatus::kEnded};
     ASSERT_TRUE((*store)->PutInstance(again).ok());  // replaces, never duplicates
     ASSERT_TRUE(
         (*store)
             ->PutRevocation({.job_id = "j", .instance_id = "i-1", .takeover_first_index = 5})
             .ok());
-    ASSERT_TRUE((*store)->AddEvent("j", "notice", "i-1").ok());
+    ASSERT_TRUE((*store)->AddEvent("j", "notice", "i-1", 77).ok());
   }
   auto store = JobStore::Open((dir_ / "jobs.db").string());
   ASSERT_TRUE(store.ok());
   auto job = (*store)->GetJob("j");
   ASSERT_TRUE(job.ok());
-  EXPECT_EQ(job->state, "launching");
+  EXPECT_EQ(job->state, JobState::kLaunching);
   EXPECT_DOUBLE_EQ(job->iterations_done, 12.5);
   EXPECT_EQ(job->ps_addresses, "127.0.0.1:1");
   auto instances = (*store)->Instances("j");
   ASSERT_TRUE(instances.ok());
   ASSERT_EQ(instances->size(), 1u);
-  EXPECT_EQ((*instances)[0].state, "ended");
+  EXPECT_EQ((*instances)[0].state, InstanceStatus::kEnded);
+  EXPECT_EQ((*instances)[0].reason, LaunchReason::kTakeover);
+  EXPECT_EQ((*instances)[0].metadata_cloud, "gce");
   auto revocations = (*store)->Revocations("j");
   ASSERT_EQ(revocations->size(), 1u);
   EXPECT_EQ((*revocations)[0].takeover_first_index, 5);
-  EXPECT_EQ((*store)->Events("j")->size(), 1u);
+  ASSERT_EQ((*store)->Events("j")->size(), 1u);
+  EXPECT_EQ((*store)->Events("j")->front().at_ms, 77);
   EXPECT_EQ((*store)->GetJob("nope").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*store)->ListJobs()->size(), 1u);
 }
@@ -283,21 +302,24 @@ TEST_F(JobStoreTest, ProfilingStepImportsFitsAndPlansWithTheFittedProfile) {
   auto provider =
       launcher::LocalProvider::Create({.state_dir = (dir_ / "local").string(), .owner = false});
   ASSERT_TRUE(provider.ok());
-  RunnerEnv env{.provisioner = &provisioner,
-                .profiler = &profiler,
-                .provider = provider->get(),
-                .store = store->get()};
+  const clients::ProvisionerClient provisioner_client(provisioner);
+  const clients::ProfilerClient profiler_client(profiler);
+  JobController controller({.provisioner = &provisioner_client,
+                            .profiler = &profiler_client,
+                            .provider = provider->get(),
+                            .store = store->get()},
+                           {}, nullptr);
   const std::string spec = R"({"name": "fitted-job",
     "workload": {"profile": "mynet", "profiling": {"logs": ["a.csv", "b.csv"], "base": "resnet110"}},
     "slo": {"loss": 2.6, "deadline": 60}, "catalog": "aws-spotdnn-prototype",
     "commands": {"worker": "true"}})";
-  auto job = PlanJob(spec, env, local);
+  auto job = controller.Plan(spec, local);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(imported, (std::vector<std::string>{"a.csv", "b.csv"}));
-  EXPECT_EQ(job->state, "launching");
+  EXPECT_EQ(job->state, JobState::kLaunching);
   EXPECT_EQ(job->target_iterations, 40);
   EXPECT_THAT(job->workload_json, HasSubstr("\"mynet\""));
-  EXPECT_EQ(PlanJob(spec, env, local).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(controller.Plan(spec, local).status().code(), absl::StatusCode::kAlreadyExists);
 }
 
 }  // namespace

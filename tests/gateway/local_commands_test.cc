@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/common/data_registry.h"
-#include "services/gateway/cli.h"
+#include "services/gateway/cli/cli.h"
 #include "tests/launcher/fake_ec2.h"
 
 namespace spotdnn::gateway {

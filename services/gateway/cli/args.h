@@ -1,5 +1,5 @@
-// Command-line parsing for the spotdnn CLI: flags of one subcommand, and the value syntaxes the
-// commands share (counts lists, numbers, durations). Every error names the flag and the value.
+// Command-line parsing for the spotdnn CLI: the flags and positional arguments of one command.
+// Every error names the flag and the value.
 #ifndef SPOTDNN_SERVICES_GATEWAY_CLI_ARGS_H_
 #define SPOTDNN_SERVICES_GATEWAY_CLI_ARGS_H_
 
@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "services/common/values.h"
 
 namespace spotdnn::gateway {
 
@@ -41,17 +42,11 @@ class Args {
   std::vector<std::string> positional_;
 };
 
-// A finite number; "--loss = \"abc\": not a number".
-absl::StatusOr<double> ParseNumber(absl::string_view flag, absl::string_view text);
-// A whole number within [min, max].
-absl::StatusOr<int> ParseInt(absl::string_view flag, absl::string_view text, int min, int max);
-// "TYPE=N,TYPE=N" with N >= 0 and each TYPE once.
-absl::StatusOr<std::vector<std::pair<std::string, int>>> ParseCounts(absl::string_view flag,
-                                                                     absl::string_view text);
-// Seconds from "2400", "2400s", "40m", "1.5h" (also "1h30m"); must be positive and finite, or
-// also zero in any unit ("0", "0s", "0.0h") with `allow_zero`.
-absl::StatusOr<double> ParseDuration(absl::string_view flag, absl::string_view text,
-                                     bool allow_zero = false);
+// The value syntaxes the commands share (services/common/values.h).
+using services::ParseCounts;
+using services::ParseDuration;
+using services::ParseInt;
+using services::ParseNumber;
 
 }  // namespace spotdnn::gateway
 

@@ -1,14 +1,15 @@
-// The spotdnn command-line gateway. Commands talk to the services through their stub interfaces,
-// to a remote server (--server HOST:PORT) or to the same service run in-process.
-#ifndef SPOTDNN_SERVICES_GATEWAY_CLI_H_
-#define SPOTDNN_SERVICES_GATEWAY_CLI_H_
+// The spotdnn command-line gateway. Commands (command.h: the table) talk to the services through
+// their stub interfaces, to a remote server (--server HOST:PORT) or to the same service run
+// in-process. This header has what the command files and their tests share.
+#ifndef SPOTDNN_SERVICES_GATEWAY_CLI_CLI_H_
+#define SPOTDNN_SERVICES_GATEWAY_CLI_CLI_H_
 
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "services/common/data_registry.h"
-#include "services/gateway/cli_args.h"
+#include "services/gateway/cli/args.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
 #include "spotdnn/v1/predictor.grpc.pb.h"
 #include "spotdnn/v1/profiler.grpc.pb.h"
@@ -48,9 +49,6 @@ absl::StatusOr<pb::CatalogRef> CatalogRefFor(const std::string& arg,
 // `spotdnn plan` against `stub`.
 int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
          const services::DataRegistry& local, const Io& io);
-// `spotdnn profile SUBCOMMAND ...` (argv after "profile"): against a spotdnn-profiler at --server,
-// or one run in-process over the --db database (default DefaultProfileDb()).
-int ProfileCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 // One `spotdnn profile` subcommand (import, fit, show, list, export, delete) against `stub`.
 int Profile(const std::string& subcommand, const Args& args, pb::Profiler::StubInterface& stub,
             const Io& io);
@@ -59,26 +57,10 @@ int ValidateSpeedCommand(const Args& args, const Io& io);
 // The in-process profiler's database: $SPOTDNN_PROFILE_DB, else ~/.spotdnn/profiles.db, else
 // ./spotdnn-profiles.db.
 std::string DefaultProfileDb();
-// Usage text of `spotdnn profile`.
-absl::string_view ProfileUsage();
 // `spotdnn watch` against a detector: prints events as they arrive (one line each, or one JSON
 // object per line with --json), resuming after the last one printed when the stream breaks;
 // stops after --count events or --timeout.
 int Watch(const Args& args, pb::Detector::StubInterface& stub, const Io& io);
-
-// `spotdnn local launch|list|revoke|terminate ...` (argv after "local"): the local provider.
-int LocalCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
-// `spotdnn catalog refresh ...` (argv after "catalog"): live spot prices into a catalog.
-int CatalogCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
-// Usage texts of `spotdnn local` and `spotdnn catalog`.
-absl::string_view LocalUsage();
-// `spotdnn run|jobs|status|up|down ...` (argv after the command).
-int JobCommand(const std::string& command, const std::vector<std::string>& argv,
-               std::ostream& out, std::ostream& err);
-absl::string_view RunUsage();
-absl::string_view JobsUsage();
-absl::string_view UpUsage();
-absl::string_view CatalogUsage();
 
 // Reports a failed status (stderr, and a JSON error object on stdout with --json) and returns the
 // exit status for its code.
@@ -86,4 +68,4 @@ int ReportError(const absl::Status& status, absl::string_view command, const Io&
 
 }  // namespace spotdnn::gateway
 
-#endif  // SPOTDNN_SERVICES_GATEWAY_CLI_H_
+#endif  // SPOTDNN_SERVICES_GATEWAY_CLI_CLI_H_

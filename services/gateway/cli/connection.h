@@ -1,7 +1,7 @@
 // The service behind a CLI command: a remote one (--server HOST:PORT) or the same service run
 // in-process on an in-process gRPC channel, so a command has one code path either way.
-#ifndef SPOTDNN_SERVICES_GATEWAY_CONNECTION_H_
-#define SPOTDNN_SERVICES_GATEWAY_CONNECTION_H_
+#ifndef SPOTDNN_SERVICES_GATEWAY_CLI_CONNECTION_H_
+#define SPOTDNN_SERVICES_GATEWAY_CLI_CONNECTION_H_
 
 #include <memory>
 #include <string>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/common/data_registry.h"
 #include "services/common/server.h"
-#include "services/gateway/cli_args.h"
+#include "services/gateway/cli/args.h"
 
 namespace spotdnn::gateway {
 
@@ -46,4 +46,4 @@ absl::StatusOr<Connection<Service, Impl>> Connect(const Args& args) {
 
 }  // namespace spotdnn::gateway
 
-#endif  // SPOTDNN_SERVICES_GATEWAY_CONNECTION_H_
+#endif  // SPOTDNN_SERVICES_GATEWAY_CLI_CONNECTION_H_

@@ -1,77 +1,35 @@
-// `spotdnn run`, `spotdnn jobs`, `spotdnn status`, `spotdnn up` and `spotdnn down`.
+// `spotdnn run`, `spotdnn jobs` and `spotdnn status`: the job controller's front end.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <memory>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
-#include "nlohmann/json.hpp"
-#include "provisioner/launcher/aws_provider.h"
-#include "provisioner/launcher/local_provider.h"
+#include "absl/strings/str_join.h"
+#include "provisioner/launcher/provider_factory.h"
+#include "services/clients/service_clients.h"
 #include "services/common/server.h"
-#include "services/gateway/cli.h"
-#include "services/gateway/job_runner.h"
-#include "services/gateway/output.h"
-#include "services/gateway/stack.h"
+#include "services/gateway/cli/cli.h"
+#include "services/gateway/cli/command.h"
+#include "services/gateway/cli/job_output.h"
+#include "services/gateway/cli/output.h"
+#include "services/gateway/cli/stack.h"
+#include "services/gateway/job/job_controller.h"
 
 namespace spotdnn::gateway {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr char kRunUsage[] =
-    R"(Usage: spotdnn run JOB.json [--json] [--data-dir D] [--provisioner H:P] [--profiler H:P]
-                   [--detector H:P] [--metadata-emulator URL] [--stall-timeout T]
-       spotdnn run --resume JOB [--json] [--data-dir D] ...
-
-Runs a job end to end: profiles it if its spec says so, plans the cheapest cluster that meets its
-SLO, launches it, registers every instance with the detector and follows its events and the
-workers' progress; on a revocation notice it re-plans with the survivors and the progress so far
-and launches the takeover instances while the revoked one still runs. It ends with a summary:
-predicted vs actual time and cost, revocations handled, SLO met. The job's state is kept in
-DATA_DIR/jobs.db: after the gateway dies, `spotdnn run --resume JOB` reattaches to the running
-instances and launches nothing twice. See deploy/examples/job.json for the spec.
-
-The services come from `spotdnn up` (DATA_DIR/stack.json) unless named with --provisioner,
---profiler and --detector; the local provider's instances read their metadata (revocation
-notices) from the stack's emulator or --metadata-emulator.
-
-  --data-dir D   state folder (default $SPOTDNN_HOME, else ~/.spotdnn)
-  --json         one JSON object per event, one per line (the last one has the summary)
-  --stall-timeout T  fail the job when no worker reports a new iteration for T (default 10m;
-                 0: never)
-Exit status: 0 the job met its SLO, 3 it finished without meeting it or failed, 2 bad input,
-1 a service could not be reached.
-)";
-
-constexpr char kJobsUsage[] = R"(Usage: spotdnn jobs [--json] [--data-dir D]
-       spotdnn status JOB [--json] [--data-dir D]
-
-jobs lists the jobs in DATA_DIR/jobs.db; status shows one: its summary, instances, revocations
-(with notice-to-takeover times) and event log.
-)";
-
-constexpr char kUpUsage[] = R"(Usage: spotdnn up [--data-dir D] [--bin-dir B] [--json]
-       spotdnn down [--data-dir D] [--json]
-
-up starts spotdnn-predictor, spotdnn-provisioner, spotdnn-profiler, spotdnn-detector and the
-metadata emulator the local provider's instances use, on free 127.0.0.1 ports, in the
-background, with their databases and logs under DATA_DIR (default $SPOTDNN_HOME, else
-~/.spotdnn); it writes DATA_DIR/stack.json and does nothing when the stack is already up.
---bin-dir: where the binaries are (default: beside this spotdnn). down stops them.
-)";
+using job::JobRecord;
+using job::JobStore;
 
 std::string DataDir(const Args& args) { return args.Get("--data-dir").value_or(DefaultDataDir()); }
 
@@ -79,83 +37,6 @@ std::string Ms(int64_t unix_ms) {
   return unix_ms > 0
              ? absl::FormatTime("%H:%M:%E3S", absl::FromUnixMillis(unix_ms), absl::LocalTimeZone())
              : "-";
-}
-
-// Prints the summary JSON of a job as a table.
-void PrintSummary(const std::string& summary_json, std::ostream& out) {
-  nlohmann::json s = nlohmann::json::parse(summary_json, nullptr, false);
-  if (!s.is_object()) return;
-  auto num = [&](const char* key) { return s.value(key, 0.0); };
-  auto yes = [&](const char* key) { return s.value(key, false) ? "yes" : "NO"; };
-  Table table({"", "predicted", "actual"});
-  table.AddRow(
-      {"time", HumanDuration(num("predicted_time_s")), HumanDuration(num("actual_time_s"))});
-  table.AddRow({"cost", Dollars(num("predicted_cost_usd")), Dollars(num("actual_cost_usd"))});
-  table.AddRow({"normalized iterations", Fixed(num("target_iterations"), 0),
-                Fixed(num("iterations_done"), 0)});
-  table.Print(out);
-  out << "Instances launched: " << s.value("instances_launched", 0) << " ("
-      << s.value("takeover_instances", 0)
-      << " takeover); revocations handled: " << s.value("revocations_handled", 0) << " of "
-      << s.value("revocations", 0) << "\n";
-  if (s["revocation_list"].is_array() && !s["revocation_list"].empty()) {
-    Table revocations({"revoked", "takeover", "notice -> takeover running", "-> training",
-                       "takeover before it ended"});
-    revocations.LeftAlign(1);
-    for (const auto& r : s["revocation_list"]) {
-      revocations.AddRow(
-          {r.value("instance", ""), r.value("takeover", ""),
-           r.contains("notice_to_takeover_running_s")
-               ? absl::StrFormat("%.2f s", r.value("notice_to_takeover_running_s", 0.0))
-               : "-",
-           r.contains("notice_to_takeover_training_s")
-               ? absl::StrFormat("%.2f s", r.value("notice_to_takeover_training_s", 0.0))
-               : "-",
-           r.contains("takeover_before_revoked_ended")
-               ? (r.value("takeover_before_revoked_ended", false) ? "yes" : "NO")
-               : "-"});
-    }
-    revocations.Print(out);
-  }
-  out << "Loss reached: " << yes("loss_reached") << "; deadline met: " << yes("deadline_met")
-      << "; budget met: " << yes("budget_met") << "; SLO met: " << yes("slo_met") << std::endl;
-}
-
-absl::StatusOr<std::unique_ptr<launcher::CloudProvider>> ProviderFor(const JobSpec& spec,
-                                                                     const std::string& data_dir,
-                                                                     const std::string& emulator) {
-  if (spec.provider == "local") {
-    launcher::LocalProvider::Options options{
-        .state_dir = (fs::path(data_dir) / "local").string(), .owner = true, .detached = true};
-    options.capacity = spec.local_capacity;
-    if (!emulator.empty()) {
-      options.metadata = std::make_shared<launcher::EmulatorMetadataClient>(emulator);
-    }
-    auto local = launcher::LocalProvider::Create(options);
-    if (!local.ok()) return local.status();
-    return std::unique_ptr<launcher::CloudProvider>(std::move(*local));
-  }
-  auto credentials = launcher::ResolveAwsCredentials({});
-  if (!credentials.ok()) return credentials.status();
-  launcher::AwsProvider::Options options;
-  options.region = spec.region.empty() ? "us-east-1" : spec.region;
-  options.credentials = *credentials;
-  auto get = [&](const char* key) {
-    auto it = spec.provider_options.find(key);
-    return it == spec.provider_options.end() ? std::string() : it->second;
-  };
-  options.endpoint_url = get("endpoint_url");
-  options.image_id = get("image_id");
-  options.subnet_id = get("subnet_id");
-  options.key_name = get("key_name");
-  options.iam_instance_profile = get("iam_instance_profile");
-  options.max_spot_price = get("max_spot_price");
-  for (absl::string_view g : absl::StrSplit(get("security_group_ids"), ',', absl::SkipEmpty())) {
-    options.security_group_ids.emplace_back(g);
-  }
-  auto aws = launcher::AwsProvider::Create(options);
-  if (!aws.ok()) return aws.status();
-  return std::unique_ptr<launcher::CloudProvider>(std::move(*aws));
 }
 
 // Holds DATA_DIR/locks/JOB.lock (flock) for as long as this gateway runs the job: a second
@@ -198,6 +79,44 @@ class JobLock {
   int fd_;
 };
 
+// The services a job runs against: named with flags, else the stack's (`spotdnn up`).
+struct Endpoints {
+  std::string provisioner, profiler, detector, emulator;
+};
+
+absl::StatusOr<Endpoints> EndpointsOf(const Args& args, const std::string& data_dir) {
+  Endpoints e{.provisioner = args.Get("--provisioner").value_or(""),
+              .profiler = args.Get("--profiler").value_or(""),
+              .detector = args.Get("--detector").value_or(""),
+              .emulator = args.Get("--metadata-emulator").value_or("")};
+  if (e.provisioner.empty() || e.profiler.empty() || e.detector.empty()) {
+    auto stack = ReadStack(data_dir);
+    if (!stack.ok()) return stack.status();
+    if (e.provisioner.empty()) e.provisioner = stack->provisioner;
+    if (e.profiler.empty()) e.profiler = stack->profiler;
+    if (e.detector.empty()) e.detector = stack->detector;
+    if (e.emulator.empty()) e.emulator = stack->emulator;
+  }
+  for (const auto& [flag, target] :
+       {std::pair<const char*, std::string>{"--provisioner", e.provisioner},
+        {"--profiler", e.profiler},
+        {"--detector", e.detector}}) {
+    if (target.find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " = \"", target, "\": expected HOST:PORT"));
+    }
+  }
+  return e;
+}
+
+absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("job spec \"", path, "\" cannot be read"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
 int Run(const Args& args, const Io& io) {
   const std::string data_dir = DataDir(args);
   const auto resume = args.Get("--resume");
@@ -207,91 +126,58 @@ int Run(const Args& args, const Io& io) {
   }
   auto store = JobStore::Open((fs::path(data_dir) / "jobs.db").string());
   if (!store.ok()) return ReportError(store.status(), "run", io);
-  std::string spec_json;
+  absl::StatusOr<std::string> spec_json;
   if (resume) {
     auto job = (*store)->GetJob(*resume);
     if (!job.ok()) return ReportError(job.status(), "run", io);
     spec_json = job->spec_json;
   } else {
-    std::ifstream in(args.positional()[0]);
-    if (!in) {
-      return ReportError(absl::NotFoundError(absl::StrCat("job spec \"", args.positional()[0],
-                                                          "\" cannot be read")),
-                         "run", io);
-    }
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    spec_json = buffer.str();
+    spec_json = ReadSpecFile(args.positional()[0]);
   }
-  auto spec = ParseJobSpec(spec_json);
+  if (!spec_json.ok()) return ReportError(spec_json.status(), "run", io);
+  auto spec = job::ParseJobSpec(*spec_json);
   if (!spec.ok()) return ReportError(spec.status(), "run", io);
   auto lock = JobLock::Acquire(data_dir, spec->name);
   if (!lock.ok()) return ReportError(lock.status(), "run", io);
   absl::Duration stall_timeout = absl::Minutes(10);
   if (auto v = args.Get("--stall-timeout")) {
-    auto d = *v == "0" ? absl::StatusOr<double>(0) : ParseDuration("--stall-timeout", *v);
+    auto d = ParseDuration("--stall-timeout", *v, /*allow_zero=*/true);
     if (!d.ok()) return ReportError(d.status(), "run", io);
     stall_timeout = absl::Seconds(*d);
   }
-
-  // The services: named, or the stack's.
-  std::string provisioner = args.Get("--provisioner").value_or("");
-  std::string profiler = args.Get("--profiler").value_or("");
-  std::string detector = args.Get("--detector").value_or("");
-  std::string emulator = args.Get("--metadata-emulator").value_or("");
-  if (provisioner.empty() || profiler.empty() || detector.empty()) {
-    auto stack = ReadStack(data_dir);
-    if (!stack.ok()) return ReportError(stack.status(), "run", io);
-    if (provisioner.empty()) provisioner = stack->provisioner;
-    if (profiler.empty()) profiler = stack->profiler;
-    if (detector.empty()) detector = stack->detector;
-    if (emulator.empty()) emulator = stack->emulator;
-  }
-  for (const auto& [flag, target] :
-       {std::pair<const char*, std::string>{"--provisioner", provisioner},
-        {"--profiler", profiler},
-        {"--detector", detector}}) {
-    if (target.find(':') == std::string::npos) {
-      return ReportError(
-          absl::InvalidArgumentError(absl::StrCat(flag, " = \"", target, "\": expected HOST:PORT")),
-          "run", io);
-    }
-  }
-  auto provisioner_stub = pb::Provisioner::NewStub(services::MakeChannel(provisioner));
-  auto profiler_stub = pb::Profiler::NewStub(services::MakeChannel(profiler));
-  auto detector_stub = pb::Detector::NewStub(services::MakeChannel(detector));
-  if (spec->provider == "local") {
-    // Local instances find the spotdnn binaries (spotdnn-sim-worker, spotdnn-agent) beside this
-    // one.
-    const char* path = std::getenv("PATH");
-    setenv("PATH", absl::StrCat(SelfDir(), ":", path != nullptr ? path : "/usr/bin:/bin").c_str(),
-           1);
-  }
-  auto provider = ProviderFor(*spec, data_dir, emulator);
+  auto endpoints = EndpointsOf(args, data_dir);
+  if (!endpoints.ok()) return ReportError(endpoints.status(), "run", io);
+  auto provisioner_stub = pb::Provisioner::NewStub(services::MakeChannel(endpoints->provisioner));
+  auto profiler_stub = pb::Profiler::NewStub(services::MakeChannel(endpoints->profiler));
+  auto detector_stub = pb::Detector::NewStub(services::MakeChannel(endpoints->detector));
+  const clients::ProvisionerClient provisioner(*provisioner_stub);
+  const clients::ProfilerClient profiler(*profiler_stub);
+  const clients::DetectorClient detector(*detector_stub);
+  // Local instances find the spotdnn binaries (spotdnn-agent, spotdnn-sim-worker) beside this one.
+  auto provider = launcher::MakeProvider(
+      spec->provider, {.local_state_dir = (fs::path(data_dir) / "local").string(),
+                       .metadata_emulator = endpoints->emulator,
+                       .bin_dir = SelfDir()});
   if (!provider.ok()) return ReportError(provider.status(), "run", io);
 
-  RunnerEnv env{.provisioner = provisioner_stub.get(),
-                .profiler = profiler_stub.get(),
-                .detector = detector_stub.get(),
-                .provider = provider->get(),
-                .store = store->get(),
-                .profiler_address = profiler,
-                .detector_address = detector,
-                .stall_timeout = stall_timeout};
-  if (auto* local = dynamic_cast<launcher::LocalProvider*>(provider->get()); local != nullptr) {
-    env.instance_logs = (fs::path(local->state_dir()) / "logs").string();
-  }
-  env.on_update = [&io](const JobUpdate& u) {
-    if (io.json) {
-      io.out << u.json << std::endl;
-    } else if (u.kind != "finished" && u.kind != "failed") {
-      io.out << u.line << std::endl;
-    }
-  };
-  std::string job_id = spec->name;
+  job::JobController controller({.provisioner = &provisioner,
+                                 .profiler = &profiler,
+                                 .detector = &detector,
+                                 .provider = provider->get(),
+                                 .store = store->get()},
+                                {.profiler_address = endpoints->profiler,
+                                 .detector_address = endpoints->detector,
+                                 .stall_timeout = stall_timeout},
+                                [&io](const job::JobEvent& event) {
+                                  if (io.json) {
+                                    io.out << EventJson(event) << std::endl;
+                                  } else if (std::string line = EventLine(event); !line.empty()) {
+                                    io.out << line << std::endl;
+                                  }
+                                });
+  const std::string job_id = spec->name;
   if (!resume) {
-    const services::DataRegistry local = services::DataRegistry::WithBuiltins();
-    auto planned = PlanJob(spec_json, env, local);
+    auto planned = controller.Plan(*spec_json, services::DataRegistry::WithBuiltins());
     if (!planned.ok()) {
       const absl::Status& s = planned.status();
       ReportError(s, "run", io);
@@ -300,7 +186,7 @@ int Run(const Args& args, const Io& io) {
                                                                      : kExitBadInput;
     }
   }
-  auto done = RunJob(job_id, env);
+  auto done = controller.Run(job_id);
   if (!done.ok()) {
     ReportError(done.status(), "run", io);
     if (!io.json) {
@@ -309,15 +195,16 @@ int Run(const Args& args, const Io& io) {
     }
     return kExitFailure;
   }
-  nlohmann::json summary = nlohmann::json::parse(done->summary_json, nullptr, false);
   if (!io.json) {
-    io.out << "\nJob " << job_id << " " << done->state
-           << (done->message.empty() ? "" : ": " + done->message) << "\n";
-    PrintSummary(done->summary_json, io.out);
+    io.out << "\nJob " << job_id << " " << job::Name(done->record.state)
+           << (done->record.message.empty() ? "" : ": " + done->record.message) << "\n";
+    PrintSummary(done->summary, io.out);
   }
-  const bool met = summary.is_object() && summary.value("slo_met", false);
-  return done->state == "finished" && met ? kExitOk : kExitInfeasible;
+  return done->record.state == job::JobState::kFinished && done->summary.slo_met ? kExitOk
+                                                                                 : kExitInfeasible;
 }
+
+int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
 int Jobs(const Args& args, const Io& io) {
   auto store = JobStore::Open((fs::path(DataDir(args)) / "jobs.db").string());
@@ -325,12 +212,13 @@ int Jobs(const Args& args, const Io& io) {
   auto jobs = (*store)->ListJobs();
   if (!jobs.ok()) return ReportError(jobs.status(), "jobs", io);
   if (io.json) {
-    std::string list;
+    std::vector<std::string> list;
     for (const JobRecord& j : *jobs) {
-      auto summary = JobSummaryJson(**store, j.id);
-      absl::StrAppend(&list, list.empty() ? "" : ",", summary.ok() ? *summary : "{}");
+      auto summary = job::SummarizeJob(**store, j.id, NowMs());
+      if (!summary.ok()) return ReportError(summary.status(), "jobs", io);
+      list.push_back(SummaryJson(*summary));
     }
-    io.out << "{\"jobs\":[" << list << "]}" << std::endl;
+    io.out << "{\"jobs\":[" << absl::StrJoin(list, ",") << "]}" << std::endl;
     return kExitOk;
   }
   if (jobs->empty()) {
@@ -342,9 +230,9 @@ int Jobs(const Args& args, const Io& io) {
   table.LeftAlign(1);
   for (const JobRecord& j : *jobs) {
     auto revocations = (*store)->Revocations(j.id);
-    const int64_t end = j.finished_ms > 0 ? j.finished_ms : absl::ToUnixMillis(absl::Now());
-    table.AddRow({j.id, j.state, Fixed(j.iterations_done, 0), Fixed(j.target_iterations, 0),
-                  HumanDuration(j.predicted_time_s),
+    const int64_t end = j.finished_ms > 0 ? j.finished_ms : NowMs();
+    table.AddRow({j.id, std::string(job::Name(j.state)), Fixed(j.iterations_done, 0),
+                  Fixed(j.target_iterations, 0), HumanDuration(j.predicted_time_s),
                   j.started_ms > 0 ? HumanDuration((end - j.started_ms) / 1000.0) : "-",
                   revocations.ok() ? absl::StrCat(revocations->size()) : "?", Ms(j.started_ms)});
   }
@@ -353,146 +241,128 @@ int Jobs(const Args& args, const Io& io) {
 }
 
 int Status(const Args& args, const Io& io) {
-  if (args.positional().size() != 1) {
-    return ReportError(absl::InvalidArgumentError("give exactly one JOB"), "status", io);
-  }
   const std::string id = args.positional()[0];
   auto store = JobStore::Open((fs::path(DataDir(args)) / "jobs.db").string());
   if (!store.ok()) return ReportError(store.status(), "status", io);
   auto job = (*store)->GetJob(id);
   if (!job.ok()) return ReportError(job.status(), "status", io);
-  auto summary = JobSummaryJson(**store, id);
-  auto instances = (*store)->Instances(id);
-  auto events = (*store)->Events(id);
+  auto summary = job::SummarizeJob(**store, id, NowMs());
   if (!summary.ok()) return ReportError(summary.status(), "status", io);
+  auto instances = (*store)->Instances(id);
   if (!instances.ok()) return ReportError(instances.status(), "status", io);
+  auto events = (*store)->Events(id);
   if (!events.ok()) return ReportError(events.status(), "status", io);
   if (io.json) {
-    std::string list, log;
-    for (const InstanceRecord& i : *instances) {
-      absl::StrAppend(&list, list.empty() ? "" : ",",
-                      JsonObject()
-                          .String("id", i.id)
-                          .String("role", i.role)
-                          .String("instance_type", i.instance_type)
-                          .Integer("index", i.index)
-                          .String("reason", i.reason)
-                          .String("launch_token", i.launch_token)
-                          .String("state", i.state)
-                          .Number("price_per_hour", i.price_per_hour)
-                          .Number("predicted_iteration_s", i.predicted_iteration_s)
-                          .Integer("launched_unix_ms", i.launched_ms)
-                          .Integer("ended_unix_ms", i.ended_ms)
-                          .str());
+    std::vector<std::string> list, log;
+    for (const job::InstanceRecord& i : *instances) {
+      list.push_back(JsonObject()
+                         .String("id", i.id)
+                         .String("role", std::string(launcher::RoleName(i.role)))
+                         .String("instance_type", i.instance_type)
+                         .Integer("index", i.index)
+                         .String("reason", std::string(job::Name(i.reason)))
+                         .String("launch_token", i.launch_token)
+                         .String("state", std::string(job::Name(i.state)))
+                         .Number("price_per_hour", i.price_per_hour)
+                         .Number("predicted_iteration_s", i.predicted_iteration_s)
+                         .Integer("launched_unix_ms", i.launched_ms)
+                         .Integer("ended_unix_ms", i.ended_ms)
+                         .str());
     }
-    for (const JobEventRecord& e : *events) {
-      absl::StrAppend(&log, log.empty() ? "" : ",",
-                      JsonObject()
-                          .Integer("at_unix_ms", e.at_ms)
-                          .String("kind", e.kind)
-                          .String("detail", e.detail)
-                          .str());
+    for (const job::JobEventRecord& e : *events) {
+      log.push_back(JsonObject()
+                        .Integer("at_unix_ms", e.at_ms)
+                        .String("kind", e.kind)
+                        .String("detail", e.detail)
+                        .str());
     }
     io.out << JsonObject()
                   .String("job_id", id)
-                  .String("state", job->state)
+                  .String("state", std::string(job::Name(job->state)))
                   .String("message", job->message)
-                  .Raw("summary", *summary)
-                  .Raw("instances", "[" + list + "]")
-                  .Raw("events", "[" + log + "]")
+                  .Raw("summary", SummaryJson(*summary))
+                  .Raw("instances", "[" + absl::StrJoin(list, ",") + "]")
+                  .Raw("events", "[" + absl::StrJoin(log, ",") + "]")
                   .str()
            << std::endl;
     return kExitOk;
   }
-  io.out << "Job " << id << ": " << job->state
+  io.out << "Job " << id << ": " << job::Name(job->state)
          << (job->message.empty() ? "" : " (" + job->message + ")") << "\n";
   PrintSummary(*summary, io.out);
   io.out << "\n";
   Table table({"instance", "role", "type", "why", "state", "launched", "ended", "$/h"});
-  table.LeftAlign(1);
-  table.LeftAlign(2);
-  table.LeftAlign(3);
-  table.LeftAlign(4);
-  for (const InstanceRecord& i : *instances) {
-    table.AddRow({i.id, i.role, i.instance_type, i.reason, i.state, Ms(i.launched_ms),
-                  Ms(i.ended_ms), Fixed(i.price_per_hour, 4)});
+  for (size_t c : {1, 2, 3, 4}) table.LeftAlign(c);
+  for (const job::InstanceRecord& i : *instances) {
+    table.AddRow({i.id, std::string(launcher::RoleName(i.role)), i.instance_type,
+                  std::string(job::Name(i.reason)), std::string(job::Name(i.state)),
+                  Ms(i.launched_ms), Ms(i.ended_ms), Fixed(i.price_per_hour, 4)});
   }
   table.Print(io.out);
   io.out << "\n";
   Table log({"time", "event", "detail"});
   log.LeftAlign(1);
   log.LeftAlign(2);
-  for (const JobEventRecord& e : *events) log.AddRow({Ms(e.at_ms), e.kind, e.detail});
+  for (const job::JobEventRecord& e : *events) log.AddRow({Ms(e.at_ms), e.kind, e.detail});
   log.Print(io.out);
-  return kExitOk;
-}
-
-int Up(const Args& args, const Io& io) {
-  const std::string data_dir = DataDir(args);
-  const std::string bin_dir = args.Get("--bin-dir").value_or(SelfDir());
-  if (!io.json) io.out << "Starting the spotdnn stack in " << data_dir << ":" << std::endl;
-  auto stack = StartStack(data_dir, bin_dir, io.json ? nullptr : &io.out);
-  if (!stack.ok()) return ReportError(stack.status(), "up", io);
-  if (io.json) {
-    io.out << JsonObject()
-                  .String("data_dir", stack->data_dir)
-                  .String("predictor", stack->predictor)
-                  .String("provisioner", stack->provisioner)
-                  .String("profiler", stack->profiler)
-                  .String("detector", stack->detector)
-                  .String("metadata_emulator", stack->emulator)
-                  .str()
-           << std::endl;
-  } else {
-    io.out << "Up: predictor " << stack->predictor << ", provisioner " << stack->provisioner
-           << ", profiler " << stack->profiler << ", detector " << stack->detector
-           << ", metadata emulator " << stack->emulator << "\n(logs in " << data_dir
-           << "/logs; stop with `spotdnn down`)" << std::endl;
-  }
-  return kExitOk;
-}
-
-int Down(const Args& args, const Io& io) {
-  absl::Status s = StopStack(DataDir(args));
-  if (!s.ok()) return ReportError(s, "down", io);
-  if (io.json) {
-    io.out << JsonObject().Bool("stopped", true).str() << std::endl;
-  } else {
-    io.out << "Stopped the spotdnn stack in " << DataDir(args) << "." << std::endl;
-  }
   return kExitOk;
 }
 
 }  // namespace
 
-absl::string_view RunUsage() { return kRunUsage; }
-absl::string_view JobsUsage() { return kJobsUsage; }
-absl::string_view UpUsage() { return kUpUsage; }
-
-int JobCommand(const std::string& command, const std::vector<std::string>& argv, std::ostream& out,
-               std::ostream& err) {
-  const char* usage = command == "run"                           ? kRunUsage
-                      : command == "jobs" || command == "status" ? kJobsUsage
-                                                                 : kUpUsage;
-  if (!argv.empty() && (argv[0] == "--help" || argv[0] == "-h")) {
-    out << usage;
-    return kExitOk;
-  }
-  Io io{out, err, std::find(argv.begin(), argv.end(), "--json") != argv.end()};
-  auto args = Args::Parse(
-      argv, {.values = {"--data-dir", "--bin-dir", "--resume", "--provisioner", "--profiler",
-                        "--detector", "--metadata-emulator", "--stall-timeout"},
-             .switches = {"--json"}});
-  if (!args.ok()) {
-    ReportError(args.status(), command, io);
-    err << usage;
-    return kExitBadInput;
-  }
-  if (command == "run") return Run(*args, io);
-  if (command == "jobs") return Jobs(*args, io);
-  if (command == "status") return Status(*args, io);
-  if (command == "up") return Up(*args, io);
-  return Down(*args, io);
+std::vector<Command> JobCommands() {
+  return {
+      {.name = "run",
+       .summary = "run a job end to end: plan, launch, watch, take over revoked instances, summary",
+       .synopsis = "JOB.json [--json] [--data-dir D] [--provisioner H:P] [--profiler H:P]\n"
+                   "[--detector H:P] [--metadata-emulator URL] [--stall-timeout T]\n"
+                   "--resume JOB [--json] [--data-dir D] ...",
+       .description =
+           "Runs a job end to end: profiles it if its spec says so, plans the cheapest cluster "
+           "that meets its\nSLO, launches it, registers every instance with the detector and "
+           "follows its events and the\nworkers' progress; on a revocation notice it re-plans "
+           "with the survivors and the progress so far\nand launches the takeover instances "
+           "while the revoked one still runs. It ends with a summary:\npredicted vs actual time "
+           "and cost, revocations handled, SLO met. The job's state is kept in\nDATA_DIR/jobs.db: "
+           "after the gateway dies, `spotdnn run --resume JOB` reattaches to the running\n"
+           "instances and launches nothing twice. See deploy/examples/job.json for the spec.\n\n"
+           "The services come from `spotdnn up` (DATA_DIR/stack.json) unless named with "
+           "--provisioner,\n--profiler and --detector; the local provider's instances read "
+           "their metadata (revocation\nnotices) from the stack's emulator or "
+           "--metadata-emulator.",
+       .flags = {DataDirFlag(),
+                 {"--resume", "JOB", "take a stored job up again where it is"},
+                 {"--provisioner", "H:P", "the spotdnn-provisioner (default: the stack's)"},
+                 {"--profiler", "H:P", "the spotdnn-profiler (default: the stack's)"},
+                 {"--detector", "H:P", "the spotdnn-detector (default: the stack's)"},
+                 {"--metadata-emulator", "URL",
+                  "the emulator giving local instances their metadata endpoints"},
+                 {"--stall-timeout", "T",
+                  "fail the job when no worker reports a new iteration for T (default 10m;\n"
+                  "0: never)"},
+                 {"--json", "",
+                  "one JSON object per event, one per line (the last one has the "
+                  "summary)"}},
+       .max_positional = 1,
+       .footer = "Exit status: 0 the job met its SLO, 3 it finished without meeting it or "
+                 "failed, 2 bad input,\n1 a service could not be reached.",
+       .run = Run},
+      {.name = "jobs",
+       .summary = "the jobs run so far; status JOB shows one",
+       .synopsis = "[--json] [--data-dir D]",
+       .description = "Lists the jobs in DATA_DIR/jobs.db.",
+       .flags = {DataDirFlag()},
+       .run = Jobs},
+      {.name = "status",
+       .summary = "one job's summary, instances, revocations and event log",
+       .synopsis = "JOB [--json] [--data-dir D]",
+       .description = "Shows one job of DATA_DIR/jobs.db: its summary, instances, revocations "
+                      "(with notice-to-takeover\ntimes) and event log.",
+       .flags = {DataDirFlag()},
+       .min_positional = 1,
+       .max_positional = 1,
+       .run = Status},
+  };
 }
 
 }  // namespace spotdnn::gateway

@@ -1,5 +1,4 @@
-// `spotdnn local launch|list|revoke|terminate` (the local provider) and `spotdnn catalog refresh`
-// (live spot prices from a cloud provider into a catalog).
+// `spotdnn local launch|list|revoke|terminate`: the local provider's instances by hand.
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,8 +12,9 @@
 #include "provisioner/launcher/aws_provider.h"
 #include "provisioner/launcher/cluster_launcher.h"
 #include "provisioner/launcher/local_provider.h"
-#include "services/gateway/cli.h"
-#include "services/gateway/output.h"
+#include "services/gateway/cli/cli.h"
+#include "services/gateway/cli/command.h"
+#include "services/gateway/cli/output.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -23,49 +23,6 @@ using launcher::Instance;
 using launcher::InstanceStateName;
 using launcher::LocalProvider;
 using launcher::RoleName;
-
-constexpr char kLocalUsage[] =
-    R"(Usage: spotdnn local launch --job J --workers TYPE=N[,TYPE=N...] --command CMD
-                           [--ps N] [--ps-type T] [--batch-size B] [--metadata-emulator URL]
-                           [--timeout D] [--json]
-       spotdnn local list [--job J] [--json]
-       spotdnn local revoke INSTANCE [--notice 10s] [--json]
-       spotdnn local terminate (INSTANCE... | --job J | --all) [--json]
-
-The local provider runs each instance as a process group on this machine: CMD through /bin/sh -c
-with SPOTDNN_JOB_ID, SPOTDNN_ROLE (ps|worker), SPOTDNN_INDEX, SPOTDNN_PS_ADDRESSES,
-SPOTDNN_BATCH_SIZE, SPOTDNN_INSTANCE_TYPE, SPOTDNN_INSTANCE_ID and SPOTDNN_METADATA_ENDPOINT.
-
-launch     starts the parameter servers (default 1, on free local ports) and the workers, then
-           stays in the foreground until every instance has exited, --timeout passes, or it gets
-           SIGINT/SIGTERM; it terminates what is left when it stops, and a reaper process kills
-           the instances if it dies. Each instance gets an AWS-flavour metadata endpoint
-           (SPOTDNN_METADATA_ENDPOINT) on a metadata emulator run in this process, or on the
-           spotdnn-metadata-emulator at --metadata-emulator URL (endpoint URL/i/ID).
-list       the instances in the state dir and whether they run.
-revoke     publishes an AWS spot interruption notice on the instance's metadata endpoint and
-           stops it --notice later (default 10s); waits until then.
-terminate  stops instances now and forgets them.
-
-State: $SPOTDNN_HOME/local (default ~/.spotdnn/local): one ID.instance file and ID.log per
-instance.
-)";
-
-constexpr char kCatalogUsage[] =
-    R"(Usage: spotdnn catalog refresh --provider aws [--catalog C] [--region R]
-                              [--endpoint-url URL] [--profile P] [--out FILE] [--json]
-
-Reads the current spot price of each of the catalog's instance types (and its parameter server
-type) with EC2 DescribeSpotPriceHistory, takes the cheapest availability zone, and writes the
-catalog with those prices to --out (without --out it only shows them).
-
-  --catalog C         built-in catalog name or a JSON file (default aws-paper-2023)
-  --region R          default: the catalog's region, else $AWS_REGION, else us-east-1
-  --endpoint-url URL  another EC2 endpoint (other partitions, tests)
-  --profile P         the shared credentials profile (default $AWS_PROFILE, else default)
-Credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY[/AWS_SESSION_TOKEN], then
-~/.aws/credentials, then the instance role. The IAM policy needs ec2:DescribeSpotPriceHistory.
-)";
 
 std::atomic<int> g_stop_signal{0};
 void OnStopSignal(int sig) { g_stop_signal.store(sig); }
@@ -304,169 +261,60 @@ int LocalTerminate(const Args& args, const Io& io) {
   return kExitOk;
 }
 
-int CatalogRefresh(const Args& args, const Io& io) {
-  const char* cmd = "catalog refresh";
-  auto provider_name = args.Required("--provider");
-  if (!provider_name.ok()) return ReportError(provider_name.status(), cmd, io);
-  if (*provider_name != "aws") {
-    return ReportError(absl::InvalidArgumentError(absl::StrCat(
-                           "--provider = \"", *provider_name,
-                           "\": only aws has a spot price API here (local has no prices)")),
-                       cmd, io);
-  }
-  const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
-  const std::string catalog_arg = args.Get("--catalog").value_or("aws-paper-2023");
-  auto catalog = registry.ResolveCatalog(catalog_arg);
-  if (!catalog.ok()) return ReportError(catalog.status(), cmd, io);
-  std::string region = args.Get("--region").value_or("");
-  if (region.empty()) region = catalog->region();
-  if (region.empty() && std::getenv("AWS_REGION") != nullptr) region = std::getenv("AWS_REGION");
-  if (region.empty()) region = "us-east-1";
-
-  auto credentials =
-      launcher::ResolveAwsCredentials({.profile = args.Get("--profile").value_or("")});
-  if (!credentials.ok()) return ReportError(credentials.status(), cmd, io);
-  launcher::AwsProvider::Options options;
-  options.region = region;
-  options.endpoint_url = args.Get("--endpoint-url").value_or("");
-  options.credentials = *credentials;
-  auto aws = launcher::AwsProvider::Create(options);
-  if (!aws.ok()) return ReportError(aws.status(), cmd, io);
-
-  std::vector<std::string> types;
-  for (const pb::InstanceType& t : catalog->instance_types()) types.push_back(t.name());
-  const std::string ps_type = catalog->parameter_server().spot_price_per_hour() > 0
-                                  ? catalog->parameter_server().instance_type()
-                                  : "";
-  if (!ps_type.empty()) types.push_back(ps_type);
-  auto prices = (*aws)->SpotPrices(types, region);
-  if (!prices.ok()) return ReportError(prices.status(), cmd, io);
-  std::map<std::string, double> cheapest = launcher::CheapestPerType(*prices);
-  std::map<std::string, std::string> zone;
-  for (const launcher::SpotPrice& p : *prices) {
-    if (cheapest[p.instance_type] == p.price_per_hour) zone[p.instance_type] = p.availability_zone;
-  }
-
-  Table table({"instance type", "old $/h", "new $/h", "zone"});
-  table.LeftAlign(3);
-  std::vector<std::string> json_rows;
-  std::vector<std::string> missing;
-  auto update = [&](const std::string& type, double old_price, auto set) {
-    auto it = cheapest.find(type);
-    if (it == cheapest.end()) {
-      missing.push_back(type);
-      table.AddRow({type, Fixed(old_price, 4), "(no price)", "-"});
-      return;
-    }
-    set(it->second);
-    table.AddRow({type, Fixed(old_price, 4), Fixed(it->second, 4), zone[type]});
-    json_rows.push_back(JsonObject()
-                            .String("instance_type", type)
-                            .Number("old_price_per_hour", old_price)
-                            .Number("spot_price_per_hour", it->second)
-                            .String("availability_zone", zone[type])
-                            .str());
-  };
-  for (pb::InstanceType& t : *catalog->mutable_instance_types()) {
-    update(t.name(), t.spot_price_per_hour(), [&](double p) { t.set_spot_price_per_hour(p); });
-  }
-  // A parameter server priced at 0 is not counted in the catalog's cost model: leave it so.
-  if (!ps_type.empty() && catalog->parameter_server().spot_price_per_hour() > 0) {
-    pb::ParameterServer* ps = catalog->mutable_parameter_server();
-    update(ps_type, ps->spot_price_per_hour(), [&](double p) { ps->set_spot_price_per_hour(p); });
-  }
-  catalog->set_prices_as_of(absl::FormatTime("%Y-%m-%dT%H:%MZ", absl::Now(), absl::UTCTimeZone()));
-  catalog->set_region(region);
-
-  std::string out_file = args.Get("--out").value_or("");
-  if (!out_file.empty()) {
-    std::ofstream out(out_file, std::ios::trunc);
-    out << services::ToJson(*catalog, /*pretty=*/true) << "\n";
-    if (!out) {
-      return ReportError(absl::InvalidArgumentError(
-                             absl::StrCat("--out = \"", out_file, "\": cannot write the file")),
-                         cmd, io);
-    }
-  }
-  if (io.json) {
-    std::vector<std::string> quoted;
-    for (const std::string& m : missing) quoted.push_back(JsonString(m));
-    io.out << JsonObject()
-                  .String("catalog", catalog->name())
-                  .String("region", region)
-                  .String("prices_as_of", catalog->prices_as_of())
-                  .Raw("prices", "[" + absl::StrJoin(json_rows, ",") + "]")
-                  .Raw("missing", "[" + absl::StrJoin(quoted, ",") + "]")
-                  .String("out", out_file)
-                  .str()
-           << "\n";
-  } else {
-    io.out << "Spot prices for catalog " << catalog->name() << " in " << region
-           << " (cheapest zone, Linux/UNIX):\n";
-    table.Print(io.out);
-    io.out << (out_file.empty() ? "Not saved (give --out FILE to write the catalog)."
-                                : "Wrote " + out_file + ".")
-           << "\n";
-  }
-  return kExitOk;
-}
-
 }  // namespace
 
-absl::string_view LocalUsage() { return kLocalUsage; }
-absl::string_view CatalogUsage() { return kCatalogUsage; }
-
-int LocalCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
-  if (argv.empty() || argv[0] == "--help" || argv[0] == "-h") {
-    (argv.empty() ? err : out) << kLocalUsage;
-    return argv.empty() ? kExitBadInput : kExitOk;
-  }
-  const std::string sub = argv[0];
-  const std::vector<std::string> rest(argv.begin() + 1, argv.end());
-  Io io{out, err, std::find(rest.begin(), rest.end(), "--json") != rest.end()};
-  FlagSpec spec;
-  if (sub == "launch") {
-    spec = {.values = {"--job", "--workers", "--command", "--ps", "--ps-type", "--batch-size",
-                       "--metadata-emulator", "--timeout"},
-            .switches = {"--json"}};
-  } else if (sub == "list") {
-    spec = {.values = {"--job"}, .switches = {"--json"}};
-  } else if (sub == "revoke") {
-    spec = {.values = {"--notice"}, .switches = {"--json"}};
-  } else if (sub == "terminate") {
-    spec = {.values = {"--job"}, .switches = {"--json", "--all"}};
-  } else {
-    err << "spotdnn local: unknown subcommand \"" << sub << "\"\n\n" << kLocalUsage;
-    return kExitBadInput;
-  }
-  auto args = Args::Parse(rest, spec);
-  if (!args.ok()) {
-    ReportError(args.status(), "local " + sub, io);
-    err << kLocalUsage;
-    return kExitBadInput;
-  }
-  if (sub == "launch") return LocalLaunch(*args, io);
-  if (sub == "list") return LocalList(*args, io);
-  if (sub == "revoke") return LocalRevoke(*args, io);
-  return LocalTerminate(*args, io);
-}
-
-int CatalogCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
-  if (argv.empty() || argv[0] != "refresh") {
-    (argv.empty() || argv[0] == "--help" || argv[0] == "-h" ? out : err) << kCatalogUsage;
-    return !argv.empty() && (argv[0] == "--help" || argv[0] == "-h") ? kExitOk : kExitBadInput;
-  }
-  const std::vector<std::string> rest(argv.begin() + 1, argv.end());
-  Io io{out, err, std::find(rest.begin(), rest.end(), "--json") != rest.end()};
-  auto args = Args::Parse(rest, {.values = {"--provider", "--catalog", "--region", "--endpoint-url",
-                                            "--profile", "--out"},
-                                 .switches = {"--json"}});
-  if (!args.ok()) {
-    ReportError(args.status(), "catalog refresh", io);
-    err << kCatalogUsage;
-    return kExitBadInput;
-  }
-  return CatalogRefresh(*args, io);
+std::vector<Command> LocalCommands() {
+  return {
+      {.name = "local",
+       .summary = "launch, list, revoke and terminate instances of the local provider (processes)",
+       .description =
+           "The local provider runs each instance as a process group on this machine: CMD through "
+           "/bin/sh -c\nwith SPOTDNN_JOB_ID, SPOTDNN_ROLE (ps|worker), SPOTDNN_INDEX, "
+           "SPOTDNN_PS_ADDRESSES,\nSPOTDNN_BATCH_SIZE, SPOTDNN_INSTANCE_TYPE, "
+           "SPOTDNN_INSTANCE_ID and SPOTDNN_METADATA_ENDPOINT.\n\nState: $SPOTDNN_HOME/local "
+           "(default ~/.spotdnn/local): one ID.instance file and ID.log per\ninstance."},
+      {.name = "local launch",
+       .summary = "start parameter servers and workers; stay until they exit",
+       .synopsis = "--job J --workers TYPE=N[,TYPE=N...] --command CMD [--ps N] [--ps-type T]\n"
+                   "[--batch-size B] [--metadata-emulator URL] [--timeout D] [--json]",
+       .description =
+           "Starts the parameter servers (default 1, each on a free local port) and the workers, "
+           "then stays in\nthe foreground until every instance has exited, --timeout passes, or "
+           "it gets SIGINT/SIGTERM; it\nterminates what is left when it stops, and a reaper "
+           "process kills the instances if it dies.\nEach instance gets an AWS-flavour metadata "
+           "endpoint (SPOTDNN_METADATA_ENDPOINT) on a metadata\nemulator run in this process, or "
+           "on the spotdnn-metadata-emulator at --metadata-emulator URL\n(endpoint URL/i/ID).",
+       .flags = {{"--job", "J", "the job the instances belong to"},
+                 {"--workers", "TYPE=N,...", "workers per instance type"},
+                 {"--command", "CMD", "what every instance runs (through /bin/sh -c)"},
+                 {"--ps", "N", "parameter servers (default 1)"},
+                 {"--ps-type", "T", "their instance type (default m5.xlarge)"},
+                 {"--batch-size", "B", "per-worker batch size (SPOTDNN_BATCH_SIZE)"},
+                 {"--metadata-emulator", "URL", "a running spotdnn-metadata-emulator"},
+                 {"--timeout", "D", "stop after this long (e.g. 30m)"}},
+       .run = LocalLaunch},
+      {.name = "local list",
+       .summary = "the instances in the state dir and whether they run",
+       .synopsis = "[--job J] [--json]",
+       .flags = {{"--job", "J", "only this job's instances"}},
+       .run = LocalList},
+      {.name = "local revoke",
+       .summary = "publish a spot notice on an instance's metadata endpoint, stop it after it",
+       .synopsis = "INSTANCE [--notice 10s] [--json]",
+       .description = "Publishes an AWS spot interruption notice on the instance's metadata "
+                      "endpoint and stops it\n--notice later (default 10s); waits until then.",
+       .flags = {{"--notice", "D", "how long after the notice it stops (default 10s)"}},
+       .min_positional = 1,
+       .max_positional = 1,
+       .run = LocalRevoke},
+      {.name = "local terminate",
+       .summary = "stop instances now and forget them",
+       .synopsis = "(INSTANCE... | --job J | --all) [--json]",
+       .flags = {{"--job", "J", "every instance of this job"},
+                 {"--all", "", "every instance in the state dir"}},
+       .max_positional = -1,
+       .run = LocalTerminate},
+  };
 }
 
 }  // namespace spotdnn::gateway

@@ -1,4 +1,4 @@
-#include "services/gateway/output.h"
+#include "services/gateway/cli/output.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // What the CLI prints for people: aligned tables and readable numbers.
-#ifndef SPOTDNN_SERVICES_GATEWAY_OUTPUT_H_
-#define SPOTDNN_SERVICES_GATEWAY_OUTPUT_H_
+#ifndef SPOTDNN_SERVICES_GATEWAY_CLI_OUTPUT_H_
+#define SPOTDNN_SERVICES_GATEWAY_CLI_OUTPUT_H_
 
 #include <ostream>
 #include <string>
@@ -67,4 +67,4 @@ std::string Fixed(double value, int decimals);
 
 }  // namespace spotdnn::gateway
 
-#endif  // SPOTDNN_SERVICES_GATEWAY_OUTPUT_H_
+#endif  // SPOTDNN_SERVICES_GATEWAY_CLI_OUTPUT_H_

@@ -14,9 +14,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "predictor/types.h"
+#include "services/clients/service_clients.h"
 #include "services/common/convert.h"
-#include "services/gateway/cli.h"
-#include "services/gateway/output.h"
+#include "services/gateway/cli/cli.h"
+#include "services/gateway/cli/command.h"
+#include "services/gateway/cli/connection.h"
+#include "services/gateway/cli/output.h"
+#include "services/provisioner/provisioner_service.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -299,7 +303,8 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     return fail(
         absl::InvalidArgumentError("--plot draws the frontier: use it with --mode frontier"));
   }
-  const auto deadline = std::chrono::system_clock::now() + std::chrono::minutes(10);
+  // An exhaustive search or a large frontier may take minutes.
+  const clients::ProvisionerClient provisioner(stub, clients::CallPolicy::LongRunning());
 
   if (mode == "frontier") {
     pb::FrontierRequest f;
@@ -307,10 +312,9 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     *f.mutable_catalog() = request.catalog();
     *f.mutable_slo() = request.slo();
     *f.mutable_options() = request.options();
-    pb::FrontierResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(deadline);
-    if (auto s = services::FromGrpc(stub.Frontier(&context, f, &response)); !s.ok()) return fail(s);
+    auto answered = provisioner.Frontier(f);
+    if (!answered.ok()) return fail(answered.status());
+    const pb::FrontierResponse& response = *answered;
     const int n = response.plans_size();
     // The plan for the SLO: the cheapest frontier point (the frontier already honours the
     // deadline and budget), i.e. the last one.
@@ -371,10 +375,9 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   }
 
   options.set_include_baselines(true);
-  pb::PlanResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(deadline);
-  if (auto s = services::FromGrpc(stub.Plan(&context, request, &response)); !s.ok()) return fail(s);
+  auto answered = provisioner.Plan(request);
+  if (!answered.ok()) return fail(answered.status());
+  const pb::PlanResponse& response = *answered;
   const pb::Plan& p = response.plan();
   if (io.json) {
     JsonObject o = PlanJson(p);
@@ -400,6 +403,55 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     PrintPlan(response, request, workload, catalog, io.out);
   }
   return p.feasible() ? kExitOk : kExitInfeasible;
+}
+
+std::vector<Command> PlanCommands() {
+  return {{
+      .name = "plan",
+      .summary =
+          "the cheapest spot cluster that reaches a loss by a deadline (or budget, frontier)",
+      .synopsis = "--workload W --catalog C --loss L --deadline D\n"
+                  "[--mode deadline|budget|frontier] [--budget USD]\n"
+                  "[--strategy exact|spotdnn|exhaustive] [--quota TYPE=N,...] "
+                  "[--existing TYPE=N,...]\n"
+                  "[--on-demand] [--margin F] [--overhead D] [--max-size N] "
+                  "[--parameter-servers N]\n"
+                  "[--exhaustive-limit N] [--plot FILE.svg] [--json] [--server HOST:PORT]",
+      .description =
+          "Finds the cheapest cluster that reaches loss L by the deadline (deadline mode), the "
+          "fastest\nwithin a budget (budget mode), or every plan on the time/cost Pareto frontier "
+          "(frontier mode),\nand compares it with the spotDNN heuristic, the cheapest one-type "
+          "plan and on-demand prices.",
+      .flags =
+          {{"--workload", "W", "built-in profile name or a JSON file"},
+           {"--catalog", "C", "built-in catalog name or a JSON file"},
+           {"--loss", "L", "target training loss"},
+           {"--deadline", "D", "2400, 2400s, 40m, 1.5h (optional in budget and frontier modes)"},
+           {"--mode", "M", "deadline (default), budget or frontier"},
+           {"--budget", "USD", "most the job may cost (budget mode; bounds the frontier)"},
+           {"--strategy", "S",
+            "exact (default, provably optimal under the model), spotdnn (the paper's\n"
+            "heuristic), exhaustive (every composition; refuses huge searches)"},
+           {"--quota", "TYPE=N,...", "per-type quota overrides (default: the catalog's quotas)"},
+           {"--existing", "TYPE=N,...",
+            "instances already running: they stay in the plan and are paid for"},
+           {"--on-demand", "", "plan with on-demand prices"},
+           {"--margin", "F", "predict this fraction less PS bandwidth (e.g. 0.03)"},
+           {"--overhead", "D", "revocation overhead T_ohd added to the predicted time"},
+           {"--max-size", "N", "at most N workers"},
+           {"--parameter-servers", "N", "parameter servers (their bandwidth adds up); default 1"},
+           {"--exhaustive-limit", "N",
+            "most clusters --strategy exhaustive may try (default 50,000,000)"},
+           {"--plot", "FILE.svg", "with --mode frontier: write the frontier as an SVG chart"},
+           ServerFlag("spotdnn-provisioner")},
+      .footer = "Exit status: 0 a plan, 3 no plan meets the SLO, 2 bad input, 1 service failure.",
+      .run =
+          [](const Args& args, const Io& io) {
+            auto connection = Connect<pb::Provisioner, services::ProvisionerServiceImpl>(args);
+            if (!connection.ok()) return ReportError(connection.status(), "plan", io);
+            return Plan(args, *connection->stub, services::DataRegistry::WithBuiltins(), io);
+          },
+  }};
 }
 
 }  // namespace spotdnn::gateway

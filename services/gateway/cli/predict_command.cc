@@ -1,11 +1,15 @@
-// spotdnn predict: how long and at what cost a cluster takes to reach a target loss.
-#include <chrono>
-
+// The predictor's commands: `spotdnn predict` (how long and at what cost a cluster takes to reach
+// a target loss), `spotdnn catalogs` and `spotdnn workloads` (what is known by name).
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "services/clients/service_clients.h"
 #include "services/common/convert.h"
-#include "services/gateway/cli.h"
-#include "services/gateway/output.h"
+#include "services/gateway/cli/cli.h"
+#include "services/gateway/cli/command.h"
+#include "services/gateway/cli/connection.h"
+#include "services/gateway/cli/output.h"
+#include "services/predictor/predictor_service.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -59,6 +63,58 @@ void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveRes
   }
 }
 
+absl::StatusOr<Connection<pb::Predictor, services::PredictorServiceImpl>> ConnectPredictor(
+    const Args& args) {
+  return Connect<pb::Predictor, services::PredictorServiceImpl>(args);
+}
+
+int ListCommand(const std::string& what, const Args& args, const Io& io) {
+  auto connection = ConnectPredictor(args);
+  if (!connection.ok()) return ReportError(connection.status(), what, io);
+  const clients::PredictorClient predictor(*connection->stub);
+  if (what == "catalogs") {
+    auto listed = predictor.ListCatalogs();
+    if (!listed.ok()) return ReportError(listed.status(), what, io);
+    const pb::ListCatalogsResponse& response = *listed;
+    if (io.json) {
+      io.out << services::ToJson(response) << "\n";
+      return kExitOk;
+    }
+    Table table({"catalog", "provider", "region", "types", "prices as of", "instance types"});
+    table.LeftAlign(1);
+    table.LeftAlign(2);
+    table.LeftAlign(5);
+    for (const pb::InstanceCatalog& c : response.catalogs()) {
+      std::vector<std::string> names;
+      for (const pb::InstanceType& t : c.instance_types()) names.push_back(t.name());
+      table.AddRow({c.name(), c.provider(), c.region(), absl::StrCat(c.instance_types_size()),
+                    c.prices_as_of(), absl::StrJoin(names, " ")});
+    }
+    table.Print(io.out);
+    return kExitOk;
+  }
+  auto listed = predictor.ListWorkloads();
+  if (!listed.ok()) return ReportError(listed.status(), what, io);
+  const pb::ListWorkloadsResponse& response = *listed;
+  if (io.json) {
+    io.out << services::ToJson(response) << "\n";
+    return kExitOk;
+  }
+  Table table({"workload", "dataset", "S_parm (MB)", "B_req (MB/s)", "compute entries",
+               "loss model", "variant"});
+  table.LeftAlign(1);
+  table.LeftAlign(5);
+  table.LeftAlign(6);
+  for (const pb::WorkloadProfile& w : response.workloads()) {
+    table.AddRow({w.name(), w.dataset(), Fixed(w.parameter_size_mb(), 2),
+                  Fixed(w.required_bandwidth_mb_per_s(), 1), absl::StrCat(w.compute_size()),
+                  w.has_loss() ? "yes" : "no (fit one first)",
+                  services::EnumLabel(w.model_variant())});
+  }
+  table.Print(io.out);
+  return kExitOk;
+}
+
 }  // namespace
 
 int Predict(const Args& args, pb::Predictor::StubInterface& stub,
@@ -105,12 +161,10 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
   }
   request.mutable_cluster()->set_parameter_servers(parameter_servers);
 
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  pb::PredictResponse response;
-  if (auto s = services::FromGrpc(stub.Predict(&context, request, &response)); !s.ok()) {
-    return fail(s);
-  }
+  const clients::PredictorClient predictor(stub);
+  auto predicted = predictor.Predict(request);
+  if (!predicted.ok()) return fail(predicted.status());
+  const pb::PredictResponse& response = *predicted;
   pb::LossCurveResponse curve;
   if (curve_points > 0) {
     pb::LossCurveRequest curve_request;
@@ -119,12 +173,9 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
     *curve_request.mutable_cluster() = request.cluster();
     curve_request.set_target_loss(*loss);
     curve_request.set_points(curve_points);
-    grpc::ClientContext curve_context;
-    curve_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    if (auto s = services::FromGrpc(stub.LossCurve(&curve_context, curve_request, &curve));
-        !s.ok()) {
-      return fail(s);
-    }
+    auto answered = predictor.LossCurve(curve_request);
+    if (!answered.ok()) return fail(answered.status());
+    curve = *std::move(answered);
   }
 
   if (io.json) {
@@ -141,6 +192,44 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
     PrintPrediction(response, curve_points > 0 ? &curve : nullptr, io.out);
   }
   return kExitOk;
+}
+
+std::vector<Command> ModelCommands() {
+  return {
+      {.name = "predict",
+       .summary = "time and cost for a cluster to reach a target loss",
+       .synopsis = "--workload W --catalog C --cluster TYPE=N[,TYPE=N...] --loss L\n"
+                   "[--parameter-servers N] [--curve POINTS] [--json] [--server HOST:PORT]",
+       .description = "Predicts per-type iteration time, cluster speed, WA batch, convergence "
+                      "coefficient, normalized\niterations, time and spot/on-demand cost for the "
+                      "cluster to reach loss L.",
+       .flags =
+           {{"--workload", "W", "built-in profile name (see `spotdnn workloads`) or a JSON file"},
+            {"--catalog", "C", "built-in catalog name (see `spotdnn catalogs`) or a JSON file"},
+            {"--cluster", "TYPE=N,...", "workers per instance type"},
+            {"--loss", "L", "target training loss"},
+            {"--parameter-servers", "N", "parameter servers (their bandwidth adds up); default 1"},
+            {"--curve", "POINTS", "also print the predicted loss curve up to the target"},
+            ServerFlag("spotdnn-predictor")},
+       .footer = "Exit status: 0 ok, 2 bad input (the message names the field), 1 service "
+                 "failure.",
+       .run =
+           [](const Args& args, const Io& io) {
+             auto connection = ConnectPredictor(args);
+             if (!connection.ok()) return ReportError(connection.status(), "predict", io);
+             return Predict(args, *connection->stub, services::DataRegistry::WithBuiltins(), io);
+           }},
+      {.name = "catalogs",
+       .summary = "the instance catalogs known by name",
+       .synopsis = "[--json] [--server HOST:PORT]",
+       .flags = {ServerFlag("spotdnn-predictor")},
+       .run = [](const Args& args, const Io& io) { return ListCommand("catalogs", args, io); }},
+      {.name = "workloads",
+       .summary = "the workload profiles known by name",
+       .synopsis = "[--json] [--server HOST:PORT]",
+       .flags = {ServerFlag("spotdnn-predictor")},
+       .run = [](const Args& args, const Io& io) { return ListCommand("workloads", args, io); }},
+  };
 }
 
 }  // namespace spotdnn::gateway

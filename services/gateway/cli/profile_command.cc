@@ -14,50 +14,16 @@
 #include "profiler/fitting.h"
 #include "profiler/importers.h"
 #include "profiler/profile_store.h"
+#include "services/clients/service_clients.h"
 #include "services/common/convert.h"
 #include "services/common/server.h"
-#include "services/gateway/cli.h"
-#include "services/gateway/output.h"
+#include "services/gateway/cli/cli.h"
+#include "services/gateway/cli/command.h"
+#include "services/gateway/cli/output.h"
 #include "services/profiler/profiler_service.h"
 
 namespace spotdnn::gateway {
 namespace {
-
-constexpr char kProfileUsage[] =
-    R"(Usage: spotdnn profile SUBCOMMAND [FLAGS]
-
-Subcommands:
-  import PATH              import training logs (a file or a folder) as samples; a .json file is
-                           a workload profile and is stored as the next version of its name
-      --job ID             job the samples belong to (a folder: prefix of its run folders' jobs)
-      --format F           auto (default), tensorboard, spotdnn-worker, csv, samples
-      --stop-on-error      stop at the first malformed line and import nothing
-      --instance-type T --gpu-type G --gpus N --batch B --workers N
-                           context the log lacks (a <series>worker<N> folder gives --workers)
-  fit --name NAME          fit a profile from the stored samples and store it as a new version
-      --jobs ID[,ID...]    samples of these jobs only (default: all)
-      --base W             built-in workload or JSON file whose values the fit keeps and fills
-      --ps-bandwidth MB/S  the parameter server's bandwidth B_ps (needed for contention a1, b1)
-      --pcie-bandwidth MB/S  B_pcie (default 10000)
-      --require P[,P...]   fail unless these are identified: S_parm, B_req, T_comp, contention,
-                           memory, loss
-  show NAME [--version V]  a stored profile's parameters
-  list                     the latest version of every stored profile
-  export NAME [--version V] [--out FILE]
-                           the profile as JSON, the shape `spotdnn predict --workload FILE` reads
-  delete NAME [--version V]  delete one version (default: every version)
-  validate-speed --runs DIR[,DIR...] --fit-workers N,N,N[,...]
-                           for every <series>worker<N> series in DIR: fit the cluster-speed model
-                           on the listed worker counts only, predict the others, print observed,
-                           predicted and error per point, per-series MAPE and the overall MAPE
-
-Common flags:
-  --json                   print one JSON object
-  --db FILE                the profile database of the in-process profiler (default:
-                           $SPOTDNN_PROFILE_DB, else ~/.spotdnn/profiles.db, else
-                           ./spotdnn-profiles.db)
-  --server HOST:PORT       use a running spotdnn-profiler instead (validate-speed always runs here)
-)";
 
 // The profiler behind a command: a remote stub, or the service run in-process over --db.
 struct ProfilerConnection {
@@ -88,10 +54,9 @@ absl::StatusOr<ProfilerConnection> ConnectProfiler(const Args& args) {
   return c;
 }
 
-std::unique_ptr<grpc::ClientContext> Context() {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
-  return context;
+// Imports and fits of large logs may take minutes.
+clients::ProfilerClient ClientOf(pb::Profiler::StubInterface& stub) {
+  return clients::ProfilerClient(stub, clients::CallPolicy::LongRunning());
 }
 
 absl::StatusOr<std::string> OnePositional(const Args& args, absl::string_view what) {
@@ -153,11 +118,9 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
     const services::DataRegistry local = services::DataRegistry::WithBuiltins();
     auto profile = local.ResolveWorkload(*path);
     if (!profile.ok()) return fail(profile.status());
-    pb::WorkloadProfile stored;
-    auto context = Context();
-    if (auto s = services::FromGrpc(stub.PutProfile(context.get(), *profile, &stored)); !s.ok()) {
-      return fail(s);
-    }
+    auto put = ClientOf(stub).PutProfile(*profile);
+    if (!put.ok()) return fail(put.status());
+    const pb::WorkloadProfile& stored = *put;
     if (io.json) {
       io.out << services::ToJson(stored) << "\n";
     } else {
@@ -214,11 +177,9 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
     request.set_path(std::filesystem::absolute(*path, ec).string());
   }
   request.set_path(request.content().empty() ? request.path() : *path);
-  pb::ImportLogResponse response;
-  auto context = Context();
-  if (auto s = services::FromGrpc(stub.ImportLog(context.get(), request, &response)); !s.ok()) {
-    return fail(s);
-  }
+  auto imported = ClientOf(stub).ImportLog(request);
+  if (!imported.ok()) return fail(imported.status());
+  const pb::ImportLogResponse& response = *imported;
   if (io.json) {
     io.out << services::ToJson(response) << "\n";
     return kExitOk;
@@ -272,11 +233,9 @@ int FitCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io
     if (!v.ok()) return fail(v.status());
     request.set_pcie_bandwidth_mb_per_s(*v);
   }
-  pb::FitProfileResponse response;
-  auto context = Context();
-  if (auto s = services::FromGrpc(stub.FitProfile(context.get(), request, &response)); !s.ok()) {
-    return fail(s);
-  }
+  auto fitted = ClientOf(stub).FitProfile(request);
+  if (!fitted.ok()) return fail(fitted.status());
+  const pb::FitProfileResponse& response = *fitted;
   if (io.json) {
     io.out << services::ToJson(response) << "\n";
     return kExitOk;
@@ -308,12 +267,7 @@ absl::StatusOr<pb::WorkloadProfile> FetchProfile(const Args& args,
   pb::GetProfileRequest request;
   request.set_name(*name);
   request.set_version(*version);
-  pb::WorkloadProfile profile;
-  auto context = Context();
-  if (auto s = services::FromGrpc(stub.GetProfile(context.get(), request, &profile)); !s.ok()) {
-    return s;
-  }
-  return profile;
+  return ClientOf(stub).GetProfile(request.name(), request.version());
 }
 
 int ShowCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io) {
@@ -354,13 +308,9 @@ int ExportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
 }
 
 int ListProfilesCommand(pb::Profiler::StubInterface& stub, const Io& io) {
-  pb::ListProfilesResponse response;
-  auto context = Context();
-  if (auto s = services::FromGrpc(
-          stub.ListProfiles(context.get(), pb::ListProfilesRequest(), &response));
-      !s.ok()) {
-    return ReportError(s, "profile list", io);
-  }
+  auto listed = ClientOf(stub).ListProfiles();
+  if (!listed.ok()) return ReportError(listed.status(), "profile list", io);
+  const pb::ListProfilesResponse& response = *listed;
   if (io.json) {
     io.out << services::ToJson(response) << "\n";
     return kExitOk;
@@ -389,11 +339,9 @@ int DeleteCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
   pb::DeleteProfileRequest request;
   request.set_name(*name);
   request.set_version(*version);
-  pb::DeleteProfileResponse response;
-  auto context = Context();
-  if (auto s = services::FromGrpc(stub.DeleteProfile(context.get(), request, &response)); !s.ok()) {
-    return fail(s);
-  }
+  auto deleted = ClientOf(stub).DeleteProfile(request);
+  if (!deleted.ok()) return fail(deleted.status());
+  const pb::DeleteProfileResponse& response = *deleted;
   if (io.json) {
     io.out << services::ToJson(response) << "\n";
   } else {
@@ -415,8 +363,6 @@ std::string DefaultProfileDb() {
   }
   return "spotdnn-profiles.db";
 }
-
-absl::string_view ProfileUsage() { return kProfileUsage; }
 
 int ValidateSpeedCommand(const Args& args, const Io& io) {
   auto fail = [&](const absl::Status& s) { return ReportError(s, "profile validate-speed", io); };
@@ -534,58 +480,108 @@ int Profile(const std::string& subcommand, const Args& args, pb::Profiler::StubI
                      "profile", io);
 }
 
-int ProfileCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
-  const bool json = std::find(argv.begin(), argv.end(), "--json") != argv.end();
-  Io io{out, err, json};
-  if (argv.empty() || argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help") {
-    (argv.empty() ? err : out) << kProfileUsage;
-    return argv.empty() ? kExitBadInput : kExitOk;
-  }
-  const std::string sub = argv[0];
-  const std::vector<std::string> rest(argv.begin() + 1, argv.end());
-  if (std::find(rest.begin(), rest.end(), "--help") != rest.end()) {
-    out << kProfileUsage;
-    return kExitOk;
-  }
-  FlagSpec spec{.values = {"--server", "--db"}, .switches = {"--json"}};
-  if (sub == "import") {
-    spec.values.insert(
-        {"--job", "--format", "--instance-type", "--gpu-type", "--gpus", "--batch", "--workers"});
-    spec.switches.insert("--stop-on-error");
-  } else if (sub == "fit") {
-    spec.values.insert(
-        {"--name", "--jobs", "--base", "--ps-bandwidth", "--pcie-bandwidth", "--require"});
-  } else if (sub == "show" || sub == "delete") {
-    spec.values.insert("--version");
-  } else if (sub == "export") {
-    spec.values.insert({"--version", "--out"});
-  } else if (sub == "validate-speed") {
-    spec.values = {"--runs", "--fit-workers"};
-  } else if (sub != "list") {
-    ReportError(absl::InvalidArgumentError(absl::StrCat(
-                    "unknown subcommand \"", sub,
-                    "\": expected import, fit, show, list, export, delete or validate-speed")),
-                "profile", io);
-    err << kProfileUsage;
-    return kExitBadInput;
-  }
-  auto args = Args::Parse(rest, spec);
-  if (!args.ok()) {
-    ReportError(args.status(), "profile " + sub, io);
-    err << kProfileUsage;
-    return kExitBadInput;
-  }
-  if (sub == "validate-speed") return ValidateSpeedCommand(*args, io);
-  if (sub == "list" || sub == "fit") {
-    if (!args->positional().empty()) {
-      return ReportError(absl::InvalidArgumentError(
-                             absl::StrCat("unexpected argument \"", args->positional()[0], "\"")),
-                         "profile " + sub, io);
-    }
-  }
-  auto connection = ConnectProfiler(*args);
-  if (!connection.ok()) return ReportError(connection.status(), "profile " + sub, io);
-  return Profile(sub, *args, *connection->stub, io);
+namespace {
+
+FlagHelp DbFlag() {
+  return {"--db", "FILE",
+          "the in-process profiler's database (default: $SPOTDNN_PROFILE_DB, else\n"
+          "~/.spotdnn/profiles.db, else ./spotdnn-profiles.db)"};
+}
+
+// A subcommand served by the profiler (remote with --server, else in-process over --db).
+Command ProfilerCommand(Command command) {
+  command.flags.push_back(DbFlag());
+  command.flags.push_back(ServerFlag("spotdnn-profiler"));
+  const std::string sub = command.name.substr(std::string("profile ").size());
+  command.run = [sub, name = command.name](const Args& args, const Io& io) {
+    auto connection = ConnectProfiler(args);
+    if (!connection.ok()) return ReportError(connection.status(), name, io);
+    return Profile(sub, args, *connection->stub, io);
+  };
+  return command;
+}
+
+}  // namespace
+
+std::vector<Command> ProfileCommands() {
+  return {
+      {.name = "profile",
+       .summary = "import training logs, fit, store and export workload profiles; validate-speed",
+       .description =
+           "The profiler turns training logs and live samples into workload profiles the model "
+           "can use,\nkeeps them (versioned) in a database, and shows how well the fitted model "
+           "predicts cluster\nsizes it never saw. Exit status: 0 ok, 1 service failure, 2 bad "
+           "input (including\nFAILED_PRECONDITION and NOT_FOUND)."},
+      ProfilerCommand(
+          {.name = "profile import",
+           .summary = "import training logs (a file or a folder) as samples; a .json profile",
+           .synopsis = "PATH [--job ID] [--format F] [--stop-on-error] [--instance-type T]\n"
+                       "[--gpu-type G] [--gpus N] [--batch B] [--workers N] [--db FILE | --server "
+                       "HOST:PORT]",
+           .description = "Imports PATH (a file, or every *.csv, *.log, *.txt, *.tsv under a "
+                          "folder) as samples; a .json\nfile is a workload profile and is stored "
+                          "as the next version of its name.",
+           .flags = {{"--job", "ID",
+                      "job the samples belong to (a folder: prefix of its run folders' jobs)"},
+                     {"--format", "F", "auto (default), tensorboard, spotdnn-worker, csv, samples"},
+                     {"--stop-on-error", "", "stop at the first malformed line and import nothing"},
+                     {"--instance-type", "T", "the instance type the log lacks"},
+                     {"--gpu-type", "G", "the GPU type the log lacks"},
+                     {"--gpus", "N", "GPUs per worker the log lacks"},
+                     {"--batch", "B", "the batch size the log lacks"},
+                     {"--workers", "N",
+                      "the cluster's workers (a <series>worker<N> folder gives it)"}},
+           .min_positional = 1,
+           .max_positional = 1}),
+      ProfilerCommand(
+          {.name = "profile fit",
+           .summary = "fit a profile from the stored samples and store it as a new version",
+           .synopsis = "--name NAME [--jobs ID,...] [--base W] [--ps-bandwidth MB/S]\n"
+                       "[--pcie-bandwidth MB/S] [--require P,...] [--db FILE | --server HOST:PORT]",
+           .flags = {{"--name", "NAME", "the profile to store (its next version)"},
+                     {"--jobs", "ID[,ID...]", "samples of these jobs only (default: all)"},
+                     {"--base", "W",
+                      "built-in workload or JSON file whose values the fit keeps and fills"},
+                     {"--ps-bandwidth", "MB/S",
+                      "the parameter server's bandwidth B_ps (needed for contention a1, b1)"},
+                     {"--pcie-bandwidth", "MB/S", "B_pcie (default 10000)"},
+                     {"--require", "P[,P...]",
+                      "fail unless these are identified: S_parm, B_req, T_comp, contention,\n"
+                      "memory, loss"}}}),
+      ProfilerCommand({.name = "profile show",
+                       .summary = "a stored profile's parameters",
+                       .synopsis = "NAME [--version V] [--db FILE | --server HOST:PORT]",
+                       .flags = {{"--version", "V", "that version (default: the latest)"}},
+                       .min_positional = 1,
+                       .max_positional = 1}),
+      ProfilerCommand({.name = "profile list",
+                       .summary = "the latest version of every stored profile",
+                       .synopsis = "[--db FILE | --server HOST:PORT]"}),
+      ProfilerCommand(
+          {.name = "profile export",
+           .summary = "a profile as JSON, the shape `spotdnn predict --workload FILE` reads",
+           .synopsis = "NAME [--version V] [--out FILE] [--db FILE | --server HOST:PORT]",
+           .flags = {{"--version", "V", "that version (default: the latest)"},
+                     {"--out", "FILE", "write it there (default: standard output)"}},
+           .min_positional = 1,
+           .max_positional = 1}),
+      ProfilerCommand({.name = "profile delete",
+                       .summary = "delete one version of a profile (default: every version)",
+                       .synopsis = "NAME [--version V] [--db FILE | --server HOST:PORT]",
+                       .flags = {{"--version", "V", "only that version"}},
+                       .min_positional = 1,
+                       .max_positional = 1}),
+      {.name = "profile validate-speed",
+       .summary = "fit the cluster-speed model on some worker counts, predict the others",
+       .synopsis = "--runs DIR[,DIR...] --fit-workers N,N,N[,...]",
+       .description = "For every <series>worker<N> series in DIR: fits the cluster-speed model on "
+                      "the listed worker\ncounts only, predicts the others, and prints observed, "
+                      "predicted and error per point,\nper-series MAPE and the overall held-out "
+                      "MAPE. It reads the files itself (no server).",
+       .flags = {{"--runs", "DIR[,DIR...]", "folders of <series>worker<N> run folders"},
+                 {"--fit-workers", "N,N,N", "the worker counts to fit on (3 or more)"}},
+       .run = ValidateSpeedCommand},
+  };
 }
 
 }  // namespace spotdnn::gateway

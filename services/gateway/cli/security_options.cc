@@ -1,4 +1,4 @@
-#include "services/gateway/security_options.h"
+#include "services/gateway/cli/security_options.h"
 
 #include <cstdlib>
 

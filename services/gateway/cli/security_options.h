@@ -2,8 +2,8 @@
 // flags: --tls-ca FILE, --tls-cert FILE, --tls-key FILE and --token-file FILE (also
 // --option=FILE), anywhere in argv, with defaults from $SPOTDNN_TLS_CA, $SPOTDNN_TLS_CERT,
 // $SPOTDNN_TLS_KEY and $SPOTDNN_TOKEN_FILE.
-#ifndef SPOTDNN_SERVICES_GATEWAY_SECURITY_OPTIONS_H_
-#define SPOTDNN_SERVICES_GATEWAY_SECURITY_OPTIONS_H_
+#ifndef SPOTDNN_SERVICES_GATEWAY_CLI_SECURITY_OPTIONS_H_
+#define SPOTDNN_SERVICES_GATEWAY_CLI_SECURITY_OPTIONS_H_
 
 #include <string>
 #include <vector>
@@ -25,4 +25,4 @@ absl::Status ApplySecurityOptions(std::vector<std::string>& argv);
 
 }  // namespace spotdnn::gateway
 
-#endif  // SPOTDNN_SERVICES_GATEWAY_SECURITY_OPTIONS_H_
+#endif  // SPOTDNN_SERVICES_GATEWAY_CLI_SECURITY_OPTIONS_H_

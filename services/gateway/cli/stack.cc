@@ -1,4 +1,4 @@
-#include "services/gateway/stack.h"
+#include "services/gateway/cli/stack.h"
 
 #include <fcntl.h>
 #include <signal.h>

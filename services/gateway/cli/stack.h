@@ -2,8 +2,8 @@
 // local provider's instances read their revocation notices from) as background processes on
 // loopback ports, with their databases and logs under one data directory; `spotdnn down` stops
 // them. Other commands find them through DATA_DIR/stack.json.
-#ifndef SPOTDNN_SERVICES_GATEWAY_STACK_H_
-#define SPOTDNN_SERVICES_GATEWAY_STACK_H_
+#ifndef SPOTDNN_SERVICES_GATEWAY_CLI_STACK_H_
+#define SPOTDNN_SERVICES_GATEWAY_CLI_STACK_H_
 
 #include <sys/types.h>
 
@@ -48,4 +48,4 @@ std::string SelfDir();
 
 }  // namespace spotdnn::gateway
 
-#endif  // SPOTDNN_SERVICES_GATEWAY_STACK_H_
+#endif  // SPOTDNN_SERVICES_GATEWAY_CLI_STACK_H_

@@ -1,7 +1,7 @@
 // spotdnn watch: prints a detector's revocation events as they arrive, resuming after the last
 // sequence it printed when the stream breaks; gives up (exit 1, naming the server) when the
 // detector cannot be reached within WatchRetryLimits.
-#include "services/gateway/watch_command.h"
+#include "services/gateway/cli/watch_command.h"
 
 #include <chrono>
 #include <thread>
@@ -10,9 +10,11 @@
 #include "absl/time/time.h"
 #include "services/common/convert.h"
 #include "services/common/data_registry.h"
+#include "services/common/server.h"
 #include "services/detector/detector_service.h"
-#include "services/gateway/cli.h"
-#include "services/gateway/output.h"
+#include "services/gateway/cli/cli.h"
+#include "services/gateway/cli/command.h"
+#include "services/gateway/cli/output.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -187,6 +189,42 @@ int WatchWithLimits(const Args& args, pb::Detector::StubInterface& stub, const I
     }
     std::this_thread::sleep_until(std::min(now + ms(limits.retry_every), give_up));
   }
+}
+
+std::vector<Command> WatchCommands() {
+  return {{
+      .name = "watch",
+      .summary = "revocation events from a detector, as they arrive",
+      .synopsis = "[--server HOST:PORT] [--job J] [--after SEQ] [--count N] [--timeout DURATION]\n"
+                  "[--json]",
+      .description =
+          "Prints a spotdnn-detector's revocation events (notice, rebalance, maintenance, "
+          "revoked, lost,\nrecovered) as they arrive, one line each. If the stream breaks it "
+          "resumes after the last event\nprinted, so none is missed. It gives up (exit 1, naming "
+          "the server) when the detector cannot be\nreached within --timeout (or 10 s) at the "
+          "start, or for 60 s after a stream broke; an --after\npast the detector's newest event "
+          "exits 2 naming both numbers.",
+      .flags = {{"--server", "HOST:PORT", "the detector (default 127.0.0.1:50054)"},
+                {"--job", "J", "only this job's events"},
+                {"--after", "SEQ",
+                 "replay events after this sequence number first (default: new "
+                 "ones only)"},
+                {"--count", "N", "stop after N events"},
+                {"--timeout", "DURATION", "stop after this long (e.g. 30s, 5m)"},
+                {"--json", "", "one JSON object per event, one per line"}},
+      .run =
+          [](const Args& args, const Io& io) {
+            const std::string target =
+                args.Get("--server").value_or(std::string(kDefaultDetectorAddress));
+            if (target.find(':') == std::string::npos) {
+              return ReportError(absl::InvalidArgumentError(absl::StrCat("--server = \"", target,
+                                                                         "\": expected HOST:PORT")),
+                                 "watch", io);
+            }
+            auto stub = pb::Detector::NewStub(services::MakeChannel(target));
+            return Watch(args, *stub, io);
+          },
+  }};
 }
 
 }  // namespace spotdnn::gateway

@@ -1,11 +1,11 @@
 // `spotdnn watch` with its retry bounds spelled out (cli.h's Watch uses the defaults).
-#ifndef SPOTDNN_SERVICES_GATEWAY_WATCH_COMMAND_H_
-#define SPOTDNN_SERVICES_GATEWAY_WATCH_COMMAND_H_
+#ifndef SPOTDNN_SERVICES_GATEWAY_CLI_WATCH_COMMAND_H_
+#define SPOTDNN_SERVICES_GATEWAY_CLI_WATCH_COMMAND_H_
 
 #include <string_view>
 
 #include "absl/time/time.h"
-#include "services/gateway/cli.h"
+#include "services/gateway/cli/cli.h"
 
 namespace spotdnn::gateway {
 
@@ -31,4 +31,4 @@ int WatchWithLimits(const Args& args, pb::Detector::StubInterface& stub, const I
 
 }  // namespace spotdnn::gateway
 
-#endif  // SPOTDNN_SERVICES_GATEWAY_WATCH_COMMAND_H_
+#endif  // SPOTDNN_SERVICES_GATEWAY_CLI_WATCH_COMMAND_H_

@@ -1,4 +1,4 @@
-#include "services/gateway/job_spec.h"
+#include "services/gateway/job/job_spec.h"
 
 #include <fstream>
 #include <set>
@@ -6,9 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "services/gateway/cli_args.h"
+#include "services/common/convert.h"
+#include "services/common/values.h"
 
-namespace spotdnn::gateway {
+namespace spotdnn::job {
 namespace {
 
 using nlohmann::json;
@@ -65,7 +66,7 @@ absl::StatusOr<double> Seconds(const json& v, const std::string& field) {
     if (v.get<double>() < 0) return Bad(field, v, "must not be negative");
     return v.get<double>();
   }
-  if (v.is_string()) return ParseDuration(field, v.get<std::string>());
+  if (v.is_string()) return services::ParseDuration(field, v.get<std::string>());
   return Bad(field, v, "expected seconds or a duration such as \"30m\"");
 }
 
@@ -182,66 +183,46 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
   if (doc.contains("strategy")) {
     auto strategy = String(doc, "strategy", "strategy", true);
     if (!strategy.ok()) return strategy.status();
-    if (*strategy != "exact" && *strategy != "spotdnn" && *strategy != "exhaustive") {
+    auto parsed = services::ParseEnumLabel<spotdnn::v1::PlanStrategy>("strategy", *strategy);
+    if (!parsed.ok() || *parsed == spotdnn::v1::PLAN_STRATEGY_HOMOGENEOUS) {
       return Bad("strategy", doc["strategy"], "expected exact, spotdnn or exhaustive");
     }
-    spec.strategy = *strategy;
+    spec.strategy = *parsed;
   }
 
   if (doc.contains("provider")) {
     const json& provider = doc["provider"];
     if (provider.is_string()) {
-      spec.provider = provider.get<std::string>();
+      spec.provider.name = provider.get<std::string>();
     } else if (provider.is_object()) {
       auto pname = String(provider, "name", "provider.name", true);
       if (!pname.ok()) return pname.status();
-      spec.provider = *pname;
-      if (auto s = OnlyKnown(
-              provider, "provider.",
-              {"name", "region", "endpoint_url", "image_id", "subnet_id", "security_group_ids",
-               "key_name", "iam_instance_profile", "max_spot_price", "capacity"});
-          !s.ok()) {
-        return s;
-      }
+      spec.provider.name = *pname;
       for (const auto& [key, value] : provider.items()) {
         if (key == "name") continue;
-        if (key == "region") {
-          if (!value.is_string()) return Bad("provider.region", value, "expected a string");
-          spec.region = value;
-          continue;
-        }
         if (key == "capacity") {
-          if (spec.provider != "local") {
-            return Bad("provider.capacity", value, "only the local provider takes a capacity");
-          }
           auto capacity = CountsPerType(value, "provider.capacity");
           if (!capacity.ok()) return capacity.status();
-          spec.local_capacity = *std::move(capacity);
+          spec.provider.capacity = *std::move(capacity);
           continue;
         }
         if (value.is_string()) {
-          spec.provider_options[key] = value.get<std::string>();
+          spec.provider.options[key] = value.get<std::string>();
         } else if (value.is_array()) {  // e.g. security_group_ids
           std::string joined;
           for (const json& v : value) {
             if (!v.is_string()) return Bad("provider." + key, value, "expected strings");
             absl::StrAppend(&joined, joined.empty() ? "" : ",", v.get<std::string>());
           }
-          spec.provider_options[key] = joined;
+          spec.provider.options[key] = joined;
         } else {
           return Bad("provider." + key, value, "expected a string or a list of strings");
         }
       }
     } else {
-      return Bad("provider", provider, "expected \"local\", \"aws\" or {\"name\": ...}");
+      return Bad("provider", provider, "expected a provider name or {\"name\": ...}");
     }
-    if (spec.provider != "local" && spec.provider != "aws") {
-      return Bad("provider.name", json(spec.provider), "expected local or aws");
-    }
-    if (spec.provider == "aws" && spec.provider_options["image_id"].empty()) {
-      return absl::InvalidArgumentError(
-          "provider.image_id is required for aws: the AMI with your framework and spotdnn-agent");
-    }
+    if (absl::Status s = launcher::ValidateProviderSpec(spec.provider); !s.ok()) return s;
   }
 
   if (doc.contains("quotas")) {
@@ -289,4 +270,4 @@ absl::StatusOr<JobSpec> ReadJobSpec(const std::string& path) {
   return spec;
 }
 
-}  // namespace spotdnn::gateway
+}  // namespace spotdnn::job

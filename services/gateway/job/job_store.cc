@@ -1,25 +1,45 @@
-#include "services/gateway/job_store.h"
+#include "services/gateway/job/job_store.h"
 
 #include <sqlite3.h>
 
-#include <chrono>
+#include <functional>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "services/common/db/sqlite.h"
 
-namespace spotdnn::gateway {
+namespace spotdnn::job {
 namespace {
 
 using sql::SqlError;
 using sql::Statement;
 
+// A member stored as the text of its name (an enum): how to write and read it.
+template <typename R>
+struct Named {
+  std::function<std::string(const R&)> get;
+  std::function<absl::Status(R&, absl::string_view)> set;
+};
+
+// An enum member of R with its Name() and its parser.
+template <typename R, typename E, typename Parse>
+Named<R> NamedEnum(E R::*member, Parse parse) {
+  return {[member](const R& r) { return std::string(Name(r.*member)); },
+          [member, parse](R& r, absl::string_view text) -> absl::Status {
+            auto value = parse(text);
+            if (!value.ok()) return value.status();
+            r.*member = *value;
+            return absl::OkStatus();
+          }};
+}
+
 // One column of a record: its name and the member it maps to.
 template <typename R>
 struct Column {
   const char* name;
-  std::variant<std::string R::*, int64_t R::*, double R::*, int R::*> member;
+  std::variant<std::string R::*, int64_t R::*, double R::*, int R::*, Named<R>> member;
 };
 
 template <typename R>
@@ -28,20 +48,29 @@ std::string ColumnList(const std::vector<Column<R>>& columns) {
                        [](std::string* out, const Column<R>& c) { absl::StrAppend(out, c.name); });
 }
 
-// Binds every column of `r` to ?1..?N in order.
+// Binds every column of `r` to ?1..?N in order. Text is copied (SQLITE_TRANSIENT is not needed:
+// the statement runs before `r` goes), names of enums are built here and kept in `names`.
 template <typename R>
-void Bind(Statement& q, const std::vector<Column<R>>& columns, const R& r) {
+void Bind(Statement& q, const std::vector<Column<R>>& columns, const R& r,
+          std::vector<std::string>& names) {
+  names.reserve(columns.size());
   for (size_t i = 0; i < columns.size(); ++i) {
     const int at = static_cast<int>(i) + 1;
     std::visit(
-        [&](auto member) {
-          using T = std::decay_t<decltype(r.*member)>;
-          if constexpr (std::is_same_v<T, std::string>) {
-            q.Text(at, r.*member);
-          } else if constexpr (std::is_same_v<T, double>) {
-            q.Real(at, r.*member);
+        [&](const auto& member) {
+          using M = std::decay_t<decltype(member)>;
+          if constexpr (std::is_same_v<M, Named<R>>) {
+            names.push_back(member.get(r));
+            q.Text(at, names.back());
           } else {
-            q.Int(at, r.*member);
+            using T = std::decay_t<decltype(r.*member)>;
+            if constexpr (std::is_same_v<T, std::string>) {
+              q.Text(at, r.*member);
+            } else if constexpr (std::is_same_v<T, double>) {
+              q.Real(at, r.*member);
+            } else {
+              q.Int(at, r.*member);
+            }
           }
         },
         columns[i].member);
@@ -49,23 +78,30 @@ void Bind(Statement& q, const std::vector<Column<R>>& columns, const R& r) {
 }
 
 template <typename R>
-R Read(Statement& q, const std::vector<Column<R>>& columns) {
+absl::StatusOr<R> Read(Statement& q, const std::vector<Column<R>>& columns) {
   R r;
-  for (size_t i = 0; i < columns.size(); ++i) {
+  absl::Status status;
+  for (size_t i = 0; i < columns.size() && status.ok(); ++i) {
     const int at = static_cast<int>(i);
     std::visit(
-        [&](auto member) {
-          using T = std::decay_t<decltype(r.*member)>;
-          if constexpr (std::is_same_v<T, std::string>) {
-            r.*member = q.ColumnText(at);
-          } else if constexpr (std::is_same_v<T, double>) {
-            r.*member = sqlite3_column_double(q.get(), at);
+        [&](const auto& member) {
+          using M = std::decay_t<decltype(member)>;
+          if constexpr (std::is_same_v<M, Named<R>>) {
+            status = member.set(r, q.ColumnText(at));
           } else {
-            r.*member = static_cast<T>(sqlite3_column_int64(q.get(), at));
+            using T = std::decay_t<decltype(r.*member)>;
+            if constexpr (std::is_same_v<T, std::string>) {
+              r.*member = q.ColumnText(at);
+            } else if constexpr (std::is_same_v<T, double>) {
+              r.*member = q.ColumnReal(at);
+            } else {
+              r.*member = static_cast<T>(q.ColumnInt(at));
+            }
           }
         },
         columns[i].member);
   }
+  if (!status.ok()) return status;
   return r;
 }
 
@@ -73,7 +109,7 @@ const std::vector<Column<JobRecord>>& JobColumns() {
   static const auto* columns =
       new std::vector<Column<JobRecord>>{{"id", &JobRecord::id},
                                          {"spec_json", &JobRecord::spec_json},
-                                         {"state", &JobRecord::state},
+                                         {"state", NamedEnum(&JobRecord::state, ParseJobState)},
                                          {"message", &JobRecord::message},
                                          {"created_ms", &JobRecord::created_ms},
                                          {"started_ms", &JobRecord::started_ms},
@@ -87,10 +123,8 @@ const std::vector<Column<JobRecord>>& JobColumns() {
                                          {"iterations_done", &JobRecord::iterations_done},
                                          {"last_event_seq", &JobRecord::last_event_seq},
                                          {"ps_addresses", &JobRecord::ps_addresses},
-                                         {"ps_ports", &JobRecord::ps_ports},
                                          {"next_worker_index", &JobRecord::next_worker_index},
-                                         {"takeovers", &JobRecord::takeovers},
-                                         {"summary_json", &JobRecord::summary_json}};
+                                         {"takeovers", &JobRecord::takeovers}};
   return *columns;
 }
 
@@ -98,15 +132,23 @@ const std::vector<Column<InstanceRecord>>& InstanceColumns() {
   static const auto* columns = new std::vector<Column<InstanceRecord>>{
       {"job_id", &InstanceRecord::job_id},
       {"id", &InstanceRecord::id},
-      {"role", &InstanceRecord::role},
+      {"role", Named<InstanceRecord>{
+                   [](const InstanceRecord& r) { return std::string(launcher::RoleName(r.role)); },
+                   [](InstanceRecord& r, absl::string_view text) {
+                     auto role = launcher::ParseRole(text);
+                     if (!role.ok()) return role.status();
+                     r.role = *role;
+                     return absl::OkStatus();
+                   }}},
       {"instance_type", &InstanceRecord::instance_type},
       {"idx", &InstanceRecord::index},
-      {"reason", &InstanceRecord::reason},
+      {"reason", NamedEnum(&InstanceRecord::reason, ParseLaunchReason)},
       {"launch_token", &InstanceRecord::launch_token},
       {"price_per_hour", &InstanceRecord::price_per_hour},
       {"predicted_iteration_s", &InstanceRecord::predicted_iteration_s},
       {"metadata_endpoint", &InstanceRecord::metadata_endpoint},
-      {"state", &InstanceRecord::state},
+      {"metadata_cloud", &InstanceRecord::metadata_cloud},
+      {"state", NamedEnum(&InstanceRecord::state, ParseInstanceStatus)},
       {"launched_ms", &InstanceRecord::launched_ms},
       {"ended_ms", &InstanceRecord::ended_ms}};
   return *columns;
@@ -128,7 +170,7 @@ const std::vector<Column<RevocationRecord>>& RevocationColumns() {
       {"takeover_launched_ms", &RevocationRecord::takeover_launched_ms},
       {"takeover_reported_ms", &RevocationRecord::takeover_reported_ms},
       {"ended_ms", &RevocationRecord::ended_ms},
-      {"status", &RevocationRecord::status},
+      {"status", NamedEnum(&RevocationRecord::status, ParseRevocationStatus)},
       {"detail", &RevocationRecord::detail}};
   return *columns;
 }
@@ -138,13 +180,12 @@ CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY, spec_json TEXT, state TEXT, message TEXT, created_ms INTEGER,
   started_ms INTEGER, finished_ms INTEGER, workload_json TEXT, catalog_json TEXT, plan_json TEXT,
   target_iterations REAL, predicted_time_s REAL, predicted_cost_usd REAL, iterations_done REAL,
-  last_event_seq INTEGER, ps_addresses TEXT, ps_ports TEXT, next_worker_index INTEGER,
-  takeovers INTEGER, summary_json TEXT);
+  last_event_seq INTEGER, ps_addresses TEXT, next_worker_index INTEGER, takeovers INTEGER);
 CREATE TABLE IF NOT EXISTS instances (
   job_id TEXT NOT NULL REFERENCES jobs(id), id TEXT NOT NULL, role TEXT, instance_type TEXT,
   idx INTEGER, reason TEXT, launch_token TEXT, price_per_hour REAL, predicted_iteration_s REAL,
-  metadata_endpoint TEXT, state TEXT, launched_ms INTEGER, ended_ms INTEGER,
-  PRIMARY KEY (job_id, id));
+  metadata_endpoint TEXT, metadata_cloud TEXT, state TEXT, launched_ms INTEGER,
+  ended_ms INTEGER, PRIMARY KEY (job_id, id));
 CREATE TABLE IF NOT EXISTS revocations (
   job_id TEXT NOT NULL REFERENCES jobs(id), instance_id TEXT NOT NULL, kind TEXT,
   cloud_notice_ms INTEGER, effective_ms INTEGER, received_ms INTEGER, replanned_ms INTEGER,
@@ -157,12 +198,6 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id);
 )sql";
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // INSERT [OR REPLACE] of every column.
 template <typename R>
 absl::Status Insert(sqlite3* db, const char* verb, const char* table,
@@ -173,9 +208,9 @@ absl::Status Insert(sqlite3* db, const char* verb, const char* table,
                                        ") VALUES (", absl::StrJoin(marks, ", "), ")");
   Statement q(db, sql.c_str());
   if (!q.status().ok()) return q.status();
-  Bind(q, columns, r);
-  auto done = q.Step(absl::StrCat("writing ", table));
-  return done.ok() ? absl::OkStatus() : done.status();
+  std::vector<std::string> names;
+  Bind(q, columns, r, names);
+  return q.Run(absl::StrCat("writing ", table));
 }
 
 // Every row of `table` for a job, in insertion order.
@@ -193,7 +228,9 @@ absl::StatusOr<std::vector<R>> SelectForJob(sqlite3* db, const char* table, cons
     auto row = q.Step(absl::StrCat("reading ", table));
     if (!row.ok()) return row.status();
     if (!*row) return out;
-    out.push_back(Read(q, columns));
+    absl::StatusOr<R> record = Read(q, columns);
+    if (!record.ok()) return record.status();
+    out.push_back(*std::move(record));
   }
 }
 
@@ -202,6 +239,12 @@ absl::StatusOr<std::vector<R>> SelectForJob(sqlite3* db, const char* table, cons
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
   absl::StatusOr<sqlite3*> db = sql::OpenDatabase(path, "job db", kSchema);
   if (!db.ok()) return db.status();
+  // A job store from before metadata_cloud: the column is added (its instances speak AWS's).
+  if (absl::Status s = sql::AddColumnIfMissing(*db, "instances", "metadata_cloud", "TEXT");
+      !s.ok()) {
+    sqlite3_close(*db);
+    return s;
+  }
   return std::unique_ptr<JobStore>(new JobStore(*db));
 }
 
@@ -243,7 +286,9 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::ListJobs() {
     auto row = q.Step("reading jobs");
     if (!row.ok()) return row.status();
     if (!*row) return out;
-    out.push_back(Read(q, JobColumns()));
+    absl::StatusOr<JobRecord> record = Read(q, JobColumns());
+    if (!record.ok()) return record.status();
+    out.push_back(*std::move(record));
   }
 }
 
@@ -281,16 +326,15 @@ absl::StatusOr<std::vector<RevocationRecord>> JobStore::Revocations(const std::s
 }
 
 absl::Status JobStore::AddEvent(const std::string& job_id, const std::string& kind,
-                                const std::string& detail) {
+                                const std::string& detail, int64_t at_ms) {
   absl::MutexLock lock(&mu_);
   Statement q(db_, "INSERT INTO events (job_id, at_ms, kind, detail) VALUES (?1, ?2, ?3, ?4)");
   if (!q.status().ok()) return q.status();
   q.Text(1, job_id);
-  q.Int(2, NowMs());
+  q.Int(2, at_ms);
   q.Text(3, kind);
   q.Text(4, detail);
-  auto done = q.Step("writing events");
-  return done.ok() ? absl::OkStatus() : done.status();
+  return q.Run("writing events");
 }
 
 absl::StatusOr<std::vector<JobEventRecord>> JobStore::Events(const std::string& job_id) {
@@ -302,4 +346,4 @@ absl::StatusOr<std::vector<JobEventRecord>> JobStore::Events(const std::string& 
   return SelectForJob(db_, "events", "job_id", *columns, job_id);
 }
 
-}  // namespace spotdnn::gateway
+}  // namespace spotdnn::job

@@ -1,10 +1,10 @@
-// The gateway's job state, in SQLite: each job's spec, plan, progress and summary; every instance
+// The gateway's job state, in SQLite: each job's spec, plan and progress; every instance
 // it launched (and why); every revocation it handled, with the times that measure the handling;
 // and a log of what happened. `spotdnn run --resume` rebuilds a job from here after the gateway
 // died, so every decision is written before it is acted on (launch intents carry the client token
 // the cloud deduplicates on).
-#ifndef SPOTDNN_SERVICES_GATEWAY_JOB_STORE_H_
-#define SPOTDNN_SERVICES_GATEWAY_JOB_STORE_H_
+#ifndef SPOTDNN_SERVICES_GATEWAY_JOB_JOB_STORE_H_
+#define SPOTDNN_SERVICES_GATEWAY_JOB_JOB_STORE_H_
 
 #include <cstdint>
 #include <memory>
@@ -15,48 +15,49 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "provisioner/launcher/cloud_provider.h"
+#include "services/gateway/job/job_types.h"
 
 struct sqlite3;
 
-namespace spotdnn::gateway {
+namespace spotdnn::job {
 
-// Job states, in order: new (stored, not planned), launching (planned; instances being started),
-// running, then finished (reached the target loss) or failed (cannot go on; message says why).
+// A job as stored: its spec, what it resolved and planned, and its progress.
 struct JobRecord {
   std::string id;
   std::string spec_json;  // the job spec as given
-  std::string state = "new";
-  std::string message;  // why it failed, or what it is waiting for
+  JobState state = JobState::kLaunching;
+  std::string message;  // why it failed
   int64_t created_ms = 0;
   int64_t started_ms = 0;        // when the plan's instances were launched
   int64_t finished_ms = 0;       // when it reached the target (or failed)
   std::string workload_json;     // the resolved WorkloadProfile (protobuf JSON)
   std::string catalog_json;      // the resolved InstanceCatalog (protobuf JSON)
   std::string plan_json;         // the first Plan (protobuf JSON)
-  double target_iterations = 0;  // normalized iterations to reach the target loss
-  double predicted_time_s = 0;
+  double target_iterations = 0;  // normalized iterations to reach the target (current plan)
+  double predicted_time_s = 0;   // of the current plan, from the job's start
   double predicted_cost_usd = 0;
   double iterations_done = 0;
   int64_t last_event_seq = 0;  // the detector's last event handled
   std::string ps_addresses;    // comma-separated host:port
-  std::string ps_ports;        // local provider: the ports chosen for the servers, comma-separated
   int next_worker_index = 0;
-  int takeovers = 0;         // takeover launches so far (numbers their client tokens)
-  std::string summary_json;  // when finished or failed
+  int takeovers = 0;  // takeover launches so far (numbers their client tokens)
 };
 
+// An instance the job launched.
 struct InstanceRecord {
   std::string job_id;
   std::string id;
-  std::string role;  // "ps" or "worker"
+  launcher::Role role = launcher::Role::kWorker;
   std::string instance_type;
   int index = 0;
-  std::string reason;  // "plan" or "takeover"
+  LaunchReason reason = LaunchReason::kPlan;
   std::string launch_token;
   double price_per_hour = 0;
   double predicted_iteration_s = 0;
-  std::string metadata_endpoint;
-  std::string state = "running";  // running, revoking (notice out), ended
+  std::string metadata_endpoint;  // where the detector polls it (empty: its agent reports)
+  std::string metadata_cloud;     // "aws", "gce", "azure": how its notices read
+  InstanceStatus state = InstanceStatus::kRunning;
   int64_t launched_ms = 0;
   int64_t ended_ms = 0;
 };
@@ -71,14 +72,14 @@ struct RevocationRecord {
   int64_t received_ms = 0;           // when the gateway got the event
   int64_t replanned_ms = 0;          // when the re-plan answered
   std::string replan_json;           // the ReplanResponse (protobuf JSON)
-  std::string takeover_token;        // the client token of the takeover launch
+  std::string takeover_token;        // the client token key of the takeover launch
   std::string takeover_ids;          // comma-separated
   int takeover_first_index = 0;      // worker index of the first takeover instance
   int64_t takeover_launched_ms = 0;  // when the takeover instances were running
-  int64_t takeover_reported_ms =
-      0;                 // when the first takeover worker's first step reached the profiler
+  // When the first takeover worker's first step reached the profiler.
+  int64_t takeover_reported_ms = 0;
   int64_t ended_ms = 0;  // when the revoked instance stopped
-  std::string status = "pending";  // pending, launched, none-needed, failed
+  RevocationStatus status = RevocationStatus::kPending;
   std::string detail;
 };
 
@@ -112,8 +113,9 @@ class JobStore {
   absl::Status PutRevocation(const RevocationRecord& revocation);
   absl::StatusOr<std::vector<RevocationRecord>> Revocations(const std::string& job_id);
 
+  // Appends to the job's log (at `at_ms`, unix ms).
   absl::Status AddEvent(const std::string& job_id, const std::string& kind,
-                        const std::string& detail);
+                        const std::string& detail, int64_t at_ms);
   absl::StatusOr<std::vector<JobEventRecord>> Events(const std::string& job_id);
 
  private:
@@ -123,6 +125,6 @@ class JobStore {
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace spotdnn::gateway
+}  // namespace spotdnn::job
 
-#endif  // SPOTDNN_SERVICES_GATEWAY_JOB_STORE_H_
+#endif  // SPOTDNN_SERVICES_GATEWAY_JOB_JOB_STORE_H_
