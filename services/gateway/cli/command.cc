@@ -24,8 +24,8 @@ const std::vector<Command>& CommandTable() {
     for (auto group : {ModelCommands, PlanCommands, ProfileCommands, WatchCommands, JobCommands,
                        StackCommands, LocalCommands, CatalogCommands}) {
       for (Command& c : group()) {
-        if (std::none_of(c.flags.begin(), c.flags.end(),
-                         [](const FlagHelp& f) { return f.flag == "--json"; })) {
+        if (c.run && std::none_of(c.flags.begin(), c.flags.end(),
+                                  [](const FlagHelp& f) { return f.flag == "--json"; })) {
           c.flags.push_back(JsonFlag());
         }
         all->push_back(std::move(c));
