@@ -25,21 +25,18 @@ std::string Plural(long long n, absl::string_view one, absl::string_view many) {
 int64_t Ms(absl::Time t) { return absl::ToUnixMillis(t); }
 
 // The kind of an event, as the JSON's "event" says it.
-struct KindOf {
-  std::string operator()(const ProfilingEvent&) const { return "profiling"; }
-  std::string operator()(const PlannedEvent&) const { return "planned"; }
-  std::string operator()(const LaunchedEvent&) const { return "launched"; }
-  std::string operator()(const CapacityEvent&) const { return "capacity"; }
-  std::string operator()(const ReplannedEvent&) const { return "replanned"; }
-  std::string operator()(const NoticeEvent&) const { return "notice"; }
-  std::string operator()(const TakeoverEvent&) const { return "takeover"; }
-  std::string operator()(const TakeoverFailedEvent&) const { return "error"; }
-  std::string operator()(const InstanceEndedEvent&) const { return "ended"; }
-  std::string operator()(const ProgressEvent&) const { return "progress"; }
-  std::string operator()(const WarningEvent&) const { return "warning"; }
-  std::string operator()(const ResumedEvent&) const { return "resumed"; }
-  std::string operator()(const EndedEvent& e) const { return std::string(Name(e.state)); }
-};
+std::string KindOf(const JobEvent& event) {
+  return std::visit(
+      [](const auto& e) -> std::string {
+        using E = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<E, EndedEvent>) {
+          return std::string(Name(e.state));
+        } else {
+          return E::kKind;
+        }
+      },
+      event.what);
+}
 
 struct LineOf {
   const JobEvent& event;
@@ -201,7 +198,7 @@ std::string EventLine(const JobEvent& event) { return std::visit(LineOf{event}, 
 
 std::string EventJson(const JobEvent& event) {
   JsonObject o;
-  o.String("event", std::visit(KindOf{}, event.what))
+  o.String("event", KindOf(event))
       .Integer("at_unix_ms", Ms(event.at))
       .String("job_id", event.job_id);
   std::visit(JsonOf{o}, event.what);

@@ -23,12 +23,14 @@ struct TypeCount {
 
 // A profiling log imported into the profiler, or the profile fitted from them.
 struct ProfilingEvent {
+  static constexpr char kKind[] = "profiling";
   std::string imported_log;    // set for an import
   std::string fitted_profile;  // set for the fit
 };
 
 // The job is planned and stored.
 struct PlannedEvent {
+  static constexpr char kKind[] = "planned";
   std::vector<TypeCount> cluster;
   double target_iterations = 0;
   double predicted_time_s = 0;
@@ -38,6 +40,7 @@ struct PlannedEvent {
 
 // The plan's instances are launched.
 struct LaunchedEvent {
+  static constexpr char kKind[] = "launched";
   int instances = 0;
   int parameter_servers = 0;
   int workers = 0;
@@ -46,11 +49,13 @@ struct LaunchedEvent {
 
 // The cloud had no capacity for these types (each with the workers of it running).
 struct CapacityEvent {
+  static constexpr char kKind[] = "capacity";
   std::vector<TypeCount> running;
 };
 
 // A re-plan: after a capacity shortfall (no `instance`) or a revocation of `instance`.
 struct ReplannedEvent {
+  static constexpr char kKind[] = "replanned";
   std::string instance;  // empty: a capacity re-plan
   bool feasible = true;
   std::vector<TypeCount> to_launch;
@@ -64,6 +69,7 @@ struct ReplannedEvent {
 
 // A revocation notice (or a revoked or lost instance) for one of the job's workers.
 struct NoticeEvent {
+  static constexpr char kKind[] = "notice";
   std::string instance;
   std::string instance_type;
   std::string kind;                             // the detector's event kind: notice, revoked, lost
@@ -72,6 +78,7 @@ struct NoticeEvent {
 
 // The takeover instances for a revocation are running (or none were needed).
 struct TakeoverEvent {
+  static constexpr char kKind[] = "takeover";
   std::string instance;
   std::vector<std::string> takeover;
   int64_t notice_to_running_ms = 0;
@@ -79,18 +86,21 @@ struct TakeoverEvent {
 
 // A takeover could not be launched.
 struct TakeoverFailedEvent {
+  static constexpr char kKind[] = "error";
   std::string instance;
   std::string error;
 };
 
 // One of the job's instances stopped.
 struct InstanceEndedEvent {
+  static constexpr char kKind[] = "ended";
   std::string instance;
   std::string instance_type;
 };
 
 // Progress, every few seconds.
 struct ProgressEvent {
+  static constexpr char kKind[] = "progress";
   double elapsed_s = 0;
   double iterations_done = 0;
   double target_iterations = 0;      // of the current plan
@@ -103,16 +113,18 @@ struct ProgressEvent {
 
 // Something worth a person's attention that does not stop the job.
 struct WarningEvent {
+  static constexpr char kKind[] = "warning";
   std::string instance;  // may be empty
   std::string message;
 };
 
 // A gateway took the job up again.
 struct ResumedEvent {
+  static constexpr char kKind[] = "resumed";
   int instances = 0;
 };
 
-// The job finished or failed.
+// The job finished or failed (its kind is the state's name).
 struct EndedEvent {
   JobState state = JobState::kFinished;
   std::string message;
