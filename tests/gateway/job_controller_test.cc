@@ -515,7 +515,9 @@ TEST_F(JobControllerTest, AParameterServerIsReplacedFromItsCheckpoint) {
   }
   ASSERT_FALSE(replacement.empty());
   std::string replacement_address;
-  for (const launcher::Instance& i : *cloud_.Describe("job-x")) {
+  auto described = cloud_.Describe("job-x");
+  ASSERT_TRUE(described.ok());
+  for (const launcher::Instance& i : *described) {
     if (i.id == replacement) replacement_address = i.private_address + ":2222";
   }
   for (absl::string_view id : absl::StrSplit(outcome->summary.revocations[0].takeover, ',')) {
