@@ -39,6 +39,9 @@ struct KnownParameters {
   double required_bandwidth_mb_per_s = 0;  // B_req
   double ps_bandwidth_mb_per_s = 0;        // B_ps of the parameter server(s) the runs used
   double pcie_bandwidth_mb_per_s = 10000;  // B_pcie
+  // The variant to fit; unset: shared-ps when runs at several sizes identify it and the paper's
+  // contention a1, b1 is not identified, else paper.
+  std::optional<predictor::ModelVariant> variant{};
 };
 
 // Eq. 8-9 contention fitted from multi-worker runs.
@@ -91,11 +94,27 @@ struct WorkloadFit {
   std::optional<predictor::MemoryModel> memory{};
   std::optional<predictor::LossModel> loss{};
   std::vector<FitQuality> quality{};
+  predictor::ModelVariant variant = predictor::ModelVariant::kPaper;
+  std::optional<predictor::SharedPsModel> shared_ps{};  // kSharedPs
+  // The compute entries replace every entry of a base profile (they were fitted as a whole,
+  // from runs of several types and sizes), rather than only those of the same type.
+  bool compute_is_complete = false;
 };
 
 // Fits every parameter the samples determine. FAILED_PRECONDITION when `samples` is empty.
+// With runs of several cluster sizes (TensorBoard exports, checkpoint exports, per-worker
+// samples) the shared-ps variant fits one compute time per type and the parameter servers' time d
+// and queueing kappa from all of them together (see cluster_fit.h); S_parm = d B_ps / 2 then, and
+// B_req is set to B_ps (the variant does not use it). The paper variant's contention a1, b1 is
+// fitted from per-iteration times as before, or, when those lack and the variant is asked for,
+// from the runs' speeds.
 absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
                                         const KnownParameters& known);
+
+// The fit as a profile named `name`: what it determined, with `known` filling S_parm and B_req
+// when the fit did not.
+predictor::WorkloadProfile ProfileOf(const WorkloadFit& fit, const KnownParameters& known,
+                                     std::string name);
 
 // ---- Cluster speed against cluster size (validate-speed) ----
 

@@ -23,7 +23,7 @@ Usage: spotdnn COMMAND [FLAGS]
 
 Commands:
   plan        the cheapest spot cluster that reaches a loss by a deadline (or budget, frontier)
-  predict     time and cost for a cluster to reach a target loss
+  predict     time and cost for a cluster to reach a target loss, iterations or epochs
   catalogs    the instance catalogs known by name
   workloads   the workload profiles known by name
   profile     import training logs, fit, store and export workload profiles; validate-speed
@@ -45,31 +45,43 @@ $SPOTDNN_TLS_CA, $SPOTDNN_TLS_CERT, $SPOTDNN_TLS_KEY, $SPOTDNN_TOKEN_FILE.
 )";
 
 constexpr char kPredictUsage[] =
-    R"(Usage: spotdnn predict --workload W --catalog C --cluster TYPE=N[,TYPE=N...] --loss L
+    R"(Usage: spotdnn predict --workload W --catalog C --cluster TYPE=N[,TYPE=N...]
+                       (--loss L | --iterations N | --epochs E --dataset-size S)
                        [--parameter-servers N] [--curve POINTS] [--json] [--server HOST:PORT]
 
 Predicts per-type iteration time, cluster speed, WA batch, convergence coefficient, normalized
-iterations, time and spot/on-demand cost for the cluster to reach loss L.
+iterations, time and spot/on-demand cost for the cluster to reach loss L, or to train N global
+iterations, or E epochs of S samples.
 
   --workload W             built-in profile name (see `spotdnn workloads`) or a JSON file
   --catalog C              built-in catalog name (see `spotdnn catalogs`) or a JSON file
   --cluster TYPE=N,...     workers per instance type
-  --loss L                 target training loss
+  --loss L                 target training loss (needs the profile's loss model)
+  --iterations N           instead: train N global iterations (every worker step counts one)
+  --epochs E               instead: train E passes over the dataset ...
+  --dataset-size S         ... of S samples (iterations = E S / WA batch)
   --parameter-servers N    parameter servers (their bandwidth adds up); default 1
   --curve POINTS           also print the predicted loss curve up to the target
   --json                   print one JSON object
   --server HOST:PORT       ask a running spotdnn-predictor instead of the in-process model
 )";
 
-constexpr char kPlanUsage[] = R"(Usage: spotdnn plan --workload W --catalog C --loss L --deadline D
+constexpr char kPlanUsage[] = R"(Usage: spotdnn plan --workload W --catalog C --deadline D
+                    (--loss L | --iterations N | --epochs E --dataset-size S)
                     [--mode deadline|budget|frontier] [--budget USD]
                     [--strategy exact|spotdnn|exhaustive] [--quota TYPE=N,...] [--existing TYPE=N,...]
                     [--on-demand] [--margin F] [--overhead D] [--max-size N] [--parameter-servers N]
                     [--exhaustive-limit N] [--plot FILE.svg] [--json] [--server HOST:PORT]
 
-Finds the cheapest cluster that reaches loss L by the deadline (deadline mode), the fastest
-within a budget (budget mode), or every plan on the time/cost Pareto frontier (frontier mode),
-and compares it with the spotDNN heuristic, the cheapest one-type plan and on-demand prices.
+Finds the cheapest cluster that reaches loss L (or trains N iterations, or E epochs of S
+samples) by the deadline (deadline mode), the fastest within a budget (budget mode), or every plan
+on the time/cost Pareto frontier (frontier mode), and compares it with the spotDNN heuristic, the
+cheapest one-type plan and on-demand prices.
+
+  --loss L               target training loss (needs the profile's loss model)
+  --iterations N         instead: train N global iterations (every worker step counts one)
+  --epochs E             instead: train E passes over a dataset of ...
+  --dataset-size S       ... S samples (iterations = E S / the cluster's WA batch)
 
   --deadline D           2400, 2400s, 40m, 1.5h (optional in budget and frontier modes)
   --budget USD           most the job may cost (budget mode; bounds the frontier)
@@ -155,7 +167,7 @@ int ListCommand(const std::string& what, const Args& args, const Io& io) {
         {w.name(), w.dataset(), Fixed(w.parameter_size_mb(), 2),
          Fixed(w.required_bandwidth_mb_per_s(), 1), absl::StrCat(w.compute_size()),
          w.has_loss() ? "yes" : "no (fit one first)",
-         w.model_variant() == pb::MODEL_VARIANT_SPOTDNN_PROTOTYPE ? "spotdnn-prototype" : "paper"});
+         std::string(predictor::VariantName(services::ToDomain(w.model_variant())))});
   }
   table.Print(io.out);
   return kExitOk;
@@ -253,6 +265,7 @@ int RunCli(const std::vector<std::string>& raw_argv, std::ostream& out, std::ost
       return kExitOk;
     }
     auto args = Args::Parse(rest, {.values = {"--workload", "--catalog", "--cluster", "--loss",
+                                              "--iterations", "--epochs", "--dataset-size",
                                               "--parameter-servers", "--curve", "--server"},
                                    .switches = {"--json"}});
     Io io{out, err, std::find(rest.begin(), rest.end(), "--json") != rest.end()};
@@ -273,7 +286,8 @@ int RunCli(const std::vector<std::string>& raw_argv, std::ostream& out, std::ost
     }
     auto args = Args::Parse(
         rest,
-        {.values = {"--workload", "--catalog", "--loss", "--deadline", "--mode", "--budget",
+        {.values = {"--workload", "--catalog", "--loss", "--iterations", "--epochs",
+                    "--dataset-size", "--deadline", "--mode", "--budget",
                     "--strategy", "--quota", "--existing", "--margin", "--overhead", "--max-size",
                     "--parameter-servers", "--exhaustive-limit", "--plot", "--server"},
          .switches = {"--json", "--on-demand"}});

@@ -17,6 +17,7 @@
 #include "services/common/convert.h"
 #include "services/gateway/cli.h"
 #include "services/gateway/output.h"
+#include "services/gateway/target_flags.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -117,10 +118,10 @@ absl::Status CheckCounts(absl::string_view flag,
 }
 
 void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std::string& workload,
-               const std::string& catalog, std::ostream& out) {
+               const std::string& catalog, const TargetFlags& target, std::ostream& out) {
   const pb::Plan& p = r.plan();
   const bool budget = req.mode() == pb::PLAN_MODE_BUDGET;
-  out << "Plan: " << workload << " on " << catalog << ", loss " << req.slo().target_loss();
+  out << "Plan: " << workload << " on " << catalog << ", " << target.Describe();
   if (budget) {
     out << " within " << Dollars(req.slo().budget_usd()) << ", fastest";
   } else {
@@ -204,7 +205,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   }
   pb::PlanRequest request;
   request.set_mode(mode == "budget" ? pb::PLAN_MODE_BUDGET : pb::PLAN_MODE_DEADLINE);
-  for (const char* flag : {"--workload", "--catalog", "--loss"}) {
+  for (const char* flag : {"--workload", "--catalog"}) {
     if (!args.Has(flag))
       return fail(absl::InvalidArgumentError(absl::StrCat("missing required flag ", flag)));
   }
@@ -215,9 +216,12 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   if (!catalog_ref.ok()) return fail(catalog_ref.status());
   *request.mutable_workload() = *workload_ref;
   *request.mutable_catalog() = *catalog_ref;
-  auto loss = ParseNumber("--loss", *args.Get("--loss"));
-  if (!loss.ok()) return fail(loss.status());
-  request.mutable_slo()->set_target_loss(*loss);
+  auto target = ParseTargetFlags(args);
+  if (!target.ok()) return fail(target.status());
+  request.mutable_slo()->set_target_loss(target->loss);
+  request.mutable_slo()->set_target_iterations(target->iterations);
+  request.mutable_slo()->set_target_epochs(target->epochs);
+  request.mutable_slo()->set_dataset_size(target->dataset_size);
   if (auto d = args.Get("--deadline")) {
     auto deadline = ParseDuration("--deadline", *d);
     if (!deadline.ok()) return fail(deadline.status());
@@ -325,8 +329,8 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
       o.String("mode", "frontier").Raw("frontier", "[" + absl::StrJoin(points, ",") + "]");
       io.out << o.str() << "\n";
     } else {
-      io.out << "Time/cost frontier: " << workload << " on " << catalog << ", loss " << *loss
-             << " (" << n << " plans, fastest first)\n\n";
+      io.out << "Time/cost frontier: " << workload << " on " << catalog << ", "
+             << target->Describe() << " (" << n << " plans, fastest first)\n\n";
       if (n == 0) {
         PrintInfeasible(response.reason(), response.fastest_time_s(), response.fastest_cost_usd(),
                         io.out);
@@ -356,7 +360,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
       }
       const double d = request.slo().deadline_s();
       const std::string svg =
-          SvgChart(points, absl::StrCat("Time/cost frontier: ", workload, ", loss ", *loss),
+          SvgChart(points, absl::StrCat("Time/cost frontier: ", workload, ", ", target->Describe()),
                    "predicted time (min)", "cost (USD)", d > 0 ? d / 60 : NAN, "deadline");
       std::ofstream file(*plot, std::ios::trunc);
       file << svg;
@@ -378,7 +382,10 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   if (io.json) {
     JsonObject o = PlanJson(p);
     o.String("mode", mode)
-        .Number("target_loss", *loss)
+        .Number("target_loss", target->loss)
+        .Number("target_iterations", target->iterations)
+        .Number("target_epochs", target->epochs)
+        .Number("dataset_size", target->dataset_size)
         .Number("deadline_s", request.slo().deadline_s() > 0 ? request.slo().deadline_s() : NAN)
         .Number("budget_usd", request.slo().budget_usd() > 0 ? request.slo().budget_usd() : NAN);
     if (!p.feasible()) {
@@ -396,7 +403,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     o.Raw("excluded_types", "[" + absl::StrJoin(excluded, ",") + "]");
     io.out << o.str() << "\n";
   } else {
-    PrintPlan(response, request, workload, catalog, io.out);
+    PrintPlan(response, request, workload, catalog, *target, io.out);
   }
   return p.feasible() ? kExitOk : kExitInfeasible;
 }

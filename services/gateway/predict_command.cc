@@ -1,4 +1,5 @@
-// spotdnn predict: how long and at what cost a cluster takes to reach a target loss.
+// spotdnn predict: how long and at what cost a cluster takes to reach a target loss (or to train
+// a number of iterations or epochs).
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -6,15 +7,16 @@
 #include "services/common/convert.h"
 #include "services/gateway/cli.h"
 #include "services/gateway/output.h"
+#include "services/gateway/target_flags.h"
 
 namespace spotdnn::gateway {
 namespace {
 
 void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveResponse* curve,
-                     std::ostream& out) {
+                     const TargetFlags& target, std::ostream& out) {
   const pb::Prediction& p = response.prediction();
-  out << "Prediction: " << response.workload() << " on " << response.catalog() << ", target loss "
-      << p.target_loss() << "\n\n";
+  out << "Prediction: " << response.workload() << " on " << response.catalog() << ", target "
+      << target.Describe() << "\n\n";
   Table workers({"instance type", "count", "GPUs", "batch", "T_comp (s)", "T_comm (s)", "T_i (s)",
                  "samples/s"});
   for (const pb::WorkerPrediction& w : p.workers()) {
@@ -28,10 +30,16 @@ void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveRes
   Table summary({"quantity", "value"});
   summary.AddRow({"workers |N|", absl::StrCat(p.worker_count())});
   summary.AddRow({"parameter servers", absl::StrCat(p.parameter_servers())});
-  summary.AddRow({"contention probability P", Fixed(p.contention_probability(), 4)});
+  if (p.ps_response_time_s() > 0) {
+    summary.AddRow({"parameter-server utilisation W", Fixed(p.ps_utilization(), 4)});
+    summary.AddRow({"PS exchange R (s)", Fixed(p.ps_response_time_s(), 5)});
+  } else {
+    summary.AddRow({"contention probability P", Fixed(p.contention_probability(), 4)});
+  }
   summary.AddRow({"worker bandwidth B_wk (MB/s)",
                   p.workers_size() > 0 ? Fixed(p.workers(0).bandwidth_mb_per_s(), 2) : "-"});
   summary.AddRow({"cluster speed v (samples/s)", Fixed(p.cluster_speed(), 2)});
+  summary.AddRow({"iterations/s", Fixed(1 / p.expected_iteration_time_s(), 3)});
   summary.AddRow({"expected iteration T_exp (s)", Fixed(p.expected_iteration_time_s(), 6)});
   summary.AddRow({"WA batch b_w", Fixed(p.wa_batch(), 1)});
   summary.AddRow({"convergence coefficient R", Fixed(p.convergence_coefficient(), 4)});
@@ -71,11 +79,8 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
   if (!catalog.ok()) return fail(catalog.status());
   auto cluster_text = args.Required("--cluster");
   if (!cluster_text.ok()) return fail(cluster_text.status());
-  auto loss_text = args.Required("--loss");
-  if (!loss_text.ok()) return fail(loss_text.status());
-
-  auto loss = ParseNumber("--loss", *loss_text);
-  if (!loss.ok()) return fail(loss.status());
+  auto target = ParseTargetFlags(args);
+  if (!target.ok()) return fail(target.status());
   auto counts = ParseCounts("--cluster", *cluster_text);
   if (!counts.ok()) return fail(counts.status());
   int parameter_servers = 1;
@@ -97,7 +102,10 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
 
   *request.mutable_workload() = *workload_ref;
   *request.mutable_catalog() = *catalog_ref;
-  request.set_target_loss(*loss);
+  request.set_target_loss(target->loss);
+  request.set_target_iterations(target->iterations);
+  request.set_target_epochs(target->epochs);
+  request.set_dataset_size(target->dataset_size);
   for (const auto& [type, count] : *counts) {
     pb::InstanceCount* c = request.mutable_cluster()->add_instances();
     c->set_instance_type(type);
@@ -117,7 +125,10 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
     *curve_request.mutable_workload() = request.workload();
     *curve_request.mutable_catalog() = request.catalog();
     *curve_request.mutable_cluster() = request.cluster();
-    curve_request.set_target_loss(*loss);
+    curve_request.set_target_loss(target->loss);
+    curve_request.set_target_iterations(target->iterations);
+    curve_request.set_target_epochs(target->epochs);
+    curve_request.set_dataset_size(target->dataset_size);
     curve_request.set_points(curve_points);
     grpc::ClientContext curve_context;
     curve_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
@@ -138,7 +149,7 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
     }
     io.out << head << body.substr(1) << "\n";
   } else {
-    PrintPrediction(response, curve_points > 0 ? &curve : nullptr, io.out);
+    PrintPrediction(response, curve_points > 0 ? &curve : nullptr, *target, io.out);
   }
   return kExitOk;
 }

@@ -28,24 +28,42 @@ constexpr char kProfileUsage[] =
 
 Subcommands:
   import PATH              import training logs (a file or a folder) as samples; a .json file is
-                           a workload profile and is stored as the next version of its name
+                           a workload profile and is stored as the next version of its name.
+                           A checkpoint export "Wall Time,Step,Accuracy[,Zone],Run" gives one job
+                           per run (ID/run-3, ID/ZONE/run-3), its speed from steps and wall times;
+                           a vm_data.csv beside it leaves out runs that lost a worker mid-run
       --job ID             job the samples belong to (a folder: prefix of its run folders' jobs)
       --format F           auto (default), tensorboard, spotdnn-worker, csv, samples
       --stop-on-error      stop at the first malformed line and import nothing
-      --instance-type T --gpu-type G --gpus N --batch B --workers N
-                           context the log lacks (a <series>worker<N> folder gives --workers)
+      --instance-type T --gpu-type G --gpus N --batch-size B --workers N --parameter-servers P
+                           what the log does not say (a <series>worker<N> or <P>ps<N><g> folder
+                           gives workers, servers, GPU); a value the file says otherwise is an
+                           error naming both. --batch is --batch-size
+      --cluster TYPE=N,... a run on several types: workers per type (instead of --instance-type,
+                           --gpu-type and --workers)
   fit --name NAME          fit a profile from the stored samples and store it as a new version
-      --jobs ID[,ID...]    samples of these jobs only (default: all)
+      --jobs ID[,ID...]    samples of these jobs only, a job with its runs (default: all)
       --base W             built-in workload or JSON file whose values the fit keeps and fills
-      --ps-bandwidth MB/S  the parameter server's bandwidth B_ps (needed for contention a1, b1)
+      --ps-bandwidth MB/S  the parameter servers' bandwidth B_ps the runs trained against (each
+                           server's; needed for the contention model)
       --pcie-bandwidth MB/S  B_pcie (default 10000)
+      --model-variant V    shared-ps (one compute time per type plus one parameter-server model
+                           shared by every run, fitted to runs of several sizes, types and server
+                           counts), paper (eqs. 8-9) or spotdnn-prototype; default: the base's,
+                           else shared-ps when the runs identify it and not a1, b1, else paper
       --require P[,P...]   fail unless these are identified: S_parm, B_req, T_comp, contention,
-                           memory, loss
+                           memory, loss, ps (shared-ps), kappa
   show NAME [--version V]  a stored profile's parameters
   list                     the latest version of every stored profile
   export NAME [--version V] [--out FILE]
                            the profile as JSON, the shape `spotdnn predict --workload FILE` reads
   delete NAME [--version V]  delete one version (default: every version)
+  validate --fit ID[,ID...] --check ID[,ID...]
+                           fit on the first jobs (and their runs), predict every cluster of the
+                           second from its composition (types, counts, servers): observed and
+                           predicted steps/s and time per cluster, and the MAPE of the time
+      --ps-bandwidth MB/S --model-variant V --base W   as for fit
+      --iterations N       compare the time of N steps (default: the steps the runs took)
   validate-speed --runs DIR[,DIR...] --fit-workers N,N,N[,...]
                            for every <series>worker<N> series in DIR: fit the cluster-speed model
                            on the listed worker counts only, predict the others, print observed,
@@ -108,7 +126,7 @@ absl::StatusOr<int> VersionFlag(const Args& args) {
 }
 
 std::string Variant(const pb::WorkloadProfile& p) {
-  return p.model_variant() == pb::MODEL_VARIANT_SPOTDNN_PROTOTYPE ? "spotdnn-prototype" : "paper";
+  return std::string(predictor::VariantName(services::ToDomain(p.model_variant())));
 }
 
 void PrintProfile(const pb::WorkloadProfile& p, std::ostream& out) {
@@ -121,6 +139,11 @@ void PrintProfile(const pb::WorkloadProfile& p, std::ostream& out) {
   summary.AddRow({"B_req (MB/s)", p.required_bandwidth_mb_per_s() > 0
                                       ? Fixed(p.required_bandwidth_mb_per_s(), 2)
                                       : "-"});
+  if (p.model_variant() == pb::MODEL_VARIANT_SHARED_PS) {
+    summary.AddRow({"PS queueing kappa", p.has_shared_ps()
+                                             ? absl::StrFormat("%.4f", p.shared_ps().queueing())
+                                             : "-"});
+  }
   summary.AddRow({"contention a1, b1",
                   p.has_contention()
                       ? absl::StrFormat("%.4f, %.4f", p.contention().a1(), p.contention().b1())
@@ -196,11 +219,17 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
   request.set_stop_on_error(args.Switch("--stop-on-error"));
   request.set_instance_type(args.Get("--instance-type").value_or(""));
   request.set_gpu_type(args.Get("--gpu-type").value_or(""));
+  if (args.Has("--batch") && args.Has("--batch-size")) {
+    return fail(absl::InvalidArgumentError("--batch and --batch-size: give one (they are the same)"));
+  }
+  request.set_cluster(args.Get("--cluster").value_or(""));
   for (const auto& [flag, setter] :
        std::vector<std::pair<const char*, void (pb::ImportLogRequest::*)(int32_t)>>{
            {"--gpus", &pb::ImportLogRequest::set_gpus},
            {"--batch", &pb::ImportLogRequest::set_batch_size},
-           {"--workers", &pb::ImportLogRequest::set_cluster_workers}}) {
+           {"--batch-size", &pb::ImportLogRequest::set_batch_size},
+           {"--workers", &pb::ImportLogRequest::set_cluster_workers},
+           {"--parameter-servers", &pb::ImportLogRequest::set_parameter_servers}}) {
     if (auto v = args.Get(flag)) {
       auto parsed = ParseInt(flag, *v, 1, 1'000'000);
       if (!parsed.ok()) return fail(parsed.status());
@@ -230,8 +259,13 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
   Table table({"quantity", "value"});
   table.AddRow({"files read", absl::StrCat(response.files())});
   table.AddRow({"samples imported", absl::StrCat(response.imported())});
+  table.AddRow({"runs (jobs)", absl::StrCat(response.runs())});
   table.AddRow({"lines skipped", absl::StrCat(response.skipped())});
   table.Print(io.out);
+  if (response.notes_size() > 0) {
+    io.out << "\nNotes:\n";
+    for (const std::string& n : response.notes()) io.out << "  " << n << "\n";
+  }
   if (response.errors_size() > 0) {
     io.out << "\nSkipped lines"
            << (response.errors_size() < static_cast<int>(response.skipped())
@@ -275,6 +309,11 @@ int FitCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io
     auto v = ParseNumber("--pcie-bandwidth", *pcie);
     if (!v.ok()) return fail(v.status());
     request.set_pcie_bandwidth_mb_per_s(*v);
+  }
+  if (auto variant = args.Get("--model-variant")) {
+    auto v = predictor::ParseVariant(*variant);
+    if (!v.ok()) return fail(absl::InvalidArgumentError(absl::StrCat("--", v.status().message())));
+    request.set_model_variant(services::ToProto(*v));
   }
   pb::FitProfileResponse response;
   auto context = Context();
@@ -532,10 +571,12 @@ int Profile(const std::string& subcommand, const Args& args, pb::Profiler::StubI
   if (subcommand == "list") return ListProfilesCommand(stub, io);
   if (subcommand == "export") return ExportCommand(args, stub, io);
   if (subcommand == "delete") return DeleteCommand(args, stub, io);
-  return ReportError(absl::InvalidArgumentError(absl::StrCat(
-                         "unknown subcommand \"", subcommand,
-                         "\": expected import, fit, show, list, export, delete or validate-speed")),
-                     "profile", io);
+  if (subcommand == "validate") return ProfileValidateCommand(args, stub, io);
+  return ReportError(
+      absl::InvalidArgumentError(absl::StrCat(
+          "unknown subcommand \"", subcommand,
+          "\": expected import, fit, show, list, export, delete, validate or validate-speed")),
+      "profile", io);
 }
 
 int ProfileCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
@@ -553,12 +594,15 @@ int ProfileCommand(const std::vector<std::string>& argv, std::ostream& out, std:
   }
   FlagSpec spec{.values = {"--server", "--db"}, .switches = {"--json"}};
   if (sub == "import") {
-    spec.values.insert(
-        {"--job", "--format", "--instance-type", "--gpu-type", "--gpus", "--batch", "--workers"});
+    spec.values.insert({"--job", "--format", "--instance-type", "--gpu-type", "--gpus", "--batch",
+                        "--batch-size", "--workers", "--parameter-servers", "--cluster"});
     spec.switches.insert("--stop-on-error");
   } else if (sub == "fit") {
+    spec.values.insert({"--name", "--jobs", "--base", "--ps-bandwidth", "--pcie-bandwidth",
+                        "--require", "--model-variant"});
+  } else if (sub == "validate") {
     spec.values.insert(
-        {"--name", "--jobs", "--base", "--ps-bandwidth", "--pcie-bandwidth", "--require"});
+        {"--fit", "--check", "--ps-bandwidth", "--model-variant", "--base", "--iterations"});
   } else if (sub == "show" || sub == "delete") {
     spec.values.insert("--version");
   } else if (sub == "export") {
@@ -568,7 +612,8 @@ int ProfileCommand(const std::vector<std::string>& argv, std::ostream& out, std:
   } else if (sub != "list") {
     ReportError(absl::InvalidArgumentError(absl::StrCat(
                     "unknown subcommand \"", sub,
-                    "\": expected import, fit, show, list, export, delete or validate-speed")),
+                    "\": expected import, fit, show, list, export, delete, validate or "
+                    "validate-speed")),
                 "profile", io);
     err << kProfileUsage;
     return kExitBadInput;
@@ -580,7 +625,7 @@ int ProfileCommand(const std::vector<std::string>& argv, std::ostream& out, std:
     return kExitBadInput;
   }
   if (sub == "validate-speed") return ValidateSpeedCommand(*args, io);
-  if (sub == "list" || sub == "fit") {
+  if (sub == "list" || sub == "fit" || sub == "validate") {
     if (!args->positional().empty()) {
       return ReportError(absl::InvalidArgumentError(
                              absl::StrCat("unexpected argument \"", args->positional()[0], "\"")),
