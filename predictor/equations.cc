@@ -95,8 +95,9 @@ PsLoad SharedPsLoad(absl::Span<const int> counts, absl::Span<const double> compu
   PsLoad out;
   out.response_time_s = d;
   if (workers == 0) return out;
-  // h(R) = (R - d)(1 - W(R)) - kappa d W(R) rises from h(d) <= 0 and is positive at
-  // R = d (N (1 + kappa) + 1), where W < 1 (see the header): the root lies in between.
+  // Where W(R) < 1, h(R) = (R - d)(1 - W(R)) - kappa d W(R) rises with R; it is <= 0 at R = d
+  // (or W >= 1 there) and positive at R = d (N (1 + kappa) + 1), where W < 1: the root with W < 1
+  // lies in between (for kappa = 0 above capacity, where W reaches 1).
   double lo = d, hi = d * (workers * (1 + kappa) + 1);
   double w = 0, dw = 0;
   Utilization(counts, compute_s, d, lo, w, dw);
@@ -106,8 +107,15 @@ PsLoad SharedPsLoad(absl::Span<const int> counts, absl::Span<const double> compu
   }
   double r = d + d * kappa * w / std::max(1e-12, 1 - std::min(w, 0.5));  // a first guess
   r = std::clamp(r, lo, hi);
-  for (int iter = 0; iter < 100; ++iter) {
+  for (int iter = 0; iter < 200; ++iter) {
     Utilization(counts, compute_s, d, r, w, dw);
+    if (w >= 1) {
+      // Past the servers' capacity: the root lies at a larger R (W < 1 there).
+      lo = r;
+      r = 0.5 * (lo + hi);
+      if (hi - lo <= 1e-13 * hi) break;
+      continue;
+    }
     const double h = (r - d) * (1 - w) - kappa * d * w;
     if (h > 0) {
       hi = r;

@@ -387,8 +387,9 @@ absl::StatusOr<SharedPsFitResult> FitSharedPs(absl::Span<const ClusterObservatio
         best_cost = summary.final_cost;
         best.compute_time_s.clear();
         for (int i = 0; i < types; ++i) best.compute_time_s[names[i]] = std::exp(log_z[i]);
-        best.service_time_s = std::exp(log_d);
-        best.queueing = std::exp(log_kappa);
+        // Known values stay exactly as given (exp(log(x)) need not be x).
+        best.service_time_s = fit_d ? std::exp(log_d) : options.service_time_s;
+        best.queueing = fit_kappa ? std::exp(log_kappa) : kappa0;
       }
     }
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -698,12 +699,11 @@ absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
   if (known.variant.has_value()) return shared;  // shared-ps asked for
   if (shared.ok() && !paper->contention) return shared;
   if (!shared.ok() && !absl::IsFailedPrecondition(shared.status())) return shared.status();
-  if (!observations.empty()) {
+  if (!shared.ok() && !observations.empty()) {
+    // Why the runs did not give the shared-ps variant (the paper's was fitted instead).
     FitQuality q;
     q.parameter = "shared-ps";
-    q.note = shared.ok() ? "identified, but the paper's contention a1, b1 is too: fitted the "
-                           "paper variant (ask for shared-ps with model_variant)"
-                         : std::string(shared.status().message());
+    q.note = std::string(shared.status().message());
     paper->quality.push_back(std::move(q));
   }
   return paper;
@@ -798,6 +798,88 @@ absl::StatusOr<SpeedCurveFit> FitSpeedCurve(absl::Span<const SpeedRun> runs) {
   return best;
 }
 
+double SharedPsCurve::StepsPerS(int workers) const {
+  return workers /
+         predictor::SharedPsIterationTime(workers, compute_time_s, service_time_s, queueing);
+}
+
+namespace {
+
+// log(predicted / observed) speed of one run under SharedPsCurve.
+struct SharedPsCurveResidual {
+  template <typename T>
+  bool operator()(const T* log_z, const T* log_d, const T* log_kappa, T* residual) const {
+    const T z = exp(log_z[0]), d = exp(log_d[0]), kappa = exp(log_kappa[0]);
+    const T a = z + d;
+    const T m = T(double(workers)) * d;
+    const T t = T(0.5) * ((a + m) + sqrt((a - m) * (a - m) + T(4.0) * kappa * d * m));
+    residual[0] = log(T(double(workers)) / t) - T(log_observed);
+    return true;
+  }
+  int workers;
+  double log_observed;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<SharedPsCurve>> FitSharedPsCurves(
+    absl::Span<const std::vector<SpeedRun>> series_runs, absl::Span<const std::string> names) {
+  const size_t n = series_runs.size();
+  std::vector<double> t1(n);  // the smallest run's per-worker iteration time, for the starts
+  for (size_t i = 0; i < n; ++i) {
+    std::set<int> counts;
+    const SpeedRun* smallest = nullptr;
+    for (const SpeedRun& r : series_runs[i]) {
+      if (r.workers <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat("workers = ", r.workers, ": must be >= 1"));
+      }
+      if (!(r.Observed() > 0)) continue;
+      counts.insert(r.workers);
+      if (smallest == nullptr || r.workers < smallest->workers) smallest = &r;
+    }
+    if (counts.size() < 3) {
+      return Unidentified(absl::StrCat(
+          i < names.size() && !names[i].empty() ? absl::StrCat("series ", names[i], ": ") : "",
+          "contention needs runs with at least 3 distinct worker counts; got ", counts.size()));
+    }
+    t1[i] = smallest->workers / smallest->Observed();
+  }
+  std::vector<SharedPsCurve> best(n);
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (double kappa0 : {0.05, 0.2, 0.5, 1.0}) {
+    for (double share : {0.1, 0.5}) {
+      std::vector<double> log_z(n), log_d(n);
+      double log_kappa = std::log(kappa0);
+      ceres::Problem problem;
+      for (size_t i = 0; i < n; ++i) {
+        log_z[i] = std::log(t1[i] * (1 - share));
+        log_d[i] = std::log(t1[i] * share);
+        for (const SpeedRun& r : series_runs[i]) {
+          if (!(r.Observed() > 0)) continue;
+          problem.AddResidualBlock(
+              new ceres::AutoDiffCostFunction<SharedPsCurveResidual, 1, 1, 1, 1>(
+                  new SharedPsCurveResidual{r.workers, std::log(r.Observed())}),
+              new ceres::CauchyLoss(kLogResidualScale), &log_z[i], &log_d[i], &log_kappa);
+        }
+      }
+      problem.SetParameterLowerBound(&log_kappa, 0, std::log(1e-4));
+      problem.SetParameterUpperBound(&log_kappa, 0, std::log(20.0));
+      ceres::Solver::Summary summary;
+      ceres::Solve(SolverOptions(), &problem, &summary);
+      if (summary.IsSolutionUsable() && summary.final_cost < best_cost) {
+        best_cost = summary.final_cost;
+        for (size_t i = 0; i < n; ++i) {
+          best[i] = {std::exp(log_z[i]), std::exp(log_d[i]), std::exp(log_kappa)};
+        }
+      }
+    }
+  }
+  if (!std::isfinite(best_cost)) {
+    return absl::InternalError("shared-ps speed fit: the solver found no usable solution");
+  }
+  return best;
+}
+
 std::vector<SpeedSeries> SpeedSeriesFromSamples(absl::Span<const Sample> samples) {
   std::map<std::string, std::map<int, std::vector<double>>> grouped;
   for (const Sample& s : samples) {
@@ -821,7 +903,8 @@ std::vector<SpeedSeries> SpeedSeriesFromSamples(absl::Span<const Sample> samples
 }
 
 absl::StatusOr<SpeedValidation> ValidateSpeed(absl::Span<const SpeedSeries> series,
-                                              absl::Span<const int> fit_workers) {
+                                              absl::Span<const int> fit_workers,
+                                              SpeedModel model) {
   const std::set<int> fit(fit_workers.begin(), fit_workers.end());
   for (int n : fit) {
     if (n < 1) {
@@ -839,25 +922,53 @@ absl::StatusOr<SpeedValidation> ValidateSpeed(absl::Span<const SpeedSeries> seri
   }
   SpeedValidation out;
   double total_error = 0;
-  for (const SpeedSeries& s : series) {
-    std::vector<SpeedRun> fit_runs;
-    for (const SpeedRun& r : s.runs) {
-      if (fit.count(r.workers)) fit_runs.push_back(r);
+  std::vector<std::vector<SpeedRun>> fit_runs(series.size());
+  std::vector<std::string> names;
+  for (size_t i = 0; i < series.size(); ++i) {
+    names.push_back(series[i].name);
+    for (const SpeedRun& r : series[i].runs) {
+      if (fit.count(r.workers)) fit_runs[i].push_back(r);
     }
-    auto curve = FitSpeedCurve(fit_runs);
-    if (!curve.ok()) {
-      return absl::Status(curve.status().code(),
-                          absl::StrCat("series ", s.name, ": ", curve.status().message()));
-    }
+  }
+  std::vector<SharedPsCurve> shared;
+  if (model == SpeedModel::kSharedPs) {
+    auto curves = FitSharedPsCurves(fit_runs, names);
+    if (!curves.ok()) return curves.status();
+    shared = *std::move(curves);
+  }
+  for (size_t i = 0; i < series.size(); ++i) {
+    const SpeedSeries& s = series[i];
     SeriesValidation v;
     v.series = s.name;
-    v.fit = *curve;
+    std::function<double(int)> predict;
+    if (model == SpeedModel::kSharedPs) {
+      v.shared_ps = shared[i];
+      predict = [&v](int workers) { return v.shared_ps.StepsPerS(workers); };
+      std::vector<double> observed, predicted;
+      for (const SpeedRun& r : fit_runs[i]) {
+        if (!(r.Observed() > 0)) continue;
+        observed.push_back(r.Observed());
+        predicted.push_back(predict(r.workers));
+      }
+      v.fit.quality = Quality("speed curve", observed, predicted);
+      v.fit.quality.note =
+          "z and d per series, kappa shared by every series, fitted on the runs' medians (log "
+          "residuals, Cauchy loss)";
+    } else {
+      auto curve = FitSpeedCurve(fit_runs[i]);
+      if (!curve.ok()) {
+        return absl::Status(curve.status().code(),
+                            absl::StrCat("series ", s.name, ": ", curve.status().message()));
+      }
+      v.fit = *curve;
+      predict = [&v](int workers) { return v.fit.curve.StepsPerS(workers); };
+    }
     double error = 0;
     for (const SpeedRun& r : s.runs) {
       if (!(r.Observed() > 0)) continue;  // a run without a measured speed has nothing to compare
       SpeedPoint p{.workers = r.workers,
                    .observed = r.Observed(),
-                   .predicted = curve->curve.StepsPerS(r.workers),
+                   .predicted = predict(r.workers),
                    .held_out = !fit.count(r.workers)};
       p.error_pct = 100 * std::fabs(p.predicted - p.observed) / p.observed;
       if (p.held_out) {

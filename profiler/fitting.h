@@ -156,6 +156,22 @@ struct SpeedCurveFit {
 // FAILED_PRECONDITION with fewer than 3 distinct worker counts.
 absl::StatusOr<SpeedCurveFit> FitSpeedCurve(absl::Span<const SpeedRun> runs);
 
+// The shared-ps model (predictor::SharedPsModel) for one series of identical workers: the speed
+// of N workers is N / T(N), T(N) = predictor::SharedPsIterationTime(N, z, d, kappa).
+struct SharedPsCurve {
+  double compute_time_s = 0;  // z
+  double service_time_s = 0;  // d
+  double queueing = 0;        // kappa
+  // Predicted cluster speed, global steps/s, with `workers` workers.
+  double StepsPerS(int workers) const;
+};
+
+// Fits z and d per series and one kappa shared by all of them (the servers' queueing is a property
+// of the setup the series ran on) to each run's observed speed: log residuals, Cauchy loss, several
+// starts. FAILED_PRECONDITION naming the series with fewer than 3 distinct worker counts.
+absl::StatusOr<std::vector<SharedPsCurve>> FitSharedPsCurves(
+    absl::Span<const std::vector<SpeedRun>> series_runs, absl::Span<const std::string> names);
+
 // Groups samples with cluster_steps_per_s into series by job id: a job "<dir>/<series>worker<N>"
 // is run N of series "<dir>/<series>". Samples of jobs not named that way are left out.
 std::vector<SpeedSeries> SpeedSeriesFromSamples(absl::Span<const Sample> samples);
@@ -169,10 +185,17 @@ struct SpeedPoint {
   bool held_out = false;  // not among the fit counts
 };
 
+// Which model ValidateSpeed fits.
+enum class SpeedModel {
+  kSharedPs,  // SharedPsCurve per series, one kappa for all
+  kPaper,     // SpeedCurve (eqs. 2, 6-9) per series
+};
+
 // One series' validation.
 struct SeriesValidation {
   std::string series{};
-  SpeedCurveFit fit;
+  SpeedCurveFit fit;        // kPaper: the curve; both: the quality on the fit runs
+  SharedPsCurve shared_ps;  // kSharedPs
   std::vector<SpeedPoint> points{};
   double held_out_mape = 0;
   int held_out_points = 0;
@@ -189,7 +212,8 @@ struct SpeedValidation {
 // other run and reports the errors. FAILED_PRECONDITION when a series has fewer than 3 of the fit
 // counts or nothing is held out; INVALID_ARGUMENT for bad fit_workers.
 absl::StatusOr<SpeedValidation> ValidateSpeed(absl::Span<const SpeedSeries> series,
-                                              absl::Span<const int> fit_workers);
+                                              absl::Span<const int> fit_workers,
+                                              SpeedModel model = SpeedModel::kSharedPs);
 
 }  // namespace spotdnn::profiler
 

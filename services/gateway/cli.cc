@@ -166,7 +166,7 @@ int ListCommand(const std::string& what, const Args& args, const Io& io) {
     table.AddRow(
         {w.name(), w.dataset(), Fixed(w.parameter_size_mb(), 2),
          Fixed(w.required_bandwidth_mb_per_s(), 1), absl::StrCat(w.compute_size()),
-         w.has_loss() ? "yes" : "no (fit one first)",
+         w.has_loss() ? "yes" : "no (targets in iterations or epochs)",
          std::string(predictor::VariantName(services::ToDomain(w.model_variant())))});
   }
   table.Print(io.out);

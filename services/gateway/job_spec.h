@@ -22,7 +22,10 @@ struct JobSpec {
   std::vector<std::string> profiling_logs;
   std::string profiling_base;
   std::string catalog;  // a name or a JSON file
-  double target_loss = 0;
+  double target_loss = 0;  // the target: a loss, or (0 here) ...
+  double target_iterations = 0;  // ... global iterations (steps of all workers), or ...
+  double target_epochs = 0;      // ... epochs of
+  double dataset_size = 0;       // this many samples
   double deadline_s = 0;  // 0: none (then budget_usd is required)
   double budget_usd = 0;  // 0: none
   std::string strategy = "exact";

@@ -64,10 +64,12 @@ Subcommands:
                            predicted steps/s and time per cluster, and the MAPE of the time
       --ps-bandwidth MB/S --model-variant V --base W   as for fit
       --iterations N       compare the time of N steps (default: the steps the runs took)
-  validate-speed --runs DIR[,DIR...] --fit-workers N,N,N[,...]
+  validate-speed --runs DIR[,DIR...] --fit-workers N,N,N[,...] [--model shared-ps|paper]
                            for every <series>worker<N> series in DIR: fit the cluster-speed model
                            on the listed worker counts only, predict the others, print observed,
-                           predicted and error per point, per-series MAPE and the overall MAPE
+                           predicted and error per point, per-series MAPE and the overall MAPE.
+                           shared-ps (default): compute time z and server time d per series, one
+                           queueing kappa for all; paper: eqs. 2, 6-9 per series
 
 Common flags:
   --json                   print one JSON object
@@ -473,6 +475,13 @@ int ValidateSpeedCommand(const Args& args, const Io& io) {
     if (!n.ok()) return fail(n.status());
     fit_workers.push_back(*n);
   }
+  const std::string model_name = args.Get("--model").value_or("shared-ps");
+  if (model_name != "shared-ps" && model_name != "paper") {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--model = \"", model_name, "\": expected shared-ps or paper")));
+  }
+  const profiler::SpeedModel model =
+      model_name == "paper" ? profiler::SpeedModel::kPaper : profiler::SpeedModel::kSharedPs;
   const std::vector<std::string> dirs = absl::StrSplit(*runs, ',', absl::SkipEmpty());
   std::vector<profiler::SpeedSeries> series;
   std::uint64_t skipped = 0;
@@ -498,7 +507,7 @@ int ValidateSpeedCommand(const Args& args, const Io& io) {
       series.push_back(std::move(s));
     }
   }
-  auto validation = profiler::ValidateSpeed(series, fit_workers);
+  auto validation = profiler::ValidateSpeed(series, fit_workers, model);
   if (!validation.ok()) {
     const absl::Status& s = validation.status();
     return fail(absl::Status(s.code(), s.code() == absl::StatusCode::kInvalidArgument
@@ -516,12 +525,20 @@ int ValidateSpeedCommand(const Args& args, const Io& io) {
             ",\"held_out\":", p.held_out ? "true" : "false", "}"));
       }
       const profiler::SpeedCurve& c = v.fit.curve;
+      const std::string fit =
+          model == profiler::SpeedModel::kPaper
+              ? absl::StrCat("{\"model\":\"paper\",\"step_time_s\":", JsonNumber(c.step_time_s),
+                             ",\"comm_share\":", JsonNumber(c.comm_share),
+                             ",\"bandwidth_ratio\":", JsonNumber(c.bandwidth_ratio),
+                             ",\"a1\":", JsonNumber(c.contention.a1),
+                             ",\"b1\":", JsonNumber(c.contention.b1))
+              : absl::StrCat("{\"model\":\"shared-ps\",\"compute_time_s\":",
+                             JsonNumber(v.shared_ps.compute_time_s),
+                             ",\"service_time_s\":", JsonNumber(v.shared_ps.service_time_s),
+                             ",\"queueing\":", JsonNumber(v.shared_ps.queueing));
       series_json.push_back(absl::StrCat(
           "{\"series\":", JsonString(v.series), ",\"held_out_mape\":", JsonNumber(v.held_out_mape),
-          ",\"held_out_points\":", v.held_out_points, ",\"fit\":{\"step_time_s\":",
-          JsonNumber(c.step_time_s), ",\"comm_share\":", JsonNumber(c.comm_share),
-          ",\"bandwidth_ratio\":", JsonNumber(c.bandwidth_ratio),
-          ",\"a1\":", JsonNumber(c.contention.a1), ",\"b1\":", JsonNumber(c.contention.b1),
+          ",\"held_out_points\":", v.held_out_points, ",\"fit\":", fit,
           ",\"fit_mape\":", JsonNumber(v.fit.quality.mape), "},\"points\":[",
           absl::StrJoin(points, ","), "]}"));
     }
@@ -543,17 +560,33 @@ int ValidateSpeedCommand(const Args& args, const Io& io) {
   }
   points.Print(io.out);
   io.out << "\n";
-  Table per_series({"series", "T_1 (s)", "comm share c", "B_ps/B_req r", "fit MAPE %",
-                    "held-out points", "held-out MAPE %"});
-  for (const profiler::SeriesValidation& v : validation->series) {
-    per_series.AddRow({v.series, Fixed(v.fit.curve.step_time_s, 4),
-                       Fixed(v.fit.curve.comm_share, 3), Fixed(v.fit.curve.bandwidth_ratio, 2),
-                       Fixed(v.fit.quality.mape, 2), absl::StrCat(v.held_out_points),
-                       Fixed(v.held_out_mape, 2)});
+  if (model == profiler::SpeedModel::kPaper) {
+    Table per_series({"series", "T_1 (s)", "comm share c", "B_ps/B_req r", "fit MAPE %",
+                      "held-out points", "held-out MAPE %"});
+    for (const profiler::SeriesValidation& v : validation->series) {
+      per_series.AddRow({v.series, Fixed(v.fit.curve.step_time_s, 4),
+                         Fixed(v.fit.curve.comm_share, 3), Fixed(v.fit.curve.bandwidth_ratio, 2),
+                         Fixed(v.fit.quality.mape, 2), absl::StrCat(v.held_out_points),
+                         Fixed(v.held_out_mape, 2)});
+    }
+    per_series.Print(io.out);
+    io.out << "\nModel: eqs. 2, 6-9 for identical workers, v(N) = N / (T_1 (1 - c + c "
+              "B_req/B_wk(N))), P = 1 once B_req > B_ps/N; observed = median of each run's "
+              "samples.\n";
+  } else {
+    Table per_series({"series", "compute z (s)", "server d (s)", "kappa", "fit MAPE %",
+                      "held-out points", "held-out MAPE %"});
+    for (const profiler::SeriesValidation& v : validation->series) {
+      per_series.AddRow({v.series, Fixed(v.shared_ps.compute_time_s, 4),
+                         Fixed(v.shared_ps.service_time_s, 4), Fixed(v.shared_ps.queueing, 3),
+                         Fixed(v.fit.quality.mape, 2), absl::StrCat(v.held_out_points),
+                         Fixed(v.held_out_mape, 2)});
+    }
+    per_series.Print(io.out);
+    io.out << "\nModel: shared parameter server, v(N) = N / T(N), T = z + R, R = d (1 + kappa W / "
+              "(1 - W)), W = N d / T; z, d per series, kappa shared; observed = median of each "
+              "run's samples.\n";
   }
-  per_series.Print(io.out);
-  io.out << "\nModel: eqs. 2, 6-9 for identical workers, v(N) = N / (T_1 (1 - c + c B_req/B_wk(N)))"
-            ", P = 1 once B_req > B_ps/N; observed = median of each run's samples.\n";
   if (skipped > 0) {
     io.out << "Skipped " << skipped << " malformed line(s)"
            << (errors.empty() ? "" : absl::StrCat("; first: ", errors[0])) << "\n";
@@ -608,7 +641,7 @@ int ProfileCommand(const std::vector<std::string>& argv, std::ostream& out, std:
   } else if (sub == "export") {
     spec.values.insert({"--version", "--out"});
   } else if (sub == "validate-speed") {
-    spec.values = {"--runs", "--fit-workers"};
+    spec.values = {"--runs", "--fit-workers", "--model"};
   } else if (sub != "list") {
     ReportError(absl::InvalidArgumentError(absl::StrCat(
                     "unknown subcommand \"", sub,

@@ -155,7 +155,7 @@ TEST(Cli, HelpUnknownCommandAndListings) {
   EXPECT_THAT(catalogs.out, HasSubstr("aws-paper-2023"));
   const CliRun workloads = Cli({"workloads", "--json"});
   EXPECT_EQ(workloads.code, 0);
-  EXPECT_EQ(ParseJsonObject(workloads.out).fields().at("workloads").list_value().values_size(), 5);
+  EXPECT_EQ(ParseJsonObject(workloads.out).fields().at("workloads").list_value().values_size(), 6);
 }
 
 }  // namespace

@@ -254,11 +254,11 @@ TEST_F(PredictorServiceTest, ListsTheBuiltins) {
   pb::ListCatalogsResponse catalogs;
   grpc::ClientContext c1;
   ASSERT_TRUE(stub_->ListCatalogs(&c1, {}, &catalogs).ok());
-  EXPECT_EQ(catalogs.catalogs_size(), 2);
+  EXPECT_EQ(catalogs.catalogs_size(), 3);
   pb::ListWorkloadsResponse workloads;
   grpc::ClientContext c2;
   ASSERT_TRUE(stub_->ListWorkloads(&c2, {}, &workloads).ok());
-  EXPECT_EQ(workloads.workloads_size(), 5);
+  EXPECT_EQ(workloads.workloads_size(), 6);
 }
 
 // Every spotdnn server answers the standard health check (grpc.health.v1.Health/Check) with
