@@ -102,9 +102,10 @@ void PrintTable(const std::string& title, const std::vector<Row>& rows) {
       ++n;
     }
   }
-  std::printf("MAPE of time over %d clusters: shared-ps %.2f%% (max %.2f%%), paper %.2f%% (max "
-              "%.2f%%)\n",
-              n, shared_sum / n, shared_max, paper_sum / n, paper_max);
+  std::printf(
+      "MAPE of time over %d clusters: shared-ps %.2f%% (max %.2f%%), paper %.2f%% (max "
+      "%.2f%%)\n",
+      n, shared_sum / n, shared_max, paper_sum / n, paper_max);
 }
 
 }  // namespace
@@ -145,10 +146,11 @@ int main(int argc, char** argv) {
   }
   const RunSet runs = spotdnn::profiler::RunsFromSamples(samples);
   const std::vector<ClusterObservation> all = spotdnn::profiler::GroupRuns(runs.runs);
-  std::printf("ICAC 2019 runs: %d files, %zu samples, %zu runs in %zu cluster configurations; "
-              "%d runs left out (a worker revoked mid-run), %llu rows skipped\n",
-              files, samples.size(), runs.runs.size(), all.size(), left_out_notes,
-              static_cast<unsigned long long>(skipped));
+  std::printf(
+      "ICAC 2019 runs: %d files, %zu samples, %zu runs in %zu cluster configurations; "
+      "%d runs left out (a worker revoked mid-run), %llu rows skipped\n",
+      files, samples.size(), runs.runs.size(), all.size(), left_out_notes,
+      static_cast<unsigned long long>(skipped));
 
   auto fit_both = [&](const std::vector<ClusterObservation>& train, std::vector<Row>& rows,
                       const std::vector<ClusterObservation>& test) -> bool {
@@ -174,18 +176,19 @@ int main(int argc, char** argv) {
                  paper.status().ToString().c_str());
     return 1;
   }
-  std::printf("\nshared-ps fitted on all %zu configurations: d = %.5f s (S_parm = %.3f MB at "
-              "B_ps = %.0f MB/s), kappa = %.4f%s\n",
-              all.size(), shared->fit.service_time_s,
-              shared->fit.service_time_s * kPsBandwidth / 2, kPsBandwidth, shared->fit.queueing,
-              shared->queueing_identified ? "" : " (not identified)");
+  std::printf(
+      "\nshared-ps fitted on all %zu configurations: d = %.5f s (S_parm = %.3f MB at "
+      "B_ps = %.0f MB/s), kappa = %.4f%s\n",
+      all.size(), shared->fit.service_time_s, shared->fit.service_time_s * kPsBandwidth / 2,
+      kPsBandwidth, shared->fit.queueing, shared->queueing_identified ? "" : " (not identified)");
   for (const auto& [type, z] : shared->fit.compute_time_s) {
     std::printf("  z[%s] = %.5f s\n", type.c_str(), z);
   }
-  std::printf("paper form fitted on all: S_parm = %.3f MB, B_req = %.1f MB/s, a1 = %.4f, "
-              "b1 = %.4f\n",
-              paper->fit.parameter_size_mb, paper->fit.required_bandwidth_mb_per_s,
-              paper->fit.contention.a1, paper->fit.contention.b1);
+  std::printf(
+      "paper form fitted on all: S_parm = %.3f MB, B_req = %.1f MB/s, a1 = %.4f, "
+      "b1 = %.4f\n",
+      paper->fit.parameter_size_mb, paper->fit.required_bandwidth_mb_per_s,
+      paper->fit.contention.a1, paper->fit.contention.b1);
   for (const auto& [type, t] : paper->fit.compute_time_s) {
     std::printf("  T_comp[%s] = %.5f s\n", type.c_str(), t);
   }

@@ -41,9 +41,10 @@ void PerformanceModel::CompileSharedPsType(const PerformanceModel& model,
     t.compute_time_s = *compute.compute_time_s;
     t.single_worker_time_s = SharedPsIterationTime(1, t.compute_time_s, d, model.queueing_);
   } else if (!t.batch_known) {
-    t.unusable_reason = absl::StrCat(
-        type.name, ": its compute entry gives a speed in samples/s but no batch_per_gpu, and the "
-                   "memory model (a2, b2) gives none, so its iteration time is unknown");
+    t.unusable_reason =
+        absl::StrCat(type.name,
+                     ": its compute entry gives a speed in samples/s but no batch_per_gpu, and the "
+                     "memory model (a2, b2) gives none, so its iteration time is unknown");
   } else {
     // The measured single-worker iteration less one exchange with one server at the load that
     // worker alone puts on it: W = d / T, R = d (1 + kappa W / (1 - W)).
@@ -101,9 +102,8 @@ absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profil
     model.shared_ps_ = true;
     model.queueing_ = profile.shared_ps->queueing;
     // d of one server: 2 S through its bandwidth, less the margin.
-    model.service_per_server_s_ =
-        model.two_s_ /
-        (catalog.parameter_server.bandwidth_mb_per_s * (1.0 - options.bandwidth_margin));
+    model.service_per_server_s_ = model.two_s_ / (catalog.parameter_server.bandwidth_mb_per_s *
+                                                  (1.0 - options.bandwidth_margin));
   }
 
   std::vector<std::string> reasons;
@@ -193,8 +193,8 @@ bool PerformanceModel::EvaluateShape(absl::Span<const int> counts, int parameter
   const ParameterServer& ps = catalog_.parameter_server;
   double network_time = 0;
   if (shared_ps_) {
-    const PsLoad load = SharedPsLoad(counts, compute_times_,
-                                     service_per_server_s_ / parameter_servers, queueing_);
+    const PsLoad load =
+        SharedPsLoad(counts, compute_times_, service_per_server_s_ / parameter_servers, queueing_);
     network_time = load.response_time_s;
     out.ps_response_time_s = load.response_time_s;
     out.ps_utilization = load.utilization;
@@ -230,8 +230,7 @@ bool PerformanceModel::EvaluateShape(absl::Span<const int> counts, int parameter
   // profile may know no batch (speed 0): then there is no R either.
   if (speed > 0) {
     const double w1 = fastest / speed;
-    out.convergence_coefficient =
-        std::sqrt(std::max(0.0, speed_sq / (speed * speed) - 2 * w1 + 1));
+    out.convergence_coefficient = std::sqrt(std::max(0.0, speed_sq / (speed * speed) - 2 * w1 + 1));
   }
   out.price_per_hour = price + parameter_servers * ps.spot_price_per_hour;
   out.on_demand_price_per_hour = od_price + parameter_servers * ps.on_demand_price_per_hour;
@@ -379,8 +378,7 @@ absl::Status PerformanceModel::ErrorStatus(const Estimate& e, const Target& targ
       return absl::FailedPreconditionError(absl::StrCat(
           "cluster uses ", catalog_.types[e.unusable_type].name, " (",
           catalog_.types[e.unusable_type].gpu_type, "), for which workload \"", profile_.name,
-          "\" has no batch size: a target in ",
-          target.is_loss() ? "loss" : "epochs (samples)",
+          "\" has no batch size: a target in ", target.is_loss() ? "loss" : "epochs (samples)",
           " needs each worker's batch; give the profile's compute entry a batch_per_gpu (import "
           "the runs with --batch-size), or give the target in iterations"));
   }
@@ -403,9 +401,9 @@ absl::Status PerformanceModel::UnusableStatus(absl::Span<const int> counts, int 
     names.push_back(absl::StrCat(catalog_.types[k].name, " (", catalog_.types[k].gpu_type, ")"));
     reasons.push_back(types_[k].unusable_reason);
   }
-  return absl::FailedPreconditionError(absl::StrCat("cluster uses ", absl::StrJoin(names, ", "),
-                                                    ", which the model cannot predict: ",
-                                                    absl::StrJoin(reasons, "; ")));
+  return absl::FailedPreconditionError(
+      absl::StrCat("cluster uses ", absl::StrJoin(names, ", "),
+                   ", which the model cannot predict: ", absl::StrJoin(reasons, "; ")));
 }
 
 absl::Status PerformanceModel::CheckCluster(const Cluster& cluster) const {
@@ -452,8 +450,8 @@ absl::StatusOr<Prediction> PerformanceModel::Predict(const Cluster& cluster,
   p.parameter_servers = cluster.parameter_servers;
   p.target = target;
   if (target.is_loss()) p.target_loss = target.value;
-  const double network_time = shared_ps_ ? p.estimate.ps_response_time_s
-                                         : two_s_ / p.estimate.worker_bandwidth_mb_per_s;
+  const double network_time =
+      shared_ps_ ? p.estimate.ps_response_time_s : two_s_ / p.estimate.worker_bandwidth_mb_per_s;
   for (size_t k = 0; k < cluster.counts.size(); ++k) {
     if (cluster.counts[k] == 0) continue;
     const TypeModel& t = types_[k];

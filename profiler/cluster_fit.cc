@@ -30,7 +30,9 @@ double Median(std::vector<double> v) {
   return m;
 }
 
-std::string TypeKey(const Sample& s) { return s.instance_type.empty() ? s.gpu_type : s.instance_type; }
+std::string TypeKey(const Sample& s) {
+  return s.instance_type.empty() ? s.gpu_type : s.instance_type;
+}
 
 ceres::Solver::Options SolverOptions() {
   ceres::Solver::Options options;
@@ -287,8 +289,8 @@ double SharedPsFit::StepsPerS(const std::map<std::string, int>& composition,
     counts.push_back(n);
     z.push_back(it->second);
   }
-  const predictor::PsLoad load = predictor::SharedPsLoad(
-      counts, z, service_time_s / std::max(1, parameter_servers), queueing);
+  const predictor::PsLoad load =
+      predictor::SharedPsLoad(counts, z, service_time_s / std::max(1, parameter_servers), queueing);
   double rate = 0;
   for (size_t i = 0; i < counts.size(); ++i) rate += counts[i] / (z[i] + load.response_time_s);
   return rate;
@@ -340,8 +342,8 @@ absl::StatusOr<SharedPsFitResult> FitSharedPs(absl::Span<const ClusterObservatio
   SharedPsFit best;
   const double kappa0 = options.queueing.value_or(kDefaultQueueing);
   for (double share : {0.1, 0.3}) {
-    for (double kappa_start : fit_kappa ? std::vector<double>{0.2, 1.0}
-                                        : std::vector<double>{kappa0}) {
+    for (double kappa_start :
+         fit_kappa ? std::vector<double>{0.2, 1.0} : std::vector<double>{kappa0}) {
       // Start: d a share of the fastest type's lone iteration, z the rest.
       double min_t = std::numeric_limits<double>::infinity();
       for (const auto& [type, rate] : fastest_rate) min_t = std::min(min_t, 1.0 / rate);
@@ -363,8 +365,8 @@ absl::StatusOr<SharedPsFitResult> FitSharedPs(absl::Span<const ClusterObservatio
         std::vector<double*> blocks;
         for (const auto& [type, count] : o.composition) {
           functor->counts.push_back(count);
-          const int i = static_cast<int>(
-              std::find(names.begin(), names.end(), type) - names.begin());
+          const int i =
+              static_cast<int>(std::find(names.begin(), names.end(), type) - names.begin());
           blocks.push_back(&log_z[i]);
         }
         blocks.push_back(&log_d);
@@ -421,16 +423,18 @@ absl::StatusOr<SharedPsFitResult> FitSharedPs(absl::Span<const ClusterObservatio
   FitQuality d;
   d.parameter = "S_parm";
   d.identified = true;
-  d.note = fit_d ? absl::StrFormat("d = %.5f s of parameter-server work per iteration on one "
-                                   "server, from runs at several sizes or server counts",
-                                   best.service_time_s)
-                 : absl::StrFormat("d = %.5f s per iteration on one server, given", best.service_time_s);
+  d.note =
+      fit_d ? absl::StrFormat(
+                  "d = %.5f s of parameter-server work per iteration on one "
+                  "server, from runs at several sizes or server counts",
+                  best.service_time_s)
+            : absl::StrFormat("d = %.5f s per iteration on one server, given", best.service_time_s);
   out.quality.push_back(std::move(d));
   FitQuality kappa;
   kappa.parameter = "queueing";
   kappa.identified = fit_kappa || options.queueing.has_value();
-  kappa.note = fit_kappa ? absl::StrFormat("kappa = %.4f: waiting per unit of W / (1 - W)",
-                                           best.queueing)
+  kappa.note = fit_kappa
+                   ? absl::StrFormat("kappa = %.4f: waiting per unit of W / (1 - W)", best.queueing)
                : options.queueing.has_value()
                    ? absl::StrFormat("kappa = %.4f, given", best.queueing)
                    : absl::StrFormat(
@@ -454,8 +458,7 @@ double PaperFormFit::StepsPerS(const std::map<std::string, int>& composition,
   PaperFormResidual r;
   for (const auto& [type, n] : composition) r.workers += n;
   r.ps_total = ps_bandwidth_mb_per_s * std::max(1, parameter_servers);
-  const double comm =
-      r.CommTime(parameter_size_mb, required_bandwidth_mb_per_s, contention);
+  const double comm = r.CommTime(parameter_size_mb, required_bandwidth_mb_per_s, contention);
   double rate = 0;
   for (const auto& [type, n] : composition) {
     auto it = compute_time_s.find(type);
@@ -580,17 +583,20 @@ absl::StatusOr<PaperFormFitResult> FitPaperForm(absl::Span<const ClusterObservat
     out.quality.push_back(std::move(q));
   }
   FitQuality s{.parameter = "S_parm", .identified = true};
-  s.note = absl::StrFormat("%.4g MB, fitted with B_req and a1, b1 to cluster speeds at B_ps = %g "
-                           "MB/s",
-                           best.parameter_size_mb, ps_bandwidth_mb_per_s);
+  s.note = absl::StrFormat(
+      "%.4g MB, fitted with B_req and a1, b1 to cluster speeds at B_ps = %g "
+      "MB/s",
+      best.parameter_size_mb, ps_bandwidth_mb_per_s);
   out.quality.push_back(std::move(s));
   FitQuality req{.parameter = "B_req", .identified = true};
-  req.note = absl::StrFormat("%.4g MB/s, fitted to cluster speeds", best.required_bandwidth_mb_per_s);
+  req.note =
+      absl::StrFormat("%.4g MB/s, fitted to cluster speeds", best.required_bandwidth_mb_per_s);
   out.quality.push_back(std::move(req));
   FitQuality c = SpeedQuality("a1,b1", observations, predict);
-  c.note = absl::StrFormat("eq. 8-9 on cluster steps/s of %d configuration(s) (%s), least squares "
-                           "in log speed",
-                           observations.size(), Configurations(observations));
+  c.note = absl::StrFormat(
+      "eq. 8-9 on cluster steps/s of %d configuration(s) (%s), least squares "
+      "in log speed",
+      observations.size(), Configurations(observations));
   out.quality.push_back(std::move(c));
   return out;
 }
@@ -612,8 +618,9 @@ absl::StatusOr<FitValidation> ValidateFit(absl::Span<const Sample> fit,
   const RunSet check_runs = RunsFromSamples(check);
   const std::vector<ClusterObservation> observations = GroupRuns(check_runs.runs);
   if (observations.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no check run has a speed", check_runs.notes.empty() ? "" : ": ", check_runs.notes.empty() ? "" : check_runs.notes[0]));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no check run has a speed", check_runs.notes.empty() ? "" : ": ",
+                     check_runs.notes.empty() ? "" : check_runs.notes[0]));
   }
   // A catalog of the fitted types (by key), so the performance model predicts each cluster as
   // `spotdnn predict` would.
@@ -639,10 +646,10 @@ absl::StatusOr<FitValidation> ValidateFit(absl::Span<const Sample> fit,
     for (const FitQuality& q : out.quality) {
       if (!q.identified) missing.push_back(absl::StrCat(q.parameter, ": ", q.note));
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the fit jobs give no profile to predict with (",
-        model.ok() ? out.profile.Validate().message() : model.status().message(), ")",
-        missing.empty() ? "" : "; not identified: ", absl::StrJoin(missing, "; ")));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the fit jobs give no profile to predict with (",
+                     model.ok() ? out.profile.Validate().message() : model.status().message(), ")",
+                     missing.empty() ? "" : "; not identified: ", absl::StrJoin(missing, "; ")));
   }
   double total = 0;
   for (const ClusterObservation& o : observations) {
@@ -656,15 +663,15 @@ absl::StatusOr<FitValidation> ValidateFit(absl::Span<const Sample> fit,
       }
     }
     if (!unknown.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "check cluster ", o.Describe(), " uses ", absl::StrJoin(unknown, ", "),
-          ", which the fit jobs give no speed for: fit on runs of those types too"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("check cluster ", o.Describe(), " uses ", absl::StrJoin(unknown, ", "),
+                       ", which the fit jobs give no speed for: fit on runs of those types too"));
     }
     ClusterCheck c;
     c.observed = o;
     c.iterations = iterations > 0 ? iterations : o.steps > 0 ? o.steps : 10000;
-    const predictor::Estimate e = model->Evaluate(
-        counts, predictor::Target::Iterations(c.iterations), o.parameter_servers);
+    const predictor::Estimate e =
+        model->Evaluate(counts, predictor::Target::Iterations(c.iterations), o.parameter_servers);
     if (!e.ok()) return model->ErrorStatus(e, predictor::Target::Iterations(c.iterations));
     c.predicted_steps_per_s = 1.0 / e.expected_iteration_time_s;
     c.predicted_time_s = e.time_s;

@@ -563,7 +563,8 @@ FitQuality RunsRow(const RunSet& runs, size_t configurations) {
   q.parameter = "runs";
   q.identified = !runs.runs.empty();
   q.points = static_cast<int>(runs.runs.size());
-  q.note = absl::StrCat(runs.runs.size(), " run(s) in ", configurations, " cluster configuration(s)");
+  q.note =
+      absl::StrCat(runs.runs.size(), " run(s) in ", configurations, " cluster configuration(s)");
   if (!runs.notes.empty()) {
     absl::StrAppend(&q.note, "; ", runs.notes.size(), " left out, first: ", runs.notes[0]);
   }
@@ -572,8 +573,8 @@ FitQuality RunsRow(const RunSet& runs, size_t configurations) {
 
 // Compute entries of the fitted types: by instance type when the runs name one (and then by its
 // GPU type too, when no other fitted type has that GPU), else by GPU type.
-std::vector<predictor::ComputeProfile> ComputeEntries(const std::map<std::string, double>& times,
-                                                      const std::map<std::string, TypeInfo>& types) {
+std::vector<predictor::ComputeProfile> ComputeEntries(
+    const std::map<std::string, double>& times, const std::map<std::string, TypeInfo>& types) {
   std::map<std::string, int> gpu_count;
   for (const auto& [key, t] : times) {
     auto it = types.find(key);
@@ -903,8 +904,7 @@ std::vector<SpeedSeries> SpeedSeriesFromSamples(absl::Span<const Sample> samples
 }
 
 absl::StatusOr<SpeedValidation> ValidateSpeed(absl::Span<const SpeedSeries> series,
-                                              absl::Span<const int> fit_workers,
-                                              SpeedModel model) {
+                                              absl::Span<const int> fit_workers, SpeedModel model) {
   const std::set<int> fit(fit_workers.begin(), fit_workers.end());
   for (int n : fit) {
     if (n < 1) {

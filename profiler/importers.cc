@@ -312,8 +312,8 @@ absl::Status FillOne(absl::string_view field, T& value, const T& given, const T&
     return absl::OkStatus();
   }
   if (value != given) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("given ", field, " = ", given, " contradicts the file's ", field, " = ", value));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "given ", field, " = ", given, " contradicts the file's ", field, " = ", value));
   }
   return absl::OkStatus();
 }
@@ -321,13 +321,13 @@ absl::Status FillOne(absl::string_view field, T& value, const T& given, const T&
 // Fills what a sample does not say from the options; a given value the sample says otherwise is
 // an error naming both.
 absl::Status FillFromOptions(const ImportOptions& o, Sample& s) {
-  for (auto status : {FillOne<std::string>("instance_type", s.instance_type, o.instance_type, ""),
-                      FillOne<std::string>("gpu_type", s.gpu_type, o.gpu_type, ""),
-                      FillOne("gpus", s.gpus, o.gpus, 0),
-                      FillOne("batch_size", s.batch_size, o.batch_size, 0),
-                      FillOne("cluster_workers", s.cluster_workers, o.cluster_workers, 0),
-                      FillOne("parameter_servers", s.parameter_servers, o.parameter_servers, 0),
-                      FillOne<std::string>("cluster", s.cluster, o.cluster, "")}) {
+  for (auto status :
+       {FillOne<std::string>("instance_type", s.instance_type, o.instance_type, ""),
+        FillOne<std::string>("gpu_type", s.gpu_type, o.gpu_type, ""),
+        FillOne("gpus", s.gpus, o.gpus, 0), FillOne("batch_size", s.batch_size, o.batch_size, 0),
+        FillOne("cluster_workers", s.cluster_workers, o.cluster_workers, 0),
+        FillOne("parameter_servers", s.parameter_servers, o.parameter_servers, 0),
+        FillOne<std::string>("cluster", s.cluster, o.cluster, "")}) {
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
@@ -390,8 +390,8 @@ absl::Status ImportCheckpoints(const std::vector<absl::string_view>& lines, size
     } else if (status.ok()) {
       status = st.status();
     }
-    for (auto [index, name, out] : {std::tuple{accuracy, "Accuracy", &c.accuracy},
-                                    std::tuple{loss, "Loss", &c.loss}}) {
+    for (auto [index, name, out] :
+         {std::tuple{accuracy, "Accuracy", &c.accuracy}, std::tuple{loss, "Loss", &c.loss}}) {
       if (index < 0 || !status.ok() || absl::StripAsciiWhitespace(f[index]).empty()) continue;
       auto v = ParseDouble(name, f[index]);
       if (v.ok()) {
@@ -401,8 +401,8 @@ absl::Status ImportCheckpoints(const std::vector<absl::string_view>& lines, size
       }
     }
     if (status.ok()) {
-      for (auto [name, v] : {std::pair{"Wall Time", c.wall_time_s}, std::pair{"Accuracy", c.accuracy},
-                             std::pair{"Loss", c.loss}}) {
+      for (auto [name, v] : {std::pair{"Wall Time", c.wall_time_s},
+                             std::pair{"Accuracy", c.accuracy}, std::pair{"Loss", c.loss}}) {
         if (!std::isfinite(v) || v < 0) {
           status = absl::InvalidArgumentError(
               absl::StrFormat("%s = %g: must be a finite number >= 0", name, v));
@@ -446,22 +446,22 @@ absl::Status ImportCheckpoints(const std::vector<absl::string_view>& lines, size
     std::vector<Checkpoint> kept;
     for (const Checkpoint& c : rows) {
       if (!kept.empty() && c.wall_time_s < kept.back().wall_time_s) {
-        if (auto s = fail(c.line, absl::StrFormat("Wall Time %.6f goes backwards (line %d has "
-                                                  "%.6f)",
-                                                  c.wall_time_s, kept.back().line,
-                                                  kept.back().wall_time_s));
+        if (auto s = fail(
+                c.line, absl::StrFormat("Wall Time %.6f goes backwards (line %d has "
+                                        "%.6f)",
+                                        c.wall_time_s, kept.back().line, kept.back().wall_time_s));
             !s.ok()) {
           return s;
         }
         continue;
       }
       if (!kept.empty() && c.step <= kept.back().step) {
-        if (auto s = fail(c.line,
-                          absl::StrFormat("Step %d does not increase (line %d has step %d): run "
-                                          "%s restarted here; its %d earlier checkpoint(s) are "
-                                          "left out",
-                                          c.step, kept.back().line, kept.back().step,
-                                          name.empty() ? "of the file" : name, kept.size()));
+        if (auto s =
+                fail(c.line, absl::StrFormat("Step %d does not increase (line %d has step %d): run "
+                                             "%s restarted here; its %d earlier checkpoint(s) are "
+                                             "left out",
+                                             c.step, kept.back().line, kept.back().step,
+                                             name.empty() ? "of the file" : name, kept.size()));
             !s.ok()) {
           return s;
         }
@@ -503,8 +503,8 @@ absl::Status ImportCheckpoints(const std::vector<absl::string_view>& lines, size
       s.accuracy = kept[i].accuracy;
       s.loss = kept[i].loss;
       if (i > 0 && kept[i].wall_time_s > kept[i - 1].wall_time_s) {
-        s.cluster_steps_per_s = (kept[i].step - kept[i - 1].step) /
-                                (kept[i].wall_time_s - kept[i - 1].wall_time_s);
+        s.cluster_steps_per_s =
+            (kept[i].step - kept[i - 1].step) / (kept[i].wall_time_s - kept[i - 1].wall_time_s);
       }
       absl::Status status = FillFromOptions(options, s);
       if (status.ok()) status = ValidateSample(s);
@@ -578,7 +578,8 @@ absl::StatusOr<ImportResult> ImportText(absl::string_view content, absl::string_
 
   if (const std::string kind = SideFileKind(first_line);
       !kind.empty() && (options.format == LogFormat::kAuto || options.format == LogFormat::kCsv)) {
-    result.notes.push_back(absl::StrCat(source, ": ", kind, " of a checkpoint export, not samples"));
+    result.notes.push_back(
+        absl::StrCat(source, ": ", kind, " of a checkpoint export, not samples"));
     return result;
   }
   LogFormat format = options.format;
@@ -697,8 +698,7 @@ bool ParseFolderContext(absl::string_view name, FolderContext* context) {
   return true;
 }
 
-std::vector<RunToLeaveOut> RunsWithRevokedVms(absl::string_view content,
-                                              absl::string_view source) {
+std::vector<RunToLeaveOut> RunsWithRevokedVms(absl::string_view content, absl::string_view source) {
   std::vector<RunToLeaveOut> out;
   std::vector<absl::string_view> lines = absl::StrSplit(content, '\n');
   if (lines.empty()) return out;
@@ -757,7 +757,8 @@ absl::Status ApplyFolderContext(const std::string& folder, ImportOptions& o) {
     return absl::OkStatus();
   };
   if (!o.cluster.empty()) return absl::OkStatus();  // a composition speaks for itself
-  if (auto s = apply("cluster_workers", o.cluster_workers, context.workers, 0, "workers"); !s.ok()) {
+  if (auto s = apply("cluster_workers", o.cluster_workers, context.workers, 0, "workers");
+      !s.ok()) {
     return s;
   }
   if (auto s = apply("parameter_servers", o.parameter_servers, context.parameter_servers, 0,

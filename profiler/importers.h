@@ -29,9 +29,9 @@ enum class LogFormat {
   // as a sample field, the speed from the steps and wall times, one job per Run ("JOB/run-3",
   // "JOB/ZONE/run-3" with a Zone column).
   kTensorBoardCsv,
-  kSpotdnnWorker,   // tab separated: datetime, global step, images, loss, examples/s, s/batch
-  kCsv,             // a header line naming Sample fields, then one sample per line
-  kSampleLines,     // "SPOTDNN_SAMPLE key=value ..." lines inside any log
+  kSpotdnnWorker,  // tab separated: datetime, global step, images, loss, examples/s, s/batch
+  kCsv,            // a header line naming Sample fields, then one sample per line
+  kSampleLines,    // "SPOTDNN_SAMPLE key=value ..." lines inside any log
 };
 
 // Parses "auto", "tensorboard", "spotdnn-worker", "csv", "samples"; INVALID_ARGUMENT otherwise.

@@ -58,7 +58,6 @@ double NowUnixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-
 // Columns added to `samples` after its first release: a database made before gets them here.
 constexpr std::pair<const char*, const char*> kAddedSampleColumns[] = {
     {"accuracy", "REAL NOT NULL DEFAULT 0"},
@@ -94,7 +93,6 @@ absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::stri
   }
   return std::unique_ptr<ProfileStore>(new ProfileStore(*db));
 }
-
 
 ProfileStore::~ProfileStore() {
   absl::MutexLock lock(&mu_);
@@ -170,7 +168,8 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
   constexpr char kColumns[] =
       "SELECT job_id, worker_id, instance_type, gpu_type, gpus, batch_size, step, wall_time_s, "
       "iteration_time_s, loss, bytes_sent, bytes_received, gpu_memory_gib, cluster_workers, "
-      "communication_time_s, cluster_steps_per_s, accuracy, parameter_servers, cluster FROM samples";
+      "communication_time_s, cluster_steps_per_s, accuracy, parameter_servers, cluster FROM "
+      "samples";
   std::vector<Sample> out;
   // Jobs an earlier entry of job_ids already read (a job and one of its runs both named).
   std::set<std::string> done, reading;

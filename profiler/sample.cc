@@ -83,10 +83,10 @@ absl::StatusOr<std::map<std::string, int>> ParseComposition(absl::string_view te
     part = absl::StripAsciiWhitespace(part);
     const size_t eq = part.find('=');
     int n = 0;
-    if (eq == absl::string_view::npos || eq == 0 ||
-        !absl::SimpleAtoi(part.substr(eq + 1), &n) || n < 1 || n > 100000) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cluster = \"", text, "\": entry \"", part, "\" is not TYPE=N with N >= 1"));
+    if (eq == absl::string_view::npos || eq == 0 || !absl::SimpleAtoi(part.substr(eq + 1), &n) ||
+        n < 1 || n > 100000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cluster = \"", text, "\": entry \"", part, "\" is not TYPE=N with N >= 1"));
     }
     const std::string type(absl::StripAsciiWhitespace(part.substr(0, eq)));
     if (!out.emplace(type, n).second) {

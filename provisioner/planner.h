@@ -37,7 +37,7 @@ inline constexpr uint64_t kSpotdnnWindowLimit = 4'000'000;
 
 // One planning question. Counts are indexed like the model's catalog types.
 struct PlanProblem {
-  double target_loss = 0;       // L_obj (when target_kind is kLoss)
+  double target_loss = 0;  // L_obj (when target_kind is kLoss)
   // Instead of a loss: train target_amount global iterations or samples (kIterations, kSamples);
   // when re-planning, what is left of them.
   predictor::Target::Kind target_kind = predictor::Target::Kind::kLoss;
@@ -57,9 +57,9 @@ struct PlanProblem {
 
   // The target the model evaluates: Loss(target_loss), or target_amount of target_kind.
   predictor::Target target() const {
-    return target_kind == predictor::Target::Kind::kLoss ? predictor::Target::Loss(target_loss)
-                                                         : predictor::Target{target_kind,
-                                                                             target_amount};
+    return target_kind == predictor::Target::Kind::kLoss
+               ? predictor::Target::Loss(target_loss)
+               : predictor::Target{target_kind, target_amount};
   }
 };
 

@@ -71,9 +71,9 @@ absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem p
     }
     out.remaining_amount = problem.target_amount - done;
     if (!(out.remaining_amount > 0)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "progress: %.15g of the target's %s are done already; nothing to re-plan", done,
-          problem.target().Describe()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("progress: %.15g of the target's %s are done already; nothing to re-plan",
+                          done, problem.target().Describe()));
     }
     problem.target_amount = out.remaining_amount;
   } else if (std::isfinite(progress.current_loss)) {

@@ -121,8 +121,8 @@ absl::StatusOr<predictor::Target> TargetOf(double target_loss, double target_ite
   const bool iterations = target_iterations != 0, epochs = target_epochs != 0;
   if (iterations + epochs + (target_loss != 0) > 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%starget_loss = %g, %starget_iterations = %g, %starget_epochs = %g: give one target", prefix,
-        target_loss, prefix, target_iterations, prefix, target_epochs));
+        "%starget_loss = %g, %starget_iterations = %g, %starget_epochs = %g: give one target",
+        prefix, target_loss, prefix, target_iterations, prefix, target_epochs));
   }
   if (!epochs && dataset_size != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -131,9 +131,8 @@ absl::StatusOr<predictor::Target> TargetOf(double target_loss, double target_ite
   if (iterations) {
     if (!(std::isfinite(target_iterations) && target_iterations >= 1 &&
           target_iterations == std::floor(target_iterations))) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%starget_iterations = %g: must be a whole number >= 1", prefix,
-                          target_iterations));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%starget_iterations = %g: must be a whole number >= 1", prefix, target_iterations));
     }
     return predictor::Target::Iterations(target_iterations);
   }

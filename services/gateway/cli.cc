@@ -163,11 +163,10 @@ int ListCommand(const std::string& what, const Args& args, const Io& io) {
   table.LeftAlign(5);
   table.LeftAlign(6);
   for (const pb::WorkloadProfile& w : response.workloads()) {
-    table.AddRow(
-        {w.name(), w.dataset(), Fixed(w.parameter_size_mb(), 2),
-         Fixed(w.required_bandwidth_mb_per_s(), 1), absl::StrCat(w.compute_size()),
-         w.has_loss() ? "yes" : "no (targets in iterations or epochs)",
-         std::string(predictor::VariantName(services::ToDomain(w.model_variant())))});
+    table.AddRow({w.name(), w.dataset(), Fixed(w.parameter_size_mb(), 2),
+                  Fixed(w.required_bandwidth_mb_per_s(), 1), absl::StrCat(w.compute_size()),
+                  w.has_loss() ? "yes" : "no (targets in iterations or epochs)",
+                  std::string(predictor::VariantName(services::ToDomain(w.model_variant())))});
   }
   table.Print(io.out);
   return kExitOk;
@@ -285,12 +284,11 @@ int RunCli(const std::vector<std::string>& raw_argv, std::ostream& out, std::ost
       return kExitOk;
     }
     auto args = Args::Parse(
-        rest,
-        {.values = {"--workload", "--catalog", "--loss", "--iterations", "--epochs",
-                    "--dataset-size", "--deadline", "--mode", "--budget",
-                    "--strategy", "--quota", "--existing", "--margin", "--overhead", "--max-size",
-                    "--parameter-servers", "--exhaustive-limit", "--plot", "--server"},
-         .switches = {"--json", "--on-demand"}});
+        rest, {.values = {"--workload", "--catalog", "--loss", "--iterations", "--epochs",
+                          "--dataset-size", "--deadline", "--mode", "--budget", "--strategy",
+                          "--quota", "--existing", "--margin", "--overhead", "--max-size",
+                          "--parameter-servers", "--exhaustive-limit", "--plot", "--server"},
+               .switches = {"--json", "--on-demand"}});
     Io io{out, err, std::find(rest.begin(), rest.end(), "--json") != rest.end()};
     if (!args.ok()) {
       ReportError(args.status(), command, io);

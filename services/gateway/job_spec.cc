@@ -153,8 +153,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
         "slo is required: {\"loss\": L, \"deadline\": \"30m\"} (and/or \"budget_usd\")");
   }
   const json& slo = doc["slo"];
-  if (auto s = OnlyKnown(slo, "slo.",
-                         {"loss", "iterations", "epochs", "dataset_size", "deadline", "budget_usd"});
+  if (auto s = OnlyKnown(
+          slo, "slo.", {"loss", "iterations", "epochs", "dataset_size", "deadline", "budget_usd"});
       !s.ok()) {
     return s;
   }

@@ -20,10 +20,12 @@ void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveRes
   Table workers({"instance type", "count", "GPUs", "batch", "T_comp (s)", "T_comm (s)", "T_i (s)",
                  "samples/s"});
   for (const pb::WorkerPrediction& w : p.workers()) {
+    // A shared-ps profile may know no batch (iteration targets need none): "-".
+    const bool batch = w.batch_size() > 0;
     workers.AddRow({w.instance_type(), absl::StrCat(w.count()), absl::StrCat(w.gpus()),
-                    absl::StrCat(w.batch_size()), Fixed(w.compute_time_s(), 5),
+                    batch ? absl::StrCat(w.batch_size()) : "-", Fixed(w.compute_time_s(), 5),
                     Fixed(w.communication_time_s(), 5), Fixed(w.iteration_time_s(), 5),
-                    Fixed(w.samples_per_s(), 1)});
+                    batch ? Fixed(w.samples_per_s(), 1) : "-"});
   }
   workers.Print(out);
   out << "\n";
@@ -38,10 +40,11 @@ void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveRes
   }
   summary.AddRow({"worker bandwidth B_wk (MB/s)",
                   p.workers_size() > 0 ? Fixed(p.workers(0).bandwidth_mb_per_s(), 2) : "-"});
-  summary.AddRow({"cluster speed v (samples/s)", Fixed(p.cluster_speed(), 2)});
+  summary.AddRow(
+      {"cluster speed v (samples/s)", p.cluster_speed() > 0 ? Fixed(p.cluster_speed(), 2) : "-"});
   summary.AddRow({"iterations/s", Fixed(1 / p.expected_iteration_time_s(), 3)});
   summary.AddRow({"expected iteration T_exp (s)", Fixed(p.expected_iteration_time_s(), 6)});
-  summary.AddRow({"WA batch b_w", Fixed(p.wa_batch(), 1)});
+  summary.AddRow({"WA batch b_w", p.wa_batch() > 0 ? Fixed(p.wa_batch(), 1) : "-"});
   summary.AddRow({"convergence coefficient R", Fixed(p.convergence_coefficient(), 4)});
   summary.AddRow({"normalized iterations j", Fixed(p.normalized_iterations(), 0)});
   summary.AddRow(

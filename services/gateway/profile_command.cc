@@ -142,9 +142,8 @@ void PrintProfile(const pb::WorkloadProfile& p, std::ostream& out) {
                                       ? Fixed(p.required_bandwidth_mb_per_s(), 2)
                                       : "-"});
   if (p.model_variant() == pb::MODEL_VARIANT_SHARED_PS) {
-    summary.AddRow({"PS queueing kappa", p.has_shared_ps()
-                                             ? absl::StrFormat("%.4f", p.shared_ps().queueing())
-                                             : "-"});
+    summary.AddRow({"PS queueing kappa",
+                    p.has_shared_ps() ? absl::StrFormat("%.4f", p.shared_ps().queueing()) : "-"});
   }
   summary.AddRow({"contention a1, b1",
                   p.has_contention()
@@ -222,7 +221,8 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
   request.set_instance_type(args.Get("--instance-type").value_or(""));
   request.set_gpu_type(args.Get("--gpu-type").value_or(""));
   if (args.Has("--batch") && args.Has("--batch-size")) {
-    return fail(absl::InvalidArgumentError("--batch and --batch-size: give one (they are the same)"));
+    return fail(
+        absl::InvalidArgumentError("--batch and --batch-size: give one (they are the same)"));
   }
   request.set_cluster(args.Get("--cluster").value_or(""));
   for (const auto& [flag, setter] :
@@ -538,9 +538,8 @@ int ValidateSpeedCommand(const Args& args, const Io& io) {
                              ",\"queueing\":", JsonNumber(v.shared_ps.queueing));
       series_json.push_back(absl::StrCat(
           "{\"series\":", JsonString(v.series), ",\"held_out_mape\":", JsonNumber(v.held_out_mape),
-          ",\"held_out_points\":", v.held_out_points, ",\"fit\":", fit,
-          ",\"fit_mape\":", JsonNumber(v.fit.quality.mape), "},\"points\":[",
-          absl::StrJoin(points, ","), "]}"));
+          ",\"held_out_points\":", v.held_out_points, ",\"fit\":", fit, ",\"fit_mape\":",
+          JsonNumber(v.fit.quality.mape), "},\"points\":[", absl::StrJoin(points, ","), "]}"));
     }
     io.out << "{\"fit_workers\":[" << absl::StrJoin(fit_workers, ",") << "],\"series\":["
            << absl::StrJoin(series_json, ",") << "],\"skipped_lines\":" << skipped

@@ -29,17 +29,16 @@ std::string Composition(const pb::Cluster& cluster) {
 int ProfileValidateCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io) {
   auto fail = [&](const absl::Status& s) { return ReportError(s, "profile validate", io); };
   pb::ValidateProfileRequest request;
-  for (const auto& [flag, ids] :
-       {std::pair{"--fit", request.mutable_fit_job_ids()},
-        std::pair{"--check", request.mutable_check_job_ids()}}) {
+  for (const auto& [flag, ids] : {std::pair{"--fit", request.mutable_fit_job_ids()},
+                                  std::pair{"--check", request.mutable_check_job_ids()}}) {
     auto value = args.Required(flag);
     if (!value.ok()) return fail(value.status());
     for (absl::string_view j : absl::StrSplit(*value, ',', absl::SkipEmpty())) {
       ids->Add(std::string(j));
     }
     if (ids->empty()) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(flag, " = \"", *value,
-                                                          "\": name at least one job")));
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat(flag, " = \"", *value, "\": name at least one job")));
     }
   }
   if (auto ps = args.Get("--ps-bandwidth")) {

@@ -100,8 +100,8 @@ grpc::Status PredictorServiceImpl::PredictBatch(grpc::ServerContext*,
       EstimateToProto(estimate, p);
       p->set_parameter_servers(cluster.parameter_servers);
     }
-    SetTarget(loss, request->target_iterations(), request->target_epochs(),
-              request->dataset_size(), item->mutable_prediction());
+    SetTarget(loss, request->target_iterations(), request->target_epochs(), request->dataset_size(),
+              item->mutable_prediction());
   }
   return grpc::Status::OK;
 }

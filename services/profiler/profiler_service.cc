@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "services/common/convert.h"
 #include "profiler/cluster_fit.h"
+#include "services/common/convert.h"
 #include "services/common/data_registry.h"
 
 namespace spotdnn::services {
@@ -52,8 +52,8 @@ bool Matches(const std::string& wanted, const std::string& parameter) {
 // What a fit request takes as known: the base profile's S_parm and B_req, the bandwidths, and the
 // variant asked for (else the base's, when there is a base).
 profiler::KnownParameters KnownOf(const pb::WorkloadProfile& base, double ps_bandwidth,
-                                  double pcie_bandwidth, bool has_variant,
-                                  pb::ModelVariant variant, bool has_base) {
+                                  double pcie_bandwidth, bool has_variant, pb::ModelVariant variant,
+                                  bool has_base) {
   profiler::KnownParameters known;
   known.parameter_size_mb = base.parameter_size_mb();
   known.required_bandwidth_mb_per_s = base.required_bandwidth_mb_per_s();
@@ -231,17 +231,17 @@ grpc::Status ProfilerServiceImpl::ImportLog(grpc::ServerContext*,
       request->parameter_servers() < 0) {
     return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
         "cluster_workers = ", request->cluster_workers(), ", gpus = ", request->gpus(),
-        ", batch_size = ", request->batch_size(), ", parameter_servers = ",
-        request->parameter_servers(), ": must not be negative")));
+        ", batch_size = ", request->batch_size(),
+        ", parameter_servers = ", request->parameter_servers(), ": must not be negative")));
   }
   if (!options.cluster.empty()) {
     auto composition = profiler::ParseComposition(options.cluster);
     if (!composition.ok()) return ToGrpc(composition.status());
     if (!options.instance_type.empty() || !options.gpu_type.empty()) {
-      return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
-          "cluster = \"", options.cluster, "\" and instance_type = \"", options.instance_type,
-          "\", gpu_type = \"", options.gpu_type,
-          "\": a composition names the types itself; give one or the other")));
+      return ToGrpc(absl::InvalidArgumentError(
+          absl::StrCat("cluster = \"", options.cluster, "\" and instance_type = \"",
+                       options.instance_type, "\", gpu_type = \"", options.gpu_type,
+                       "\": a composition names the types itself; give one or the other")));
     }
     int total = 0;
     for (const auto& [type, n] : *composition) total += n;

@@ -125,9 +125,8 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
   auto target = TargetOf(slo.target_loss(), slo.target_iterations(), slo.target_epochs(),
                          slo.dataset_size(), "slo.");
   if (!target.ok()) return target.status();
-  auto model = models.Resolve(workload, catalog,
-                              {.bandwidth_margin = margin,
-                               .require_loss_model = target->is_loss()});
+  auto model = models.Resolve(
+      workload, catalog, {.bandwidth_margin = margin, .require_loss_model = target->is_loss()});
   if (!model.ok()) return model.status();
   in.model = *model;
   const predictor::PerformanceModel& m = *in.model;
@@ -308,10 +307,10 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext*, const pb::Repl
                   "the rest of the job cannot meet the deadline (%.1f s left); the best "
                   "achievable finish is %.1f s after the job started",
                   result->remaining_s, result->best_finish_s)
-            : in->problem.target_kind == predictor::Target::Kind::kLoss
-                ? std::string("no cluster within the quotas reaches the target loss any more")
-                : absl::StrCat("no cluster within the quotas can train the remaining ",
-                               in->problem.target().Describe());
+        : in->problem.target_kind == predictor::Target::Kind::kLoss
+            ? std::string("no cluster within the quotas reaches the target loss any more")
+            : absl::StrCat("no cluster within the quotas can train the remaining ",
+                           in->problem.target().Describe());
     *response->mutable_plan() = Infeasible(*in, strategy, reason);
     response->set_best_finish_time_s(result->best_finish_s);
   }

@@ -44,8 +44,8 @@ WorkloadProfile SharedPs() {
   return p;
 }
 
-PerformanceModel Model(WorkloadProfile p = SharedPs(), ModelOptions o = {
-                                                           .require_loss_model = false}) {
+PerformanceModel Model(WorkloadProfile p = SharedPs(),
+                       ModelOptions o = {.require_loss_model = false}) {
   auto m = PerformanceModel::Create(std::move(p), Gce(), o);
   EXPECT_TRUE(m.ok()) << m.status();
   return *std::move(m);
@@ -133,8 +133,8 @@ TEST(SharedPsVariant, PredictsMixedClustersAndServerCountsByIterations) {
   const Estimate two = model.Evaluate(v100, Target::Iterations(64000), 2);
   EXPECT_GT(one.ps_utilization, 0.9);
   EXPECT_LT(two.time_s, 0.7 * one.time_s);
-  EXPECT_NEAR(1 / two.expected_iteration_time_s,
-              8 / SharedPsIterationTime(8, 0.05, 0.01, 0.25), 1e-9);
+  EXPECT_NEAR(1 / two.expected_iteration_time_s, 8 / SharedPsIterationTime(8, 0.05, 0.01, 0.25),
+              1e-9);
 }
 
 TEST(SharedPsVariant, EpochsUseTheWaBatchAndLossesNeedALossModel) {

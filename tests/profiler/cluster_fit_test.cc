@@ -65,8 +65,7 @@ TEST(FitSharedPs, RecoversKnownParametersFromGeneratedRuns) {
   EXPECT_NEAR(fit->fit.service_time_s / truth.service_time_s, 1, 0.05);
   EXPECT_NEAR(fit->fit.queueing, truth.queueing, 0.15);
   // Clusters it never saw: mixed types, two servers for V100.
-  for (const auto& [composition, ps] :
-       std::vector<std::pair<std::map<std::string, int>, int>>{
+  for (const auto& [composition, ps] : std::vector<std::pair<std::map<std::string, int>, int>>{
            {{{"K80", 2}, {"P100", 1}, {"V100", 1}}, 1},
            {{{"K80", 1}, {"P100", 2}, {"V100", 4}}, 1},
            {{{"V100", 8}}, 2},
@@ -105,7 +104,8 @@ TEST(FitSharedPs, SaysWhatTheRunsCannotIdentify) {
   EXPECT_EQ(fit->fit.queueing, 0.5);
   bool noted = false;
   for (const FitQuality& q : fit->quality) {
-    if (q.parameter == "queueing") noted = !q.identified && q.note.find("held at") != std::string::npos;
+    if (q.parameter == "queueing")
+      noted = !q.identified && q.note.find("held at") != std::string::npos;
   }
   EXPECT_TRUE(noted);
   // A known d (from a base profile) and kappa are kept.
@@ -126,7 +126,7 @@ TEST(FitPaperForm, FitsThePapersEquationsToTheSameRuns) {
 
 // Checkpoint samples of one run: `speed` steps/s from `start`, a row every 4000 steps.
 std::vector<Sample> CheckpointRun(const std::string& job, const std::string& gpu, int n, int ps,
-                        double speed, const std::string& cluster = "") {
+                                  double speed, const std::string& cluster = "") {
   std::vector<Sample> out;
   for (int step = 0; step <= 64000; step += 4000) {
     Sample s;
@@ -201,7 +201,7 @@ std::vector<Sample> StudySamples(const SharedPsFit& truth) {
     const auto& [type, n] = *o.composition.begin();
     for (const Sample& s :
          CheckpointRun(absl::StrCat(type, "-", n, "-", o.parameter_servers, "/run-1"), type, n,
-             o.parameter_servers, o.steps_per_s)) {
+                       o.parameter_servers, o.steps_per_s)) {
       out.push_back(s);
     }
   }
@@ -217,8 +217,8 @@ TEST(ValidateFit, FitsOnOneSetAndPredictsMixedClustersOfAnother) {
   std::vector<Sample> check;
   for (const std::string cluster : {"gce-K80=2,gce-P100=1,gce-V100=1", "gce-P100=2,gce-V100=2"}) {
     const auto composition = *ParseComposition(cluster);
-    for (const Sample& s : CheckpointRun("mixed-" + cluster, "", 0, 1, truth.StepsPerS(composition, 1),
-                               cluster)) {
+    for (const Sample& s :
+         CheckpointRun("mixed-" + cluster, "", 0, 1, truth.StepsPerS(composition, 1), cluster)) {
       Sample c = s;
       c.cluster_workers = 0;
       check.push_back(c);
@@ -317,7 +317,8 @@ RunSet IcacRuns() {
     o.parameter_servers = s.servers;
     auto imported = ImportPath(DataDir() + "/icac2019/" + s.file, o);
     EXPECT_TRUE(imported.ok()) << imported.status();
-    if (imported.ok()) samples.insert(samples.end(), imported->samples.begin(), imported->samples.end());
+    if (imported.ok())
+      samples.insert(samples.end(), imported->samples.begin(), imported->samples.end());
   }
   return RunsFromSamples(samples);
 }
@@ -345,10 +346,10 @@ TEST(IcacRuns, HeldOutClusterSizesArePredictedBetterThanByThePapersForm) {
     ASSERT_TRUE(paper.ok()) << paper.status();
     for (const ClusterObservation& o : test) {
       if (shared->fit.StepsPerS(o.composition, o.parameter_servers) == 0) continue;  // unseen type
-      shared_error += std::fabs(shared->fit.StepsPerS(o.composition, o.parameter_servers) /
-                                    o.steps_per_s - 1);
-      paper_error += std::fabs(paper->fit.StepsPerS(o.composition, o.parameter_servers) /
-                                   o.steps_per_s - 1);
+      shared_error +=
+          std::fabs(shared->fit.StepsPerS(o.composition, o.parameter_servers) / o.steps_per_s - 1);
+      paper_error +=
+          std::fabs(paper->fit.StepsPerS(o.composition, o.parameter_servers) / o.steps_per_s - 1);
       ++points;
     }
   }

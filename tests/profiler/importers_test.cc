@@ -5,9 +5,9 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <set>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -267,8 +267,8 @@ TEST(RunFolderName, SplitsSeriesAndWorkers) {
 
 std::string IcacDir() { return DataDir() + "/icac2019"; }
 
-#define SKIP_WITHOUT_ICAC()                                                               \
-  if (!std::filesystem::exists(IcacDir())) {                                              \
+#define SKIP_WITHOUT_ICAC()                                                                   \
+  if (!std::filesystem::exists(IcacDir())) {                                                  \
     GTEST_SKIP() << "ICAC 2019 data not found at " << IcacDir() << " (set SPOTDNN_DATA_DIR)"; \
   }
 
@@ -280,9 +280,9 @@ TEST(CheckpointImport, SplitsRunsAndTakesTheSpeedFromStepsAndWallTimes) {
       "1300,8000,0.7,us-east1-c,1\r\n"
       "5000,0,0.1,us-west1-b,1\r\n"
       "5200,4000,0.6,us-west1-b,1\r\n";
-  auto result = ImportText(csv, "train_data.csv",
-                           {.job_id = "k80-2", .gpu_type = "K80", .cluster_workers = 2,
-                            .parameter_servers = 1});
+  auto result = ImportText(
+      csv, "train_data.csv",
+      {.job_id = "k80-2", .gpu_type = "K80", .cluster_workers = 2, .parameter_servers = 1});
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->skipped, 0u);
   ASSERT_EQ(result->samples.size(), 5u);
@@ -312,8 +312,8 @@ TEST(CheckpointImport, SplitsRunsAndTakesTheSpeedFromStepsAndWallTimes) {
 TEST(CheckpointImport, ReportsFilesWithoutAUsableSpeedWithFileAndLine) {
   const std::string csv =
       "Wall Time,Step,Accuracy,Run\n"
-      "100,0,0.1,1\n"        // run 1: one checkpoint only
-      "200,0,0.1,2\n"        // run 2: a restart at line 5, wall time back at line 6
+      "100,0,0.1,1\n"  // run 1: one checkpoint only
+      "200,0,0.1,2\n"  // run 2: a restart at line 5, wall time back at line 6
       "300,4000,0.5,2\n"
       "400,0,0.1,2\n"
       "350,4500,0.5,2\n"
@@ -388,8 +388,8 @@ TEST(CheckpointImport, RealFilesSplitIntoRunsAndRestartsAreHandled) {
   EXPECT_NEAR(runs.runs[0].steps_per_s, 64004 / 1590.776843, 1e-3);
   EXPECT_NEAR(runs.runs[0].duration_s, 1590.776843, 0.01);
   // 2ps5k run 1 restarted from step 0: its Duration (2691 s) counts from the restart.
-  auto k80 = ImportPath(IcacDir() + "/experiment_1ps_vs_2ps/2ps5k/train_data.csv",
-                        {.job_id = "k80-5"});
+  auto k80 =
+      ImportPath(IcacDir() + "/experiment_1ps_vs_2ps/2ps5k/train_data.csv", {.job_id = "k80-5"});
   ASSERT_TRUE(k80.ok());
   EXPECT_EQ(k80->skipped, 1u);
   ASSERT_EQ(k80->errors.size(), 1u);
@@ -399,8 +399,8 @@ TEST(CheckpointImport, RealFilesSplitIntoRunsAndRestartsAreHandled) {
 
 TEST(CheckpointImport, RunsThatLostAWorkerAreLeftOutAndSideFilesAreNotSamples) {
   SKIP_WITHOUT_ICAC();
-  auto spot = ImportPath(IcacDir() + "/k80_spot/2-spot", {.job_id = "spot", .gpu_type = "K80",
-                                                          .cluster_workers = 2});
+  auto spot = ImportPath(IcacDir() + "/k80_spot/2-spot",
+                         {.job_id = "spot", .gpu_type = "K80", .cluster_workers = 2});
   ASSERT_TRUE(spot.ok()) << spot.status();
   EXPECT_EQ(spot->files, 5);
   std::set<std::string> jobs;
