@@ -252,70 +252,72 @@ double PerformanceModel::NetworkTime(int workers, int parameter_servers) const {
 
 Estimate PerformanceModel::Evaluate(absl::Span<const int> counts, double target_loss,
                                     int parameter_servers, double current_loss) const {
-  return Evaluate(counts, Target::Loss(target_loss), parameter_servers, current_loss);
+  Estimate out;
+  if (!EvaluateShape(counts, parameter_servers, out)) return out;
+  if (shared_ps_ && !BatchesKnown(counts, out)) return out;
+  if (!has_loss_) {
+    out.error = EstimateError::kNoLossModel;
+    return out;
+  }
+  if (!(target_loss > loss_.g5)) {
+    out.error = EstimateError::kTargetAtOrBelowFloor;
+    return out;
+  }
+  const double r = coefficients_.convergence_weight * out.convergence_coefficient;
+  double j = IterationsToLoss(loss_, out.wa_batch, r, out.workers, target_loss);
+  if (std::isfinite(current_loss)) {
+    // Resume from the loss already reached: on this cluster, training is at j(current) (or at its
+    // start, when the current loss is above where this cluster starts).
+    j -= std::max(0.0, IterationsToLoss(loss_, out.wa_batch, r, out.workers, current_loss));
+  }
+  Finish(j, out);
+  return out;
 }
 
 Estimate PerformanceModel::Evaluate(absl::Span<const int> counts, const Target& target,
                                     int parameter_servers, double current_loss) const {
+  if (target.is_loss()) return Evaluate(counts, target.value, parameter_servers, current_loss);
   Estimate out;
   if (!EvaluateShape(counts, parameter_servers, out)) return out;
-  if (target.kind != Target::Kind::kIterations) {
-    // Loss and sample targets need every worker's batch (b_w); only shared-ps may lack one.
-    for (size_t k = 0; k < counts.size(); ++k) {
-      if (counts[k] > 0 && !types_[k].batch_known) {
-        out.error = EstimateError::kNoBatch;
-        out.unusable_type = static_cast<int>(k);
-        return out;
-      }
+  if (target.kind == Target::Kind::kIterations) {
+    Finish(target.value, out);
+    return out;
+  }
+  if (shared_ps_ && !BatchesKnown(counts, out)) return out;
+  // Each global iteration trains b_w samples on average (eq. 4's WA batch).
+  Finish(target.value / out.wa_batch, out);
+  return out;
+}
+
+bool PerformanceModel::BatchesKnown(absl::Span<const int> counts, Estimate& out) const {
+  for (size_t k = 0; k < counts.size(); ++k) {
+    if (counts[k] > 0 && !types_[k].batch_known) {
+      out.error = EstimateError::kNoBatch;
+      out.unusable_type = static_cast<int>(k);
+      return false;
     }
   }
-  double j = 0;
-  switch (target.kind) {
-    case Target::Kind::kLoss: {
-      if (!has_loss_) {
-        out.error = EstimateError::kNoLossModel;
-        return out;
-      }
-      const double target_loss = target.value;
-      if (!(target_loss > loss_.g5)) {
-        out.error = EstimateError::kTargetAtOrBelowFloor;
-        return out;
-      }
-      const double r = coefficients_.convergence_weight * out.convergence_coefficient;
-      j = IterationsToLoss(loss_, out.wa_batch, r, out.workers, target_loss);
-      if (std::isfinite(current_loss)) {
-        // Resume from the loss already reached: on this cluster, training is at j(current) (or at
-        // its start, when the current loss is above where this cluster starts).
-        j -= std::max(0.0, IterationsToLoss(loss_, out.wa_batch, r, out.workers, current_loss));
-      }
-      break;
-    }
-    case Target::Kind::kIterations:
-      j = target.value;
-      break;
-    case Target::Kind::kSamples:
-      // Each global iteration trains b_w samples on average (eq. 4's WA batch).
-      j = target.value / out.wa_batch;
-      break;
-  }
+  return true;
+}
+
+void PerformanceModel::Finish(double j, Estimate& out) const {
   if (coefficients_.integer_iterations) j = std::round(j);
   out.normalized_iterations = j;
   if (!std::isfinite(j)) {
     out.error = EstimateError::kNotFinite;
-    return out;
+    return;
   }
   if (j <= 0) {
     out.error = EstimateError::kNotReachable;
-    return out;
+    return;
   }
   out.time_s = RoundToStep(j * out.expected_iteration_time_s, coefficients_.time_step);
   if (!std::isfinite(out.time_s)) {
     out.error = EstimateError::kNotFinite;
-    return out;
+    return;
   }
   out.cost_usd = out.time_s / 3600.0 * out.price_per_hour;
   out.on_demand_cost_usd = out.time_s / 3600.0 * out.on_demand_price_per_hour;
-  return out;
 }
 
 absl::Status PerformanceModel::ErrorStatus(const Estimate& e, double target_loss) const {

@@ -172,6 +172,10 @@ class PerformanceModel {
 
   // Fills the parts of `out` that do not depend on the target loss; false on error.
   bool EvaluateShape(absl::Span<const int> counts, int parameter_servers, Estimate& out) const;
+  // Shared-ps: false (and kNoBatch) when a type in `counts` has no batch size.
+  bool BatchesKnown(absl::Span<const int> counts, Estimate& out) const;
+  // The rest of an estimate from its normalized iterations j: time and cost, or the error.
+  void Finish(double j, Estimate& out) const;
 
   WorkloadProfile profile_;
   InstanceCatalog catalog_;
