@@ -105,7 +105,9 @@ PsLoad SharedPsLoad(absl::Span<const int> counts, absl::Span<const double> compu
     out.utilization = w;
     return out;
   }
-  double r = d + d * kappa * w / std::max(1e-12, 1 - std::min(w, 0.5));  // a first guess
+  // First guess: the closed form for one class of workers as fast, on average, as these at R = d.
+  const double z_eff = std::max(0.0, workers * d / w - d);
+  double r = SharedPsIterationTime(static_cast<int>(workers), z_eff, d, kappa) - z_eff;
   r = std::clamp(r, lo, hi);
   for (int iter = 0; iter < 200; ++iter) {
     Utilization(counts, compute_s, d, r, w, dw);
@@ -126,7 +128,7 @@ PsLoad SharedPsLoad(absl::Span<const int> counts, absl::Span<const double> compu
     const double dh = (1 - w) - (r - d) * dw - kappa * d * dw;
     double next = dh > 0 ? r - h / dh : 0.5 * (lo + hi);
     if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
-    if (std::fabs(next - r) <= 1e-14 * r) {
+    if (std::fabs(next - r) <= 1e-12 * r) {  // Newton converges quadratically: done
       r = next;
       break;
     }
