@@ -203,7 +203,9 @@ RunSet RunsFromSamples(absl::Span<const Sample> samples) {
         speed += n / Median(it->second);
       }
       if (!complete) speed = 0;
-      // (b) Cluster-level checkpoints: global steps over wall time, from the last restart on.
+      // (b) Cluster-level checkpoints: global steps over wall time. A step that does not
+      // increase starts a new segment (a restart, or another run imported under the same job);
+      // each segment of two or more checkpoints is a run of its own.
       if (speed == 0) {
         std::vector<const Sample*> points;
         for (const Sample* s : members) {
@@ -212,18 +214,24 @@ RunSet RunsFromSamples(absl::Span<const Sample> samples) {
         std::stable_sort(points.begin(), points.end(), [](const Sample* a, const Sample* b) {
           return a->wall_time_s < b->wall_time_s;
         });
+        std::vector<ClusterRun> segments;
         size_t start = 0;
-        for (size_t i = 1; i < points.size(); ++i) {
-          if (points[i]->step < points[i - 1]->step) start = i;
-        }
-        if (points.size() >= start + 2) {
-          const double steps = double(points.back()->step - points[start]->step);
-          const double span = points.back()->wall_time_s - points[start]->wall_time_s;
+        for (size_t i = 1; i <= points.size(); ++i) {
+          if (i < points.size() && points[i]->step > points[i - 1]->step) continue;
+          const double steps = double(points[i - 1]->step - points[start]->step);
+          const double span = points[i - 1]->wall_time_s - points[start]->wall_time_s;
           if (steps > 0 && span > 0) {
-            speed = steps / span;
-            run.steps = steps;
-            run.duration_s = span;
+            ClusterRun segment = run;
+            segment.steps_per_s = steps / span;
+            segment.steps = steps;
+            segment.duration_s = span;
+            segments.push_back(std::move(segment));
           }
+          start = i;
+        }
+        if (!segments.empty()) {
+          for (ClusterRun& segment : segments) out.runs.push_back(std::move(segment));
+          continue;
         }
       }
       // (c) The speeds the log gave.

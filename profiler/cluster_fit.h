@@ -49,9 +49,10 @@ struct RunSet {
 
 // Groups samples by job (and, within a job, by composition and server count) into runs. A run's
 // speed comes from per-worker iteration times when it has them (sum over types of workers /
-// median time), else from the span of its cluster-level checkpoints (global steps over wall time,
-// from the last restart on), else from the median of its cluster_steps_per_s. Jobs that name no
-// type, or give no speed, are noted and left out.
+// median time), else from the span of its cluster-level checkpoints (global steps over wall time;
+// a step that does not increase starts another run: a restart, or a second run imported under the
+// same job), else from the median of its cluster_steps_per_s. Jobs that name no type, or give no
+// speed, are noted and left out.
 RunSet RunsFromSamples(absl::Span<const Sample> samples);
 
 // The runs of one cluster configuration.

@@ -194,6 +194,19 @@ TEST(RunsFromSamples, TakesTheSpeedFromTheWayEachRunWasMeasured) {
   EXPECT_EQ(obs[2].Describe(), "gce-V100=4, 1 PS");
 }
 
+TEST(RunsFromSamples, TwoRunsImportedUnderOneJobStayTwoRuns) {
+  std::vector<Sample> samples = CheckpointRun("same/run-1", "V100", 4, 1, 40);
+  for (Sample s : CheckpointRun("same/run-1", "V100", 4, 1, 30)) {
+    s.wall_time_s += 1e5;  // a later run of the same cluster, imported with the same --job
+    samples.push_back(s);
+  }
+  const RunSet runs = RunsFromSamples(samples);
+  ASSERT_EQ(runs.runs.size(), 2u);
+  EXPECT_NEAR(runs.runs[0].steps_per_s, 40, 1e-9);
+  EXPECT_NEAR(runs.runs[1].steps_per_s, 30, 1e-9);
+  EXPECT_EQ(GroupRuns(runs.runs)[0].runs, 2);
+}
+
 // Samples of the ICAC-like study generated from the truth, with `gce-` instance types.
 std::vector<Sample> StudySamples(const SharedPsFit& truth) {
   std::vector<Sample> out;
