@@ -203,7 +203,7 @@ TEST(RunsFromSamples, TwoRunsImportedUnderOneJobStayTwoRuns) {
   const RunSet runs = RunsFromSamples(samples);
   ASSERT_EQ(runs.runs.size(), 2u);
   EXPECT_NEAR(runs.runs[0].steps_per_s, 40, 1e-9);
-  EXPECT_NEAR(runs.runs[1].steps_per_s, 30, 1e-9);
+  EXPECT_NEAR(runs.runs[1].steps_per_s, 30, 1e-6);  // wall times near 1.55e9 s
   EXPECT_EQ(GroupRuns(runs.runs)[0].runs, 2);
 }
 
