@@ -39,7 +39,10 @@ CREATE TABLE IF NOT EXISTS samples (
   gpu_memory_gib REAL NOT NULL CHECK (gpu_memory_gib >= 0),
   cluster_workers INTEGER NOT NULL CHECK (cluster_workers >= 0),
   communication_time_s REAL NOT NULL CHECK (communication_time_s >= 0),
-  cluster_steps_per_s REAL NOT NULL CHECK (cluster_steps_per_s >= 0)
+  cluster_steps_per_s REAL NOT NULL CHECK (cluster_steps_per_s >= 0),
+  accuracy REAL NOT NULL DEFAULT 0,
+  parameter_servers INTEGER NOT NULL DEFAULT 0,
+  cluster TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS samples_by_job ON samples (job_id);
 CREATE TABLE IF NOT EXISTS profiles (
@@ -55,11 +58,39 @@ double NowUnixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Columns added to `samples` after its first release: a database made before gets them here.
+constexpr std::pair<const char*, const char*> kAddedSampleColumns[] = {
+    {"accuracy", "REAL NOT NULL DEFAULT 0"},
+    {"parameter_servers", "INTEGER NOT NULL DEFAULT 0"},
+    {"cluster", "TEXT NOT NULL DEFAULT ''"}};
+
+absl::Status AddMissingColumns(sqlite3* db) {
+  std::set<std::string> have;
+  Statement info(db, "PRAGMA table_info(samples)");
+  if (!info.status().ok()) return info.status();
+  while (true) {
+    auto row = info.Step("reading the samples table's columns");
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    have.insert(info.ColumnText(1));
+  }
+  for (const auto& [name, type] : kAddedSampleColumns) {
+    if (have.count(name)) continue;
+    const std::string sql = absl::StrCat("ALTER TABLE samples ADD COLUMN ", name, " ", type);
+    if (auto s = sql::Exec(db, sql.c_str()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::string& path) {
   absl::StatusOr<sqlite3*> db = sql::OpenDatabase(path, "db", kSchema);
   if (!db.ok()) return db.status();
+  if (auto s = AddMissingColumns(*db); !s.ok()) {
+    sqlite3_close(*db);
+    return absl::UnavailableError(absl::StrCat("db = \"", path, "\": ", s.message()));
+  }
   return std::unique_ptr<ProfileStore>(new ProfileStore(*db));
 }
 
@@ -87,8 +118,8 @@ absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const st
                    "INSERT INTO samples (job_id, worker_id, instance_type, gpu_type, gpus, "
                    "batch_size, step, wall_time_s, iteration_time_s, loss, bytes_sent, "
                    "bytes_received, gpu_memory_gib, cluster_workers, communication_time_s, "
-                   "cluster_steps_per_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-                   "?12, ?13, ?14, ?15, ?16)");
+                   "cluster_steps_per_s, accuracy, parameter_servers, cluster) VALUES (?1, ?2, "
+                   "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)");
   if (!run.status().ok()) return run.status();
   if (!insert.status().ok()) return insert.status();
   const double now = NowUnixSeconds();
@@ -120,6 +151,9 @@ absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const st
     insert.Int(14, s.cluster_workers);
     insert.Real(15, s.communication_time_s);
     insert.Real(16, s.cluster_steps_per_s);
+    insert.Real(17, s.accuracy);
+    insert.Int(18, s.parameter_servers);
+    insert.Text(19, s.cluster);
     if (auto done = insert.Step(absl::StrCat("storing samples[", i, "]")); !done.ok()) {
       return done.status();
     }
@@ -134,16 +168,25 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
   constexpr char kColumns[] =
       "SELECT job_id, worker_id, instance_type, gpu_type, gpus, batch_size, step, wall_time_s, "
       "iteration_time_s, loss, bytes_sent, bytes_received, gpu_memory_gib, cluster_workers, "
-      "communication_time_s, cluster_steps_per_s FROM samples";
+      "communication_time_s, cluster_steps_per_s, accuracy, parameter_servers, cluster FROM "
+      "samples";
   std::vector<Sample> out;
+  // Jobs an earlier entry of job_ids already read (a job and one of its runs both named).
+  std::set<std::string> done, reading;
   auto read = [&](Statement& q) -> absl::Status {
     while (true) {
       auto row = q.Step("reading samples");
       if (!row.ok()) return row.status();
-      if (!*row) return absl::OkStatus();
+      if (!*row) {
+        done.insert(reading.begin(), reading.end());
+        reading.clear();
+        return absl::OkStatus();
+      }
       sqlite3_stmt* st = q.get();
       Sample s;
       s.job_id = q.ColumnText(0);
+      if (done.count(s.job_id)) continue;
+      reading.insert(s.job_id);
       s.worker_id = q.ColumnText(1);
       s.instance_type = q.ColumnText(2);
       s.gpu_type = q.ColumnText(3);
@@ -159,6 +202,9 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
       s.cluster_workers = sqlite3_column_int(st, 13);
       s.communication_time_s = sqlite3_column_double(st, 14);
       s.cluster_steps_per_s = sqlite3_column_double(st, 15);
+      s.accuracy = sqlite3_column_double(st, 16);
+      s.parameter_servers = sqlite3_column_int(st, 17);
+      s.cluster = q.ColumnText(18);
       out.push_back(std::move(s));
     }
   };
@@ -169,7 +215,11 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
     Statement q(db_, absl::StrCat(kColumns, " ORDER BY rowid").c_str());
     status = q.status().ok() ? read(q) : q.status();
   } else {
-    Statement q(db_, absl::StrCat(kColumns, " WHERE job_id = ?1 ORDER BY rowid").c_str());
+    // A job id names that job and the runs an import split it into ("J/run-3", "J/zone/run-1").
+    Statement q(db_, absl::StrCat(kColumns,
+                                  " WHERE job_id = ?1 OR substr(job_id, 1, length(?1) + 1) = ?1 "
+                                  "|| '/' ORDER BY rowid")
+                         .c_str());
     status = q.status();
     for (const std::string& job : job_ids) {
       if (!status.ok()) break;

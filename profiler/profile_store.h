@@ -60,7 +60,8 @@ class ProfileStore {
   // Adds samples in one transaction: all of them or, on any error, none. Every sample is
   // validated first (INVALID_ARGUMENT "samples[i]: reason"). `source` is recorded per job.
   absl::Status AddSamples(absl::Span<const Sample> samples, const std::string& source);
-  // Samples of the given jobs (every job when empty), in the order they were stored.
+  // Samples of the given jobs (every job when empty), in the order they were stored. A job id
+  // also names the runs an import split it into: "J" reads "J", "J/run-1", "J/zone/run-2".
   absl::StatusOr<std::vector<Sample>> LoadSamples(absl::Span<const std::string> job_ids);
   // Every job with its sample count.
   absl::StatusOr<std::vector<StoredRun>> ListRuns();

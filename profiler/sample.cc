@@ -2,7 +2,11 @@
 
 #include <cmath>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 
 namespace spotdnn::profiler {
 namespace {
@@ -34,7 +38,8 @@ absl::Status ValidateSample(const Sample& s) {
                                      {"loss", s.loss},
                                      {"gpu_memory_gib", s.gpu_memory_gib},
                                      {"communication_time_s", s.communication_time_s},
-                                     {"cluster_steps_per_s", s.cluster_steps_per_s}}) {
+                                     {"cluster_steps_per_s", s.cluster_steps_per_s},
+                                     {"accuracy", s.accuracy}}) {
     if (auto status = CheckNumber(field, value); !status.ok()) return status;
   }
   for (const auto& [field, value] : {std::pair<const char*, std::int64_t>{"step", s.step},
@@ -42,7 +47,8 @@ absl::Status ValidateSample(const Sample& s) {
                                      {"batch_size", s.batch_size},
                                      {"bytes_sent", s.bytes_sent},
                                      {"bytes_received", s.bytes_received},
-                                     {"cluster_workers", s.cluster_workers}}) {
+                                     {"cluster_workers", s.cluster_workers},
+                                     {"parameter_servers", s.parameter_servers}}) {
     if (auto status = CheckCount(field, value); !status.ok()) return status;
   }
   if (s.iteration_time_s > 0 && s.communication_time_s > s.iteration_time_s) {
@@ -51,12 +57,52 @@ absl::Status ValidateSample(const Sample& s) {
                         s.communication_time_s, s.iteration_time_s));
   }
   if (s.wall_time_s == 0 && s.iteration_time_s == 0 && s.cluster_steps_per_s == 0 && s.loss == 0 &&
-      s.bytes_sent == 0 && s.bytes_received == 0 && s.gpu_memory_gib == 0) {
+      s.bytes_sent == 0 && s.bytes_received == 0 && s.gpu_memory_gib == 0 && s.accuracy == 0) {
     return absl::InvalidArgumentError(
         "sample carries no measurement: set wall_time_s, iteration_time_s, "
         "cluster_steps_per_s, loss, bytes or gpu_memory_gib");
   }
+  if (!s.cluster.empty()) {
+    auto composition = ParseComposition(s.cluster);
+    if (!composition.ok()) return composition.status();
+    int total = 0;
+    for (const auto& [type, n] : *composition) total += n;
+    if (s.cluster_workers != 0 && s.cluster_workers != total) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cluster_workers = %d: the cluster \"%s\" has %d workers",
+                          s.cluster_workers, s.cluster, total));
+    }
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, int>> ParseComposition(absl::string_view text) {
+  std::map<std::string, int> out;
+  if (absl::StripAsciiWhitespace(text).empty()) return out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    const size_t eq = part.find('=');
+    int n = 0;
+    if (eq == absl::string_view::npos || eq == 0 || !absl::SimpleAtoi(part.substr(eq + 1), &n) ||
+        n < 1 || n > 100000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cluster = \"", text, "\": entry \"", part, "\" is not TYPE=N with N >= 1"));
+    }
+    const std::string type(absl::StripAsciiWhitespace(part.substr(0, eq)));
+    if (!out.emplace(type, n).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cluster = \"", text, "\": type ", type, " given more than once"));
+    }
+  }
+  return out;
+}
+
+std::string CompositionText(const std::map<std::string, int>& composition) {
+  std::string out;
+  for (const auto& [type, n] : composition) {
+    absl::StrAppend(&out, out.empty() ? "" : ",", type, "=", n);
+  }
+  return out;
 }
 
 absl::Status StepOrderChecker::Check(const Sample& sample) {

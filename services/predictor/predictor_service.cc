@@ -24,14 +24,22 @@ PredictorServiceImpl::PredictorServiceImpl(std::shared_ptr<const DataRegistry> r
 
 grpc::Status PredictorServiceImpl::Predict(grpc::ServerContext*, const pb::PredictRequest* request,
                                            pb::PredictResponse* response) {
-  if (auto s = CheckTargetLoss(request->target_loss()); !s.ok()) return ToGrpc(s);
-  auto model = models_.Resolve(request->workload(), request->catalog());
+  auto target = TargetOf(request->target_loss(), request->target_iterations(),
+                         request->target_epochs(), request->dataset_size());
+  if (!target.ok()) return ToGrpc(target.status());
+  if (target->is_loss()) {
+    if (auto s = CheckTargetLoss(request->target_loss()); !s.ok()) return ToGrpc(s);
+  }
+  auto model = models_.Resolve(request->workload(), request->catalog(),
+                               {.require_loss_model = target->is_loss()});
   if (!model.ok()) return ToGrpc(model.status());
   auto cluster = ToDomain(request->cluster(), (*model)->catalog());
   if (!cluster.ok()) return ToGrpc(cluster.status());
-  auto prediction = (*model)->Predict(*cluster, request->target_loss());
+  auto prediction = (*model)->Predict(*cluster, *target);
   if (!prediction.ok()) return ToGrpc(prediction.status());
   *response->mutable_prediction() = ToProto(*prediction, (*model)->catalog());
+  SetTarget(request->target_loss(), request->target_iterations(), request->target_epochs(),
+            request->dataset_size(), response->mutable_prediction());
   response->set_workload((*model)->profile().name);
   response->set_catalog((*model)->catalog().name);
   return grpc::Status::OK;
@@ -40,16 +48,22 @@ grpc::Status PredictorServiceImpl::Predict(grpc::ServerContext*, const pb::Predi
 grpc::Status PredictorServiceImpl::PredictBatch(grpc::ServerContext*,
                                                 const pb::PredictBatchRequest* request,
                                                 pb::PredictBatchResponse* response) {
-  if (auto s = CheckTargetLoss(request->target_loss()); !s.ok()) return ToGrpc(s);
+  auto target = TargetOf(request->target_loss(), request->target_iterations(),
+                         request->target_epochs(), request->dataset_size());
+  if (!target.ok()) return ToGrpc(target.status());
+  if (target->is_loss()) {
+    if (auto s = CheckTargetLoss(request->target_loss()); !s.ok()) return ToGrpc(s);
+  }
   if (request->clusters_size() > kMaxBatchClusters) {
     return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
         "clusters: %d given, at most %d per call", request->clusters_size(), kMaxBatchClusters)));
   }
-  auto model = models_.Resolve(request->workload(), request->catalog());
+  auto model = models_.Resolve(request->workload(), request->catalog(),
+                               {.require_loss_model = target->is_loss()});
   if (!model.ok()) return ToGrpc(model.status());
   const predictor::PerformanceModel& m = **model;
   const double loss = request->target_loss();
-  if (!(loss > m.profile().loss->g5)) {
+  if (target->is_loss() && !(loss > m.profile().loss->g5)) {
     return ToGrpc(m.ErrorStatus({.error = predictor::EstimateError::kTargetAtOrBelowFloor}, loss));
   }
   // Validate every cluster before answering any: bad input fails the whole call.
@@ -69,22 +83,25 @@ grpc::Status PredictorServiceImpl::PredictBatch(grpc::ServerContext*,
   for (const predictor::Cluster& cluster : clusters) {
     pb::BatchItem* item = response->add_items();
     const predictor::Estimate estimate =
-        m.Evaluate(cluster.counts, loss, cluster.parameter_servers);
+        m.Evaluate(cluster.counts, *target, cluster.parameter_servers);
     if (!estimate.ok()) {
-      const absl::Status status = m.ErrorStatus(estimate, loss);
+      const absl::Status status = estimate.error == predictor::EstimateError::kUnusableType
+                                      ? m.UnusableStatus(cluster.counts, estimate.unusable_type)
+                                      : m.ErrorStatus(estimate, *target);
       item->set_error_code(static_cast<int>(status.code()));
       item->set_error_message(std::string(status.message()));
       continue;
     }
     if (request->detailed()) {
-      auto prediction = m.Predict(cluster, loss);
+      auto prediction = m.Predict(cluster, *target);
       if (prediction.ok()) *item->mutable_prediction() = ToProto(*prediction, m.catalog());
     } else {
       pb::Prediction* p = item->mutable_prediction();
       EstimateToProto(estimate, p);
       p->set_parameter_servers(cluster.parameter_servers);
-      p->set_target_loss(loss);
     }
+    SetTarget(loss, request->target_iterations(), request->target_epochs(), request->dataset_size(),
+              item->mutable_prediction());
   }
   return grpc::Status::OK;
 }
@@ -104,11 +121,16 @@ grpc::Status PredictorServiceImpl::LossCurve(grpc::ServerContext*,
   const int points = request->points() == 0 ? 50 : request->points();
   double horizon = request->horizon_s();
   if (horizon == 0) {
-    if (auto s = CheckTargetLoss(request->target_loss()); !s.ok()) {
-      return ToGrpc(absl::InvalidArgumentError(
-          absl::StrCat("horizon_s is 0, so the curve runs to target_loss's time; ", s.message())));
+    auto target = TargetOf(request->target_loss(), request->target_iterations(),
+                           request->target_epochs(), request->dataset_size());
+    if (!target.ok()) return ToGrpc(target.status());
+    if (target->is_loss()) {
+      if (auto s = CheckTargetLoss(request->target_loss()); !s.ok()) {
+        return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+            "horizon_s is 0, so the curve runs to target_loss's time; ", s.message())));
+      }
     }
-    auto prediction = m.Predict(*cluster, request->target_loss());
+    auto prediction = m.Predict(*cluster, *target);
     if (!prediction.ok()) return ToGrpc(prediction.status());
     horizon = prediction->estimate.time_s;
   }

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "profiler/fitting.h"
@@ -26,7 +27,8 @@ profiler::Sample ToDomain(const pb::Sample& sample);
 pb::Sample ToProto(const profiler::Sample& sample);
 
 // `base` with what `fit` determined written over it (compute entries replace those of the same
-// instance or GPU type).
+// instance or GPU type; all of them when the fit's compute is complete or its variant is not the
+// base's), the fit's variant and shared-ps model included.
 pb::WorkloadProfile MergeFit(const pb::WorkloadProfile& base, const profiler::WorkloadFit& fit);
 
 class ProfilerServiceImpl final : public pb::Profiler::Service {
@@ -50,8 +52,15 @@ class ProfilerServiceImpl final : public pb::Profiler::Service {
   grpc::Status GetJobProgress(grpc::ServerContext* context,
                               const pb::GetJobProgressRequest* request,
                               pb::GetJobProgressResponse* response) override;
+  grpc::Status ValidateProfile(grpc::ServerContext* context,
+                               const pb::ValidateProfileRequest* request,
+                               pb::ValidateProfileResponse* response) override;
 
  private:
+  // The samples of `jobs` (every job when empty; a job id also names its runs "J/..."). NOT_FOUND
+  // names `field`[i] when a job has no samples.
+  absl::StatusOr<std::vector<profiler::Sample>> LoadJobs(
+      const google::protobuf::RepeatedPtrField<std::string>& jobs, absl::string_view field);
   // Stores `profile` as the next version of its name; returns it with the version set.
   absl::StatusOr<pb::WorkloadProfile> Store(pb::WorkloadProfile profile);
 

@@ -68,6 +68,31 @@ TEST(JobSpecTest, ParsesEveryField) {
   EXPECT_EQ(spec->ps_command, "python train.py");  // defaults to the worker's
 }
 
+TEST(JobSpecTest, TheSloTakesIterationsOrEpochsInsteadOfALoss) {
+  const std::string base = R"({"name": "j", "workload": "w", "catalog": "c",
+    "commands": {"worker": "x"}, "slo": )";
+  auto iterations = ParseJobSpec(base + R"({"iterations": 64000, "deadline": "1h"}})");
+  ASSERT_TRUE(iterations.ok()) << iterations.status();
+  EXPECT_EQ(iterations->target_iterations, 64000);
+  EXPECT_EQ(iterations->target_loss, 0);
+  auto epochs = ParseJobSpec(base + R"({"epochs": 90, "dataset_size": 50000, "budget_usd": 3}})");
+  ASSERT_TRUE(epochs.ok()) << epochs.status();
+  EXPECT_EQ(epochs->target_epochs, 90);
+  EXPECT_EQ(epochs->dataset_size, 50000);
+  for (const auto& [slo, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"iterations": 0, "deadline": 60})", "slo.iterations = 0"},
+           {R"({"iterations": 1.5, "deadline": 60})", "slo.iterations = 1.5"},
+           {R"({"epochs": -2, "dataset_size": 10, "deadline": 60})", "slo.epochs = -2"},
+           {R"({"epochs": 2, "deadline": 60})", "slo.dataset_size is required"},
+           {R"({"dataset_size": 10, "loss": 1, "deadline": 60})", "slo.dataset_size = 10"},
+           {R"({"loss": 1, "iterations": 10, "deadline": 60})", "give one target"},
+           {R"({"deadline": 60})", "slo.loss is required (or slo.iterations"}}) {
+    auto spec = ParseJobSpec(base + slo + "}");
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << slo;
+    EXPECT_THAT(spec.status().message(), HasSubstr(message)) << slo;
+  }
+}
+
 TEST(JobSpecTest, TheExampleInDeployParses) {
   auto spec = ReadJobSpec(std::string(SPOTDNN_SOURCE_DIR) + "/deploy/examples/job.json");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -256,6 +281,46 @@ TEST_F(JobStoreTest, CliExplainsWhatIsMissing) {
 // A job with a profiling step: its logs are imported into the profiler under JOB-profiling, fitted
 // into the named profile over the base, and that profile (not a built-in) is what gets planned
 // and stored with the job.
+TEST_F(JobStoreTest, AnIterationsSloIsPlannedForAndBecomesTheJobsTarget) {
+  pb::MockProfilerStub profiler;
+  pb::MockProvisionerStub provisioner;
+  EXPECT_CALL(provisioner, Plan(_, _, _))
+      .WillOnce([](grpc::ClientContext*, const pb::PlanRequest& r, pb::PlanResponse* out) {
+        EXPECT_EQ(r.slo().target_iterations(), 64000);
+        EXPECT_EQ(r.slo().target_loss(), 0);
+        out->mutable_plan()->set_feasible(true);
+        pb::InstanceCount* c = out->mutable_plan()->mutable_cluster()->add_instances();
+        c->set_instance_type("gce-v100");
+        c->set_count(4);
+        out->mutable_plan()->mutable_prediction()->set_normalized_iterations(64000);
+        out->mutable_plan()->set_time_s(1600);
+        return grpc::Status::OK;
+      });
+  auto store = JobStore::Open((dir_ / "jobs.db").string());
+  ASSERT_TRUE(store.ok());
+  auto provider =
+      launcher::LocalProvider::Create({.state_dir = (dir_ / "local").string(), .owner = false});
+  ASSERT_TRUE(provider.ok());
+  const clients::ProvisionerClient provisioner_client(provisioner);
+  const clients::ProfilerClient profiler_client(profiler);
+  JobController controller({.provisioner = &provisioner_client,
+                            .profiler = &profiler_client,
+                            .provider = provider->get(),
+                            .store = store->get()},
+                           {}, nullptr);
+  const services::DataRegistry local = services::DataRegistry::WithBuiltins();
+  const std::string spec = R"({"name": "steps-job", "workload": "resnet32-cifar10-gce",
+    "slo": {"iterations": 64000, "deadline": "40m"}, "catalog": "gce-icac-2019",
+    "commands": {"worker": "true"}})";
+  EXPECT_CALL(profiler, GetProfile(_, _, _))
+      .WillRepeatedly([](grpc::ClientContext*, const pb::GetProfileRequest&, pb::WorkloadProfile*) {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND, "not stored");
+      });
+  auto job = controller.Plan(spec, local);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->target_iterations, 64000);
+}
+
 TEST_F(JobStoreTest, ProfilingStepImportsFitsAndPlansWithTheFittedProfile) {
   pb::MockProfilerStub profiler;
   pb::MockProvisionerStub provisioner;

@@ -242,6 +242,31 @@ class RunEndToEnd : public ::testing::Test {
   absl::Time revoked_at_;
 };
 
+TEST_F(RunEndToEnd, AnIterationsTargetRunsUntilTheWorkersStepsReachIt) {
+  const fs::path path = dir_ / "e2e-steps.json";
+  std::ofstream(path) << nlohmann::json{{"name", "e2e-steps"},
+                                        {"workload", {{"profile", "resnet110"}}},
+                                        {"slo", {{"iterations", 20}, {"deadline", "30s"}}},
+                                        {"catalog", "aws-spotdnn-prototype"},
+                                        {"provider", {{"name", "local"}}},
+                                        {"commands",
+                                         {{"worker", bin_ + "/spotdnn-sim-worker"},
+                                          {"parameter_server", bin_ + "/spotdnn-sim-worker"}}}}
+                             .dump(2);
+  auto gateway = StartGateway({"run", path.string()}, "steps.log");
+  std::optional<int> code = gateway->Wait(std::chrono::seconds(110));
+  ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
+  EXPECT_EQ(*code, 0);
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  auto record = store->GetJob("e2e-steps");
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
+  EXPECT_EQ(record->target_iterations, 20);  // the SLO's iterations, not a loss's j
+  EXPECT_GE(record->iterations_done, 20);
+  EXPECT_LE(record->predicted_time_s, 30);
+}
+
 TEST_F(RunEndToEnd, RevocationIsTakenOverBeforeTheInstanceGoes) {
   const std::string spec = WriteJob("e2e-revoke");
   auto gateway = StartGateway({"run", spec}, "run.log");

@@ -2,6 +2,7 @@
 // concurrent writers.
 #include "profiler/profile_store.h"
 
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -174,6 +175,64 @@ TEST_F(ProfileStoreTest, ConcurrentWritersOnTheSameFileLoseNothing) {
   EXPECT_EQ(all.size(), static_cast<size_t>(kWriters * kBatches));  // no version given twice
   EXPECT_EQ(*all.rbegin(), kWriters * kBatches);
   EXPECT_EQ(first->GetProfile("shared")->version, kWriters * kBatches);
+}
+
+TEST_F(ProfileStoreTest, NewSampleFieldsRoundTripAndAJobNamesItsRuns) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Sample s = MakeSample("icac/v100-4/run-1", 0);
+  s.accuracy = 0.92;
+  s.parameter_servers = 2;
+  s.cluster = "gce-k80=2,gce-v100=1";
+  s.cluster_workers = 3;
+  Sample other = MakeSample("icac/v100-4/run-2", 0);
+  Sample unrelated = MakeSample("icac-other", 0);
+  Sample lookalike = MakeSample("icac/v100-40/run-1", 0);
+  ASSERT_TRUE(store->AddSamples({s, other, unrelated, lookalike}, "test").ok());
+  auto runs = store->LoadSamples({"icac/v100-4"});
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  ASSERT_EQ(runs->size(), 2u);  // its two runs, not "icac-other" or "icac/v100-40"
+  EXPECT_DOUBLE_EQ((*runs)[0].accuracy, 0.92);
+  EXPECT_EQ((*runs)[0].parameter_servers, 2);
+  EXPECT_EQ((*runs)[0].cluster, "gce-k80=2,gce-v100=1");
+  // Naming a job and one of its runs reads the run once.
+  auto both = store->LoadSamples({"icac", "icac/v100-4/run-1"});
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->size(), 3u);
+}
+
+TEST_F(ProfileStoreTest, ADatabaseFromBeforeTheNewColumnsIsMigrated) {
+  std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+  {
+    // The samples table as the first release made it.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    const char* schema =
+        "CREATE TABLE runs (job_id TEXT PRIMARY KEY, source TEXT NOT NULL, created_unix_s REAL "
+        "NOT NULL);"
+        "CREATE TABLE samples (job_id TEXT NOT NULL, worker_id TEXT NOT NULL, instance_type "
+        "TEXT NOT NULL, gpu_type TEXT NOT NULL, gpus INTEGER NOT NULL, batch_size INTEGER NOT "
+        "NULL, step INTEGER NOT NULL, wall_time_s REAL NOT NULL, iteration_time_s REAL NOT "
+        "NULL, loss REAL NOT NULL, bytes_sent INTEGER NOT NULL, bytes_received INTEGER NOT "
+        "NULL, gpu_memory_gib REAL NOT NULL, cluster_workers INTEGER NOT NULL, "
+        "communication_time_s REAL NOT NULL, cluster_steps_per_s REAL NOT NULL);"
+        "INSERT INTO runs VALUES ('old', 'x', 0);"
+        "INSERT INTO samples VALUES ('old', 'w', 'p3.2xlarge', 'V100', 1, 64, 5, 1.0, 0.5, 2.0, "
+        "0, 0, 0, 1, 0, 0);";
+    ASSERT_EQ(sqlite3_exec(db, schema, nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Sample s = MakeSample("new", 1);
+  s.parameter_servers = 2;
+  ASSERT_TRUE(store->AddSamples({s}, "test").ok());
+  auto all = store->LoadSamples({});
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].job_id, "old");
+  EXPECT_EQ((*all)[0].parameter_servers, 0);
+  EXPECT_EQ((*all)[1].parameter_servers, 2);
 }
 
 TEST_F(ProfileStoreTest, OpenNamesAnUnusablePath) {

@@ -52,6 +52,9 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
 // One `spotdnn profile` subcommand (import, fit, show, list, export, delete) against `stub`.
 int Profile(const std::string& subcommand, const Args& args, pb::Profiler::StubInterface& stub,
             const Io& io);
+// `spotdnn profile validate --fit JOBS --check JOBS`: fits on the first jobs and predicts every
+// cluster of the second, against `stub`.
+int ProfileValidateCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io);
 // `spotdnn profile validate-speed`: runs here, on the files named by --runs.
 int ValidateSpeedCommand(const Args& args, const Io& io);
 // The in-process profiler's database: $SPOTDNN_PROFILE_DB, else ~/.spotdnn/profiles.db, else

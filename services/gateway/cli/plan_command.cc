@@ -20,6 +20,7 @@
 #include "services/gateway/cli/command.h"
 #include "services/gateway/cli/connection.h"
 #include "services/gateway/cli/output.h"
+#include "services/gateway/cli/target_flags.h"
 #include "services/provisioner/provisioner_service.h"
 
 namespace spotdnn::gateway {
@@ -119,10 +120,10 @@ absl::Status CheckCounts(absl::string_view flag,
 }
 
 void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std::string& workload,
-               const std::string& catalog, std::ostream& out) {
+               const std::string& catalog, const TargetFlags& target, std::ostream& out) {
   const pb::Plan& p = r.plan();
   const bool budget = req.mode() == pb::PLAN_MODE_BUDGET;
-  out << "Plan: " << workload << " on " << catalog << ", loss " << req.slo().target_loss();
+  out << "Plan: " << workload << " on " << catalog << ", " << target.Describe();
   if (budget) {
     out << " within " << Dollars(req.slo().budget_usd()) << ", fastest";
   } else {
@@ -209,7 +210,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   }
   pb::PlanRequest request;
   request.set_mode(mode == "budget" ? pb::PLAN_MODE_BUDGET : pb::PLAN_MODE_DEADLINE);
-  for (const char* flag : {"--workload", "--catalog", "--loss"}) {
+  for (const char* flag : {"--workload", "--catalog"}) {
     if (!args.Has(flag))
       return fail(absl::InvalidArgumentError(absl::StrCat("missing required flag ", flag)));
   }
@@ -220,9 +221,12 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   if (!catalog_ref.ok()) return fail(catalog_ref.status());
   *request.mutable_workload() = *workload_ref;
   *request.mutable_catalog() = *catalog_ref;
-  auto loss = ParseNumber("--loss", *args.Get("--loss"));
-  if (!loss.ok()) return fail(loss.status());
-  request.mutable_slo()->set_target_loss(*loss);
+  auto target = ParseTargetFlags(args);
+  if (!target.ok()) return fail(target.status());
+  request.mutable_slo()->set_target_loss(target->loss);
+  request.mutable_slo()->set_target_iterations(target->iterations);
+  request.mutable_slo()->set_target_epochs(target->epochs);
+  request.mutable_slo()->set_dataset_size(target->dataset_size);
   if (auto d = args.Get("--deadline")) {
     auto deadline = ParseDuration("--deadline", *d);
     if (!deadline.ok()) return fail(deadline.status());
@@ -330,8 +334,8 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
       o.String("mode", "frontier").Raw("frontier", "[" + absl::StrJoin(points, ",") + "]");
       io.out << o.str() << "\n";
     } else {
-      io.out << "Time/cost frontier: " << workload << " on " << catalog << ", loss " << *loss
-             << " (" << n << " plans, fastest first)\n\n";
+      io.out << "Time/cost frontier: " << workload << " on " << catalog << ", "
+             << target->Describe() << " (" << n << " plans, fastest first)\n\n";
       if (n == 0) {
         PrintInfeasible(response.reason(), response.fastest_time_s(), response.fastest_cost_usd(),
                         io.out);
@@ -361,7 +365,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
       }
       const double d = request.slo().deadline_s();
       const std::string svg =
-          SvgChart(points, absl::StrCat("Time/cost frontier: ", workload, ", loss ", *loss),
+          SvgChart(points, absl::StrCat("Time/cost frontier: ", workload, ", ", target->Describe()),
                    "predicted time (min)", "cost (USD)", d > 0 ? d / 60 : NAN, "deadline");
       std::ofstream file(*plot, std::ios::trunc);
       file << svg;
@@ -382,7 +386,10 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   if (io.json) {
     JsonObject o = PlanJson(p);
     o.String("mode", mode)
-        .Number("target_loss", *loss)
+        .Number("target_loss", target->loss)
+        .Number("target_iterations", target->iterations)
+        .Number("target_epochs", target->epochs)
+        .Number("dataset_size", target->dataset_size)
         .Number("deadline_s", request.slo().deadline_s() > 0 ? request.slo().deadline_s() : NAN)
         .Number("budget_usd", request.slo().budget_usd() > 0 ? request.slo().budget_usd() : NAN);
     if (!p.feasible()) {
@@ -400,7 +407,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     o.Raw("excluded_types", "[" + absl::StrJoin(excluded, ",") + "]");
     io.out << o.str() << "\n";
   } else {
-    PrintPlan(response, request, workload, catalog, io.out);
+    PrintPlan(response, request, workload, catalog, *target, io.out);
   }
   return p.feasible() ? kExitOk : kExitInfeasible;
 }
@@ -410,7 +417,8 @@ std::vector<Command> PlanCommands() {
       .name = "plan",
       .summary =
           "the cheapest spot cluster that reaches a loss by a deadline (or budget, frontier)",
-      .synopsis = "--workload W --catalog C --loss L --deadline D\n"
+      .synopsis = "--workload W --catalog C --deadline D\n"
+                  "(--loss L | --iterations N | --epochs E --dataset-size S)\n"
                   "[--mode deadline|budget|frontier] [--budget USD]\n"
                   "[--strategy exact|spotdnn|exhaustive] [--quota TYPE=N,...] "
                   "[--existing TYPE=N,...]\n"
@@ -418,14 +426,18 @@ std::vector<Command> PlanCommands() {
                   "[--parameter-servers N]\n"
                   "[--exhaustive-limit N] [--plot FILE.svg] [--json] [--server HOST:PORT]",
       .description =
-          "Finds the cheapest cluster that reaches loss L by the deadline (deadline mode), the "
-          "fastest\nwithin a budget (budget mode), or every plan on the time/cost Pareto frontier "
-          "(frontier mode),\nand compares it with the spotDNN heuristic, the cheapest one-type "
-          "plan and on-demand prices.",
+          "Finds the cheapest cluster that reaches loss L (or trains N iterations, or E epochs of "
+          "S\nsamples) by the deadline (deadline mode), the fastest within a budget (budget mode), "
+          "or every plan\non the time/cost Pareto frontier (frontier mode), and compares it with "
+          "the spotDNN heuristic, the\ncheapest one-type plan and on-demand prices.",
       .flags =
           {{"--workload", "W", "built-in profile name or a JSON file"},
            {"--catalog", "C", "built-in catalog name or a JSON file"},
-           {"--loss", "L", "target training loss"},
+           {"--loss", "L", "target training loss (needs the profile's loss model)"},
+           {"--iterations", "N",
+            "instead: train N global iterations (every worker step counts one)"},
+           {"--epochs", "E", "instead: train E passes over a dataset of ..."},
+           {"--dataset-size", "S", "... S samples (iterations = E S / the cluster's WA batch)"},
            {"--deadline", "D", "2400, 2400s, 40m, 1.5h (optional in budget and frontier modes)"},
            {"--mode", "M", "deadline (default), budget or frontier"},
            {"--budget", "USD", "most the job may cost (budget mode; bounds the frontier)"},

@@ -1,5 +1,6 @@
 // The predictor's commands: `spotdnn predict` (how long and at what cost a cluster takes to reach
-// a target loss), `spotdnn catalogs` and `spotdnn workloads` (what is known by name).
+// a target loss, or to train a number of iterations or epochs), `spotdnn catalogs` and
+// `spotdnn workloads` (what is known by name).
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -9,35 +10,45 @@
 #include "services/gateway/cli/command.h"
 #include "services/gateway/cli/connection.h"
 #include "services/gateway/cli/output.h"
+#include "services/gateway/cli/target_flags.h"
 #include "services/predictor/predictor_service.h"
 
 namespace spotdnn::gateway {
 namespace {
 
 void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveResponse* curve,
-                     std::ostream& out) {
+                     const TargetFlags& target, std::ostream& out) {
   const pb::Prediction& p = response.prediction();
-  out << "Prediction: " << response.workload() << " on " << response.catalog() << ", target loss "
-      << p.target_loss() << "\n\n";
+  out << "Prediction: " << response.workload() << " on " << response.catalog() << ", target "
+      << target.Describe() << "\n\n";
   Table workers({"instance type", "count", "GPUs", "batch", "T_comp (s)", "T_comm (s)", "T_i (s)",
                  "samples/s"});
   for (const pb::WorkerPrediction& w : p.workers()) {
+    // A shared-ps profile may know no batch (iteration targets need none): "-".
+    const bool batch = w.batch_size() > 0;
     workers.AddRow({w.instance_type(), absl::StrCat(w.count()), absl::StrCat(w.gpus()),
-                    absl::StrCat(w.batch_size()), Fixed(w.compute_time_s(), 5),
+                    batch ? absl::StrCat(w.batch_size()) : "-", Fixed(w.compute_time_s(), 5),
                     Fixed(w.communication_time_s(), 5), Fixed(w.iteration_time_s(), 5),
-                    Fixed(w.samples_per_s(), 1)});
+                    batch ? Fixed(w.samples_per_s(), 1) : "-"});
   }
   workers.Print(out);
   out << "\n";
   Table summary({"quantity", "value"});
   summary.AddRow({"workers |N|", absl::StrCat(p.worker_count())});
   summary.AddRow({"parameter servers", absl::StrCat(p.parameter_servers())});
-  summary.AddRow({"contention probability P", Fixed(p.contention_probability(), 4)});
+  if (p.ps_response_time_s() > 0) {
+    summary.AddRow({"parameter-server utilisation W", Fixed(p.ps_utilization(), 4)});
+    summary.AddRow({"PS exchange R (s)", Fixed(p.ps_response_time_s(), 5)});
+  } else {
+    summary.AddRow({"contention probability P", Fixed(p.contention_probability(), 4)});
+  }
   summary.AddRow({"worker bandwidth B_wk (MB/s)",
                   p.workers_size() > 0 ? Fixed(p.workers(0).bandwidth_mb_per_s(), 2) : "-"});
-  summary.AddRow({"cluster speed v (samples/s)", Fixed(p.cluster_speed(), 2)});
+  summary.AddRow(
+      {"cluster speed v (samples/s)", p.cluster_speed() > 0 ? Fixed(p.cluster_speed(), 2) : "-"});
+  summary.AddRow({"iterations/s", Fixed(1 / p.expected_iteration_time_s(), 3)});
   summary.AddRow({"expected iteration T_exp (s)", Fixed(p.expected_iteration_time_s(), 6)});
-  summary.AddRow({"WA batch b_w", Fixed(p.wa_batch(), 1)});
+  summary.AddRow({"WA batch b_w", p.wa_batch() > 0 ? Fixed(p.wa_batch(), 1) : "-"});
   summary.AddRow({"convergence coefficient R", Fixed(p.convergence_coefficient(), 4)});
   summary.AddRow({"normalized iterations j", Fixed(p.normalized_iterations(), 0)});
   summary.AddRow(
@@ -127,11 +138,8 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
   if (!catalog.ok()) return fail(catalog.status());
   auto cluster_text = args.Required("--cluster");
   if (!cluster_text.ok()) return fail(cluster_text.status());
-  auto loss_text = args.Required("--loss");
-  if (!loss_text.ok()) return fail(loss_text.status());
-
-  auto loss = ParseNumber("--loss", *loss_text);
-  if (!loss.ok()) return fail(loss.status());
+  auto target = ParseTargetFlags(args);
+  if (!target.ok()) return fail(target.status());
   auto counts = ParseCounts("--cluster", *cluster_text);
   if (!counts.ok()) return fail(counts.status());
   int parameter_servers = 1;
@@ -153,7 +161,10 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
 
   *request.mutable_workload() = *workload_ref;
   *request.mutable_catalog() = *catalog_ref;
-  request.set_target_loss(*loss);
+  request.set_target_loss(target->loss);
+  request.set_target_iterations(target->iterations);
+  request.set_target_epochs(target->epochs);
+  request.set_dataset_size(target->dataset_size);
   for (const auto& [type, count] : *counts) {
     pb::InstanceCount* c = request.mutable_cluster()->add_instances();
     c->set_instance_type(type);
@@ -171,7 +182,10 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
     *curve_request.mutable_workload() = request.workload();
     *curve_request.mutable_catalog() = request.catalog();
     *curve_request.mutable_cluster() = request.cluster();
-    curve_request.set_target_loss(*loss);
+    curve_request.set_target_loss(target->loss);
+    curve_request.set_target_iterations(target->iterations);
+    curve_request.set_target_epochs(target->epochs);
+    curve_request.set_dataset_size(target->dataset_size);
     curve_request.set_points(curve_points);
     auto answered = predictor.LossCurve(curve_request);
     if (!answered.ok()) return fail(answered.status());
@@ -189,7 +203,7 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
     }
     io.out << head << body.substr(1) << "\n";
   } else {
-    PrintPrediction(response, curve_points > 0 ? &curve : nullptr, io.out);
+    PrintPrediction(response, curve_points > 0 ? &curve : nullptr, *target, io.out);
   }
   return kExitOk;
 }
@@ -197,17 +211,23 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
 std::vector<Command> ModelCommands() {
   return {
       {.name = "predict",
-       .summary = "time and cost for a cluster to reach a target loss",
-       .synopsis = "--workload W --catalog C --cluster TYPE=N[,TYPE=N...] --loss L\n"
+       .summary = "time and cost for a cluster to reach a target loss, iterations or epochs",
+       .synopsis = "--workload W --catalog C --cluster TYPE=N[,TYPE=N...]\n"
+                   "(--loss L | --iterations N | --epochs E --dataset-size S)\n"
                    "[--parameter-servers N] [--curve POINTS] [--json] [--server HOST:PORT]",
        .description = "Predicts per-type iteration time, cluster speed, WA batch, convergence "
                       "coefficient, normalized\niterations, time and spot/on-demand cost for the "
-                      "cluster to reach loss L.",
+                      "cluster to reach loss L, or to train N global\niterations, or E epochs of "
+                      "S samples.",
        .flags =
            {{"--workload", "W", "built-in profile name (see `spotdnn workloads`) or a JSON file"},
             {"--catalog", "C", "built-in catalog name (see `spotdnn catalogs`) or a JSON file"},
             {"--cluster", "TYPE=N,...", "workers per instance type"},
-            {"--loss", "L", "target training loss"},
+            {"--loss", "L", "target training loss (needs the profile's loss model)"},
+            {"--iterations", "N",
+             "instead: train N global iterations (every worker step counts one)"},
+            {"--epochs", "E", "instead: train E passes over a dataset of ..."},
+            {"--dataset-size", "S", "... S samples (iterations = E S / the cluster's WA batch)"},
             {"--parameter-servers", "N", "parameter servers (their bandwidth adds up); default 1"},
             {"--curve", "POINTS", "also print the predicted loss curve up to the target"},
             ServerFlag("spotdnn-predictor")},

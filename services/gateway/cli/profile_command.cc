@@ -82,6 +82,10 @@ void PrintProfile(const pb::WorkloadProfile& p, std::ostream& out) {
   summary.AddRow({"B_req (MB/s)", p.required_bandwidth_mb_per_s() > 0
                                       ? Fixed(p.required_bandwidth_mb_per_s(), 2)
                                       : "-"});
+  if (p.model_variant() == pb::MODEL_VARIANT_SHARED_PS) {
+    summary.AddRow({"PS queueing kappa",
+                    p.has_shared_ps() ? absl::StrFormat("%.4f", p.shared_ps().queueing()) : "-"});
+  }
   summary.AddRow({"contention a1, b1",
                   p.has_contention()
                       ? absl::StrFormat("%.4f, %.4f", p.contention().a1(), p.contention().b1())
@@ -155,11 +159,18 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
   request.set_stop_on_error(args.Switch("--stop-on-error"));
   request.set_instance_type(args.Get("--instance-type").value_or(""));
   request.set_gpu_type(args.Get("--gpu-type").value_or(""));
+  if (args.Has("--batch") && args.Has("--batch-size")) {
+    return fail(
+        absl::InvalidArgumentError("--batch and --batch-size: give one (they are the same)"));
+  }
+  request.set_cluster(args.Get("--cluster").value_or(""));
   for (const auto& [flag, setter] :
        std::vector<std::pair<const char*, void (pb::ImportLogRequest::*)(int32_t)>>{
            {"--gpus", &pb::ImportLogRequest::set_gpus},
            {"--batch", &pb::ImportLogRequest::set_batch_size},
-           {"--workers", &pb::ImportLogRequest::set_cluster_workers}}) {
+           {"--batch-size", &pb::ImportLogRequest::set_batch_size},
+           {"--workers", &pb::ImportLogRequest::set_cluster_workers},
+           {"--parameter-servers", &pb::ImportLogRequest::set_parameter_servers}}) {
     if (auto v = args.Get(flag)) {
       auto parsed = ParseInt(flag, *v, 1, 1'000'000);
       if (!parsed.ok()) return fail(parsed.status());
@@ -187,8 +198,13 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
   Table table({"quantity", "value"});
   table.AddRow({"files read", absl::StrCat(response.files())});
   table.AddRow({"samples imported", absl::StrCat(response.imported())});
+  table.AddRow({"runs (jobs)", absl::StrCat(response.runs())});
   table.AddRow({"lines skipped", absl::StrCat(response.skipped())});
   table.Print(io.out);
+  if (response.notes_size() > 0) {
+    io.out << "\nNotes:\n";
+    for (const std::string& n : response.notes()) io.out << "  " << n << "\n";
+  }
   if (response.errors_size() > 0) {
     io.out << "\nSkipped lines"
            << (response.errors_size() < static_cast<int>(response.skipped())
@@ -232,6 +248,11 @@ int FitCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io
     auto v = ParseNumber("--pcie-bandwidth", *pcie);
     if (!v.ok()) return fail(v.status());
     request.set_pcie_bandwidth_mb_per_s(*v);
+  }
+  if (auto variant = args.Get("--model-variant")) {
+    auto v = predictor::ParseVariant(*variant);
+    if (!v.ok()) return fail(absl::InvalidArgumentError(absl::StrCat("--", v.status().message())));
+    request.set_model_variant(services::ToProto(*v));
   }
   auto fitted = ClientOf(stub).FitProfile(request);
   if (!fitted.ok()) return fail(fitted.status());
@@ -376,6 +397,13 @@ int ValidateSpeedCommand(const Args& args, const Io& io) {
     if (!n.ok()) return fail(n.status());
     fit_workers.push_back(*n);
   }
+  const std::string model_name = args.Get("--model").value_or("shared-ps");
+  if (model_name != "shared-ps" && model_name != "paper") {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--model = \"", model_name, "\": expected shared-ps or paper")));
+  }
+  const profiler::SpeedModel model =
+      model_name == "paper" ? profiler::SpeedModel::kPaper : profiler::SpeedModel::kSharedPs;
   const std::vector<std::string> dirs = absl::StrSplit(*runs, ',', absl::SkipEmpty());
   std::vector<profiler::SpeedSeries> series;
   std::uint64_t skipped = 0;
@@ -401,7 +429,7 @@ int ValidateSpeedCommand(const Args& args, const Io& io) {
       series.push_back(std::move(s));
     }
   }
-  auto validation = profiler::ValidateSpeed(series, fit_workers);
+  auto validation = profiler::ValidateSpeed(series, fit_workers, model);
   if (!validation.ok()) {
     const absl::Status& s = validation.status();
     return fail(absl::Status(s.code(), s.code() == absl::StatusCode::kInvalidArgument
@@ -419,14 +447,21 @@ int ValidateSpeedCommand(const Args& args, const Io& io) {
             ",\"held_out\":", p.held_out ? "true" : "false", "}"));
       }
       const profiler::SpeedCurve& c = v.fit.curve;
+      const std::string fit =
+          model == profiler::SpeedModel::kPaper
+              ? absl::StrCat("{\"model\":\"paper\",\"step_time_s\":", JsonNumber(c.step_time_s),
+                             ",\"comm_share\":", JsonNumber(c.comm_share),
+                             ",\"bandwidth_ratio\":", JsonNumber(c.bandwidth_ratio),
+                             ",\"a1\":", JsonNumber(c.contention.a1),
+                             ",\"b1\":", JsonNumber(c.contention.b1))
+              : absl::StrCat("{\"model\":\"shared-ps\",\"compute_time_s\":",
+                             JsonNumber(v.shared_ps.compute_time_s),
+                             ",\"service_time_s\":", JsonNumber(v.shared_ps.service_time_s),
+                             ",\"queueing\":", JsonNumber(v.shared_ps.queueing));
       series_json.push_back(absl::StrCat(
           "{\"series\":", JsonString(v.series), ",\"held_out_mape\":", JsonNumber(v.held_out_mape),
-          ",\"held_out_points\":", v.held_out_points, ",\"fit\":{\"step_time_s\":",
-          JsonNumber(c.step_time_s), ",\"comm_share\":", JsonNumber(c.comm_share),
-          ",\"bandwidth_ratio\":", JsonNumber(c.bandwidth_ratio),
-          ",\"a1\":", JsonNumber(c.contention.a1), ",\"b1\":", JsonNumber(c.contention.b1),
-          ",\"fit_mape\":", JsonNumber(v.fit.quality.mape), "},\"points\":[",
-          absl::StrJoin(points, ","), "]}"));
+          ",\"held_out_points\":", v.held_out_points, ",\"fit\":", fit, ",\"fit_mape\":",
+          JsonNumber(v.fit.quality.mape), "},\"points\":[", absl::StrJoin(points, ","), "]}"));
     }
     io.out << "{\"fit_workers\":[" << absl::StrJoin(fit_workers, ",") << "],\"series\":["
            << absl::StrJoin(series_json, ",") << "],\"skipped_lines\":" << skipped
@@ -446,17 +481,33 @@ int ValidateSpeedCommand(const Args& args, const Io& io) {
   }
   points.Print(io.out);
   io.out << "\n";
-  Table per_series({"series", "T_1 (s)", "comm share c", "B_ps/B_req r", "fit MAPE %",
-                    "held-out points", "held-out MAPE %"});
-  for (const profiler::SeriesValidation& v : validation->series) {
-    per_series.AddRow({v.series, Fixed(v.fit.curve.step_time_s, 4),
-                       Fixed(v.fit.curve.comm_share, 3), Fixed(v.fit.curve.bandwidth_ratio, 2),
-                       Fixed(v.fit.quality.mape, 2), absl::StrCat(v.held_out_points),
-                       Fixed(v.held_out_mape, 2)});
+  if (model == profiler::SpeedModel::kPaper) {
+    Table per_series({"series", "T_1 (s)", "comm share c", "B_ps/B_req r", "fit MAPE %",
+                      "held-out points", "held-out MAPE %"});
+    for (const profiler::SeriesValidation& v : validation->series) {
+      per_series.AddRow({v.series, Fixed(v.fit.curve.step_time_s, 4),
+                         Fixed(v.fit.curve.comm_share, 3), Fixed(v.fit.curve.bandwidth_ratio, 2),
+                         Fixed(v.fit.quality.mape, 2), absl::StrCat(v.held_out_points),
+                         Fixed(v.held_out_mape, 2)});
+    }
+    per_series.Print(io.out);
+    io.out << "\nModel: eqs. 2, 6-9 for identical workers, v(N) = N / (T_1 (1 - c + c "
+              "B_req/B_wk(N))), P = 1 once B_req > B_ps/N; observed = median of each run's "
+              "samples.\n";
+  } else {
+    Table per_series({"series", "compute z (s)", "server d (s)", "kappa", "fit MAPE %",
+                      "held-out points", "held-out MAPE %"});
+    for (const profiler::SeriesValidation& v : validation->series) {
+      per_series.AddRow({v.series, Fixed(v.shared_ps.compute_time_s, 4),
+                         Fixed(v.shared_ps.service_time_s, 4), Fixed(v.shared_ps.queueing, 3),
+                         Fixed(v.fit.quality.mape, 2), absl::StrCat(v.held_out_points),
+                         Fixed(v.held_out_mape, 2)});
+    }
+    per_series.Print(io.out);
+    io.out << "\nModel: shared parameter server, v(N) = N / T(N), T = z + R, R = d (1 + kappa W / "
+              "(1 - W)), W = N d / T; z, d per series, kappa shared; observed = median of each "
+              "run's samples.\n";
   }
-  per_series.Print(io.out);
-  io.out << "\nModel: eqs. 2, 6-9 for identical workers, v(N) = N / (T_1 (1 - c + c B_req/B_wk(N)))"
-            ", P = 1 once B_req > B_ps/N; observed = median of each run's samples.\n";
   if (skipped > 0) {
     io.out << "Skipped " << skipped << " malformed line(s)"
            << (errors.empty() ? "" : absl::StrCat("; first: ", errors[0])) << "\n";
@@ -474,10 +525,12 @@ int Profile(const std::string& subcommand, const Args& args, pb::Profiler::StubI
   if (subcommand == "list") return ListProfilesCommand(stub, io);
   if (subcommand == "export") return ExportCommand(args, stub, io);
   if (subcommand == "delete") return DeleteCommand(args, stub, io);
-  return ReportError(absl::InvalidArgumentError(absl::StrCat(
-                         "unknown subcommand \"", subcommand,
-                         "\": expected import, fit, show, list, export, delete or validate-speed")),
-                     "profile", io);
+  if (subcommand == "validate") return ProfileValidateCommand(args, stub, io);
+  return ReportError(
+      absl::InvalidArgumentError(absl::StrCat(
+          "unknown subcommand \"", subcommand,
+          "\": expected import, fit, show, list, export, delete, validate or validate-speed")),
+      "profile", io);
 }
 
 namespace {
@@ -516,11 +569,18 @@ std::vector<Command> ProfileCommands() {
           {.name = "profile import",
            .summary = "import training logs (a file or a folder) as samples; a .json profile",
            .synopsis = "PATH [--job ID] [--format F] [--stop-on-error] [--instance-type T]\n"
-                       "[--gpu-type G] [--gpus N] [--batch B] [--workers N] [--db FILE | --server "
+                       "[--gpu-type G] [--gpus N] [--batch-size B] [--workers N] "
+                       "[--parameter-servers P]\n[--cluster TYPE=N,...] [--db FILE | --server "
                        "HOST:PORT]",
-           .description = "Imports PATH (a file, or every *.csv, *.log, *.txt, *.tsv under a "
-                          "folder) as samples; a .json\nfile is a workload profile and is stored "
-                          "as the next version of its name.",
+           .description =
+               "Imports PATH (a file, or every *.csv, *.log, *.txt, *.tsv under a folder) as "
+               "samples; a .json\nfile is a workload profile and is stored as the next version of "
+               "its name. A checkpoint export\n\"Wall Time,Step,Accuracy[,Zone],Run\" gives one "
+               "job per run (ID/run-3, ID/ZONE/run-3), its speed\nfrom steps and wall times; a "
+               "vm_data.csv beside it leaves out runs that lost a worker mid-run.\nWhat the file "
+               "does not say comes from the flags (a <series>worker<N> or <P>ps<N><g> folder\n"
+               "gives workers, servers, GPU); a value the file says otherwise is an error naming "
+               "both.",
            .flags = {{"--job", "ID",
                       "job the samples belong to (a folder: prefix of its run folders' jobs)"},
                      {"--format", "F", "auto (default), tensorboard, spotdnn-worker, csv, samples"},
@@ -528,26 +588,56 @@ std::vector<Command> ProfileCommands() {
                      {"--instance-type", "T", "the instance type the log lacks"},
                      {"--gpu-type", "G", "the GPU type the log lacks"},
                      {"--gpus", "N", "GPUs per worker the log lacks"},
-                     {"--batch", "B", "the batch size the log lacks"},
+                     {"--batch-size", "B", "the batch size the log lacks"},
+                     {"--batch", "B", "the same as --batch-size"},
                      {"--workers", "N",
-                      "the cluster's workers (a <series>worker<N> folder gives it)"}},
+                      "the cluster's workers (a <series>worker<N> folder gives it)"},
+                     {"--parameter-servers", "P", "the parameter servers the runs trained against"},
+                     {"--cluster", "TYPE=N,...",
+                      "a run on several types: workers per type (instead of --instance-type,\n"
+                      "--gpu-type and --workers)"}},
            .min_positional = 1,
            .max_positional = 1}),
       ProfilerCommand(
           {.name = "profile fit",
            .summary = "fit a profile from the stored samples and store it as a new version",
            .synopsis = "--name NAME [--jobs ID,...] [--base W] [--ps-bandwidth MB/S]\n"
-                       "[--pcie-bandwidth MB/S] [--require P,...] [--db FILE | --server HOST:PORT]",
+                       "[--pcie-bandwidth MB/S] [--model-variant V] [--require P,...]\n"
+                       "[--db FILE | --server HOST:PORT]",
            .flags = {{"--name", "NAME", "the profile to store (its next version)"},
-                     {"--jobs", "ID[,ID...]", "samples of these jobs only (default: all)"},
+                     {"--jobs", "ID[,ID...]",
+                      "samples of these jobs only, a job with its runs (default: all)"},
                      {"--base", "W",
                       "built-in workload or JSON file whose values the fit keeps and fills"},
                      {"--ps-bandwidth", "MB/S",
-                      "the parameter server's bandwidth B_ps (needed for contention a1, b1)"},
+                      "each parameter server's bandwidth B_ps the runs trained against (needed\n"
+                      "for the contention model)"},
                      {"--pcie-bandwidth", "MB/S", "B_pcie (default 10000)"},
+                     {"--model-variant", "V",
+                      "shared-ps (one compute time per type plus one parameter-server model\n"
+                      "shared by every run, fitted to runs of several sizes, types and server\n"
+                      "counts), paper (eqs. 8-9) or spotdnn-prototype; default: the base's,\n"
+                      "else shared-ps when the runs identify it and not a1, b1, else paper"},
                      {"--require", "P[,P...]",
                       "fail unless these are identified: S_parm, B_req, T_comp, contention,\n"
-                      "memory, loss"}}}),
+                      "memory, loss, ps (shared-ps), kappa"}}}),
+      ProfilerCommand(
+          {.name = "profile validate",
+           .summary = "fit on some jobs, predict the clusters of others: observed vs predicted",
+           .synopsis = "--fit ID[,ID...] --check ID[,ID...] [--ps-bandwidth MB/S] "
+                       "[--model-variant V]\n[--base W] [--iterations N] [--db FILE | --server "
+                       "HOST:PORT]",
+           .description =
+               "Fits on the first jobs (and their runs) and predicts every cluster of the second "
+               "from its\ncomposition (types, counts, servers): observed and predicted steps/s and "
+               "time per cluster,\nand the MAPE of the time.",
+           .flags = {{"--fit", "ID[,ID...]", "the jobs to fit on"},
+                     {"--check", "ID[,ID...]", "the jobs whose clusters are predicted"},
+                     {"--ps-bandwidth", "MB/S", "as for fit"},
+                     {"--model-variant", "V", "as for fit"},
+                     {"--base", "W", "as for fit"},
+                     {"--iterations", "N",
+                      "compare the time of N steps (default: the steps the runs took)"}}}),
       ProfilerCommand({.name = "profile show",
                        .summary = "a stored profile's parameters",
                        .synopsis = "NAME [--version V] [--db FILE | --server HOST:PORT]",
@@ -573,13 +663,16 @@ std::vector<Command> ProfileCommands() {
                        .max_positional = 1}),
       {.name = "profile validate-speed",
        .summary = "fit the cluster-speed model on some worker counts, predict the others",
-       .synopsis = "--runs DIR[,DIR...] --fit-workers N,N,N[,...]",
+       .synopsis = "--runs DIR[,DIR...] --fit-workers N,N,N[,...] [--model shared-ps|paper]",
        .description = "For every <series>worker<N> series in DIR: fits the cluster-speed model on "
                       "the listed worker\ncounts only, predicts the others, and prints observed, "
                       "predicted and error per point,\nper-series MAPE and the overall held-out "
-                      "MAPE. It reads the files itself (no server).",
+                      "MAPE. It reads the files itself (no server).\nshared-ps (default): "
+                      "compute time z and server time d per series, one queueing kappa\nfor all; "
+                      "paper: eqs. 2, 6-9 per series.",
        .flags = {{"--runs", "DIR[,DIR...]", "folders of <series>worker<N> run folders"},
-                 {"--fit-workers", "N,N,N", "the worker counts to fit on (3 or more)"}},
+                 {"--fit-workers", "N,N,N", "the worker counts to fit on (3 or more)"},
+                 {"--model", "M", "shared-ps (default) or paper"}},
        .run = ValidateSpeedCommand},
   };
 }

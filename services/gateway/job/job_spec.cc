@@ -191,12 +191,50 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
         "slo is required: {\"loss\": L, \"deadline\": \"30m\"} (and/or \"budget_usd\")");
   }
   const json& slo = doc["slo"];
-  if (auto s = OnlyKnown(slo, "slo.", {"loss", "deadline", "budget_usd"}); !s.ok()) return s;
-  if (!slo.contains("loss")) return absl::InvalidArgumentError("slo.loss is required");
-  auto loss = Number(slo["loss"], "slo.loss", 0);
-  if (!loss.ok()) return loss.status();
-  if (*loss <= 0) return Bad("slo.loss", slo["loss"], "must be > 0");
-  spec.target_loss = *loss;
+  if (auto s = OnlyKnown(
+          slo, "slo.", {"loss", "iterations", "epochs", "dataset_size", "deadline", "budget_usd"});
+      !s.ok()) {
+    return s;
+  }
+  // The target: a loss, a number of global iterations, or epochs of a dataset.
+  const int targets = slo.contains("loss") + slo.contains("iterations") + slo.contains("epochs");
+  if (targets == 0) {
+    return absl::InvalidArgumentError(
+        "slo.loss is required (or slo.iterations, or slo.epochs with slo.dataset_size)");
+  }
+  if (targets > 1) {
+    return absl::InvalidArgumentError(
+        "slo: give one target of loss, iterations and epochs, not several");
+  }
+  if (slo.contains("dataset_size") && !slo.contains("epochs")) {
+    return Bad("slo.dataset_size", slo["dataset_size"], "only with slo.epochs");
+  }
+  if (slo.contains("loss")) {
+    auto loss = Number(slo["loss"], "slo.loss", 0);
+    if (!loss.ok()) return loss.status();
+    if (*loss <= 0) return Bad("slo.loss", slo["loss"], "must be > 0");
+    spec.target_loss = *loss;
+  } else if (slo.contains("iterations")) {
+    const json& n = slo["iterations"];
+    if (!n.is_number_integer() || n.get<int64_t>() < 1) {
+      return Bad("slo.iterations", n, "expected a whole number of global iterations >= 1");
+    }
+    spec.target_iterations = static_cast<double>(n.get<int64_t>());
+  } else {
+    auto epochs = Number(slo["epochs"], "slo.epochs", 0);
+    if (!epochs.ok()) return epochs.status();
+    if (*epochs <= 0) return Bad("slo.epochs", slo["epochs"], "must be > 0");
+    if (!slo.contains("dataset_size")) {
+      return absl::InvalidArgumentError(
+          "slo.dataset_size is required with slo.epochs: the samples in one epoch");
+    }
+    const json& size = slo["dataset_size"];
+    if (!size.is_number_integer() || size.get<int64_t>() < 1) {
+      return Bad("slo.dataset_size", size, "expected a whole number of samples >= 1");
+    }
+    spec.target_epochs = *epochs;
+    spec.dataset_size = static_cast<double>(size.get<int64_t>());
+  }
   if (slo.contains("deadline")) {
     auto d = Seconds(slo["deadline"], "slo.deadline");
     if (!d.ok()) return d.status();

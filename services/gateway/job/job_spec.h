@@ -34,7 +34,10 @@ struct JobSpec {
   std::string profiling_base;
   double profiling_ps_bandwidth = 0;  // B_ps of the runs (MB/s), for the contention fit
   std::string catalog;                // a name or a JSON file
-  double target_loss = 0;
+  double target_loss = 0;             // the target: a loss, or (0 here) ...
+  double target_iterations = 0;       // ... global iterations (steps of all workers), or ...
+  double target_epochs = 0;           // ... epochs of
+  double dataset_size = 0;            // this many samples
   double deadline_s = 0;  // 0: none (then budget_usd is required)
   double budget_usd = 0;  // 0: none
   spotdnn::v1::PlanStrategy strategy = spotdnn::v1::PLAN_STRATEGY_EXACT;
