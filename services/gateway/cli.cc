@@ -32,7 +32,7 @@ Commands:
   jobs        the jobs run so far; status JOB shows one
   up, down    start or stop the four services (and the local metadata emulator) on this machine
   local       launch, list, revoke and terminate instances of the local provider (processes)
-  catalog     refresh a catalog's spot prices from the cloud (catalog refresh --provider aws)
+  catalog     refresh a catalog's spot prices (catalog refresh --provider aws|gce|azure)
   help        this text, or `spotdnn help COMMAND`
 
 Every command takes --json (one JSON object on stdout) and --server HOST:PORT (use a running
