@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/paper_inputs.h"
 #include "benchmark/benchmark.h"
 #include "predictor/performance_model.h"
 #include "services/common/convert.h"
@@ -20,12 +21,7 @@ using services::pb::PredictBatchRequest;
 // are illustrative (the model's cost does not depend on their values); the rest is the prototype's
 // ResNet-110 profile in the paper's variant, so R is computed.
 predictor::PerformanceModel PaperModel() {
-  const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
-  predictor::InstanceCatalog catalog =
-      services::ToDomain(*registry.ResolveCatalog("aws-paper-2023"));
-  predictor::WorkloadProfile profile = services::ToDomain(*registry.ResolveWorkload("resnet110"));
-  profile.variant = predictor::ModelVariant::kPaper;
-  profile.compute.clear();
+  auto [catalog, profile] = bench::LoadPaperInputs();
   const double times[] = {0.21, 3.7, 0.9, 1.2, 0.87, 0.85, 0.83};
   for (size_t k = 0; k < catalog.types.size(); ++k) {
     profile.compute.push_back(

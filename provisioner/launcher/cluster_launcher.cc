@@ -109,6 +109,7 @@ absl::StatusOr<ClusterLaunchResult> LaunchCluster(CloudProvider& provider,
     if (status.ok()) continue;
     if (absl::IsResourceExhausted(status)) {
       result.exhausted_types.push_back(group.instance_type);
+      result.capacity_errors[group.instance_type] = status;
       continue;
     }
     result.error = status;

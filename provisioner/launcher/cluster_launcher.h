@@ -55,6 +55,7 @@ struct ClusterLaunchResult {
   std::vector<std::string> ps_addresses;  // host:port of the parameter servers the workers use
   // Types the cloud had no capacity for, or not all of it: re-plan around them.
   std::vector<std::string> exhausted_types;
+  std::map<std::string, absl::Status> capacity_errors;  // type -> what the cloud said
   std::map<std::string, int> shortfall;  // type -> instances asked for but not launched
   absl::Status error;                    // the first error other than capacity (OK when none)
 

@@ -1,12 +1,14 @@
-#include "services/gateway/cli.h"
+#include "services/gateway/cli/cli.h"
 
 #include <sstream>
 
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "services/common/server.h"
+#include "services/gateway/cli/command.h"
 #include "services/predictor/predictor_service.h"
 #include "spotdnn/v1/predictor_mock.grpc.pb.h"
 #include "tests/gateway/cli_runner.h"
@@ -130,10 +132,13 @@ TEST(PredictCommand, TalksToARunningServerWithServerFlag) {
   EXPECT_EQ(ParseJsonObject(r.out).fields().at("normalized_iterations").number_value(), 17926);
 }
 
-TEST(PredictCommand, ServiceFailureExitsOne) {
+// A prediction is safe to repeat: an unavailable predictor is asked three times in all (the
+// clients' retry policy), then the command gives up with exit status 1.
+TEST(PredictCommand, ServiceFailureIsRetriedThenExitsOne) {
   pb::MockPredictorStub stub;
   EXPECT_CALL(stub, Predict(_, _, _))
-      .WillOnce(Return(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
+      .Times(3)
+      .WillRepeatedly(Return(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
   auto args =
       Args::Parse({"--workload", "resnet110", "--catalog", "c", "--cluster", "a=1", "--loss", "1"},
                   {.values = {"--workload", "--catalog", "--cluster", "--loss"}});
@@ -156,6 +161,43 @@ TEST(Cli, HelpUnknownCommandAndListings) {
   const CliRun workloads = Cli({"workloads", "--json"});
   EXPECT_EQ(workloads.code, 0);
   EXPECT_EQ(ParseJsonObject(workloads.out).fields().at("workloads").list_value().values_size(), 5);
+}
+
+// The command table: each command takes only its own flags, stray arguments are refused, and
+// --help is generated from the table, so every flag a command takes is documented.
+TEST(Cli, EveryCommandTakesOnlyItsOwnFlagsAndDocumentsThem) {
+  const CliRun foreign = Cli({"jobs", "--stall-timeout", "5m"});
+  EXPECT_EQ(foreign.code, 2);
+  EXPECT_THAT(foreign.err, HasSubstr("unknown flag --stall-timeout"));
+  const CliRun stray = Cli({"plan", "--workload", "resnet110", "--catalog", "aws-spotdnn-prototype",
+                            "--loss", "0.9", "--deadline", "30m", "extra"});
+  EXPECT_EQ(stray.code, 2);
+  EXPECT_THAT(stray.err, HasSubstr("unexpected argument \"extra\""));
+  for (const Command& c : CommandTable()) {
+    std::vector<std::string> argv = absl::StrSplit(c.name, ' ');
+    argv.push_back("--help");
+    const CliRun help = Cli(argv);
+    EXPECT_EQ(help.code, 0) << c.name;
+    EXPECT_THAT(help.out, HasSubstr("Usage: spotdnn " + c.name)) << c.name;
+    for (const FlagHelp& f : c.flags) EXPECT_THAT(help.out, HasSubstr(f.flag)) << c.name;
+    EXPECT_EQ(Cli({"help", c.name}).out, help.out) << c.name;
+  }
+  // Flags the old hand-written usage texts forgot.
+  const CliRun plan = Cli({"plan", "--help"});
+  for (const char* flag : {"--mode", "--parameter-servers", "--exhaustive-limit"}) {
+    EXPECT_THAT(plan.out, HasSubstr(flag));
+  }
+  EXPECT_THAT(Cli({"profile"}).err, HasSubstr("Subcommands:"));
+  EXPECT_EQ(Cli({"profile"}).code, 2);
+  const CliRun unknown_sub = Cli({"profile", "frobnicate"});
+  EXPECT_EQ(unknown_sub.code, 2);
+  EXPECT_THAT(unknown_sub.err, HasSubstr("unknown subcommand \"frobnicate\" (expected import"));
+  const CliRun nosuch = Cli({"help", "nosuch"});
+  EXPECT_EQ(nosuch.code, 2);
+  EXPECT_THAT(nosuch.err, HasSubstr("unknown command \"nosuch\""));
+  const CliRun version = Cli({"--version"});
+  EXPECT_EQ(version.code, 0);
+  EXPECT_THAT(version.out, ::testing::StartsWith("spotdnn 0."));
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "profiler/profile_store.h"
 #include "services/common/server.h"
-#include "services/gateway/cli.h"
+#include "services/gateway/cli/cli.h"
 #include "services/profiler/profiler_service.h"
 #include "spotdnn/v1/profiler_mock.grpc.pb.h"
 #include "tests/gateway/cli_runner.h"
@@ -182,10 +182,11 @@ TEST_F(ProfileCommandTest, TalksToARunningProfilerWithServer) {
   started->server->Shutdown();
 }
 
-TEST(ProfileCommand, AFailingServiceExitsOne) {
+TEST(ProfileCommand, AFailingServiceIsRetriedThenExitsOne) {
   pb::MockProfilerStub stub;
   EXPECT_CALL(stub, ListProfiles(_, _, _))
-      .WillOnce(Return(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
+      .Times(3)
+      .WillRepeatedly(Return(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
   std::ostringstream out, err;
   const Io io{out, err, false};
   auto args = Args::Parse({}, {});
