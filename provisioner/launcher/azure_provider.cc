@@ -534,9 +534,15 @@ absl::StatusOr<LaunchResult> AzureProvider::Launch(const LaunchRequest& request)
   const std::string stem = LaunchNameStem(token);
   std::string ssh_key = options_.ssh_public_key;
   if (ssh_key.empty()) {
-    absl::StatusOr<std::string> generated = EphemeralSshPublicKey();
-    if (!generated.ok()) return generated.status();
-    ssh_key = *generated;
+    // One key per provider: generating an RSA key takes a while, and the same osProfile makes a
+    // repeated PUT an update rather than a refused change.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ephemeral_key_.empty()) {
+      absl::StatusOr<std::string> generated = EphemeralSshPublicKey();
+      if (!generated.ok()) return generated.status();
+      ephemeral_key_ = *generated;
+    }
+    ssh_key = ephemeral_key_;
   }
 
   LaunchResult result;

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,8 @@ class AzureProvider final : public CloudProvider {
   Options options_;
   std::string endpoint_url_;
   std::string prices_url_;
+  std::mutex mu_;
+  std::string ephemeral_key_;  // the SSH key of VMs launched without one (guarded by mu_)
 };
 
 }  // namespace spotdnn::launcher
