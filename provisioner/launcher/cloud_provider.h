@@ -105,6 +105,10 @@ class CloudProvider {
   // in …"); empty when the provider keeps none.
   virtual std::string OutputLocation() const { return ""; }
 
+  // True when the instances see this machine's files (the local provider): a folder here can
+  // hold what they share, such as parameter-server checkpoints.
+  virtual bool SharesFilesWithCaller() const { return false; }
+
   // Launches request.count instances. Errors: INVALID_ARGUMENT for a bad request (naming the
   // field), RESOURCE_EXHAUSTED when the cloud has no capacity at the price (re-plan without the
   // type), UNAVAILABLE when retries ran out, PERMISSION_DENIED/UNAUTHENTICATED for credentials. A

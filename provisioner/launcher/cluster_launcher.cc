@@ -58,6 +58,7 @@ absl::StatusOr<ClusterLaunchResult> LaunchCluster(CloudProvider& provider,
                      .instance_type = request.parameter_server_type,
                      .count = request.parameter_servers,
                      .role = Role::kParameterServer,
+                     .first_index = request.ps_first_index,
                      .command = request.ps_command.empty() ? request.command : request.ps_command,
                      .client_token = TokenFor(request.ps_token),
                      .extra_env = request.extra_env};

@@ -36,6 +36,7 @@ struct ClusterLaunchRequest {
   // Parameter servers to launch first; 0 launches workers only, who join `ps_addresses`.
   int parameter_servers = 0;
   std::string parameter_server_type = "m5.xlarge";
+  int ps_first_index = 0;  // index of the first one (a replacement keeps the index it replaces)
   // The port a cloud's parameter servers listen on (SPOTDNN_PS_PORT); their addresses are
   // PRIVATE_IP:PORT unless the provider reports a service address (the local provider picks
   // free ports itself).

@@ -98,6 +98,7 @@ class LocalProvider final : public CloudProvider {
   std::string name() const override { return "local"; }
   // STATE_DIR/logs (a running instance's output is in STATE_DIR/ID.log until it is terminated).
   std::string OutputLocation() const override;
+  bool SharesFilesWithCaller() const override { return true; }
   // Starts request.count process groups. The same client token (explicit or default) returns
   // the instances it launched before instead of starting more. FAILED_PRECONDITION when not the
   // owner; INTERNAL when a process cannot be started (a partial launch keeps the ones started).

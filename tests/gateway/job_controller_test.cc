@@ -5,6 +5,7 @@
 
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "grpcpp/test/mock_stream.h"
 #include "gtest/gtest.h"
@@ -61,6 +63,7 @@ class FakeCloud final : public launcher::CloudProvider {
  public:
   explicit FakeCloud(FakeClock& clock) : clock_(clock) {}
   std::string name() const override { return "fake"; }
+  bool SharesFilesWithCaller() const override { return shares_files; }
   absl::StatusOr<launcher::LaunchResult> Launch(const launcher::LaunchRequest& r) override {
     ++launch_calls[r.client_token];
     launcher::LaunchResult result{.requested = r.count};
@@ -129,6 +132,7 @@ class FakeCloud final : public launcher::CloudProvider {
   int Launched() const { return static_cast<int>(instances_.size()); }
 
   std::map<std::string, int> capacity;
+  bool shares_files = false;
   std::map<std::string, int> launch_calls;  // by client token
   std::map<std::string, std::map<std::string, std::string>> last_env;
   std::map<std::string, std::vector<std::string>> ps_addresses;
@@ -226,7 +230,7 @@ class JobControllerTest : public ::testing::Test {
             pb::WorkerProgress* w = out->add_workers();
             w->set_worker_id(i.id);
             w->set_steps(1);
-            w->set_last_loss(2.7);
+            if (loss_) w->set_last_loss(loss_(steps_));
           }
           return grpc::Status::OK;
         });
@@ -326,6 +330,8 @@ class JobControllerTest : public ::testing::Test {
   std::vector<pb::WatchedInstance> registered_;
   std::set<std::string> unregistered_;
   double rate_ = 10;  // steps per simulated second
+  // The workers' reported loss after this many iterations; none when unset (like the simulator).
+  std::function<double(double)> loss_;
   double steps_ = 0;
   absl::Time last_progress_;
   bool profiler_up_ = true;
@@ -422,6 +428,105 @@ TEST_F(JobControllerTest, ATypeWithoutCapacityIsReplannedAround) {
   EXPECT_EQ(Count<CapacityEvent>(), 1);
   EXPECT_EQ(outcome->summary.instances_launched, 4);  // ps, 2 planned p2, 1 capacity p2
   EXPECT_EQ(outcome->record.target_iterations, 50);   // the re-plan's, from iteration 0
+}
+
+// Workers that report a loss: the job ends when the (smoothed) loss reaches the target, not when
+// the predicted iterations are done; the curve is recorded for the summary's plot.
+TEST_F(JobControllerTest, ALossTargetIsMetByTheReportedLoss) {
+  loss_ = [](double iterations) { return 3.0 - iterations / 100; };  // 2.6 at 40 iterations
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished);
+  EXPECT_LE(outcome->record.loss, 2.6);
+  EXPECT_LT(outcome->record.iterations_done, 100);  // before the predicted 100
+  EXPECT_TRUE(outcome->summary.loss_reached);
+  EXPECT_LE(outcome->summary.final_loss, 2.6);
+  auto curve = store_->Progress("job-x");
+  ASSERT_TRUE(curve.ok());
+  ASSERT_GE(curve->size(), 2u);
+  EXPECT_GT(curve->front().loss, curve->back().loss);
+}
+
+// A loss that does not come down as the profile predicted: the job fails at 3x the predicted
+// iterations instead of training (and paying) for ever.
+TEST_F(JobControllerTest, ALossThatNeverComesFailsTheJobAtThreeTimesThePrediction) {
+  loss_ = [](double) { return 2.9; };
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFailed);
+  EXPECT_THAT(outcome->record.message, HasSubstr("has not reached 2.6"));
+  EXPECT_NEAR(outcome->record.iterations_done, 300, 10);
+}
+
+// A revoked parameter server: the gateway waits for its last checkpoint, launches a replacement
+// with its index (which restores the checkpoint), relaunches the workers against it, and counts
+// the steps the rollback undid.
+TEST_F(JobControllerTest, AParameterServerIsReplacedFromItsCheckpoint) {
+  const fs::path checkpoints = dir_ / "checkpoints";
+  std::string server;
+  clock_.At(absl::Seconds(4), [&] {
+    for (const launcher::Instance& i : cloud_.Running()) {
+      if (i.role == launcher::Role::kParameterServer) server = i.id;
+    }
+    Notice(server, absl::Seconds(3));
+  });
+  clock_.At(absl::Seconds(5), [&] {
+    // Its last checkpoint, at global step 30, then it exits.
+    fs::create_directories(checkpoints / "job-x");
+    std::ofstream(checkpoints / "job-x" / "ps-0.json") << R"({"step": 30, "file": "ps-0-30.pt"})";
+    cloud_.End(server);
+  });
+  JobController controller(
+      {.provisioner = &provisioner_client_,
+       .profiler = &profiler_client_,
+       .detector = &detector_client_,
+       .provider = &cloud_,
+       .store = store_.get(),
+       .clock = &clock_,
+       .open_feed = [this](const std::string&,
+                           uint64_t) { return std::make_unique<FakeFeed>(feed_); }},
+      {.stall_timeout = absl::Seconds(60), .checkpoint_root = checkpoints.string()},
+      [this](const JobEvent& e) { events_.push_back(e); });
+  cloud_.shares_files = true;
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished);
+  // About 50 steps were made when it ended (10 a second); the checkpoint had 30.
+  EXPECT_NEAR(outcome->record.steps_lost, 20, 3);
+  EXPECT_EQ(outcome->summary.steps_lost, outcome->record.steps_lost);
+  EXPECT_EQ(cloud_.launch_calls.count("job-x-takeover-1-ps"), 1u);
+  EXPECT_EQ(cloud_.launch_calls.count("job-x-takeover-1-w-p2.xlarge"), 1u);
+  EXPECT_EQ(cloud_.launch_calls.count("job-x-takeover-1-w-g3.8xlarge"), 1u);
+  EXPECT_EQ(outcome->summary.instances_launched, 4 + 4);  // a new server and 3 new workers
+  ASSERT_EQ(outcome->summary.revocations.size(), 1u);
+  EXPECT_THAT(outcome->summary.revocations[0].detail,
+              HasSubstr("restored from the checkpoint at step 30"));
+  // The new workers train against the replacement, whose index is the revoked one's.
+  std::string replacement;
+  auto instances = store_->Instances("job-x");
+  ASSERT_TRUE(instances.ok());
+  for (const InstanceRecord& i : *instances) {
+    if (i.role == launcher::Role::kParameterServer && i.id != server) {
+      replacement = i.id;
+      EXPECT_EQ(i.index, 0);
+    }
+  }
+  ASSERT_FALSE(replacement.empty());
+  std::string replacement_address;
+  auto described = cloud_.Describe("job-x");
+  ASSERT_TRUE(described.ok());
+  for (const launcher::Instance& i : *described) {
+    if (i.id == replacement) replacement_address = i.private_address + ":2222";
+  }
+  for (absl::string_view id : absl::StrSplit(outcome->summary.revocations[0].takeover, ',')) {
+    if (id == replacement) continue;
+    ASSERT_EQ(cloud_.ps_addresses[std::string(id)].size(), 1u) << id;
+    EXPECT_EQ(cloud_.ps_addresses[std::string(id)][0], replacement_address) << id;
+  }
+  EXPECT_EQ(cloud_.last_env[replacement]["SPOTDNN_CHECKPOINT_DIR"],
+            (checkpoints / "job-x").string());
 }
 
 TEST_F(JobControllerTest, WorkersThatNeverReportFailTheJobAfterTheStallTimeout) {

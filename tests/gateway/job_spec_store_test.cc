@@ -277,6 +277,7 @@ TEST_F(JobStoreTest, ProfilingStepImportsFitsAndPlansWithTheFittedProfile) {
       .WillRepeatedly(
           [&](grpc::ClientContext*, const pb::ImportLogRequest& r, pb::ImportLogResponse*) {
             EXPECT_EQ(r.job_id(), "fitted-job-profiling");
+            EXPECT_EQ(r.content(), "SPOTDNN_SAMPLE step=1\n");  // sent as content
             imported.push_back(fs::path(r.path()).filename().string());
             return grpc::Status::OK;
           });
@@ -321,10 +322,14 @@ TEST_F(JobStoreTest, ProfilingStepImportsFitsAndPlansWithTheFittedProfile) {
                             .provider = provider->get(),
                             .store = store->get()},
                            {}, nullptr);
-  const std::string spec = R"({"name": "fitted-job",
-    "workload": {"profile": "mynet", "profiling": {"logs": ["a.csv", "b.csv"], "base": "resnet110"}},
+  fs::create_directories(dir_);
+  for (const char* log : {"a.csv", "b.csv"}) std::ofstream(dir_ / log) << "SPOTDNN_SAMPLE step=1\n";
+  const std::string spec = absl::StrCat(R"({"name": "fitted-job",
+    "workload": {"profile": "mynet", "profiling": {"logs": [")",
+                                        (dir_ / "a.csv").string(), R"(", ")",
+                                        (dir_ / "b.csv").string(), R"("], "base": "resnet110"}},
     "slo": {"loss": 2.6, "deadline": 60}, "catalog": "aws-spotdnn-prototype",
-    "commands": {"worker": "true"}})";
+    "commands": {"worker": "true"}})");
   auto job = controller.Plan(spec, local);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(imported, (std::vector<std::string>{"a.csv", "b.csv"}));

@@ -41,8 +41,13 @@ std::string KindOf(const JobEvent& event) {
 struct LineOf {
   const JobEvent& event;
   std::string operator()(const ProfilingEvent& e) const {
-    return e.fitted_profile.empty() ? absl::StrCat("Imported ", e.imported_log)
-                                    : absl::StrCat("Fitted profile ", e.fitted_profile);
+    if (!e.fitted_profile.empty()) return absl::StrCat("Fitted profile ", e.fitted_profile);
+    if (!e.run.empty()) {
+      return absl::StrCat(e.run_done ? "Profiling run " : "Profiling run ", e.run,
+                          e.run_done ? " done: " : " launched: ", Counts(e.cluster), ", ", e.steps,
+                          " steps each");
+    }
+    return absl::StrCat("Imported ", e.imported_log);
   }
   std::string operator()(const PlannedEvent& e) const {
     return absl::StrFormat("Plan for %s: %s, %s iterations, predicted %.1f s and $%.4f (%s)",
@@ -78,11 +83,12 @@ struct LineOf {
   }
   std::string operator()(const NoticeEvent& e) const {
     return absl::StrCat(
-        "Revocation ", e.kind, " for ", e.instance, " (", e.instance_type,
+        "Revocation ", e.kind, " for ", e.parameter_server ? "parameter server " : "", e.instance,
+        " (", e.instance_type,
         e.effective != absl::InfinitePast()
             ? absl::StrFormat(", goes in %.1f s", absl::ToDoubleSeconds(e.effective - event.at))
             : "",
-        "): re-planning");
+        e.parameter_server ? "): replacing it from its checkpoint" : "): re-planning");
   }
   std::string operator()(const TakeoverEvent& e) const {
     if (e.takeover.empty()) return absl::StrCat("No takeover needed for ", e.instance);
@@ -102,11 +108,12 @@ struct LineOf {
       of = absl::StrCat(of, " (re-planned; first plan ", Fixed(e.first_plan_iterations, 0), ")");
     }
     return absl::StrFormat(
-        "[%6.1fs] %s/%s iterations (%.1f%%)%s, %s running%s%s", e.elapsed_s,
+        "[%6.1fs] %s/%s iterations (%.1f%%)%s, %s running%s%s%s", e.elapsed_s,
         Fixed(e.iterations_done, 0), of, 100 * std::min(1.0, fraction),
-        e.loss ? absl::StrFormat(", loss %.4g", *e.loss) : "",
+        e.loss ? absl::StrFormat(", loss %.4g (target %g)", *e.loss, e.target_loss) : "",
         Plural(e.workers_running, "worker", "workers"),
         e.workers_revoking > 0 ? absl::StrCat(", ", e.workers_revoking, " revoking") : "",
+        e.steps_lost > 0 ? absl::StrFormat(" (%.0f steps lost to takeovers)", e.steps_lost) : "",
         e.deadline_in_s ? absl::StrFormat(", deadline in %.0f s", *e.deadline_in_s) : "");
   }
   std::string operator()(const WarningEvent& e) const { return "Warning: " + e.message; }
@@ -120,10 +127,15 @@ struct LineOf {
 struct JsonOf {
   JsonObject& o;
   void operator()(const ProfilingEvent& e) const {
-    if (e.fitted_profile.empty()) {
-      o.String("log", e.imported_log);
-    } else {
+    if (!e.fitted_profile.empty()) {
       o.String("profile", e.fitted_profile);
+    } else if (!e.run.empty()) {
+      o.String("run", e.run)
+          .String("cluster", Counts(e.cluster))
+          .Integer("steps", e.steps)
+          .Bool("done", e.run_done);
+    } else {
+      o.String("log", e.imported_log);
     }
   }
   void operator()(const PlannedEvent& e) const {
@@ -158,6 +170,7 @@ struct JsonOf {
     o.String("instance", e.instance)
         .String("instance_type", e.instance_type)
         .String("kind", e.kind)
+        .Bool("parameter_server", e.parameter_server)
         .Integer("effective_unix_ms", e.effective != absl::InfinitePast() ? Ms(e.effective) : 0);
   }
   void operator()(const TakeoverEvent& e) const {
@@ -177,6 +190,8 @@ struct JsonOf {
         .Number("target_iterations", e.target_iterations)
         .Number("first_plan_iterations", e.first_plan_iterations)
         .Number("loss", e.loss.value_or(NAN))
+        .Number("target_loss", e.target_loss > 0 ? e.target_loss : NAN)
+        .Number("steps_lost", e.steps_lost)
         .Integer("workers_running", e.workers_running)
         .Integer("workers_revoking", e.workers_revoking)
         .Number("deadline_in_s", e.deadline_in_s.value_or(NAN));
@@ -242,6 +257,8 @@ std::string SummaryJson(const JobSummary& s) {
       .Number("first_plan_cost_usd", s.first_plan_cost_usd)
       .Number("target_iterations", s.target_iterations)
       .Number("iterations_done", s.iterations_done)
+      .Number("final_loss", s.final_loss > 0 ? s.final_loss : NAN)
+      .Number("steps_lost", s.steps_lost)
       .Number("predicted_time_s", s.predicted_time_s)
       .Number("actual_time_s", s.actual_time_s)
       .Number("predicted_cost_usd", s.predicted_cost_usd)
@@ -274,7 +291,12 @@ void PrintSummary(const JobSummary& s, std::ostream& out) {
       Dollars(s.actual_cost_usd));
   row("normalized iterations", Fixed(s.first_plan_iterations, 0), Fixed(s.target_iterations, 0),
       Fixed(s.iterations_done, 0));
+  if (s.final_loss > 0)
+    row("loss", Fixed(s.target_loss, 4), Fixed(s.target_loss, 4), Fixed(s.final_loss, 4));
   table.Print(out);
+  if (s.steps_lost > 0) {
+    out << "Steps lost to parameter-server takeovers: " << Fixed(s.steps_lost, 0) << "\n";
+  }
   out << "Instances launched: " << s.instances_launched << " (" << s.takeover_instances
       << " takeover); revocations handled: " << s.revocations_handled << " of "
       << s.revocations.size() << "\n";

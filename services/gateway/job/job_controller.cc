@@ -1,7 +1,5 @@
 #include "services/gateway/job/job_controller.h"
 
-#include <filesystem>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -61,41 +59,12 @@ std::vector<TypeCount> CountsOf(const pb::Cluster& cluster) {
 
 namespace {
 
-// The workload profile a job trains: fitted from its profiling logs first when it has them; else
-// the profiler's stored profile of that name; else a built-in or a file.
-absl::StatusOr<pb::WorkloadProfile> ResolveWorkload(
-    const JobSpec& spec, const clients::ProfilerClient& profiler,
-    const services::DataRegistry& local, const std::function<void(ProfilingEvent)>& emit) {
+// The workload profile a job trains: the profiler's stored profile of that name (fitted from
+// its profiling step first when it has one); else a built-in or a file.
+absl::StatusOr<pb::WorkloadProfile> ResolveWorkload(const JobSpec& spec,
+                                                    const clients::ProfilerClient& profiler,
+                                                    const services::DataRegistry& local) {
   if (services::LooksLikePath(spec.workload)) return local.ResolveWorkload(spec.workload);
-  if (!spec.profiling_logs.empty()) {
-    const std::string run = spec.name + "-profiling";
-    for (const std::string& log : spec.profiling_logs) {
-      pb::ImportLogRequest request;
-      request.set_job_id(run);
-      request.set_path(std::filesystem::absolute(log).string());
-      request.set_stop_on_error(true);
-      auto imported = profiler.ImportLog(request);
-      if (!imported.ok()) {
-        return absl::Status(imported.status().code(),
-                            absl::StrCat("importing ", log, ": ", imported.status().message()));
-      }
-      emit({.imported_log = log});
-    }
-    pb::FitProfileRequest fit;
-    fit.set_name(spec.workload);
-    fit.add_job_ids(run);
-    if (!spec.profiling_base.empty()) {
-      auto base = local.ResolveWorkload(spec.profiling_base);
-      if (!base.ok()) return base.status();
-      *fit.mutable_base() = *std::move(base);
-    }
-    auto fitted = profiler.FitProfile(fit);
-    if (!fitted.ok()) {
-      return absl::Status(fitted.status().code(),
-                          absl::StrCat("fitting the profile: ", fitted.status().message()));
-    }
-    emit({.fitted_profile = spec.workload});
-  }
   auto stored = profiler.GetProfile(spec.workload);
   if (stored.ok()) return stored;
   if (!absl::IsNotFound(stored.status())) {
@@ -131,11 +100,17 @@ absl::StatusOr<JobRecord> JobController::Plan(const std::string& spec_json,
   auto emit = [&](auto what) {
     if (sink_) sink_(JobEvent{.at = clock.Now(), .job_id = spec->name, .what = std::move(what)});
   };
-  auto workload = ResolveWorkload(*spec, *services_.profiler, local,
-                                  [&](ProfilingEvent e) { emit(std::move(e)); });
-  if (!workload.ok()) return workload.status();
   auto catalog = local.ResolveCatalog(spec->catalog);
   if (!catalog.ok()) return catalog.status();
+  if (spec->HasProfiling()) {
+    if (absl::Status s = Profile(*spec, *catalog, local, services_, options_, clock,
+                                 [&](ProfilingEvent e) { emit(std::move(e)); });
+        !s.ok()) {
+      return s;
+    }
+  }
+  auto workload = ResolveWorkload(*spec, *services_.profiler, local);
+  if (!workload.ok()) return workload.status();
   pb::PlanRequest request;
   *request.mutable_workload()->mutable_profile() = *workload;
   *request.mutable_catalog()->mutable_catalog() = *catalog;

@@ -43,6 +43,10 @@ struct JobServices {
   // `detector` (none without a detector).
   std::function<std::unique_ptr<RevocationFeed>(const std::string& job_id, uint64_t after)>
       open_feed;
+  // Reads file `name` of a job's checkpoint folder at `uri` (s3://...; NOT_FOUND when absent),
+  // for jobs whose spec names one. The local provider's checkpoints are read from the folder.
+  std::function<absl::StatusOr<std::string>(const std::string& uri, const std::string& name)>
+      read_checkpoint;
 };
 
 // How a job runs.
@@ -57,6 +61,11 @@ struct JobOptions {
   // The job fails when its workers report no new iteration for this long while running (a
   // worker command that does not report, or a profiler nobody reaches); zero: never.
   absl::Duration stall_timeout = absl::Minutes(10);
+  // Where a provider whose instances share this machine's files keeps parameter-server
+  // checkpoints (a folder per job); spotdnn run: DATA_DIR/checkpoints.
+  std::string checkpoint_root;
+  // How long a profiling run may take before the job fails.
+  absl::Duration profiling_timeout = absl::Minutes(30);
 };
 
 // A job that ended (or was found ended).

@@ -21,10 +21,15 @@ struct TypeCount {
   int count = 0;
 };
 
-// A profiling log imported into the profiler, or the profile fitted from them.
+// A profiling log imported into the profiler, a profiling run launched or done, or the profile
+// fitted from them.
 struct ProfilingEvent {
   static constexpr char kKind[] = "profiling";
-  std::string imported_log;    // set for an import
+  std::string imported_log;  // set for an import
+  std::string run;           // set for a profiling run: its job id
+  std::vector<TypeCount> cluster;
+  int64_t steps = 0;
+  bool run_done = false;       // the run's workers did their steps
   std::string fitted_profile;  // set for the fit
 };
 
@@ -72,7 +77,8 @@ struct NoticeEvent {
   static constexpr char kKind[] = "notice";
   std::string instance;
   std::string instance_type;
-  std::string kind;                             // the detector's event kind: notice, revoked, lost
+  std::string kind;  // the detector's event kind: notice, revoked, lost
+  bool parameter_server = false;
   absl::Time effective = absl::InfinitePast();  // when it goes (InfinitePast: unknown)
 };
 
@@ -105,7 +111,9 @@ struct ProgressEvent {
   double iterations_done = 0;
   double target_iterations = 0;      // of the current plan
   double first_plan_iterations = 0;  // of the first plan
-  std::optional<double> loss;        // the workers' latest reported loss
+  std::optional<double> loss;        // the workers' reported loss, smoothed
+  double target_loss = 0;
+  double steps_lost = 0;  // undone by parameter-server takeovers
   int workers_running = 0;
   int workers_revoking = 0;
   std::optional<double> deadline_in_s;

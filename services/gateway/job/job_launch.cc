@@ -64,9 +64,13 @@ absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(const std::vector<T
       .parameter_server_type = ps_type_,
       .ps_addresses = absl::StrSplit(job_.ps_addresses, ',', absl::SkipEmpty()),
       .ps_token = with_servers ? ps_token : "",
-      .worker_token_prefix = token_prefix,
-      .extra_env = {{"SPOTDNN_PROFILER", options_.profiler_address},
-                    {"SPOTDNN_DETECTOR", options_.detector_address}}};
+      .worker_token_prefix = token_prefix};
+  int workers = 0;  // the cluster's once this launch has run
+  for (const auto& [id, i] : instances_) {
+    workers += i.role == launcher::Role::kWorker && i.state == InstanceStatus::kRunning;
+  }
+  for (const TypeCount& c : launch) workers += c.count;
+  request.extra_env = JobEnvironment(job_.id, spec_, options_, *services_.provider, workers);
   int index = first_index;
   for (const TypeCount& c : launch) {
     const int first = index;

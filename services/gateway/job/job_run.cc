@@ -123,12 +123,21 @@ absl::Status JobRun::Loop() {
       last_warning_.clear();
     }
     if (clock_.Now() >= next_progress) {
-      ShowProgress();
+      if (auto s = ShowProgress(); !s.ok()) return s;
       next_progress = clock_.Now() + options_.progress_every;
     }
-    if (job_.target_iterations > 0 && job_.iterations_done >= job_.target_iterations) {
-      ShowProgress();
+    if (ReachedTarget()) {
+      if (auto s = ShowProgress(); !s.ok()) return s;
       return Finish();
+    }
+    if (job_.loss > 0 && spec_.target_loss > 0 && job_.target_iterations > 0 &&
+        job_.iterations_done > kGiveUpAfter * job_.target_iterations) {
+      return Fail(absl::StrFormat(
+          "the workers' loss is %.4g after %.0f iterations, %.0f times the %.0f predicted, and has "
+          "not reached %g: the profile's loss model does not fit this training (refit it with "
+          "`spotdnn profile fit`, or ask for a reachable loss)",
+          job_.loss, job_.iterations_done, kGiveUpAfter, job_.target_iterations,
+          spec_.target_loss));
     }
     if (job_.iterations_done > last_iterations) {
       last_iterations = job_.iterations_done;
@@ -163,14 +172,30 @@ absl::Status JobRun::PollProgress() {
         progress.status().code(),
         absl::StrCat("reading progress from the profiler: ", progress.status().message()));
   }
-  job_.iterations_done = static_cast<double>(progress->total_steps());
+  // Steps a parameter-server takeover undid were counted by the workers that made them.
+  job_.iterations_done =
+      std::max(0.0, static_cast<double>(progress->total_steps()) - job_.steps_lost);
+  double sum = 0;
+  int reporting = 0;
   for (const pb::WorkerProgress& w : progress->workers()) {
-    if (w.last_loss() > 0) last_loss_ = w.last_loss();
+    auto it = instances_.find(w.worker_id());
+    const bool ended = it != instances_.end() && it->second.state == InstanceStatus::kEnded;
+    if (w.last_loss() > 0 && !ended) {
+      sum += w.last_loss();
+      ++reporting;
+    }
     if (!reported_workers_.insert(w.worker_id()).second) continue;
     if (auto s = MarkTakeoverReported(w.worker_id()); !s.ok()) return s;
   }
+  if (reporting > 0) {
+    // The running workers' mean, smoothed over the polls (each worker reports a noisy value).
+    const double mean = sum / reporting;
+    job_.loss = job_.loss > 0 ? kLossSmoothing * mean + (1 - kLossSmoothing) * job_.loss : mean;
+  }
   return Save();
 }
+
+bool JobRun::ReachedTarget() const { return TargetReached(job_, spec_); }
 
 absl::Status JobRun::PollInstances() {
   auto described = services_.provider->Describe(job_.id);
@@ -196,12 +221,14 @@ absl::Status JobRun::PollInstances() {
   return absl::OkStatus();
 }
 
-void JobRun::ShowProgress() {
+absl::Status JobRun::ShowProgress() {
   ProgressEvent p{.elapsed_s = (NowMs() - job_.started_ms) / 1000.0,
                   .iterations_done = job_.iterations_done,
                   .target_iterations = job_.target_iterations,
                   .first_plan_iterations = first_plan_iterations_,
-                  .loss = last_loss_};
+                  .target_loss = spec_.target_loss,
+                  .steps_lost = job_.steps_lost};
+  if (job_.loss > 0) p.loss = job_.loss;
   for (const auto& [id, i] : instances_) {
     if (i.role != launcher::Role::kWorker) continue;
     p.workers_running += i.state == InstanceStatus::kRunning;
@@ -209,6 +236,8 @@ void JobRun::ShowProgress() {
   }
   if (spec_.deadline_s > 0) p.deadline_in_s = spec_.deadline_s - p.elapsed_s;
   Emit(std::move(p));
+  return services_.store->AddProgress(
+      job_.id, {.at_ms = NowMs(), .iterations = job_.iterations_done, .loss = job_.loss});
 }
 
 absl::Status JobRun::Finish() {

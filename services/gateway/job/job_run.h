@@ -31,6 +31,22 @@ pb::PlanOptions OptionsOf(const JobSpec& spec);
 // "p2.xlarge=2,g3.8xlarge=1" parts of a cluster (types with a count).
 std::vector<TypeCount> CountsOf(const pb::Cluster& cluster);
 
+// The job's profiling step: imports its logs and makes its short runs (each launched on the
+// job's provider as its own job, JOB-profiling-K, until every worker has done its steps), then
+// fits the profile the spec names from all of their samples.
+absl::Status Profile(const JobSpec& spec, const pb::InstanceCatalog& catalog,
+                     const services::DataRegistry& local, const JobServices& services,
+                     const JobOptions& options, Clock& clock,
+                     const std::function<void(ProfilingEvent)>& emit);
+
+// The environment every instance of `job_id` gets beyond the launcher's: where to report
+// (SPOTDNN_PROFILER, SPOTDNN_DETECTOR), the cluster's size (SPOTDNN_WORKERS) and where parameter
+// servers checkpoint (SPOTDNN_CHECKPOINT_DIR, and SPOTDNN_CHECKPOINT_URI on a cloud).
+std::map<std::string, std::string> JobEnvironment(const std::string& job_id, const JobSpec& spec,
+                                                  const JobOptions& options,
+                                                  const launcher::CloudProvider& provider,
+                                                  int workers);
+
 class JobRun {
  public:
   JobRun(JobRecord record, JobSpec spec, const JobServices& services, const JobOptions& options,
@@ -62,7 +78,12 @@ class JobRun {
   absl::Status Loop();
   absl::Status PollProgress();
   absl::Status PollInstances();
-  void ShowProgress();
+  absl::Status ShowProgress();
+  bool ReachedTarget() const;
+  // Weight of a new poll in the smoothed loss.
+  static constexpr double kLossSmoothing = 0.5;
+  // A loss target not reached after this many times the predicted iterations fails the job.
+  static constexpr double kGiveUpAfter = 3;
   absl::Status Finish();
   absl::Status Fail(const std::string& why);
   // Workers on record that have not ended, per type.
@@ -103,6 +124,11 @@ class JobRun {
   absl::Status HandleEvent(const pb::RevocationEvent& event);
   absl::Status HandlePending();
   absl::Status Takeover(RevocationRecord& revocation);
+  // A revoked parameter server: once it has ended (its final checkpoint written), a replacement
+  // with its index restores the checkpoint, and the workers are relaunched against it.
+  absl::Status ServerTakeover(RevocationRecord& revocation);
+  // The global step of parameter server `index`'s latest checkpoint (0: none).
+  absl::StatusOr<double> CheckpointStep(int index);
   // A takeover worker's first report: the revocation it answers is training again.
   absl::Status MarkTakeoverReported(const std::string& worker_id);
 
@@ -123,7 +149,6 @@ class JobRun {
   double ps_price_ = 0;
   std::map<std::string, InstanceRecord> instances_;  // by id
   std::set<std::string> reported_workers_;
-  std::optional<double> last_loss_;
   std::string last_warning_;
   std::unique_ptr<RevocationFeed> feed_;
 };

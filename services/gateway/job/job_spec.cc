@@ -4,6 +4,7 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "services/common/convert.h"
@@ -92,9 +93,10 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return absl::InvalidArgumentError("job spec: not valid JSON");
   if (!doc.is_object()) return absl::InvalidArgumentError("job spec: expected a JSON object");
-  if (auto s = OnlyKnown(doc, "",
-                         {"name", "workload", "slo", "catalog", "provider", "quotas",
-                          "parameter_servers", "commands", "strategy", "revocation_overhead"});
+  if (auto s = OnlyKnown(
+          doc, "",
+          {"name", "workload", "slo", "catalog", "provider", "quotas", "parameter_servers",
+           "commands", "strategy", "revocation_overhead", "checkpoints"});
       !s.ok()) {
     return s;
   }
@@ -124,15 +126,24 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
     if (workload.contains("profiling")) {
       const json& profiling = workload["profiling"];
       if (!profiling.is_object()) return Bad("workload.profiling", profiling, "expected an object");
-      if (auto s = OnlyKnown(profiling, "workload.profiling.", {"logs", "base"}); !s.ok()) return s;
+      if (auto s =
+              OnlyKnown(profiling, "workload.profiling.", {"logs", "runs", "base", "ps_bandwidth"});
+          !s.ok()) {
+        return s;
+      }
       if (profile->empty()) {
         return absl::InvalidArgumentError(
             "workload.profiling needs workload.profile: the name to store the fitted profile "
             "under");
       }
       const json& logs = profiling.value("logs", json::array());
-      if (!logs.is_array() || logs.empty()) {
-        return Bad("workload.profiling.logs", logs, "expected a non-empty list of log files");
+      const json& runs = profiling.value("runs", json::array());
+      if (!logs.is_array()) return Bad("workload.profiling.logs", logs, "expected a list");
+      if (!runs.is_array()) return Bad("workload.profiling.runs", runs, "expected a list");
+      if (logs.empty() && runs.empty()) {
+        return absl::InvalidArgumentError(
+            "workload.profiling: give \"logs\" (files of earlier runs) or \"runs\" (short runs "
+            "to make now), or both");
       }
       for (size_t i = 0; i < logs.size(); ++i) {
         if (!logs[i].is_string() || logs[i].get<std::string>().empty()) {
@@ -140,6 +151,32 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
                      "expected a file path");
         }
         spec.profiling_logs.push_back(logs[i]);
+      }
+      for (size_t i = 0; i < runs.size(); ++i) {
+        const std::string field = absl::StrCat("workload.profiling.runs[", i, "]");
+        const json& run = runs[i];
+        if (!run.is_object()) return Bad(field, run, "expected {\"cluster\": {...}, \"steps\": N}");
+        if (auto s = OnlyKnown(run, field + ".", {"cluster", "steps"}); !s.ok()) return s;
+        if (!run.contains("cluster"))
+          return absl::InvalidArgumentError(field + ".cluster is required");
+        auto cluster = CountsPerType(run["cluster"], field + ".cluster");
+        if (!cluster.ok()) return cluster.status();
+        int workers = 0;
+        for (const auto& [type, n] : *cluster) workers += n;
+        if (workers == 0)
+          return Bad(field + ".cluster", run["cluster"], "needs at least one worker");
+        const json& steps = run.value("steps", json());
+        if (!steps.is_number_integer() || steps.get<int64_t>() < 1 ||
+            steps.get<int64_t>() > 1'000'000) {
+          return Bad(field + ".steps", steps, "expected an integer from 1 to 1000000");
+        }
+        spec.profiling_runs.push_back(
+            {.cluster = *std::move(cluster), .steps = steps.get<int64_t>()});
+      }
+      if (profiling.contains("ps_bandwidth")) {
+        auto bandwidth = Number(profiling["ps_bandwidth"], "workload.profiling.ps_bandwidth", 0);
+        if (!bandwidth.ok()) return bandwidth.status();
+        spec.profiling_ps_bandwidth = *bandwidth;
       }
       auto base = String(profiling, "base", "workload.profiling.base", false);
       if (!base.ok()) return base.status();
@@ -241,6 +278,17 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
     auto d = Seconds(doc["revocation_overhead"], "revocation_overhead");
     if (!d.ok()) return d.status();
     spec.revocation_overhead_s = *d;
+  }
+
+  if (doc.contains("checkpoints")) {
+    auto uri = String(doc, "checkpoints", "checkpoints", true);
+    if (!uri.ok()) return uri.status();
+    if (!absl::StartsWith(*uri, "s3://") || uri->size() <= 5) {
+      return Bad("checkpoints", doc["checkpoints"],
+                 "expected an s3://BUCKET/PREFIX URI (the local provider keeps them in "
+                 "DATA_DIR/checkpoints by itself)");
+    }
+    spec.checkpoint_uri = *uri;
   }
 
   if (!doc.contains("commands") || !doc["commands"].is_object()) {

@@ -14,6 +14,12 @@
 
 namespace spotdnn::job {
 
+// A short run made to profile a workload before planning it.
+struct ProfilingRun {
+  std::map<std::string, int> cluster;  // workers per instance type
+  int64_t steps = 0;                   // each worker's steps (SPOTDNN_MAX_STEPS)
+};
+
 // A job spec, parsed and checked.
 struct JobSpec {
   std::string name;  // the job id: 1-64 of [A-Za-z0-9._-]
@@ -23,8 +29,11 @@ struct JobSpec {
   // Optional profiling step: these logs are imported into the profiler and fitted into the
   // profile `workload` names before planning (`profiling_base` supplies what they cannot tell).
   std::vector<std::string> profiling_logs;
+  // Short runs made first (the job's own commands, on its provider), their samples fitted too.
+  std::vector<ProfilingRun> profiling_runs;
   std::string profiling_base;
-  std::string catalog;  // a name or a JSON file
+  double profiling_ps_bandwidth = 0;  // B_ps of the runs (MB/s), for the contention fit
+  std::string catalog;                // a name or a JSON file
   double target_loss = 0;
   double deadline_s = 0;  // 0: none (then budget_usd is required)
   double budget_usd = 0;  // 0: none
@@ -36,6 +45,12 @@ struct JobSpec {
   std::string worker_command;
   std::string ps_command;  // default: the worker command (SPOTDNN_ROLE tells them apart)
   double revocation_overhead_s = 0;
+  // Where parameter servers' checkpoints go on a cloud (s3://BUCKET/PREFIX; the job's folder is
+  // PREFIX/JOB). Empty: the local provider's DATA_DIR/checkpoints/JOB.
+  std::string checkpoint_uri;
+
+  // True when the spec has a profiling step (logs to import or runs to make).
+  bool HasProfiling() const { return !profiling_logs.empty() || !profiling_runs.empty(); }
 };
 
 // Parses a job spec document. INVALID_ARGUMENT naming the field and the value.

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <functional>
+#include <tuple>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
@@ -121,6 +122,8 @@ const std::vector<Column<JobRecord>>& JobColumns() {
                                          {"predicted_time_s", &JobRecord::predicted_time_s},
                                          {"predicted_cost_usd", &JobRecord::predicted_cost_usd},
                                          {"iterations_done", &JobRecord::iterations_done},
+                                         {"loss", &JobRecord::loss},
+                                         {"steps_lost", &JobRecord::steps_lost},
                                          {"last_event_seq", &JobRecord::last_event_seq},
                                          {"ps_addresses", &JobRecord::ps_addresses},
                                          {"next_worker_index", &JobRecord::next_worker_index},
@@ -180,6 +183,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY, spec_json TEXT, state TEXT, message TEXT, created_ms INTEGER,
   started_ms INTEGER, finished_ms INTEGER, workload_json TEXT, catalog_json TEXT, plan_json TEXT,
   target_iterations REAL, predicted_time_s REAL, predicted_cost_usd REAL, iterations_done REAL,
+  loss REAL, steps_lost REAL,
   last_event_seq INTEGER, ps_addresses TEXT, next_worker_index INTEGER, takeovers INTEGER);
 CREATE TABLE IF NOT EXISTS instances (
   job_id TEXT NOT NULL REFERENCES jobs(id), id TEXT NOT NULL, role TEXT, instance_type TEXT,
@@ -196,6 +200,9 @@ CREATE TABLE IF NOT EXISTS revocations (
 CREATE TABLE IF NOT EXISTS events (
   job_id TEXT NOT NULL REFERENCES jobs(id), at_ms INTEGER, kind TEXT, detail TEXT);
 CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id);
+CREATE TABLE IF NOT EXISTS progress (
+  job_id TEXT NOT NULL REFERENCES jobs(id), at_ms INTEGER, iterations REAL, loss REAL);
+CREATE INDEX IF NOT EXISTS progress_by_job ON progress (job_id);
 )sql";
 
 // INSERT [OR REPLACE] of every column.
@@ -239,11 +246,14 @@ absl::StatusOr<std::vector<R>> SelectForJob(sqlite3* db, const char* table, cons
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
   absl::StatusOr<sqlite3*> db = sql::OpenDatabase(path, "job db", kSchema);
   if (!db.ok()) return db.status();
-  // A job store from before metadata_cloud: the column is added (its instances speak AWS's).
-  if (absl::Status s = sql::AddColumnIfMissing(*db, "instances", "metadata_cloud", "TEXT");
-      !s.ok()) {
-    sqlite3_close(*db);
-    return s;
+  // A job store from an earlier version: the columns it lacks are added.
+  for (const auto& [table, column, type] :
+       {std::tuple{"instances", "metadata_cloud", "TEXT"}, std::tuple{"jobs", "loss", "REAL"},
+        std::tuple{"jobs", "steps_lost", "REAL"}}) {
+    if (absl::Status s = sql::AddColumnIfMissing(*db, table, column, type); !s.ok()) {
+      sqlite3_close(*db);
+      return s;
+    }
   }
   return std::unique_ptr<JobStore>(new JobStore(*db));
 }
@@ -344,6 +354,33 @@ absl::StatusOr<std::vector<JobEventRecord>> JobStore::Events(const std::string& 
                                               {"kind", &JobEventRecord::kind},
                                               {"detail", &JobEventRecord::detail}};
   return SelectForJob(db_, "events", "job_id", *columns, job_id);
+}
+
+absl::Status JobStore::AddProgress(const std::string& job_id, const ProgressRecord& point) {
+  absl::MutexLock lock(&mu_);
+  Statement q(db_,
+              "INSERT INTO progress (job_id, at_ms, iterations, loss) VALUES (?1, ?2, ?3, ?4)");
+  if (!q.status().ok()) return q.status();
+  q.Text(1, job_id);
+  q.Int(2, point.at_ms);
+  q.Real(3, point.iterations);
+  q.Real(4, point.loss);
+  return q.Run("writing progress");
+}
+
+absl::StatusOr<std::vector<ProgressRecord>> JobStore::Progress(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Statement q(db_, "SELECT at_ms, iterations, loss FROM progress WHERE job_id = ?1 ORDER BY rowid");
+  if (!q.status().ok()) return q.status();
+  q.Text(1, job_id);
+  std::vector<ProgressRecord> out;
+  while (true) {
+    auto row = q.Step("reading progress");
+    if (!row.ok()) return row.status();
+    if (!*row) return out;
+    out.push_back(
+        {.at_ms = q.ColumnInt(0), .iterations = q.ColumnReal(1), .loss = q.ColumnReal(2)});
+  }
 }
 
 }  // namespace spotdnn::job

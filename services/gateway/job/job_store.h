@@ -37,7 +37,9 @@ struct JobRecord {
   double target_iterations = 0;  // normalized iterations to reach the target (current plan)
   double predicted_time_s = 0;   // of the current plan, from the job's start
   double predicted_cost_usd = 0;
-  double iterations_done = 0;
+  double iterations_done = 0;  // the job's global iterations (the workers' steps, minus lost ones)
+  double loss = 0;             // the workers' reported loss, smoothed (0: none reported)
+  double steps_lost = 0;       // iterations undone by parameter-server takeovers
   int64_t last_event_seq = 0;  // the detector's last event handled
   std::string ps_addresses;    // comma-separated host:port
   int next_worker_index = 0;
@@ -83,6 +85,13 @@ struct RevocationRecord {
   std::string detail;
 };
 
+// One point of a job's actual training curve.
+struct ProgressRecord {
+  int64_t at_ms = 0;
+  double iterations = 0;
+  double loss = 0;  // 0: none reported
+};
+
 struct JobEventRecord {
   int64_t at_ms = 0;
   std::string kind;
@@ -117,6 +126,10 @@ class JobStore {
   absl::Status AddEvent(const std::string& job_id, const std::string& kind,
                         const std::string& detail, int64_t at_ms);
   absl::StatusOr<std::vector<JobEventRecord>> Events(const std::string& job_id);
+
+  // Appends a point of the job's training curve; its points, oldest first.
+  absl::Status AddProgress(const std::string& job_id, const ProgressRecord& point);
+  absl::StatusOr<std::vector<ProgressRecord>> Progress(const std::string& job_id);
 
  private:
   explicit JobStore(sqlite3* db) : db_(db) {}

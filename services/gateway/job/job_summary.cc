@@ -4,6 +4,15 @@
 
 #include "google/protobuf/util/json_util.h"
 #include "services/gateway/job/job_spec.h"
+
+namespace spotdnn::job {
+
+bool TargetReached(const JobRecord& job, const JobSpec& spec) {
+  if (job.loss > 0 && spec.target_loss > 0) return job.loss <= spec.target_loss;
+  return job.target_iterations > 0 && job.iterations_done >= job.target_iterations;
+}
+
+}  // namespace spotdnn::job
 #include "spotdnn/v1/common.pb.h"
 
 namespace spotdnn::job {
@@ -67,7 +76,9 @@ absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_
     }
     s.revocations.push_back(std::move(out));
   }
-  s.loss_reached = job->target_iterations > 0 && job->iterations_done >= job->target_iterations;
+  s.loss_reached = TargetReached(*job, *spec);
+  s.final_loss = job->loss;
+  s.steps_lost = job->steps_lost;
   s.deadline_met = spec->deadline_s == 0 || s.actual_time_s <= spec->deadline_s;
   s.budget_met = spec->budget_usd == 0 || s.actual_cost_usd <= spec->budget_usd;
   s.slo_met = s.loss_reached && s.deadline_met && s.budget_met;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "services/gateway/job/job_spec.h"
 #include "services/gateway/job/job_store.h"
 
 namespace spotdnn::job {
@@ -46,6 +47,8 @@ struct JobSummary {
   double first_plan_cost_usd = 0;
   double target_iterations = 0;
   double iterations_done = 0;
+  double final_loss = 0;  // the workers' smoothed loss at the end (0: none reported)
+  double steps_lost = 0;  // iterations undone by parameter-server takeovers
   double predicted_time_s = 0;
   double predicted_cost_usd = 0;
   double actual_time_s = 0;    // from the launch to the end (or now)
@@ -59,6 +62,10 @@ struct JobSummary {
   bool budget_met = false;
   bool slo_met = false;
 };
+
+// Whether a job reached its target: the workers' smoothed loss at or below the target loss when
+// they report a loss, else the target iterations (workers that report no loss).
+bool TargetReached(const JobRecord& job, const JobSpec& spec);
 
 // The summary of a stored job, with `now_ms` as the end of a job that has not ended.
 absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_id, int64_t now_ms);

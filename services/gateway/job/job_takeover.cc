@@ -1,10 +1,14 @@
 // Revocation events from the detector, and the takeovers they lead to.
 #include <algorithm>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
 #include "services/common/convert.h"
+#include "services/common/data_registry.h"
 #include "services/gateway/job/job_run.h"
 
 namespace spotdnn::job {
@@ -47,8 +51,7 @@ absl::Status JobRun::HandleEvent(const pb::RevocationEvent& event) {
   const bool goes = event.kind() == pb::RevocationEvent::KIND_NOTICE ||
                     event.kind() == pb::RevocationEvent::KIND_REVOKED ||
                     event.kind() == pb::RevocationEvent::KIND_LOST;
-  if (goes && instance.role == launcher::Role::kWorker &&
-      instance.state == InstanceStatus::kRunning) {
+  if (goes && instance.state == InstanceStatus::kRunning) {
     const bool notice = event.kind() == pb::RevocationEvent::KIND_NOTICE;
     instance.state = notice ? InstanceStatus::kRevoking : InstanceStatus::kEnded;
     if (!notice) instance.ended_ms = NowMs();
@@ -58,20 +61,16 @@ absl::Status JobRun::HandleEvent(const pb::RevocationEvent& event) {
                        .kind = kind,
                        .cloud_notice_ms = event.notice_unix_ms(),
                        .effective_ms = event.effective_unix_ms(),
-                       .received_ms = NowMs()};
+                       .received_ms = NowMs(),
+                       .ended_ms = instance.ended_ms};
     if (auto s = services_.store->PutRevocation(r); !s.ok()) return s;
     Emit(NoticeEvent{.instance = instance.id,
                      .instance_type = instance.instance_type,
                      .kind = kind,
+                     .parameter_server = instance.role == launcher::Role::kParameterServer,
                      .effective = event.effective_unix_ms() > 0
                                       ? absl::FromUnixMillis(event.effective_unix_ms())
                                       : absl::InfinitePast()});
-  } else if (goes && instance.role == launcher::Role::kParameterServer) {
-    const std::string message =
-        absl::StrCat("parameter server ", instance.id, " got a ", kind,
-                     " notice; parameter servers are not replaced automatically");
-    if (auto s = Log("warning", message); !s.ok()) return s;
-    Emit(WarningEvent{.instance = instance.id, .message = message});
   }
   return Save();
 }
@@ -97,6 +96,9 @@ absl::Status JobRun::HandlePending() {
 }
 
 absl::Status JobRun::Takeover(RevocationRecord& revocation) {
+  if (instances_[revocation.instance_id].role == launcher::Role::kParameterServer) {
+    return ServerTakeover(revocation);
+  }
   pb::ReplanResponse replan;
   if (!revocation.replan_json.empty()) {
     if (auto s = FromStoredJson(revocation.replan_json, "re-plan", &replan); !s.ok()) return s;
@@ -189,6 +191,146 @@ absl::Status JobRun::MarkTakeoverReported(const std::string& worker_id) {
       if (auto st = services_.store->PutRevocation(r); !st.ok()) return st;
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace spotdnn::job
+
+namespace spotdnn::job {
+
+absl::StatusOr<double> JobRun::CheckpointStep(int index) {
+  const std::string name = absl::StrCat("ps-", index, ".json");
+  absl::StatusOr<std::string> manifest;
+  if (!spec_.checkpoint_uri.empty()) {
+    manifest =
+        services_.read_checkpoint
+            ? services_.read_checkpoint(absl::StrCat(spec_.checkpoint_uri, "/", job_.id), name)
+            : absl::UnimplementedError("no reader for " + spec_.checkpoint_uri);
+  } else if (services_.provider->SharesFilesWithCaller() && !options_.checkpoint_root.empty()) {
+    manifest = services::ReadFile(
+        (std::filesystem::path(options_.checkpoint_root) / job_.id / name).string());
+  } else {
+    return 0.0;  // nowhere to read one: the replacement starts from scratch
+  }
+  if (absl::IsNotFound(manifest.status())) return 0.0;
+  if (!manifest.ok()) return manifest.status();
+  nlohmann::json doc = nlohmann::json::parse(*manifest, nullptr, false);
+  if (!doc.is_object() || !doc["step"].is_number() || doc["step"].get<double>() < 0) {
+    return absl::DataLossError(
+        absl::StrCat(name, " of job ", job_.id,
+                     " is not {\"step\": N, \"file\": ...}: ", manifest->substr(0, 200)));
+  }
+  return doc["step"].get<double>();
+}
+
+absl::Status JobRun::ServerTakeover(RevocationRecord& revocation) {
+  InstanceRecord& server = instances_[revocation.instance_id];
+  if (server.state != InstanceStatus::kEnded) {
+    // Its agent gave it the notice signal: it writes its last checkpoint and exits. Wait for
+    // that, or for the cloud's deadline (and a little more) if it does not exit.
+    const int64_t give_up = revocation.effective_ms > 0 ? revocation.effective_ms + 5000
+                                                        : revocation.received_ms + 30000;
+    if (NowMs() < give_up) return absl::OkStatus();
+  }
+  pb::ReplanResponse relaunch;
+  if (!revocation.replan_json.empty()) {
+    if (auto s = FromStoredJson(revocation.replan_json, "takeover", &relaunch); !s.ok()) return s;
+  } else {
+    auto step = CheckpointStep(server.index);
+    if (!step.ok()) return step.status();
+    const double lost = std::max(0.0, job_.iterations_done - *step);
+    job_.steps_lost += lost;
+    job_.iterations_done -= lost;
+    // The workers start again against the replacement: the same composition.
+    for (const auto& [type, n] : LiveWorkers()) {
+      pb::InstanceCount* c = relaunch.mutable_plan()->mutable_to_launch()->add_instances();
+      c->set_instance_type(type);
+      c->set_count(n);
+    }
+    relaunch.mutable_plan()->set_feasible(true);
+    *relaunch.mutable_plan()->mutable_prediction() = plan_.prediction();
+    revocation.detail = absl::StrFormat(
+        "parameter server %d restored from the checkpoint at step %.0f; %.0f steps lost",
+        server.index, *step, lost);
+    revocation.replanned_ms = NowMs();
+    revocation.replan_json = ToStoredJson(relaunch);
+    revocation.takeover_token = absl::StrCat(job_.id, "-takeover-", ++job_.takeovers);
+    revocation.takeover_first_index = job_.next_worker_index;
+    for (const pb::InstanceCount& c : relaunch.plan().to_launch().instances()) {
+      job_.next_worker_index += c.count();
+    }
+    // Written before launching: a resumed gateway re-issues the same launches.
+    if (auto st = Save(); !st.ok()) return st;
+    if (auto st = services_.store->PutRevocation(revocation); !st.ok()) return st;
+    if (auto st = Log("ps-takeover", revocation.detail); !st.ok()) return st;
+    Emit(WarningEvent{.instance = server.id, .message = revocation.detail});
+  }
+  // The replacement, with the revoked one's index (it restores that index's checkpoint).
+  launcher::ClusterLaunchRequest request{
+      .job_id = job_.id,
+      .command = spec_.worker_command,
+      .ps_command = spec_.ps_command,
+      .parameter_servers = 1,
+      .parameter_server_type = server.instance_type,
+      .ps_first_index = server.index,
+      .ps_token = revocation.takeover_token + "-ps",
+      .extra_env = JobEnvironment(job_.id, spec_, options_, *services_.provider, 0)};
+  auto replaced = launcher::LaunchCluster(*services_.provider, request);
+  if (!replaced.ok()) return replaced.status();
+  if (!replaced->error.ok()) return replaced->error;
+  std::vector<std::string> ids;
+  for (const launcher::Instance& i : replaced->instances) {
+    if (auto s = Record(i, LaunchReason::kTakeover, launcher::ClientTokenFor(request.ps_token), 0);
+        !s.ok()) {
+      return s;
+    }
+    ids.push_back(i.id);
+  }
+  std::vector<std::string> addresses = absl::StrSplit(job_.ps_addresses, ',', absl::SkipEmpty());
+  if (server.index >= 0 && server.index < static_cast<int>(addresses.size()) &&
+      !replaced->ps_addresses.empty()) {
+    addresses[server.index] = replaced->ps_addresses.front();
+  }
+  job_.ps_addresses = absl::StrJoin(addresses, ",");
+  // The workers that trained against the revoked server stop; new ones join the replacement.
+  std::vector<std::string> old_workers;
+  for (auto& [id, i] : instances_) {
+    if (i.role == launcher::Role::kWorker && i.state != InstanceStatus::kEnded &&
+        i.launched_ms <= revocation.replanned_ms) {
+      old_workers.push_back(id);
+    }
+  }
+  if (!old_workers.empty()) {
+    absl::Status s = services_.provider->Terminate(old_workers);
+    if (!s.ok() && !absl::IsNotFound(s)) return s;
+    for (const std::string& id : old_workers) {
+      InstanceRecord& w = instances_[id];
+      w.state = InstanceStatus::kEnded;
+      w.ended_ms = NowMs();
+      if (auto st = services_.store->PutInstance(w); !st.ok()) return st;
+    }
+  }
+  auto launched = Launch(CountsOf(relaunch.plan().to_launch()), revocation.takeover_first_index,
+                         revocation.takeover_token + "-w-", relaunch.plan().prediction(),
+                         LaunchReason::kTakeover, /*with_servers=*/false);
+  if (!launched.ok()) return launched.status();
+  for (const launcher::Instance& i : launched->instances) ids.push_back(i.id);
+  if (!launched->error.ok()) return launched->error;
+  revocation.takeover_ids = absl::StrJoin(ids, ",");
+  revocation.takeover_launched_ms = NowMs();
+  revocation.status = RevocationStatus::kLaunched;
+  if (auto st = services_.store->PutRevocation(revocation); !st.ok()) return st;
+  if (auto st = Save(); !st.ok()) return st;
+  if (auto st =
+          Log("takeover", absl::StrCat(revocation.instance_id, " -> ", revocation.takeover_ids));
+      !st.ok()) {
+    return st;
+  }
+  const int64_t notice =
+      revocation.cloud_notice_ms > 0 ? revocation.cloud_notice_ms : revocation.received_ms;
+  Emit(TakeoverEvent{.instance = revocation.instance_id,
+                     .takeover = ids,
+                     .notice_to_running_ms = revocation.takeover_launched_ms - notice});
   return absl::OkStatus();
 }
 
