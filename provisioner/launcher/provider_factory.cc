@@ -2,10 +2,16 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "provisioner/launcher/aws_provider.h"
+#include "provisioner/launcher/azure_auth.h"
+#include "provisioner/launcher/azure_provider.h"
+#include "provisioner/launcher/gce_provider.h"
+#include "provisioner/launcher/google_auth.h"
 #include "provisioner/launcher/local_provider.h"
 
 namespace spotdnn::launcher {
@@ -60,6 +66,108 @@ absl::StatusOr<std::unique_ptr<CloudProvider>> MakeAws(const ProviderSpec& spec,
   return std::unique_ptr<CloudProvider>(std::move(*aws));
 }
 
+std::vector<std::string> List(const ProviderSpec& spec, const char* key) {
+  std::vector<std::string> out;
+  for (absl::string_view v : absl::StrSplit(Get(spec, key), ',', absl::SkipEmpty())) {
+    out.emplace_back(absl::StripAsciiWhitespace(v));
+  }
+  return out;
+}
+
+absl::Status BadValue(absl::string_view field, const std::string& key, const std::string& value,
+                      absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ".", key, " = \"", value, "\": ", why));
+}
+
+// The values a provider's keys must have beyond being present (field: where the spec has them).
+absl::Status ValidateValues(const ProviderSpec& spec, absl::string_view field) {
+  auto whole = [&](const char* key, int min, int max) -> absl::Status {
+    const std::string value = Get(spec, key);
+    int n = 0;
+    if (!value.empty() && (!absl::SimpleAtoi(value, &n) || n < min || n > max)) {
+      return BadValue(field, key, value,
+                      absl::StrCat("expected a whole number from ", min, " to ", max));
+    }
+    return absl::OkStatus();
+  };
+  if (spec.name == "gce") {
+    for (const std::string& zone : [&] {
+           std::vector<std::string> zones = List(spec, "zones");
+           zones.insert(zones.begin(), Get(spec, "zone"));
+           return zones;
+         }()) {
+      if (absl::StatusOr<std::string> region = GceRegionOf(zone); !region.ok()) {
+        return BadValue(field, "zone", zone, "expected a zone such as us-central1-a");
+      }
+    }
+    const std::string external = Get(spec, "external_ip");
+    if (!external.empty() && external != "true" && external != "false") {
+      return BadValue(field, "external_ip", external, "expected true or false");
+    }
+    return whole("boot_disk_gb", 10, 65536);
+  }
+  if (spec.name == "azure") {
+    const std::string price = Get(spec, "max_price");
+    double p = 0;
+    if (!price.empty() && (!absl::SimpleAtod(price, &p) || (p != -1 && !(p > 0)))) {
+      return BadValue(field, "max_price", price, "expected -1 (up to pay-as-you-go) or USD/h > 0");
+    }
+    return whole("os_disk_gb", 1, 65536);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CloudProvider>> MakeGce(const ProviderSpec& spec,
+                                                       const ProviderEnvironment&) {
+  auto tokens = GoogleTokenSource({.key_file = Get(spec, "credentials_file")});
+  if (!tokens.ok()) return tokens.status();
+  GceProvider::Options options;
+  options.project = Get(spec, "project");
+  options.zone = Get(spec, "zone");
+  options.fallback_zones = List(spec, "zones");
+  options.endpoint_url = Get(spec, "endpoint_url");
+  options.token_source = *tokens;
+  options.image = Get(spec, "image");
+  if (!Get(spec, "network").empty()) options.network = Get(spec, "network");
+  options.subnetwork = Get(spec, "subnetwork");
+  options.service_account = Get(spec, "service_account");
+  options.external_ip = Get(spec, "external_ip") != "false";
+  if (!Get(spec, "boot_disk_gb").empty()) {
+    (void)absl::SimpleAtoi(Get(spec, "boot_disk_gb"), &options.boot_disk_gb);
+  }
+  if (!Get(spec, "boot_disk_type").empty()) options.boot_disk_type = Get(spec, "boot_disk_type");
+  auto gce = GceProvider::Create(options);
+  if (!gce.ok()) return gce.status();
+  return std::unique_ptr<CloudProvider>(std::move(*gce));
+}
+
+absl::StatusOr<std::unique_ptr<CloudProvider>> MakeAzure(const ProviderSpec& spec,
+                                                         const ProviderEnvironment&) {
+  auto tokens = AzureTokenSource({});
+  if (!tokens.ok()) return tokens.status();
+  AzureProvider::Options options;
+  options.subscription = Get(spec, "subscription");
+  options.resource_group = Get(spec, "resource_group");
+  options.location = Get(spec, "location");
+  options.endpoint_url = Get(spec, "endpoint_url");
+  options.token_source = *tokens;
+  options.image = Get(spec, "image");
+  options.subnet_id = Get(spec, "subnet_id");
+  if (!Get(spec, "admin_username").empty()) options.admin_username = Get(spec, "admin_username");
+  options.ssh_public_key = Get(spec, "ssh_public_key");
+  if (!Get(spec, "max_price").empty()) {
+    (void)absl::SimpleAtod(Get(spec, "max_price"), &options.max_price);
+  }
+  options.identity = Get(spec, "identity");
+  options.zone = Get(spec, "zone");
+  if (!Get(spec, "os_disk_gb").empty()) {
+    (void)absl::SimpleAtoi(Get(spec, "os_disk_gb"), &options.os_disk_gb);
+  }
+  auto azure = AzureProvider::Create(options);
+  if (!azure.ok()) return azure.status();
+  return std::unique_ptr<CloudProvider>(std::move(*azure));
+}
+
 }  // namespace
 
 const std::vector<ProviderKeys>& KnownProviders() {
@@ -70,6 +178,20 @@ const std::vector<ProviderKeys>& KnownProviders() {
                 "iam_instance_profile", "max_spot_price"},
        .required = {"image_id"},
        .required_why = "the AMI with your framework and spotdnn-agent"},
+      {.name = "gce",
+       .keys = {"project", "zone", "zones", "image", "network", "subnetwork", "service_account",
+                "external_ip", "boot_disk_gb", "boot_disk_type", "credentials_file",
+                "endpoint_url"},
+       .required = {"project", "zone", "image"},
+       .required_why = "the project and zone the VMs go to, and the boot image with your "
+                       "framework and spotdnn-agent"},
+      {.name = "azure",
+       .keys = {"subscription", "resource_group", "location", "image", "subnet_id", "max_price",
+                "admin_username", "ssh_public_key", "identity", "zone", "os_disk_gb",
+                "endpoint_url"},
+       .required = {"subscription", "resource_group", "location", "image", "subnet_id"},
+       .required_why = "where the VMs go (subscription, resource group, location, subnet) and "
+                       "the image with your framework and spotdnn-agent"},
   };
   return *providers;
 }
@@ -101,13 +223,15 @@ absl::Status ValidateProviderSpec(const ProviderSpec& spec, absl::string_view fi
                                                      spec.name, ": ", provider->required_why));
     }
   }
-  return absl::OkStatus();
+  return ValidateValues(spec, field);
 }
 
 absl::StatusOr<std::unique_ptr<CloudProvider>> MakeProvider(
     const ProviderSpec& spec, const ProviderEnvironment& environment) {
   if (absl::Status s = ValidateProviderSpec(spec); !s.ok()) return s;
   if (spec.name == "aws") return MakeAws(spec, environment);
+  if (spec.name == "gce") return MakeGce(spec, environment);
+  if (spec.name == "azure") return MakeAzure(spec, environment);
   return MakeLocal(spec, environment);
 }
 

@@ -36,7 +36,8 @@ struct ProviderKeys {
 const std::vector<ProviderKeys>& KnownProviders();
 
 // INVALID_ARGUMENT naming `field`.KEY (or `field`.name) for an unknown provider, a key it does
-// not take, a missing required key, or a capacity given to a provider other than local.
+// not take, a missing required key, a value of the wrong form (gce zones, external_ip,
+// boot_disk_gb; azure max_price, os_disk_gb), or a capacity given to a provider other than local.
 absl::Status ValidateProviderSpec(const ProviderSpec& spec, absl::string_view field = "provider");
 
 // Where the caller runs, for providers that need it.
@@ -47,7 +48,9 @@ struct ProviderEnvironment {
 };
 
 // The provider `spec` names, validated, with its credentials resolved from the environment (aws:
-// the AWS credential chain). Local instances outlive the caller (a job survives its gateway).
+// the AWS credential chain; gce: credentials_file, GOOGLE_APPLICATION_CREDENTIALS or the metadata
+// server; azure: AZURE_TENANT_ID/AZURE_CLIENT_ID/AZURE_CLIENT_SECRET, AZURE_AUTH_LOCATION or the
+// managed identity). Local instances outlive the caller (a job survives its gateway).
 absl::StatusOr<std::unique_ptr<CloudProvider>> MakeProvider(const ProviderSpec& spec,
                                                             const ProviderEnvironment& environment);
 

@@ -1,11 +1,18 @@
 // `spotdnn catalog refresh`: live spot prices from a cloud into a catalog.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "provisioner/launcher/aws_provider.h"
+#include "provisioner/launcher/azure_provider.h"
+#include "provisioner/launcher/gce_provider.h"
+#include "provisioner/launcher/google_auth.h"
 #include "services/common/convert.h"
 #include "services/common/data_registry.h"
 #include "services/gateway/cli/cli.h"
@@ -15,34 +22,139 @@
 namespace spotdnn::gateway {
 namespace {
 
-int CatalogRefresh(const Args& args, const Io& io) {
-  const char* cmd = "catalog refresh";
-  auto provider_name = args.Required("--provider");
-  if (!provider_name.ok()) return ReportError(provider_name.status(), cmd, io);
-  if (*provider_name != "aws") {
-    return ReportError(absl::InvalidArgumentError(absl::StrCat(
-                           "--provider = \"", *provider_name,
-                           "\": only aws has a spot price API here (local has no prices)")),
-                       cmd, io);
-  }
-  const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
-  const std::string catalog_arg = args.Get("--catalog").value_or("aws-paper-2023");
-  auto catalog = registry.ResolveCatalog(catalog_arg);
-  if (!catalog.ok()) return ReportError(catalog.status(), cmd, io);
+// Live prices from one cloud, for `spotdnn catalog refresh`.
+struct LivePrices {
+  std::vector<launcher::SpotPrice> prices;
+  std::string region;
+  std::string source;  // said in the table's title
+};
+
+absl::StatusOr<LivePrices> AwsPrices(const Args& args, const pb::InstanceCatalog& catalog,
+                                     const std::vector<std::string>& types) {
   std::string region = args.Get("--region").value_or("");
-  if (region.empty()) region = catalog->region();
+  if (region.empty()) region = catalog.region();
   if (region.empty() && std::getenv("AWS_REGION") != nullptr) region = std::getenv("AWS_REGION");
   if (region.empty()) region = "us-east-1";
-
   auto credentials =
       launcher::ResolveAwsCredentials({.profile = args.Get("--profile").value_or("")});
-  if (!credentials.ok()) return ReportError(credentials.status(), cmd, io);
+  if (!credentials.ok()) return credentials.status();
   launcher::AwsProvider::Options options;
   options.region = region;
   options.endpoint_url = args.Get("--endpoint-url").value_or("");
   options.credentials = *credentials;
   auto aws = launcher::AwsProvider::Create(options);
-  if (!aws.ok()) return ReportError(aws.status(), cmd, io);
+  if (!aws.ok()) return aws.status();
+  auto prices = (*aws)->SpotPrices(types, region);
+  if (!prices.ok()) return prices.status();
+  return LivePrices{*std::move(prices), region, "cheapest zone, Linux/UNIX"};
+}
+
+absl::StatusOr<LivePrices> GcePrices(const Args& args, const pb::InstanceCatalog& catalog,
+                                     const std::vector<std::string>& types) {
+  auto project = args.Required("--project");
+  if (!project.ok()) return project.status();
+  auto zone = args.Required("--zone");
+  if (!zone.ok()) return zone.status();
+  std::string api_key;
+  if (auto file = args.Get("--api-key-file")) {
+    std::ifstream in(*file);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--api-key-file = \"", *file, "\": cannot read the file"));
+    }
+    std::getline(in, api_key);
+  } else if (std::getenv("GOOGLE_API_KEY") != nullptr) {
+    api_key = std::getenv("GOOGLE_API_KEY");
+  }
+  api_key = std::string(absl::StripAsciiWhitespace(api_key));
+  if (api_key.empty()) {
+    return absl::InvalidArgumentError(
+        "the Cloud Billing Catalog API needs an API key: give --api-key-file FILE or set "
+        "GOOGLE_API_KEY");
+  }
+  auto tokens =
+      launcher::GoogleTokenSource({.key_file = args.Get("--credentials-file").value_or("")});
+  if (!tokens.ok()) return tokens.status();
+  launcher::GceProvider::Options options;
+  options.project = *project;
+  options.zone = *zone;
+  options.endpoint_url = args.Get("--endpoint-url").value_or("");
+  options.billing_endpoint_url = args.Get("--billing-url").value_or("");
+  options.api_key = api_key;
+  options.token_source = *tokens;
+  auto gce = launcher::GceProvider::Create(options);
+  if (!gce.ok()) return gce.status();
+  std::string region = args.Get("--region").value_or(catalog.region());
+  if (region.empty()) region = *launcher::GceRegionOf(*zone);
+  auto prices = (*gce)->SpotPrices(types, region);
+  if (!prices.ok()) return prices.status();
+  return LivePrices{*std::move(prices), region, "Spot VMs, Cloud Billing Catalog"};
+}
+
+absl::StatusOr<LivePrices> AzurePrices(const Args& args, const pb::InstanceCatalog& catalog,
+                                       const std::vector<std::string>& types) {
+  std::string region = args.Get("--region").value_or(catalog.region());
+  if (region.empty()) {
+    return absl::InvalidArgumentError(
+        "--region is required for azure when the catalog names none (e.g. eastus)");
+  }
+  // Prices need no credentials: a provider for the price API alone.
+  launcher::AzureProvider::Options options;
+  options.subscription = "prices";
+  options.resource_group = "prices";
+  options.location = region;
+  options.prices_url = args.Get("--prices-url").value_or("");
+  options.token_source = std::make_shared<launcher::StaticTokenSource>("", "no credentials");
+  auto azure = launcher::AzureProvider::Create(options);
+  if (!azure.ok()) return azure.status();
+  auto prices = (*azure)->SpotPrices(types, region);
+  if (!prices.ok()) return prices.status();
+  return LivePrices{*std::move(prices), region, "Linux Spot, Azure Retail Prices"};
+}
+
+int CatalogRefresh(const Args& args, const Io& io) {
+  const char* cmd = "catalog refresh";
+  auto provider_name = args.Required("--provider");
+  if (!provider_name.ok()) return ReportError(provider_name.status(), cmd, io);
+  // The flags each cloud takes beside the common ones.
+  static const std::map<std::string, std::vector<std::string>> kFlags = {
+      {"aws", {"--endpoint-url", "--profile"}},
+      {"gce",
+       {"--project", "--zone", "--api-key-file", "--credentials-file", "--endpoint-url",
+        "--billing-url"}},
+      {"azure", {"--prices-url"}}};
+  auto flags = kFlags.find(*provider_name);
+  if (flags == kFlags.end()) {
+    return ReportError(absl::InvalidArgumentError(
+                           absl::StrCat("--provider = \"", *provider_name,
+                                        "\": expected aws, gce or azure (local has no prices)")),
+                       cmd, io);
+  }
+  for (const char* flag : {"--endpoint-url", "--profile", "--project", "--zone", "--api-key-file",
+                           "--credentials-file", "--billing-url", "--prices-url"}) {
+    if (args.Has(flag) &&
+        std::find(flags->second.begin(), flags->second.end(), flag) == flags->second.end()) {
+      return ReportError(absl::InvalidArgumentError(
+                             absl::StrCat(flag, ": not a flag of --provider ", *provider_name)),
+                         cmd, io);
+    }
+  }
+  const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
+  std::optional<std::string> catalog_arg = args.Get("--catalog");
+  if (!catalog_arg && *provider_name != "aws") {
+    return ReportError(absl::InvalidArgumentError(
+                           absl::StrCat("--catalog is required for ", *provider_name,
+                                        ": a catalog file of its instance types (see the README)")),
+                       cmd, io);
+  }
+  auto catalog = registry.ResolveCatalog(catalog_arg.value_or("aws-paper-2023"));
+  if (!catalog.ok()) return ReportError(catalog.status(), cmd, io);
+  if (!catalog->provider().empty() && catalog->provider() != *provider_name) {
+    return ReportError(absl::InvalidArgumentError(absl::StrCat(
+                           "--catalog = \"", catalog_arg.value_or("aws-paper-2023"), "\" is a ",
+                           catalog->provider(), " catalog, not ", *provider_name)),
+                       cmd, io);
+  }
 
   std::vector<std::string> types;
   for (const pb::InstanceType& t : catalog->instance_types()) types.push_back(t.name());
@@ -50,8 +162,12 @@ int CatalogRefresh(const Args& args, const Io& io) {
                                   ? catalog->parameter_server().instance_type()
                                   : "";
   if (!ps_type.empty()) types.push_back(ps_type);
-  auto prices = (*aws)->SpotPrices(types, region);
-  if (!prices.ok()) return ReportError(prices.status(), cmd, io);
+  absl::StatusOr<LivePrices> live = *provider_name == "aws"   ? AwsPrices(args, *catalog, types)
+                                    : *provider_name == "gce" ? GcePrices(args, *catalog, types)
+                                                              : AzurePrices(args, *catalog, types);
+  if (!live.ok()) return ReportError(live.status(), cmd, io);
+  const std::string region = live->region;
+  const std::vector<launcher::SpotPrice>* prices = &live->prices;
   std::map<std::string, double> cheapest = launcher::CheapestPerType(*prices);
   std::map<std::string, std::string> zone;
   for (const launcher::SpotPrice& p : *prices) {
@@ -112,8 +228,8 @@ int CatalogRefresh(const Args& args, const Io& io) {
                   .str()
            << "\n";
   } else {
-    io.out << "Spot prices for catalog " << catalog->name() << " in " << region
-           << " (cheapest zone, Linux/UNIX):\n";
+    io.out << "Spot prices for catalog " << catalog->name() << " in " << region << " ("
+           << live->source << "):\n";
     table.Print(io.out);
     io.out << (out_file.empty() ? "Not saved (give --out FILE to write the catalog)."
                                 : "Wrote " + out_file + ".")
@@ -127,30 +243,50 @@ int CatalogRefresh(const Args& args, const Io& io) {
 std::vector<Command> CatalogCommands() {
   return {
       {.name = "catalog",
-       .summary = "refresh a catalog's spot prices from the cloud (catalog refresh --provider aws)",
+       .summary = "refresh a catalog's spot prices (catalog refresh --provider aws|gce|azure)",
        .description = "Live prices from a cloud provider into a catalog of the built-in shape."},
       {.name = "catalog refresh",
        .summary = "the current spot price of each of a catalog's types",
-       .synopsis = "--provider aws [--catalog C] [--region R] [--endpoint-url URL] [--profile P]\n"
-                   "[--out FILE] [--json]",
+       .synopsis = "--provider aws|gce|azure [--catalog C] [--region R] [--out FILE] [--json]\n"
+                   "[aws: --endpoint-url URL --profile P]\n"
+                   "[gce: --project P --zone Z --api-key-file F --credentials-file F\n"
+                   "      --endpoint-url URL --billing-url URL]\n"
+                   "[azure: --prices-url URL]",
        .description =
            "Reads the current spot price of each of the catalog's instance types (and its "
-           "parameter server\ntype) with EC2 DescribeSpotPriceHistory, takes the cheapest "
-           "availability zone, and writes the\ncatalog with those prices to --out (without "
-           "--out it only shows them).",
-       .flags = {{"--provider", "P", "aws"},
+           "parameter server\ntype) from the cloud and writes the catalog with those prices to "
+           "--out (without --out it only\nshows them). aws: EC2 DescribeSpotPriceHistory "
+           "(Linux/UNIX), the cheapest availability zone.\ngce: the Cloud Billing Catalog's "
+           "\"Spot Preemptible\" SKUs of the region times each machine type's\nvCPUs, memory "
+           "and GPUs (types like n1-standard-8+nvidia-tesla-v100:1 or a2-highgpu-1g).\nazure: "
+           "the Retail Prices API's latest Linux Spot price of each VM size in the region.",
+       .flags = {{"--provider", "P", "aws, gce or azure"},
                  {"--catalog", "C",
-                  "built-in catalog name or a JSON file (default aws-paper-2023)"},
+                  "built-in catalog name or a JSON file (default aws-paper-2023 for aws;\n"
+                  "required for gce and azure, whose types are theirs)"},
                  {"--region", "R",
-                  "default: the catalog's region, else $AWS_REGION, else us-east-1"},
-                 {"--endpoint-url", "URL", "another EC2 endpoint (other partitions, tests)"},
+                  "default: the catalog's region (aws: else $AWS_REGION, else us-east-1;\n"
+                  "gce: else the zone's)"},
+                 {"--out", "FILE", "write the refreshed catalog there"},
+                 {"--endpoint-url", "URL",
+                  "aws, gce: another EC2 or Compute Engine endpoint (other partitions, tests)"},
                  {"--profile", "P",
-                  "the shared credentials profile (default $AWS_PROFILE, else "
-                  "default)"},
-                 {"--out", "FILE", "write the refreshed catalog there"}},
-       .footer = "Credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY[/AWS_SESSION_TOKEN], then\n"
-                 "~/.aws/credentials, then the instance role. The IAM policy needs "
-                 "ec2:DescribeSpotPriceHistory.",
+                  "aws: the shared credentials profile (default $AWS_PROFILE, else default)"},
+                 {"--project", "P", "gce: the project whose machine types are read (required)"},
+                 {"--zone", "Z",
+                  "gce: the zone whose machine types are read, e.g. us-central1-a (required)"},
+                 {"--api-key-file", "F",
+                  "gce: a file holding the Billing API key (default $GOOGLE_API_KEY)"},
+                 {"--credentials-file", "F",
+                  "gce: a service account key (default $GOOGLE_APPLICATION_CREDENTIALS, else\n"
+                  "the metadata server)"},
+                 {"--billing-url", "URL", "gce: another Cloud Billing endpoint (tests)"},
+                 {"--prices-url", "URL", "azure: another Retail Prices endpoint (tests)"}},
+       .footer =
+           "Credentials. aws: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY[/AWS_SESSION_TOKEN], then\n"
+           "~/.aws/credentials, then the instance role; the IAM policy needs\n"
+           "ec2:DescribeSpotPriceHistory. gce: an API key allowed to call the Cloud Billing API,\n"
+           "and an account with compute.machineTypes.get (roles/compute.viewer). azure: none.",
        .run = CatalogRefresh},
   };
 }
