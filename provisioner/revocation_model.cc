@@ -121,7 +121,8 @@ absl::StatusOr<Stamp> ParseStamp(absl::string_view raw) {
     return Stamp{.has_date = false, .seconds = *tod};
   }
   const absl::string_view date = absl::StripAsciiWhitespace(absl::string_view(text).substr(0, sep));
-  const absl::string_view time = absl::StripAsciiWhitespace(absl::string_view(text).substr(sep + 1));
+  const absl::string_view time =
+      absl::StripAsciiWhitespace(absl::string_view(text).substr(sep + 1));
   int64_t y = 0, mo = 0, d = 0;
   std::vector<absl::string_view> parts;
   if (date.find('/') != absl::string_view::npos) {  // M/D/YY or M/D/YYYY
@@ -144,10 +145,10 @@ absl::StatusOr<Stamp> ParseStamp(absl::string_view raw) {
   }
   auto tod = ParseTimeOfDay(time);
   if (!tod.ok()) return tod.status();
-  return Stamp{.has_date = true,
-               .seconds = DaysFromCivil(y, static_cast<unsigned>(mo), static_cast<unsigned>(d)) *
-                              kDay +
-                          *tod};
+  return Stamp{
+      .has_date = true,
+      .seconds =
+          DaysFromCivil(y, static_cast<unsigned>(mo), static_cast<unsigned>(d)) * kDay + *tod};
 }
 
 // True when a cell looks like it was meant to be a timestamp (so a failure to parse it is a
@@ -171,9 +172,8 @@ const LifetimeGroup* LifetimeFile::Find(absl::string_view name) const {
 absl::StatusOr<LifetimeFile> ParseLifetimeCsv(absl::string_view text, absl::string_view source,
                                               const LifetimeFileOptions& options) {
   if (!(options.censor_at_s > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("censor_at_s = %g: must be positive (infinity: censor none)",
-                        options.censor_at_s));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "censor_at_s = %g: must be positive (infinity: censor none)", options.censor_at_s));
   }
   LifetimeFile file;
   file.source = std::string(source);
@@ -191,8 +191,8 @@ absl::StatusOr<LifetimeFile> ParseLifetimeCsv(absl::string_view text, absl::stri
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     const std::vector<std::string> cells = SplitCsv(line);
-    const bool rest_empty = std::all_of(cells.begin() + 1, cells.end(),
-                                        [](const std::string& c) { return c.empty(); });
+    const bool rest_empty =
+        std::all_of(cells.begin() + 1, cells.end(), [](const std::string& c) { return c.empty(); });
     if (rest_empty) {
       if (!cells[0].empty()) {
         groups.push_back({.name = cells[0], .first_line = line_number});
@@ -236,8 +236,9 @@ absl::StatusOr<LifetimeFile> ParseLifetimeCsv(absl::string_view text, absl::stri
   }
   if (file.groups.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        source, ": no lifetimes found (expected rows NAME,START,END under section labels such as "
-                "\"K80,,\")",
+        source,
+        ": no lifetimes found (expected rows NAME,START,END under section labels such as "
+        "\"K80,,\")",
         file.problems.empty() ? "" : absl::StrCat("; ", file.problems.front())));
   }
   return file;
@@ -300,9 +301,8 @@ absl::StatusOr<LifetimeDistribution> LifetimeDistribution::KaplanMeier(
     for (; j < n && observations[j].lifetime_s == t; ++j) deaths += !observations[j].censored;
     if (deaths > 0) {
       s *= 1 - static_cast<double>(deaths) / at_risk;
-      greenwood += deaths == at_risk
-                       ? std::numeric_limits<double>::infinity()
-                       : static_cast<double>(deaths) / (at_risk * (at_risk - deaths));
+      greenwood += deaths == at_risk ? std::numeric_limits<double>::infinity()
+                                     : static_cast<double>(deaths) / (at_risk * (at_risk - deaths));
       d.times_.push_back(t);
       d.survival_.push_back(s);
       d.greenwood_.push_back(greenwood);
@@ -359,8 +359,8 @@ double LifetimeDistribution::Quantile(double u) const {
       break;
   }
   // The first revocation time where S has fallen to u or below.
-  const auto it = std::partition_point(survival_.begin(), survival_.end(),
-                                       [u](double s) { return s > u; });
+  const auto it =
+      std::partition_point(survival_.begin(), survival_.end(), [u](double s) { return s > u; });
   if (it != survival_.end()) return times_[it - survival_.begin()];
   if (rate_per_s_ <= 0) return kNeverRevoked;
   const double s_last = survival_.empty() ? 1.0 : survival_.back();
@@ -434,12 +434,13 @@ absl::StatusOr<MappedLifetimes> MapLifetimes(const LifetimeFile& file,
                        file.source, " (sections: ", absl::StrJoin(names, ", "), ")"));
     }
     const bool known = std::any_of(types.begin(), types.end(), [&](const TypeRevocationInput& t) {
-      return absl::EqualsIgnoreCase(t.instance_type, key) || absl::EqualsIgnoreCase(t.gpu_type, key);
+      return absl::EqualsIgnoreCase(t.instance_type, key) ||
+             absl::EqualsIgnoreCase(t.gpu_type, key);
     });
     if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mapping ", key, "=", section, ": no instance type or GPU type \"", key,
-          "\" in the catalog"));
+      return absl::InvalidArgumentError(absl::StrCat("mapping ", key, "=", section,
+                                                     ": no instance type or GPU type \"", key,
+                                                     "\" in the catalog"));
     }
     by_key[Lower(key)] = g;
   }
@@ -486,9 +487,9 @@ absl::StatusOr<MappedLifetimes> MapLifetimes(const LifetimeFile& file,
         break;
       case UnmatchedTypes::kPooled:
         out.observations[k] = pool;
-        out.sources[k] = absl::StrCat(file.source, ", pooled sections ",
-                                      absl::StrJoin(pool_names, "+"), " (no section for GPU ",
-                                      t.gpu_type.empty() ? "?" : t.gpu_type, ")");
+        out.sources[k] =
+            absl::StrCat(file.source, ", pooled sections ", absl::StrJoin(pool_names, "+"),
+                         " (no section for GPU ", t.gpu_type.empty() ? "?" : t.gpu_type, ")");
         break;
     }
   }

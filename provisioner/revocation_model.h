@@ -138,8 +138,7 @@ struct RevocationModel {
 
 // Builds a type's distribution from its observations, else its interruption rate, else never.
 // INVALID_ARGUMENT names the type and field for bad numbers.
-absl::StatusOr<RevocationModel> BuildRevocationModel(
-    const std::vector<TypeRevocationInput>& types);
+absl::StatusOr<RevocationModel> BuildRevocationModel(const std::vector<TypeRevocationInput>& types);
 
 // What a type without a matching section of a lifetime file gets.
 enum class UnmatchedTypes {

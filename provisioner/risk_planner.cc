@@ -53,18 +53,17 @@ void Accumulate(const SimulationResult& r, RiskPlanResult& out) {
 absl::Status ValidateRiskOptions(const RiskOptions& o) {
   if (!(o.confidence > 0 && o.confidence < 1)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "options.confidence = %g: must be a probability strictly between 0 and 1",
-        o.confidence));
+        "options.confidence = %g: must be a probability strictly between 0 and 1", o.confidence));
   }
   if (o.screening_runs < 1 || o.screening_runs > kMaxSimulationRuns) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "simulation.screening_runs = %d: must be in [1, %d]", o.screening_runs,
-        kMaxSimulationRuns));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("simulation.screening_runs = %d: must be in [1, %d]", o.screening_runs,
+                        kMaxSimulationRuns));
   }
   if (o.max_candidates < 1 || o.max_candidates > kMaxRiskCandidates) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "simulation.max_candidates = %d: must be in [1, %d]", o.max_candidates,
-        kMaxRiskCandidates));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("simulation.max_candidates = %d: must be in [1, %d]", o.max_candidates,
+                        kMaxRiskCandidates));
   }
   if (o.max_full_evaluations < 1 || o.max_full_evaluations > kMaxRiskCandidates) {
     return absl::InvalidArgumentError(
@@ -110,7 +109,8 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PerformanceModel& model,
   const auto& types = model.catalog().types;
   std::vector<bool> used(types.size(), false);
   for (const auto& [counts, c] : pool) {
-    for (size_t k = 0; k < types.size(); ++k) used[k] = used[k] || counts[k] > problem.min_counts[k];
+    for (size_t k = 0; k < types.size(); ++k)
+      used[k] = used[k] || counts[k] > problem.min_counts[k];
   }
   for (size_t k = 0; k < types.size(); ++k) {
     if (!used[k] || revocations.types[k].RevokedBy(problem.deadline_s) <= 0) continue;
@@ -122,15 +122,17 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PerformanceModel& model,
   }
   std::vector<RiskCandidate> candidates;
   for (auto& [counts, c] : pool) candidates.push_back(std::move(c));
-  std::sort(candidates.begin(), candidates.end(), [](const RiskCandidate& a, const RiskCandidate& b) {
-    return Better(a.plan, b.plan, Objective::kMinCost);
-  });
-  // Too many: the cheapest half of the budget, then evenly spaced picks up to the fastest.
-  if (static_cast<int>(candidates.size()) > risk.max_candidates) {
-    const size_t keep = static_cast<size_t>(risk.max_candidates);
-    const size_t head = (keep + 1) / 2;
+  std::sort(candidates.begin(), candidates.end(),
+            [](const RiskCandidate& a, const RiskCandidate& b) {
+              return Better(a.plan, b.plan, Objective::kMinCost);
+            });
+  // Too many for half the budget: the cheapest quarter of it, then evenly spaced picks up to the
+  // fastest. The other half goes to the local search below.
+  const size_t seeds = static_cast<size_t>(std::max(1, risk.max_candidates / 2));
+  if (candidates.size() > seeds) {
+    const size_t head = (seeds + 1) / 2;
     std::vector<RiskCandidate> kept(candidates.begin(), candidates.begin() + head);
-    const size_t rest = candidates.size() - head, picks = keep - head;
+    const size_t rest = candidates.size() - head, picks = seeds - head;
     for (size_t i = 0; i < picks; ++i) {
       const size_t at = head + (picks == 1 ? rest - 1 : i * (rest - 1) / (picks - 1));
       kept.push_back(candidates[at]);
@@ -141,7 +143,9 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PerformanceModel& model,
   // Screening, with the same seed for every candidate.
   const int full_runs = simulation.runs;
   const int screen_runs = std::min(risk.screening_runs, full_runs);
-  for (RiskCandidate& c : candidates) {
+  const double margin = 2.5 * std::sqrt(q * (1 - q) / screen_runs) + 1.0 / screen_runs;
+  std::map<std::vector<int>, size_t> index;  // counts -> position in `candidates`
+  auto screen = [&](RiskCandidate& c) -> absl::Status {
     auto r = sim.Run(c.plan.counts, screen_runs, simulation.seed);
     if (!r.ok()) return r.status();
     c.screening = *r;
@@ -149,6 +153,74 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PerformanceModel& model,
     if (screen_runs == full_runs) {
       c.full = true;
       c.result = *r;
+    }
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (auto s = screen(candidates[i]); !s.ok()) return s;
+    index[candidates[i].plan.counts] = i;
+  }
+
+  // Local search, best first: the expected cost of a plan is not ordered like its planned cost (a
+  // re-plan after a revocation may move to a cheaper cluster), so the neighbours (one instance
+  // more, fewer, or of another type) of every screened plan that is cheaper in expectation than
+  // the best one reaching q are screened too, cheapest first, while the budget lasts. With no
+  // plan reaching q yet, the most reliable plans are expanded first.
+  std::vector<bool> expanded;
+  Candidate scored;
+  while (static_cast<int>(candidates.size()) < risk.max_candidates) {
+    expanded.resize(candidates.size(), false);
+    double incumbent = kInf;
+    for (const RiskCandidate& c : candidates) {
+      if (c.screening.p_meet_deadline >= q - margin) {
+        incumbent = std::min(incumbent, c.screening.cost_usd.mean);
+      }
+    }
+    int pick = -1;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (expanded[i]) continue;
+      const SimulationResult& r = candidates[i].screening;
+      if (std::isfinite(incumbent)) {
+        if (r.cost_usd.mean > incumbent) continue;
+        if (pick < 0 || r.cost_usd.mean < candidates[pick].screening.cost_usd.mean) {
+          pick = static_cast<int>(i);
+        }
+      } else if (pick < 0 || r.p_meet_deadline > candidates[pick].screening.p_meet_deadline) {
+        pick = static_cast<int>(i);
+      }
+    }
+    if (pick < 0) break;
+    expanded[pick] = true;
+    const std::vector<int> base = candidates[pick].plan.counts;
+    std::vector<std::vector<int>> moves;
+    const size_t n = base.size();
+    for (size_t k = 0; k < n; ++k) {
+      if (base[k] < problem.max_counts[k]) {
+        moves.push_back(base);
+        ++moves.back()[k];
+      }
+      if (base[k] > problem.min_counts[k]) {
+        moves.push_back(base);
+        --moves.back()[k];
+        for (size_t l = 0; l < n; ++l) {
+          if (l == k || base[l] >= problem.max_counts[l]) continue;
+          moves.push_back(base);
+          --moves.back()[k];
+          ++moves.back()[l];
+        }
+      }
+    }
+    for (const std::vector<int>& counts : moves) {
+      if (static_cast<int>(candidates.size()) >= risk.max_candidates) break;
+      if (index.count(counts)) continue;
+      int64_t total = 0;
+      for (int x : counts) total += x;
+      if (problem.max_workers > 0 && total > problem.max_workers) continue;
+      if (!Score(model, problem, counts, scored) || !MeetsSlo(problem, scored)) continue;
+      ++out.evaluated;
+      candidates.push_back(RiskCandidate{.plan = scored, .origin = "local search"});
+      index[counts] = candidates.size() - 1;
+      if (auto s = screen(candidates.back()); !s.ok()) return s;
     }
   }
   out.candidates = static_cast<int>(candidates.size());
@@ -169,7 +241,6 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PerformanceModel& model,
       out.plain_risk = c.result;
     }
   }
-  const double margin = 2.5 * std::sqrt(q * (1 - q) / screen_runs) + 1.0 / screen_runs;
   std::vector<RiskCandidate*> order;
   for (RiskCandidate& c : candidates) {
     if (c.screening.p_meet_deadline >= q - margin) order.push_back(&c);
@@ -247,8 +318,8 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidenceBruteForce(const PerformanceMod
       ++out.evaluated;
       auto r = (*simulator)->Run(counts);
       if (!r.ok()) return r.status();
-      RiskCandidate rc{.plan = c, .origin = "brute force", .screening = *r, .full = true,
-                       .result = *r};
+      RiskCandidate rc{
+          .plan = c, .origin = "brute force", .screening = *r, .full = true, .result = *r};
       Accumulate(*r, out);
       if (plain.feasible && counts == plain.best.counts) out.plain_risk = *r;
       if (r->p_meet_deadline >= confidence &&

@@ -1,15 +1,18 @@
 // Risk-aware plans: the plan with the least expected cost (takeovers included) whose probability of
 // meeting the deadline, under a revocation model, is at least a confidence q.
 //
-// How it searches: the candidates are the exact time/cost Pareto frontier of plans that meet the
-// SLO without revocations, plus the frontiers that leave out each revocable type the frontier
+// How it searches: the first candidates are the exact time/cost Pareto frontier of plans that meet
+// the SLO without revocations, plus the frontiers that leave out each revocable type the frontier
 // uses (plans that avoid a risky type). Every candidate is simulated with a few runs (common
-// random numbers: the same seed for all); those whose screening probability is within a margin of
-// q are simulated in full, cheapest expected cost first, and the cheapest with a full probability
-// of at least q wins. The frontier searches are exact under the model; restricting the candidates
-// to them (and screening) is the heuristic part: a plan off every frontier could be cheaper in
-// expectation. PlanWithConfidenceBruteForce simulates every composition instead, to measure how
-// far the search is from the best on small problems.
+// random numbers: the same seed for all). Then a best-first local search screens the neighbours
+// (one instance more, fewer, or swapped for another type) of every plan that is cheaper in
+// expectation than the best one reaching q, until the candidate budget is spent: the expected
+// cost is not ordered like the planned cost, since a re-plan after a revocation may move to a
+// cheaper cluster. Candidates whose screening probability is within a margin of q are simulated
+// in full, cheapest expected cost first, and the cheapest with a full probability of at least q
+// wins. The frontier searches are exact under the model; the local search and the screening are
+// the heuristic part. PlanWithConfidenceBruteForce simulates every composition instead, to
+// measure how far the search is from the best on small problems.
 #ifndef SPOTDNN_PROVISIONER_RISK_PLANNER_H_
 #define SPOTDNN_PROVISIONER_RISK_PLANNER_H_
 
@@ -28,9 +31,10 @@ namespace spotdnn::provisioner {
 inline constexpr int kMaxRiskCandidates = 1000;
 
 struct RiskOptions {
-  double confidence = 0.9;   // q, in (0, 1)
+  double confidence = 0.9;    // q, in (0, 1)
   int screening_runs = 1000;  // runs per candidate in the first round (at most the full runs)
-  int max_candidates = 48;    // candidates simulated at all
+  int max_candidates = 64;    // candidates simulated: up to half from the frontiers, the rest
+                              // from the local search
   int max_full_evaluations = 8;
 };
 
@@ -47,9 +51,9 @@ struct RiskCandidate {
 };
 
 struct RiskPlanResult {
-  bool feasible = false;  // a candidate reaches the confidence
-  Candidate plan;         // when feasible: the chosen plan
-  SimulationResult risk;  // and its full simulation
+  bool feasible = false;        // a candidate reaches the confidence
+  Candidate plan;               // when feasible: the chosen plan
+  SimulationResult risk;        // and its full simulation
   bool plain_feasible = false;  // the plain (revocation-blind) exact plan exists
   Candidate plain;
   SimulationResult plain_risk;
@@ -76,12 +80,9 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PerformanceModel& model,
 // without revocations (each with the full runs and the same seed) and picks the cheapest in
 // expectation that reaches the confidence. FAILED_PRECONDITION when there are more than `limit`
 // compositions.
-absl::StatusOr<RiskPlanResult> PlanWithConfidenceBruteForce(const PerformanceModel& model,
-                                                            const PlanProblem& problem,
-                                                            const RevocationModel& revocations,
-                                                            const SimulationOptions& simulation,
-                                                            double confidence,
-                                                            uint64_t limit = 5000);
+absl::StatusOr<RiskPlanResult> PlanWithConfidenceBruteForce(
+    const PerformanceModel& model, const PlanProblem& problem, const RevocationModel& revocations,
+    const SimulationOptions& simulation, double confidence, uint64_t limit = 5000);
 
 }  // namespace spotdnn::provisioner
 

@@ -69,18 +69,18 @@ void WilsonInterval(int k, int n, double* low, double* high) {
   const double denom = 1 + z * z / n;
   const double centre = (p + z * z / (2.0 * n)) / denom;
   const double half = z * std::sqrt(p * (1 - p) / n + z * z / (4.0 * n * n)) / denom;
-  *low = std::max(0.0, centre - half);
-  *high = std::min(1.0, centre + half);
+  *low = k == 0 ? 0.0 : std::max(0.0, centre - half);
+  *high = k == n ? 1.0 : std::min(1.0, centre + half);
 }
 
 absl::Status ValidateSimulationOptions(const SimulationOptions& o) {
   if (o.runs < 1 || o.runs > kMaxSimulationRuns) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "simulation.runs = %d: must be in [1, %d]", o.runs, kMaxSimulationRuns));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("simulation.runs = %d: must be in [1, %d]", o.runs, kMaxSimulationRuns));
   }
   if (!(std::isfinite(o.notice_s) && o.notice_s >= 0)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "simulation.notice_s = %g: must be a finite number >= 0", o.notice_s));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("simulation.notice_s = %g: must be a finite number >= 0", o.notice_s));
   }
   if (o.takeover_delay_s && !(std::isfinite(*o.takeover_delay_s) && *o.takeover_delay_s >= 0)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -94,18 +94,21 @@ absl::Status ValidateSimulationOptions(const SimulationOptions& o) {
   }
   if (!(o.replan_resolution >= 0 && o.replan_resolution <= 0.1)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "simulation.replan_resolution = %g: must be in [0, 0.1] (0 = exact)",
-        o.replan_resolution));
+        "simulation.replan_resolution = %g: must be in [0, 0.1] (0 = exact)", o.replan_resolution));
+  }
+  if (o.max_replan_solves < 1) {
+    return absl::InvalidArgumentError("simulation.max_replan_solves = 0: must be at least 1");
   }
   if (!(o.horizon_factor >= 1 && o.horizon_factor <= 1000)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "simulation.horizon_factor = %g: must be in [1, 1000]", o.horizon_factor));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("simulation.horizon_factor = %g: must be in [1, 1000]", o.horizon_factor));
   }
   return absl::OkStatus();
 }
 
 size_t Simulator::KeyHash::operator()(const Key& k) const {
-  uint64_t h = MixSeed(static_cast<uint64_t>(k.clock)) ^ (MixSeed(static_cast<uint64_t>(k.progress)) << 1);
+  uint64_t h = MixSeed(static_cast<uint64_t>(k.clock)) ^
+               (MixSeed(static_cast<uint64_t>(k.progress)) << 1) ^ static_cast<uint64_t>(k.step);
   for (int c : k.survivors) h = MixSeed(h ^ static_cast<uint64_t>(c));
   for (int c : k.before) h = MixSeed(h ^ (static_cast<uint64_t>(c) << 20));
   return static_cast<size_t>(h);
@@ -146,6 +149,7 @@ const Simulator::Decision& Simulator::Replan(const std::vector<int>& survivors,
     const double dj = res * plan_iterations;
     key.clock = static_cast<int64_t>(std::ceil(elapsed_s / dt - 1e-9));
     key.progress = static_cast<int64_t>(std::floor(iterations_done / dj + 1e-9));
+    key.step = Bits(dj);
     *clock_used = key.clock * dt;
     *progress_used = std::max(0.0, key.progress * dj);
   } else {
@@ -162,10 +166,11 @@ const Simulator::Decision& Simulator::Replan(const std::vector<int>& survivors,
   Decision d;
   PlanProblem p = problem_;
   p.min_counts = survivors;
-  JobProgress progress{.elapsed_s = *clock_used,
-                       .iterations_done = *progress_used,
-                       .cluster_before = before};
-  auto r = provisioner::Replan(model_, p, progress, options_.strategy, options_.exhaustive_limit);
+  JobProgress progress{
+      .elapsed_s = *clock_used, .iterations_done = *progress_used, .cluster_before = before};
+  ++solves_;
+  auto r = provisioner::Replan(model_, p, progress, options_.strategy, options_.exhaustive_limit,
+                               /*find_fastest=*/false);
   if (!r.ok()) {
     d.error = true;
   } else if (r->feasible) {
@@ -189,9 +194,9 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
         absl::StrFormat("simulation.runs = %d: must be in [1, %d]", runs, kMaxSimulationRuns));
   }
   if (plan.size() != n_types) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "plan has %d counts; catalog \"%s\" has %d types", plan.size(), model_.catalog().name,
-        n_types));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("plan has %d counts; catalog \"%s\" has %d types", plan.size(),
+                        model_.catalog().name, n_types));
   }
   for (size_t k = 0; k < n_types; ++k) {
     if (plan[k] < 0 || plan[k] > problem_.max_counts[k]) {
@@ -208,9 +213,9 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
 
   std::vector<double> price(n_types);
   for (size_t k = 0; k < n_types; ++k) {
-    price[k] = (problem_.on_demand ? types[k].on_demand_price_per_hour
-                                   : types[k].spot_price_per_hour) /
-               3600;
+    price[k] =
+        (problem_.on_demand ? types[k].on_demand_price_per_hour : types[k].spot_price_per_hour) /
+        3600;
   }
   const auto& ps = model_.catalog().parameter_server;
   const double ps_price =
@@ -232,8 +237,8 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
   std::vector<Instance> instances;
   std::vector<int> train(n_types), survivors(n_types), before(n_types);
   auto rate_of = [&](const std::vector<int>& counts) {
-    const Estimate e = model_.Evaluate(counts, std::numeric_limits<double>::max(),
-                                       problem_.parameter_servers);
+    const Estimate e =
+        model_.Evaluate(counts, std::numeric_limits<double>::max(), problem_.parameter_servers);
     if (e.error == predictor::EstimateError::kEmptyCluster ||
         e.error == predictor::EstimateError::kTooManyWorkers ||
         e.error == predictor::EstimateError::kUnusableType) {
@@ -305,6 +310,13 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
                                      &progress_used, &solved);
           ++result.replans;
           result.replans_solved += solved;
+          if (solves_ > options_.max_replan_solves) {
+            return absl::ResourceExhaustedError(absl::StrFormat(
+                "simulation.max_replan_solves = %d: the simulation needed more re-plans (%d "
+                "revocations per run so far, %d runs done); simulate fewer runs, use a coarser "
+                "simulation.replan_resolution, or check the lifetimes (they revoke very often)",
+                options_.max_replan_solves, result.replans / std::max(1, run + 1), run));
+          }
           if (d.error) {
             ++result.replan_errors;
           } else if (!d.feasible) {

@@ -46,10 +46,16 @@ struct SimulationOptions {
   std::optional<double> takeover_delay_s;
   // Normalized iterations lost when a worker is revoked (its in-flight step).
   double lost_iterations_per_revocation = 1;
-  // Re-plan decisions see the clock rounded up and the progress rounded down to this fraction of
-  // the deadline and of the plan's iterations (so that equal situations share one cached re-plan);
-  // 0: exact inputs (slower: few re-plans are then reused).
-  double replan_resolution = 0.002;
+  // 0 (default): re-plans get the exact clock and progress, as the gateway's would; equal inputs
+  // share one cached re-plan (with empirical lifetimes, revocations fall on the observed times, so
+  // most re-plans repeat). Above 0: re-plan decisions see the clock rounded up and the progress
+  // rounded down to this fraction of the deadline and of the plan's iterations, so that nearby
+  // situations share a re-plan: faster with continuous lifetimes, but the rounding gives the
+  // re-plans slack they would not have and biases the probability up when deadlines are tight.
+  double replan_resolution = 0;
+  // Most re-plans one Simulator may solve (the cache's misses, over all its runs); beyond it a
+  // run fails with RESOURCE_EXHAUSTED rather than running for hours.
+  uint64_t max_replan_solves = 2'000'000;
   // A run that has not finished by this multiple of the deadline stops there and counts as a miss.
   double horizon_factor = 10;
   // The strategy (and exhaustive limit) of the re-plans; the gateway re-plans with the job's.
@@ -76,13 +82,13 @@ struct SimulationResult {
   double p_meet_deadline = 0;
   double p_meet_deadline_low = 0;  // Wilson 95% interval of the Monte Carlo estimate
   double p_meet_deadline_high = 0;
-  double p_meet_slo = 0;       // deadline and budget
-  double p_no_revocation = 0;  // runs without any revocation
-  Summary time_s;              // job time (to the target loss, or the horizon)
-  Summary cost_usd;            // every instance from launch to its end, and the parameter servers
-  Summary revocations;         // per run
-  int unfinished = 0;          // runs stopped at the horizon
-  uint64_t replans = 0;        // re-plans asked for
+  double p_meet_slo = 0;        // deadline and budget
+  double p_no_revocation = 0;   // runs without any revocation
+  Summary time_s;               // job time (to the target loss, or the horizon)
+  Summary cost_usd;             // every instance from launch to its end, and the parameter servers
+  Summary revocations;          // per run
+  int unfinished = 0;           // runs stopped at the horizon
+  uint64_t replans = 0;         // re-plans asked for
   uint64_t replans_solved = 0;  // of which solved (the rest came from the cache)
   int replan_errors = 0;        // re-plans the provisioner refused (no takeover, as in the gateway)
   double plan_time_s = 0;       // the plan's predicted time without revocations
@@ -120,9 +126,10 @@ class Simulator {
   struct Key {
     std::vector<int> survivors, before;
     int64_t clock = 0, progress = 0;
+    int64_t step = 0;  // the progress step's bits: it depends on the plan simulated
     bool operator==(const Key& o) const {
-      return clock == o.clock && progress == o.progress && survivors == o.survivors &&
-             before == o.before;
+      return clock == o.clock && progress == o.progress && step == o.step &&
+             survivors == o.survivors && before == o.before;
     }
   };
   struct KeyHash {
@@ -144,6 +151,7 @@ class Simulator {
   RevocationModel revocations_;
   SimulationOptions options_;
   std::unordered_map<Key, Decision, KeyHash> cache_;
+  uint64_t solves_ = 0;
 };
 
 }  // namespace spotdnn::provisioner
