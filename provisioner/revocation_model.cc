@@ -447,6 +447,7 @@ absl::StatusOr<MappedLifetimes> MapLifetimes(const LifetimeFile& file,
   MappedLifetimes out;
   out.observations.resize(types.size());
   out.sources.resize(types.size());
+  out.matched.assign(types.size(), false);
   std::vector<const LifetimeGroup*> matched(types.size(), nullptr);
   std::set<const LifetimeGroup*> used;
   for (size_t k = 0; k < types.size(); ++k) {
@@ -459,6 +460,7 @@ absl::StatusOr<MappedLifetimes> MapLifetimes(const LifetimeFile& file,
     if (g == nullptr) g = file.Find(t.instance_type);
     if (g == nullptr) continue;
     matched[k] = g;
+    out.matched[k] = true;
     used.insert(g);
     out.observations[k] = g->observations;
     out.sources[k] =
@@ -494,6 +496,28 @@ absl::StatusOr<MappedLifetimes> MapLifetimes(const LifetimeFile& file,
     }
   }
   return out;
+}
+
+absl::Status ApplyLifetimeFile(const LifetimeFile& file,
+                               const std::map<std::string, std::string>& mapping,
+                               UnmatchedTypes unmatched, std::vector<TypeRevocationInput>& types) {
+  auto mapped = MapLifetimes(file, types, mapping, UnmatchedTypes::kPooled);
+  if (!mapped.ok()) return mapped.status();
+  for (size_t k = 0; k < types.size(); ++k) {
+    TypeRevocationInput& t = types[k];
+    const bool own = !t.observations.empty() || t.interruption_rate_per_hour > 0;
+    if (!mapped->matched[k] && (own || unmatched == UnmatchedTypes::kNever)) continue;
+    if (!mapped->matched[k] && unmatched == UnmatchedTypes::kRefuse) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "instance type ", t.instance_type, " (GPU ", t.gpu_type.empty() ? "?" : t.gpu_type,
+          "): no section of ", file.source,
+          " matches it and the catalog has no lifetimes or interruption_rate_per_hour for it; map "
+          "it to a section (TYPE=SECTION) or let unmatched types use the pooled lifetimes"));
+    }
+    t.observations = mapped->observations[k];
+    t.observations_source = mapped->sources[k];
+  }
+  return absl::OkStatus();
 }
 
 uint64_t MixSeed(uint64_t x) {

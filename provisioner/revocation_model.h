@@ -155,11 +155,20 @@ enum class UnmatchedTypes {
 struct MappedLifetimes {
   std::vector<std::vector<LifetimeObservation>> observations;  // per catalog type
   std::vector<std::string> sources;                            // per catalog type
+  std::vector<bool> matched;  // per catalog type: a section matched it (else `unmatched` applied)
 };
 absl::StatusOr<MappedLifetimes> MapLifetimes(const LifetimeFile& file,
                                              const std::vector<TypeRevocationInput>& types,
                                              const std::map<std::string, std::string>& mapping,
                                              UnmatchedTypes unmatched);
+
+// Gives `types` the lifetimes of `file`: a type a section matches (see MapLifetimes) takes that
+// section's observations over what it had; a type none matches keeps its own observations or
+// interruption rate, and only when it has neither gets what `unmatched` says (the pool, nothing,
+// or INVALID_ARGUMENT naming it).
+absl::Status ApplyLifetimeFile(const LifetimeFile& file,
+                               const std::map<std::string, std::string>& mapping,
+                               UnmatchedTypes unmatched, std::vector<TypeRevocationInput>& types);
 
 // A small, fast pseudo-random generator (xoshiro256**, seeded by SplitMix64) whose output is the
 // same on every platform and library version, unlike std:: distributions.
