@@ -72,8 +72,21 @@ absl::StatusOr<std::unique_ptr<DetectorStore>> DetectorStore::Open(const std::st
            "CREATE TABLE IF NOT EXISTS events (sequence INTEGER PRIMARY KEY, instance_id TEXT, "
            "job_id TEXT, cloud INTEGER, kind INTEGER, action TEXT, notice_ms INTEGER, "
            "effective_ms INTEGER, detail TEXT)",
+           "CREATE TABLE IF NOT EXISTS lifetimes (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+           "instance_id TEXT, job_id TEXT, instance_type TEXT, started_ms INTEGER, "
+           "ended_ms INTEGER, revoked INTEGER, how TEXT)",
        }) {
     if (auto s = store->Exec(sql); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("db = \"", path, "\": ", s.message()));
+    }
+  }
+  // Databases from before instance types and lifetimes were kept get the new columns.
+  for (const char* column : {"instance_type TEXT", "registered_ms INTEGER"}) {
+    const std::string name = std::string(column).substr(0, std::string(column).find(' '));
+    Statement probe(db, ("SELECT " + name + " FROM instances LIMIT 0").c_str());
+    if (probe.ok()) continue;
+    if (auto s = store->Exec(("ALTER TABLE instances ADD COLUMN " + std::string(column)).c_str());
+        !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("db = \"", path, "\": ", s.message()));
     }
   }
@@ -95,7 +108,7 @@ absl::Status DetectorStore::Exec(const char* sql) {
 absl::StatusOr<std::vector<StoredInstance>> DetectorStore::LoadInstances() {
   Statement s(db_,
               "SELECT instance_id, job_id, cloud, endpoint, state, reason, last_heartbeat_ms, "
-              "notice_effective_ms FROM instances");
+              "notice_effective_ms, instance_type, registered_ms FROM instances");
   if (!s.ok()) return s.Error("load instances");
   std::vector<StoredInstance> out;
   int rc;
@@ -109,6 +122,8 @@ absl::StatusOr<std::vector<StoredInstance>> DetectorStore::LoadInstances() {
     i.instance.reason = s.Text(5);
     i.instance.last_heartbeat_unix_ms = s.Int(6);
     i.notice_effective_unix_ms = s.Int(7);
+    i.instance.instance_type = s.Text(8);
+    i.instance.registered_unix_ms = s.Int(9);
     out.push_back(std::move(i));
   }
   if (rc != SQLITE_DONE) return s.Error("load instances");
@@ -154,7 +169,8 @@ absl::StatusOr<std::vector<Event>> DetectorStore::LoadEvents(size_t limit) {
 absl::Status DetectorStore::PutInstance(const StoredInstance& i) {
   Statement s(db_,
               "INSERT OR REPLACE INTO instances (instance_id, job_id, cloud, endpoint, state, "
-              "reason, last_heartbeat_ms, notice_effective_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+              "reason, last_heartbeat_ms, notice_effective_ms, instance_type, registered_ms) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   s.Bind(1, i.instance.instance_id)
       .Bind(2, i.instance.job_id)
       .Bind(3, static_cast<int64_t>(i.instance.cloud))
@@ -162,7 +178,9 @@ absl::Status DetectorStore::PutInstance(const StoredInstance& i) {
       .Bind(5, static_cast<int64_t>(i.instance.state))
       .Bind(6, i.instance.reason)
       .Bind(7, i.instance.last_heartbeat_unix_ms)
-      .Bind(8, i.notice_effective_unix_ms);
+      .Bind(8, i.notice_effective_unix_ms)
+      .Bind(9, i.instance.instance_type)
+      .Bind(10, i.instance.registered_unix_ms);
   return RunDone(s, "store instance");
 }
 
@@ -225,6 +243,45 @@ absl::Status DetectorStore::TrimEvents(uint64_t first_kept) {
   Statement s(db_, "DELETE FROM events WHERE sequence < ?");
   s.Bind(1, static_cast<int64_t>(first_kept));
   return RunDone(s, "trim events");
+}
+
+absl::Status DetectorStore::AddLifetime(const Lifetime& l) {
+  Statement s(db_,
+              "INSERT INTO lifetimes (instance_id, job_id, instance_type, started_ms, ended_ms, "
+              "revoked, how) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  s.Bind(1, l.instance_id)
+      .Bind(2, l.job_id)
+      .Bind(3, l.instance_type)
+      .Bind(4, l.started_unix_ms)
+      .Bind(5, l.ended_unix_ms)
+      .Bind(6, static_cast<int64_t>(l.revoked))
+      .Bind(7, l.how);
+  return RunDone(s, "store lifetime");
+}
+
+absl::StatusOr<std::vector<Lifetime>> DetectorStore::LoadLifetimes(const std::string& type,
+                                                                   size_t limit) {
+  Statement s(db_,
+              "SELECT instance_id, job_id, instance_type, started_ms, ended_ms, revoked, how FROM "
+              "(SELECT * FROM lifetimes WHERE ? = '' OR instance_type = ? ORDER BY id DESC "
+              "LIMIT ?) ORDER BY id");
+  if (!s.ok()) return s.Error("load lifetimes");
+  s.Bind(1, type).Bind(2, type).Bind(3, static_cast<int64_t>(limit));
+  std::vector<Lifetime> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    Lifetime l;
+    l.instance_id = s.Text(0);
+    l.job_id = s.Text(1);
+    l.instance_type = s.Text(2);
+    l.started_unix_ms = s.Int(3);
+    l.ended_unix_ms = s.Int(4);
+    l.revoked = s.Int(5) != 0;
+    l.how = s.Text(6);
+    out.push_back(std::move(l));
+  }
+  if (rc != SQLITE_DONE) return s.Error("load lifetimes");
+  return out;
 }
 
 }  // namespace spotdnn::detector

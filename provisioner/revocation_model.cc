@@ -463,8 +463,8 @@ absl::StatusOr<MappedLifetimes> MapLifetimes(const LifetimeFile& file,
     out.matched[k] = true;
     used.insert(g);
     out.observations[k] = g->observations;
-    out.sources[k] =
-        absl::StrFormat("%s, section \"%s\" (line %d)", file.source, g->name, g->first_line);
+    out.sources[k] = absl::StrFormat("%s, section \"%s\"", file.source, g->name);
+    if (g->first_line > 0) absl::StrAppendFormat(&out.sources[k], " (line %d)", g->first_line);
   }
   // The pool: every section some type matched, or every section when none did.
   std::vector<LifetimeObservation> pool;

@@ -8,6 +8,7 @@
 #include "services/common/server.h"
 #include "services/gateway/connection.h"
 #include "services/gateway/output.h"
+#include "services/gateway/risk_options.h"
 #include "services/gateway/security_options.h"
 #include "services/gateway/watch_command.h"
 #include "services/predictor/predictor_service.h"
@@ -22,7 +23,9 @@ constexpr char kUsage[] =
 Usage: spotdnn COMMAND [FLAGS]
 
 Commands:
-  plan        the cheapest spot cluster that reaches a loss by a deadline (or budget, frontier)
+  plan        the cheapest spot cluster that reaches a loss by a deadline (or budget, frontier);
+              with --confidence Q the cheapest that meets the deadline with probability Q
+  simulate    replay a job with sampled revocations: P(meet deadline), time and cost spread
   predict     time and cost for a cluster to reach a target loss
   catalogs    the instance catalogs known by name
   workloads   the workload profiles known by name
@@ -32,7 +35,8 @@ Commands:
   jobs        the jobs run so far; status JOB shows one
   up, down    start or stop the four services (and the local metadata emulator) on this machine
   local       launch, list, revoke and terminate instances of the local provider (processes)
-  catalog     refresh a catalog's spot prices from the cloud (catalog refresh --provider aws)
+  catalog     refresh a catalog's spot prices from the cloud (catalog refresh --provider aws),
+              or store revocation models in it (catalog hazards --lifetimes FILE)
   help        this text, or `spotdnn help COMMAND`
 
 Every command takes --json (one JSON object on stdout) and --server HOST:PORT (use a running
@@ -66,6 +70,8 @@ constexpr char kPlanUsage[] = R"(Usage: spotdnn plan --workload W --catalog C --
                     [--strategy exact|spotdnn|exhaustive] [--quota TYPE=N,...] [--existing TYPE=N,...]
                     [--on-demand] [--margin F] [--overhead D] [--max-size N] [--parameter-servers N]
                     [--exhaustive-limit N] [--plot FILE.svg] [--json] [--server HOST:PORT]
+                    [--confidence Q] [--lifetimes FILE] [--runs N] [--seed S] [--notice D]
+                    [--takeover-delay D] (see below)
 
 Finds the cheapest cluster that reaches loss L by the deadline (deadline mode), the fastest
 within a budget (budget mode), or every plan on the time/cost Pareto frontier (frontier mode),
@@ -81,8 +87,17 @@ and compares it with the spotDNN heuristic, the cheapest one-type plan and on-de
   --margin F             predict this fraction less PS bandwidth (e.g. 0.03)
   --overhead D           revocation overhead T_ohd added to the predicted time
   --max-size N           at most N workers
-  --plot FILE.svg        with --mode frontier: write the frontier as an SVG chart
-Exit status: 0 a plan, 3 no plan meets the SLO, 2 bad input, 1 service failure.
+  --plot FILE.svg        with --mode frontier: write the frontier as an SVG chart (with a
+                         revocation model: each plan coloured by its probability)
+  --confidence Q         the plan with the least expected cost (takeovers included) whose
+                         simulated probability of meeting the deadline is at least Q, e.g.
+                         0.9; shown beside the plain plan and its probability. Needs a
+                         revocation model: --lifetimes FILE, or the catalog's lifetimes or
+                         interruption_rate_per_hour (spotdnn catalog hazards)
+  With --lifetimes and no --confidence, the plan (deadline mode) or every frontier plan
+  (frontier mode) is simulated and its probability shown.
+Exit status: 0 a plan, 3 no plan meets the SLO (or the confidence), 2 bad input, 1 service
+failure.
 )";
 
 constexpr char kWatchUsage[] = R"(Usage: spotdnn watch [--server HOST:PORT] [--job J] [--after SEQ] [--count N]
@@ -236,6 +251,7 @@ int RunCli(const std::vector<std::string>& raw_argv, std::ostream& out, std::ost
                                                  : JobsUsage());
       return kExitOk;
     }
+    if (topic == "simulate") return SimulateCommand({"--help"}, out, err);
     if (topic == "local" || topic == "catalog") {
       out << (topic == "local" ? LocalUsage() : CatalogUsage());
       return kExitOk;
@@ -268,15 +284,17 @@ int RunCli(const std::vector<std::string>& raw_argv, std::ostream& out, std::ost
   }
   if (command == "plan") {
     if (wants_help) {
-      out << kPlanUsage;
+      out << kPlanUsage << "\n" << SimulationFlagsUsage();
       return kExitOk;
     }
-    auto args = Args::Parse(
-        rest,
-        {.values = {"--workload", "--catalog", "--loss", "--deadline", "--mode", "--budget",
-                    "--strategy", "--quota", "--existing", "--margin", "--overhead", "--max-size",
-                    "--parameter-servers", "--exhaustive-limit", "--plot", "--server"},
-         .switches = {"--json", "--on-demand"}});
+    FlagSpec spec{
+        .values = {"--workload", "--catalog", "--loss", "--deadline", "--mode", "--budget",
+                   "--strategy", "--quota", "--existing", "--margin", "--overhead", "--max-size",
+                   "--parameter-servers", "--exhaustive-limit", "--plot", "--server",
+                   "--confidence"},
+        .switches = {"--json", "--on-demand"}};
+    spec.values.insert(SimulationFlagNames().begin(), SimulationFlagNames().end());
+    auto args = Args::Parse(rest, spec);
     Io io{out, err, std::find(rest.begin(), rest.end(), "--json") != rest.end()};
     if (!args.ok()) {
       ReportError(args.status(), command, io);
@@ -327,6 +345,7 @@ int RunCli(const std::vector<std::string>& raw_argv, std::ostream& out, std::ost
     return JobCommand(command, rest, out, err);
   }
   if (command == "catalog") return CatalogCommand(rest, out, err);
+  if (command == "simulate") return SimulateCommand(rest, out, err);
   err << "spotdnn: unknown command \"" << command << "\"\n\n" << kUsage;
   return kExitBadInput;
 }

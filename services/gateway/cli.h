@@ -70,6 +70,12 @@ int Watch(const Args& args, pb::Detector::StubInterface& stub, const Io& io);
 int LocalCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 // `spotdnn catalog refresh ...` (argv after "catalog"): live spot prices into a catalog.
 int CatalogCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+// `spotdnn simulate ...` (argv after "simulate"): replays a job with sampled revocations.
+int SimulateCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+absl::string_view SimulateUsage();
+// `spotdnn catalog hazards` with its parsed flags: lifetime distributions into a catalog.
+int CatalogHazards(const Args& args, const Io& io);
+absl::string_view HazardsUsage();
 // Usage texts of `spotdnn local` and `spotdnn catalog`.
 absl::string_view LocalUsage();
 // `spotdnn run|jobs|status|up|down ...` (argv after the command).

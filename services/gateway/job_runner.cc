@@ -291,6 +291,7 @@ absl::Status Job::Register(const InstanceRecord& instance) {
   w->set_job_id(job_.id);
   w->set_cloud(pb::CLOUD_AWS);
   w->set_metadata_endpoint(instance.metadata_endpoint);
+  w->set_instance_type(instance.instance_type);  // the detector keeps lifetimes per type
   pb::RegisterInstanceResponse response;
   grpc::Status s = Call([&](grpc::ClientContext& c) {
     return env_.detector->RegisterInstance(&c, request, &response);

@@ -67,6 +67,10 @@ catalog with those prices to --out (without --out it only shows them).
   --profile P         the shared credentials profile (default $AWS_PROFILE, else default)
 Credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY[/AWS_SESSION_TOKEN], then
 ~/.aws/credentials, then the instance role. The IAM policy needs ec2:DescribeSpotPriceHistory.
+
+       spotdnn catalog hazards --catalog C (--lifetimes FILE | --from-detector HOST:PORT) ...
+Each type's revocation model from instance lifetimes, stored with the catalog (see
+`spotdnn catalog hazards --help`).
 )";
 
 std::atomic<int> g_stop_signal{0};
@@ -477,6 +481,23 @@ int LocalCommand(const std::vector<std::string>& argv, std::ostream& out, std::o
 }
 
 int CatalogCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  if (!argv.empty() && argv[0] == "hazards") {
+    const std::vector<std::string> rest(argv.begin() + 1, argv.end());
+    Io io{out, err, std::find(rest.begin(), rest.end(), "--json") != rest.end()};
+    if (!rest.empty() && (rest[0] == "--help" || rest[0] == "-h")) {
+      out << HazardsUsage();
+      return kExitOk;
+    }
+    auto args = Args::Parse(rest, {.values = {"--catalog", "--lifetimes", "--from-detector",
+                                              "--censor-at", "--map", "--unmatched", "--out"},
+                                   .switches = {"--json"}});
+    if (!args.ok()) {
+      ReportError(args.status(), "catalog hazards", io);
+      err << HazardsUsage();
+      return kExitBadInput;
+    }
+    return CatalogHazards(*args, io);
+  }
   if (argv.empty() || argv[0] != "refresh") {
     (argv.empty() || argv[0] == "--help" || argv[0] == "-h" ? out : err) << kCatalogUsage;
     return !argv.empty() && (argv[0] == "--help" || argv[0] == "-h") ? kExitOk : kExitBadInput;
