@@ -214,14 +214,14 @@ void Detector::EndLifetimeLocked(const Entry& e, int64_t ended_unix_ms, bool rev
                                  const std::string& how) {
   const WatchedInstance& w = e.stored.instance;
   if (w.registered_unix_ms <= 0) return;  // registered before start times were kept
-  StoreResultLocked(store_->AddLifetime({.instance_id = w.instance_id,
-                                         .job_id = w.job_id,
-                                         .instance_type = w.instance_type,
-                                         .started_unix_ms = w.registered_unix_ms,
-                                         .ended_unix_ms = std::max(ended_unix_ms,
-                                                                   w.registered_unix_ms),
-                                         .revoked = revoked,
-                                         .how = how}));
+  StoreResultLocked(
+      store_->AddLifetime({.instance_id = w.instance_id,
+                           .job_id = w.job_id,
+                           .instance_type = w.instance_type,
+                           .started_unix_ms = w.registered_unix_ms,
+                           .ended_unix_ms = std::max(ended_unix_ms, w.registered_unix_ms),
+                           .revoked = revoked,
+                           .how = how}));
 }
 
 absl::StatusOr<std::vector<Lifetime>> Detector::Lifetimes(const std::string& instance_type) const {
@@ -238,14 +238,14 @@ absl::StatusOr<std::vector<Lifetime>> Detector::Lifetimes(const std::string& ins
     }
     if (!instance_type.empty() && w.instance_type != instance_type) continue;
     const bool lost = w.state == InstanceState::kLost;
-    out.push_back({.instance_id = id,
-                   .job_id = w.job_id,
-                   .instance_type = w.instance_type,
-                   .started_unix_ms = w.registered_unix_ms,
-                   .ended_unix_ms = std::max(w.registered_unix_ms,
-                                             lost ? w.last_heartbeat_unix_ms : now),
-                   .revoked = false,
-                   .how = lost ? "lost" : "running"});
+    out.push_back(
+        {.instance_id = id,
+         .job_id = w.job_id,
+         .instance_type = w.instance_type,
+         .started_unix_ms = w.registered_unix_ms,
+         .ended_unix_ms = std::max(w.registered_unix_ms, lost ? w.last_heartbeat_unix_ms : now),
+         .revoked = false,
+         .how = lost ? "lost" : "running"});
   }
   return out;
 }

@@ -69,8 +69,8 @@ struct WatchedInstance {
   InstanceState state = InstanceState::kUnknown;
   std::string reason;  // why unknown or lost
   int64_t last_heartbeat_unix_ms = 0;
-  std::string replica;  // the replica that holds it
-  std::string instance_type;     // e.g. "p3.2xlarge" (given by whoever registers it; may be empty)
+  std::string replica;        // the replica that holds it
+  std::string instance_type;  // e.g. "p3.2xlarge" (given by whoever registers it; may be empty)
   int64_t registered_unix_ms = 0;  // when its current lifetime started (set by the detector)
 };
 

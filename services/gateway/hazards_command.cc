@@ -68,7 +68,7 @@ std::string SurvivalText(const provisioner::LifetimeDistribution& d, double t) {
 // The detectors' lifetimes, merged by instance (a replica that saw the notice wins), as one
 // group per instance type.
 absl::StatusOr<provisioner::LifetimeFile> DetectorLifetimes(const std::string& targets,
-                                                           int* untyped) {
+                                                            int* untyped) {
   std::map<std::string, pb::InstanceLifetime> by_instance;
   for (absl::string_view target : absl::StrSplit(targets, ',', absl::SkipEmpty())) {
     if (target.find(':') == absl::string_view::npos) {
@@ -121,18 +121,18 @@ int CatalogHazards(const Args& args, const Io& io) {
   auto name = args.Required("--catalog");
   if (!name.ok()) return fail(name.status());
   if (args.Has("--lifetimes") == args.Has("--from-detector")) {
-    return fail(absl::InvalidArgumentError(
-        "give one of --lifetimes FILE and --from-detector HOST:PORT"));
+    return fail(
+        absl::InvalidArgumentError("give one of --lifetimes FILE and --from-detector HOST:PORT"));
   }
   const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
   auto catalog = registry.ResolveCatalog(*name);
   if (!catalog.ok()) return fail(catalog.status());
   std::vector<provisioner::TypeRevocationInput> inputs;
   for (const pb::InstanceType& t : catalog->instance_types()) {
-    provisioner::TypeRevocationInput in{.instance_type = t.name(),
-                                        .gpu_type = t.gpu_type(),
-                                        .interruption_rate_per_hour =
-                                            t.interruption_rate_per_hour()};
+    provisioner::TypeRevocationInput in{
+        .instance_type = t.name(),
+        .gpu_type = t.gpu_type(),
+        .interruption_rate_per_hour = t.interruption_rate_per_hour()};
     for (const pb::LifetimeObservation& o : t.lifetimes().observations()) {
       in.observations.push_back({.lifetime_s = o.lifetime_s(), .censored = o.censored()});
     }
@@ -181,10 +181,13 @@ int CatalogHazards(const Args& args, const Io& io) {
   } else {
     file = DetectorLifetimes(*args.Get("--from-detector"), &untyped);
     if (file.ok() && file->groups.empty()) {
-      return fail(absl::FailedPreconditionError(absl::StrCat(
-          "--from-detector ", *args.Get("--from-detector"), ": no lifetimes with an instance type "
-          "yet (", untyped, " without one: registered by a gateway older than instance types, "
-          "or by an agent)")));
+      return fail(absl::FailedPreconditionError(
+          absl::StrCat("--from-detector ", *args.Get("--from-detector"),
+                       ": no lifetimes with an instance type "
+                       "yet (",
+                       untyped,
+                       " without one: registered by a gateway older than instance types, "
+                       "or by an agent)")));
     }
   }
   if (!file.ok()) return fail(file.status());
@@ -229,11 +232,10 @@ int CatalogHazards(const Args& args, const Io& io) {
         low.Number(key, lo);
         high.Number(key, hi);
       }
-      const char* kind = d.kind() == provisioner::LifetimeDistribution::Kind::kKaplanMeier
-                             ? "kaplan-meier"
-                         : d.kind() == provisioner::LifetimeDistribution::Kind::kExponential
-                             ? "exponential"
-                             : "never";
+      const char* kind =
+          d.kind() == provisioner::LifetimeDistribution::Kind::kKaplanMeier   ? "kaplan-meier"
+          : d.kind() == provisioner::LifetimeDistribution::Kind::kExponential ? "exponential"
+                                                                              : "never";
       types.push_back(JsonObject()
                           .String("instance_type", inputs[k].instance_type)
                           .String("gpu_type", inputs[k].gpu_type)
@@ -262,8 +264,8 @@ int CatalogHazards(const Args& args, const Io& io) {
   if (file->rows_skipped > 0) io.out << ", " << file->rows_skipped << " rows skipped";
   if (untyped > 0) io.out << ", " << untyped << " without an instance type left out";
   io.out << ")\n\n";
-  Table table({"instance type", "GPU", "lifetimes", "revoked", "S(1h)", "S(6h)", "S(24h)",
-               "rate/h", "model and source"});
+  Table table({"instance type", "GPU", "lifetimes", "revoked", "S(1h)", "S(6h)", "S(24h)", "rate/h",
+               "model and source"});
   table.LeftAlign(1);
   table.LeftAlign(8);
   for (size_t k = 0; k < inputs.size(); ++k) {

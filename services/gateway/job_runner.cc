@@ -29,6 +29,7 @@
 #include "nlohmann/json.hpp"
 #include "services/common/convert.h"
 #include "services/gateway/output.h"
+#include "services/gateway/risk_options.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -1040,11 +1041,27 @@ absl::StatusOr<JobRecord> PlanJob(const std::string& spec_json, RunnerEnv& env,
   *request.mutable_slo() = SloOf(*spec);
   request.set_mode(spec->deadline_s > 0 ? pb::PLAN_MODE_DEADLINE : pb::PLAN_MODE_BUDGET);
   *request.mutable_options() = OptionsOf(*spec);
+  if (spec->confidence > 0) {
+    // The cheapest plan that meets the deadline with this probability (slo.confidence).
+    pb::PlanOptions& options = *request.mutable_options();
+    options.set_confidence(spec->confidence);
+    pb::SimulationOptions& sim = *options.mutable_simulation();
+    if (!spec->lifetimes.empty()) {
+      if (auto st = AddLifetimeFile(spec->lifetimes, 24 * 3600.0, &sim); !st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("slo.lifetimes: ", st.message()));
+      }
+    }
+    sim.set_notice_s(spec->notice_s);
+    if (spec->takeover_delay_s >= 0) sim.set_takeover_delay_s(spec->takeover_delay_s);
+  }
   pb::PlanResponse response;
   grpc::Status s =
       Call([&](grpc::ClientContext& c) { return env.provisioner->Plan(&c, request, &response); });
   if (auto st = FromGrpc(s, "planning"); !st.ok()) return st;
   const pb::Plan& plan = response.plan();
+  if (!plan.feasible() && !plan.has_risk() && response.plain_plan().feasible()) {
+    return absl::FailedPreconditionError(absl::StrCat("slo.confidence: ", plan.reason()));
+  }
   if (!plan.feasible()) {
     return absl::FailedPreconditionError(
         absl::StrFormat("no plan meets the SLO: %s (the fastest takes %.0f s at $%.2f)",
@@ -1076,9 +1093,14 @@ absl::StatusOr<JobRecord> PlanJob(const std::string& spec_json, RunnerEnv& env,
   }
   (void)env.store->AddEvent(job.id, "planned", absl::StrJoin(cluster, ","));
   Emit(env, "planned",
-       absl::StrFormat("Plan for %s: %s, %s iterations, predicted %.1f s and $%.4f (%s)", job.id,
+       absl::StrFormat("Plan for %s: %s, %s iterations, predicted %.1f s and $%.4f (%s)%s", job.id,
                        absl::StrJoin(cluster, ","), Fixed(job.target_iterations, 0), plan.time_s(),
-                       plan.cost_usd(), plan.strategy()),
+                       plan.cost_usd(), plan.strategy(),
+                       plan.has_risk()
+                           ? absl::StrFormat("; meets the deadline in %.1f%% of %d simulated runs",
+                                             100 * plan.risk().p_meet_deadline(),
+                                             plan.risk().runs())
+                           : ""),
        JsonObject()
            .String("job_id", job.id)
            .String("cluster", absl::StrJoin(cluster, ","))
@@ -1148,6 +1170,17 @@ absl::StatusOr<std::string> JobSummaryJson(JobStore& store, const std::string& j
   const bool reached = job->target_iterations > 0 && job->iterations_done >= job->target_iterations;
   const bool in_time = spec->deadline_s == 0 || actual_s <= spec->deadline_s;
   const bool in_budget = spec->budget_usd == 0 || cost <= spec->budget_usd;
+  // With slo.confidence: the plan's predicted probability of meeting the deadline, beside what
+  // happened (deadline_met); null without.
+  double p_meet = NAN, p_low = NAN, p_high = NAN;
+  if (spec->confidence > 0) {
+    auto plan = FromJson<pb::Plan>(job->plan_json, "plan");
+    if (plan.ok() && plan->has_risk()) {
+      p_meet = plan->risk().p_meet_deadline();
+      p_low = plan->risk().p_meet_deadline_low();
+      p_high = plan->risk().p_meet_deadline_high();
+    }
+  }
   return JsonObject()
       .String("job_id", job->id)
       .String("state", job->state)
@@ -1167,6 +1200,10 @@ absl::StatusOr<std::string> JobSummaryJson(JobStore& store, const std::string& j
       .Raw("revocation_list", "[" + list + "]")
       .Bool("loss_reached", reached)
       .Bool("deadline_met", in_time)
+      .Number("confidence", spec->confidence > 0 ? spec->confidence : NAN)
+      .Number("predicted_p_meet_deadline", p_meet)
+      .Number("predicted_p_meet_deadline_low", p_low)
+      .Number("predicted_p_meet_deadline_high", p_high)
       .Bool("budget_met", in_budget)
       .Bool("slo_met", reached && in_time && in_budget)
       .str();

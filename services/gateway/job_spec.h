@@ -36,6 +36,14 @@ struct JobSpec {
   std::string worker_command;
   std::string ps_command;  // default: the worker command (SPOTDNN_ROLE tells them apart)
   double revocation_overhead_s = 0;
+  // slo.confidence: plan the cheapest cluster that meets the deadline with this probability
+  // (0: the plain plan) under the revocation model of slo.lifetimes (a lifetime CSV), else the
+  // catalog's lifetimes or interruption rates; slo.notice and slo.takeover_delay time the
+  // simulated takeovers (default 0 and the revocation overhead).
+  double confidence = 0;
+  std::string lifetimes;
+  double notice_s = 0;
+  double takeover_delay_s = -1;  // < 0: the revocation overhead
 };
 
 // Parses a job spec document. INVALID_ARGUMENT naming the field and the value.

@@ -13,10 +13,18 @@
 namespace spotdnn::gateway {
 
 const std::set<std::string>& SimulationFlagNames() {
-  static const std::set<std::string> kNames = {
-      "--lifetimes",       "--censor-at",   "--map",    "--unmatched",
-      "--runs",            "--seed",        "--notice", "--takeover-delay",
-      "--lost-iterations", "--replan-resolution", "--screening-runs", "--max-candidates"};
+  static const std::set<std::string> kNames = {"--lifetimes",
+                                               "--censor-at",
+                                               "--map",
+                                               "--unmatched",
+                                               "--runs",
+                                               "--seed",
+                                               "--notice",
+                                               "--takeover-delay",
+                                               "--lost-iterations",
+                                               "--replan-resolution",
+                                               "--screening-runs",
+                                               "--max-candidates"};
   return kNames;
 }
 

@@ -117,6 +117,12 @@ void PrintSummary(const std::string& summary_json, std::ostream& out) {
     }
     revocations.Print(out);
   }
+  if (s["predicted_p_meet_deadline"].is_number()) {
+    out << absl::StrFormat(
+        "Predicted P(meet deadline): %.4f [%.4f, %.4f] (slo.confidence %g); deadline met: %s\n",
+        num("predicted_p_meet_deadline"), num("predicted_p_meet_deadline_low"),
+        num("predicted_p_meet_deadline_high"), num("confidence"), yes("deadline_met"));
+  }
   out << "Loss reached: " << yes("loss_reached") << "; deadline met: " << yes("deadline_met")
       << "; budget met: " << yes("budget_met") << "; SLO met: " << yes("slo_met") << std::endl;
 }

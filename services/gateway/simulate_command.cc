@@ -171,11 +171,7 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
   const bool simulated = p.has_risk();
   if (!simulated) {  // no cluster given and no plan meets the SLO
     if (io.json) {
-      io.out << JsonObject()
-                    .Bool("feasible", false)
-                    .String("reason", p.reason())
-                    .str()
-             << "\n";
+      io.out << JsonObject().Bool("feasible", false).String("reason", p.reason()).str() << "\n";
     } else {
       io.out << "No plan meets the SLO, so there is nothing to simulate: " << p.reason() << "\n";
     }
