@@ -66,8 +66,8 @@ absl::StatusOr<RevocationModel> ModelFor(const predictor::InstanceCatalog& catal
 
 // One row per SLO of the paper's grid: the plain exact plan and the risk-aware one.
 void Table(const predictor::PerformanceModel& model, const RevocationModel& revocations,
-           const SimulationOptions& sim, double overhead, double confidence) {
-  std::printf("%-4s %-5s | %-34s %6s %8s %8s %5s %-22s | %-34s %6s %8s %-22s %8s %8s %6s\n", "loss",
+           const SimulationOptions& sim, double overhead, double confidence, bool rows = true) {
+  if (rows) std::printf("%-4s %-5s | %-34s %6s %8s %8s %5s %-22s | %-34s %6s %8s %-22s %8s %8s %6s\n", "loss",
               "dline", "plain exact plan", "time", "cost", "E[cost]", "revs", "P(meet) [95%]",
               "risk-aware plan (q)", "time", "E[cost]", "P(meet) [95%]", "premium", "vs plan",
               "ms");
@@ -92,7 +92,7 @@ void Table(const predictor::PerformanceModel& model, const RevocationModel& revo
       continue;
     }
     if (!r->plain_feasible) {
-      std::printf("%-4g %-5g | %-34s\n", loss, deadline, "no plan meets the SLO");
+      if (rows) std::printf("%-4g %-5g | %-34s\n", loss, deadline, "no plan meets the SLO");
       continue;
     }
     ++feasible;
@@ -106,7 +106,7 @@ void Table(const predictor::PerformanceModel& model, const RevocationModel& revo
                         pr.cost_usd.mean, pr.revocations.mean, p_text(pr));
     if (!r->feasible) {
       ++unreachable;
-      std::printf("%s | none reaches q; the most reliable: %s, P %.4f %6.0f\n", left.c_str(),
+      if (rows) std::printf("%s | none reaches q; the most reliable: %s, P %.4f %6.0f\n", left.c_str(),
                   Counts(model, r->most_reliable.counts).c_str(),
                   r->most_reliable_risk.p_meet_deadline, ms);
       continue;
@@ -117,13 +117,13 @@ void Table(const predictor::PerformanceModel& model, const RevocationModel& revo
     const double premium = 100 * (rr.cost_usd.mean / pr.cost_usd.mean - 1);
     const double vs_plan = 100 * (rr.cost_usd.mean / r->plain.cost_usd - 1);
     max_premium = std::max(max_premium, premium);
-    std::printf("%s | %-34s %6.0f %8.4f %-22s %+7.1f%% %+7.1f%% %6.0f\n", left.c_str(),
+    if (rows) std::printf("%s | %-34s %6.0f %8.4f %-22s %+7.1f%% %+7.1f%% %6.0f\n", left.c_str(),
                 same ? "(the same plan)" : Counts(model, r->plan.counts).c_str(), r->plan.time_s,
                 rr.cost_usd.mean, p_text(rr).c_str(), premium, vs_plan, ms);
   }
   std::sort(solve_ms.begin(), solve_ms.end());
   std::printf(
-      "%d SLOs, %d with a plan; the plain plan is below q = %.2f in %d (lowest P %.4f); the "
+      "%d SLOs, %d with a plan; the plain plan is below q = %g in %d (lowest P %.4f); the "
       "risk-aware plan differs in %d, none reaches q in %d; largest premium in expected cost "
       "%+.1f%%; risk-aware planning time median %.0f ms, max %.0f ms\n",
       slos, feasible, confidence, plain_below, worst_plain, changed, unreachable, max_premium,
@@ -270,6 +270,10 @@ int Main(int argc, char** argv) {
       "q = %.2f\n\n",
       overhead, notice, delay, runs, static_cast<unsigned long long>(seed), confidence);
   Table(model, *revocations, sim, overhead, confidence);
+  for (const double q : {0.99, 0.999}) {
+    std::printf("q = %g: ", q);
+    Table(model, *revocations, sim, overhead, q, /*rows=*/false);
+  }
   const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
   const auto prototype = *predictor::PerformanceModel::Create(
       services::ToDomain(*registry.ResolveWorkload("resnet110")),
@@ -279,6 +283,10 @@ int Main(int argc, char** argv) {
       "\nThe same grid on the prototype's catalog and workload (aws-spotdnn-prototype, "
       "resnet110; small quotas):\n");
   Table(prototype, *prototype_revocations, sim, overhead, confidence);
+  for (const double q : {0.99, 0.999}) {
+    std::printf("q = %g: ", q);
+    Table(prototype, *prototype_revocations, sim, overhead, q, /*rows=*/false);
+  }
 
   // Simulator speed: 10,000 runs of a 10-instance plan.
   {
@@ -294,11 +302,23 @@ int Main(int argc, char** argv) {
     provisioner::Candidate c;
     provisioner::Score(model, problem, plan, c);
     problem.deadline_s = std::ceil(c.time_s * 1.05);
-    for (double resolution : {0.002, 0.0}) {
+    std::vector<provisioner::TypeRevocationInput> rates = Inputs(model.catalog());
+    for (auto& in : rates) in.interruption_rate_per_hour = 0.5;
+    const RevocationModel exponential = *provisioner::BuildRevocationModel(rates);
+    struct Setting {
+      const RevocationModel* model;
+      double resolution;
+      const char* what;
+    };
+    for (const Setting& setting : {Setting{&*revocations, 0.0, "GCE lifetimes"},
+                                   Setting{&*revocations, 0.002, "GCE lifetimes"},
+                                   Setting{&exponential, 0.0, "exponential, 0.5/h"},
+                                   Setting{&exponential, 0.002, "exponential, 0.5/h"}}) {
+      const double resolution = setting.resolution;
       SimulationOptions o = sim;
       o.runs = 10000;
       o.replan_resolution = resolution;
-      auto simulator = provisioner::Simulator::Create(model, problem, *revocations, o);
+      auto simulator = provisioner::Simulator::Create(model, problem, *setting.model, o);
       const auto start = std::chrono::steady_clock::now();
       auto r = (*simulator)->Run(plan);
       const double ms = Ms(start);
@@ -306,11 +326,11 @@ int Main(int argc, char** argv) {
       auto again = (*simulator)->Run(plan);
       const double again_ms = Ms(again_start);
       std::printf(
-          "\nSimulator: %s (%.0f s predicted, deadline %.0f s), 10,000 runs, replan resolution "
-          "%g: %.0f ms (%llu re-plans, %llu solved), again with the cache warm: %.0f ms; P(meet) "
+          "\nSimulator, %s: %s (%.0f s predicted, deadline %.0f s), 10,000 runs, replan "
+          "resolution %g: %.0f ms (%llu re-plans, %llu solved), again with the cache warm: %.0f ms; P(meet) "
           "%.4f, mean revocations %.3f, E[cost] $%.4f, p90 time %.0f s, same numbers both times: "
           "%s\n",
-          Counts(model, plan).c_str(), c.time_s, problem.deadline_s, resolution, ms,
+          setting.what, Counts(model, plan).c_str(), c.time_s, problem.deadline_s, resolution, ms,
           static_cast<unsigned long long>(r->replans),
           static_cast<unsigned long long>(r->replans_solved), again_ms, r->p_meet_deadline,
           r->revocations.mean, r->cost_usd.mean, r->time_s.p90,
