@@ -257,7 +257,8 @@ int RunCli(const std::vector<std::string>& raw_argv, std::ostream& out, std::ost
       return kExitOk;
     }
     out << (topic == "predict"                            ? kPredictUsage
-            : topic == "plan"                             ? kPlanUsage
+            : topic == "plan"                             ? std::string(kPlanUsage) + "\n" +
+                                                                std::string(SimulationFlagsUsage())
             : topic == "watch"                            ? kWatchUsage
             : topic == "catalogs" || topic == "workloads" ? kListUsage
                                                           : kUsage);

@@ -497,7 +497,9 @@ absl::Status ProvisionerServiceImpl::PlanWithConfidence(const pb::PlanRequest& r
   if (!result.ok()) return result.status();
   if (!result->plain_feasible) return absl::OkStatus();  // the plain answer already says why
   constexpr char kRiskAware[] = "risk-aware";
-  *response->mutable_plain_plan() = response->plan();
+  // The plain plan the risk-aware search started from is the exact one (whatever strategy the
+  // request named for the plain answer).
+  *response->mutable_plain_plan() = ToPlan(in, result->plain, "exact");
   RiskToProto(result->plain_risk, response->mutable_plain_plan()->mutable_risk());
   if (result->feasible) {
     *response->mutable_plan() = ToPlan(in, result->plan, kRiskAware);

@@ -364,6 +364,7 @@ TEST_F(RiskServiceTest, ConfidencePlanShowsItsProbabilityBesideThePlainPlans) {
   const pb::Plan& p = response.plan();
   const pb::Plan& plain = response.plain_plan();
   ASSERT_TRUE(plain.feasible());
+  EXPECT_EQ(plain.strategy(), "exact");
   EXPECT_EQ(plain.risk().runs(), 2000u);
   EXPECT_GT(plain.risk().mean_revocations(), 0);
   EXPECT_LE(plain.risk().p_meet_deadline_low(), plain.risk().p_meet_deadline());
