@@ -11,6 +11,7 @@
 #define SPOTDNN_PROFILER_IMPORTERS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,14 @@ absl::StatusOr<ImportResult> ImportText(absl::string_view content, absl::string_
 // id "<options.job_id>/<path relative to the folder>" (no prefix when job_id is empty); files
 // directly in the folder use options.job_id. NOT_FOUND names a missing path.
 absl::StatusOr<ImportResult> ImportPath(const std::string& path, const ImportOptions& options);
+
+// The marker that starts a sample line's fields.
+inline constexpr absl::string_view kSampleLineMarker = "SPOTDNN_SAMPLE";
+
+// Parses one line of the sample line format (the one parser every reader of these lines uses):
+// nullopt when the line has no SPOTDNN_SAMPLE marker; otherwise the Sample its key=value fields
+// give (not yet validated: see ValidateSample), or INVALID_ARGUMENT naming the bad token or field.
+absl::StatusOr<std::optional<Sample>> ParseSampleLine(absl::string_view line);
 
 // Splits a run folder name "<series>worker<N>" into series and N; false when it is not one.
 bool ParseRunFolderName(absl::string_view name, std::string* series, int* workers);
