@@ -68,7 +68,67 @@ class S3ObjectStore final : public ObjectStore {
   std::string bucket_;
 };
 
+const absl::Status& StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+class RefreshingS3Store final : public ObjectStore {
+ public:
+  RefreshingS3Store(S3Client::Options options, std::string bucket,
+                    std::function<absl::StatusOr<AwsCredentials>()> resolve)
+      : options_(std::move(options)), bucket_(std::move(bucket)), resolve_(std::move(resolve)) {}
+
+  absl::Status Build() {
+    absl::StatusOr<std::unique_ptr<S3Client>> client = S3Client::Create(options_);
+    if (!client.ok()) return client.status();
+    store_ = MakeS3ObjectStore(std::shared_ptr<S3Client>(std::move(*client)), bucket_);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<StoredObject>> List(const std::string& prefix) override {
+    return WithRefresh([&](ObjectStore& s) { return s.List(prefix); });
+  }
+  absl::StatusOr<std::string> Get(const std::string& key) override {
+    return WithRefresh([&](ObjectStore& s) { return s.Get(key); });
+  }
+  absl::Status Put(const std::string& key, const std::string& body) override {
+    return WithRefresh([&](ObjectStore& s) { return s.Put(key, body); });
+  }
+  std::string Describe(const std::string& key) const override { return store_->Describe(key); }
+
+ private:
+  template <typename F>
+  auto WithRefresh(F call) -> decltype(call(std::declval<ObjectStore&>())) {
+    auto result = call(*store_);
+    if (!absl::IsUnauthenticated(StatusOf(result)) || !resolve_) return result;
+    absl::StatusOr<AwsCredentials> fresh = resolve_();
+    if (!fresh.ok()) return result;
+    const AwsCredentials previous = options_.credentials;
+    options_.credentials = *fresh;
+    if (!Build().ok()) {
+      options_.credentials = previous;
+      return result;
+    }
+    return call(*store_);
+  }
+
+  S3Client::Options options_;
+  std::string bucket_;
+  std::function<absl::StatusOr<AwsCredentials>()> resolve_;
+  std::unique_ptr<ObjectStore> store_;
+};
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<ObjectStore>> MakeRefreshingS3ObjectStore(
+    S3Client::Options options, std::string bucket,
+    std::function<absl::StatusOr<AwsCredentials>()> resolve) {
+  auto store = std::make_unique<RefreshingS3Store>(std::move(options), std::move(bucket),
+                                                   std::move(resolve));
+  if (absl::Status s = store->Build(); !s.ok()) return s;
+  return std::unique_ptr<ObjectStore>(std::move(store));
+}
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view content) {
   const fs::path target(path);

@@ -8,6 +8,7 @@
 #define SPOTDNN_PROVISIONER_LAUNCHER_CHECKPOINT_SYNC_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -46,6 +47,13 @@ class ObjectStore {
 // `bucket` of `client` as an ObjectStore.
 std::unique_ptr<ObjectStore> MakeS3ObjectStore(std::shared_ptr<S3Client> client,
                                                std::string bucket);
+
+// `bucket` through a client made from `options`; when S3 refuses the credentials
+// (UNAUTHENTICATED: expired instance-role credentials), they are resolved again with `resolve` and
+// the call is made once more. INVALID_ARGUMENT for options S3Client::Create refuses.
+absl::StatusOr<std::unique_ptr<ObjectStore>> MakeRefreshingS3ObjectStore(
+    S3Client::Options options, std::string bucket,
+    std::function<absl::StatusOr<AwsCredentials>()> resolve);
 
 // What one Restore or Upload did.
 struct SyncCounts {

@@ -319,8 +319,10 @@ std::optional<ChildExit> WrappedCommand::Wait(absl::Duration timeout) {
   const bool reaped = waitpid(guard_pid_, &guard_status, 0) == guard_pid_;
   guard_reaped_ = true;
   if (got < sizeof(status)) {
-    // The guard ended without a report (someone killed it): its own end is all there is.
+    // The guard ended without a report (someone killed it): its own end is all there is, and a
+    // command nothing watches any more is stopped.
     status = reaped ? guard_status : (1 << 8);
+    kill(-guard_pid_, SIGKILL);
   }
   ChildExit e;
   if (WIFSIGNALED(status)) {
@@ -523,18 +525,22 @@ class CheckpointUploader {
       : sync_(sync), interval_(interval), urgent_(std::move(urgent)) {
     thread_ = std::thread([this] { Loop(); });
   }
+  ~CheckpointUploader() { Stop(); }
   // Stops the thread, then uploads once more (what the command wrote last).
   void Finish() {
+    Stop();
+    Round("final");
+  }
+
+ private:
+  void Stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
-    Round("final");
   }
-
- private:
   void Loop() {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
@@ -578,7 +584,6 @@ int RunInstanceWrapper(InstanceWrapperOptions options) {
   }
 
   // The checkpoint folder, restored before the command starts.
-  std::shared_ptr<launcher::S3Client> s3;
   std::unique_ptr<launcher::ObjectStore> store;
   std::unique_ptr<launcher::CheckpointSync> sync;
   if (!options.checkpoint_uri.empty()) {
@@ -604,14 +609,15 @@ int RunInstanceWrapper(InstanceWrapperOptions options) {
     s3_options.region = options.s3_region;
     s3_options.endpoint_url = options.s3_endpoint;
     s3_options.credentials = *credentials;
-    absl::StatusOr<std::unique_ptr<launcher::S3Client>> client =
-        launcher::S3Client::Create(s3_options);
-    if (!client.ok()) {
-      logger->error("{}", std::string(client.status().message()));
+    // Instance-role credentials expire after hours: S3's refusal has them resolved again.
+    absl::StatusOr<std::unique_ptr<launcher::ObjectStore>> bucket =
+        launcher::MakeRefreshingS3ObjectStore(s3_options, where->bucket,
+                                              [] { return launcher::ResolveAwsCredentials(); });
+    if (!bucket.ok()) {
+      logger->error("{}", std::string(bucket.status().message()));
       return 2;
     }
-    s3 = std::move(*client);
-    store = launcher::MakeS3ObjectStore(s3, where->bucket);
+    store = std::move(*bucket);
     sync = std::make_unique<launcher::CheckpointSync>(store.get(), where->prefix,
                                                       options.checkpoint_dir);
     absl::StatusOr<launcher::SyncCounts> restored = sync->Restore();

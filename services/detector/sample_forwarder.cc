@@ -433,8 +433,7 @@ void SampleForwarder::SendLoop() {
       if (spool_fd_ < 0 || spool_acked_ > spool_samples_ ||
           (spool_acked_ >= kCompactAfter && spool_acked_ >= pending_.size())) {
         if (absl::Status s = CompactSpoolLocked(); !s.ok()) {
-          ++stats_.spool_errors;
-          logger->error("{}", std::string(s.message()));
+          if (stats_.spool_errors++ == 0) logger->error("{}", std::string(s.message()));
         }
       }
     }

@@ -169,5 +169,32 @@ TEST_F(CheckpointSyncTest, RoundTripThroughTheFakeS3) {
   EXPECT_EQ(Slurp(dir_ / "takeover" / "ckpt-7.bin"), std::string(100000, '\x07'));
 }
 
+TEST_F(CheckpointSyncTest, RefusedCredentialsAreResolvedAgainOnce) {
+  testing::FakeS3 s3("AKIDNEW", "the-new-secret");
+  s3.CreateBucket("b1");
+  S3Client::Options o;
+  o.endpoint_url = s3.url();
+  o.credentials = {.access_key_id = "AKIDOLD", .secret_access_key = "an-expired-secret"};
+  int resolved = 0;
+  auto store = MakeRefreshingS3ObjectStore(o, "b1", [&]() -> absl::StatusOr<AwsCredentials> {
+    ++resolved;
+    return AwsCredentials{.access_key_id = "AKIDNEW", .secret_access_key = "the-new-secret"};
+  });
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->Put("k", "v").ok());
+  EXPECT_EQ(resolved, 1);
+  EXPECT_EQ((*store)->Get("k").value(), "v");
+  EXPECT_EQ(resolved, 1);  // the new ones are kept
+  // Credentials that stay refused come back as the error, after one more try.
+  auto stuck = MakeRefreshingS3ObjectStore(o, "b1", [&]() -> absl::StatusOr<AwsCredentials> {
+    ++resolved;
+    return AwsCredentials{.access_key_id = "AKIDOLD", .secret_access_key = "still-wrong"};
+  });
+  ASSERT_TRUE(stuck.ok());
+  EXPECT_EQ((*stuck)->Put("k", "w").code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(resolved, 2);
+  EXPECT_EQ(s3.objects("b1").at("k"), "v");
+}
+
 }  // namespace
 }  // namespace spotdnn::launcher
