@@ -69,11 +69,28 @@ bool GuardKeepsDefault(int sig) {
 
 void NoteChildExit(int) {}
 
+// Closes every descriptor from 3 up but `keep_a` and `keep_b` (async-signal-safe): the guard must
+// not hold the agent's sockets and files open after the agent closed them or died.
+void CloseAllBut(int keep_a, int keep_b) {
+  const unsigned a = static_cast<unsigned>(std::min(keep_a, keep_b));
+  const unsigned b = static_cast<unsigned>(std::max(keep_a, keep_b));
+  auto close_from_to = [](unsigned first, unsigned last) {
+    if (first > last) return;
+    if (close_range(first, last, 0) == 0) return;
+    // Kernels before 5.9: one by one, up to a generous limit.
+    for (unsigned fd = first; fd <= last && fd < 65536; ++fd) close(static_cast<int>(fd));
+  };
+  if (a > 3) close_from_to(3, a - 1);
+  close_from_to(a + 1, b - 1);
+  close_from_to(b + 1, ~0U);
+}
+
 // The guard, in the forked child: only async-signal-safe calls from here on (the agent has
 // threads). Never returns.
 [[noreturn]] void GuardMain(const char* path, char* const* argv, char* const* envp, int out_write,
                             int control, int64_t grace_ms) {
   setpgid(0, 0);
+  CloseAllBut(out_write, control);
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
   struct sigaction fallback {};

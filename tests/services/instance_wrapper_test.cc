@@ -145,6 +145,21 @@ TEST_F(WrappedCommandTest, ASignalReachesEveryProcessOfTheGroupButNotTheGuard) {
   EXPECT_FALSE(Alive(sleeper));
 }
 
+TEST_F(WrappedCommandTest, TheGuardHoldsNoDescriptorOfTheAgent) {
+  // A descriptor the agent holds open (no close-on-exec, as a socket or file might be).
+  const int held = ::open((dir_ / "held").c_str(), O_WRONLY | O_CREAT, 0644);
+  ASSERT_GE(held, 0);
+  Lines lines;
+  // The command's parent is the guard: it keeps stdin, stdout, stderr and its socket to the agent.
+  auto c = StartShell("sleep 0.3; ls /proc/$PPID/fd", lines);
+  ASSERT_TRUE(c->Wait(absl::Seconds(10)).has_value());
+  c->FinishOutput(absl::Seconds(5));
+  ::close(held);
+  const std::vector<std::string> fds = lines.Get();
+  EXPECT_EQ(fds.size(), 4u) << ::testing::PrintToString(fds);
+  EXPECT_THAT(fds, ::testing::Not(::testing::Contains(std::to_string(held))));
+}
+
 TEST_F(WrappedCommandTest, TheCommandGetsTheExtraEnvironment) {
   Lines lines;
   WrappedCommandOptions o;
