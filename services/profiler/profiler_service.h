@@ -11,6 +11,7 @@
 #include "profiler/importers.h"
 #include "profiler/profile_store.h"
 #include "profiler/sample.h"
+#include "services/profiler/sample_convert.h"
 #include "spotdnn/v1/profiler.grpc.pb.h"
 
 namespace spotdnn::services {
@@ -21,10 +22,6 @@ namespace pb = ::spotdnn::v1;
 inline constexpr int kReportBatch = 8192;
 // Rejections a ReportSamplesResponse lists (the count is always exact).
 inline constexpr int kMaxReportedErrors = 20;
-
-// The Sample message <-> the domain Sample.
-profiler::Sample ToDomain(const pb::Sample& sample);
-pb::Sample ToProto(const profiler::Sample& sample);
 
 // `base` with what `fit` determined written over it (compute entries replace those of the same
 // instance or GPU type; all of them when the fit's compute is complete or its variant is not the
