@@ -81,7 +81,10 @@ absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profil
   if (!profile.contention && !shared_ps) {
     return absl::FailedPreconditionError(absl::StrCat(
         "workload \"", profile.name,
-        "\" has no contention model (a1, b1): fit one from runs of several cluster sizes first"));
+        "\" has no contention model (a1, b1): the fit identifies it only from runs whose "
+        "workers share the parameter server (more workers than B_ps / B_req); import such runs "
+        "and fit again, or fit with --base W (spotdnn profile fit) to take a1, b1 from a "
+        "built-in profile"));
   }
   if (shared_ps && !profile.shared_ps) {
     return absl::FailedPreconditionError(

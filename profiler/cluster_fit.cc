@@ -423,9 +423,10 @@ absl::StatusOr<SharedPsFitResult> FitSharedPs(absl::Span<const ClusterObservatio
     }
     FitQuality q = SpeedQuality(absl::StrCat("T_comp[", type, "]"), with, predict);
     q.note = absl::StrFormat(
-        "compute time z = %.5f s per iteration (plus one exchange with the servers); %d run(s) "
-        "in %d configuration(s): %s",
-        best.compute_time_s[type], runs, with.size(), Configurations(with));
+        "compute time z = %.5f s per iteration (plus one exchange with the servers); %d %s in "
+        "%d %s: %s",
+        best.compute_time_s[type], runs, runs == 1 ? "run" : "runs", with.size(),
+        with.size() == 1 ? "configuration" : "configurations", Configurations(with));
     out.quality.push_back(std::move(q));
   }
   FitQuality d;
@@ -452,9 +453,9 @@ absl::StatusOr<SharedPsFitResult> FitSharedPs(absl::Span<const ClusterObservatio
   out.quality.push_back(std::move(kappa));
   FitQuality all = SpeedQuality("shared-ps", observations, predict);
   all.note = absl::StrFormat(
-      "cluster steps/s of %d configuration(s) (%s), median of each one's runs; least squares "
-      "in log speed",
-      configurations, Configurations(observations));
+      "cluster steps/s of %d %s (%s), median of each one's runs; least squares in log speed",
+      configurations, configurations == 1 ? "configuration" : "configurations",
+      Configurations(observations));
   out.quality.push_back(std::move(all));
   return out;
 }
@@ -602,9 +603,9 @@ absl::StatusOr<PaperFormFitResult> FitPaperForm(absl::Span<const ClusterObservat
   out.quality.push_back(std::move(req));
   FitQuality c = SpeedQuality("a1,b1", observations, predict);
   c.note = absl::StrFormat(
-      "eq. 8-9 on cluster steps/s of %d configuration(s) (%s), least squares "
-      "in log speed",
-      observations.size(), Configurations(observations));
+      "eq. 8-9 on cluster steps/s of %d %s (%s), least squares in log speed",
+      observations.size(), observations.size() == 1 ? "configuration" : "configurations",
+      Configurations(observations));
   out.quality.push_back(std::move(c));
   return out;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <set>
@@ -394,6 +395,62 @@ absl::StatusOr<predictor::MemoryModel> FitMemory(absl::Span<const Sample> sample
   return predictor::MemoryModel{a2, b2};
 }
 
+std::vector<double> GlobalIterations(absl::Span<const Sample> samples) {
+  // Per job, every reporting worker's (wall time, step) in time order.
+  struct Worker {
+    std::vector<std::pair<double, std::int64_t>> steps;
+    bool timed = true;  // every sample has a wall time
+  };
+  std::map<std::string, std::map<std::string, Worker>> jobs;
+  for (const Sample& s : samples) {
+    if (s.worker_id.empty()) continue;
+    Worker& w = jobs[s.job_id][s.worker_id];
+    w.timed = w.timed && s.wall_time_s > 0;
+    w.steps.emplace_back(s.wall_time_s, s.step);
+  }
+  std::map<std::string, bool> timed;  // per job: every worker's samples have wall times
+  for (auto& [job, workers] : jobs) {
+    bool all = true;
+    for (auto& [id, w] : workers) {
+      std::sort(w.steps.begin(), w.steps.end());
+      // A worker's step at a time: the highest reported by then (steps never go back).
+      for (size_t i = 1; i < w.steps.size(); ++i) {
+        w.steps[i].second = std::max(w.steps[i].second, w.steps[i - 1].second);
+      }
+      all = all && w.timed;
+    }
+    timed[job] = all;
+  }
+  std::vector<double> out;
+  out.reserve(samples.size());
+  for (const Sample& s : samples) {
+    if (s.worker_id.empty()) {
+      out.push_back(double(s.step));  // a cluster-level record: the global step already
+      continue;
+    }
+    const auto& workers = jobs[s.job_id];
+    if (!timed[s.job_id] || !(s.wall_time_s > 0)) {
+      // No clock to line the workers up: they are taken to keep pace with this one.
+      out.push_back(double(s.step) * double(workers.size()));
+      continue;
+    }
+    double total = 0;
+    for (const auto& [id, w] : workers) {
+      if (id == s.worker_id) {
+        total += double(s.step);
+        continue;
+      }
+      // Its highest step at or before this sample's wall time (0 before its first).
+      auto it = std::upper_bound(w.steps.begin(), w.steps.end(),
+                                 std::make_pair(s.wall_time_s,
+                                                std::numeric_limits<std::int64_t>::max()));
+      if (it != w.steps.begin()) total += double(std::prev(it)->second);
+    }
+    out.push_back(total);
+  }
+  return out;
+}
+
 absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
                                              FitQuality* quality) {
   std::vector<LossPoint> points;
@@ -401,14 +458,17 @@ absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
   std::set<int> sizes;
   double max_j = 0, min_loss = std::numeric_limits<double>::infinity();
   std::vector<double> losses;
-  for (const Sample& s : samples) {
+  const std::vector<double> global = GlobalIterations(samples);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const Sample& s = samples[i];
     if (s.loss <= 0) continue;
     const int n = Workers(s);
     const double batch = s.batch_size > 0 ? s.batch_size : 1;
-    points.push_back({double(s.step), batch, HomogeneousConvergence(n), n, s.loss});
+    const double j = global[i];
+    points.push_back({j, batch, HomogeneousConvergence(n), n, s.loss});
     batches.insert(batch);
     sizes.insert(n);
-    max_j = std::max(max_j, double(s.step));
+    max_j = std::max(max_j, j);
     min_loss = std::min(min_loss, s.loss);
     losses.push_back(s.loss);
   }
@@ -461,7 +521,9 @@ absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
   }
   *quality = Quality("g1..g5", observed, predicted);
   std::vector<std::string> notes = {
-      absl::StrCat("eq. 3 on ", points.size(), " loss samples, j = global step, Cauchy loss")};
+      absl::StrCat("eq. 3 on ", points.size(),
+                   " loss samples, j = the job's global iterations then (every worker's steps), "
+                   "Cauchy loss")};
   if (!fit_g2) notes.push_back("g2 not identified (loss curves at 1 batch size): fixed at 0");
   if (!fit_g4) {
     notes.push_back("g4 not identified (loss curves at 1 cluster size): fixed at 1, g3 absorbs it");
@@ -563,8 +625,9 @@ FitQuality RunsRow(const RunSet& runs, size_t configurations) {
   q.parameter = "runs";
   q.identified = !runs.runs.empty();
   q.points = static_cast<int>(runs.runs.size());
-  q.note =
-      absl::StrCat(runs.runs.size(), " run(s) in ", configurations, " cluster configuration(s)");
+  q.note = absl::StrCat(runs.runs.size(), runs.runs.size() == 1 ? " run in " : " runs in ",
+                        configurations,
+                        configurations == 1 ? " cluster configuration" : " cluster configurations");
   if (!runs.notes.empty()) {
     absl::StrAppend(&q.note, "; ", runs.notes.size(), " left out, first: ", runs.notes[0]);
   }

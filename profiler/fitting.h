@@ -65,6 +65,14 @@ absl::StatusOr<double> FitRequiredBandwidth(absl::Span<const Sample> samples,
 absl::StatusOr<std::vector<predictor::ComputeProfile>> FitCompute(absl::Span<const Sample> samples,
                                                                   std::vector<FitQuality>* quality);
 
+// The cluster's global iterations (the paper's j, in ASP every worker step is one) when each
+// sample was measured, as `spotdnn run` counts a job's progress: a sample with a worker_id counts
+// that worker's own steps (its `step`), so the job had done the sum of every reporting worker's
+// highest step at that moment (lined up by wall time; without wall times the workers are taken to
+// keep pace, step x the job's reporting workers); a sample without a worker_id is a cluster-level
+// record (a TensorBoard export's global step) whose step is the global count already.
+std::vector<double> GlobalIterations(absl::Span<const Sample> samples);
+
 // a1, b1 of eq. 9 from iteration times at several cluster sizes: T_i(N) = T_i(1) +
 // 2 S (1 / B_wk(N) - 1 / B_req). Needs S_parm, B_req, B_ps, single-worker runs of the same
 // types (samples naming neither instance nor GPU type are left out), and runs of at least 3
@@ -78,7 +86,7 @@ absl::StatusOr<ContentionFit> FitContention(absl::Span<const Sample> samples,
 absl::StatusOr<predictor::MemoryModel> FitMemory(absl::Span<const Sample> samples,
                                                  FitQuality* quality);
 
-// g1..g5 of eq. 3 from loss curves, j = global step, b_w = the run's batch, R from |N| equal
+// g1..g5 of eq. 3 from loss curves, j = GlobalIterations, b_w = the run's batch, R from |N| equal
 // workers. g2 needs curves at 2 or more batch sizes and g4 at 2 or more cluster sizes; without
 // them g2 is fixed at 0 and g4 at 1 (g3 absorbs the scale) and the note says so.
 // FAILED_PRECONDITION with fewer than 8 samples that carry a loss.

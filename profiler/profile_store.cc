@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS samples (
   cluster TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS samples_by_job ON samples (job_id);
+CREATE INDEX IF NOT EXISTS samples_by_step ON samples (job_id, worker_id, step);
 CREATE TABLE IF NOT EXISTS profiles (
   name TEXT NOT NULL,
   version INTEGER NOT NULL CHECK (version >= 1),
@@ -101,7 +102,9 @@ ProfileStore::~ProfileStore() {
 
 absl::Status ProfileStore::Exec(const char* sql) { return sql::Exec(db_, sql); }
 
-absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const std::string& source) {
+absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const std::string& source,
+                                      std::int64_t* duplicates) {
+  if (duplicates != nullptr) *duplicates = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
     if (auto s = ValidateSample(samples[i]); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("samples[", i, "]: ", s.message()));
@@ -120,8 +123,13 @@ absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const st
                    "bytes_received, gpu_memory_gib, cluster_workers, communication_time_s, "
                    "cluster_steps_per_s, accuracy, parameter_servers, cluster) VALUES (?1, ?2, "
                    "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)");
+  // The same job, worker and step stored already (step 0: a log without steps, never the same).
+  Statement stored(db_,
+                   "SELECT 1 FROM samples WHERE job_id = ?1 AND worker_id = ?2 AND step = ?3 "
+                   "LIMIT 1");
   if (!run.status().ok()) return run.status();
   if (!insert.status().ok()) return insert.status();
+  if (!stored.status().ok()) return stored.status();
   const double now = NowUnixSeconds();
   const std::string* last_job = nullptr;
   std::set<std::string> jobs;
@@ -135,6 +143,18 @@ absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const st
       run.Reset();
     }
     last_job = &s.job_id;
+    if (s.step > 0) {
+      stored.Text(1, s.job_id);
+      stored.Text(2, s.worker_id);
+      stored.Int(3, s.step);
+      auto found = stored.Step("looking for the same sample");
+      stored.Reset();
+      if (!found.ok()) return found.status();
+      if (*found) {
+        if (duplicates != nullptr) ++*duplicates;
+        continue;
+      }
+    }
     insert.Text(1, s.job_id);
     insert.Text(2, s.worker_id);
     insert.Text(3, s.instance_type);

@@ -59,7 +59,11 @@ class ProfileStore {
 
   // Adds samples in one transaction: all of them or, on any error, none. Every sample is
   // validated first (INVALID_ARGUMENT "samples[i]: reason"). `source` is recorded per job.
-  absl::Status AddSamples(absl::Span<const Sample> samples, const std::string& source);
+  // A sample whose job, worker and step (> 0) are already stored is the same sample again (a log
+  // imported twice, a batch sent again): it is not stored twice, and `duplicates` (when given)
+  // counts it.
+  absl::Status AddSamples(absl::Span<const Sample> samples, const std::string& source,
+                          std::int64_t* duplicates = nullptr);
   // Samples of the given jobs (every job when empty), in the order they were stored. A job id
   // also names the runs an import split it into: "J" reads "J", "J/run-1", "J/zone/run-2".
   absl::StatusOr<std::vector<Sample>> LoadSamples(absl::Span<const std::string> job_ids);

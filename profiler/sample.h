@@ -22,7 +22,10 @@ struct Sample {
   std::string gpu_type{};
   int gpus = 0;                 // g_i
   int batch_size = 0;           // samples per iteration on this worker, b_i
-  std::int64_t step = 0;        // global step (ASP: counts every worker's iterations)
+  // The reporter's own step count (1, 2, 3, ...): with a worker_id, that worker's steps (the
+  // job's global iterations are the sum of its workers' steps, as `spotdnn run` counts them);
+  // without one (a cluster-level log such as a TensorBoard export), the cluster's global step.
+  std::int64_t step = 0;
   double wall_time_s = 0;       // seconds since the epoch
   double iteration_time_s = 0;  // T_i as measured
   double loss = 0;

@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "services/common/program.h"
 #include "services/common/security_flags.h"
 #include "services/common/serve_with_registry.h"
 
@@ -25,8 +26,7 @@ template <typename Service>
 int RegistryServiceMain(int argc, char** argv, const std::string& name, const char* usage,
                         const absl::Flag<std::string>& listen) {
   BlockShutdownSignals();
-  absl::SetProgramUsageMessage(usage);
-  absl::ParseCommandLine(argc, argv);
+  ParseProgramCommandLine(argc, argv, name, usage);
   return ServeWithRegistry<Service>(name, absl::GetFlag(listen), absl::GetFlag(FLAGS_port_file),
                                     absl::GetFlag(FLAGS_catalog_dir),
                                     absl::GetFlag(FLAGS_workload_dir), ServerSecurityFromFlags());

@@ -1,9 +1,11 @@
 #include "services/common/values.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,9 +23,31 @@ absl::StatusOr<double> ParseNumber(absl::string_view field, absl::string_view te
   return value;
 }
 
+namespace {
+
+// Whether `text` is written as a whole number ("-12", "+3", " 7 "), whatever its size.
+bool LooksWhole(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  if (!text.empty() && (text[0] == '-' || text[0] == '+')) text.remove_prefix(1);
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](char c) { return absl::ascii_isdigit(c); });
+}
+
+// Why `text` is not an int: too big or too small for one, or not a whole number at all.
+std::string NotAnInt(absl::string_view text) {
+  if (!LooksWhole(text)) return "not a whole number";
+  return absl::StrContains(text, '-') ? "too small" : "too big";
+}
+
+}  // namespace
+
 absl::StatusOr<int> ParseInt(absl::string_view field, absl::string_view text, int min, int max) {
   int value = 0;
   if (!absl::SimpleAtoi(text, &value)) {
+    if (LooksWhole(text)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s = \"%s\": %s: must be between %d and %d", field, text, NotAnInt(text), min, max));
+    }
     return absl::InvalidArgumentError(absl::StrCat(field, " = \"", text, "\": not a whole number"));
   }
   if (value < min || value > max) {
@@ -46,8 +70,8 @@ absl::StatusOr<std::vector<std::pair<std::string, int>>> ParseCounts(absl::strin
     }
     int count = 0;
     if (!absl::SimpleAtoi(parts[1], &count)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": \"", item, "\": count \"", parts[1], "\" is not a whole number"));
+      return absl::InvalidArgumentError(absl::StrCat(field, ": \"", item, "\": count \"", parts[1],
+                                                     "\" is ", NotAnInt(parts[1])));
     }
     if (count < 0) {
       return absl::InvalidArgumentError(

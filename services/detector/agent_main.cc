@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "services/common/program.h"
 #include "services/common/security_flags.h"
 #include "services/common/server.h"
 #include "services/detector/agent.h"
@@ -134,14 +135,9 @@ std::string TempDir() {
 int main(int argc, char** argv) {
   spotdnn::services::BlockShutdownSignals();
   signal(SIGPIPE, SIG_IGN);  // a closed instance log must not kill the agent
-  // --help lists this program's flags and the client security flags (absl's default matches
-  // files named after the program only).
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "agent_main.cc") || absl::StrContains(file, "security_flags.cc");
-  };
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage(
+  // --help lists this program's flags and the client security flags; --version.
+  spotdnn::services::SetUpProgram(
+      "spotdnn-agent",
       "The spotdnn instance agent.\n"
       "  spotdnn-agent [FLAGS]                 notices and heartbeats to the detector\n"
       "  spotdnn-agent [FLAGS] -- COMMAND ...  the instance wrapper: runs COMMAND in its own\n"

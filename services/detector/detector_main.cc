@@ -7,6 +7,7 @@
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "detector/detector.h"
+#include "services/common/program.h"
 #include "services/common/security_flags.h"
 #include "services/common/server.h"
 #include "services/detector/detector_service.h"
@@ -36,9 +37,9 @@ ABSL_FLAG(int, event_retention, 100000, "newest events kept for WatchEvents resu
 
 int main(int argc, char** argv) {
   spotdnn::services::BlockShutdownSignals();
-  absl::SetProgramUsageMessage(
+  spotdnn::services::ParseProgramCommandLine(
+      argc, argv, "spotdnn-detector",
       "The spotdnn revocation detector (gRPC): AWS, Google Cloud and Azure notices, heartbeats.");
-  absl::ParseCommandLine(argc, argv);
   auto logger = spdlog::stderr_color_mt("spotdnn-detector");
 
   const spotdnn::services::ServerSecurity security = spotdnn::services::ServerSecurityFromFlags();

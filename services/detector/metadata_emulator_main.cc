@@ -8,6 +8,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "detector/metadata_emulator.h"
+#include "services/common/program.h"
 #include "services/common/server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -21,8 +22,9 @@ ABSL_FLAG(bool, keep_alive, true, "keep connections open between requests");
 
 int main(int argc, char** argv) {
   spotdnn::services::BlockShutdownSignals();
-  absl::SetProgramUsageMessage("Local AWS/GCE/Azure metadata services for spotdnn instances.");
-  absl::ParseCommandLine(argc, argv);
+  spotdnn::services::ParseProgramCommandLine(
+      argc, argv, "spotdnn-metadata-emulator",
+      "Local AWS/GCE/Azure metadata services for spotdnn instances.");
   auto logger = spdlog::stderr_color_mt("spotdnn-metadata-emulator");
   spotdnn::detector::MetadataEmulator::Options options;
   options.host = absl::GetFlag(FLAGS_host);

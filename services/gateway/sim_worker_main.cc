@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "services/common/program.h"
 #include "services/common/security_flags.h"
 #include "services/common/server.h"
 #include "spdlog/spdlog.h"
@@ -67,9 +68,9 @@ void Report(pb::Profiler::Stub& stub, std::vector<pb::Sample>& pending) {
 
 int main(int argc, char** argv) {
   spotdnn::services::BlockShutdownSignals();
-  absl::SetProgramUsageMessage(
+  spotdnn::services::ParseProgramCommandLine(
+      argc, argv, "spotdnn-sim-worker",
       "A simulated training worker: iterates at the predicted pace and reports to the profiler.");
-  absl::ParseCommandLine(argc, argv);
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);

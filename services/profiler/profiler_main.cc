@@ -7,6 +7,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "profiler/profile_store.h"
+#include "services/common/program.h"
 #include "services/common/security_flags.h"
 #include "services/common/server.h"
 #include "services/profiler/profiler_service.h"
@@ -21,8 +22,8 @@ ABSL_FLAG(std::string, db, "spotdnn-profiles.db",
 
 int main(int argc, char** argv) {
   spotdnn::services::BlockShutdownSignals();
-  absl::SetProgramUsageMessage("The spotdnn parameter profiler (gRPC).");
-  absl::ParseCommandLine(argc, argv);
+  spotdnn::services::ParseProgramCommandLine(argc, argv, "spotdnn-profiler",
+                                             "The spotdnn parameter profiler (gRPC).");
   auto logger = spdlog::stderr_color_mt("spotdnn-profiler");
   const spotdnn::services::ServerSecurity security = spotdnn::services::ServerSecurityFromFlags();
   if (auto s = spotdnn::services::ValidateServerSecurity(absl::GetFlag(FLAGS_listen), security);

@@ -226,12 +226,15 @@ grpc::Status ProfilerServiceImpl::ImportLog(grpc::ServerContext*,
     }
   }
   // One transaction: an import that fails part-way stores nothing.
+  std::int64_t duplicates = 0;
   if (auto s = store_->AddSamples(result->samples,
-                                  request->path().empty() ? "content" : request->path());
+                                  request->path().empty() ? "content" : request->path(),
+                                  &duplicates);
       !s.ok()) {
     return ToGrpc(s);
   }
-  response->set_imported(result->samples.size());
+  response->set_imported(result->samples.size() - duplicates);
+  response->set_duplicates(duplicates);
   response->set_skipped(result->skipped);
   response->set_files(result->files);
   for (const std::string& e : result->errors) response->add_errors(e);
@@ -280,10 +283,32 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext*,
           "g1..g5, or for shared-ps: ps, kappa")));
     }
   }
+  const bool identified_any = fit->parameter_size_mb || fit->required_bandwidth_mb_per_s ||
+                              !fit->compute.empty() || fit->contention || fit->memory ||
+                              fit->loss || fit->shared_ps;
+  if (!identified_any) {
+    // Storing the base (or an empty profile) as a new version would look like a fit.
+    std::vector<std::string> why;
+    for (const profiler::FitQuality& q : fit->quality) {
+      if (!q.note.empty()) why.push_back(absl::StrCat(q.parameter, ": ", q.note));
+    }
+    return ToGrpc(absl::FailedPreconditionError(absl::StrCat(
+        "name = \"", request->name(), "\": the ", samples->size(), " samples of ", seen.size(),
+        seen.size() == 1 ? " job" : " jobs",
+        " identify no parameter, so no version is stored (samples need iteration times, "
+        "bytes sent, losses or GPU memory; runs of several cluster sizes for a1, b1)",
+        why.empty() ? "" : absl::StrCat(": ", absl::StrJoin(why, "; ")))));
+  }
   pb::WorkloadProfile profile = MergeFit(request->base(), *fit);
   profile.set_name(request->name());
+  // The base's description was of the base: it no longer holds for the fitted numbers.
+  profile.set_description(
+      request->base().name().empty()
+          ? std::string("fitted from samples")
+          : absl::StrCat("fitted from samples; what the samples do not determine is taken from ",
+                         request->base().name()));
   profile.set_source(absl::StrCat("fitted by spotdnn-profiler from ", samples->size(),
-                                  " samples of ", seen.size(), " job(s)"));
+                                  " samples of ", seen.size(), seen.size() == 1 ? " job" : " jobs"));
   auto stored = Store(std::move(profile));
   if (!stored.ok()) return ToGrpc(stored.status());
   *response->mutable_profile() = *std::move(stored);

@@ -91,12 +91,39 @@ provisioner::PlanResult Fastest(const PlanInputs& in) {
   return provisioner::SolveExact(*in.model, p);
 }
 
-std::string InfeasibleReason(const PlanInputs& in, const provisioner::PlanResult& fastest) {
+// The cheapest plan that reaches the target by the deadline (if any), whatever the budget: what
+// an SLO whose budget is too small can get.
+provisioner::PlanResult Cheapest(const PlanInputs& in) {
+  provisioner::PlanProblem p = in.problem;
+  p.budget_usd = kInf;
+  p.objective = provisioner::Objective::kMinCost;
+  return provisioner::SolveExact(*in.model, p);
+}
+
+// Whether the budget is what no plan meets: there is one, and the cheapest plan that reaches the
+// target by the deadline costs more.
+bool BudgetBinds(const PlanInputs& in, const provisioner::PlanResult& cheapest) {
+  return std::isfinite(in.problem.budget_usd) && cheapest.feasible &&
+         cheapest.best.cost_usd > in.problem.budget_usd;
+}
+
+std::string InfeasibleReason(const PlanInputs& in, const provisioner::PlanResult& fastest,
+                             const provisioner::PlanResult& cheapest) {
   const bool loss = in.problem.target_kind == predictor::Target::Kind::kLoss;
   if (!fastest.feasible) {
     return loss ? "no cluster within the quotas reaches the target loss under the model"
                 : absl::StrCat("no cluster within the quotas can train ",
                                in.problem.target().Describe(), " under the model");
+  }
+  if (BudgetBinds(in, cheapest)) {
+    return absl::StrFormat(
+        "no cluster within the quotas meets the SLO: the cheapest that reaches %s%s costs $%.4f "
+        "and takes %.1f s (budget $%.4f)",
+        loss ? absl::StrFormat("loss %g", in.problem.target_loss) : in.problem.target().Describe(),
+        std::isfinite(in.problem.deadline_s)
+            ? absl::StrFormat(" by the deadline (%.1f s)", in.problem.deadline_s)
+            : "",
+        cheapest.best.cost_usd, cheapest.best.time_s, in.problem.budget_usd);
   }
   return absl::StrFormat(
       "no cluster within the quotas meets the SLO: the fastest reaches %s in %.1f s "
@@ -428,10 +455,16 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRe
     *response->mutable_plan() = ToPlan(*in, result->best, strategy);
   } else {
     const provisioner::PlanResult fastest = Fastest(*in);
-    *response->mutable_plan() = Infeasible(*in, strategy, InfeasibleReason(*in, fastest));
+    const provisioner::PlanResult cheapest = Cheapest(*in);
+    *response->mutable_plan() =
+        Infeasible(*in, strategy, InfeasibleReason(*in, fastest, cheapest));
     if (fastest.feasible) {
       response->set_fastest_time_s(fastest.best.time_s);
       response->set_fastest_cost_usd(fastest.best.cost_usd);
+    }
+    if (BudgetBinds(*in, cheapest)) {
+      response->set_cheapest_time_s(cheapest.best.time_s);
+      response->set_cheapest_cost_usd(cheapest.best.cost_usd);
     }
   }
   response->mutable_plan()->set_solve_ms(ms);
@@ -651,10 +684,15 @@ grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext*,
   if (front->empty()) {
     // As Plan answers an infeasible SLO: why, and what the fastest plan would take.
     const provisioner::PlanResult fastest = Fastest(*in);
-    response->set_reason(InfeasibleReason(*in, fastest));
+    const provisioner::PlanResult cheapest = Cheapest(*in);
+    response->set_reason(InfeasibleReason(*in, fastest, cheapest));
     if (fastest.feasible) {
       response->set_fastest_time_s(fastest.best.time_s);
       response->set_fastest_cost_usd(fastest.best.cost_usd);
+    }
+    if (BudgetBinds(*in, cheapest)) {
+      response->set_cheapest_time_s(cheapest.best.time_s);
+      response->set_cheapest_cost_usd(cheapest.best.cost_usd);
     }
   }
   return grpc::Status::OK;
@@ -713,7 +751,8 @@ grpc::Status ProvisionerServiceImpl::Simulate(grpc::ServerContext*,
     auto plan = provisioner::Solve(m, in->problem, in->strategy, in->exhaustive_limit);
     if (!plan.ok()) return ToGrpc(plan.status());
     if (!plan->feasible) {
-      *response->mutable_plan() = Infeasible(*in, strategy, InfeasibleReason(*in, Fastest(*in)));
+      *response->mutable_plan() =
+          Infeasible(*in, strategy, InfeasibleReason(*in, Fastest(*in), Cheapest(*in)));
       return grpc::Status::OK;
     }
     counts = plan->best.counts;

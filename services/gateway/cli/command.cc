@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "services/gateway/cli/stack.h"
 
 namespace spotdnn::gateway {
 
@@ -15,14 +16,19 @@ FlagHelp ServerFlag(const std::string& service) {
 }
 
 FlagHelp DataDirFlag() {
-  return {"--data-dir", "D", "state folder (default $SPOTDNN_HOME, else ~/.spotdnn)"};
+  return {"--data-dir", "D",
+          "the data directory: the stack, jobs.db, profiles.db, local/ (default\n"
+          "$SPOTDNN_HOME, else ~/.spotdnn)"};
 }
+
+std::string DataDirOf(const Args& args) { return args.Get("--data-dir").value_or(DefaultDataDir()); }
 
 const std::vector<Command>& CommandTable() {
   static const std::vector<Command>* table = [] {
     auto* all = new std::vector<Command>;
     for (auto group : {ModelCommands, PlanCommands, SimulateCommands, ProfileCommands,
-                       WatchCommands, JobCommands, StackCommands, LocalCommands, CatalogCommands}) {
+                       WatchCommands, DetectorCommands, JobCommands, StackCommands, LocalCommands,
+                       CatalogCommands}) {
       for (Command& c : group()) {
         if (c.run && std::none_of(c.flags.begin(), c.flags.end(),
                                   [](const FlagHelp& f) { return f.flag == "--json"; })) {

@@ -38,6 +38,11 @@ FlagHelp JsonFlag();
 FlagHelp ServerFlag(const std::string& service);
 FlagHelp DataDirFlag();
 
+// The data directory of a command: --data-dir D, else $SPOTDNN_HOME, else ~/.spotdnn (see
+// DefaultDataDir in stack.h). Every command that keeps or reads state finds it here: the stack
+// (stack.json, logs/), jobs.db, profiles.db, local/ (the local provider's instances).
+std::string DataDirOf(const Args& args);
+
 // Every command of every group, in the order `spotdnn help` lists them. Each group is declared
 // in its own file.
 std::vector<Command> ModelCommands();     // predict, catalogs, workloads (predict_command.cc)
@@ -49,6 +54,7 @@ std::vector<Command> JobCommands();       // run, jobs, status (job_commands.cc)
 std::vector<Command> StackCommands();     // up, down (stack_commands.cc)
 std::vector<Command> LocalCommands();     // local ... (local_commands.cc)
 std::vector<Command> CatalogCommands();   // catalog ... (catalog_commands.cc)
+std::vector<Command> DetectorCommands();  // detector ... (detector_commands.cc)
 const std::vector<Command>& CommandTable();
 
 // The --help text of a command or group.

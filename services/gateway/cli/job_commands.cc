@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -30,8 +31,6 @@ namespace {
 namespace fs = std::filesystem;
 using job::JobRecord;
 using job::JobStore;
-
-std::string DataDir(const Args& args) { return args.Get("--data-dir").value_or(DefaultDataDir()); }
 
 std::string Ms(int64_t unix_ms) {
   return unix_ms > 0
@@ -91,6 +90,13 @@ absl::StatusOr<Endpoints> EndpointsOf(const Args& args, const std::string& data_
               .emulator = args.Get("--metadata-emulator").value_or("")};
   if (e.provisioner.empty() || e.profiler.empty() || e.detector.empty()) {
     auto stack = ReadStack(data_dir);
+    if (absl::IsNotFound(stack.status())) {
+      // No service to run the job against: a service failure (exit 1), not bad input.
+      return absl::UnavailableError(absl::StrCat(
+          "no spotdnn stack is up in ", data_dir,
+          ": start one with `spotdnn up` (same --data-dir), or name the services with "
+          "--provisioner, --profiler and --detector"));
+    }
     if (!stack.ok()) return stack.status();
     if (e.provisioner.empty()) e.provisioner = stack->provisioner;
     if (e.profiler.empty()) e.profiler = stack->profiler;
@@ -118,7 +124,7 @@ absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
 }
 
 int Run(const Args& args, const Io& io) {
-  const std::string data_dir = DataDir(args);
+  const std::string data_dir = DataDirOf(args);
   const auto resume = args.Get("--resume");
   if (resume.has_value() == (args.positional().size() == 1)) {
     return ReportError(absl::InvalidArgumentError("give a job spec file, or --resume JOB"), "run",
@@ -207,7 +213,7 @@ int Run(const Args& args, const Io& io) {
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
 int Jobs(const Args& args, const Io& io) {
-  auto store = JobStore::Open((fs::path(DataDir(args)) / "jobs.db").string());
+  auto store = JobStore::Open((fs::path(DataDirOf(args)) / "jobs.db").string());
   if (!store.ok()) return ReportError(store.status(), "jobs", io);
   auto jobs = (*store)->ListJobs();
   if (!jobs.ok()) return ReportError(jobs.status(), "jobs", io);
@@ -222,7 +228,7 @@ int Jobs(const Args& args, const Io& io) {
     return kExitOk;
   }
   if (jobs->empty()) {
-    io.out << "No jobs in " << DataDir(args) << "/jobs.db." << std::endl;
+    io.out << "No jobs in " << DataDirOf(args) << "/jobs.db." << std::endl;
     return kExitOk;
   }
   Table table(
@@ -242,7 +248,7 @@ int Jobs(const Args& args, const Io& io) {
 
 int Status(const Args& args, const Io& io) {
   const std::string id = args.positional()[0];
-  auto store = JobStore::Open((fs::path(DataDir(args)) / "jobs.db").string());
+  auto store = JobStore::Open((fs::path(DataDirOf(args)) / "jobs.db").string());
   if (!store.ok()) return ReportError(store.status(), "status", io);
   auto job = (*store)->GetJob(id);
   if (!job.ok()) return ReportError(job.status(), "status", io);
@@ -265,8 +271,10 @@ int Status(const Args& args, const Io& io) {
                          .String("state", std::string(job::Name(i.state)))
                          .Number("price_per_hour", i.price_per_hour)
                          .Number("predicted_iteration_s", i.predicted_iteration_s)
-                         .Integer("launched_unix_ms", i.launched_ms)
-                         .Integer("ended_unix_ms", i.ended_ms)
+                         .Number("launched_unix_ms",  // null: not launched / not ended
+                                 i.launched_ms > 0 ? static_cast<double>(i.launched_ms) : NAN)
+                         .Number("ended_unix_ms",
+                                 i.ended_ms > 0 ? static_cast<double>(i.ended_ms) : NAN)
                          .str());
     }
     for (const job::JobEventRecord& e : *events) {

@@ -18,10 +18,6 @@ std::string Counts(const std::vector<TypeCount>& counts) {
   return absl::StrJoin(parts, ",");
 }
 
-std::string Plural(long long n, absl::string_view one, absl::string_view many) {
-  return absl::StrCat(n, " ", n == 1 ? one : many);
-}
-
 int64_t Ms(absl::Time t) { return absl::ToUnixMillis(t); }
 
 // The kind of an event, as the JSON's "event" says it.
@@ -255,7 +251,7 @@ std::string SummaryJson(const JobSummary& s) {
   return JsonObject()
       .String("job_id", s.job_id)
       .String("state", std::string(Name(s.state)))
-      .Number("target_loss", s.target_loss)
+      .Number("target_loss", optional(s.target_loss))
       .Number("deadline_s", optional(s.deadline_s))
       .Number("budget_usd", optional(s.budget_usd))
       .Number("first_plan_iterations", s.first_plan_iterations)

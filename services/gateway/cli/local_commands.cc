@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -55,9 +56,11 @@ void PrintInstances(const std::vector<Instance>& instances, std::ostream& out) {
   table.Print(out);
 }
 
-absl::StatusOr<std::unique_ptr<LocalProvider>> OpenLocal(bool owner,
+// The local provider over DATA_DIR/local, the folder `spotdnn run` launches local instances in.
+absl::StatusOr<std::unique_ptr<LocalProvider>> OpenLocal(const Args& args, bool owner,
                                                          const std::string& emulator_url) {
-  LocalProvider::Options options{.state_dir = launcher::DefaultLocalStateDir(), .owner = owner};
+  LocalProvider::Options options{
+      .state_dir = (std::filesystem::path(DataDirOf(args)) / "local").string(), .owner = owner};
   if (!emulator_url.empty()) {
     options.metadata = std::make_shared<launcher::EmulatorMetadataClient>(emulator_url);
   }
@@ -100,7 +103,7 @@ int LocalLaunch(const Args& args, const Io& io) {
     emulator = std::move(*started);
     emulator_url = absl::StrCat("http://127.0.0.1:", emulator->port());
   }
-  auto provider = OpenLocal(true, emulator_url);
+  auto provider = OpenLocal(args, true, emulator_url);
   if (!provider.ok()) return ReportError(provider.status(), "local launch", io);
 
   std::vector<launcher::WorkerGroup> groups = launcher::ConsecutiveGroups(*workers);
@@ -133,7 +136,8 @@ int LocalLaunch(const Args& args, const Io& io) {
                   .str()
            << std::endl;
   } else {
-    io.out << "Launched job " << *job << " (" << launched.size() << " instances; state in "
+    io.out << "Launched job " << *job << " (" << Plural(launched.size(), "instance", "instances")
+           << "; state in "
            << (*provider)->state_dir() << "):\n";
     PrintInstances(launched, io.out);
     io.out << "Waiting for the instances to exit (Ctrl-C terminates them)." << std::endl;
@@ -181,7 +185,7 @@ int LocalLaunch(const Args& args, const Io& io) {
 }
 
 int LocalList(const Args& args, const Io& io) {
-  auto provider = OpenLocal(false, "");
+  auto provider = OpenLocal(args, false, "");
   if (!provider.ok()) return ReportError(provider.status(), "local list", io);
   auto instances = (*provider)->Describe(args.Get("--job").value_or(""));
   if (!instances.ok()) return ReportError(instances.status(), "local list", io);
@@ -207,7 +211,7 @@ int LocalRevoke(const Args& args, const Io& io) {
     if (!d.ok()) return ReportError(d.status(), "local revoke", io);
     notice_s = *d;
   }
-  auto provider = OpenLocal(false, "");
+  auto provider = OpenLocal(args, false, "");
   if (!provider.ok()) return ReportError(provider.status(), "local revoke", io);
   absl::Time at = absl::Now() + absl::Seconds(notice_s);
   absl::Status s = (*provider)->Revoke(id, absl::Seconds(notice_s));
@@ -232,7 +236,7 @@ int LocalRevoke(const Args& args, const Io& io) {
 }
 
 int LocalTerminate(const Args& args, const Io& io) {
-  auto provider = OpenLocal(false, "");
+  auto provider = OpenLocal(args, false, "");
   if (!provider.ok()) return ReportError(provider.status(), "local terminate", io);
   std::vector<std::string> ids = args.positional();
   if (args.Has("--job") || args.Switch("--all")) {
@@ -255,7 +259,7 @@ int LocalTerminate(const Args& args, const Io& io) {
     for (const std::string& id : ids) quoted.push_back(JsonString(id));
     io.out << JsonObject().Raw("terminated", "[" + absl::StrJoin(quoted, ",") + "]").str() << "\n";
   } else {
-    io.out << "Terminated " << ids.size() << " instance(s)"
+    io.out << "Terminated " << Plural(ids.size(), "instance", "instances")
            << (ids.empty() ? "" : ": " + absl::StrJoin(ids, " ")) << ".\n";
   }
   return kExitOk;
@@ -271,12 +275,15 @@ std::vector<Command> LocalCommands() {
            "The local provider runs each instance as a process group on this machine: CMD through "
            "/bin/sh -c\nwith SPOTDNN_JOB_ID, SPOTDNN_ROLE (ps|worker), SPOTDNN_INDEX, "
            "SPOTDNN_PS_ADDRESSES,\nSPOTDNN_BATCH_SIZE, SPOTDNN_INSTANCE_TYPE, "
-           "SPOTDNN_INSTANCE_ID and SPOTDNN_METADATA_ENDPOINT.\n\nState: $SPOTDNN_HOME/local "
-           "(default ~/.spotdnn/local): one ID.instance file and ID.log per\ninstance."},
+           "SPOTDNN_INSTANCE_ID and SPOTDNN_METADATA_ENDPOINT.\n\nState: DATA_DIR/local "
+           "(--data-dir D, else $SPOTDNN_HOME, else ~/.spotdnn), where `spotdnn run`\n"
+           "launches its local instances too: one ID.instance file and ID.log (the output) per "
+           "running\ninstance; a terminated instance's output moves to DATA_DIR/local/logs/ID.log."},
       {.name = "local launch",
        .summary = "start parameter servers and workers; stay until they exit",
        .synopsis = "--job J --workers TYPE=N[,TYPE=N...] --command CMD [--ps N] [--ps-type T]\n"
-                   "[--batch-size B] [--metadata-emulator URL] [--timeout D] [--json]",
+                   "[--batch-size B] [--metadata-emulator URL] [--timeout D] [--json]\n"
+                   "[--data-dir D]",
        .description =
            "Starts the parameter servers (default 1, each on a free local port) and the workers, "
            "then stays in\nthe foreground until every instance has exited, --timeout passes, or "
@@ -291,27 +298,30 @@ std::vector<Command> LocalCommands() {
                  {"--ps-type", "T", "their instance type (default m5.xlarge)"},
                  {"--batch-size", "B", "per-worker batch size (SPOTDNN_BATCH_SIZE)"},
                  {"--metadata-emulator", "URL", "a running spotdnn-metadata-emulator"},
-                 {"--timeout", "D", "stop after this long (e.g. 30m)"}},
+                 {"--timeout", "D", "stop after this long (e.g. 30m)"},
+                 DataDirFlag()},
        .run = LocalLaunch},
       {.name = "local list",
        .summary = "the instances in the state dir and whether they run",
-       .synopsis = "[--job J] [--json]",
-       .flags = {{"--job", "J", "only this job's instances"}},
+       .synopsis = "[--job J] [--json] [--data-dir D]",
+       .flags = {{"--job", "J", "only this job's instances"}, DataDirFlag()},
        .run = LocalList},
       {.name = "local revoke",
        .summary = "publish a spot notice on an instance's metadata endpoint, stop it after it",
-       .synopsis = "INSTANCE [--notice 10s] [--json]",
+       .synopsis = "INSTANCE [--notice 10s] [--json] [--data-dir D]",
        .description = "Publishes an AWS spot interruption notice on the instance's metadata "
                       "endpoint and stops it\n--notice later (default 10s); waits until then.",
-       .flags = {{"--notice", "D", "how long after the notice it stops (default 10s)"}},
+       .flags = {{"--notice", "D", "how long after the notice it stops (default 10s)"},
+                 DataDirFlag()},
        .min_positional = 1,
        .max_positional = 1,
        .run = LocalRevoke},
       {.name = "local terminate",
        .summary = "stop instances now and forget them",
-       .synopsis = "(INSTANCE... | --job J | --all) [--json]",
+       .synopsis = "(INSTANCE... | --job J | --all) [--json] [--data-dir D]",
        .flags = {{"--job", "J", "every instance of this job"},
-                 {"--all", "", "every instance in the state dir"}},
+                 {"--all", "", "every instance in the state dir"},
+                 DataDirFlag()},
        .max_positional = -1,
        .run = LocalTerminate},
   };

@@ -157,6 +157,28 @@ std::string XmlEscape(std::string_view text) {
 
 }  // namespace
 
+namespace {
+
+// Where a point's label goes so that it stays inside a canvas `width` wide.
+struct LabelPlace {
+  double x, y;
+  const char* anchor;
+};
+
+LabelPlace PlaceLabel(double px, double py, std::string_view label, double width, double top) {
+  // About 7 px a character at font-size 12 (sans-serif averages less).
+  const double text_width = 7.0 * static_cast<double>(label.size());
+  LabelPlace place{px + 9, py - 9, "start"};
+  if (place.x + text_width > width - 4) place = {px - 9, py - 9, "end"};
+  if (std::string_view(place.anchor) == "end" && place.x - text_width < 4) {
+    place = {std::clamp(px, 4 + text_width / 2, width - 4 - text_width / 2), py - 9, "middle"};
+  }
+  if (place.y < top - 20) place.y = py + 21;
+  return place;
+}
+
+}  // namespace
+
 std::string SvgChart(const std::vector<ChartPoint>& points, std::string_view title,
                      std::string_view x_label, std::string_view y_label, double marker_x,
                      std::string_view marker_label, std::string_view shade_label) {
@@ -220,8 +242,11 @@ std::string SvgChart(const std::vector<ChartPoint>& points, std::string_view tit
         &svg,
         "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" "
         "stroke-dasharray=\"6 4\"/><text x=\"%.1f\" y=\"%.1f\" fill=\"#555\">%s</text>\n",
-        sx(marker_x), kTop, sx(marker_x), kH - kBottom, sx(marker_x) + 4, kTop + 14,
-        XmlEscape(marker_label));
+        sx(marker_x), kTop, sx(marker_x), kH - kBottom,
+        sx(marker_x) + 4 + 7.0 * marker_label.size() > kW - 4
+            ? sx(marker_x) - 4 - 7.0 * marker_label.size()
+            : sx(marker_x) + 4,
+        kTop + 14, XmlEscape(marker_label));
   }
   // The frontier as a step line (a plan's cost holds until the next, slower and cheaper one).
   if (points.size() > 1) {
@@ -241,12 +266,16 @@ std::string SvgChart(const std::vector<ChartPoint>& points, std::string_view tit
     shaded = shaded || has_shade;
     const std::string fill = has_shade ? colour(p.shade) : std::string("#4a7bd0");
     if (p.highlight) {
+      // The label right of the point, or left of it (anchored at its end) where it would run
+      // past the canvas; below the point near the top edge.
+      const LabelPlace place = PlaceLabel(sx(p.x), sy(p.y), p.label, kW, kTop);
       absl::StrAppendFormat(&svg,
                             "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"7\" fill=\"%s\" "
                             "stroke=\"#d03030\" stroke-width=\"2.5\"><title>%s</title></circle>"
-                            "<text x=\"%.1f\" y=\"%.1f\" fill=\"#d03030\">%s</text>\n",
+                            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" "
+                            "fill=\"#d03030\">%s</text>\n",
                             sx(p.x), sy(p.y), has_shade ? fill : "#d03030", XmlEscape(p.label),
-                            sx(p.x) + 9, sy(p.y) - 9, XmlEscape(p.label));
+                            place.x, place.y, place.anchor, XmlEscape(p.label));
     } else {
       absl::StrAppendFormat(&svg,
                             "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\"><title>%s"
@@ -274,5 +303,9 @@ std::string SvgChart(const std::vector<ChartPoint>& points, std::string_view tit
 }
 
 std::string Fixed(double value, int decimals) { return absl::StrFormat("%.*f", decimals, value); }
+
+std::string Plural(long long n, std::string_view one, std::string_view many) {
+  return absl::StrCat(n, " ", std::string(n == 1 ? one : many));
+}
 
 }  // namespace spotdnn::gateway

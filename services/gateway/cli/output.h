@@ -69,6 +69,9 @@ std::string SvgChart(const std::vector<ChartPoint>& points, std::string_view tit
 // printf-style "%.*f".
 std::string Fixed(double value, int decimals);
 
+// "1 worker", "2 workers", "0 workers".
+std::string Plural(long long n, std::string_view one, std::string_view many);
+
 }  // namespace spotdnn::gateway
 
 #endif  // SPOTDNN_SERVICES_GATEWAY_CLI_OUTPUT_H_

@@ -19,7 +19,9 @@
 #include "services/gateway/cli/cli.h"
 #include "services/gateway/cli/command.h"
 #include "services/gateway/cli/connection.h"
+#include "services/gateway/cli/flag_errors.h"
 #include "services/gateway/cli/output.h"
+#include "services/gateway/cli/stored_profiles.h"
 #include "services/gateway/cli/risk_options.h"
 #include "services/gateway/cli/target_flags.h"
 #include "services/provisioner/provisioner_service.h"
@@ -77,11 +79,15 @@ std::string Excess(double cost, double ours) {
 
 std::string Deadline(double s) { return s > 0 ? HumanDuration(s) : std::string("none"); }
 
-// The "no plan meets the SLO" lines of a deadline, budget or frontier answer.
+// The "no plan meets the SLO" lines of a deadline, budget or frontier answer: when the budget is
+// what no plan meets, the cheapest plan (its cost and time); else the fastest.
 void PrintInfeasible(const std::string& reason, double fastest_time_s, double fastest_cost_usd,
-                     std::ostream& out) {
+                     double cheapest_time_s, double cheapest_cost_usd, std::ostream& out) {
   out << "No plan meets the SLO: " << reason << "\n";
-  if (fastest_time_s > 0) {
+  if (cheapest_cost_usd > 0) {
+    out << "Cheapest possible: " << Dollars(cheapest_cost_usd) << ", taking "
+        << Fixed(cheapest_time_s, 1) << " s (" << HumanDuration(cheapest_time_s) << ")\n";
+  } else if (fastest_time_s > 0) {
     out << "Fastest achievable: " << Fixed(fastest_time_s, 1) << " s ("
         << HumanDuration(fastest_time_s) << ") for " << Dollars(fastest_cost_usd) << "\n";
   }
@@ -133,7 +139,8 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
   out << " (" << services::EnumLabel(p.strategy()) << ", "
       << (req.options().on_demand_prices() ? "on-demand" : "spot") << " prices)\n\n";
   if (!p.feasible()) {
-    PrintInfeasible(p.reason(), r.fastest_time_s(), r.fastest_cost_usd(), out);
+    PrintInfeasible(p.reason(), r.fastest_time_s(), r.fastest_cost_usd(), r.cheapest_time_s(),
+                    r.cheapest_cost_usd(), out);
   } else {
     Table types({"instance type", "count", "to launch", "GPUs", "batch", "T_i (s)", "samples/s"});
     for (const pb::WorkerPrediction& w : p.prediction().workers()) {
@@ -261,7 +268,10 @@ std::string Strings(const google::protobuf::RepeatedPtrField<std::string>& items
 
 int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
          const services::DataRegistry& local, const Io& io) {
-  auto fail = [&](const absl::Status& s) { return ReportError(s, "plan", io); };
+  // The service names its request's fields; the user typed flags.
+  auto fail = [&](const absl::Status& s) {
+    return ReportError(NameFlags(s, ProvisionerFieldFlags()), "plan", io);
+  };
   const std::string mode = args.Get("--mode").value_or("deadline");
   if (mode != "deadline" && mode != "budget" && mode != "frontier") {
     return fail(absl::InvalidArgumentError(
@@ -274,7 +284,8 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
       return fail(absl::InvalidArgumentError(absl::StrCat("missing required flag ", flag)));
   }
   const std::string workload = *args.Get("--workload"), catalog = *args.Get("--catalog");
-  auto workload_ref = WorkloadRefFor(workload, local);
+  std::string described;
+  auto workload_ref = ResolveWorkloadArg(args, workload, local, &described);
   if (!workload_ref.ok()) return fail(workload_ref.status());
   auto catalog_ref = CatalogRefFor(catalog, local);
   if (!catalog_ref.ok()) return fail(catalog_ref.status());
@@ -417,7 +428,11 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
       if (n == 0) {
         o.String("reason", response.reason())
             .Number("fastest_time_s", response.fastest_time_s())
-            .Number("fastest_cost_usd", response.fastest_cost_usd());
+            .Number("fastest_cost_usd", response.fastest_cost_usd())
+            .Number("cheapest_time_s",
+                    response.cheapest_cost_usd() > 0 ? response.cheapest_time_s() : NAN)
+            .Number("cheapest_cost_usd",
+                    response.cheapest_cost_usd() > 0 ? response.cheapest_cost_usd() : NAN);
       }
       o.String("mode", "frontier").Raw("frontier", "[" + absl::StrJoin(points, ",") + "]");
       io.out << o.str() << "\n";
@@ -426,7 +441,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
              << target->Describe() << " (" << n << " plans, fastest first)\n\n";
       if (n == 0) {
         PrintInfeasible(response.reason(), response.fastest_time_s(), response.fastest_cost_usd(),
-                        io.out);
+                        response.cheapest_time_s(), response.cheapest_cost_usd(), io.out);
       } else {
         std::vector<std::string> header = {"#", "instances", "time (s)", "time", "cost"};
         if (simulate) {
@@ -529,7 +544,11 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
         .Number("budget_usd", request.slo().budget_usd() > 0 ? request.slo().budget_usd() : NAN);
     if (!p.feasible()) {
       o.Number("fastest_time_s", response.fastest_time_s())
-          .Number("fastest_cost_usd", response.fastest_cost_usd());
+          .Number("fastest_cost_usd", response.fastest_cost_usd())
+          .Number("cheapest_time_s",
+                  response.cheapest_cost_usd() > 0 ? response.cheapest_time_s() : NAN)
+          .Number("cheapest_cost_usd",
+                  response.cheapest_cost_usd() > 0 ? response.cheapest_cost_usd() : NAN);
     } else if (p.on_demand_cost_usd() > 0) {
       o.Number("on_demand_saving_pct", 100 * (1 - p.spot_cost_usd() / p.on_demand_cost_usd()));
     }
@@ -542,7 +561,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     o.Raw("excluded_types", "[" + absl::StrJoin(excluded, ",") + "]");
     io.out << o.str() << "\n";
   } else {
-    PrintPlan(response, request, workload, catalog, *target, io.out);
+    PrintPlan(response, request, described, catalog, *target, io.out);
     if (p.has_risk() || response.plain_plan().has_risk()) PrintRisk(response, confidence, io.out);
   }
   return p.feasible() ? kExitOk : kExitInfeasible;
@@ -563,14 +582,16 @@ std::vector<Command> PlanCommands() {
                   "[--parameter-servers N]\n"
                   "[--exhaustive-limit N] [--plot FILE.svg] [--confidence Q] [--lifetimes FILE]\n"
                   "[--runs N] [--seed S] [--notice D] [--takeover-delay D] [--json] "
-                  "[--server HOST:PORT]",
+                  "[--server HOST:PORT]\n[--data-dir D | --profiler H:P]",
       .description =
           "Finds the cheapest cluster that reaches loss L (or trains N iterations, or E epochs of "
           "S\nsamples) by the deadline (deadline mode), the fastest within a budget (budget mode), "
           "or every plan\non the time/cost Pareto frontier (frontier mode), and compares it with "
           "the spotDNN heuristic, the\ncheapest one-type plan and on-demand prices.",
       .flags =
-          {{"--workload", "W", "built-in profile name or a JSON file"},
+          {{"--workload", "W",
+            "a stored profile's name (spotdnn profile list), a built-in one (spotdnn\n"
+            "workloads) or a JSON file"},
            {"--catalog", "C", "built-in catalog name or a JSON file"},
            {"--loss", "L", "target training loss (needs the profile's loss model)"},
            {"--iterations", "N",
@@ -601,7 +622,11 @@ std::vector<Command> PlanCommands() {
             "probability of meeting the deadline is at least Q, e.g. 0.9;\nshown beside the plain "
             "plan and its probability. Needs a revocation model:\n--lifetimes FILE, or the "
             "catalog's lifetimes or interruption_rate_per_hour\n(spotdnn catalog hazards)"},
-           ServerFlag("spotdnn-provisioner")},
+           ServerFlag("spotdnn-provisioner"),
+           DataDirFlag(),
+           {"--profiler", "H:P",
+             "a running spotdnn-profiler whose stored profiles --workload may name\n"
+             "(default: DATA_DIR/profiles.db)"}},
       .footer = "With --lifetimes and no --confidence, the plan (deadline mode) or every frontier "
                 "plan\n(frontier mode) is simulated and its probability shown.\nExit status: 0 a "
                 "plan, 3 no plan meets the SLO (or the confidence), 2 bad input, 1 service\n"

@@ -9,7 +9,9 @@
 #include "services/gateway/cli/cli.h"
 #include "services/gateway/cli/command.h"
 #include "services/gateway/cli/connection.h"
+#include "services/gateway/cli/flag_errors.h"
 #include "services/gateway/cli/output.h"
+#include "services/gateway/cli/stored_profiles.h"
 #include "services/gateway/cli/target_flags.h"
 #include "services/predictor/predictor_service.h"
 
@@ -17,9 +19,9 @@ namespace spotdnn::gateway {
 namespace {
 
 void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveResponse* curve,
-                     const TargetFlags& target, std::ostream& out) {
+                     const TargetFlags& target, const std::string& workload, std::ostream& out) {
   const pb::Prediction& p = response.prediction();
-  out << "Prediction: " << response.workload() << " on " << response.catalog() << ", target "
+  out << "Prediction: " << workload << " on " << response.catalog() << ", target "
       << target.Describe() << "\n\n";
   Table workers({"instance type", "count", "GPUs", "batch", "T_comp (s)", "T_comm (s)", "T_i (s)",
                  "samples/s"});
@@ -130,7 +132,10 @@ int ListCommand(const std::string& what, const Args& args, const Io& io) {
 
 int Predict(const Args& args, pb::Predictor::StubInterface& stub,
             const services::DataRegistry& local, const Io& io) {
-  auto fail = [&](const absl::Status& s) { return ReportError(s, "predict", io); };
+  // The service names its request's fields; the user typed flags.
+  auto fail = [&](const absl::Status& s) {
+    return ReportError(NameFlags(s, PredictorFieldFlags()), "predict", io);
+  };
   pb::PredictRequest request;
   auto workload = args.Required("--workload");
   if (!workload.ok()) return fail(workload.status());
@@ -154,7 +159,8 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
     if (!parsed.ok()) return fail(parsed.status());
     curve_points = *parsed;
   }
-  auto workload_ref = WorkloadRefFor(*workload, local);
+  std::string described;
+  auto workload_ref = ResolveWorkloadArg(args, *workload, local, &described);
   if (!workload_ref.ok()) return fail(workload_ref.status());
   auto catalog_ref = CatalogRefFor(*catalog, local);
   if (!catalog_ref.ok()) return fail(catalog_ref.status());
@@ -203,7 +209,8 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
     }
     io.out << head << body.substr(1) << "\n";
   } else {
-    PrintPrediction(response, curve_points > 0 ? &curve : nullptr, *target, io.out);
+    PrintPrediction(response, curve_points > 0 ? &curve : nullptr, *target,
+                    described == *workload ? response.workload() : described, io.out);
   }
   return kExitOk;
 }
@@ -214,13 +221,16 @@ std::vector<Command> ModelCommands() {
        .summary = "time and cost for a cluster to reach a target loss, iterations or epochs",
        .synopsis = "--workload W --catalog C --cluster TYPE=N[,TYPE=N...]\n"
                    "(--loss L | --iterations N | --epochs E --dataset-size S)\n"
-                   "[--parameter-servers N] [--curve POINTS] [--json] [--server HOST:PORT]",
+                   "[--parameter-servers N] [--curve POINTS] [--json] [--server HOST:PORT]\n"
+                   "[--data-dir D | --profiler H:P]",
        .description = "Predicts per-type iteration time, cluster speed, WA batch, convergence "
                       "coefficient, normalized\niterations, time and spot/on-demand cost for the "
                       "cluster to reach loss L, or to train N global\niterations, or E epochs of "
                       "S samples.",
        .flags =
-           {{"--workload", "W", "built-in profile name (see `spotdnn workloads`) or a JSON file"},
+           {{"--workload", "W",
+             "a stored profile's name (spotdnn profile list), a built-in one (spotdnn\n"
+             "workloads) or a JSON file"},
             {"--catalog", "C", "built-in catalog name (see `spotdnn catalogs`) or a JSON file"},
             {"--cluster", "TYPE=N,...", "workers per instance type"},
             {"--loss", "L", "target training loss (needs the profile's loss model)"},
@@ -230,7 +240,11 @@ std::vector<Command> ModelCommands() {
             {"--dataset-size", "S", "... S samples (iterations = E S / the cluster's WA batch)"},
             {"--parameter-servers", "N", "parameter servers (their bandwidth adds up); default 1"},
             {"--curve", "POINTS", "also print the predicted loss curve up to the target"},
-            ServerFlag("spotdnn-predictor")},
+            ServerFlag("spotdnn-predictor"),
+            DataDirFlag(),
+            {"--profiler", "H:P",
+             "a running spotdnn-profiler whose stored profiles --workload may name\n"
+             "(default: DATA_DIR/profiles.db)"}},
        .footer = "Exit status: 0 ok, 2 bad input (the message names the field), 1 service "
                  "failure.",
        .run =

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <sstream>
 #include <memory>
 #include <set>
 
@@ -20,39 +22,11 @@
 #include "services/gateway/cli/cli.h"
 #include "services/gateway/cli/command.h"
 #include "services/gateway/cli/output.h"
+#include "services/gateway/cli/stored_profiles.h"
 #include "services/profiler/profiler_service.h"
 
 namespace spotdnn::gateway {
 namespace {
-
-// The profiler behind a command: a remote stub, or the service run in-process over --db.
-struct ProfilerConnection {
-  std::unique_ptr<services::ProfilerServiceImpl> service;
-  std::unique_ptr<grpc::Server> server;
-  std::unique_ptr<pb::Profiler::StubInterface> stub;
-};
-
-absl::StatusOr<ProfilerConnection> ConnectProfiler(const Args& args) {
-  ProfilerConnection c;
-  if (auto target = args.Get("--server")) {
-    if (target->find(':') == std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--server = \"", *target, "\": expected HOST:PORT"));
-    }
-    c.stub = pb::Profiler::NewStub(services::MakeChannel(*target));
-    return c;
-  }
-  const std::string db = args.Get("--db").value_or(DefaultProfileDb());
-  auto store = profiler::ProfileStore::Open(db);
-  if (!store.ok()) return store.status();
-  c.service = std::make_unique<services::ProfilerServiceImpl>(
-      std::shared_ptr<profiler::ProfileStore>(*std::move(store)));
-  auto started = services::StartServer("", {c.service.get()});
-  if (!started.ok()) return started.status();
-  c.server = std::move(started->server);
-  c.stub = pb::Profiler::NewStub(c.server->InProcessChannel(services::DefaultChannelArguments()));
-  return c;
-}
 
 // Imports and fits of large logs may take minutes.
 clients::ProfilerClient ClientOf(pb::Profiler::StubInterface& stub) {
@@ -178,19 +152,48 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
     }
   }
   std::error_code ec;
-  if (args.Has("--server") && std::filesystem::is_regular_file(*path, ec)) {
-    // A remote server cannot read this machine's files: send the content.
-    auto content = services::ReadFile(*path);
+  const bool from_stdin = *path == "-";
+  const bool folder = !from_stdin && std::filesystem::is_directory(*path, ec);
+  const bool regular = !from_stdin && std::filesystem::is_regular_file(*path, ec);
+  if (!from_stdin && !std::filesystem::exists(*path, ec)) {
+    return fail(absl::NotFoundError(absl::StrCat("PATH = \"", *path, "\": no such file or folder")));
+  }
+  if (from_stdin || (!folder && (!regular || args.Has("--server")))) {
+    // Standard input ("-"), a pipe or a device (/dev/stdin) can only be read here, and a remote
+    // server cannot read this machine's files: send the content. (The in-process profiler reads a
+    // regular file itself, so that its folder's name and a vm_data.csv beside it count.)
+    absl::StatusOr<std::string> content;
+    if (from_stdin) {
+      std::ostringstream buffer;
+      buffer << std::cin.rdbuf();
+      content = buffer.str();
+    } else {
+      content = services::ReadFile(*path);
+    }
     if (!content.ok()) return fail(content.status());
-    request.set_content(*content);
-    if (request.job_id().empty()) request.set_job_id(std::filesystem::path(*path).stem().string());
+    if (content->empty()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "PATH = \"", *path, "\": empty", from_stdin ? " (nothing on standard input)" : "")));
+    }
+    request.set_content(*std::move(content));
+    request.set_path(from_stdin ? "stdin" : *path);
+    if (request.job_id().empty()) {
+      // The job of samples whose lines name none (sample lines with a job_id keep theirs).
+      request.set_job_id(from_stdin || !regular
+                             ? "stdin"
+                             : std::filesystem::path(*path).stem().string());
+    }
   } else {
     request.set_path(std::filesystem::absolute(*path, ec).string());
   }
-  request.set_path(request.content().empty() ? request.path() : *path);
   auto imported = ClientOf(stub).ImportLog(request);
   if (!imported.ok()) return fail(imported.status());
   const pb::ImportLogResponse& response = *imported;
+  if (response.imported() == 0 && response.skipped() == 0 && response.duplicates() == 0) {
+    io.err << "spotdnn profile import: nothing imported from " << *path
+           << ": it holds no SPOTDNN_SAMPLE lines and no rows of a known log format (see "
+              "--format)\n";
+  }
   if (io.json) {
     io.out << services::ToJson(response) << "\n";
     return kExitOk;
@@ -198,6 +201,9 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
   Table table({"quantity", "value"});
   table.AddRow({"files read", absl::StrCat(response.files())});
   table.AddRow({"samples imported", absl::StrCat(response.imported())});
+  if (response.duplicates() > 0) {
+    table.AddRow({"already stored (not again)", absl::StrCat(response.duplicates())});
+  }
   table.AddRow({"runs (jobs)", absl::StrCat(response.runs())});
   table.AddRow({"lines skipped", absl::StrCat(response.skipped())});
   table.Print(io.out);
@@ -276,6 +282,15 @@ int FitCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io
   quality.Print(io.out);
   io.out << "\n";
   PrintProfile(response.profile(), io.out);
+  const pb::WorkloadProfile& p = response.profile();
+  if (p.model_variant() != pb::MODEL_VARIANT_SHARED_PS && !p.has_contention()) {
+    // What `predict` and `plan` will say of it: say it here, with the fix.
+    io.out << "\nNo contention model (a1, b1): `spotdnn predict` and `spotdnn plan` answer\n"
+              "FAILED_PRECONDITION for this profile. The fit identifies a1, b1 only from runs "
+              "whose workers\nshare the parameter server (more workers than B_ps / B_req, with "
+              "--ps-bandwidth B_ps);\nimport such runs and fit again, or fit with --base W to "
+              "take a1, b1 from a built-in profile\n(spotdnn workloads).\n";
+  }
   return kExitOk;
 }
 
@@ -366,7 +381,8 @@ int DeleteCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
   if (io.json) {
     io.out << services::ToJson(response) << "\n";
   } else {
-    io.out << "Deleted " << response.deleted() << " version(s) of " << *name << "\n";
+    io.out << "Deleted " << Plural(response.deleted(), "version", "versions") << " of " << *name
+           << "\n";
   }
   return kExitOk;
 }
@@ -374,16 +390,6 @@ int DeleteCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
 std::string JsonNumber(double v) { return absl::StrFormat("%.6g", v); }
 
 }  // namespace
-
-std::string DefaultProfileDb() {
-  if (const char* env = std::getenv("SPOTDNN_PROFILE_DB"); env != nullptr && *env != '\0') {
-    return env;
-  }
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
-    return (std::filesystem::path(home) / ".spotdnn" / "profiles.db").string();
-  }
-  return "spotdnn-profiles.db";
-}
 
 int ValidateSpeedCommand(const Args& args, const Io& io) {
   auto fail = [&](const absl::Status& s) { return ReportError(s, "profile validate-speed", io); };
@@ -509,7 +515,7 @@ int ValidateSpeedCommand(const Args& args, const Io& io) {
               "run's samples.\n";
   }
   if (skipped > 0) {
-    io.out << "Skipped " << skipped << " malformed line(s)"
+    io.out << "Skipped " << Plural(skipped, "malformed line", "malformed lines")
            << (errors.empty() ? "" : absl::StrCat("; first: ", errors[0])) << "\n";
   }
   io.out << absl::StrFormat("overall held-out MAPE: %.2f%% over %d points\n",
@@ -537,17 +543,19 @@ namespace {
 
 FlagHelp DbFlag() {
   return {"--db", "FILE",
-          "the in-process profiler's database (default: $SPOTDNN_PROFILE_DB, else\n"
-          "~/.spotdnn/profiles.db, else ./spotdnn-profiles.db)"};
+          "the profile database (default: DATA_DIR/profiles.db, the one the stack's\n"
+          "spotdnn-profiler serves)"};
 }
 
-// A subcommand served by the profiler (remote with --server, else in-process over --db).
+// A subcommand served by the profiler (remote with --server, else in-process over the profile
+// database: the same file whether or not the stack is up).
 Command ProfilerCommand(Command command) {
+  command.flags.push_back(DataDirFlag());
   command.flags.push_back(DbFlag());
   command.flags.push_back(ServerFlag("spotdnn-profiler"));
   const std::string sub = command.name.substr(std::string("profile ").size());
   command.run = [sub, name = command.name](const Args& args, const Io& io) {
-    auto connection = ConnectProfiler(args);
+    auto connection = ConnectProfiler(args, "--server", /*create=*/true);
     if (!connection.ok()) return ReportError(connection.status(), name, io);
     return Profile(sub, args, *connection->stub, io);
   };
@@ -563,19 +571,24 @@ std::vector<Command> ProfileCommands() {
        .description =
            "The profiler turns training logs and live samples into workload profiles the model "
            "can use,\nkeeps them (versioned) in a database, and shows how well the fitted model "
-           "predicts cluster\nsizes it never saw. Exit status: 0 ok, 1 service failure, 2 bad "
-           "input (including\nFAILED_PRECONDITION and NOT_FOUND)."},
+           "predicts cluster\nsizes it never saw. Profiles and samples are kept in "
+           "DATA_DIR/profiles.db (--data-dir D, else\n$SPOTDNN_HOME, else ~/.spotdnn): the "
+           "database the stack's spotdnn-profiler serves, so they are the\nsame whether or not "
+           "`spotdnn up` runs; --db FILE names another file, --server HOST:PORT a\nrunning "
+           "spotdnn-profiler. Exit status: 0 ok, 1 service failure, 2 bad input (including\n"
+           "FAILED_PRECONDITION and NOT_FOUND)."},
       ProfilerCommand(
           {.name = "profile import",
            .summary = "import training logs (a file or a folder) as samples; a .json profile",
-           .synopsis = "PATH [--job ID] [--format F] [--stop-on-error] [--instance-type T]\n"
+           .synopsis = "PATH|- [--job ID] [--format F] [--stop-on-error] [--instance-type T]\n"
                        "[--gpu-type G] [--gpus N] [--batch-size B] [--workers N] "
-                       "[--parameter-servers P]\n[--cluster TYPE=N,...] [--db FILE | --server "
+                       "[--parameter-servers P]\n[--cluster TYPE=N,...] [--data-dir D | --db FILE | --server "
                        "HOST:PORT]",
            .description =
-               "Imports PATH (a file, or every *.csv, *.log, *.txt, *.tsv under a folder) as "
-               "samples; a .json\nfile is a workload profile and is stored as the next version of "
-               "its name. A checkpoint export\n\"Wall Time,Step,Accuracy[,Zone],Run\" gives one "
+               "Imports PATH (a file, or every *.csv, *.log, *.txt, *.tsv under a folder; - is "
+               "standard input) as\nsamples; a .json file is a workload profile and is stored as "
+               "the next version of its name.\nSamples whose lines name no job get --job, else the "
+               "file's name (\"stdin\" for standard input).\nA checkpoint export\n\"Wall Time,Step,Accuracy[,Zone],Run\" gives one "
                "job per run (ID/run-3, ID/ZONE/run-3), its speed\nfrom steps and wall times; a "
                "vm_data.csv beside it leaves out runs that lost a worker mid-run.\nWhat the file "
                "does not say comes from the flags (a <series>worker<N> or <P>ps<N><g> folder\n"
@@ -603,7 +616,7 @@ std::vector<Command> ProfileCommands() {
            .summary = "fit a profile from the stored samples and store it as a new version",
            .synopsis = "--name NAME [--jobs ID,...] [--base W] [--ps-bandwidth MB/S]\n"
                        "[--pcie-bandwidth MB/S] [--model-variant V] [--require P,...]\n"
-                       "[--db FILE | --server HOST:PORT]",
+                       "[--data-dir D | --db FILE | --server HOST:PORT]",
            .flags = {{"--name", "NAME", "the profile to store (its next version)"},
                      {"--jobs", "ID[,ID...]",
                       "samples of these jobs only, a job with its runs (default: all)"},
@@ -625,7 +638,7 @@ std::vector<Command> ProfileCommands() {
           {.name = "profile validate",
            .summary = "fit on some jobs, predict the clusters of others: observed vs predicted",
            .synopsis = "--fit ID[,ID...] --check ID[,ID...] [--ps-bandwidth MB/S] "
-                       "[--model-variant V]\n[--base W] [--iterations N] [--db FILE | --server "
+                       "[--model-variant V]\n[--base W] [--iterations N] [--data-dir D | --db FILE | --server "
                        "HOST:PORT]",
            .description =
                "Fits on the first jobs (and their runs) and predicts every cluster of the second "
@@ -640,24 +653,24 @@ std::vector<Command> ProfileCommands() {
                       "compare the time of N steps (default: the steps the runs took)"}}}),
       ProfilerCommand({.name = "profile show",
                        .summary = "a stored profile's parameters",
-                       .synopsis = "NAME [--version V] [--db FILE | --server HOST:PORT]",
+                       .synopsis = "NAME [--version V] [--data-dir D | --db FILE | --server HOST:PORT]",
                        .flags = {{"--version", "V", "that version (default: the latest)"}},
                        .min_positional = 1,
                        .max_positional = 1}),
       ProfilerCommand({.name = "profile list",
                        .summary = "the latest version of every stored profile",
-                       .synopsis = "[--db FILE | --server HOST:PORT]"}),
+                       .synopsis = "[--data-dir D | --db FILE | --server HOST:PORT]"}),
       ProfilerCommand(
           {.name = "profile export",
            .summary = "a profile as JSON, the shape `spotdnn predict --workload FILE` reads",
-           .synopsis = "NAME [--version V] [--out FILE] [--db FILE | --server HOST:PORT]",
+           .synopsis = "NAME [--version V] [--out FILE] [--data-dir D | --db FILE | --server HOST:PORT]",
            .flags = {{"--version", "V", "that version (default: the latest)"},
                      {"--out", "FILE", "write it there (default: standard output)"}},
            .min_positional = 1,
            .max_positional = 1}),
       ProfilerCommand({.name = "profile delete",
                        .summary = "delete one version of a profile (default: every version)",
-                       .synopsis = "NAME [--version V] [--db FILE | --server HOST:PORT]",
+                       .synopsis = "NAME [--version V] [--data-dir D | --db FILE | --server HOST:PORT]",
                        .flags = {{"--version", "V", "only that version"}},
                        .min_positional = 1,
                        .max_positional = 1}),

@@ -13,7 +13,9 @@
 #include "services/gateway/cli/cli.h"
 #include "services/gateway/cli/command.h"
 #include "services/gateway/cli/connection.h"
+#include "services/gateway/cli/flag_errors.h"
 #include "services/gateway/cli/output.h"
+#include "services/gateway/cli/stored_profiles.h"
 #include "services/gateway/cli/risk_options.h"
 #include "services/provisioner/provisioner_service.h"
 
@@ -48,7 +50,10 @@ void AddCounts(const std::vector<std::pair<std::string, int>>& counts, pb::Clust
 
 int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
              const services::DataRegistry& local, const Io& io) {
-  auto fail = [&](const absl::Status& s) { return ReportError(s, "simulate", io); };
+  // The service names its request's fields; the user typed flags.
+  auto fail = [&](const absl::Status& s) {
+    return ReportError(NameFlags(s, ProvisionerFieldFlags()), "simulate", io);
+  };
   for (const char* flag : {"--workload", "--catalog", "--deadline"}) {
     if (!args.Has(flag)) {
       return fail(absl::InvalidArgumentError(absl::StrCat("missing required flag ", flag)));
@@ -59,7 +64,7 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
   }
   pb::SimulateRequest request;
   const std::string workload = *args.Get("--workload"), catalog = *args.Get("--catalog");
-  auto workload_ref = WorkloadRefFor(workload, local);
+  auto workload_ref = ResolveWorkloadArg(args, workload, local);
   if (!workload_ref.ok()) return fail(workload_ref.status());
   auto catalog_ref = CatalogRefFor(catalog, local);
   if (!catalog_ref.ok()) return fail(catalog_ref.status());
@@ -210,7 +215,8 @@ std::vector<Command> SimulateCommands() {
                   "[--cluster TYPE=N,...] [--lifetimes FILE] [--runs N] [--seed S]\n"
                   "[--overhead D] [--notice D] [--takeover-delay D] [--budget USD]\n"
                   "[--quota TYPE=N,...] [--strategy exact|spotdnn|exhaustive]\n"
-                  "[--parameter-servers N] [--on-demand] [--json] [--server HOST:PORT]",
+                  "[--parameter-servers N] [--on-demand] [--json] [--server HOST:PORT]\n"
+                  "[--data-dir D | --profiler H:P]",
       .description =
           "Replays the job --runs times. Each instance's lifetime is sampled from its type's "
           "lifetime\ndistribution; every revocation is handled as `spotdnn run` handles it: at "
@@ -220,7 +226,9 @@ std::vector<Command> SimulateCommands() {
           "probability of meeting the deadline (with the 95% interval\nof the simulation), time "
           "and cost (mean, p50, p90) and revocations per run. The same seed gives\nthe same "
           "numbers.",
-      .flags = {{"--workload", "W", "built-in profile name or a JSON file"},
+      .flags = {{"--workload", "W",
+                 "a stored profile's name (spotdnn profile list), a built-in one (spotdnn\n"
+                 "workloads) or a JSON file"},
                 {"--catalog", "C", "built-in catalog name or a JSON file"},
                 {"--cluster", "TYPE=N,...",
                  "the cluster to simulate (default: the cheapest plan for the SLO)"},
@@ -237,7 +245,11 @@ std::vector<Command> SimulateCommands() {
                 {"--margin", "F", "as in `spotdnn plan`"},
                 {"--parameter-servers", "N", "as in `spotdnn plan`"},
                 {"--on-demand", "", "as in `spotdnn plan`"},
-                ServerFlag("spotdnn-provisioner")},
+                ServerFlag("spotdnn-provisioner"),
+                DataDirFlag(),
+                {"--profiler", "H:P",
+                 "a running spotdnn-profiler whose stored profiles --workload may name\n"
+                 "(default: DATA_DIR/profiles.db)"}},
       .footer = "Exit status: 0 simulated, 3 no plan meets the SLO (without --cluster), 2 bad "
                 "input, 1 service\nfailure.",
       .run =

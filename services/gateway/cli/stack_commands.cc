@@ -8,10 +8,8 @@
 namespace spotdnn::gateway {
 namespace {
 
-std::string DataDir(const Args& args) { return args.Get("--data-dir").value_or(DefaultDataDir()); }
-
 int Up(const Args& args, const Io& io) {
-  const std::string data_dir = DataDir(args);
+  const std::string data_dir = DataDirOf(args);
   const std::string bin_dir = args.Get("--bin-dir").value_or(SelfDir());
   if (!io.json) io.out << "Starting the spotdnn stack in " << data_dir << ":" << std::endl;
   auto stack = StartStack(data_dir, bin_dir, io.json ? nullptr : &io.out);
@@ -36,12 +34,17 @@ int Up(const Args& args, const Io& io) {
 }
 
 int Down(const Args& args, const Io& io) {
-  absl::Status s = StopStack(DataDir(args));
-  if (!s.ok()) return ReportError(s, "down", io);
+  const std::string data_dir = DataDirOf(args);
+  absl::Status s = StopStack(data_dir);
+  // Nothing up is what `down` is for: say so, and succeed.
+  const bool was_up = !absl::IsNotFound(s);
+  if (!s.ok() && was_up) return ReportError(s, "down", io);
   if (io.json) {
-    io.out << JsonObject().Bool("stopped", true).str() << std::endl;
+    io.out << JsonObject().Bool("stopped", was_up).String("data_dir", data_dir).str() << std::endl;
+  } else if (was_up) {
+    io.out << "Stopped the spotdnn stack in " << data_dir << "." << std::endl;
   } else {
-    io.out << "Stopped the spotdnn stack in " << DataDir(args) << "." << std::endl;
+    io.out << "No spotdnn stack is up in " << data_dir << "; nothing to stop." << std::endl;
   }
   return kExitOk;
 }
@@ -54,7 +57,7 @@ std::vector<Command> StackCommands() {
       "the\nmetadata emulator the local provider's instances use, on free 127.0.0.1 ports, in "
       "the\nbackground, with their databases and logs under DATA_DIR (default $SPOTDNN_HOME, "
       "else\n~/.spotdnn); it writes DATA_DIR/stack.json and does nothing when the stack is "
-      "already up.\ndown stops them.";
+      "already up.\ndown stops them (exit status 0 also when none is up).";
   return {
       {.name = "up",
        .summary = "start the four services (and the local metadata emulator) on this machine",

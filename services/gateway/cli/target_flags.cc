@@ -13,7 +13,11 @@ absl::StatusOr<double> WholeNumber(absl::string_view flag, absl::string_view tex
                                    absl::string_view what) {
   auto v = ParseNumber(flag, text);
   if (!v.ok()) return v.status();
-  if (!(std::isfinite(*v) && *v >= 1 && *v == std::floor(*v) && *v <= 1e15)) {
+  if (*v > 1e15 && *v == std::floor(*v)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " = \"", text, "\": too big: at most 1e15 ",
+                                                   what));
+  }
+  if (!(std::isfinite(*v) && *v >= 1 && *v == std::floor(*v))) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, " = \"", text, "\": must be a whole number of ", what, " >= 1"));
   }

@@ -4,6 +4,7 @@
 #include "services/gateway/cli/watch_command.h"
 
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@
 #include "services/gateway/cli/cli.h"
 #include "services/gateway/cli/command.h"
 #include "services/gateway/cli/output.h"
+#include "services/gateway/cli/stack.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -45,6 +47,31 @@ std::string EventLine(const pb::RevocationEvent& e) {
 
 }  // namespace
 
+std::string DetectorAddressOf(const Args& args) {
+  if (auto server = args.Get("--server")) return *server;
+  if (auto stack = ReadStack(DataDirOf(args)); stack.ok()) return stack->detector;
+  return std::string(kDefaultDetectorAddress);
+}
+
+std::string RevocationEventJson(const pb::RevocationEvent& e) {
+  JsonObject o;
+  o.Integer("sequence", static_cast<long long>(e.sequence()))
+      .String("kind", services::EnumLabel(e.kind()))
+      .String("instance_id", e.instance_id())
+      .String("job_id", e.job_id());
+  if (e.cloud() == pb::CLOUD_UNSPECIFIED) {
+    o.Raw("cloud", "null");
+  } else {
+    o.String("cloud", services::EnumLabel(e.cloud()));
+  }
+  o.String("action", e.action())
+      .Integer("notice_unix_ms", e.notice_unix_ms())
+      .Number("effective_unix_ms",
+              e.effective_unix_ms() > 0 ? static_cast<double>(e.effective_unix_ms()) : NAN)
+      .String("detail", e.detail());
+  return o.str();
+}
+
 int Watch(const Args& args, pb::Detector::StubInterface& stub, const Io& io) {
   return WatchWithLimits(args, stub, io, WatchRetryLimits());
 }
@@ -53,7 +80,7 @@ int WatchWithLimits(const Args& args, pb::Detector::StubInterface& stub, const I
                     const WatchRetryLimits& limits) {
   using Clock = std::chrono::steady_clock;
   constexpr absl::string_view kCommand = "watch";
-  const std::string server = args.Get("--server").value_or(std::string(kDefaultDetectorAddress));
+  const std::string server = DetectorAddressOf(args);
   int count = 0;
   if (auto c = args.Get("--count")) {
     auto parsed = ParseInt("--count", *c, 1, 1 << 30);
@@ -130,7 +157,7 @@ int WatchWithLimits(const Args& args, pb::Detector::StubInterface& stub, const I
     while (reader->Read(&event)) {
       up = ever_up = true;
       if (io.json) {
-        io.out << services::ToJson(event) << "\n";
+        io.out << RevocationEventJson(event) << "\n";
       } else {
         io.out << EventLine(event) << "\n";
       }
@@ -195,8 +222,8 @@ std::vector<Command> WatchCommands() {
   return {{
       .name = "watch",
       .summary = "revocation events from a detector, as they arrive",
-      .synopsis = "[--server HOST:PORT] [--job J] [--after SEQ] [--count N] [--timeout DURATION]\n"
-                  "[--json]",
+      .synopsis = "[--server HOST:PORT | --data-dir D] [--job J] [--after SEQ] [--count N]\n"
+                  "[--timeout DURATION] [--json]",
       .description =
           "Prints a spotdnn-detector's revocation events (notice, rebalance, maintenance, "
           "revoked, lost,\nrecovered) as they arrive, one line each. If the stream breaks it "
@@ -204,18 +231,23 @@ std::vector<Command> WatchCommands() {
           "the server) when the detector cannot be\nreached within --timeout (or 10 s) at the "
           "start, or for 60 s after a stream broke; an --after\npast the detector's newest event "
           "exits 2 naming both numbers.",
-      .flags = {{"--server", "HOST:PORT", "the detector (default 127.0.0.1:50054)"},
+      .flags = {{"--server", "HOST:PORT",
+                 "the detector (default: the stack's, when `spotdnn up` runs, else\n"
+                 "127.0.0.1:50054)"},
+                DataDirFlag(),
                 {"--job", "J", "only this job's events"},
                 {"--after", "SEQ",
                  "replay events after this sequence number first (default: new "
                  "ones only)"},
                 {"--count", "N", "stop after N events"},
                 {"--timeout", "DURATION", "stop after this long (e.g. 30s, 5m)"},
-                {"--json", "", "one JSON object per event, one per line"}},
+                {"--json", "",
+                 "one JSON object per event, one per line: sequence, kind, instance_id,\n"
+                 "job_id, cloud, action, notice_unix_ms, effective_unix_ms (null: unknown),\n"
+                 "detail"}},
       .run =
           [](const Args& args, const Io& io) {
-            const std::string target =
-                args.Get("--server").value_or(std::string(kDefaultDetectorAddress));
+            const std::string target = DetectorAddressOf(args);
             if (target.find(':') == std::string::npos) {
               return ReportError(absl::InvalidArgumentError(absl::StrCat("--server = \"", target,
                                                                          "\": expected HOST:PORT")),

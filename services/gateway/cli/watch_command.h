@@ -9,8 +9,16 @@
 
 namespace spotdnn::gateway {
 
-// The detector `spotdnn watch` asks when --server is not given.
+// The detector `spotdnn watch` asks when --server is not given and no stack is up.
 inline constexpr std::string_view kDefaultDetectorAddress = "127.0.0.1:50054";
+
+// The detector a command (watch, detector ...) talks to: --server, else the stack's (DATA_DIR/
+// stack.json, `spotdnn up`), else kDefaultDetectorAddress.
+std::string DetectorAddressOf(const Args& args);
+
+// One revocation event as `watch --json` prints it: numbers as numbers, enum labels ("notice",
+// "aws"), null for what is not known (no cloud, no effective time).
+std::string RevocationEventJson(const pb::RevocationEvent& event);
 
 // How long `spotdnn watch` keeps trying a detector it cannot reach.
 struct WatchRetryLimits {

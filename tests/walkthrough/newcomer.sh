@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The README's newcomer walk-through, run as written: the ```sh block after the line
+# "<!-- newcomer walk-through: tests/walkthrough/newcomer.sh -->" in README.md (own profile from a
+# log -> fit -> predict by name -> plan by name -> run by name, all under one --data-dir), each
+# command in order, in a fresh folder where build/ is the build tree and deploy/ the source's.
+# Fails on the first command that fails, and checks what each step must have left behind.
+#
+#   tests/walkthrough/newcomer.sh SOURCE_DIR BINARY_DIR
+set -euo pipefail
+src=$(cd "$1" && pwd)
+bin=$(cd "$2" && pwd)
+work=$(mktemp -d /tmp/spotdnn-walkthrough.XXXXXX)
+ln -s "$bin" "$work/build"
+ln -s "$src/deploy" "$work/deploy"
+# Nothing may fall back to the user's own ~/.spotdnn: HOME and SPOTDNN_HOME point elsewhere.
+export HOME="$work/home" SPOTDNN_HOME="$work/elsewhere"
+mkdir -p "$HOME"
+
+script="$work/walkthrough.sh"
+awk '/<!-- newcomer walk-through: tests\/walkthrough\/newcomer.sh -->/ { found = 1; next }
+     found == 1 && /^```sh$/ { found = 2; next }
+     found == 2 && /^```$/ { exit }
+     found == 2 { print }' "$src/README.md" > "$script"
+if [ ! -s "$script" ]; then
+  echo "FAIL: no walk-through block in $src/README.md" >&2
+  exit 1
+fi
+echo "--- the README's commands:"
+cat "$script"
+
+cleanup() {
+  # Whatever happened, no stack is left running.
+  "$bin/spotdnn" down --data-dir "$work/spotdnn-mine" > /dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+cd "$work"
+echo "--- running them"
+# -x: each command as it runs; -e: the first failure stops the walk-through.
+bash -eux "$script" 2>&1 | tee "$work/output.txt"
+status=${PIPESTATUS[0]}
+if [ "$status" -ne 0 ]; then
+  echo "FAIL: a README command exited $status" >&2
+  exit 1
+fi
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+D="$work/spotdnn-mine"
+[ -f "$D/profiles.db" ] || fail "the profile was not stored in the data directory ($D/profiles.db)"
+[ -f "$D/jobs.db" ] || fail "the job was not recorded in the data directory ($D/jobs.db)"
+[ ! -e "$HOME/.spotdnn" ] || fail "something wrote to ~/.spotdnn instead of --data-dir"
+[ ! -e "$SPOTDNN_HOME" ] || fail "something wrote to \$SPOTDNN_HOME instead of --data-dir"
+grep -q "Fitted profile resnet110-mine version 1" "$work/output.txt" || fail "no fit"
+grep -q "Prediction: resnet110-mine (stored profile, version 1)" "$work/output.txt" ||
+  fail "predict did not use the stored profile"
+grep -q "Plan: resnet110-mine (stored profile, version 1)" "$work/output.txt" ||
+  fail "plan did not use the stored profile"
+grep -q "Job resnet110-mine-job finished" "$work/output.txt" || fail "the job did not finish"
+"$bin/spotdnn" status resnet110-mine-job --data-dir "$D" --json | grep -q '"state":"finished"' ||
+  fail "status does not say the job finished"
+rm -rf "$work"
+echo "PASS: the README's newcomer walk-through"
