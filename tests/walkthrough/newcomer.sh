@@ -59,7 +59,10 @@ grep -q "Prediction: resnet110-mine (stored profile, version 1)" "$work/output.t
 grep -q "Plan: resnet110-mine (stored profile, version 1)" "$work/output.txt" ||
   fail "plan did not use the stored profile"
 grep -q "Job resnet110-mine-job finished" "$work/output.txt" || fail "the job did not finish"
-"$bin/spotdnn" status resnet110-mine-job --data-dir "$D" --json | grep -q '"state":"finished"' ||
-  fail "status does not say the job finished"
+status_json=$("$bin/spotdnn" status resnet110-mine-job --data-dir "$D" --json)
+grep -q '"state":"finished"' <<< "$status_json" || fail "status does not say the job finished"
+# The job has a budget and no deadline: null, as `plan --json` says an absent one.
+grep -q '"deadline_s":null' <<< "$status_json" || fail "status --json: deadline_s is not null"
+grep -q '"budget_usd":1[,}]' <<< "$status_json" || fail "status --json: budget_usd is not 1"
 rm -rf "$work"
 echo "PASS: the README's newcomer walk-through"
