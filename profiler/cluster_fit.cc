@@ -603,9 +603,8 @@ absl::StatusOr<PaperFormFitResult> FitPaperForm(absl::Span<const ClusterObservat
   out.quality.push_back(std::move(req));
   FitQuality c = SpeedQuality("a1,b1", observations, predict);
   c.note = absl::StrFormat(
-      "eq. 8-9 on cluster steps/s of %d %s (%s), least squares in log speed",
-      observations.size(), observations.size() == 1 ? "configuration" : "configurations",
-      Configurations(observations));
+      "eq. 8-9 on cluster steps/s of %d %s (%s), least squares in log speed", observations.size(),
+      observations.size() == 1 ? "configuration" : "configurations", Configurations(observations));
   out.quality.push_back(std::move(c));
   return out;
 }

@@ -441,9 +441,9 @@ std::vector<double> GlobalIterations(absl::Span<const Sample> samples) {
         continue;
       }
       // Its highest step at or before this sample's wall time (0 before its first).
-      auto it = std::upper_bound(w.steps.begin(), w.steps.end(),
-                                 std::make_pair(s.wall_time_s,
-                                                std::numeric_limits<std::int64_t>::max()));
+      auto it =
+          std::upper_bound(w.steps.begin(), w.steps.end(),
+                           std::make_pair(s.wall_time_s, std::numeric_limits<std::int64_t>::max()));
       if (it != w.steps.begin()) total += double(std::prev(it)->second);
     }
     out.push_back(total);

@@ -20,8 +20,8 @@ struct Sample {
   std::string worker_id{};
   std::string instance_type{};
   std::string gpu_type{};
-  int gpus = 0;                 // g_i
-  int batch_size = 0;           // samples per iteration on this worker, b_i
+  int gpus = 0;        // g_i
+  int batch_size = 0;  // samples per iteration on this worker, b_i
   // The reporter's own step count (1, 2, 3, ...): with a worker_id, that worker's steps (the
   // job's global iterations are the sum of its workers' steps, as `spotdnn run` counts them);
   // without one (a cluster-level log such as a TensorBoard export), the cluster's global step.

@@ -227,9 +227,8 @@ grpc::Status ProfilerServiceImpl::ImportLog(grpc::ServerContext*,
   }
   // One transaction: an import that fails part-way stores nothing.
   std::int64_t duplicates = 0;
-  if (auto s = store_->AddSamples(result->samples,
-                                  request->path().empty() ? "content" : request->path(),
-                                  &duplicates);
+  if (auto s = store_->AddSamples(
+          result->samples, request->path().empty() ? "content" : request->path(), &duplicates);
       !s.ok()) {
     return ToGrpc(s);
   }
@@ -308,7 +307,8 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext*,
           : absl::StrCat("fitted from samples; what the samples do not determine is taken from ",
                          request->base().name()));
   profile.set_source(absl::StrCat("fitted by spotdnn-profiler from ", samples->size(),
-                                  " samples of ", seen.size(), seen.size() == 1 ? " job" : " jobs"));
+                                  " samples of ", seen.size(),
+                                  seen.size() == 1 ? " job" : " jobs"));
   auto stored = Store(std::move(profile));
   if (!stored.ok()) return ToGrpc(stored.status());
   *response->mutable_profile() = *std::move(stored);

@@ -456,8 +456,7 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRe
   } else {
     const provisioner::PlanResult fastest = Fastest(*in);
     const provisioner::PlanResult cheapest = Cheapest(*in);
-    *response->mutable_plan() =
-        Infeasible(*in, strategy, InfeasibleReason(*in, fastest, cheapest));
+    *response->mutable_plan() = Infeasible(*in, strategy, InfeasibleReason(*in, fastest, cheapest));
     if (fastest.feasible) {
       response->set_fastest_time_s(fastest.best.time_s);
       response->set_fastest_cost_usd(fastest.best.cost_usd);

@@ -90,7 +90,9 @@ TEST(PredictCommand, BadInputExitsTwoNamingIt) {
   };
   CliRun r = with("--loss", "0.4");
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("target_loss = 0.4"));
+  EXPECT_THAT(r.err, HasSubstr("--loss = 0.4"));
+  EXPECT_THAT(r.err,
+              ::testing::Not(HasSubstr("target_loss")));  // the flag the user typed, not the field
   r = with("--cluster", "p2.xlarge=2,x1.huge=1");
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("x1.huge"));

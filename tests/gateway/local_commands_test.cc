@@ -254,7 +254,7 @@ TEST(LocalCommandTest, LaunchListTerminate) {
   EXPECT_TRUE(all_running) << out;
   EXPECT_THAT(out, HasSubstr("\"role\":\"ps\""));
   EXPECT_EQ(RunSpotdnn({"local", "terminate", "--job", "cli-job"}, &out), kExitOk);
-  EXPECT_THAT(out, HasSubstr("Terminated 3 instance(s)"));
+  EXPECT_THAT(out, HasSubstr("Terminated 3 instances"));
   launcher.join();  // the launcher sees nothing running and returns
   EXPECT_EQ(launch_rc, kExitOk);
   EXPECT_THAT(launch_out, HasSubstr("\"job_id\":\"cli-job\""));

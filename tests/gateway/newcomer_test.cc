@@ -90,9 +90,8 @@ class Newcomer : public ::testing::Test {
   // The README's example log (deploy/examples/make-train-log.sh), STEPS global iterations a run.
   std::string TrainLog(int steps = 800) {
     const std::string path = dir_ + "/train.log";
-    const std::string command =
-        absl::StrCat("STEPS=", steps, " sh ", SPOTDNN_SOURCE_DIR,
-                     "/deploy/examples/make-train-log.sh > ", path);
+    const std::string command = absl::StrCat("STEPS=", steps, " sh ", SPOTDNN_SOURCE_DIR,
+                                             "/deploy/examples/make-train-log.sh > ", path);
     EXPECT_EQ(std::system(command.c_str()), 0);
     return path;
   }
@@ -110,7 +109,7 @@ class Newcomer : public ::testing::Test {
                     const std::vector<std::string>& more = {}) {
     Proc imported = Spotdnn({"profile", "import", TrainLog(), "--data-dir", Data()});
     ASSERT_EQ(imported.code, 0) << imported.err;
-    std::vector<std::string> fit = {"profile", "fit", "--name", name, "--jobs", jobs,
+    std::vector<std::string> fit = {"profile",        "fit",  "--name",     name,  "--jobs", jobs,
                                     "--ps-bandwidth", "1200", "--data-dir", Data()};
     fit.insert(fit.end(), more.begin(), more.end());
     Proc fitted = Spotdnn(fit);
@@ -159,8 +158,8 @@ TEST_F(Newcomer, PredictPlanAndSimulateFindAStoredProfileByName) {
                     "--cluster", "p3.2xlarge=4", "--loss", "1", "--data-dir", Data()});
   ASSERT_EQ(p.code, 0) << p.err;
   EXPECT_THAT(p.out, HasSubstr("resnet110-mine (stored profile, version 1)"));
-  p = Spotdnn({"plan", "--workload", "resnet110-mine", "--catalog", "aws-paper-2023", "--loss",
-               "1", "--deadline", "2h", "--data-dir", Data()});
+  p = Spotdnn({"plan", "--workload", "resnet110-mine", "--catalog", "aws-paper-2023", "--loss", "1",
+               "--deadline", "2h", "--data-dir", Data()});
   ASSERT_EQ(p.code, 0) << p.err;
   EXPECT_THAT(p.out, HasSubstr("Plan: resnet110-mine (stored profile, version 1)"));
   // SPOTDNN_HOME the same way.
@@ -254,9 +253,9 @@ TEST_F(Newcomer, ImportReadsStandardInputAndStoresASampleOnce) {
 
 TEST_F(Newcomer, EveryBinaryListsItsFlagsAndItsVersion) {
   const std::map<std::string, std::string> flag_of = {
-      {"spotdnn-predictor", "--listen"},        {"spotdnn-provisioner", "--listen"},
-      {"spotdnn-profiler", "--db"},             {"spotdnn-detector", "--poll_interval"},
-      {"spotdnn-agent", "--detector"},          {"spotdnn-metadata-emulator", "--port"},
+      {"spotdnn-predictor", "--listen"},   {"spotdnn-provisioner", "--listen"},
+      {"spotdnn-profiler", "--db"},        {"spotdnn-detector", "--poll_interval"},
+      {"spotdnn-agent", "--detector"},     {"spotdnn-metadata-emulator", "--port"},
       {"spotdnn-sim-worker", "--profiler"}};
   for (const auto& [binary, flag] : flag_of) {
     Proc p = Run(binary, {"--help"});
@@ -281,7 +280,7 @@ TEST_F(Newcomer, EveryBinaryListsItsFlagsAndItsVersion) {
 // 6. Arguments and errors.
 
 TEST_F(Newcomer, ErrorsNameTheFlagsAndFollowTheExitTable) {
-  const std::vector<std::string> plan = {"plan",   "--workload", "resnet110", "--catalog",
+  const std::vector<std::string> plan = {"plan",           "--workload", "resnet110", "--catalog",
                                          "aws-paper-2023", "--deadline", "30m"};
   auto with = [&](std::vector<std::string> more) {
     std::vector<std::string> args = plan;
@@ -309,8 +308,8 @@ TEST_F(Newcomer, ErrorsNameTheFlagsAndFollowTheExitTable) {
   EXPECT_THAT(p.out, HasSubstr("Cheapest possible:"));
   EXPECT_THAT(p.out, Not(HasSubstr("Fastest achievable")));
   // `run` with no stack up: a service failure (1); `down` with none: 0, saying so.
-  p = Spotdnn({"run", std::string(SPOTDNN_SOURCE_DIR) + "/deploy/examples/job.json",
-               "--data-dir", Data()});
+  p = Spotdnn(
+      {"run", std::string(SPOTDNN_SOURCE_DIR) + "/deploy/examples/job.json", "--data-dir", Data()});
   EXPECT_EQ(p.code, 1) << p.err;
   EXPECT_THAT(p.err, HasSubstr("spotdnn up"));
   p = Spotdnn({"down", "--data-dir", Data()});
@@ -322,8 +321,8 @@ TEST_F(Newcomer, ErrorsNameTheFlagsAndFollowTheExitTable) {
 
 TEST_F(Newcomer, TheFrontierChartsChosenPlanLabelStaysOnTheCanvas) {
   const std::string svg = dir_ + "/frontier.svg";
-  Proc p = Spotdnn({"plan", "--workload", "resnet110", "--catalog", "aws-paper-2023", "--loss",
-                    "1", "--deadline", "2h", "--mode", "frontier", "--plot", svg});
+  Proc p = Spotdnn({"plan", "--workload", "resnet110", "--catalog", "aws-paper-2023", "--loss", "1",
+                    "--deadline", "2h", "--mode", "frontier", "--plot", svg});
   ASSERT_EQ(p.code, 0) << p.err;
   const std::string text = ReadAll(svg);
   const std::regex label(
@@ -357,10 +356,10 @@ TEST_F(Newcomer, WatchJsonIsInTheStyleOfTheOtherCommands) {
 
 TEST_F(Newcomer, DetectorRegisterListUnregister) {
   const std::string port_file = dir_ + "/detector.port";
-  testing_util::Child detector({absl::StrCat(SPOTDNN_BINARY_DIR, "/spotdnn-detector"),
-                                "--listen=127.0.0.1:0", "--port_file=" + port_file,
-                                "--db=" + dir_ + "/detector.db"},
-                               dir_ + "/detector.log");
+  testing_util::Child detector(
+      {absl::StrCat(SPOTDNN_BINARY_DIR, "/spotdnn-detector"), "--listen=127.0.0.1:0",
+       "--port_file=" + port_file, "--db=" + dir_ + "/detector.db"},
+      dir_ + "/detector.log");
   const int port = testing_util::ReadPort(port_file);
   ASSERT_GT(port, 0) << ReadAll(dir_ + "/detector.log");
   const std::string server = absl::StrCat("127.0.0.1:", port);
@@ -370,8 +369,8 @@ TEST_F(Newcomer, DetectorRegisterListUnregister) {
   EXPECT_THAT(p.out, HasSubstr("Registered i-1"));
   p = Spotdnn({"detector", "register", "i-2", "--job", "j", "--server", server});
   ASSERT_EQ(p.code, 0) << p.err;
-  p = Spotdnn({"detector", "register", "i-3", "--metadata-endpoint", "http://x", "--server",
-               server});
+  p = Spotdnn(
+      {"detector", "register", "i-3", "--metadata-endpoint", "http://x", "--server", server});
   EXPECT_EQ(p.code, 2);
   EXPECT_THAT(p.err, HasSubstr("--cloud"));
   p = Spotdnn({"detector", "list", "--server", server, "--json"});

@@ -141,7 +141,7 @@ TEST_F(ProfileCommandTest, ExportedProfilesAreWhatPredictReads) {
   CliRun again = Profile({"import", exported});
   EXPECT_THAT(again.out, HasSubstr("version 2"));
   CliRun deleted = Profile({"delete", "resnet110"});
-  EXPECT_THAT(deleted.out, HasSubstr("Deleted 2 version(s)"));
+  EXPECT_THAT(deleted.out, HasSubstr("Deleted 2 versions"));
 }
 
 TEST_F(ProfileCommandTest, BadInputExitsTwoNamingTheFlag) {

@@ -123,7 +123,7 @@ TEST_F(RiskCommandTest, PlanRiskFlagsAreChecked) {
   const std::vector<Case> cases = {
       {{"--confidence", "1"}, "--confidence = \"1\""},
       {{"--confidence", "0.9", "--mode", "budget", "--budget", "5"}, "--mode deadline"},
-      {{"--confidence", "0.9"}, "options.confidence: no instance type"},
+      {{"--confidence", "0.9"}, "--confidence: no instance type"},
       {{"--lifetimes", "/nonexistent/x.csv"}, "--lifetimes: lifetime file \"/nonexistent/x.csv\""},
       {{"--map", "T4=K80"}, "give --lifetimes FILE"},
       {{"--lifetimes", Lifetimes(), "--unmatched", "maybe"}, "--unmatched = \"maybe\""},

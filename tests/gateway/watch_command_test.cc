@@ -125,8 +125,9 @@ TEST_F(WatchCommandTest, JsonLinesOfNewEventsForOneJob) {
   google::protobuf::Struct object;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &object).ok()) << run.out;
   EXPECT_EQ(object.fields().at("instance_id").string_value(), "mine");
-  EXPECT_EQ(object.fields().at("kind").string_value(), "KIND_NOTICE");
-  EXPECT_EQ(object.fields().at("sequence").string_value(), "3");
+  // As the other commands' JSON: enum labels without their prefix, numbers as numbers.
+  EXPECT_EQ(object.fields().at("kind").string_value(), "notice");
+  EXPECT_EQ(object.fields().at("sequence").number_value(), 3);
 }
 
 TEST_F(WatchCommandTest, TimeoutStopsCleanly) {

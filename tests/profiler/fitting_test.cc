@@ -332,3 +332,40 @@ TEST(ValidateSpeed, RejectsTooFewFitCounts) {
 
 }  // namespace
 }  // namespace spotdnn::profiler
+
+namespace spotdnn::profiler {
+namespace {
+
+// Issue 18: `step` is a worker's own step count; the loss fit's j is the job's global iterations
+// then, the sum of its workers' steps as `spotdnn run` counts them (ProfileStore::JobProgress).
+TEST(GlobalIterations, SumsEveryWorkersStepAtThatMoment) {
+  auto sample = [](std::string job, std::string worker, std::int64_t step, double t) {
+    Sample s;
+    s.job_id = std::move(job);
+    s.worker_id = std::move(worker);
+    s.step = step;
+    s.wall_time_s = t;
+    s.loss = 1;
+    return s;
+  };
+  const std::vector<Sample> samples = {
+      sample("j", "0", 1, 100.0), sample("j", "1", 1, 100.5), sample("j", "0", 2, 101.0),
+      sample("j", "1", 2, 101.5), sample("j", "0", 3, 102.0),
+      // Another job does not count; a cluster-level record's step is the global step already.
+      sample("k", "0", 7, 100.0), sample("c", "", 40, 100.0)};
+  const std::vector<double> j = GlobalIterations(samples);
+  ASSERT_EQ(j.size(), samples.size());
+  EXPECT_EQ(j[0], 1);  // worker 1 had not reported yet
+  EXPECT_EQ(j[1], 2);
+  EXPECT_EQ(j[2], 3);
+  EXPECT_EQ(j[3], 4);
+  EXPECT_EQ(j[4], 5);  // 3 + 2: what JobProgress sums at the end
+  EXPECT_EQ(j[5], 7);
+  EXPECT_EQ(j[6], 40);
+  // Without wall times the workers are taken to keep pace: step x workers.
+  std::vector<Sample> untimed = {sample("u", "0", 5, 0), sample("u", "1", 5, 0)};
+  EXPECT_EQ(GlobalIterations(untimed)[0], 10);
+}
+
+}  // namespace
+}  // namespace spotdnn::profiler

@@ -160,7 +160,10 @@ TEST_F(ProfileStoreTest, ConcurrentWritersOnTheSameFileLoseNothing) {
       ASSERT_TRUE(store.ok()) << store.status();
       for (int b = 0; b < kBatches; ++b) {
         std::vector<Sample> batch;
-        for (int i = 0; i < kBatch; ++i) batch.push_back(MakeSample("job" + std::to_string(w), i));
+        // Steps go on from batch to batch (the same step again would be the same sample).
+        for (int i = 0; i < kBatch; ++i) {
+          batch.push_back(MakeSample("job" + std::to_string(w), b * kBatch + i + 1));
+        }
         ASSERT_TRUE((*store)->AddSamples(batch, "t").ok());
         auto v = (*store)->PutProfile("shared", [](int v) { return std::to_string(v); });
         ASSERT_TRUE(v.ok()) << v.status();
@@ -239,6 +242,35 @@ TEST_F(ProfileStoreTest, OpenNamesAnUnusablePath) {
   auto store = ProfileStore::Open("/proc/no-such-dir/x.db");
   EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(store.status().message(), HasSubstr("/proc/no-such-dir/x.db"));
+}
+
+}  // namespace
+}  // namespace spotdnn::profiler
+
+namespace spotdnn::profiler {
+namespace {
+
+// Issue 18: importing the same samples twice stores them once (a sample is its job, worker and
+// step); samples without a step (0) are never taken for the same one.
+TEST_F(ProfileStoreTest, TheSameJobWorkerAndStepIsStoredOnce) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::vector<Sample> batch = {MakeSample("j", 1), MakeSample("j", 2), MakeSample("j", 3)};
+  std::int64_t duplicates = -1;
+  ASSERT_TRUE(store->AddSamples(batch, "a.log", &duplicates).ok());
+  EXPECT_EQ(duplicates, 0);
+  batch.push_back(MakeSample("j", 4));
+  ASSERT_TRUE(store->AddSamples(batch, "a.log", &duplicates).ok());
+  EXPECT_EQ(duplicates, 3);
+  EXPECT_EQ(*store->CountSamples(), 4);
+  // Another worker, or another job, at the same steps: new samples.
+  Sample other = MakeSample("j", 1);
+  other.worker_id = "w2";
+  ASSERT_TRUE(store->AddSamples({other, MakeSample("k", 1)}, "b.log", &duplicates).ok());
+  EXPECT_EQ(duplicates, 0);
+  // Step 0 (a log without steps): every sample counts.
+  ASSERT_TRUE(store->AddSamples({MakeSample("z", 0), MakeSample("z", 0)}, "c.log").ok());
+  EXPECT_EQ(*store->CountSamples(), 8);
 }
 
 }  // namespace

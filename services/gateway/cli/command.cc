@@ -21,14 +21,16 @@ FlagHelp DataDirFlag() {
           "$SPOTDNN_HOME, else ~/.spotdnn)"};
 }
 
-std::string DataDirOf(const Args& args) { return args.Get("--data-dir").value_or(DefaultDataDir()); }
+std::string DataDirOf(const Args& args) {
+  return args.Get("--data-dir").value_or(DefaultDataDir());
+}
 
 const std::vector<Command>& CommandTable() {
   static const std::vector<Command>* table = [] {
     auto* all = new std::vector<Command>;
-    for (auto group : {ModelCommands, PlanCommands, SimulateCommands, ProfileCommands,
-                       WatchCommands, DetectorCommands, JobCommands, StackCommands, LocalCommands,
-                       CatalogCommands}) {
+    for (auto group :
+         {ModelCommands, PlanCommands, SimulateCommands, ProfileCommands, WatchCommands,
+          DetectorCommands, JobCommands, StackCommands, LocalCommands, CatalogCommands}) {
       for (Command& c : group()) {
         if (c.run && std::none_of(c.flags.begin(), c.flags.end(),
                                   [](const FlagHelp& f) { return f.flag == "--json"; })) {

@@ -3,8 +3,8 @@
 // the detector polls itself, or one an agent reports for; stop watching one; list them.
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "services/clients/service_clients.h"
@@ -94,12 +94,12 @@ int Register(const Args& args, const Io& io) {
   if (auto s = detector.Register(instance); !s.ok()) {
     // The service names its fields ("instance.cloud"); say the flags.
     std::string message(s.message());
-    for (const auto& [field, flag] : {std::pair<std::string, std::string>{"instance.instance_id",
-                                                                          "INSTANCE"},
-                                      {"instance.metadata_endpoint", "--metadata-endpoint"},
-                                      {"instance.cloud", "--cloud"},
-                                      {"instance.job_id", "--job"},
-                                      {"instance.instance_type", "--instance-type"}}) {
+    for (const auto& [field, flag] :
+         {std::pair<std::string, std::string>{"instance.instance_id", "INSTANCE"},
+          {"instance.metadata_endpoint", "--metadata-endpoint"},
+          {"instance.cloud", "--cloud"},
+          {"instance.job_id", "--job"},
+          {"instance.instance_type", "--instance-type"}}) {
       if (absl::StartsWith(message, field)) message = flag + message.substr(field.size());
     }
     return fail(At(absl::Status(s.code(), message), connection->address));
@@ -131,10 +131,13 @@ int Unregister(const Args& args, const Io& io) {
   std::vector<std::string> done;
   for (const std::string& id : args.positional()) {
     if (auto s = detector.Unregister(id); !s.ok()) {
-      return fail(At(absl::Status(s.code(),
-                                  absl::StrCat("INSTANCE = \"", id, "\": ", s.message(),
-                                               done.empty() ? "" : absl::StrCat(" (unregistered before it: ", absl::StrJoin(done, " "), ")"))),
-                     connection->address));
+      return fail(
+          At(absl::Status(s.code(),
+                          absl::StrCat("INSTANCE = \"", id, "\": ", s.message(),
+                                       done.empty() ? ""
+                                                    : absl::StrCat(" (unregistered before it: ",
+                                                                   absl::StrJoin(done, " "), ")"))),
+             connection->address));
     }
     done.push_back(id);
   }

@@ -72,14 +72,10 @@ const FieldFlags& ProvisionerFieldFlags() {
 
 const FieldFlags& PredictorFieldFlags() {
   static const FieldFlags* fields = new FieldFlags{
-      {"target_loss", "--loss"},
-      {"target_iterations", "--iterations"},
-      {"target_epochs", "--epochs"},
-      {"dataset_size", "--dataset-size"},
-      {"cluster.instances", "--cluster"},
-      {"cluster.parameter_servers", "--parameter-servers"},
-      {"workload.name", "--workload"},
-      {"catalog.name", "--catalog"},
+      {"target_loss", "--loss"},          {"target_iterations", "--iterations"},
+      {"target_epochs", "--epochs"},      {"dataset_size", "--dataset-size"},
+      {"cluster.instances", "--cluster"}, {"cluster.parameter_servers", "--parameter-servers"},
+      {"workload.name", "--workload"},    {"catalog.name", "--catalog"},
   };
   return *fields;
 }

@@ -92,10 +92,10 @@ absl::StatusOr<Endpoints> EndpointsOf(const Args& args, const std::string& data_
     auto stack = ReadStack(data_dir);
     if (absl::IsNotFound(stack.status())) {
       // No service to run the job against: a service failure (exit 1), not bad input.
-      return absl::UnavailableError(absl::StrCat(
-          "no spotdnn stack is up in ", data_dir,
-          ": start one with `spotdnn up` (same --data-dir), or name the services with "
-          "--provisioner, --profiler and --detector"));
+      return absl::UnavailableError(
+          absl::StrCat("no spotdnn stack is up in ", data_dir,
+                       ": start one with `spotdnn up` (same --data-dir), or name the services with "
+                       "--provisioner, --profiler and --detector"));
     }
     if (!stack.ok()) return stack.status();
     if (e.provisioner.empty()) e.provisioner = stack->provisioner;
@@ -261,6 +261,9 @@ int Status(const Args& args, const Io& io) {
   if (io.json) {
     std::vector<std::string> list, log;
     for (const job::InstanceRecord& i : *instances) {
+      // Times not known yet (not launched, not ended) are null.
+      const double launched = i.launched_ms > 0 ? static_cast<double>(i.launched_ms) : NAN;
+      const double ended = i.ended_ms > 0 ? static_cast<double>(i.ended_ms) : NAN;
       list.push_back(JsonObject()
                          .String("id", i.id)
                          .String("role", std::string(launcher::RoleName(i.role)))
@@ -271,10 +274,8 @@ int Status(const Args& args, const Io& io) {
                          .String("state", std::string(job::Name(i.state)))
                          .Number("price_per_hour", i.price_per_hour)
                          .Number("predicted_iteration_s", i.predicted_iteration_s)
-                         .Number("launched_unix_ms",  // null: not launched / not ended
-                                 i.launched_ms > 0 ? static_cast<double>(i.launched_ms) : NAN)
-                         .Number("ended_unix_ms",
-                                 i.ended_ms > 0 ? static_cast<double>(i.ended_ms) : NAN)
+                         .Number("launched_unix_ms", launched)
+                         .Number("ended_unix_ms", ended)
                          .str());
     }
     for (const job::JobEventRecord& e : *events) {

@@ -137,8 +137,7 @@ int LocalLaunch(const Args& args, const Io& io) {
            << std::endl;
   } else {
     io.out << "Launched job " << *job << " (" << Plural(launched.size(), "instance", "instances")
-           << "; state in "
-           << (*provider)->state_dir() << "):\n";
+           << "; state in " << (*provider)->state_dir() << "):\n";
     PrintInstances(launched, io.out);
     io.out << "Waiting for the instances to exit (Ctrl-C terminates them)." << std::endl;
   }
@@ -278,7 +277,8 @@ std::vector<Command> LocalCommands() {
            "SPOTDNN_INSTANCE_ID and SPOTDNN_METADATA_ENDPOINT.\n\nState: DATA_DIR/local "
            "(--data-dir D, else $SPOTDNN_HOME, else ~/.spotdnn), where `spotdnn run`\n"
            "launches its local instances too: one ID.instance file and ID.log (the output) per "
-           "running\ninstance; a terminated instance's output moves to DATA_DIR/local/logs/ID.log."},
+           "running\ninstance; a terminated instance's output moves to "
+           "DATA_DIR/local/logs/ID.log."},
       {.name = "local launch",
        .summary = "start parameter servers and workers; stay until they exit",
        .synopsis = "--job J --workers TYPE=N[,TYPE=N...] --command CMD [--ps N] [--ps-type T]\n"

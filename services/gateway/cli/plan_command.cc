@@ -21,8 +21,8 @@
 #include "services/gateway/cli/connection.h"
 #include "services/gateway/cli/flag_errors.h"
 #include "services/gateway/cli/output.h"
-#include "services/gateway/cli/stored_profiles.h"
 #include "services/gateway/cli/risk_options.h"
+#include "services/gateway/cli/stored_profiles.h"
 #include "services/gateway/cli/target_flags.h"
 #include "services/provisioner/provisioner_service.h"
 
@@ -625,8 +625,8 @@ std::vector<Command> PlanCommands() {
            ServerFlag("spotdnn-provisioner"),
            DataDirFlag(),
            {"--profiler", "H:P",
-             "a running spotdnn-profiler whose stored profiles --workload may name\n"
-             "(default: DATA_DIR/profiles.db)"}},
+            "a running spotdnn-profiler whose stored profiles --workload may name\n"
+            "(default: DATA_DIR/profiles.db)"}},
       .footer = "With --lifetimes and no --confidence, the plan (deadline mode) or every frontier "
                 "plan\n(frontier mode) is simulated and its probability shown.\nExit status: 0 a "
                 "plan, 3 no plan meets the SLO (or the confidence), 2 bad input, 1 service\n"

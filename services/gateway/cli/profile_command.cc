@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <memory>
 #include <set>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -156,7 +156,8 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
   const bool folder = !from_stdin && std::filesystem::is_directory(*path, ec);
   const bool regular = !from_stdin && std::filesystem::is_regular_file(*path, ec);
   if (!from_stdin && !std::filesystem::exists(*path, ec)) {
-    return fail(absl::NotFoundError(absl::StrCat("PATH = \"", *path, "\": no such file or folder")));
+    return fail(
+        absl::NotFoundError(absl::StrCat("PATH = \"", *path, "\": no such file or folder")));
   }
   if (from_stdin || (!folder && (!regular || args.Has("--server")))) {
     // Standard input ("-"), a pipe or a device (/dev/stdin) can only be read here, and a remote
@@ -179,9 +180,8 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
     request.set_path(from_stdin ? "stdin" : *path);
     if (request.job_id().empty()) {
       // The job of samples whose lines name none (sample lines with a job_id keep theirs).
-      request.set_job_id(from_stdin || !regular
-                             ? "stdin"
-                             : std::filesystem::path(*path).stem().string());
+      request.set_job_id(from_stdin || !regular ? "stdin"
+                                                : std::filesystem::path(*path).stem().string());
     }
   } else {
     request.set_path(std::filesystem::absolute(*path, ec).string());
@@ -582,13 +582,15 @@ std::vector<Command> ProfileCommands() {
            .summary = "import training logs (a file or a folder) as samples; a .json profile",
            .synopsis = "PATH|- [--job ID] [--format F] [--stop-on-error] [--instance-type T]\n"
                        "[--gpu-type G] [--gpus N] [--batch-size B] [--workers N] "
-                       "[--parameter-servers P]\n[--cluster TYPE=N,...] [--data-dir D | --db FILE | --server "
+                       "[--parameter-servers P]\n[--cluster TYPE=N,...] [--data-dir D | --db FILE "
+                       "| --server "
                        "HOST:PORT]",
            .description =
                "Imports PATH (a file, or every *.csv, *.log, *.txt, *.tsv under a folder; - is "
                "standard input) as\nsamples; a .json file is a workload profile and is stored as "
                "the next version of its name.\nSamples whose lines name no job get --job, else the "
-               "file's name (\"stdin\" for standard input).\nA checkpoint export\n\"Wall Time,Step,Accuracy[,Zone],Run\" gives one "
+               "file's name (\"stdin\" for standard input).\nA checkpoint export\n\"Wall "
+               "Time,Step,Accuracy[,Zone],Run\" gives one "
                "job per run (ID/run-3, ID/ZONE/run-3), its speed\nfrom steps and wall times; a "
                "vm_data.csv beside it leaves out runs that lost a worker mid-run.\nWhat the file "
                "does not say comes from the flags (a <series>worker<N> or <P>ps<N><g> folder\n"
@@ -638,7 +640,8 @@ std::vector<Command> ProfileCommands() {
           {.name = "profile validate",
            .summary = "fit on some jobs, predict the clusters of others: observed vs predicted",
            .synopsis = "--fit ID[,ID...] --check ID[,ID...] [--ps-bandwidth MB/S] "
-                       "[--model-variant V]\n[--base W] [--iterations N] [--data-dir D | --db FILE | --server "
+                       "[--model-variant V]\n[--base W] [--iterations N] [--data-dir D | --db FILE "
+                       "| --server "
                        "HOST:PORT]",
            .description =
                "Fits on the first jobs (and their runs) and predicts every cluster of the second "
@@ -651,29 +654,32 @@ std::vector<Command> ProfileCommands() {
                      {"--base", "W", "as for fit"},
                      {"--iterations", "N",
                       "compare the time of N steps (default: the steps the runs took)"}}}),
-      ProfilerCommand({.name = "profile show",
-                       .summary = "a stored profile's parameters",
-                       .synopsis = "NAME [--version V] [--data-dir D | --db FILE | --server HOST:PORT]",
-                       .flags = {{"--version", "V", "that version (default: the latest)"}},
-                       .min_positional = 1,
-                       .max_positional = 1}),
+      ProfilerCommand(
+          {.name = "profile show",
+           .summary = "a stored profile's parameters",
+           .synopsis = "NAME [--version V] [--data-dir D | --db FILE | --server HOST:PORT]",
+           .flags = {{"--version", "V", "that version (default: the latest)"}},
+           .min_positional = 1,
+           .max_positional = 1}),
       ProfilerCommand({.name = "profile list",
                        .summary = "the latest version of every stored profile",
                        .synopsis = "[--data-dir D | --db FILE | --server HOST:PORT]"}),
       ProfilerCommand(
           {.name = "profile export",
            .summary = "a profile as JSON, the shape `spotdnn predict --workload FILE` reads",
-           .synopsis = "NAME [--version V] [--out FILE] [--data-dir D | --db FILE | --server HOST:PORT]",
+           .synopsis =
+               "NAME [--version V] [--out FILE] [--data-dir D | --db FILE | --server HOST:PORT]",
            .flags = {{"--version", "V", "that version (default: the latest)"},
                      {"--out", "FILE", "write it there (default: standard output)"}},
            .min_positional = 1,
            .max_positional = 1}),
-      ProfilerCommand({.name = "profile delete",
-                       .summary = "delete one version of a profile (default: every version)",
-                       .synopsis = "NAME [--version V] [--data-dir D | --db FILE | --server HOST:PORT]",
-                       .flags = {{"--version", "V", "only that version"}},
-                       .min_positional = 1,
-                       .max_positional = 1}),
+      ProfilerCommand(
+          {.name = "profile delete",
+           .summary = "delete one version of a profile (default: every version)",
+           .synopsis = "NAME [--version V] [--data-dir D | --db FILE | --server HOST:PORT]",
+           .flags = {{"--version", "V", "only that version"}},
+           .min_positional = 1,
+           .max_positional = 1}),
       {.name = "profile validate-speed",
        .summary = "fit the cluster-speed model on some worker counts, predict the others",
        .synopsis = "--runs DIR[,DIR...] --fit-workers N,N,N[,...] [--model shared-ps|paper]",

@@ -15,8 +15,8 @@
 #include "services/gateway/cli/connection.h"
 #include "services/gateway/cli/flag_errors.h"
 #include "services/gateway/cli/output.h"
-#include "services/gateway/cli/stored_profiles.h"
 #include "services/gateway/cli/risk_options.h"
+#include "services/gateway/cli/stored_profiles.h"
 #include "services/provisioner/provisioner_service.h"
 
 namespace spotdnn::gateway {

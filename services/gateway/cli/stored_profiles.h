@@ -38,11 +38,12 @@ std::string ProfileDbOf(const Args& args);
 absl::StatusOr<ProfilerConnection> ConnectProfiler(const Args& args, absl::string_view server_flag,
                                                    bool create);
 
-// A --workload argument as `spotdnn run` resolves a job's workload: a file (services::LooksLikePath)
-// is read and sent inline; else a stored profile of that name (the latest version, from the
-// profiler of ConnectProfiler(args, "--profiler", false)) is sent inline; else the name goes as it
-// is, for the service to find among its built-ins. `described`, when given, gets how it was found
-// for the output ("resnet110-mine (stored profile, version 2)"; the bare name otherwise).
+// A --workload argument as `spotdnn run` resolves a job's workload: a file
+// (services::LooksLikePath) is read and sent inline; else a stored profile of that name (the latest
+// version, from the profiler of ConnectProfiler(args, "--profiler", false)) is sent inline; else
+// the name goes as it is, for the service to find among its built-ins. `described`, when given,
+// gets how it was found for the output ("resnet110-mine (stored profile, version 2)"; the bare name
+// otherwise).
 absl::StatusOr<pb::WorkloadRef> ResolveWorkloadArg(const Args& args, const std::string& arg,
                                                    const services::DataRegistry& local,
                                                    std::string* described = nullptr);

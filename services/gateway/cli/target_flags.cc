@@ -14,8 +14,8 @@ absl::StatusOr<double> WholeNumber(absl::string_view flag, absl::string_view tex
   auto v = ParseNumber(flag, text);
   if (!v.ok()) return v.status();
   if (*v > 1e15 && *v == std::floor(*v)) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " = \"", text, "\": too big: at most 1e15 ",
-                                                   what));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " = \"", text, "\": too big: at most 1e15 ", what));
   }
   if (!(std::isfinite(*v) && *v >= 1 && *v == std::floor(*v))) {
     return absl::InvalidArgumentError(

@@ -146,11 +146,11 @@ absl::StatusOr<JobRecord> JobController::Plan(const std::string& spec_json,
   if (!plan.feasible()) {
     // The budget too small: the cheapest plan; else the fastest.
     const bool budget = response->cheapest_cost_usd() > 0;
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "no plan meets the SLO: %s (the %s takes %.0f s at $%.2f)", plan.reason(),
-        budget ? "cheapest" : "fastest",
-        budget ? response->cheapest_time_s() : response->fastest_time_s(),
-        budget ? response->cheapest_cost_usd() : response->fastest_cost_usd()));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("no plan meets the SLO: %s (the %s takes %.0f s at $%.2f)", plan.reason(),
+                        budget ? "cheapest" : "fastest",
+                        budget ? response->cheapest_time_s() : response->fastest_time_s(),
+                        budget ? response->cheapest_cost_usd() : response->fastest_cost_usd()));
   }
   const int64_t now_ms = absl::ToUnixMillis(clock.Now());
   JobRecord job{.id = spec->name,
