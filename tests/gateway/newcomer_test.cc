@@ -15,9 +15,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "services/gateway/cli/job_output.h"
 #include "services/gateway/cli/watch_command.h"
 #include "tests/testing/child_process.h"
 
@@ -350,6 +352,37 @@ TEST_F(Newcomer, WatchJsonIsInTheStyleOfTheOtherCommands) {
   EXPECT_EQ(json["cloud"], "aws");
   EXPECT_EQ(json["notice_unix_ms"], 1700000000000);
   EXPECT_TRUE(json["effective_unix_ms"].is_null());
+}
+
+TEST_F(Newcomer, ProgressAndSummarySayWhichPlanTheirNumbersComeFrom) {
+  job::ProgressEvent progress{.elapsed_s = 6.3,
+                              .iterations_done = 10,
+                              .target_iterations = 137,
+                              .first_plan_iterations = 49,
+                              .workers_running = 1};
+  const std::string line = EventLine({.at = absl::Now(), .job_id = "j", .what = progress});
+  EXPECT_THAT(line, HasSubstr("10/137 iterations"));
+  EXPECT_THAT(line, HasSubstr("first plan 49"));
+  EXPECT_THAT(line, HasSubstr("1 worker running"));  // not "1 workers"
+  job::JobSummary summary{.job_id = "j",
+                          .first_plan_iterations = 49,
+                          .first_plan_time_s = 38.1,
+                          .first_plan_cost_usd = 0.11,
+                          .target_iterations = 137,
+                          .iterations_done = 137,
+                          .predicted_time_s = 30,
+                          .predicted_cost_usd = 0.1,
+                          .actual_time_s = 27,
+                          .actual_cost_usd = 0.09};
+  std::ostringstream out;
+  PrintSummary(summary, out);
+  EXPECT_THAT(out.str(), HasSubstr("first plan"));
+  EXPECT_THAT(out.str(), HasSubstr("current plan"));
+  // No budget, no loss target: null, as `plan --json` says them.
+  const auto json = nlohmann::json::parse(SummaryJson(summary));
+  EXPECT_TRUE(json["budget_usd"].is_null());
+  EXPECT_TRUE(json["deadline_s"].is_null());
+  EXPECT_TRUE(json["target_loss"].is_null());
 }
 
 // 8. Register an instance without grpcurl.
