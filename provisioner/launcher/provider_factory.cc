@@ -28,13 +28,16 @@ std::string Get(const ProviderSpec& spec, const char* key) {
 
 absl::StatusOr<std::unique_ptr<CloudProvider>> MakeLocal(const ProviderSpec& spec,
                                                          const ProviderEnvironment& environment) {
-  LocalProvider::Options options{.state_dir = environment.local_state_dir.empty()
-                                                  ? DefaultLocalStateDir()
-                                                  : environment.local_state_dir,
-                                 .owner = true,
-                                 .detached = true,
-                                 .capacity = spec.capacity,
-                                 .bin_dir = environment.bin_dir};
+  LocalProvider::Options options{
+      .state_dir = environment.local_state_dir.empty() ? DefaultLocalStateDir()
+                                                       : environment.local_state_dir,
+      .owner = true,
+      .detached = true,
+      .capacity = spec.capacity,
+      .bin_dir = environment.bin_dir,
+      .wrapper = environment.local_wrapper == "none" ? ""
+                 : environment.local_wrapper.empty() ? std::string(kDefaultLocalWrapper)
+                                                     : environment.local_wrapper};
   if (!environment.metadata_emulator.empty()) {
     options.metadata = std::make_shared<EmulatorMetadataClient>(environment.metadata_emulator);
   }

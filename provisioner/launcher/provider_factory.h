@@ -15,6 +15,12 @@
 
 namespace spotdnn::launcher {
 
+// The local instances' wrapper: the agent hands each command its instance's notice and streams
+// its samples; it streams no heartbeats (the detector polls the local emulator itself, and an
+// agent's exit at a revocation would read as a lost instance).
+inline constexpr char kDefaultLocalWrapper[] =
+    "spotdnn-agent --cloud=aws --detector=none --orphan_grace=2s --";
+
 // A provider and its settings.
 struct ProviderSpec {
   std::string name = "local";
@@ -45,6 +51,10 @@ struct ProviderEnvironment {
   std::string local_state_dir;    // local: its instance files and logs (DATA_DIR/local)
   std::string metadata_emulator;  // local: the emulator giving instances their metadata endpoints
   std::string bin_dir;            // local: first on the instances' PATH (spotdnn-agent, ...)
+  // local: the instance wrapper its commands run under (default: spotdnn-agent, which hands the
+  // instance's notice to the command and streams its SPOTDNN_SAMPLE lines to the profiler; the
+  // detector polls a local instance's emulated metadata itself). "none": no wrapper.
+  std::string local_wrapper;
 };
 
 // The provider `spec` names, validated, with its credentials resolved from the environment (aws:
