@@ -264,7 +264,11 @@ def main():
         notice = env("SPOTDNN_NOTICE_FILE")
         if notice and os.path.exists(notice):
             with open(notice) as f:
-                log("notice (signal %d): %s" % (signum, f.read().strip()))
+                log("revocation notice (signal %d): %s" % (signum, f.read().strip()))
+            if args.role == "worker":
+                # A worker keeps nothing: it trains on until the instance goes.
+                return
+            # A parameter server writes its last checkpoint now, for its replacement.
         else:
             log("stopping (signal %d)" % signum)
         stop.set()
