@@ -6,6 +6,8 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -394,21 +396,54 @@ absl::StatusOr<predictor::MemoryModel> FitMemory(absl::Span<const Sample> sample
   return predictor::MemoryModel{a2, b2};
 }
 
+std::vector<double> GlobalSteps(absl::Span<const Sample> samples) {
+  std::vector<double> out(samples.size());
+  std::map<std::string, std::vector<size_t>> by_job;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    out[i] = double(samples[i].step);
+    by_job[samples[i].job_id].push_back(i);
+  }
+  for (auto& [job, rows] : by_job) {
+    std::set<std::string> workers;
+    for (size_t i : rows) workers.insert(samples[i].worker_id);
+    if (workers.size() < 2) continue;
+    // In wall-time order (a worker's own steps in order at equal times), each worker's latest
+    // step summed.
+    std::stable_sort(rows.begin(), rows.end(), [&](size_t a, size_t b) {
+      return std::tie(samples[a].wall_time_s, samples[a].step) <
+             std::tie(samples[b].wall_time_s, samples[b].step);
+    });
+    std::map<std::string, int64_t> latest;
+    int64_t total = 0;
+    for (size_t i : rows) {
+      int64_t& last = latest[samples[i].worker_id];
+      if (samples[i].step > last) {
+        total += samples[i].step - last;
+        last = samples[i].step;
+      }
+      out[i] = double(total);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
                                              FitQuality* quality) {
+  const std::vector<double> global_steps = GlobalSteps(samples);
   std::vector<LossPoint> points;
   std::set<double> batches;
   std::set<int> sizes;
   double max_j = 0, min_loss = std::numeric_limits<double>::infinity();
   std::vector<double> losses;
-  for (const Sample& s : samples) {
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const Sample& s = samples[i];
     if (s.loss <= 0) continue;
     const int n = Workers(s);
     const double batch = s.batch_size > 0 ? s.batch_size : 1;
-    points.push_back({double(s.step), batch, HomogeneousConvergence(n), n, s.loss});
+    points.push_back({global_steps[i], batch, HomogeneousConvergence(n), n, s.loss});
     batches.insert(batch);
     sizes.insert(n);
-    max_j = std::max(max_j, double(s.step));
+    max_j = std::max(max_j, global_steps[i]);
     min_loss = std::min(min_loss, s.loss);
     losses.push_back(s.loss);
   }
@@ -460,8 +495,9 @@ absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
     predicted.push_back(PredictLoss(best, p));
   }
   *quality = Quality("g1..g5", observed, predicted);
-  std::vector<std::string> notes = {
-      absl::StrCat("eq. 3 on ", points.size(), " loss samples, j = global step, Cauchy loss")};
+  std::vector<std::string> notes = {absl::StrCat(
+      "eq. 3 on ", points.size(),
+      " loss samples, j = global step (a live run's worker steps summed), Cauchy loss")};
   if (!fit_g2) notes.push_back("g2 not identified (loss curves at 1 batch size): fixed at 0");
   if (!fit_g4) {
     notes.push_back("g4 not identified (loss curves at 1 cluster size): fixed at 1, g3 absorbs it");

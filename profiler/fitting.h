@@ -78,9 +78,16 @@ absl::StatusOr<ContentionFit> FitContention(absl::Span<const Sample> samples,
 absl::StatusOr<predictor::MemoryModel> FitMemory(absl::Span<const Sample> samples,
                                                  FitQuality* quality);
 
-// g1..g5 of eq. 3 from loss curves, j = global step, b_w = the run's batch, R from |N| equal
-// workers. g2 needs curves at 2 or more batch sizes and g4 at 2 or more cluster sizes; without
-// them g2 is fixed at 0 and g4 at 1 (g3 absorbs the scale) and the note says so.
+// The global step of each of `samples` (same order). A job whose samples come from two or more
+// workers (worker_id) is a live run, where `step` is each worker's own count (the instance
+// contract): its global step at a sample is the sum of every worker's latest step at that sample's
+// wall time (every worker step is one ASP iteration). Other samples (TensorBoard imports: one
+// chief's log) keep their step, which is already global.
+std::vector<double> GlobalSteps(absl::Span<const Sample> samples);
+
+// g1..g5 of eq. 3 from loss curves, j = global step (GlobalSteps), b_w = the run's batch, R from
+// |N| equal workers. g2 needs curves at 2 or more batch sizes and g4 at 2 or more cluster sizes;
+// without them g2 is fixed at 0 and g4 at 1 (g3 absorbs the scale) and the note says so.
 // FAILED_PRECONDITION with fewer than 8 samples that carry a loss.
 absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples, FitQuality* quality);
 

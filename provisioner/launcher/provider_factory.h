@@ -4,6 +4,7 @@
 #ifndef SPOTDNN_PROVISIONER_LAUNCHER_PROVIDER_FACTORY_H_
 #define SPOTDNN_PROVISIONER_LAUNCHER_PROVIDER_FACTORY_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -63,6 +64,16 @@ struct ProviderEnvironment {
 // managed identity). Local instances outlive the caller (a job survives its gateway).
 absl::StatusOr<std::unique_ptr<CloudProvider>> MakeProvider(const ProviderSpec& spec,
                                                             const ProviderEnvironment& environment);
+
+// Reads file `name` of a checkpoint folder kept at `uri` (s3://BUCKET/PREFIX): its bytes, NOT_FOUND
+// when absent.
+using CheckpointReader =
+    std::function<absl::StatusOr<std::string>(const std::string& uri, const std::string& name)>;
+
+// The reader for a job's s3:// checkpoints, signed with the AWS credential chain (resolved at the
+// first read), in `spec`'s region (aws: its "region"; else $AWS_REGION, else us-east-1), at
+// $SPOTDNN_S3_ENDPOINT when set (an S3-compatible store, as the instances' agents use).
+CheckpointReader MakeS3CheckpointReader(const ProviderSpec& spec);
 
 }  // namespace spotdnn::launcher
 

@@ -218,6 +218,53 @@ TEST(FitLoss, RecoversTheLossCurves) {
   EXPECT_THAT(q.note, Not(HasSubstr("not identified")));
 }
 
+// A live run's workers each report their own steps (the instance contract): the global step at a
+// sample is every worker's latest step summed, in wall-time order; one worker's log keeps its own.
+TEST(GlobalSteps, SumsTheWorkersOwnStepsOfALiveRun) {
+  std::vector<Sample> samples;
+  auto add = [&](std::string job, std::string worker, int64_t step, double at) {
+    samples.push_back({.job_id = job, .worker_id = worker, .step = step, .wall_time_s = at});
+  };
+  add("live", "a", 1, 10.0);
+  add("live", "b", 1, 10.5);
+  add("live", "a", 2, 11.0);
+  add("live", "b", 2, 11.2);
+  add("live", "a", 3, 11.4);
+  add("chief", "", 400, 11.0);
+  add("chief", "", 500, 12.0);
+  add("live", "b", 2, 11.9);  // a repeated step adds nothing
+  EXPECT_THAT(GlobalSteps(samples), ::testing::ElementsAre(1, 2, 3, 4, 5, 400, 500, 5));
+}
+
+// The same loss curves (in global steps) reported as each of n workers' own steps, as `spotdnn
+// run` streams them, fit the same model.
+TEST(FitLoss, ALiveRunsWorkerStepsAreSummedIntoTheGlobalStep) {
+  const Workload w;
+  std::vector<Sample> live;
+  for (Sample s : w.Samples({1, 2, 4}, {64, 128}, 0.01)) {
+    const int n = s.cluster_workers;
+    if (s.step % (100 * n) != 0) continue;  // global steps the n workers reach together
+    for (int k = 0; k < n; ++k) {
+      Sample own = s;
+      own.worker_id = "w" + std::to_string(k);
+      own.step = s.step / n;
+      own.wall_time_s = 1000 + own.step + 0.01 * k;
+      live.push_back(own);
+    }
+  }
+  FitQuality q;
+  auto loss = FitLoss(live, &q);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  for (int n : {1, 2, 4}) {
+    const double r = predictor::ConvergenceCoefficient(std::vector<double>(n, 1.0));
+    for (double j : {500.0, 2000.0, 6000.0}) {
+      const double truth = predictor::LossAfter(w.loss, 64, r, n, j);
+      EXPECT_NEAR(predictor::LossAfter(*loss, 64, r, n, j) / truth, 1, 0.03)
+          << n << " workers, j " << j;
+    }
+  }
+}
+
 TEST(FitLoss, FixesWhatOneCurveCannotTell) {
   const Workload w;
   FitQuality q;

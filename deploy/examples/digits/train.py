@@ -220,6 +220,8 @@ def run_worker(args, stop):
             grads = None
             continue
         communication = time.time() - started
+        if args.step_delay > 0:
+            stop.wait(args.step_delay)  # a slower machine: part of the step's computation
         with torch.no_grad():
             loss = loss_fn(model(x), y).item()  # the whole set, at the parameters used
         rows = torch.as_tensor(rng.integers(0, len(x), size=batch))
@@ -232,8 +234,6 @@ def run_worker(args, stop):
               "communication_time_s=%.6f loss=%.6f batch_size=%d bytes_sent=%d bytes_received=%d "
               "parameter_servers=%d" % (step, now, now - started, communication, loss, batch, sent,
                                         received, servers), flush=True)
-        if args.step_delay > 0:
-            stop.wait(args.step_delay)
     # Hand in the last gradient so the servers count the step.
     if grads is not None and not stop.is_set():
         for i, conn in enumerate(conns):
@@ -249,13 +249,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--role", default=env("SPOTDNN_ROLE", "worker"), choices=["ps", "worker"])
-    parser.add_argument("--lr", type=float, default=0.05, help="learning rate (parameter server)")
+    parser.add_argument("--lr", type=float, default=0.2, help="learning rate (parameter server)")
     parser.add_argument("--batch", type=int, default=32,
                         help="batch size when $SPOTDNN_BATCH_SIZE is not set")
     parser.add_argument("--checkpoint-every", type=float, default=2.0,
                         help="seconds between the parameter server's checkpoints")
     parser.add_argument("--step-delay", type=float, default=0.0,
-                        help="seconds a worker waits after each step (to slow a demo down)")
+                        help="seconds added to each worker step's computation (a slower machine)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     stop = threading.Event()
