@@ -19,12 +19,18 @@ namespace spotdnn::predictor {
 inline constexpr int kMaxInstancesPerType = 10'000;
 // Most workers in one cluster (and the largest cluster a plan considers).
 inline constexpr int kMaxClusterSize = 100'000;
+// Most GPUs of one instance type (g_i), and the largest batch per GPU (b_k) a profile may give or
+// the memory model may yield: their product, a worker's batch, stays well inside `int`.
+inline constexpr int kMaxGpusPerInstance = 1024;
+inline constexpr int kMaxBatchPerGpu = 1 << 20;
+// Most parameter servers of one cluster.
+inline constexpr int kMaxParameterServers = 1000;
 
 // A GPU instance type with its prices and the user's quota (Lim_m).
 struct InstanceType {
   std::string name;
   std::string gpu_type;
-  int gpus = 1;                    // g_i
+  int gpus = 1;                    // g_i, in [1, kMaxGpusPerInstance]
   double gpu_memory_gib = 0;       // mem_k of one GPU (eq. 10)
   double spot_price_per_hour = 0;  // p_m
   double on_demand_price_per_hour = 0;
@@ -74,7 +80,7 @@ absl::string_view VariantName(ModelVariant variant);
 struct ComputeProfile {
   std::string instance_type;  // set this or gpu_type
   std::string gpu_type;
-  int batch_per_gpu = 0;                         // b_k profiled at; 0 = from the memory model
+  int batch_per_gpu = 0;  // b_k profiled at, at most kMaxBatchPerGpu; 0 = from the memory model
   std::optional<double> compute_time_s;          // T_comp, or
   std::optional<double> measured_samples_per_s;  // single-worker speed T_comp is derived from
 };
@@ -114,14 +120,15 @@ struct WorkloadProfile {
 // Workers per catalog type (indexed like InstanceCatalog::types) and parameter servers.
 struct Cluster {
   std::vector<int> counts;
-  int parameter_servers = 1;
+  int parameter_servers = 1;  // in [1, kMaxParameterServers]
 
   // |N|, the sum of the counts (saturates at INT_MAX for counts MakeCluster would refuse).
   int Workers() const;
 };
 
 // Builds a Cluster from (type name, count) pairs; names must be in the catalog, counts in
-// [0, kMaxInstancesPerType], at most kMaxClusterSize in all, and a type may appear once.
+// [0, kMaxInstancesPerType], at most kMaxClusterSize in all, a type may appear once, and
+// parameter_servers in [1, kMaxParameterServers].
 // INVALID_ARGUMENT names the offending entry.
 absl::StatusOr<Cluster> MakeCluster(const InstanceCatalog& catalog,
                                     const std::vector<std::pair<std::string, int>>& counts,

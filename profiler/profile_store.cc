@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 #include <utility>
@@ -41,7 +42,6 @@ CREATE TABLE IF NOT EXISTS samples (
   communication_time_s REAL NOT NULL CHECK (communication_time_s >= 0),
   cluster_steps_per_s REAL NOT NULL CHECK (cluster_steps_per_s >= 0)
 );
-CREATE INDEX IF NOT EXISTS samples_by_job ON samples (job_id);
 CREATE TABLE IF NOT EXISTS profiles (
   name TEXT NOT NULL,
   version INTEGER NOT NULL CHECK (version >= 1),
@@ -55,12 +55,37 @@ double NowUnixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// One sample per (job, worker, step): the key that makes storing idempotent. A database made
+// before the key existed (index samples_by_job) loses its duplicate rows, the first kept, when
+// the key is added.
+constexpr char kSampleKey[] = R"sql(
+BEGIN IMMEDIATE;
+DELETE FROM samples WHERE rowid NOT IN
+  (SELECT MIN(rowid) FROM samples GROUP BY job_id, worker_id, step);
+CREATE UNIQUE INDEX IF NOT EXISTS samples_by_key ON samples (job_id, worker_id, step);
+DROP INDEX IF EXISTS samples_by_job;
+COMMIT;
+)sql";
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::string& path) {
   absl::StatusOr<sqlite3*> db = sql::OpenDatabase(path, "db", kSchema);
   if (!db.ok()) return db.status();
-  return std::unique_ptr<ProfileStore>(new ProfileStore(*db));
+  std::unique_ptr<ProfileStore> store(new ProfileStore(*db));
+  absl::MutexLock lock(&store->mu_);
+  Statement has_key(store->db_,
+                    "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'samples_by_key'");
+  if (!has_key.status().ok()) return has_key.status();
+  auto row = has_key.Step("looking for the sample key");
+  if (!row.ok()) return row.status();
+  if (!*row) {
+    if (auto s = store->Exec(kSampleKey); !s.ok()) {
+      (void)store->Exec("ROLLBACK");
+      return absl::UnavailableError(absl::StrCat("db = \"", path, "\": ", s.message()));
+    }
+  }
+  return store;
 }
 
 ProfileStore::~ProfileStore() {
@@ -70,13 +95,14 @@ ProfileStore::~ProfileStore() {
 
 absl::Status ProfileStore::Exec(const char* sql) { return sql::Exec(db_, sql); }
 
-absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const std::string& source) {
+absl::StatusOr<std::uint64_t> ProfileStore::AddSamples(absl::Span<const Sample> samples,
+                                                       const std::string& source) {
   for (size_t i = 0; i < samples.size(); ++i) {
     if (auto s = ValidateSample(samples[i]); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("samples[", i, "]: ", s.message()));
     }
   }
-  if (samples.empty()) return absl::OkStatus();
+  if (samples.empty()) return 0;
   absl::MutexLock lock(&mu_);
   Transaction txn(db_);
   if (!txn.status().ok()) return txn.status();
@@ -88,10 +114,11 @@ absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const st
                    "batch_size, step, wall_time_s, iteration_time_s, loss, bytes_sent, "
                    "bytes_received, gpu_memory_gib, cluster_workers, communication_time_s, "
                    "cluster_steps_per_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-                   "?12, ?13, ?14, ?15, ?16)");
+                   "?12, ?13, ?14, ?15, ?16) ON CONFLICT (job_id, worker_id, step) DO NOTHING");
   if (!run.status().ok()) return run.status();
   if (!insert.status().ok()) return insert.status();
   const double now = NowUnixSeconds();
+  std::uint64_t stored = 0;
   const std::string* last_job = nullptr;
   std::set<std::string> jobs;
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -120,12 +147,15 @@ absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const st
     insert.Int(14, s.cluster_workers);
     insert.Real(15, s.communication_time_s);
     insert.Real(16, s.cluster_steps_per_s);
-    if (auto done = insert.Step(absl::StrCat("storing samples[", i, "]")); !done.ok()) {
-      return done.status();
+    if (auto done = insert.Step("storing samples"); !done.ok()) {
+      return absl::Status(done.status().code(),
+                          absl::StrCat("samples[", i, "]: ", done.status().message()));
     }
+    stored += sqlite3_changes(db_);
     insert.Reset();
   }
-  return txn.Commit();
+  if (auto s = txn.Commit(); !s.ok()) return s;
+  return stored;
 }
 
 absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
@@ -199,13 +229,20 @@ absl::StatusOr<std::vector<StoredRun>> ProfileStore::ListRuns() {
   return out;
 }
 
-absl::StatusOr<std::int64_t> ProfileStore::CountSamples() {
+absl::StatusOr<std::int64_t> ProfileStore::CountSamples(absl::Span<const std::string> job_ids) {
   absl::MutexLock lock(&mu_);
-  Statement q(db_, "SELECT COUNT(*) FROM samples");
+  Statement q(db_, job_ids.empty() ? "SELECT COUNT(*) FROM samples"
+                                   : "SELECT COUNT(*) FROM samples WHERE job_id = ?1");
   if (!q.status().ok()) return q.status();
-  auto row = q.Step("counting samples");
-  if (!row.ok()) return row.status();
-  return sqlite3_column_int64(q.get(), 0);
+  std::int64_t count = 0;
+  for (size_t i = 0; i < std::max<size_t>(job_ids.size(), 1); ++i) {
+    if (!job_ids.empty()) q.Text(1, job_ids[i]);
+    auto row = q.Step("counting samples");
+    if (!row.ok()) return row.status();
+    count += sqlite3_column_int64(q.get(), 0);
+    q.Reset();
+  }
+  return count;
 }
 
 absl::StatusOr<std::vector<WorkerProgress>> ProfileStore::JobProgress(const std::string& job_id) {

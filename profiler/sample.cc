@@ -1,8 +1,12 @@
 #include "profiler/sample.h"
 
 #include <cmath>
+#include <string>
+#include <tuple>
 
 #include "absl/strings/str_format.h"
+#include "predictor/types.h"
+#include "services/common/limits.h"
 
 namespace spotdnn::profiler {
 namespace {
@@ -29,6 +33,15 @@ absl::Status CheckCount(const char* field, std::int64_t value) {
 }  // namespace
 
 absl::Status ValidateSample(const Sample& s) {
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string*>{"job_id", &s.job_id},
+        {"worker_id", &s.worker_id},
+        {"instance_type", &s.instance_type},
+        {"gpu_type", &s.gpu_type}}) {
+    if (value->size() > limits::kMaxNameBytes) {
+      return absl::InvalidArgumentError(limits::LengthError(field, *value, limits::kMaxNameBytes));
+    }
+  }
   for (const auto& [field, value] : {std::pair<const char*, double>{"wall_time_s", s.wall_time_s},
                                      {"iteration_time_s", s.iteration_time_s},
                                      {"loss", s.loss},
@@ -44,6 +57,16 @@ absl::Status ValidateSample(const Sample& s) {
                                      {"bytes_received", s.bytes_received},
                                      {"cluster_workers", s.cluster_workers}}) {
     if (auto status = CheckCount(field, value); !status.ok()) return status;
+  }
+  for (const auto& [field, value, most] :
+       {std::tuple<const char*, std::int64_t, std::int64_t>{"gpus", s.gpus,
+                                                            predictor::kMaxGpusPerInstance},
+        {"batch_size", s.batch_size, std::int64_t{1} << 30},
+        {"cluster_workers", s.cluster_workers, predictor::kMaxClusterSize}}) {
+    if (value > most) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s = %d: must be at most %d", field, value, most));
+    }
   }
   if (s.iteration_time_s > 0 && s.communication_time_s > s.iteration_time_s) {
     return absl::InvalidArgumentError(

@@ -32,8 +32,11 @@ struct Sample {
   double cluster_steps_per_s = 0;   // global steps/s of the whole cluster (TensorBoard)
 };
 
-// OK when every number is usable: finite, not negative, and a sample says something (a time, a
-// speed or a loss). INVALID_ARGUMENT names the field and value ("loss = nan: must be finite").
+// OK when every number is usable: finite, not negative, gpus at most
+// predictor::kMaxGpusPerInstance, batch_size at most 2^30, cluster_workers at most
+// predictor::kMaxClusterSize, and a sample says something (a time, a speed or a loss); and the
+// ids and names (job_id, worker_id, instance_type, gpu_type) at most limits::kMaxNameBytes.
+// INVALID_ARGUMENT names the field and value ("loss = nan: must be finite").
 absl::Status ValidateSample(const Sample& sample);
 
 // Rejects steps that go backwards within one (job, worker) stream. Not thread-safe.

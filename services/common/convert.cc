@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "services/common/limits.h"
 
 namespace spotdnn::services {
 
@@ -127,7 +128,8 @@ pb::Prediction ToProto(const predictor::Prediction& p, const predictor::Instance
 
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      limits::ValidUtf8(status.message(), limits::kMaxStatusMessageBytes));
 }
 
 absl::Status FromGrpc(const grpc::Status& status) {

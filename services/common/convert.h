@@ -30,7 +30,8 @@ void EstimateToProto(const predictor::Estimate& estimate, pb::Prediction* out);
 pb::Prediction ToProto(const predictor::Prediction& prediction,
                        const predictor::InstanceCatalog& catalog);
 
-// absl::Status -> grpc::Status with the same code and message.
+// absl::Status -> grpc::Status with the same code and message; the message made valid UTF-8 and
+// cut to limits::kMaxStatusMessageBytes (gRPC carries it in a header clients bound).
 grpc::Status ToGrpc(const absl::Status& status);
 // grpc::Status -> absl::Status with the same code and message.
 absl::Status FromGrpc(const grpc::Status& status);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <set>
 
@@ -79,8 +80,12 @@ absl::StatusOr<ProfilerConnection> ConnectProfiler(const Args& args) {
   const std::string db = args.Get("--db").value_or(DefaultProfileDb());
   auto store = profiler::ProfileStore::Open(db);
   if (!store.ok()) return store.status();
+  // In-process, the caller is this process: it imports whatever its user can read.
+  services::ProfilerOptions options;
+  options.import_any_path = true;
+  options.max_import_bytes = std::numeric_limits<std::uint64_t>::max();
   c.service = std::make_unique<services::ProfilerServiceImpl>(
-      std::shared_ptr<profiler::ProfileStore>(*std::move(store)));
+      std::shared_ptr<profiler::ProfileStore>(*std::move(store)), std::move(options));
   auto started = services::StartServer("", {c.service.get()});
   if (!started.ok()) return started.status();
   c.server = std::move(started->server);

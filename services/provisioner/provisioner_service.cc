@@ -7,6 +7,8 @@
 #include "absl/strings/str_format.h"
 #include "provisioner/replan.h"
 #include "services/common/convert.h"
+#include "services/common/request_check.h"
+#include "services/common/server.h"
 
 namespace spotdnn::services {
 namespace {
@@ -176,18 +178,36 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
                           options.max_cluster_size(), existing->Workers(), existing_field));
     }
   }
-  if (options.parameter_servers() < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "options.parameter_servers = %d: must be >= 0 (0 = 1)", options.parameter_servers()));
+  if (options.parameter_servers() < 0 ||
+      options.parameter_servers() > predictor::kMaxParameterServers) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("options.parameter_servers = %d: must be in [0, %d] (0 = 1)",
+                        options.parameter_servers(), predictor::kMaxParameterServers));
   }
   in.problem.parameter_servers = std::max(1, options.parameter_servers());
   in.problem.on_demand = options.on_demand_prices();
   in.problem.overhead_s = options.revocation_overhead_s();
   in.problem.max_workers = options.max_cluster_size();
-  if (options.strategy() == pb::PLAN_STRATEGY_SPOTDNN)
-    in.strategy = provisioner::Strategy::kSpotdnn;
-  if (options.strategy() == pb::PLAN_STRATEGY_EXHAUSTIVE) {
-    in.strategy = provisioner::Strategy::kExhaustive;
+  switch (options.strategy()) {
+    case pb::PLAN_STRATEGY_EXACT:
+      in.strategy = provisioner::Strategy::kExact;
+      break;
+    case pb::PLAN_STRATEGY_SPOTDNN:
+      in.strategy = provisioner::Strategy::kSpotdnn;
+      break;
+    case pb::PLAN_STRATEGY_EXHAUSTIVE:
+      in.strategy = provisioner::Strategy::kExhaustive;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.strategy = ", EnumLabel(options.strategy()),
+                       ": not a search strategy; expected exact, spotdnn or exhaustive"));
+  }
+  if (options.exhaustive_limit() > kMaxExhaustiveLimit) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "options.exhaustive_limit = %d: above the server's cap of %d clusters (0 = the default "
+        "%d); use the exact strategy for larger searches",
+        options.exhaustive_limit(), kMaxExhaustiveLimit, provisioner::kDefaultExhaustiveLimit));
   }
   if (options.exhaustive_limit() > 0) in.exhaustive_limit = options.exhaustive_limit();
   for (size_t k = 0; k < types.size(); ++k) {
@@ -199,13 +219,27 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
   return in;
 }
 
-ProvisionerServiceImpl::ProvisionerServiceImpl(std::shared_ptr<const DataRegistry> registry)
-    : models_(std::move(registry)) {}
+ProvisionerServiceImpl::ProvisionerServiceImpl(std::shared_ptr<const DataRegistry> registry,
+                                               ProvisionerOptions options)
+    : models_(std::move(registry)), options_(options) {}
 
-grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRequest* request,
+absl::StatusOr<PlanInputs> ProvisionerServiceImpl::Inputs(
+    const grpc::ServerContext* context, const google::protobuf::Message& request,
+    const pb::WorkloadRef& workload, const pb::CatalogRef& catalog, const pb::Slo& slo,
+    const pb::PlanOptions& options, absl::string_view existing_field) {
+  if (auto s = CheckRequest(request); !s.ok()) return s;
+  auto in = ToPlanInputs(models_, workload, catalog, slo, options, existing_field);
+  if (!in.ok()) return in.status();
+  in->problem.stop =
+      CallStopCheck(context, options_.max_solve_time, "the search", "--max_solve_time");
+  return in;
+}
+
+grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext* context,
+                                          const pb::PlanRequest* request,
                                           pb::PlanResponse* response) {
-  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), request->slo(),
-                         request->options());
+  auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
+                   request->options());
   if (!in.ok()) return ToGrpc(in.status());
   in->problem.objective = request->mode() == pb::PLAN_MODE_BUDGET
                               ? provisioner::Objective::kMinTime
@@ -219,6 +253,7 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRe
     *response->mutable_plan() = ToPlan(*in, result->best, strategy);
   } else {
     const provisioner::PlanResult fastest = Fastest(*in);
+    if (!fastest.stopped.ok()) return ToGrpc(fastest.stopped);
     *response->mutable_plan() = Infeasible(*in, strategy, InfeasibleReason(*in, fastest));
     if (fastest.feasible) {
       response->set_fastest_time_s(fastest.best.time_s);
@@ -228,7 +263,9 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRe
   response->mutable_plan()->set_solve_ms(ms);
   response->mutable_plan()->set_clusters_evaluated(result->evaluated);
   if (request->options().include_baselines()) {
+    absl::Status stopped;
     auto baseline = [&](const provisioner::PlanResult& r, pb::PlanStrategy name, pb::Plan* out) {
+      if (!r.stopped.ok()) stopped = r.stopped;
       *out = r.feasible ? ToPlan(*in, r.best, name)
                         : Infeasible(*in, name, "no plan of this kind meets the SLO");
       out->set_clusters_evaluated(r.evaluated);
@@ -244,19 +281,26 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRe
     }
     baseline(provisioner::CheapestHomogeneous(*in->model, in->problem),
              pb::PLAN_STRATEGY_HOMOGENEOUS, response->mutable_homogeneous_baseline());
+    if (!stopped.ok()) return ToGrpc(stopped);
   }
   return grpc::Status::OK;
 }
 
-grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext*, const pb::ReplanRequest* request,
+grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext* context,
+                                            const pb::ReplanRequest* request,
                                             pb::ReplanResponse* response) {
   pb::PlanOptions options = request->options();
   *options.mutable_existing() = request->survivors();
-  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), request->slo(), options,
-                         "survivors");
+  auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
+                   options, "survivors");
   if (!in.ok()) return ToGrpc(in.status());
   const pb::JobProgress& p = request->progress();
   provisioner::JobProgress progress;
+  if (p.elapsed_s() < 0 || p.normalized_iterations_done() < 0) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
+        "progress.elapsed_s = %g, progress.normalized_iterations_done = %g: must be >= 0",
+        p.elapsed_s(), p.normalized_iterations_done())));
+  }
   progress.elapsed_s = p.elapsed_s();
   if (p.current_loss() != 0) {
     if (!std::isfinite(p.current_loss())) {
@@ -296,11 +340,11 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext*, const pb::Repl
   return grpc::Status::OK;
 }
 
-grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext*,
+grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext* context,
                                               const pb::FrontierRequest* request,
                                               pb::FrontierResponse* response) {
-  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), request->slo(),
-                         request->options());
+  auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
+                   request->options());
   if (!in.ok()) return ToGrpc(in.status());
   const pb::PlanStrategy strategy = StrategyOf(in->strategy);
   const auto start = std::chrono::steady_clock::now();
@@ -318,6 +362,7 @@ grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext*,
   if (front->empty()) {
     // As Plan answers an infeasible SLO: why, and what the fastest plan would take.
     const provisioner::PlanResult fastest = Fastest(*in);
+    if (!fastest.stopped.ok()) return ToGrpc(fastest.stopped);
     response->set_reason(InfeasibleReason(*in, fastest));
     if (fastest.feasible) {
       response->set_fastest_time_s(fastest.best.time_s);

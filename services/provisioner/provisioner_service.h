@@ -7,11 +7,22 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "provisioner/planner.h"
 #include "services/common/model_resolver.h"
 #include "spotdnn/v1/provisioner.grpc.pb.h"
 
 namespace spotdnn::services {
+
+// Largest options.exhaustive_limit a request may ask for: about a minute of one core's work.
+inline constexpr uint64_t kMaxExhaustiveLimit = 1'000'000'000;
+
+// How the provisioner bounds one call's work.
+struct ProvisionerOptions {
+  // Longest a search may run for one call (--max_solve_time), whatever the call's deadline;
+  // a search also stops at the call's deadline or when the call is cancelled.
+  absl::Duration max_solve_time = absl::Seconds(60);
+};
 
 // A request's planning inputs in domain form.
 struct PlanInputs {
@@ -23,8 +34,9 @@ struct PlanInputs {
 };
 
 // Validates and converts the parts every provisioner request shares. INVALID_ARGUMENT names the
-// field (slo.deadline_s, options.quota_overrides[2].instance_type, ...); `existing_field` is what
-// the request calls options.existing (Replan's survivors).
+// field (slo.deadline_s, options.quota_overrides[2].instance_type, options.strategy, ...);
+// `existing_field` is what the request calls options.existing (Replan's survivors). The caller
+// has run CheckRequest on the request.
 absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::WorkloadRef& workload,
                                         const pb::CatalogRef& catalog, const pb::Slo& slo,
                                         const pb::PlanOptions& options,
@@ -32,7 +44,8 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
 
 class ProvisionerServiceImpl final : public pb::Provisioner::Service {
  public:
-  explicit ProvisionerServiceImpl(std::shared_ptr<const DataRegistry> registry);
+  explicit ProvisionerServiceImpl(std::shared_ptr<const DataRegistry> registry,
+                                  ProvisionerOptions options = {});
 
   grpc::Status Plan(grpc::ServerContext* context, const pb::PlanRequest* request,
                     pb::PlanResponse* response) override;
@@ -42,7 +55,15 @@ class ProvisionerServiceImpl final : public pb::Provisioner::Service {
                         pb::FrontierResponse* response) override;
 
  private:
+  // The request's inputs with the stop check of `context` (see CallStopCheck).
+  absl::StatusOr<PlanInputs> Inputs(const grpc::ServerContext* context,
+                                    const google::protobuf::Message& request,
+                                    const pb::WorkloadRef& workload, const pb::CatalogRef& catalog,
+                                    const pb::Slo& slo, const pb::PlanOptions& options,
+                                    absl::string_view existing_field = "options.existing");
+
   ModelResolver models_;
+  const ProvisionerOptions options_;
 };
 
 }  // namespace spotdnn::services

@@ -1,7 +1,8 @@
-// The SQLite profile store: round trips, versions, reopening, all-or-nothing batches and
-// concurrent writers.
+// The SQLite profile store: round trips, versions, reopening, all-or-nothing batches, one sample
+// per (job, worker, step), and concurrent writers.
 #include "profiler/profile_store.h"
 
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -139,7 +140,7 @@ TEST_F(ProfileStoreTest, ABatchWithABadSampleStoresNothing) {
   std::vector<Sample> batch;
   for (int i = 0; i < 1000; ++i) batch.push_back(MakeSample("b", i));
   batch[500].loss = std::nan("");
-  const absl::Status s = store->AddSamples(batch, "t");
+  const absl::Status s = store->AddSamples(batch, "t").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "samples[500]: loss = nan: must be finite");
   EXPECT_EQ(*store->CountSamples(), 1);
@@ -159,7 +160,9 @@ TEST_F(ProfileStoreTest, ConcurrentWritersOnTheSameFileLoseNothing) {
       ASSERT_TRUE(store.ok()) << store.status();
       for (int b = 0; b < kBatches; ++b) {
         std::vector<Sample> batch;
-        for (int i = 0; i < kBatch; ++i) batch.push_back(MakeSample("job" + std::to_string(w), i));
+        for (int i = 0; i < kBatch; ++i) {
+          batch.push_back(MakeSample("job" + std::to_string(w), b * kBatch + i));
+        }
         ASSERT_TRUE((*store)->AddSamples(batch, "t").ok());
         auto v = (*store)->PutProfile("shared", [](int v) { return std::to_string(v); });
         ASSERT_TRUE(v.ok()) << v.status();
@@ -180,6 +183,98 @@ TEST_F(ProfileStoreTest, OpenNamesAnUnusablePath) {
   auto store = ProfileStore::Open("/proc/no-such-dir/x.db");
   EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(store.status().message(), HasSubstr("/proc/no-such-dir/x.db"));
+}
+
+}  // namespace
+}  // namespace spotdnn::profiler
+
+namespace spotdnn::profiler {
+namespace {
+
+TEST_F(ProfileStoreTest, StoresEachJobWorkerAndStepOnce) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::vector<Sample> batch;
+  for (int step = 1; step <= 100; ++step) batch.push_back(MakeSample("job", step));
+  auto first = store->AddSamples(batch, "t");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, 100u);
+  // A resend of everything plus ten new steps, and a step twice within one batch: only the ten
+  // new ones are stored, the first copy kept.
+  for (int step = 101; step <= 110; ++step) batch.push_back(MakeSample("job", step));
+  Sample again = MakeSample("job", 105);
+  again.loss = 9;
+  batch.push_back(again);
+  auto second = store->AddSamples(batch, "t");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(*second, 10u);
+  EXPECT_EQ(*store->CountSamples(), 110);
+  // The same step of another worker, or of another job, is another sample.
+  Sample other_worker = MakeSample("job", 1);
+  other_worker.worker_id = "w2";
+  EXPECT_EQ(*store->AddSamples(std::vector<Sample>{other_worker, MakeSample("job2", 1)}, "t"), 2u);
+  const std::vector<std::string> job = {"job"};
+  EXPECT_EQ(*store->CountSamples(job), 111);
+  auto progress = store->JobProgress("job");
+  ASSERT_TRUE(progress.ok());
+  ASSERT_EQ(progress->size(), 2u);
+  EXPECT_EQ((*progress)[0].worker_id, "w1");
+  EXPECT_EQ((*progress)[0].samples, 110);
+  EXPECT_EQ((*progress)[0].steps, 110);
+  auto loaded = store->LoadSamples(job);
+  ASSERT_TRUE(loaded.ok());
+  for (const Sample& s : *loaded) {
+    if (s.step == 105) {
+      EXPECT_EQ(s.loss, 3.5);  // the first one stored
+    }
+  }
+}
+
+TEST_F(ProfileStoreTest, ADatabaseFromBeforeTheKeyLosesItsDuplicatesOnOpen) {
+  std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  // The schema before samples were keyed, with a step stored twice and once.
+  const char* old_schema = R"sql(
+    CREATE TABLE runs (job_id TEXT PRIMARY KEY, source TEXT NOT NULL, created_unix_s REAL NOT NULL);
+    CREATE TABLE samples (job_id TEXT NOT NULL, worker_id TEXT NOT NULL, instance_type TEXT NOT
+      NULL, gpu_type TEXT NOT NULL, gpus INTEGER NOT NULL, batch_size INTEGER NOT NULL, step
+      INTEGER NOT NULL, wall_time_s REAL NOT NULL, iteration_time_s REAL NOT NULL, loss REAL NOT
+      NULL, bytes_sent INTEGER NOT NULL, bytes_received INTEGER NOT NULL, gpu_memory_gib REAL NOT
+      NULL, cluster_workers INTEGER NOT NULL, communication_time_s REAL NOT NULL,
+      cluster_steps_per_s REAL NOT NULL);
+    CREATE INDEX samples_by_job ON samples (job_id);
+    INSERT INTO runs VALUES ('j', 'grpc', 0);
+    INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 1, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
+    INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 1, 1, 1, 2.5, 0, 0, 0, 1, 0, 0);
+    INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 2, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
+  )sql";
+  ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(*store->CountSamples(), 2);
+  auto loaded = store->LoadSamples({});
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->size(), 2u);
+  EXPECT_EQ((*loaded)[0].loss, 1.5);  // the first of the two kept
+  Sample resend = MakeSample("j", 2);
+  resend.worker_id = "w";
+  EXPECT_EQ(*store->AddSamples(std::vector<Sample>{resend}, "t"), 0u);
+}
+
+TEST_F(ProfileStoreTest, RefusesIdsLongerThanTheLimitQuotingAPrefix) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Sample s = MakeSample(std::string(10 << 20, 'j'), 1);
+  const absl::Status status = store->AddSamples(std::vector<Sample>{s}, "t").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("samples[0]: job_id = \"jjjj"));
+  EXPECT_THAT(status.message(), HasSubstr("(10485760 bytes): longer than 256 bytes"));
+  EXPECT_LT(status.message().size(), 200u);
+  EXPECT_EQ(*store->CountSamples(), 0);
 }
 
 }  // namespace

@@ -277,11 +277,35 @@ TEST_F(ProfilerServiceTest, ImportsTheCmdareFolderFromAPath) {
   request.set_path(dir);
   request.set_job_id("p100");
   pb::ImportLogResponse response;
+  // The fixture's server has no import roots: it reads no path.
+  grpc::ClientContext refused;
+  const grpc::Status status = stub_->ImportLog(&refused, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(), HasSubstr("no --import_root"));
+
+  // A server whose import root holds the folder reads it.
+  ProfilerOptions options;
+  auto roots = profiler::ImportRoots::Create({std::filesystem::path(dir).parent_path().string()});
+  ASSERT_TRUE(roots.ok()) << roots.status();
+  options.import_roots = *std::move(roots);
+  ProfilerServiceImpl rooted(store_, std::move(options));
+  auto started = StartServer("", {&rooted});
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto stub = pb::Profiler::NewStub(started->server->InProcessChannel(DefaultChannelArguments()));
   grpc::ClientContext context;
-  ASSERT_TRUE(stub_->ImportLog(&context, request, &response).ok());
+  const grpc::Status imported = stub->ImportLog(&context, request, &response);
+  ASSERT_TRUE(imported.ok()) << imported.error_message();
   EXPECT_EQ(response.files(), 32u);
   EXPECT_EQ(response.imported(), 1520u);
+  EXPECT_EQ(response.duplicates(), 0u);
   EXPECT_EQ(*store_->CountSamples(), 1520);
+  // Importing it again stores nothing twice.
+  grpc::ClientContext again;
+  ASSERT_TRUE(stub->ImportLog(&again, request, &response).ok());
+  EXPECT_EQ(response.imported(), 1520u);
+  EXPECT_EQ(response.duplicates(), 1520u);
+  EXPECT_EQ(*store_->CountSamples(), 1520);
+  started->server->Shutdown();
 }
 
 // The real binary over one database file, started twice: what the first stored, the second serves.
