@@ -55,14 +55,25 @@ double NowUnixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// One sample per (job, worker, step): the key that makes storing idempotent. A database made
-// before the key existed (index samples_by_job) loses its duplicate rows, the first kept, when
-// the key is added.
+// One sample per (job, worker, step): the key that makes storing idempotent. Step 0 is what a
+// sample without a step number has (a memory measurement, a CSV row without a step column), so
+// such samples are told apart by all their fields instead: only an identical one is a resend. A
+// database made before the keys existed (index samples_by_job) loses its duplicate rows, the
+// first kept, when they are added.
 constexpr char kSampleKey[] = R"sql(
 BEGIN IMMEDIATE;
-DELETE FROM samples WHERE rowid NOT IN
-  (SELECT MIN(rowid) FROM samples GROUP BY job_id, worker_id, step);
-CREATE UNIQUE INDEX IF NOT EXISTS samples_by_key ON samples (job_id, worker_id, step);
+DELETE FROM samples WHERE step > 0 AND rowid NOT IN
+  (SELECT MIN(rowid) FROM samples WHERE step > 0 GROUP BY job_id, worker_id, step);
+DELETE FROM samples WHERE step = 0 AND rowid NOT IN
+  (SELECT MIN(rowid) FROM samples WHERE step = 0 GROUP BY job_id, worker_id, instance_type,
+   gpu_type, gpus, batch_size, wall_time_s, iteration_time_s, loss, bytes_sent, bytes_received,
+   gpu_memory_gib, cluster_workers, communication_time_s, cluster_steps_per_s);
+CREATE UNIQUE INDEX IF NOT EXISTS samples_by_key ON samples (job_id, worker_id, step)
+  WHERE step > 0;
+CREATE UNIQUE INDEX IF NOT EXISTS samples_without_step ON samples (job_id, worker_id,
+  instance_type, gpu_type, gpus, batch_size, wall_time_s, iteration_time_s, loss, bytes_sent,
+  bytes_received, gpu_memory_gib, cluster_workers, communication_time_s, cluster_steps_per_s)
+  WHERE step = 0;
 DROP INDEX IF EXISTS samples_by_job;
 COMMIT;
 )sql";
@@ -74,8 +85,9 @@ absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::stri
   if (!db.ok()) return db.status();
   std::unique_ptr<ProfileStore> store(new ProfileStore(*db));
   absl::MutexLock lock(&store->mu_);
-  Statement has_key(store->db_,
-                    "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'samples_by_key'");
+  Statement has_key(
+      store->db_,
+      "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'samples_without_step'");
   if (!has_key.status().ok()) return has_key.status();
   auto row = has_key.Step("looking for the sample key");
   if (!row.ok()) return row.status();
@@ -114,7 +126,7 @@ absl::StatusOr<std::uint64_t> ProfileStore::AddSamples(absl::Span<const Sample> 
                    "batch_size, step, wall_time_s, iteration_time_s, loss, bytes_sent, "
                    "bytes_received, gpu_memory_gib, cluster_workers, communication_time_s, "
                    "cluster_steps_per_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-                   "?12, ?13, ?14, ?15, ?16) ON CONFLICT (job_id, worker_id, step) DO NOTHING");
+                   "?12, ?13, ?14, ?15, ?16) ON CONFLICT DO NOTHING");
   if (!run.status().ok()) return run.status();
   if (!insert.status().ok()) return insert.status();
   const double now = NowUnixSeconds();

@@ -60,8 +60,9 @@ class ProfileStore {
   // Adds samples in one transaction: all of them or, on any error, none. Every sample is
   // validated first (INVALID_ARGUMENT "samples[i]: reason"). `source` is recorded per job.
   // Idempotent: a sample is identified by (job_id, worker_id, step), and one whose key is already
-  // stored (a resend, or a repeat within `samples`) is left out, the first one kept. Returns how
-  // many samples were newly stored; once it returns, they are committed.
+  // stored (a resend, or a repeat within `samples`) is left out, the first one kept. Step 0 means
+  // "no step number": such samples are identified by all their fields (only an identical one is
+  // left out). Returns how many samples were newly stored; once it returns, they are committed.
   absl::StatusOr<std::uint64_t> AddSamples(absl::Span<const Sample> samples,
                                            const std::string& source);
   // Samples of the given jobs (every job when empty), in the order they were stored.

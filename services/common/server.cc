@@ -107,13 +107,15 @@ class MemoryTrimmer {
     while (true) {
       cv_.wait(lock, [this] { return stop_ || requested_; });
       if (stop_) return;
-      // Let the call that asked finish sending and freeing its answer first.
-      cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; });
-      if (stop_) return;
       requested_ = false;
-      lock.unlock();
-      malloc_trim(0);
-      lock.lock();
+      // Let the call that asked finish sending and freeing its answer first; once more later,
+      // for an answer that took long to send.
+      for (const auto delay : {std::chrono::milliseconds(200), std::chrono::milliseconds(2000)}) {
+        if (cv_.wait_for(lock, delay, [this] { return stop_; })) return;
+        lock.unlock();
+        malloc_trim(0);
+        lock.lock();
+      }
     }
   }
 

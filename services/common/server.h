@@ -48,7 +48,7 @@ std::string UnparsableRequestMessage(absl::string_view method);
 
 // Asks for freed heap memory to go back to the system shortly (after a call with a large answer
 // has finished and freed it; glibc keeps freed memory in per-thread arenas otherwise). Cheap,
-// coalesced; the trim runs on a background thread about 200 ms later.
+// coalesced; the trim runs on a background thread about 200 ms and again 2 s later.
 void ReleaseMemorySoon();
 
 // Blocks SIGINT and SIGTERM in the calling thread and every thread it starts later; call it first

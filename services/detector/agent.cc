@@ -33,6 +33,14 @@ absl::Status Agent::Start() {
   if (options_.instance_id.empty()) {
     return absl::InvalidArgumentError("instance_id = \"\": must not be empty");
   }
+  // The detector refuses longer ones (on every reconnect): fail here, at start.
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string*>{"instance_id", &options_.instance_id},
+        {"job_id", &options_.job_id}}) {
+    if (value->size() > limits::kMaxNameBytes) {
+      return absl::InvalidArgumentError(limits::LengthError(field, *value, limits::kMaxNameBytes));
+    }
+  }
   if (options_.metadata_endpoint.empty()) {
     options_.metadata_endpoint = DefaultMetadataEndpoint(options_.cloud);
   }

@@ -57,7 +57,9 @@ Common flags:
   --db FILE                the profile database of the in-process profiler (default:
                            $SPOTDNN_PROFILE_DB, else ~/.spotdnn/profiles.db, else
                            ./spotdnn-profiles.db)
-  --server HOST:PORT       use a running spotdnn-profiler instead (validate-speed always runs here)
+  --server HOST:PORT       use a running spotdnn-profiler instead (validate-speed always runs here);
+                           import sends a file's content, and a folder's path, which the server
+                           reads only under its --import_root
 )";
 
 // The profiler behind a command: a remote stub, or the service run in-process over --db.
@@ -84,6 +86,7 @@ absl::StatusOr<ProfilerConnection> ConnectProfiler(const Args& args) {
   services::ProfilerOptions options;
   options.import_any_path = true;
   options.max_import_bytes = std::numeric_limits<std::uint64_t>::max();
+  options.max_call_time = absl::InfiniteDuration();
   c.service = std::make_unique<services::ProfilerServiceImpl>(
       std::shared_ptr<profiler::ProfileStore>(*std::move(store)), std::move(options));
   auto started = services::StartServer("", {c.service.get()});
@@ -231,6 +234,7 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
   Table table({"quantity", "value"});
   table.AddRow({"files read", absl::StrCat(response.files())});
   table.AddRow({"samples imported", absl::StrCat(response.imported())});
+  table.AddRow({"samples already stored", absl::StrCat(response.duplicates())});
   table.AddRow({"lines skipped", absl::StrCat(response.skipped())});
   table.Print(io.out);
   if (response.errors_size() > 0) {

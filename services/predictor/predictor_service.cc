@@ -8,6 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/types/span.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/wire_format_lite.h"
+#include "grpcpp/support/method_handler.h"
 #include "services/common/convert.h"
 #include "services/common/limits.h"
 #include "services/common/request_check.h"
@@ -40,7 +45,21 @@ size_t BatchItemBytes(bool detailed, int types, size_t name_bytes) {
 
 PredictorServiceImpl::PredictorServiceImpl(std::shared_ptr<const DataRegistry> registry,
                                            PredictorOptions options)
-    : models_(std::move(registry)), options_(options) {}
+    : models_(std::move(registry)), options_(options) {
+  // PredictBatch reads raw bytes (see the class comment); gRPC's server only needs a method that
+  // does not read its message up front, which a streamed unary one is.
+  const google::protobuf::MethodDescriptor* method =
+      google::protobuf::DescriptorPool::generated_pool()
+          ->FindServiceByName(pb::Predictor::service_full_name())
+          ->FindMethodByName("PredictBatch");
+  MarkMethodStreamed(
+      method->index(),
+      new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, pb::PredictBatchResponse>(
+          [this](grpc::ServerContext* context,
+                 grpc::ServerUnaryStreamer<grpc::ByteBuffer, pb::PredictBatchResponse>* stream) {
+            return PredictBatchRaw(context, stream);
+          }));
+}
 
 grpc::Status PredictorServiceImpl::Predict(grpc::ServerContext*, const pb::PredictRequest* request,
                                            pb::PredictResponse* response) {
@@ -58,9 +77,9 @@ grpc::Status PredictorServiceImpl::Predict(grpc::ServerContext*, const pb::Predi
   return grpc::Status::OK;
 }
 
-absl::Status PredictorServiceImpl::ReserveAnswerMemory(const grpc::ServerContext* context,
-                                                       uint64_t bytes) {
-  const uint64_t budget = options_.max_answer_memory_bytes;
+absl::StatusOr<uint64_t> PredictorServiceImpl::ReserveBatchMemory(
+    const grpc::ServerContext* context, uint64_t bytes) {
+  const uint64_t budget = options_.max_batch_memory_bytes;
   bytes = std::min(bytes, budget);  // a call alone always gets it
   const auto deadline = context->deadline();
   absl::Time until = absl::Now() + options_.max_call_time;
@@ -68,72 +87,157 @@ absl::Status PredictorServiceImpl::ReserveAnswerMemory(const grpc::ServerContext
     until = std::min(until, absl::FromChrono(deadline));
   }
   absl::MutexLock lock(&memory_mu_);
-  while (answer_memory_in_use_ + bytes > budget) {
+  while (batch_memory_in_use_ + bytes > budget) {
     if (context->IsCancelled()) return absl::CancelledError("the call was cancelled");
     if (absl::Now() >= until) {
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "the server is building other large answers (%d of its %d bytes for answers are in "
+          "the server is busy with other large batches (%d of the %d bytes it gives them are in "
           "use; this one needs about %d): retry later, or send fewer clusters per call",
-          answer_memory_in_use_, budget, bytes));
+          batch_memory_in_use_, budget, bytes));
     }
     memory_cv_.WaitWithDeadline(&memory_mu_,
                                 std::min(until, absl::Now() + absl::Milliseconds(100)));
   }
-  answer_memory_in_use_ += bytes;
-  return absl::OkStatus();
+  batch_memory_in_use_ += bytes;
+  return bytes;
 }
 
-void PredictorServiceImpl::ReleaseAnswerMemory(uint64_t bytes) {
+void PredictorServiceImpl::ReleaseBatchMemory(uint64_t bytes) {
+  if (bytes == 0) return;
   absl::MutexLock lock(&memory_mu_);
-  answer_memory_in_use_ -=
-      std::min(answer_memory_in_use_, std::min(bytes, options_.max_answer_memory_bytes));
+  batch_memory_in_use_ -= std::min(batch_memory_in_use_, bytes);
   memory_cv_.SignalAll();
 }
 
-grpc::Status PredictorServiceImpl::PredictBatch(grpc::ServerContext* context,
-                                                const pb::PredictBatchRequest* request,
-                                                pb::PredictBatchResponse* response) {
-  // The clusters are checked below, as they are converted (a reflection walk over a million of
-  // them would cost more than predicting them).
-  if (auto s = CheckRequest(*request, "", {"clusters"}); !s.ok()) return ToGrpc(s);
-  if (auto s = CheckTargetLoss(request->target_loss()); !s.ok()) return ToGrpc(s);
-  const int n = request->clusters_size();
-  if (n > kMaxBatchClusters) {
-    return ToGrpc(absl::InvalidArgumentError(
-        absl::StrFormat("clusters: %d given, at most %d per call", n, kMaxBatchClusters)));
+absl::Status PredictorServiceImpl::BatchMemory::Hold(const grpc::ServerContext* context,
+                                                     uint64_t bytes) {
+  service_->ReleaseBatchMemory(held_);
+  held_ = 0;
+  auto taken = service_->ReserveBatchMemory(context, bytes);
+  if (!taken.ok()) return taken.status();
+  held_ = *taken;
+  return absl::OkStatus();
+}
+
+namespace {
+
+// A PredictBatchRequest split without parsing its clusters: every other field in `head`, each
+// cluster as its place in the request's bytes. False when the bytes are not a PredictBatchRequest.
+bool SplitBatchRequest(const std::string& wire, pb::PredictBatchRequest* head,
+                       std::vector<std::pair<uint32_t, uint32_t>>* clusters) {
+  using google::protobuf::internal::WireFormatLite;
+  google::protobuf::io::CodedInputStream input(reinterpret_cast<const uint8_t*>(wire.data()),
+                                               static_cast<int>(wire.size()));
+  std::string rest;
+  {
+    google::protobuf::io::StringOutputStream rest_stream(&rest);
+    google::protobuf::io::CodedOutputStream out(&rest_stream);
+    while (true) {
+      const uint32_t tag = input.ReadTag();
+      if (tag == 0) break;
+      if (WireFormatLite::GetTagFieldNumber(tag) == pb::PredictBatchRequest::kClustersFieldNumber &&
+          WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+        uint32_t length = 0;
+        if (!input.ReadVarint32(&length)) return false;
+        const int at = input.CurrentPosition();
+        if (!input.Skip(static_cast<int>(length))) return false;
+        clusters->emplace_back(static_cast<uint32_t>(at), length);
+        continue;
+      }
+      if (!WireFormatLite::SkipField(&input, tag, &out)) return false;
+    }
+    if (!input.ConsumedEntireMessage()) return false;
   }
-  auto model = models_.Resolve(request->workload(), request->catalog());
+  return head->ParseFromString(rest);
+}
+
+}  // namespace
+
+grpc::Status PredictorServiceImpl::PredictBatchRaw(
+    grpc::ServerContext* context,
+    grpc::ServerUnaryStreamer<grpc::ByteBuffer, pb::PredictBatchResponse>* stream) {
+  const std::string unparsable = UnparsableRequestMessage("/spotdnn.v1.Predictor/PredictBatch");
+  grpc::ByteBuffer buffer;
+  if (!stream->Read(&buffer)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, unparsable);
+  }
+  BatchMemory memory(this);
+  // While the request is read: its bytes (gRPC's and a copy) and the compact counts.
+  if (auto s = memory.Hold(context, 3 * uint64_t{buffer.Length()}); !s.ok()) return ToGrpc(s);
+  std::string wire;
+  {
+    std::vector<grpc::Slice> slices;
+    if (!buffer.Dump(&slices).ok()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, unparsable);
+    }
+    wire.reserve(buffer.Length());
+    for (const grpc::Slice& slice : slices) {
+      wire.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+  }
+  buffer.Clear();
+  pb::PredictBatchRequest request;
+  std::vector<std::pair<uint32_t, uint32_t>> places;
+  if (!SplitBatchRequest(wire, &request, &places)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, unparsable);
+  }
+  // A large request's memory goes back to the system once it is freed, answered or refused.
+  struct TrimAfter {
+    bool large;
+    ~TrimAfter() {
+      if (large) ReleaseMemorySoon();
+    }
+  } trim_after{wire.size() >= (4u << 20)};
+
+  if (auto s = CheckRequest(request); !s.ok()) return ToGrpc(s);
+  if (auto s = CheckTargetLoss(request.target_loss()); !s.ok()) return ToGrpc(s);
+  const int n = static_cast<int>(places.size());
+  if (places.size() > static_cast<size_t>(kMaxBatchClusters)) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
+        "clusters: %d given, at most %d per call", places.size(), kMaxBatchClusters)));
+  }
+  auto model = models_.Resolve(request.workload(), request.catalog());
   if (!model.ok()) return ToGrpc(model.status());
   const predictor::PerformanceModel& m = **model;
-  const double loss = request->target_loss();
+  const double loss = request.target_loss();
   if (!(loss > m.profile().loss->g5)) {
     return ToGrpc(m.ErrorStatus({.error = predictor::EstimateError::kTargetAtOrBelowFloor}, loss));
   }
   const std::function<absl::Status()> stop =
       CallStopCheck(context, options_.max_call_time, "the batch", "the server's call time limit");
-  const bool detailed = request->detailed();
+  const bool detailed = request.detailed();
   const size_t types = m.catalog().types.size();
-  // Pass 1: validate every cluster before answering any (bad input fails the whole call), and
-  // bound the answer's size so that one too big for a message is refused before it is built.
+  // Pass 1: parse and validate every cluster before answering any (bad input fails the whole
+  // call), and bound the answer's size so that one too big for a message is refused before it is
+  // built.
   std::vector<int> counts(static_cast<size_t>(n) * types);
   std::vector<int> servers(n);
   uint64_t answer_bytes = 16;
+  pb::Cluster c;
   for (int i = 0; i < n; ++i) {
     if (i % 4096 == 4095) {
       if (auto s = stop(); !s.ok()) return ToGrpc(s);
     }
-    const pb::Cluster& c = request->clusters(i);
     auto field = [i] { return absl::StrCat("clusters[", i, "]"); };
+    if (!c.ParseFromArray(wire.data() + places[i].first, static_cast<int>(places[i].second))) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+          field(),
+          " could not be parsed as a spotdnn.v1.Cluster (malformed protobuf bytes, or a "
+          "string field that is not valid UTF-8)")));
+    }
+    // CheckRequest's limits, by hand (reflection would cost more than the prediction).
     if (static_cast<size_t>(c.instances_size()) > limits::kMaxRepeatedEntries) {
       return ToGrpc(absl::InvalidArgumentError(
           absl::StrFormat("%s.instances: %d entries, at most %d", field(), c.instances_size(),
                           limits::kMaxRepeatedEntries)));
     }
     for (int k = 0; k < c.instances_size(); ++k) {
-      const std::string error =
-          limits::LengthError(absl::StrCat(field(), ".instances[", k, "].instance_type"),
-                              c.instances(k).instance_type(), limits::kMaxNameBytes);
-      if (!error.empty()) return ToGrpc(absl::InvalidArgumentError(error));
+      const std::string& name = c.instances(k).instance_type();
+      if (name.size() > limits::kMaxNameBytes) {
+        return ToGrpc(absl::InvalidArgumentError(
+            limits::LengthError(absl::StrCat(field(), ".instances[", k, "].instance_type"), name,
+                                limits::kMaxNameBytes)));
+      }
     }
     auto cluster = ToDomain(c, m.catalog(), "cluster");
     if (!cluster.ok()) {
@@ -165,11 +269,12 @@ grpc::Status PredictorServiceImpl::PredictBatch(grpc::ServerContext* context,
     }
     answer_bytes += BatchItemBytes(detailed, present, name_bytes);
   }
-  // The response message and its wire form must fit the message limit (with room to spare for
-  // framing).
+  std::string().swap(wire);
+  std::vector<std::pair<uint32_t, uint32_t>>().swap(places);
+  // The answer must fit the message limit (with room to spare for framing).
   const uint64_t limit = kMaxMessageBytes - 4096;
   if (answer_bytes > limit) {
-    const uint64_t per_cluster = answer_bytes / std::max(n, 1);
+    const uint64_t per_cluster = std::max<uint64_t>(1, answer_bytes / std::max(n, 1));
     return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
         "clusters: the answer to %d%s predictions would take about %d bytes, above the %d-byte "
         "message limit; send at most %d clusters per call%s",
@@ -177,33 +282,19 @@ grpc::Status PredictorServiceImpl::PredictBatch(grpc::ServerContext* context,
         detailed ? ", or set detailed = false" : "")));
   }
   // Building the messages takes about twice the wire size, and sending them once more.
-  const uint64_t memory = 3 * answer_bytes;
-  const bool large = answer_bytes > (1 << 20);
-  if (large) {
-    if (auto s = ReserveAnswerMemory(context, memory); !s.ok()) return ToGrpc(s);
-  }
-  struct Release {
-    PredictorServiceImpl* self;
-    bool large;
-    uint64_t memory;
-    ~Release() {
-      if (!large) return;
-      self->ReleaseAnswerMemory(memory);
-      // The answer is freed once it is sent, after this handler returns.
-      if (memory > (uint64_t{48} << 20)) ReleaseMemorySoon();
-    }
-  } release{this, large, memory};
+  if (auto s = memory.Hold(context, 3 * answer_bytes); !s.ok()) return ToGrpc(s);
 
   // Pass 2: the answer.
-  response->mutable_items()->Reserve(n);
+  pb::PredictBatchResponse response;
+  response.mutable_items()->Reserve(n);
   predictor::Cluster cluster;
   for (int i = 0; i < n; ++i) {
     if (i % 4096 == 4095) {
       if (auto s = stop(); !s.ok()) return ToGrpc(s);
     }
-    const absl::Span<const int> c = absl::MakeConstSpan(counts).subspan(i * types, types);
-    pb::BatchItem* item = response->add_items();
-    const predictor::Estimate estimate = m.Evaluate(c, loss, servers[i]);
+    const absl::Span<const int> k = absl::MakeConstSpan(counts).subspan(i * types, types);
+    pb::BatchItem* item = response.add_items();
+    const predictor::Estimate estimate = m.Evaluate(k, loss, servers[i]);
     if (!estimate.ok()) {
       const absl::Status status = m.ErrorStatus(estimate, loss);
       item->set_error_code(static_cast<int>(status.code()));
@@ -211,7 +302,7 @@ grpc::Status PredictorServiceImpl::PredictBatch(grpc::ServerContext* context,
       continue;
     }
     if (detailed) {
-      cluster.counts.assign(c.begin(), c.end());
+      cluster.counts.assign(k.begin(), k.end());
       cluster.parameter_servers = servers[i];
       auto prediction = m.Predict(cluster, loss);
       if (prediction.ok()) *item->mutable_prediction() = ToProto(*prediction, m.catalog());
@@ -222,6 +313,11 @@ grpc::Status PredictorServiceImpl::PredictBatch(grpc::ServerContext* context,
       p->set_target_loss(loss);
     }
   }
+  std::vector<int>().swap(counts);
+  if (!stream->Write(response)) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the answer could not be sent");
+  }
+  if (answer_bytes > (16u << 20)) ReleaseMemorySoon();
   return grpc::Status::OK;
 }
 

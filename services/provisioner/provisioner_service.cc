@@ -108,7 +108,8 @@ std::string InfeasibleReason(const PlanInputs& in, const provisioner::PlanResult
 absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::WorkloadRef& workload,
                                         const pb::CatalogRef& catalog, const pb::Slo& slo,
                                         const pb::PlanOptions& options,
-                                        absl::string_view existing_field) {
+                                        absl::string_view existing_field,
+                                        uint64_t max_exhaustive_limit) {
   const double margin = options.bandwidth_margin();
   if (!(margin >= 0 && margin < 1)) {
     return absl::InvalidArgumentError(
@@ -203,11 +204,11 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
           absl::StrCat("options.strategy = ", EnumLabel(options.strategy()),
                        ": not a search strategy; expected exact, spotdnn or exhaustive"));
   }
-  if (options.exhaustive_limit() > kMaxExhaustiveLimit) {
+  if (options.exhaustive_limit() > max_exhaustive_limit) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "options.exhaustive_limit = %d: above the server's cap of %d clusters (0 = the default "
         "%d); use the exact strategy for larger searches",
-        options.exhaustive_limit(), kMaxExhaustiveLimit, provisioner::kDefaultExhaustiveLimit));
+        options.exhaustive_limit(), max_exhaustive_limit, provisioner::kDefaultExhaustiveLimit));
   }
   if (options.exhaustive_limit() > 0) in.exhaustive_limit = options.exhaustive_limit();
   for (size_t k = 0; k < types.size(); ++k) {
@@ -228,7 +229,8 @@ absl::StatusOr<PlanInputs> ProvisionerServiceImpl::Inputs(
     const pb::WorkloadRef& workload, const pb::CatalogRef& catalog, const pb::Slo& slo,
     const pb::PlanOptions& options, absl::string_view existing_field) {
   if (auto s = CheckRequest(request); !s.ok()) return s;
-  auto in = ToPlanInputs(models_, workload, catalog, slo, options, existing_field);
+  auto in = ToPlanInputs(models_, workload, catalog, slo, options, existing_field,
+                         options_.max_exhaustive_limit);
   if (!in.ok()) return in.status();
   in->problem.stop =
       CallStopCheck(context, options_.max_solve_time, "the search", "--max_solve_time");

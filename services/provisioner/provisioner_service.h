@@ -2,6 +2,8 @@
 #ifndef SPOTDNN_SERVICES_PROVISIONER_PROVISIONER_SERVICE_H_
 #define SPOTDNN_SERVICES_PROVISIONER_PROVISIONER_SERVICE_H_
 
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,7 +16,7 @@
 
 namespace spotdnn::services {
 
-// Largest options.exhaustive_limit a request may ask for: about a minute of one core's work.
+// Largest options.exhaustive_limit a server takes by default: about a minute of one core's work.
 inline constexpr uint64_t kMaxExhaustiveLimit = 1'000'000'000;
 
 // How the provisioner bounds one call's work.
@@ -22,6 +24,14 @@ struct ProvisionerOptions {
   // Longest a search may run for one call (--max_solve_time), whatever the call's deadline;
   // a search also stops at the call's deadline or when the call is cancelled.
   absl::Duration max_solve_time = absl::Seconds(60);
+  // Largest options.exhaustive_limit a request may ask for (INVALID_ARGUMENT above it).
+  uint64_t max_exhaustive_limit = kMaxExhaustiveLimit;
+
+  // In-process use by the CLI, whose caller is this process: no limits beyond the request's.
+  static ProvisionerOptions InProcess() {
+    return {.max_solve_time = absl::InfiniteDuration(),
+            .max_exhaustive_limit = std::numeric_limits<uint64_t>::max()};
+  }
 };
 
 // A request's planning inputs in domain form.
@@ -40,10 +50,13 @@ struct PlanInputs {
 absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::WorkloadRef& workload,
                                         const pb::CatalogRef& catalog, const pb::Slo& slo,
                                         const pb::PlanOptions& options,
-                                        absl::string_view existing_field = "options.existing");
+                                        absl::string_view existing_field = "options.existing",
+                                        uint64_t max_exhaustive_limit = kMaxExhaustiveLimit);
 
 class ProvisionerServiceImpl final : public pb::Provisioner::Service {
  public:
+  using Options = ProvisionerOptions;
+
   explicit ProvisionerServiceImpl(std::shared_ptr<const DataRegistry> registry,
                                   ProvisionerOptions options = {});
 

@@ -230,6 +230,22 @@ TEST_F(ProfileStoreTest, StoresEachJobWorkerAndStepOnce) {
   }
 }
 
+// Step 0 is a sample without a step number (a memory measurement): those differ by their fields.
+TEST_F(ProfileStoreTest, SamplesWithoutAStepAreToldApartByTheirFields) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::vector<Sample> memory;
+  for (int batch : {32, 64, 128}) {
+    Sample s = MakeSample("memory", 0);
+    s.batch_size = batch;
+    s.gpu_memory_gib = batch / 16.0;
+    memory.push_back(s);
+  }
+  EXPECT_EQ(*store->AddSamples(memory, "t"), 3u);
+  EXPECT_EQ(*store->AddSamples(memory, "t"), 0u);  // the same rows again: a resend
+  EXPECT_EQ(*store->CountSamples(), 3);
+}
+
 TEST_F(ProfileStoreTest, ADatabaseFromBeforeTheKeyLosesItsDuplicatesOnOpen) {
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
   sqlite3* db = nullptr;
@@ -248,6 +264,9 @@ TEST_F(ProfileStoreTest, ADatabaseFromBeforeTheKeyLosesItsDuplicatesOnOpen) {
     INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 1, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
     INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 1, 1, 1, 2.5, 0, 0, 0, 1, 0, 0);
     INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 2, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
+    INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 0, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
+    INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 0, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
+    INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 16, 0, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
   )sql";
   ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, nullptr), SQLITE_OK)
       << sqlite3_errmsg(db);
@@ -255,10 +274,10 @@ TEST_F(ProfileStoreTest, ADatabaseFromBeforeTheKeyLosesItsDuplicatesOnOpen) {
 
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(*store->CountSamples(), 2);
+  EXPECT_EQ(*store->CountSamples(), 4);  // steps 1 and 2, and two different step-0 rows
   auto loaded = store->LoadSamples({});
   ASSERT_TRUE(loaded.ok());
-  ASSERT_EQ(loaded->size(), 2u);
+  ASSERT_EQ(loaded->size(), 4u);
   EXPECT_EQ((*loaded)[0].loss, 1.5);  // the first of the two kept
   Sample resend = MakeSample("j", 2);
   resend.worker_id = "w";
