@@ -22,5 +22,5 @@ int main(int argc, char** argv) {
   return spotdnn::services::ServeWithRegistry<spotdnn::services::PredictorServiceImpl>(
       "spotdnn-predictor", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_port_file),
       absl::GetFlag(FLAGS_catalog_dir), absl::GetFlag(FLAGS_workload_dir),
-      spotdnn::services::ServerSecurityFromFlags(), spotdnn::services::PredictorOptions{});
+      spotdnn::services::ServerSecurityFromFlags());
 }

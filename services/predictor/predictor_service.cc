@@ -213,10 +213,19 @@ grpc::Status PredictorServiceImpl::PredictBatchRaw(
   std::vector<int> counts(static_cast<size_t>(n) * types);
   std::vector<int> servers(n);
   uint64_t answer_bytes = 16;
+  // The stop check runs every few million steps of work (a cluster costs its types, and a type
+  // lookup per instance), so that huge catalogs or clusters cannot run long between checks.
+  uint64_t work = 0;
+  auto poll = [&](uint64_t steps) -> absl::Status {
+    work += steps;
+    if (work < (uint64_t{1} << 22)) return absl::OkStatus();
+    work = 0;
+    return stop();
+  };
   pb::Cluster c;
   for (int i = 0; i < n; ++i) {
-    if (i % 4096 == 4095) {
-      if (auto s = stop(); !s.ok()) return ToGrpc(s);
+    if (auto s = poll(types * (1 + static_cast<uint64_t>(places[i].second) / 4)); !s.ok()) {
+      return ToGrpc(s);
     }
     auto field = [i] { return absl::StrCat("clusters[", i, "]"); };
     if (!c.ParseFromArray(wire.data() + places[i].first, static_cast<int>(places[i].second))) {
@@ -289,9 +298,7 @@ grpc::Status PredictorServiceImpl::PredictBatchRaw(
   response.mutable_items()->Reserve(n);
   predictor::Cluster cluster;
   for (int i = 0; i < n; ++i) {
-    if (i % 4096 == 4095) {
-      if (auto s = stop(); !s.ok()) return ToGrpc(s);
-    }
+    if (auto s = poll(types * (detailed ? 4 : 1)); !s.ok()) return ToGrpc(s);
     const absl::Span<const int> k = absl::MakeConstSpan(counts).subspan(i * types, types);
     pb::BatchItem* item = response.add_items();
     const predictor::Estimate estimate = m.Evaluate(k, loss, servers[i]);
