@@ -58,8 +58,10 @@ double NowUnixSeconds() {
 // One sample per (job, worker, step): the key that makes storing idempotent. Step 0 is what a
 // sample without a step number has (a memory measurement, a CSV row without a step column), so
 // such samples are told apart by all their fields instead: only an identical one is a resend. A
-// database made before the keys existed (index samples_by_job) loses its duplicate rows, the
-// first kept, when they are added.
+// database made before the keys existed loses its duplicate rows, the first kept, when they are
+// added. The keys are also the indexes by job, one per row as before: they are partial, so the
+// queries by job ask for "step > 0" and "step = 0" separately (SQLite uses a partial index only
+// for a query whose WHERE implies the index's).
 constexpr char kSampleKey[] = R"sql(
 BEGIN IMMEDIATE;
 DELETE FROM samples WHERE step > 0 AND rowid NOT IN
@@ -177,6 +179,11 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
       "SELECT job_id, worker_id, instance_type, gpu_type, gpus, batch_size, step, wall_time_s, "
       "iteration_time_s, loss, bytes_sent, bytes_received, gpu_memory_gib, cluster_workers, "
       "communication_time_s, cluster_steps_per_s FROM samples";
+  // The same and the rowid, for a compound SELECT to sort by (its 17th column).
+  constexpr char kColumnsAndRowid[] =
+      "SELECT job_id, worker_id, instance_type, gpu_type, gpus, batch_size, step, wall_time_s, "
+      "iteration_time_s, loss, bytes_sent, bytes_received, gpu_memory_gib, cluster_workers, "
+      "communication_time_s, cluster_steps_per_s, rowid FROM samples";
   std::vector<Sample> out;
   auto read = [&](Statement& q) -> absl::Status {
     while (true) {
@@ -211,7 +218,10 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
     Statement q(db_, absl::StrCat(kColumns, " ORDER BY rowid").c_str());
     status = q.status().ok() ? read(q) : q.status();
   } else {
-    Statement q(db_, absl::StrCat(kColumns, " WHERE job_id = ?1 ORDER BY rowid").c_str());
+    // The two keys are the indexes by job (see kSampleKey).
+    Statement q(db_, absl::StrCat(kColumnsAndRowid, " WHERE job_id = ?1 AND step > 0 UNION ALL ",
+                                  kColumnsAndRowid, " WHERE job_id = ?1 AND step = 0 ORDER BY 17")
+                         .c_str());
     status = q.status();
     for (const std::string& job : job_ids) {
       if (!status.ok()) break;
@@ -227,9 +237,11 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
 
 absl::StatusOr<std::vector<StoredRun>> ProfileStore::ListRuns() {
   absl::MutexLock lock(&mu_);
-  Statement q(db_,
-              "SELECT r.job_id, r.source, (SELECT COUNT(*) FROM samples s WHERE s.job_id = "
-              "r.job_id) FROM runs r ORDER BY r.job_id");
+  Statement q(
+      db_,
+      "SELECT r.job_id, r.source, (SELECT COUNT(*) FROM samples s WHERE step > 0 AND "
+      "s.job_id = r.job_id) + (SELECT COUNT(*) FROM samples s WHERE step = 0 AND s.job_id = "
+      "r.job_id) FROM runs r ORDER BY r.job_id");
   if (!q.status().ok()) return q.status();
   std::vector<StoredRun> out;
   while (true) {
@@ -243,8 +255,10 @@ absl::StatusOr<std::vector<StoredRun>> ProfileStore::ListRuns() {
 
 absl::StatusOr<std::int64_t> ProfileStore::CountSamples(absl::Span<const std::string> job_ids) {
   absl::MutexLock lock(&mu_);
-  Statement q(db_, job_ids.empty() ? "SELECT COUNT(*) FROM samples"
-                                   : "SELECT COUNT(*) FROM samples WHERE job_id = ?1");
+  Statement q(db_, job_ids.empty()
+                       ? "SELECT COUNT(*) FROM samples"
+                       : "SELECT (SELECT COUNT(*) FROM samples WHERE job_id = ?1 AND step > 0) + "
+                         "(SELECT COUNT(*) FROM samples WHERE job_id = ?1 AND step = 0)");
   if (!q.status().ok()) return q.status();
   std::int64_t count = 0;
   for (size_t i = 0; i < std::max<size_t>(job_ids.size(), 1); ++i) {
@@ -259,10 +273,14 @@ absl::StatusOr<std::int64_t> ProfileStore::CountSamples(absl::Span<const std::st
 
 absl::StatusOr<std::vector<WorkerProgress>> ProfileStore::JobProgress(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  // SQLite takes the bare columns of a MAX() aggregate from the row holding the maximum.
+  // SQLite takes the bare columns of a MAX() aggregate from the row holding the maximum. The
+  // job's rows come through its two keys (see kSampleKey).
   Statement q(db_,
-              "SELECT worker_id, instance_type, MAX(step), COUNT(*), MAX(wall_time_s), loss "
-              "FROM samples WHERE job_id = ?1 GROUP BY worker_id ORDER BY worker_id");
+              "SELECT worker_id, instance_type, MAX(step), COUNT(*), MAX(wall_time_s), loss FROM "
+              "(SELECT worker_id, instance_type, step, wall_time_s, loss FROM samples WHERE "
+              "job_id = ?1 AND step > 0 UNION ALL SELECT worker_id, instance_type, step, "
+              "wall_time_s, loss FROM samples WHERE job_id = ?1 AND step = 0) "
+              "GROUP BY worker_id ORDER BY worker_id");
   if (!q.status().ok()) return q.status();
   q.Text(1, job_id);
   std::vector<WorkerProgress> out;
