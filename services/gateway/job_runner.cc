@@ -112,9 +112,14 @@ absl::StatusOr<pb::WorkloadProfile> ResolveWorkload(const JobSpec& spec, RunnerE
   if (!spec.profiling_logs.empty()) {
     const std::string run = spec.name + "-profiling";
     for (const std::string& log : spec.profiling_logs) {
+      // Sent as content: the profiler may run elsewhere, and reads paths only under its
+      // --import_root.
+      auto content = services::ReadFile(log);
+      if (!content.ok()) return content.status();
       pb::ImportLogRequest request;
       request.set_job_id(run);
-      request.set_path(std::filesystem::absolute(log).string());
+      request.set_path(std::filesystem::path(log).filename().string());
+      request.set_content(*content);
       request.set_stop_on_error(true);
       pb::ImportLogResponse response;
       grpc::Status s = Call(

@@ -246,6 +246,7 @@ TEST_F(JobStoreTest, ProfilingStepImportsFitsAndPlansWithTheFittedProfile) {
       .WillRepeatedly(
           [&](grpc::ClientContext*, const pb::ImportLogRequest& r, pb::ImportLogResponse*) {
             EXPECT_EQ(r.job_id(), "fitted-job-profiling");
+            EXPECT_THAT(r.content(), HasSubstr("Wall time,Step,Value"));
             imported.push_back(fs::path(r.path()).filename().string());
             return grpc::Status::OK;
           });
@@ -287,10 +288,16 @@ TEST_F(JobStoreTest, ProfilingStepImportsFitsAndPlansWithTheFittedProfile) {
                 .profiler = &profiler,
                 .provider = provider->get(),
                 .store = store->get()};
-  const std::string spec = R"({"name": "fitted-job",
-    "workload": {"profile": "mynet", "profiling": {"logs": ["a.csv", "b.csv"], "base": "resnet110"}},
+  // The logs are sent as content (the profiler reads no paths of ours).
+  for (const char* log : {"a.csv", "b.csv"}) {
+    std::ofstream(dir_ / log) << "Wall time,Step,Value\n1568069781.1,101,8.5\n";
+  }
+  const std::string spec = absl::StrCat(R"({"name": "fitted-job",
+    "workload": {"profile": "mynet", "profiling": {"logs": [")",
+                                        (dir_ / "a.csv").string(), R"(", ")",
+                                        (dir_ / "b.csv").string(), R"("], "base": "resnet110"}},
     "slo": {"loss": 2.6, "deadline": 60}, "catalog": "aws-spotdnn-prototype",
-    "commands": {"worker": "true"}})";
+    "commands": {"worker": "true"}})");
   auto job = PlanJob(spec, env, local);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(imported, (std::vector<std::string>{"a.csv", "b.csv"}));
