@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -40,6 +41,19 @@ double IterationTime(const Sample& s) {
   return 0;
 }
 
+// The stop check of the FitWorkload running on this thread, and what it said: every solve polls
+// it at each iteration, so a fit honours its caller's deadline without the sub-fits carrying it.
+thread_local const std::function<absl::Status()>* fit_stop = nullptr;
+thread_local absl::Status fit_stopped;
+
+class StopCallback final : public ceres::IterationCallback {
+ public:
+  ceres::CallbackReturnType operator()(const ceres::IterationSummary&) override {
+    if (fit_stop != nullptr && fit_stopped.ok()) fit_stopped = (*fit_stop)();
+    return fit_stopped.ok() ? ceres::SOLVER_CONTINUE : ceres::SOLVER_ABORT;
+  }
+};
+
 ceres::Solver::Options SolverOptions() {
   ceres::Solver::Options options;
   options.linear_solver_type = ceres::DENSE_QR;
@@ -47,6 +61,10 @@ ceres::Solver::Options SolverOptions() {
   options.logging_type = ceres::SILENT;
   options.minimizer_progress_to_stdout = false;
   options.num_threads = 1;
+  if (fit_stop != nullptr) {
+    thread_local StopCallback callback;
+    options.callbacks.push_back(&callback);
+  }
   return options;
 }
 
@@ -469,14 +487,27 @@ absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
 }
 
 absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
-                                        const KnownParameters& known) {
+                                        const KnownParameters& known,
+                                        const std::function<absl::Status()>& stop) {
   if (samples.empty()) {
     return absl::FailedPreconditionError("no samples to fit: report or import some first");
   }
+  struct StopScope {  // the solves of this fit poll `stop` (see fit_stop)
+    explicit StopScope(const std::function<absl::Status()>& s) {
+      fit_stop = s ? &s : nullptr;
+      fit_stopped = absl::OkStatus();
+    }
+    ~StopScope() { fit_stop = nullptr; }
+  } scope(stop);
+  auto stopped = [&stop]() {
+    if (stop && fit_stopped.ok()) fit_stopped = stop();
+    return fit_stopped;
+  };
   WorkloadFit fit;
   // Records a parameter that the data could not determine (FAILED_PRECONDITION); other errors
   // are the fit's own failure and travel up.
   auto unidentified = [&](absl::string_view parameter, const absl::Status& status) {
+    if (!fit_stopped.ok()) return fit_stopped;  // a solve was stopped, not unable
     FitQuality q;
     q.parameter = std::string(parameter);
     q.note = std::string(status.message());
@@ -520,6 +551,7 @@ absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
+  if (auto s = stopped(); !s.ok()) return s;
   {
     auto contention = FitContention(samples, k);
     if (contention.ok()) {
@@ -529,6 +561,7 @@ absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
+  if (auto s = stopped(); !s.ok()) return s;
   {
     FitQuality q;
     auto memory = FitMemory(samples, &q);
@@ -539,6 +572,7 @@ absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
+  if (auto s = stopped(); !s.ok()) return s;
   {
     FitQuality q;
     auto loss = FitLoss(samples, &q);
@@ -549,6 +583,7 @@ absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
+  if (auto s = stopped(); !s.ok()) return s;
   return fit;
 }
 

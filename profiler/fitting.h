@@ -7,6 +7,7 @@
 #ifndef SPOTDNN_PROFILER_FITTING_H_
 #define SPOTDNN_PROFILER_FITTING_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -94,8 +95,11 @@ struct WorkloadFit {
 };
 
 // Fits every parameter the samples determine. FAILED_PRECONDITION when `samples` is empty.
+// `stop`, when given, is polled between the fits and at every solver iteration; a non-OK status
+// ends the fit and is returned (a caller's deadline).
 absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
-                                        const KnownParameters& known);
+                                        const KnownParameters& known,
+                                        const std::function<absl::Status()>& stop = {});
 
 // ---- Cluster speed against cluster size (validate-speed) ----
 

@@ -87,6 +87,7 @@ absl::StatusOr<ProfilerConnection> ConnectProfiler(const Args& args) {
   options.import_any_path = true;
   options.max_import_bytes = std::numeric_limits<std::uint64_t>::max();
   options.max_call_time = absl::InfiniteDuration();
+  options.max_fit_time = absl::InfiniteDuration();
   c.service = std::make_unique<services::ProfilerServiceImpl>(
       std::shared_ptr<profiler::ProfileStore>(*std::move(store)), std::move(options));
   auto started = services::StartServer("", {c.service.get()});

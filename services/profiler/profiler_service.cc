@@ -350,7 +350,7 @@ grpc::Status ProfilerServiceImpl::ImportLog(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext*,
+grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext* context,
                                              const pb::FitProfileRequest* request,
                                              pb::FitProfileResponse* response) {
   if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
@@ -367,7 +367,8 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext*,
     }
   }
   const std::vector<std::string> jobs(request->job_ids().begin(), request->job_ids().end());
-  // A fit is not interrupted once it runs: its size is bounded before.
+  // Bounded before it runs, and stopped at the call's deadline (or the server's limit) while it
+  // runs.
   auto count = store_->CountSamples(jobs);
   if (!count.ok()) return ToGrpc(count.status());
   if (*count > kMaxFitSamples) {
@@ -392,7 +393,9 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext*,
   if (request->pcie_bandwidth_mb_per_s() > 0) {
     known.pcie_bandwidth_mb_per_s = request->pcie_bandwidth_mb_per_s();
   }
-  auto fit = profiler::FitWorkload(*samples, known);
+  auto fit = profiler::FitWorkload(
+      *samples, known,
+      CallStopCheck(context, options_.max_fit_time, "the fit", "the server's fit time limit"));
   if (!fit.ok()) return ToGrpc(fit.status());
   for (const std::string& wanted : request->require()) {
     bool found = false;

@@ -41,6 +41,9 @@ struct ProfilerOptions {
   int max_import_files = 10'000;
   // Longest one import may run, whatever the call's deadline (checked between files).
   absl::Duration max_call_time = absl::Seconds(60);
+  // Longest one FitProfile may run, whatever the call's deadline (a fit of a million samples
+  // takes minutes).
+  absl::Duration max_fit_time = absl::Minutes(10);
 };
 
 // The Sample message <-> the domain Sample.

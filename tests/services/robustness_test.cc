@@ -629,6 +629,59 @@ TEST_F(RobustnessTest, RunawaySearchesStopAtTheDeadlineCancellationAndServerLimi
             << " s: " << s.error_message() << "\n";
 }
 
+// A fit of 100,000 samples takes tens of seconds: it is stopped at the call's deadline.
+TEST_F(RobustnessTest, FitProfileStopsAtTheDeadline) {
+  std::vector<std::string> stream;
+  for (int i = 0; i < 100'000; ++i) {
+    v1::Sample s;
+    s.set_job_id("fit-" + std::to_string(i % 4));
+    s.set_worker_id("w" + std::to_string(i % 8));
+    s.set_instance_type("p3.2xlarge");
+    s.set_gpus(1);
+    s.set_batch_size(64 << (i % 3));
+    s.set_step(1 + i / 8);
+    s.set_wall_time_s(1.7e9 + i);
+    s.set_iteration_time_s(0.2 + 0.05 * (i % 4) + 0.001 * (i % 7));
+    s.set_loss(2.0 + 1.0 / (1 + i / 8));
+    s.set_bytes_sent(11'540'000);
+    s.set_bytes_received(11'540'000);
+    s.set_gpu_memory_gib(2 + (i % 3));
+    s.set_cluster_workers(1 + (i % 4) * 2);
+    s.set_communication_time_s(0.08);
+    stream.push_back(s.SerializeAsString());
+  }
+  v1::ReportSamplesResponse reported;
+  ASSERT_TRUE(
+      RawClientStream(*profiler_, "/spotdnn.v1.Profiler/ReportSamples", stream, &reported).ok());
+  ASSERT_EQ(reported.accepted(), 100'000u);
+  auto stub = v1::Profiler::NewStub(profiler_->channel);
+  v1::FitProfileRequest fit;
+  fit.set_name("fit-probe");
+  for (int j = 0; j < 4; ++j) fit.add_job_ids("fit-" + std::to_string(j));
+  fit.set_parameter_server_bandwidth_mb_per_s(1200);
+  v1::FitProfileResponse fitted;
+  const auto start = std::chrono::steady_clock::now();
+  const grpc::Status s = WithDeadline(
+      [&](grpc::ClientContext* context) { return stub->FitProfile(context, fit, &fitted); },
+      std::chrono::milliseconds(1500));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double before = CpuSeconds(profiler_->pid());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const double used = CpuSeconds(profiler_->pid()) - before;
+  std::cout << "fit of 100,000 samples with a 1.5 s deadline answered after "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - 2.0
+            << " s; profiler CPU in the 1.5 s after: " << used << " s\n";
+  EXPECT_LT(used, 0.3) << "still fitting after the deadline";
+  v1::GetProfileRequest get;
+  get.set_name("fit-probe");
+  v1::WorkloadProfile stored;
+  EXPECT_EQ(WithDeadline([&](grpc::ClientContext* context) {
+              return stub->GetProfile(context, get, &stored);
+            }).error_code(),
+            grpc::StatusCode::NOT_FOUND);  // nothing stored
+}
+
 TEST(RobustnessShutdownTest, SigtermDuringARunawaySearchExitsInSeconds) {
   const fs::path dir =
       fs::temp_directory_path() / ("spotdnn-robustness-shutdown-" + std::to_string(getpid()));
