@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
@@ -46,7 +47,9 @@ absl::StatusOr<ImportRoots> ImportRoots::Create(const std::vector<std::string>& 
           absl::StrCat(where, ": a system folder (", resolved.string(),
                        "); give the folder that holds the training logs to import"));
     }
-    out.given_.push_back(given.lexically_normal().string());
+    std::string normal = given.lexically_normal().string();
+    while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+    out.given_.push_back(std::move(normal));
     out.roots_.push_back(resolved.string());
   }
   return out;
@@ -75,9 +78,13 @@ absl::StatusOr<std::string> ImportRoots::Resolve(absl::string_view path_text) co
   for (size_t i = 0; i < roots_.size(); ++i) {
     for (const fs::path& root : {fs::path(roots_[i]), fs::path(given_[i])}) {
       if (!IsWithin(normal, root)) continue;
+      const fs::path relative = normal.lexically_relative(root);
+      if (relative.empty() || std::any_of(relative.begin(), relative.end(),
+                                          [](const fs::path& p) { return p == ".."; })) {
+        continue;  // not under this spelling of the root after all
+      }
       // Walk down from the root: no component may be a link, every one must exist.
       fs::path at(roots_[i]);
-      const fs::path relative = normal.lexically_relative(root);
       for (const fs::path& part : relative) {
         if (part.empty() || part == ".") continue;
         at /= part;

@@ -154,3 +154,27 @@ TEST_F(ImportRootsTest, RootsMustBeAbsoluteExistingNonSystemFolders) {
 
 }  // namespace
 }  // namespace spotdnn::profiler
+
+namespace spotdnn::profiler {
+namespace {
+
+TEST(ImportRootsSpelling, ARootWithATrailingSlashHoldsWhatIsUnderIt) {
+  const fs::path base =
+      fs::temp_directory_path() / ("spotdnn-roots-slash-" + std::to_string(getpid()));
+  fs::remove_all(base);
+  fs::create_directories(base / "logs" / "run");
+  fs::create_directories(base / "logsX");
+  auto roots = ImportRoots::Create({(base / "logs").string() + "/"});
+  ASSERT_TRUE(roots.ok()) << roots.status();
+  auto resolved = roots->Resolve((base / "logs" / "run").string());
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ(*resolved, fs::canonical(base / "logs" / "run").string());
+  EXPECT_TRUE(roots->Resolve((base / "logs").string()).ok());
+  // A sibling whose name starts like the root is not under it.
+  EXPECT_EQ(roots->Resolve((base / "logsX").string()).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  fs::remove_all(base);
+}
+
+}  // namespace
+}  // namespace spotdnn::profiler
