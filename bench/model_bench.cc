@@ -1,10 +1,12 @@
 // Throughput of the performance model and of the predictor service.
 //   BM_Evaluate/7 types:      cluster evaluations per second on one core (target >= 5 million)
+//   BM_EvaluateSharedPs:      the same for the shared-ps variant (a fixed point per evaluation)
 //   BM_PredictBatchLoopback:  one PredictBatch of 10,000 clusters over 127.0.0.1 (target <= 50 ms)
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "bench/paper_inputs.h"
 #include "benchmark/benchmark.h"
 #include "predictor/performance_model.h"
 #include "services/common/convert.h"
@@ -20,12 +22,7 @@ using services::pb::PredictBatchRequest;
 // are illustrative (the model's cost does not depend on their values); the rest is the prototype's
 // ResNet-110 profile in the paper's variant, so R is computed.
 predictor::PerformanceModel PaperModel() {
-  const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
-  predictor::InstanceCatalog catalog =
-      services::ToDomain(*registry.ResolveCatalog("aws-paper-2023"));
-  predictor::WorkloadProfile profile = services::ToDomain(*registry.ResolveWorkload("resnet110"));
-  profile.variant = predictor::ModelVariant::kPaper;
-  profile.compute.clear();
+  auto [catalog, profile] = bench::LoadPaperInputs();
   const double times[] = {0.21, 3.7, 0.9, 1.2, 0.87, 0.85, 0.83};
   for (size_t k = 0; k < catalog.types.size(); ++k) {
     profile.compute.push_back(
@@ -61,6 +58,27 @@ void BM_Evaluate(benchmark::State& state) {
   state.SetLabel("7 types, quota 10");
 }
 BENCHMARK(BM_Evaluate);
+
+// The fitted ResNet-32/CIFAR-10 profile (shared-ps variant) on the 3-type GCE catalog: every
+// evaluation solves the parameter servers' fixed point.
+void BM_EvaluateSharedPs(benchmark::State& state) {
+  const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
+  auto model = predictor::PerformanceModel::Create(
+      services::ToDomain(*registry.ResolveWorkload("resnet32-cifar10-gce")),
+      services::ToDomain(*registry.ResolveCatalog("gce-icac-2019")), {.require_loss_model = false});
+  const auto clusters = RandomClusters(model->catalog().types.size(), 4096, 8);
+  size_t i = 0;
+  double sink = 0;
+  const predictor::Target target = predictor::Target::Iterations(64000);
+  for (auto _ : state) {
+    const predictor::Estimate e = model->Evaluate(clusters[i++ & 4095], target);
+    sink += e.cost_usd;
+  }
+  benchmark::DoNotOptimize(sink);
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel("3 types, quota 8, iterations target");
+}
+BENCHMARK(BM_EvaluateSharedPs);
 
 void BM_PredictDetailed(benchmark::State& state) {
   const predictor::PerformanceModel model = PaperModel();

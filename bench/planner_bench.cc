@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/paper_inputs.h"
 #include "benchmark/benchmark.h"
 #include "predictor/performance_model.h"
 #include "provisioner/planner.h"
@@ -24,11 +25,7 @@ using provisioner::PlanProblem;
 // paper's model variant (R counted). Compute times are illustrative: per-GPU times ordered as the
 // GPUs' speeds (V100 < T4 < M60 < K80), the prototype's S_parm, B_req, contention and loss.
 predictor::PerformanceModel PaperModel() {
-  const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
-  predictor::InstanceCatalog catalog =
-      services::ToDomain(*registry.ResolveCatalog("aws-paper-2023"));
-  predictor::WorkloadProfile profile = services::ToDomain(*registry.ResolveWorkload("resnet110"));
-  profile.variant = predictor::ModelVariant::kPaper;
+  auto [catalog, profile] = bench::LoadPaperInputs();
   profile.compute = {{.gpu_type = "V100", .batch_per_gpu = 1024, .compute_time_s = 0.21},
                      {.gpu_type = "T4", .batch_per_gpu = 1024, .compute_time_s = 1.2},
                      {.gpu_type = "M60", .batch_per_gpu = 512, .compute_time_s = 0.85},

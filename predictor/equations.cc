@@ -67,4 +67,83 @@ int LargestBatch(const MemoryModel& memory, double gpu_memory_gib) {
   return exponent >= 30 ? (1 << 30) : (1 << exponent);
 }
 
+namespace {
+
+// W(R) = d sum n_k / (z_k + R) and its derivative in R.
+void Utilization(absl::Span<const int> counts, absl::Span<const double> compute_s, double d,
+                 double r, double& w, double& dw) {
+  w = 0;
+  dw = 0;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    if (counts[k] == 0) continue;
+    const double inv = 1.0 / (compute_s[k] + r);
+    w += counts[k] * inv;
+    dw -= counts[k] * inv * inv;
+  }
+  w *= d;
+  dw *= d;
+}
+
+}  // namespace
+
+PsLoad SharedPsLoad(absl::Span<const int> counts, absl::Span<const double> compute_s,
+                    double service_s, double queueing) {
+  const double d = service_s;
+  const double kappa = queueing;
+  double workers = 0;
+  for (int n : counts) workers += n;
+  PsLoad out;
+  out.response_time_s = d;
+  if (workers == 0) return out;
+  // Where W(R) < 1, h(R) = (R - d)(1 - W(R)) - kappa d W(R) rises with R; it is <= 0 at R = d
+  // (or W >= 1 there) and positive at R = d (N (1 + kappa) + 1), where W < 1: the root with W < 1
+  // lies in between (for kappa = 0 above capacity, where W reaches 1).
+  double lo = d, hi = d * (workers * (1 + kappa) + 1);
+  double w = 0, dw = 0;
+  Utilization(counts, compute_s, d, lo, w, dw);
+  if (w <= 1 && kappa * w == 0) {  // no waiting at all (kappa = 0 below capacity, or idle)
+    out.utilization = w;
+    return out;
+  }
+  // First guess: the closed form for one class of workers as fast, on average, as these at R = d.
+  const double z_eff = std::max(0.0, workers * d / w - d);
+  double r = SharedPsIterationTime(static_cast<int>(workers), z_eff, d, kappa) - z_eff;
+  r = std::clamp(r, lo, hi);
+  for (int iter = 0; iter < 200; ++iter) {
+    Utilization(counts, compute_s, d, r, w, dw);
+    if (w >= 1) {
+      // Past the servers' capacity: the root lies at a larger R (W < 1 there).
+      lo = r;
+      r = 0.5 * (lo + hi);
+      if (hi - lo <= 1e-13 * hi) break;
+      continue;
+    }
+    const double h = (r - d) * (1 - w) - kappa * d * w;
+    if (h > 0) {
+      hi = r;
+    } else {
+      lo = r;
+    }
+    if (hi - lo <= 1e-13 * hi || h == 0) break;
+    const double dh = (1 - w) - (r - d) * dw - kappa * d * dw;
+    double next = dh > 0 ? r - h / dh : 0.5 * (lo + hi);
+    if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
+    if (std::fabs(next - r) <= 1e-12 * r) {  // Newton converges quadratically: done
+      r = next;
+      break;
+    }
+    r = next;
+  }
+  Utilization(counts, compute_s, d, r, w, dw);
+  out.response_time_s = r;
+  out.utilization = std::min(w, 1.0);
+  return out;
+}
+
+double SharedPsIterationTime(int workers, double compute_s, double service_s, double queueing) {
+  const double a = compute_s + service_s;
+  const double m = workers * service_s;
+  return 0.5 * ((a + m) + std::sqrt((a - m) * (a - m) + 4 * queueing * service_s * m));
+}
+
 }  // namespace spotdnn::predictor

@@ -37,6 +37,23 @@ double IterationsToLoss(const LossModel& loss, double wa_batch, double convergen
 // Eq. 10: b_k = 2^floor(log2(a2 * mem + b2)); 0 when a2 * mem + b2 < 1.
 int LargestBatch(const MemoryModel& memory, double gpu_memory_gib);
 
+// The shared parameter-server model (SharedPsModel) at its fixed point.
+struct PsLoad {
+  double response_time_s = 0;  // R: one exchange with the servers, waiting included
+  double utilization = 0;      // W = d * sum_i 1 / (z_i + R), in [0, 1]
+};
+
+// R and W for counts[k] workers of compute time compute_s[k] (entries with count 0 are skipped),
+// service time `service_s` = d per exchange on each server and queueing coefficient `queueing`:
+// the unique R >= d with (R - d)(1 - W) = queueing * d * W. Allocates nothing; a few Newton steps
+// kept inside a bisection bracket. service_s > 0, queueing >= 0, compute times >= 0.
+PsLoad SharedPsLoad(absl::Span<const int> counts, absl::Span<const double> compute_s,
+                    double service_s, double queueing);
+
+// The same for `workers` identical workers of compute time z, in closed form:
+// T = ((a + m) + sqrt((a - m)^2 + 4 queueing d m)) / 2 with a = z + d, m = workers d; returns T.
+double SharedPsIterationTime(int workers, double compute_s, double service_s, double queueing);
+
 }  // namespace spotdnn::predictor
 
 #endif  // SPOTDNN_PREDICTOR_EQUATIONS_H_

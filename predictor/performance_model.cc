@@ -30,6 +30,39 @@ double RoundToStep(double value, double step) {
 
 }  // namespace
 
+void PerformanceModel::CompileSharedPsType(const PerformanceModel& model,
+                                           const ComputeProfile& compute, int batch_per_gpu,
+                                           const InstanceType& type, TypeModel& t) {
+  // A batch is optional: iteration targets need none, sample and loss targets do.
+  t.batch_known = batch_per_gpu > 0;
+  t.batch_size = t.batch_known ? batch_per_gpu * type.gpus : 0;
+  const double d = model.service_per_server_s_;  // a lone worker, one server
+  if (compute.compute_time_s) {
+    t.compute_time_s = *compute.compute_time_s;
+    t.single_worker_time_s = SharedPsIterationTime(1, t.compute_time_s, d, model.queueing_);
+  } else if (!t.batch_known) {
+    t.unusable_reason =
+        absl::StrCat(type.name,
+                     ": its compute entry gives a speed in samples/s but no batch_per_gpu, and the "
+                     "memory model (a2, b2) gives none, so its iteration time is unknown");
+  } else {
+    // The measured single-worker iteration less one exchange with one server at the load that
+    // worker alone puts on it: W = d / T, R = d (1 + kappa W / (1 - W)).
+    const double measured = t.batch_size / *compute.measured_samples_per_s;
+    const double w = d / measured;
+    const double r = w < 1 ? d * (1 + model.queueing_ * w / (1 - w)) : measured;
+    t.compute_time_s = measured - r;
+    t.single_worker_time_s = measured;
+    if (!(t.compute_time_s > 0)) {
+      t.unusable_reason = absl::StrFormat(
+          "%s: measured iteration time %.6g s is not longer than one exchange with the parameter "
+          "server (%.6g s), so compute time would be %.6g s",
+          type.name, measured, r, t.compute_time_s);
+    }
+  }
+  t.usable = t.unusable_reason.empty();
+}
+
 absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profile,
                                                           InstanceCatalog catalog,
                                                           ModelOptions options) {
@@ -39,24 +72,39 @@ absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profil
     return absl::InvalidArgumentError(
         absl::StrFormat("bandwidth_margin = %g: must be in [0, 1)", options.bandwidth_margin));
   }
-  if (!profile.loss) {
+  if (!profile.loss && options.require_loss_model) {
     return absl::FailedPreconditionError(absl::StrCat(
         "workload \"", profile.name,
         "\" has no loss model (g1..g5): fit one from loss curves (spotdnn profile fit) first"));
   }
-  if (!profile.contention) {
+  const bool shared_ps = profile.variant == ModelVariant::kSharedPs;
+  if (!profile.contention && !shared_ps) {
     return absl::FailedPreconditionError(absl::StrCat(
         "workload \"", profile.name,
         "\" has no contention model (a1, b1): fit one from runs of several cluster sizes first"));
   }
+  if (shared_ps && !profile.shared_ps) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("workload \"", profile.name,
+                     "\" is a shared-ps profile without its parameter-server model "
+                     "(shared_ps.queueing): fit one from runs of several cluster sizes first"));
+  }
 
   PerformanceModel model;
   model.coefficients_ = CoefficientsOf(profile.variant);
-  model.contention_ = *profile.contention;
-  model.loss_ = *profile.loss;
+  if (profile.contention) model.contention_ = *profile.contention;
+  model.has_loss_ = profile.loss.has_value();
+  if (profile.loss) model.loss_ = *profile.loss;
   model.two_s_ = 2.0 * profile.parameter_size_mb;
   const double s = profile.parameter_size_mb;
   const double single_worker_comm = model.two_s_ / profile.required_bandwidth_mb_per_s;
+  if (shared_ps) {
+    model.shared_ps_ = true;
+    model.queueing_ = profile.shared_ps->queueing;
+    // d of one server: 2 S through its bandwidth, less the margin.
+    model.service_per_server_s_ = model.two_s_ / (catalog.parameter_server.bandwidth_mb_per_s *
+                                                  (1.0 - options.bandwidth_margin));
+  }
 
   std::vector<std::string> reasons;
   for (const InstanceType& type : catalog.types) {
@@ -74,6 +122,8 @@ absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profil
     if (compute == nullptr) {
       t.unusable_reason = absl::StrCat("workload \"", profile.name, "\" has no compute time for ",
                                        type.name, " (", type.gpu_type, ")");
+    } else if (shared_ps) {
+      CompileSharedPsType(model, *compute, batch_per_gpu, type, t);
     } else if (batch_per_gpu <= 0) {
       t.unusable_reason =
           absl::StrCat("no batch size for ", type.name,
@@ -102,6 +152,8 @@ absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profil
                                    : t.compute_time_s + single_worker_comm + t.pcie_time_s;
     }
     if (!t.usable) reasons.push_back(t.unusable_reason);
+    model.compute_times_.push_back(t.usable ? t.compute_time_s : 0.0);
+    if (t.usable) model.slowest_compute_s_ = std::max(model.slowest_compute_s_, t.compute_time_s);
     model.types_.push_back(std::move(t));
   }
   if (reasons.size() == model.types_.size()) {
@@ -139,12 +191,22 @@ bool PerformanceModel::EvaluateShape(absl::Span<const int> counts, int parameter
     return false;
   }
   const ParameterServer& ps = catalog_.parameter_server;
-  out.contention_probability = ContentionProbability(contention_, workers);
-  out.worker_bandwidth_mb_per_s = WorkerBandwidth(profile_.required_bandwidth_mb_per_s,
-                                                  ps.bandwidth_mb_per_s * parameter_servers,
-                                                  workers, out.contention_probability) *
-                                  (1.0 - options_.bandwidth_margin);
-  const double network_time = two_s_ / out.worker_bandwidth_mb_per_s;
+  double network_time = 0;
+  if (shared_ps_) {
+    const PsLoad load =
+        SharedPsLoad(counts, compute_times_, service_per_server_s_ / parameter_servers, queueing_);
+    network_time = load.response_time_s;
+    out.ps_response_time_s = load.response_time_s;
+    out.ps_utilization = load.utilization;
+    out.worker_bandwidth_mb_per_s = two_s_ / network_time;
+  } else {
+    out.contention_probability = ContentionProbability(contention_, workers);
+    out.worker_bandwidth_mb_per_s = WorkerBandwidth(profile_.required_bandwidth_mb_per_s,
+                                                    ps.bandwidth_mb_per_s * parameter_servers,
+                                                    workers, out.contention_probability) *
+                                    (1.0 - options_.bandwidth_margin);
+    network_time = two_s_ / out.worker_bandwidth_mb_per_s;
+  }
 
   // One pass for eq. 2, v, and the sums eq. 5 needs; workers of a type share T_i and v_i.
   double rate = 0, speed = 0, fastest = 0, speed_sq = 0, price = 0, od_price = 0;
@@ -164,15 +226,23 @@ bool PerformanceModel::EvaluateShape(absl::Span<const int> counts, int parameter
   out.cluster_speed = speed;
   out.expected_iteration_time_s = 1.0 / rate;
   out.wa_batch = RoundToStep(speed / rate, coefficients_.wa_batch_step);
-  // R^2 = sum_i w_i^2 - 2 w_1 + 1 with w_i = v_i / v (see ConvergenceCoefficient).
-  const double w1 = fastest / speed;
-  out.convergence_coefficient = std::sqrt(std::max(0.0, speed_sq / (speed * speed) - 2 * w1 + 1));
+  // R^2 = sum_i w_i^2 - 2 w_1 + 1 with w_i = v_i / v (see ConvergenceCoefficient). A shared-ps
+  // profile may know no batch (speed 0): then there is no R either.
+  if (speed > 0) {
+    const double w1 = fastest / speed;
+    out.convergence_coefficient = std::sqrt(std::max(0.0, speed_sq / (speed * speed) - 2 * w1 + 1));
+  }
   out.price_per_hour = price + parameter_servers * ps.spot_price_per_hour;
   out.on_demand_price_per_hour = od_price + parameter_servers * ps.on_demand_price_per_hour;
   return true;
 }
 
 double PerformanceModel::NetworkTime(int workers, int parameter_servers) const {
+  if (shared_ps_) {
+    // R grows with every worker's rate, so n workers of the slowest type load the servers least.
+    const double d = service_per_server_s_ / parameter_servers;
+    return SharedPsIterationTime(workers, slowest_compute_s_, d, queueing_) - slowest_compute_s_;
+  }
   const double p = ContentionProbability(contention_, workers);
   return two_s_ / (WorkerBandwidth(profile_.required_bandwidth_mb_per_s,
                                    catalog_.parameter_server.bandwidth_mb_per_s * parameter_servers,
@@ -184,6 +254,11 @@ Estimate PerformanceModel::Evaluate(absl::Span<const int> counts, double target_
                                     int parameter_servers, double current_loss) const {
   Estimate out;
   if (!EvaluateShape(counts, parameter_servers, out)) return out;
+  if (shared_ps_ && !BatchesKnown(counts, out)) return out;
+  if (!has_loss_) {
+    out.error = EstimateError::kNoLossModel;
+    return out;
+  }
   if (!(target_loss > loss_.g5)) {
     out.error = EstimateError::kTargetAtOrBelowFloor;
     return out;
@@ -195,30 +270,65 @@ Estimate PerformanceModel::Evaluate(absl::Span<const int> counts, double target_
     // start, when the current loss is above where this cluster starts).
     j -= std::max(0.0, IterationsToLoss(loss_, out.wa_batch, r, out.workers, current_loss));
   }
+  Finish(j, out);
+  return out;
+}
+
+Estimate PerformanceModel::Evaluate(absl::Span<const int> counts, const Target& target,
+                                    int parameter_servers, double current_loss) const {
+  if (target.is_loss()) return Evaluate(counts, target.value, parameter_servers, current_loss);
+  Estimate out;
+  if (!EvaluateShape(counts, parameter_servers, out)) return out;
+  if (target.kind == Target::Kind::kIterations) {
+    Finish(target.value, out);
+    return out;
+  }
+  if (shared_ps_ && !BatchesKnown(counts, out)) return out;
+  // Each global iteration trains b_w samples on average (eq. 4's WA batch).
+  Finish(target.value / out.wa_batch, out);
+  return out;
+}
+
+bool PerformanceModel::BatchesKnown(absl::Span<const int> counts, Estimate& out) const {
+  for (size_t k = 0; k < counts.size(); ++k) {
+    if (counts[k] > 0 && !types_[k].batch_known) {
+      out.error = EstimateError::kNoBatch;
+      out.unusable_type = static_cast<int>(k);
+      return false;
+    }
+  }
+  return true;
+}
+
+void PerformanceModel::Finish(double j, Estimate& out) const {
   if (coefficients_.integer_iterations) j = std::round(j);
   out.normalized_iterations = j;
   if (!std::isfinite(j)) {
     out.error = EstimateError::kNotFinite;
-    return out;
+    return;
   }
   if (j <= 0) {
     out.error = EstimateError::kNotReachable;
-    return out;
+    return;
   }
   out.time_s = RoundToStep(j * out.expected_iteration_time_s, coefficients_.time_step);
   if (!std::isfinite(out.time_s)) {
     out.error = EstimateError::kNotFinite;
-    return out;
+    return;
   }
   out.cost_usd = out.time_s / 3600.0 * out.price_per_hour;
   out.on_demand_cost_usd = out.time_s / 3600.0 * out.on_demand_price_per_hour;
   if (!std::isfinite(out.cost_usd) || !std::isfinite(out.on_demand_cost_usd)) {
     out.error = EstimateError::kNotFinite;
   }
-  return out;
 }
 
 absl::Status PerformanceModel::ErrorStatus(const Estimate& e, double target_loss) const {
+  return ErrorStatus(e, Target::Loss(target_loss));
+}
+
+absl::Status PerformanceModel::ErrorStatus(const Estimate& e, const Target& target) const {
+  const double target_loss = target.value;
   switch (e.error) {
     case EstimateError::kOk:
       return absl::OkStatus();
@@ -240,6 +350,11 @@ absl::Status PerformanceModel::ErrorStatus(const Estimate& e, double target_loss
           "only approaches",
           target_loss, loss_.g5));
     case EstimateError::kNotReachable: {
+      if (!target.is_loss()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("target of %s: the model gives %g iterations (not positive)",
+                            target.Describe(), e.normalized_iterations));
+      }
       const double start =
           LossAfter(loss_, e.wa_batch, coefficients_.convergence_weight * e.convergence_coefficient,
                     e.workers, 0);
@@ -249,12 +364,51 @@ absl::Status PerformanceModel::ErrorStatus(const Estimate& e, double target_loss
           target_loss, start, e.normalized_iterations));
     }
     case EstimateError::kNotFinite:
+      if (!target.is_loss()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("target of %s: the model gives no finite training time for this "
+                            "cluster (iterations %g)",
+                            target.Describe(), e.normalized_iterations));
+      }
       return absl::InvalidArgumentError(absl::StrFormat(
           "target_loss = %g: the model gives no finite training time or cost for this cluster "
           "(normalized iterations %g)",
           target_loss, e.normalized_iterations));
+    case EstimateError::kNoLossModel:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "workload \"", profile_.name,
+          "\" has no loss model (g1..g5), so a target loss cannot be predicted: fit one from loss "
+          "curves, or give the target in iterations or epochs"));
+    case EstimateError::kNoBatch:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cluster uses ", catalog_.types[e.unusable_type].name, " (",
+          catalog_.types[e.unusable_type].gpu_type, "), for which workload \"", profile_.name,
+          "\" has no batch size: a target in ", target.is_loss() ? "loss" : "epochs (samples)",
+          " needs each worker's batch; give the profile's compute entry a batch_per_gpu (import "
+          "the runs with --batch-size), or give the target in iterations"));
   }
   return absl::InternalError("unknown estimate error");
+}
+
+absl::Status PerformanceModel::UnusableStatus(absl::Span<const int> counts, int first) const {
+  std::vector<int> unusable;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    if (counts[k] > 0 && !types_[k].usable) unusable.push_back(static_cast<int>(k));
+  }
+  if (unusable.size() <= 1) {
+    Estimate e;
+    e.error = EstimateError::kUnusableType;
+    e.unusable_type = unusable.empty() ? first : unusable[0];
+    return ErrorStatus(e, 0);
+  }
+  std::vector<std::string> names, reasons;
+  for (int k : unusable) {
+    names.push_back(absl::StrCat(catalog_.types[k].name, " (", catalog_.types[k].gpu_type, ")"));
+    reasons.push_back(types_[k].unusable_reason);
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("cluster uses ", absl::StrJoin(names, ", "),
+                   ", which the model cannot predict: ", absl::StrJoin(reasons, "; ")));
 }
 
 absl::Status PerformanceModel::CheckCluster(const Cluster& cluster) const {
@@ -280,16 +434,30 @@ absl::Status PerformanceModel::CheckCluster(const Cluster& cluster) const {
 
 absl::StatusOr<Prediction> PerformanceModel::Predict(const Cluster& cluster,
                                                      double target_loss) const {
+  return Predict(cluster, Target::Loss(target_loss));
+}
+
+absl::StatusOr<Prediction> PerformanceModel::Predict(const Cluster& cluster,
+                                                     const Target& target) const {
   if (auto s = CheckCluster(cluster); !s.ok()) return s;
-  if (std::isnan(target_loss)) {
-    return absl::InvalidArgumentError("target_loss = nan: must be a number");
+  if (target.is_loss()) {
+    if (std::isnan(target.value)) {
+      return absl::InvalidArgumentError("target_loss = nan: must be a number");
+    }
+  } else if (auto s = target.Validate(); !s.ok()) {
+    return s;
   }
   Prediction p;
-  p.estimate = Evaluate(cluster.counts, target_loss, cluster.parameter_servers);
-  if (auto s = ErrorStatus(p.estimate, target_loss); !s.ok()) return s;
+  p.estimate = Evaluate(cluster.counts, target, cluster.parameter_servers);
+  if (p.estimate.error == EstimateError::kUnusableType) {
+    return UnusableStatus(cluster.counts, p.estimate.unusable_type);
+  }
+  if (auto s = ErrorStatus(p.estimate, target); !s.ok()) return s;
   p.parameter_servers = cluster.parameter_servers;
-  p.target_loss = target_loss;
-  const double network_time = two_s_ / p.estimate.worker_bandwidth_mb_per_s;
+  p.target = target;
+  if (target.is_loss()) p.target_loss = target.value;
+  const double network_time =
+      shared_ps_ ? p.estimate.ps_response_time_s : two_s_ / p.estimate.worker_bandwidth_mb_per_s;
   for (size_t k = 0; k < cluster.counts.size(); ++k) {
     if (cluster.counts[k] == 0) continue;
     const TypeModel& t = types_[k];
@@ -318,6 +486,9 @@ absl::StatusOr<std::vector<LossPoint>> PerformanceModel::LossCurve(const Cluster
                                                                    double horizon_s,
                                                                    int points) const {
   if (auto s = CheckCluster(cluster); !s.ok()) return s;
+  if (!has_loss_) {
+    return ErrorStatus({.error = EstimateError::kNoLossModel}, Target::Loss(0));
+  }
   if (!(std::isfinite(horizon_s) && horizon_s >= 0 && horizon_s <= kMaxHorizonS)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("horizon_s = %g: must be a finite number in [0, %g] (about 317 years)",

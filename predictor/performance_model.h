@@ -22,8 +22,12 @@ inline constexpr double kMaxHorizonS = 1e10;
 // Knobs that change predictions without changing the profile.
 struct ModelOptions {
   // Predict this fraction less worker bandwidth than eq. 8 gives (the paper over-predicts
-  // contention by 1-5% to absorb model error). In [0, 1).
+  // contention by 1-5% to absorb model error). In [0, 1). In the shared-ps variant: this fraction
+  // less parameter-server bandwidth.
   double bandwidth_margin = 0;
+  // Create fails without a loss model (g1..g5). Callers that only ask for iteration or sample
+  // targets set false; a loss target then fails with FAILED_PRECONDITION (kNoLossModel).
+  bool require_loss_model = true;
 };
 
 // What the model compiled for one catalog type.
@@ -35,6 +39,8 @@ struct TypeModel {
   double compute_time_s = 0;        // T_comp_i
   double pcie_time_s = 0;           // weighted 2 g S / B_pcie part of T_comm_i
   double single_worker_time_s = 0;  // iteration time alone (measured, or T_i at |N| = 1)
+  bool batch_known = true;          // shared-ps: false when no batch size is known (b_i = 0);
+                                    // iteration targets still work, sample targets do not
   double spot_price_per_hour = 0;
   double on_demand_price_per_hour = 0;
 };
@@ -48,6 +54,8 @@ enum class EstimateError : std::uint8_t {
   kTargetAtOrBelowFloor,  // target loss <= g5 (or NaN)
   kNotReachable,          // j <= 0: the cluster starts below the target already
   kNotFinite,             // j or T is not finite
+  kNoLossModel,           // a loss target, and the profile has no loss model
+  kNoBatch,               // a samples target, and a type in the cluster has no batch size
 };
 
 // The cluster-level numbers of a prediction. Filled as far as the model got; read `error` first.
@@ -56,7 +64,9 @@ struct Estimate {
   int unusable_type = -1;                // catalog index, for kUnusableType
   int workers = 0;                       // |N|
   double contention_probability = 0;     // P
-  double worker_bandwidth_mb_per_s = 0;  // B_wk (the same for every worker)
+  double worker_bandwidth_mb_per_s = 0;  // B_wk (the same for every worker); shared-ps: 2 S / R
+  double ps_utilization = 0;             // shared-ps: W, the servers' utilisation
+  double ps_response_time_s = 0;         // shared-ps: R, one exchange with the servers
   double cluster_speed = 0;              // v, samples/s
   double expected_iteration_time_s = 0;  // T_exp
   double wa_batch = 0;                   // b_w
@@ -89,7 +99,8 @@ struct Prediction {
   Estimate estimate;
   std::vector<WorkerBreakdown> workers;  // one per type with count > 0, in catalog order
   int parameter_servers = 1;
-  double target_loss = 0;
+  double target_loss = 0;  // for a loss target
+  Target target;
 };
 
 // One point of a loss curve.
@@ -113,12 +124,22 @@ class PerformanceModel {
   // that loss to the target on this cluster: j(target) - max(0, j(current)).
   Estimate Evaluate(absl::Span<const int> counts, double target_loss, int parameter_servers = 1,
                     double current_loss = std::numeric_limits<double>::infinity()) const;
+  // The same for any target. An iterations or samples target counts from the start (the caller
+  // passes what is left); `current_loss` applies to loss targets only.
+  Estimate Evaluate(absl::Span<const int> counts, const Target& target, int parameter_servers = 1,
+                    double current_loss = std::numeric_limits<double>::infinity()) const;
 
-  // 2 S / B_wk for a cluster of `workers` workers (eq. 8 with the bandwidth margin).
+  // 2 S / B_wk for a cluster of `workers` workers (eq. 8 with the bandwidth margin). In the
+  // shared-ps variant, where the time depends on the cluster's composition: the least R any
+  // cluster of `workers` workers sees (all of the slowest usable type), a lower bound.
   double NetworkTime(int workers, int parameter_servers = 1) const;
+  // True when NetworkTime is every worker's exact communication time at that size (the paper's
+  // variants); false when it is only a lower bound (shared-ps).
+  bool NetworkTimeIsExact() const { return profile_.variant != ModelVariant::kSharedPs; }
 
   // Evaluate plus the per-type breakdown; errors become a Status naming the reason.
   absl::StatusOr<Prediction> Predict(const Cluster& cluster, double target_loss) const;
+  absl::StatusOr<Prediction> Predict(const Cluster& cluster, const Target& target) const;
 
   // Predicted loss after `time_s` seconds of training on `cluster`.
   absl::StatusOr<double> LossAtTime(const Cluster& cluster, double time_s) const;
@@ -130,6 +151,14 @@ class PerformanceModel {
 
   // The Status that explains a failed Estimate (OK for a good one).
   absl::Status ErrorStatus(const Estimate& estimate, double target_loss) const;
+  absl::Status ErrorStatus(const Estimate& estimate, const Target& target) const;
+
+  // FAILED_PRECONDITION naming every type of `counts` the model cannot use ("name (gpu)") and
+  // why; `first` is the Estimate's unusable_type, named when no other is found.
+  absl::Status UnusableStatus(absl::Span<const int> counts, int first) const;
+
+  // Whether the profile has a loss model (loss targets and curves need one).
+  bool has_loss_model() const { return has_loss_; }
 
   const WorkloadProfile& profile() const { return profile_; }
   const InstanceCatalog& catalog() const { return catalog_; }
@@ -141,8 +170,16 @@ class PerformanceModel {
  private:
   PerformanceModel() = default;
   absl::Status CheckCluster(const Cluster& cluster) const;
+  // Fills `t` for a shared-ps profile's compute entry (usable, or unusable_reason).
+  static void CompileSharedPsType(const PerformanceModel& model, const ComputeProfile& compute,
+                                  int batch_per_gpu, const InstanceType& type, TypeModel& t);
+
   // Fills the parts of `out` that do not depend on the target loss; false on error.
   bool EvaluateShape(absl::Span<const int> counts, int parameter_servers, Estimate& out) const;
+  // Shared-ps: false (and kNoBatch) when a type in `counts` has no batch size.
+  bool BatchesKnown(absl::Span<const int> counts, Estimate& out) const;
+  // The rest of an estimate from its normalized iterations j: time and cost, or the error.
+  void Finish(double j, Estimate& out) const;
 
   WorkloadProfile profile_;
   InstanceCatalog catalog_;
@@ -152,6 +189,14 @@ class PerformanceModel {
   LossModel loss_;
   std::vector<TypeModel> types_;
   double two_s_ = 0;  // 2 * S_parm
+  bool has_loss_ = false;
+  // Shared-ps variant: d = service_per_server_s_ / P, the queueing coefficient, and each type's
+  // compute time in catalog order (0 for unusable types, which never have a count).
+  bool shared_ps_ = false;
+  double service_per_server_s_ = 0;
+  double queueing_ = 0;
+  std::vector<double> compute_times_;
+  double slowest_compute_s_ = 0;  // the largest usable compute time (NetworkTime's bound)
 };
 
 }  // namespace spotdnn::predictor

@@ -88,6 +88,15 @@ absl::Status InstanceCatalog::Validate() const {
 
 VariantCoefficients CoefficientsOf(ModelVariant variant) {
   switch (variant) {
+    case ModelVariant::kSharedPs:
+      // One exchange with the servers per iteration, measured as a whole: per-type compute times
+      // hold any aggregation inside a worker, so no PCIe term.
+      return {.convergence_weight = 1,
+              .pcie_profiling_sign = 0,
+              .pcie_iteration_weight = 0,
+              .wa_batch_step = 0,
+              .integer_iterations = false,
+              .time_step = 0};
     case ModelVariant::kSpotdnnPrototype:
       return {.convergence_weight = 0,
               .pcie_profiling_sign = -1,
@@ -107,7 +116,60 @@ VariantCoefficients CoefficientsOf(ModelVariant variant) {
 }
 
 absl::string_view VariantName(ModelVariant variant) {
-  return variant == ModelVariant::kSpotdnnPrototype ? "spotdnn-prototype" : "paper";
+  switch (variant) {
+    case ModelVariant::kSpotdnnPrototype:
+      return "spotdnn-prototype";
+    case ModelVariant::kSharedPs:
+      return "shared-ps";
+    case ModelVariant::kPaper:
+      break;
+  }
+  return "paper";
+}
+
+absl::StatusOr<ModelVariant> ParseVariant(absl::string_view name) {
+  for (ModelVariant v :
+       {ModelVariant::kPaper, ModelVariant::kSpotdnnPrototype, ModelVariant::kSharedPs}) {
+    if (name == VariantName(v)) return v;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model_variant = \"", name, "\": expected paper, spotdnn-prototype or shared-ps"));
+}
+
+absl::Status Target::Validate(absl::string_view field) const {
+  switch (kind) {
+    case Kind::kLoss:
+      if (std::isfinite(value)) return absl::OkStatus();
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s loss = %g: must be a finite number", field, value));
+    case Kind::kIterations:
+      if (std::isfinite(value) && value >= 1 && value <= kMaxTargetIterations) {
+        return absl::OkStatus();
+      }
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s iterations = %g: must be a finite number in [1, %g]", field, value,
+                          kMaxTargetIterations));
+    case Kind::kSamples:
+      if (std::isfinite(value) && value > 0 && value <= kMaxTargetEpochs * kMaxDatasetSize) {
+        return absl::OkStatus();
+      }
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s samples (epochs x dataset size) = %g: must be a positive finite number, at most %g",
+          field, value, kMaxTargetEpochs * kMaxDatasetSize));
+  }
+  return absl::InvalidArgumentError("unknown target kind");
+}
+
+std::string Target::Describe() const {
+  switch (kind) {
+    case Kind::kIterations:
+      return absl::StrFormat("%.15g iterations", value);
+    case Kind::kSamples:
+      return absl::StrFormat("%.15g samples", value);
+    case Kind::kLoss:
+      break;
+  }
+  return absl::StrFormat("loss %g", value);
 }
 
 absl::Status WorkloadProfile::Validate() const {
@@ -153,6 +215,12 @@ absl::Status WorkloadProfile::Validate() const {
       return s;
     }
     if (auto s = RequireFinite(absl::StrCat(where, "contention.b1"), contention->b1); !s.ok()) {
+      return s;
+    }
+  }
+  if (shared_ps) {
+    if (auto s = RequireNonNegative(absl::StrCat(where, "shared_ps.queueing"), shared_ps->queueing);
+        !s.ok()) {
       return s;
     }
   }

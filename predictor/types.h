@@ -25,6 +25,11 @@ inline constexpr int kMaxGpusPerInstance = 1024;
 inline constexpr int kMaxBatchPerGpu = 1 << 20;
 // Most parameter servers of one cluster.
 inline constexpr int kMaxParameterServers = 1000;
+// Largest training targets a request may state: global iterations, epochs, and samples in one
+// epoch (a dataset). Far beyond any real job; they keep every time and cost derived finite.
+inline constexpr double kMaxTargetIterations = 1e15;
+inline constexpr double kMaxTargetEpochs = 1e6;
+inline constexpr double kMaxDatasetSize = 1e12;
 
 // A GPU instance type with its prices and the user's quota (Lim_m).
 struct InstanceType {
@@ -60,8 +65,10 @@ struct InstanceCatalog {
   absl::Status Validate() const;
 };
 
-// Which variant of the model a profile was fitted for (see VariantCoefficients).
-enum class ModelVariant { kPaper, kSpotdnnPrototype };
+// Which variant of the model a profile was fitted for (see VariantCoefficients). kSharedPs
+// replaces eqs. 8-9 by the shared parameter-server model (SharedPsModel); the others are the
+// paper's equations as written and as the spotDNN prototype computes them.
+enum class ModelVariant { kPaper, kSpotdnnPrototype, kSharedPs };
 
 // The coefficients through which a variant changes the one model code path.
 struct VariantCoefficients {
@@ -73,8 +80,10 @@ struct VariantCoefficients {
   double time_step;              // T rounded to a multiple of this before costing; 0 = not
 };
 VariantCoefficients CoefficientsOf(ModelVariant variant);
-// "paper" or "spotdnn-prototype".
+// "paper", "spotdnn-prototype" or "shared-ps".
 absl::string_view VariantName(ModelVariant variant);
+// The variant VariantName calls `name`; INVALID_ARGUMENT naming the known ones otherwise.
+absl::StatusOr<ModelVariant> ParseVariant(absl::string_view name);
 
 // Compute time of one worker for an instance type or for every type with a GPU type.
 struct ComputeProfile {
@@ -89,6 +98,20 @@ struct ComputeProfile {
 struct ContentionModel {
   double a1 = 0;
   double b1 = 0;
+};
+
+// The shared parameter-server model (ModelVariant::kSharedPs). A worker's iteration is its compute
+// time z_i plus one exchange with the parameter servers, which serve every worker's exchanges:
+// T_i = z_i + R. With P servers each exchange puts d = 2 S_parm / (P B_ps) seconds of work on every
+// server (each holds 1/P of the parameters), and waits behind the others' work as a single-server
+// queue does: R = d (1 + kappa W / (1 - W)), where W = d sum_i 1/T_i is the servers' utilisation,
+// solved as a fixed point. A slow worker sends fewer exchanges per second and so loads the servers
+// less than a fast one; a second server halves d and the load.
+struct SharedPsModel {
+  // kappa: waiting per unit of an M/M/1 queue's W/(1 - W). 1 for exponential service, 0.5 for
+  // fixed-size exchanges arriving at random, less when they arrive more regularly than that; 0 is
+  // a hard knee at the servers' capacity P / d.
+  double queueing = 0.5;
 };
 
 // Largest batch from GPU memory, eq. 10.
@@ -111,10 +134,31 @@ struct WorkloadProfile {
   std::optional<ContentionModel> contention;  // a1, b1
   std::optional<MemoryModel> memory;          // a2, b2
   std::optional<LossModel> loss;              // g1..g5
+  std::optional<SharedPsModel> shared_ps;     // kappa of the kSharedPs variant
   ModelVariant variant = ModelVariant::kPaper;
 
   // OK when the profile's numbers are usable; otherwise INVALID_ARGUMENT naming the field.
   absl::Status Validate() const;
+};
+
+// What a prediction or a plan trains for: a loss (eq. 3 gives the iterations), a number of global
+// iterations (each worker step is one, as in an ASP parameter-server job), or a number of training
+// samples (epochs times the dataset size; the iterations are samples / b_w, the WA batch).
+struct Target {
+  enum class Kind { kLoss, kIterations, kSamples };
+  Kind kind = Kind::kLoss;
+  double value = 0;  // the loss, the iterations or the samples
+
+  static Target Loss(double loss) { return {Kind::kLoss, loss}; }
+  static Target Iterations(double iterations) { return {Kind::kIterations, iterations}; }
+  static Target Samples(double samples) { return {Kind::kSamples, samples}; }
+  bool is_loss() const { return kind == Kind::kLoss; }
+  // INVALID_ARGUMENT naming `field` unless the value is usable: a finite loss, or a positive
+  // finite number of iterations (at most kMaxTargetIterations) or samples (at most
+  // kMaxTargetEpochs x kMaxDatasetSize).
+  absl::Status Validate(absl::string_view field = "target") const;
+  // "loss 0.5", "64000 iterations", "6.4e+06 samples".
+  std::string Describe() const;
 };
 
 // Workers per catalog type (indexed like InstanceCatalog::types) and parameter servers.

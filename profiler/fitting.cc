@@ -13,6 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "ceres/ceres.h"
 #include "predictor/equations.h"
+#include "profiler/cluster_fit.h"
+#include "profiler/fit_stop.h"
 #include "profiler/importers.h"
 
 namespace spotdnn::profiler {
@@ -41,19 +43,6 @@ double IterationTime(const Sample& s) {
   return 0;
 }
 
-// The stop check of the FitWorkload running on this thread, and what it said: every solve polls
-// it at each iteration, so a fit honours its caller's deadline without the sub-fits carrying it.
-thread_local const std::function<absl::Status()>* fit_stop = nullptr;
-thread_local absl::Status fit_stopped;
-
-class StopCallback final : public ceres::IterationCallback {
- public:
-  ceres::CallbackReturnType operator()(const ceres::IterationSummary&) override {
-    if (fit_stop != nullptr && fit_stopped.ok()) fit_stopped = (*fit_stop)();
-    return fit_stopped.ok() ? ceres::SOLVER_CONTINUE : ceres::SOLVER_ABORT;
-  }
-};
-
 ceres::Solver::Options SolverOptions() {
   ceres::Solver::Options options;
   options.linear_solver_type = ceres::DENSE_QR;
@@ -61,10 +50,7 @@ ceres::Solver::Options SolverOptions() {
   options.logging_type = ceres::SILENT;
   options.minimizer_progress_to_stdout = false;
   options.num_threads = 1;
-  if (fit_stop != nullptr) {
-    thread_local StopCallback callback;
-    options.callbacks.push_back(&callback);
-  }
+  AddFitStopCallback(options);
   return options;
 }
 
@@ -335,6 +321,8 @@ absl::StatusOr<ContentionFit> FitContention(absl::Span<const Sample> samples,
   double best_cost = std::numeric_limits<double>::infinity();
   for (const auto& [a0, b0] : std::vector<std::pair<double, double>>{
            {0.3, -0.3}, {0.8, -1.9}, {0.1, 0.5}, {0.5, 0.0}, {0.2, -0.1}}) {
+    // Building a problem of every sample takes a while: a stopped fit builds no more.
+    if (auto stopped = PollFitStop(); !stopped.ok()) return stopped;
     double a1 = a0, b1 = b0;
     ceres::Problem problem;
     for (const ContentionResidual& r : residuals) {
@@ -440,6 +428,7 @@ absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
   double best_cost = std::numeric_limits<double>::infinity();
   for (double g1_share : {0.01, 0.1, 0.5}) {
     for (double g5_share : {0.5, 0.9}) {
+      if (auto stopped = PollFitStop(); !stopped.ok()) return stopped;
       double g1 = std::max(1.0, g1_share * max_j), g2 = 0, g4 = 1, g5 = g5_share * min_loss;
       // g3 from the mean of (loss - g5) (j + g1) / sqrt((R + g4) |N|).
       double sum = 0;
@@ -486,28 +475,20 @@ absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
   return best;
 }
 
-absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
-                                        const KnownParameters& known,
-                                        const std::function<absl::Status()>& stop) {
+namespace {
+
+// The paper's per-parameter fits (eqs. 3, 6-10) from per-iteration samples. Polls the fit's stop
+// check (fit_stop.h) between the fits.
+absl::StatusOr<WorkloadFit> FitPaperWorkload(absl::Span<const Sample> samples,
+                                             const KnownParameters& known) {
   if (samples.empty()) {
     return absl::FailedPreconditionError("no samples to fit: report or import some first");
   }
-  struct StopScope {  // the solves of this fit poll `stop` (see fit_stop)
-    explicit StopScope(const std::function<absl::Status()>& s) {
-      fit_stop = s ? &s : nullptr;
-      fit_stopped = absl::OkStatus();
-    }
-    ~StopScope() { fit_stop = nullptr; }
-  } scope(stop);
-  auto stopped = [&stop]() {
-    if (stop && fit_stopped.ok()) fit_stopped = stop();
-    return fit_stopped;
-  };
   WorkloadFit fit;
   // Records a parameter that the data could not determine (FAILED_PRECONDITION); other errors
   // are the fit's own failure and travel up.
   auto unidentified = [&](absl::string_view parameter, const absl::Status& status) {
-    if (!fit_stopped.ok()) return fit_stopped;  // a solve was stopped, not unable
+    if (auto s = FitStopStatus(); !s.ok()) return s;  // a solve was stopped, not unable
     FitQuality q;
     q.parameter = std::string(parameter);
     q.note = std::string(status.message());
@@ -551,7 +532,7 @@ absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
-  if (auto s = stopped(); !s.ok()) return s;
+  if (auto s = PollFitStop(); !s.ok()) return s;
   {
     auto contention = FitContention(samples, k);
     if (contention.ok()) {
@@ -561,7 +542,7 @@ absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
-  if (auto s = stopped(); !s.ok()) return s;
+  if (auto s = PollFitStop(); !s.ok()) return s;
   {
     FitQuality q;
     auto memory = FitMemory(samples, &q);
@@ -572,7 +553,7 @@ absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
-  if (auto s = stopped(); !s.ok()) return s;
+  if (auto s = PollFitStop(); !s.ok()) return s;
   {
     FitQuality q;
     auto loss = FitLoss(samples, &q);
@@ -583,8 +564,189 @@ absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
-  if (auto s = stopped(); !s.ok()) return s;
+  if (auto s = PollFitStop(); !s.ok()) return s;
   return fit;
+}
+
+// A row for the runs the cluster fits used.
+FitQuality RunsRow(const RunSet& runs, size_t configurations) {
+  FitQuality q;
+  q.parameter = "runs";
+  q.identified = !runs.runs.empty();
+  q.points = static_cast<int>(runs.runs.size());
+  q.note =
+      absl::StrCat(runs.runs.size(), " run(s) in ", configurations, " cluster configuration(s)");
+  if (!runs.notes.empty()) {
+    absl::StrAppend(&q.note, "; ", runs.notes.size(), " left out, first: ", runs.notes[0]);
+  }
+  return q;
+}
+
+// Compute entries of the fitted types: by instance type when the runs name one (and then by its
+// GPU type too, when no other fitted type has that GPU), else by GPU type.
+std::vector<predictor::ComputeProfile> ComputeEntries(
+    const std::map<std::string, double>& times, const std::map<std::string, TypeInfo>& types) {
+  std::map<std::string, int> gpu_count;
+  for (const auto& [key, t] : times) {
+    auto it = types.find(key);
+    if (it != types.end()) ++gpu_count[it->second.gpu_type];
+  }
+  std::vector<predictor::ComputeProfile> out;
+  for (const auto& [key, t] : times) {
+    auto it = types.find(key);
+    const TypeInfo info = it == types.end() ? TypeInfo{.gpu_type = key} : it->second;
+    predictor::ComputeProfile c;
+    c.batch_per_gpu = info.batch_per_gpu;
+    c.compute_time_s = t;
+    if (!info.instance_type.empty()) {
+      c.instance_type = info.instance_type;
+      out.push_back(c);
+      if (!info.gpu_type.empty() && gpu_count[info.gpu_type] == 1 && !times.count(info.gpu_type)) {
+        c.instance_type.clear();
+        c.gpu_type = info.gpu_type;
+        out.push_back(c);
+      }
+    } else {
+      c.gpu_type = key;
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// Keeps the rows of `from` that are not about contention, compute or S_parm/B_req.
+void KeepOtherRows(const WorkloadFit& from, WorkloadFit& to) {
+  for (const FitQuality& q : from.quality) {
+    if (q.parameter == "a2,b2" || q.parameter == "g1..g5") to.quality.push_back(q);
+  }
+  to.memory = from.memory;
+  to.loss = from.loss;
+}
+
+absl::StatusOr<WorkloadFit> FitSharedPsWorkload(const RunSet& runs,
+                                                absl::Span<const ClusterObservation> observations,
+                                                const WorkloadFit& paper,
+                                                const KnownParameters& known) {
+  if (!(known.ps_bandwidth_mb_per_s > 0)) {
+    return absl::FailedPreconditionError(
+        "the shared-ps model needs B_ps, the parameter server's bandwidth the runs trained "
+        "against (--ps-bandwidth), to express the servers' time per iteration as S_parm");
+  }
+  SharedPsFitOptions options;
+  if (known.parameter_size_mb > 0) {
+    options.service_time_s = 2 * known.parameter_size_mb / known.ps_bandwidth_mb_per_s;
+  }
+  auto result = FitSharedPs(observations, options);
+  if (!result.ok()) return result.status();
+  WorkloadFit fit;
+  fit.variant = predictor::ModelVariant::kSharedPs;
+  fit.shared_ps = predictor::SharedPsModel{result->fit.queueing};
+  const double size = result->fit.service_time_s * known.ps_bandwidth_mb_per_s / 2;
+  if (!(known.parameter_size_mb > 0)) fit.parameter_size_mb = size;
+  if (!(known.required_bandwidth_mb_per_s > 0)) {
+    fit.required_bandwidth_mb_per_s = known.ps_bandwidth_mb_per_s;
+  }
+  fit.compute = ComputeEntries(result->fit.compute_time_s, runs.types);
+  fit.compute_is_complete = true;
+  fit.quality.push_back(RunsRow(runs, observations.size()));
+  for (FitQuality q : result->quality) {
+    if (q.parameter == "S_parm") {
+      absl::StrAppend(&q.note, absl::StrFormat("; S_parm = d B_ps / 2 = %.4g MB at B_ps = %g MB/s",
+                                               size, known.ps_bandwidth_mb_per_s));
+    }
+    fit.quality.push_back(std::move(q));
+  }
+  fit.quality.push_back(FitQuality{
+      .parameter = "B_req",
+      .identified = true,
+      .note = "set to B_ps: the shared-ps variant does not use it (a lone worker moves 2 S_parm "
+              "through one server in d)"});
+  KeepOtherRows(paper, fit);
+  return fit;
+}
+
+absl::StatusOr<WorkloadFit> FitPaperFromRuns(const RunSet& runs,
+                                             absl::Span<const ClusterObservation> observations,
+                                             const WorkloadFit& paper,
+                                             const KnownParameters& known) {
+  auto result = FitPaperForm(observations, runs.types, known.ps_bandwidth_mb_per_s,
+                             known.pcie_bandwidth_mb_per_s);
+  if (!result.ok()) return result.status();
+  WorkloadFit fit;
+  fit.variant = *known.variant;
+  fit.parameter_size_mb = result->fit.parameter_size_mb;
+  fit.required_bandwidth_mb_per_s = result->fit.required_bandwidth_mb_per_s;
+  fit.contention = result->fit.contention;
+  fit.compute = ComputeEntries(result->fit.compute_time_s, runs.types);
+  fit.compute_is_complete = true;
+  fit.quality.push_back(RunsRow(runs, observations.size()));
+  fit.quality.insert(fit.quality.end(), result->quality.begin(), result->quality.end());
+  KeepOtherRows(paper, fit);
+  return fit;
+}
+
+// FitWorkload without its stop scope.
+absl::StatusOr<WorkloadFit> FitVariants(absl::Span<const Sample> samples,
+                                        const KnownParameters& known) {
+  auto paper = FitPaperWorkload(samples, known);
+  if (!paper.ok()) return paper.status();
+  if (auto s = PollFitStop(); !s.ok()) return s;
+  const RunSet runs = RunsFromSamples(samples);
+  const std::vector<ClusterObservation> observations = GroupRuns(runs.runs);
+  if (known.variant.has_value() && *known.variant != predictor::ModelVariant::kSharedPs) {
+    paper->variant = *known.variant;
+    if (!paper->contention && *known.variant == predictor::ModelVariant::kPaper &&
+        !observations.empty()) {
+      // No per-iteration times to fit eqs. 8-9 from: fit them to the runs' speeds instead.
+      auto from_runs = FitPaperFromRuns(runs, observations, *paper, known);
+      if (from_runs.ok()) return from_runs;
+      if (!absl::IsFailedPrecondition(from_runs.status())) return from_runs.status();
+    }
+    return paper;
+  }
+  auto shared = observations.empty()
+                    ? absl::StatusOr<WorkloadFit>(absl::FailedPreconditionError(
+                          "the shared-ps model needs runs with a speed and a type; got none"))
+                    : FitSharedPsWorkload(runs, observations, *paper, known);
+  if (known.variant.has_value()) return shared;  // shared-ps asked for
+  if (shared.ok() && !paper->contention) return shared;
+  if (!shared.ok() && !absl::IsFailedPrecondition(shared.status())) return shared.status();
+  if (!shared.ok() && !observations.empty()) {
+    // Why the runs did not give the shared-ps variant (the paper's was fitted instead).
+    FitQuality q;
+    q.parameter = "shared-ps";
+    q.note = std::string(shared.status().message());
+    paper->quality.push_back(std::move(q));
+  }
+  return paper;
+}
+
+}  // namespace
+
+absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
+                                        const KnownParameters& known,
+                                        const std::function<absl::Status()>& stop) {
+  FitStopScope scope(stop);  // every solve of this fit polls `stop`
+  auto fit = FitVariants(samples, known);
+  // A fit whose solves were stopped fails with the stop's status, whatever the solves made of it.
+  if (auto s = PollFitStop(); !s.ok()) return s;
+  return fit;
+}
+
+predictor::WorkloadProfile ProfileOf(const WorkloadFit& fit, const KnownParameters& known,
+                                     std::string name) {
+  predictor::WorkloadProfile p;
+  p.name = std::move(name);
+  p.parameter_size_mb = fit.parameter_size_mb.value_or(known.parameter_size_mb);
+  p.required_bandwidth_mb_per_s =
+      fit.required_bandwidth_mb_per_s.value_or(known.required_bandwidth_mb_per_s);
+  p.compute = fit.compute;
+  p.contention = fit.contention;
+  p.memory = fit.memory;
+  p.loss = fit.loss;
+  p.variant = fit.variant;
+  p.shared_ps = fit.shared_ps;
+  return p;
 }
 
 // ---- Cluster speed ----
@@ -660,6 +822,88 @@ absl::StatusOr<SpeedCurveFit> FitSpeedCurve(absl::Span<const SpeedRun> runs) {
   return best;
 }
 
+double SharedPsCurve::StepsPerS(int workers) const {
+  return workers /
+         predictor::SharedPsIterationTime(workers, compute_time_s, service_time_s, queueing);
+}
+
+namespace {
+
+// log(predicted / observed) speed of one run under SharedPsCurve.
+struct SharedPsCurveResidual {
+  template <typename T>
+  bool operator()(const T* log_z, const T* log_d, const T* log_kappa, T* residual) const {
+    const T z = exp(log_z[0]), d = exp(log_d[0]), kappa = exp(log_kappa[0]);
+    const T a = z + d;
+    const T m = T(double(workers)) * d;
+    const T t = T(0.5) * ((a + m) + sqrt((a - m) * (a - m) + T(4.0) * kappa * d * m));
+    residual[0] = log(T(double(workers)) / t) - T(log_observed);
+    return true;
+  }
+  int workers;
+  double log_observed;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<SharedPsCurve>> FitSharedPsCurves(
+    absl::Span<const std::vector<SpeedRun>> series_runs, absl::Span<const std::string> names) {
+  const size_t n = series_runs.size();
+  std::vector<double> t1(n);  // the smallest run's per-worker iteration time, for the starts
+  for (size_t i = 0; i < n; ++i) {
+    std::set<int> counts;
+    const SpeedRun* smallest = nullptr;
+    for (const SpeedRun& r : series_runs[i]) {
+      if (r.workers <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat("workers = ", r.workers, ": must be >= 1"));
+      }
+      if (!(r.Observed() > 0)) continue;
+      counts.insert(r.workers);
+      if (smallest == nullptr || r.workers < smallest->workers) smallest = &r;
+    }
+    if (counts.size() < 3) {
+      return Unidentified(absl::StrCat(
+          i < names.size() && !names[i].empty() ? absl::StrCat("series ", names[i], ": ") : "",
+          "contention needs runs with at least 3 distinct worker counts; got ", counts.size()));
+    }
+    t1[i] = smallest->workers / smallest->Observed();
+  }
+  std::vector<SharedPsCurve> best(n);
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (double kappa0 : {0.05, 0.2, 0.5, 1.0}) {
+    for (double share : {0.1, 0.5}) {
+      std::vector<double> log_z(n), log_d(n);
+      double log_kappa = std::log(kappa0);
+      ceres::Problem problem;
+      for (size_t i = 0; i < n; ++i) {
+        log_z[i] = std::log(t1[i] * (1 - share));
+        log_d[i] = std::log(t1[i] * share);
+        for (const SpeedRun& r : series_runs[i]) {
+          if (!(r.Observed() > 0)) continue;
+          problem.AddResidualBlock(
+              new ceres::AutoDiffCostFunction<SharedPsCurveResidual, 1, 1, 1, 1>(
+                  new SharedPsCurveResidual{r.workers, std::log(r.Observed())}),
+              new ceres::CauchyLoss(kLogResidualScale), &log_z[i], &log_d[i], &log_kappa);
+        }
+      }
+      problem.SetParameterLowerBound(&log_kappa, 0, std::log(1e-4));
+      problem.SetParameterUpperBound(&log_kappa, 0, std::log(20.0));
+      ceres::Solver::Summary summary;
+      ceres::Solve(SolverOptions(), &problem, &summary);
+      if (summary.IsSolutionUsable() && summary.final_cost < best_cost) {
+        best_cost = summary.final_cost;
+        for (size_t i = 0; i < n; ++i) {
+          best[i] = {std::exp(log_z[i]), std::exp(log_d[i]), std::exp(log_kappa)};
+        }
+      }
+    }
+  }
+  if (!std::isfinite(best_cost)) {
+    return absl::InternalError("shared-ps speed fit: the solver found no usable solution");
+  }
+  return best;
+}
+
 std::vector<SpeedSeries> SpeedSeriesFromSamples(absl::Span<const Sample> samples) {
   std::map<std::string, std::map<int, std::vector<double>>> grouped;
   for (const Sample& s : samples) {
@@ -683,7 +927,7 @@ std::vector<SpeedSeries> SpeedSeriesFromSamples(absl::Span<const Sample> samples
 }
 
 absl::StatusOr<SpeedValidation> ValidateSpeed(absl::Span<const SpeedSeries> series,
-                                              absl::Span<const int> fit_workers) {
+                                              absl::Span<const int> fit_workers, SpeedModel model) {
   const std::set<int> fit(fit_workers.begin(), fit_workers.end());
   for (int n : fit) {
     if (n < 1) {
@@ -701,25 +945,53 @@ absl::StatusOr<SpeedValidation> ValidateSpeed(absl::Span<const SpeedSeries> seri
   }
   SpeedValidation out;
   double total_error = 0;
-  for (const SpeedSeries& s : series) {
-    std::vector<SpeedRun> fit_runs;
-    for (const SpeedRun& r : s.runs) {
-      if (fit.count(r.workers)) fit_runs.push_back(r);
+  std::vector<std::vector<SpeedRun>> fit_runs(series.size());
+  std::vector<std::string> names;
+  for (size_t i = 0; i < series.size(); ++i) {
+    names.push_back(series[i].name);
+    for (const SpeedRun& r : series[i].runs) {
+      if (fit.count(r.workers)) fit_runs[i].push_back(r);
     }
-    auto curve = FitSpeedCurve(fit_runs);
-    if (!curve.ok()) {
-      return absl::Status(curve.status().code(),
-                          absl::StrCat("series ", s.name, ": ", curve.status().message()));
-    }
+  }
+  std::vector<SharedPsCurve> shared;
+  if (model == SpeedModel::kSharedPs) {
+    auto curves = FitSharedPsCurves(fit_runs, names);
+    if (!curves.ok()) return curves.status();
+    shared = *std::move(curves);
+  }
+  for (size_t i = 0; i < series.size(); ++i) {
+    const SpeedSeries& s = series[i];
     SeriesValidation v;
     v.series = s.name;
-    v.fit = *curve;
+    std::function<double(int)> predict;
+    if (model == SpeedModel::kSharedPs) {
+      v.shared_ps = shared[i];
+      predict = [&v](int workers) { return v.shared_ps.StepsPerS(workers); };
+      std::vector<double> observed, predicted;
+      for (const SpeedRun& r : fit_runs[i]) {
+        if (!(r.Observed() > 0)) continue;
+        observed.push_back(r.Observed());
+        predicted.push_back(predict(r.workers));
+      }
+      v.fit.quality = Quality("speed curve", observed, predicted);
+      v.fit.quality.note =
+          "z and d per series, kappa shared by every series, fitted on the runs' medians (log "
+          "residuals, Cauchy loss)";
+    } else {
+      auto curve = FitSpeedCurve(fit_runs[i]);
+      if (!curve.ok()) {
+        return absl::Status(curve.status().code(),
+                            absl::StrCat("series ", s.name, ": ", curve.status().message()));
+      }
+      v.fit = *curve;
+      predict = [&v](int workers) { return v.fit.curve.StepsPerS(workers); };
+    }
     double error = 0;
     for (const SpeedRun& r : s.runs) {
       if (!(r.Observed() > 0)) continue;  // a run without a measured speed has nothing to compare
       SpeedPoint p{.workers = r.workers,
                    .observed = r.Observed(),
-                   .predicted = curve->curve.StepsPerS(r.workers),
+                   .predicted = predict(r.workers),
                    .held_out = !fit.count(r.workers)};
       p.error_pct = 100 * std::fabs(p.predicted - p.observed) / p.observed;
       if (p.held_out) {

@@ -40,6 +40,9 @@ struct KnownParameters {
   double required_bandwidth_mb_per_s = 0;  // B_req
   double ps_bandwidth_mb_per_s = 0;        // B_ps of the parameter server(s) the runs used
   double pcie_bandwidth_mb_per_s = 10000;  // B_pcie
+  // The variant to fit; unset: shared-ps when runs at several sizes identify it and the paper's
+  // contention a1, b1 is not identified, else paper.
+  std::optional<predictor::ModelVariant> variant{};
 };
 
 // Eq. 8-9 contention fitted from multi-worker runs.
@@ -92,14 +95,30 @@ struct WorkloadFit {
   std::optional<predictor::MemoryModel> memory{};
   std::optional<predictor::LossModel> loss{};
   std::vector<FitQuality> quality{};
+  predictor::ModelVariant variant = predictor::ModelVariant::kPaper;
+  std::optional<predictor::SharedPsModel> shared_ps{};  // kSharedPs
+  // The compute entries replace every entry of a base profile (they were fitted as a whole,
+  // from runs of several types and sizes), rather than only those of the same type.
+  bool compute_is_complete = false;
 };
 
 // Fits every parameter the samples determine. FAILED_PRECONDITION when `samples` is empty.
+// With runs of several cluster sizes (TensorBoard exports, checkpoint exports, per-worker
+// samples) the shared-ps variant fits one compute time per type and the parameter servers' time d
+// and queueing kappa from all of them together (see cluster_fit.h); S_parm = d B_ps / 2 then, and
+// B_req is set to B_ps (the variant does not use it). The paper variant's contention a1, b1 is
+// fitted from per-iteration times as before, or, when those lack and the variant is asked for,
+// from the runs' speeds.
 // `stop`, when given, is polled between the fits and at every solver iteration; a non-OK status
 // ends the fit and is returned (a caller's deadline).
 absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
                                         const KnownParameters& known,
                                         const std::function<absl::Status()>& stop = {});
+
+// The fit as a profile named `name`: what it determined, with `known` filling S_parm and B_req
+// when the fit did not.
+predictor::WorkloadProfile ProfileOf(const WorkloadFit& fit, const KnownParameters& known,
+                                     std::string name);
 
 // ---- Cluster speed against cluster size (validate-speed) ----
 
@@ -141,6 +160,22 @@ struct SpeedCurveFit {
 // FAILED_PRECONDITION with fewer than 3 distinct worker counts.
 absl::StatusOr<SpeedCurveFit> FitSpeedCurve(absl::Span<const SpeedRun> runs);
 
+// The shared-ps model (predictor::SharedPsModel) for one series of identical workers: the speed
+// of N workers is N / T(N), T(N) = predictor::SharedPsIterationTime(N, z, d, kappa).
+struct SharedPsCurve {
+  double compute_time_s = 0;  // z
+  double service_time_s = 0;  // d
+  double queueing = 0;        // kappa
+  // Predicted cluster speed, global steps/s, with `workers` workers.
+  double StepsPerS(int workers) const;
+};
+
+// Fits z and d per series and one kappa shared by all of them (the servers' queueing is a property
+// of the setup the series ran on) to each run's observed speed: log residuals, Cauchy loss, several
+// starts. FAILED_PRECONDITION naming the series with fewer than 3 distinct worker counts.
+absl::StatusOr<std::vector<SharedPsCurve>> FitSharedPsCurves(
+    absl::Span<const std::vector<SpeedRun>> series_runs, absl::Span<const std::string> names);
+
 // Groups samples with cluster_steps_per_s into series by job id: a job "<dir>/<series>worker<N>"
 // is run N of series "<dir>/<series>". Samples of jobs not named that way are left out.
 std::vector<SpeedSeries> SpeedSeriesFromSamples(absl::Span<const Sample> samples);
@@ -154,10 +189,17 @@ struct SpeedPoint {
   bool held_out = false;  // not among the fit counts
 };
 
+// Which model ValidateSpeed fits.
+enum class SpeedModel {
+  kSharedPs,  // SharedPsCurve per series, one kappa for all
+  kPaper,     // SpeedCurve (eqs. 2, 6-9) per series
+};
+
 // One series' validation.
 struct SeriesValidation {
   std::string series{};
-  SpeedCurveFit fit;
+  SpeedCurveFit fit;        // kPaper: the curve; both: the quality on the fit runs
+  SharedPsCurve shared_ps;  // kSharedPs
   std::vector<SpeedPoint> points{};
   double held_out_mape = 0;
   int held_out_points = 0;
@@ -174,7 +216,8 @@ struct SpeedValidation {
 // other run and reports the errors. FAILED_PRECONDITION when a series has fewer than 3 of the fit
 // counts or nothing is held out; INVALID_ARGUMENT for bad fit_workers.
 absl::StatusOr<SpeedValidation> ValidateSpeed(absl::Span<const SpeedSeries> series,
-                                              absl::Span<const int> fit_workers);
+                                              absl::Span<const int> fit_workers,
+                                              SpeedModel model = SpeedModel::kSharedPs);
 
 }  // namespace spotdnn::profiler
 

@@ -106,6 +106,9 @@ absl::Status SetField(absl::string_view key, absl::string_view text, Sample& s) 
   if (k == "cluster_steps_per_s" || k == "steps_per_s" || k == "value") {
     return set_double(s.cluster_steps_per_s);
   }
+  if (k == "accuracy") return set_double(s.accuracy);
+  if (k == "parameter_servers") return set_int(s.parameter_servers);
+  if (k == "cluster") return (s.cluster = value, absl::OkStatus());
   return absl::NotFoundError(absl::StrCat("unknown field \"", key, "\""));
 }
 
@@ -273,6 +276,260 @@ void AddError(ImportResult& result, std::string message) {
   }
 }
 
+std::vector<std::string> HeaderColumns(absl::string_view header) {
+  std::vector<std::string> columns;
+  for (absl::string_view c : absl::StrSplit(header, ',')) {
+    columns.push_back(absl::AsciiStrToLower(absl::StripAsciiWhitespace(c)));
+  }
+  return columns;
+}
+
+int ColumnIndex(const std::vector<std::string>& columns, absl::string_view name) {
+  for (size_t i = 0; i < columns.size(); ++i) {
+    if (columns[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// A TensorBoard-style export without a speed column: one row per checkpoint.
+bool IsCheckpointHeader(absl::string_view header) {
+  const std::vector<std::string> c = HeaderColumns(header);
+  return ColumnIndex(c, "wall time") >= 0 && ColumnIndex(c, "step") >= 0 &&
+         ColumnIndex(c, "value") < 0;
+}
+
+// What a side file of a checkpoint export holds, or "" when the header is not one.
+std::string SideFileKind(absl::string_view header) {
+  const std::vector<std::string> c = HeaderColumns(header);
+  if (ColumnIndex(c, "vm_name") >= 0) return "per-VM uptimes";
+  if (ColumnIndex(c, "duration") >= 0 && ColumnIndex(c, "run") >= 0) return "per-run durations";
+  if (ColumnIndex(c, "cost") >= 0 && ColumnIndex(c, "run") >= 0) {
+    for (const std::string& column : c) {
+      if (column != "zone" && column != "run" && column != "cost") return "";
+    }
+    return "per-run costs";
+  }
+  return "";
+}
+
+template <typename T>
+absl::Status FillOne(absl::string_view field, T& value, const T& given, const T& unset) {
+  if (given == unset) return absl::OkStatus();
+  if (value == unset) {
+    value = given;
+    return absl::OkStatus();
+  }
+  if (value != given) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "given ", field, " = ", given, " contradicts the file's ", field, " = ", value));
+  }
+  return absl::OkStatus();
+}
+
+// Fills what a sample does not say from the options; a given value the sample says otherwise is
+// an error naming both.
+absl::Status FillFromOptions(const ImportOptions& o, Sample& s) {
+  for (auto status :
+       {FillOne<std::string>("instance_type", s.instance_type, o.instance_type, ""),
+        FillOne<std::string>("gpu_type", s.gpu_type, o.gpu_type, ""),
+        FillOne("gpus", s.gpus, o.gpus, 0), FillOne("batch_size", s.batch_size, o.batch_size, 0),
+        FillOne("cluster_workers", s.cluster_workers, o.cluster_workers, 0),
+        FillOne("parameter_servers", s.parameter_servers, o.parameter_servers, 0),
+        FillOne<std::string>("cluster", s.cluster, o.cluster, "")}) {
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+// One checkpoint row of a run.
+struct Checkpoint {
+  size_t line = 0;  // 1-based
+  double wall_time_s = 0;
+  std::int64_t step = 0;
+  double accuracy = 0;
+  double loss = 0;
+};
+
+// The checkpoint export "Wall Time,Step,SCALAR[,Zone][,Run]" (see LogFormat::kTensorBoardCsv).
+absl::Status ImportCheckpoints(const std::vector<absl::string_view>& lines, size_t header_line,
+                               absl::string_view source, const ImportOptions& options,
+                               ImportResult& result) {
+  auto strip_cr = [](absl::string_view l) { return absl::StripSuffix(l, "\r"); };
+  const std::vector<std::string> columns = HeaderColumns(strip_cr(lines[header_line]));
+  const int wall = ColumnIndex(columns, "wall time");
+  const int step = ColumnIndex(columns, "step");
+  const int run_col = ColumnIndex(columns, "run");
+  const int zone_col = ColumnIndex(columns, "zone");
+  const int accuracy = ColumnIndex(columns, "accuracy");
+  const int loss = ColumnIndex(columns, "loss");
+  auto fail = [&](size_t line, absl::string_view why) -> absl::Status {
+    std::string message = absl::StrCat(source, ":", line, ": ", why);
+    if (options.stop_on_error) return absl::InvalidArgumentError(message);
+    AddError(result, std::move(message));
+    return absl::OkStatus();
+  };
+  // Runs in order of first appearance, keyed by (zone, run).
+  std::vector<std::pair<std::string, std::string>> order;
+  std::map<std::pair<std::string, std::string>, std::vector<Checkpoint>> runs;
+  for (size_t i = header_line + 1; i < lines.size(); ++i) {
+    const absl::string_view line = strip_cr(lines[i]);
+    const absl::string_view trimmed = absl::StripAsciiWhitespace(line);
+    if (trimmed.empty() || trimmed[0] == '#') continue;
+    std::vector<absl::string_view> f = absl::StrSplit(line, ',');
+    if (f.size() != columns.size()) {
+      if (auto s = fail(i + 1, absl::StrFormat("expected %d comma-separated fields as in the "
+                                               "header, got %d",
+                                               columns.size(), f.size()));
+          !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    Checkpoint c;
+    c.line = i + 1;
+    absl::Status status;
+    if (auto w = ParseDouble("Wall Time", f[wall]); w.ok()) {
+      c.wall_time_s = *w;
+    } else {
+      status = w.status();
+    }
+    if (auto st = ParseInteger("Step", f[step]); status.ok() && st.ok()) {
+      c.step = *st;
+    } else if (status.ok()) {
+      status = st.status();
+    }
+    for (auto [index, name, out] :
+         {std::tuple{accuracy, "Accuracy", &c.accuracy}, std::tuple{loss, "Loss", &c.loss}}) {
+      if (index < 0 || !status.ok() || absl::StripAsciiWhitespace(f[index]).empty()) continue;
+      auto v = ParseDouble(name, f[index]);
+      if (v.ok()) {
+        *out = *v;
+      } else {
+        status = v.status();
+      }
+    }
+    if (status.ok()) {
+      for (auto [name, v] : {std::pair{"Wall Time", c.wall_time_s},
+                             std::pair{"Accuracy", c.accuracy}, std::pair{"Loss", c.loss}}) {
+        if (!std::isfinite(v) || v < 0) {
+          status = absl::InvalidArgumentError(
+              absl::StrFormat("%s = %g: must be a finite number >= 0", name, v));
+          break;
+        }
+      }
+      if (status.ok() && c.step < 0) {
+        status = absl::InvalidArgumentError(absl::StrCat("Step = ", c.step, ": must be >= 0"));
+      }
+    }
+    if (!status.ok()) {
+      if (auto s = fail(i + 1, status.message()); !s.ok()) return s;
+      continue;
+    }
+    std::pair<std::string, std::string> key{
+        zone_col >= 0 ? std::string(absl::StripAsciiWhitespace(f[zone_col])) : "",
+        run_col >= 0 ? std::string(absl::StripAsciiWhitespace(f[run_col])) : ""};
+    auto [it, fresh] = runs.try_emplace(key);
+    if (fresh) order.push_back(key);
+    it->second.push_back(c);
+  }
+  for (const auto& key : order) {
+    const auto& [zone, run] = key;
+    const std::string name = zone.empty() ? run : absl::StrCat(zone, "/", run);
+    std::vector<Checkpoint>& rows = runs[key];
+    // A VM lost mid-run (vm_data.csv): the cluster shrank, so the run's speed is not its own.
+    const RunToLeaveOut* leave = nullptr;
+    for (const RunToLeaveOut& l : options.leave_out) {
+      if (!run.empty() && l.run == run && (zone.empty() || absl::EndsWith(l.vm_prefix, zone))) {
+        leave = &l;
+      }
+    }
+    if (leave != nullptr) {
+      result.notes.push_back(absl::StrCat(source, ": run ", name, " (", rows.size(),
+                                          " checkpoints) left out: ", leave->reason));
+      result.skipped += rows.size();
+      continue;
+    }
+    // Checkpoints must move forward: a wall time going back is skipped; a step that does not
+    // increase is a restart, and the run's speed is measured from there.
+    std::vector<Checkpoint> kept;
+    for (const Checkpoint& c : rows) {
+      if (!kept.empty() && c.wall_time_s < kept.back().wall_time_s) {
+        if (auto s = fail(
+                c.line, absl::StrFormat("Wall Time %.6f goes backwards (line %d has "
+                                        "%.6f)",
+                                        c.wall_time_s, kept.back().line, kept.back().wall_time_s));
+            !s.ok()) {
+          return s;
+        }
+        continue;
+      }
+      if (!kept.empty() && c.step <= kept.back().step) {
+        if (auto s =
+                fail(c.line, absl::StrFormat("Step %d does not increase (line %d has step %d): run "
+                                             "%s restarted here; its %d earlier checkpoint(s) are "
+                                             "left out",
+                                             c.step, kept.back().line, kept.back().step,
+                                             name.empty() ? "of the file" : name, kept.size()));
+            !s.ok()) {
+          return s;
+        }
+        kept.clear();
+      }
+      kept.push_back(c);
+    }
+    if (kept.size() < 2) {
+      if (auto s = fail(rows.back().line,
+                        absl::StrFormat("run %s has %d usable checkpoint(s): a speed needs at "
+                                        "least two",
+                                        name.empty() ? "of the file" : name, kept.size()));
+          !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    if (kept.back().wall_time_s <= kept.front().wall_time_s) {
+      if (auto s = fail(kept.back().line,
+                        absl::StrFormat("run %s: its checkpoints span no wall time, so it has no "
+                                        "speed",
+                                        name.empty() ? "of the file" : name));
+          !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    std::string job = options.job_id;
+    if (!run.empty()) {
+      const std::string leaf = absl::StrCat(zone.empty() ? "" : zone + "/", "run-", run);
+      job = job.empty() ? leaf : absl::StrCat(job, "/", leaf);
+    }
+    std::vector<Sample> samples;
+    for (size_t i = 0; i < kept.size(); ++i) {
+      Sample s;
+      s.job_id = job;
+      s.step = kept[i].step;
+      s.wall_time_s = kept[i].wall_time_s;
+      s.accuracy = kept[i].accuracy;
+      s.loss = kept[i].loss;
+      if (i > 0 && kept[i].wall_time_s > kept[i - 1].wall_time_s) {
+        s.cluster_steps_per_s =
+            (kept[i].step - kept[i - 1].step) / (kept[i].wall_time_s - kept[i - 1].wall_time_s);
+      }
+      absl::Status status = FillFromOptions(options, s);
+      if (status.ok()) status = ValidateSample(s);
+      if (!status.ok()) {
+        // A flag that contradicts the file, or a bad value: the whole run goes.
+        if (auto f = fail(kept[i].line, status.message()); !f.ok()) return f;
+        samples.clear();
+        break;
+      }
+      samples.push_back(std::move(s));
+    }
+    result.samples.insert(result.samples.end(), std::make_move_iterator(samples.begin()),
+                          std::make_move_iterator(samples.end()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view name) {
@@ -327,8 +584,18 @@ absl::StatusOr<ImportResult> ImportText(absl::string_view content, absl::string_
   auto strip_cr = [](absl::string_view l) { return absl::StripSuffix(l, "\r"); };
   const absl::string_view first_line = strip_cr(lines[first]);
 
+  if (const std::string kind = SideFileKind(first_line);
+      !kind.empty() && (options.format == LogFormat::kAuto || options.format == LogFormat::kCsv)) {
+    result.notes.push_back(
+        absl::StrCat(source, ": ", kind, " of a checkpoint export, not samples"));
+    return result;
+  }
   LogFormat format = options.format;
   if (format == LogFormat::kAuto) format = DetectFormat(first_line, content);
+  if (format == LogFormat::kTensorBoardCsv && IsCheckpointHeader(first_line)) {
+    if (auto s = ImportCheckpoints(lines, first, source, options, result); !s.ok()) return s;
+    return result;
+  }
   LineParser parser;
   size_t body = first;  // first line that holds data
   switch (format) {
@@ -369,14 +636,8 @@ absl::StatusOr<ImportResult> ImportText(absl::string_view content, absl::string_
     bool use = false;
     absl::Status status = parser(line, s, &use);
     if (status.ok() && !use) continue;
-    if (status.ok()) {
-      if (s.instance_type.empty()) s.instance_type = options.instance_type;
-      if (s.gpu_type.empty()) s.gpu_type = options.gpu_type;
-      if (s.gpus == 0) s.gpus = options.gpus;
-      if (s.batch_size == 0) s.batch_size = options.batch_size;
-      if (s.cluster_workers == 0) s.cluster_workers = options.cluster_workers;
-      status = ValidateSample(s);
-    }
+    if (status.ok()) status = FillFromOptions(options, s);
+    if (status.ok()) status = ValidateSample(s);
     if (status.ok()) status = order.Check(s);
     if (!status.ok()) {
       std::string message = absl::StrCat(source, ":", i + 1, ": ", status.message());
@@ -463,6 +724,7 @@ bool IsLogFile(const fs::path& p) {
 void Merge(ImportResult& into, ImportResult&& from) {
   into.files += from.files;
   into.skipped += from.skipped;
+  into.notes.insert(into.notes.end(), from.notes.begin(), from.notes.end());
   for (std::string& e : from.errors) {
     if (static_cast<int>(into.errors.size()) < kMaxImportErrors)
       into.errors.push_back(std::move(e));
@@ -473,9 +735,128 @@ void Merge(ImportResult& into, ImportResult&& from) {
 
 }  // namespace
 
+bool ParseFolderContext(absl::string_view name, FolderContext* context) {
+  std::string series;
+  int workers = 0;
+  if (ParseRunFolderName(name, &series, &workers)) {
+    *context = FolderContext{.workers = workers};
+    return true;
+  }
+  // "<P>ps<N><g>": P parameter servers, N workers of GPU g (k, p, v).
+  const size_t ps = name.find("ps");
+  if (ps == absl::string_view::npos || ps == 0 || name.size() < ps + 4) return false;
+  const absl::string_view p = name.substr(0, ps);
+  const absl::string_view n = name.substr(ps + 2, name.size() - ps - 3);
+  const char g = name.back();
+  int servers = 0;
+  if (!std::all_of(p.begin(), p.end(), ::isdigit) || !std::all_of(n.begin(), n.end(), ::isdigit) ||
+      !absl::SimpleAtoi(p, &servers) || !absl::SimpleAtoi(n, &workers) || servers < 1 ||
+      workers < 1) {
+    return false;
+  }
+  const char* gpu = g == 'k' ? "K80" : g == 'p' ? "P100" : g == 'v' ? "V100" : nullptr;
+  if (gpu == nullptr) return false;
+  *context = FolderContext{.workers = workers, .parameter_servers = servers, .gpu_type = gpu};
+  return true;
+}
+
+std::vector<RunToLeaveOut> RunsWithRevokedVms(absl::string_view content, absl::string_view source) {
+  std::vector<RunToLeaveOut> out;
+  std::vector<absl::string_view> lines = absl::StrSplit(content, '\n');
+  if (lines.empty()) return out;
+  const std::vector<std::string> columns = HeaderColumns(absl::StripSuffix(lines[0], "\r"));
+  const int name_col = ColumnIndex(columns, "vm_name");
+  const int status_col = ColumnIndex(columns, "revoked");
+  if (name_col < 0 || status_col < 0) return out;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::vector<absl::string_view> f = absl::StrSplit(absl::StripSuffix(lines[i], "\r"), ',');
+    if (f.size() <= static_cast<size_t>(std::max(name_col, status_col))) continue;
+    // "Revoked": this VM was lost while the run went on ("Manually stopped due to revoked
+    // master" stops the whole run at once, which leaves its speed until then intact).
+    if (absl::AsciiStrToLower(absl::StripAsciiWhitespace(f[status_col])) != "revoked") continue;
+    const std::string vm(absl::StripAsciiWhitespace(f[name_col]));
+    // "<prefix>-run<N>-<role>" or "run<N>-<role>".
+    size_t at = vm.find("-run");
+    size_t digits = at == std::string::npos ? std::string::npos : at + 4;
+    if (at == std::string::npos && absl::StartsWith(vm, "run")) {
+      at = 0;
+      digits = 3;
+    }
+    if (digits == std::string::npos) continue;
+    size_t end = digits;
+    while (end < vm.size() && std::isdigit(static_cast<unsigned char>(vm[end]))) ++end;
+    if (end == digits) continue;
+    RunToLeaveOut r;
+    r.run = vm.substr(digits, end - digits);
+    r.vm_prefix = vm.substr(0, at);
+    r.reason = absl::StrCat(source, ":", i + 1, " says ", vm,
+                            " was revoked mid-run, so the cluster shrank and the run's speed is "
+                            "not that of its cluster");
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+namespace {
+
+// Values the folder's name gives, unless the options give them; the options saying otherwise is
+// an error naming both.
+absl::Status ApplyFolderContext(const std::string& folder, ImportOptions& o) {
+  FolderContext context;
+  if (!ParseFolderContext(folder, &context)) return absl::OkStatus();
+  auto apply = [&](absl::string_view field, auto& value, const auto& said, const auto& unset,
+                   absl::string_view what) -> absl::Status {
+    if (said == unset) return absl::OkStatus();
+    if (value == unset) {
+      value = said;
+      return absl::OkStatus();
+    }
+    if (value != said) {
+      return absl::InvalidArgumentError(absl::StrCat("given ", field, " = ", value,
+                                                     " contradicts the run folder \"", folder,
+                                                     "\" (", said, " ", what, ")"));
+    }
+    return absl::OkStatus();
+  };
+  if (!o.cluster.empty()) return absl::OkStatus();  // a composition speaks for itself
+  if (auto s = apply("cluster_workers", o.cluster_workers, context.workers, 0, "workers");
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = apply("parameter_servers", o.parameter_servers, context.parameter_servers, 0,
+                     "parameter servers");
+      !s.ok()) {
+    return s;
+  }
+  return apply("gpu_type", o.gpu_type, context.gpu_type, std::string(), "GPUs");
+}
+
+// The runs a vm_data.csv in `dir` says lost a VM mid-run (none when there is no such file, or
+// `access` does not let it be read: a symbolic link, say). Read once per folder (`cache`), from
+// the import's byte budget; going past that budget is the one error.
+absl::StatusOr<std::vector<RunToLeaveOut>> LeaveOutFrom(
+    const fs::path& dir, const FileAccess& access, std::uint64_t* budget,
+    std::map<fs::path, std::vector<RunToLeaveOut>>& cache) {
+  if (auto it = cache.find(dir); it != cache.end()) return it->second;
+  std::vector<RunToLeaveOut>& out = cache[dir];
+  const fs::path vm_data = dir / "vm_data.csv";
+  std::error_code ec;
+  const fs::file_status status =
+      access.follow_symlinks ? fs::status(vm_data, ec) : fs::symlink_status(vm_data, ec);
+  if (!fs::is_regular_file(status)) return out;
+  auto content = ReadWholeFile(vm_data, access, budget);
+  if (absl::IsInvalidArgument(content.status())) return content.status();
+  if (!content.ok()) return out;
+  out = RunsWithRevokedVms(*content, vm_data.string());
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<ImportResult> ImportPath(const std::string& path, const ImportOptions& options,
                                         const FileAccess& access) {
   std::uint64_t budget = access.max_bytes;
+  std::map<fs::path, std::vector<RunToLeaveOut>> leave_out;  // by folder
   std::error_code ec;
   const fs::path root(path);
   if (!fs::exists(root, ec)) {
@@ -486,9 +867,14 @@ absl::StatusOr<ImportResult> ImportPath(const std::string& path, const ImportOpt
     std::string series;
     int workers = 0;
     const std::string parent = root.parent_path().filename().string();
-    if (ParseRunFolderName(parent, &series, &workers)) {
-      if (o.cluster_workers == 0) o.cluster_workers = workers;
-      if (o.job_id.empty()) o.job_id = parent;
+    if (auto s = ApplyFolderContext(parent, o); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+    }
+    if (ParseRunFolderName(parent, &series, &workers) && o.job_id.empty()) o.job_id = parent;
+    if (o.leave_out.empty()) {
+      auto leave = LeaveOutFrom(root.parent_path(), access, &budget, leave_out);
+      if (!leave.ok()) return leave.status();
+      o.leave_out = *std::move(leave);
     }
     auto content = ReadWholeFile(root, access, &budget);
     if (!content.ok()) return content.status();
@@ -517,17 +903,26 @@ absl::StatusOr<ImportResult> ImportPath(const std::string& path, const ImportOpt
                      : absl::StrCat(options.job_id, "/", relative.generic_string());
       // The nearest enclosing run folder says how many workers trained together.
       for (fs::path p = relative; !p.empty() && p != "."; p = p.parent_path()) {
-        std::string series;
-        int workers = 0;
-        if (ParseRunFolderName(p.filename().string(), &series, &workers)) {
-          if (options.cluster_workers == 0) o.cluster_workers = workers;
+        FolderContext context;
+        if (ParseFolderContext(p.filename().string(), &context)) {
+          if (auto s = ApplyFolderContext(p.filename().string(), o); !s.ok()) {
+            return absl::InvalidArgumentError(absl::StrCat(file.string(), ": ", s.message()));
+          }
           break;
         }
         if (p.parent_path() == p) break;
       }
+    } else if (auto s = ApplyFolderContext(root.lexically_normal().filename().string(), o);
+               !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(file.string(), ": ", s.message()));
     }
     if (access.stop) {
       if (auto s = access.stop(); !s.ok()) return s;
+    }
+    if (o.leave_out.empty()) {
+      auto leave = LeaveOutFrom(file.parent_path(), access, &budget, leave_out);
+      if (!leave.ok()) return leave.status();
+      o.leave_out = *std::move(leave);
     }
     auto content = ReadWholeFile(file, access, &budget);
     if (!content.ok()) return content.status();

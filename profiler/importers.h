@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,11 +25,15 @@ namespace spotdnn::profiler {
 
 // The log formats the importer reads.
 enum class LogFormat {
-  kAuto,            // decided from the file's first line
-  kTensorBoardCsv,  // "Wall time,Step,Value[,Step Time]" (Value = global steps/s)
-  kSpotdnnWorker,   // tab separated: datetime, global step, images, loss, examples/s, s/batch
-  kCsv,             // a header line naming Sample fields, then one sample per line
-  kSampleLines,     // "SPOTDNN_SAMPLE key=value ..." lines inside any log
+  kAuto,  // decided from the file's first line
+  // "Wall time,Step,Value[,Step Time]" (Value = global steps/s), or a checkpoint export
+  // "Wall Time,Step,SCALAR[,Zone][,Run]": one row per checkpoint, SCALAR (Accuracy, Loss) kept
+  // as a sample field, the speed from the steps and wall times, one job per Run ("JOB/run-3",
+  // "JOB/ZONE/run-3" with a Zone column).
+  kTensorBoardCsv,
+  kSpotdnnWorker,  // tab separated: datetime, global step, images, loss, examples/s, s/batch
+  kCsv,            // a header line naming Sample fields, then one sample per line
+  kSampleLines,    // "SPOTDNN_SAMPLE key=value ..." lines inside any log
 };
 
 // Parses "auto", "tensorboard", "spotdnn-worker", "csv", "samples"; INVALID_ARGUMENT otherwise.
@@ -36,7 +41,16 @@ absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view name);
 // The name ParseLogFormat reads.
 absl::string_view LogFormatName(LogFormat format);
 
-// How to import, and the context that a log itself lacks.
+// A run of a checkpoint export to leave out, and why (a worker revoked mid-run: the cluster
+// shrank, so the run's speed is not that of its cluster).
+struct RunToLeaveOut {
+  std::string run{};        // the Run column's value
+  std::string vm_prefix{};  // what precedes "-run<N>-" in the VM's name; holds the zone, if any
+  std::string reason{};
+};
+
+// How to import, and the context that a log itself lacks. A value given here that the file (or
+// its run folder's name) says otherwise is an error naming both.
 struct ImportOptions {
   LogFormat format = LogFormat::kAuto;
   std::string job_id{};         // job of every sample (folder import: a prefix for the runs)
@@ -46,6 +60,11 @@ struct ImportOptions {
   int gpus = 0;
   int batch_size = 0;
   int cluster_workers = 0;  // |N| of the run, when the log does not say
+  int parameter_servers = 0;
+  std::string cluster{};  // "TYPE=N,..." for a run on several types (instead of instance_type)
+  // Runs of a checkpoint export to leave out; ImportPath fills it from a vm_data.csv beside the
+  // file (VM_name,Uptime,Revoked: a VM whose status is "Revoked" was lost mid-run).
+  std::vector<RunToLeaveOut> leave_out{};
 };
 
 // What an import produced.
@@ -54,6 +73,9 @@ struct ImportResult {
   std::uint64_t skipped = 0;          // lines that were malformed or rejected
   std::vector<std::string> errors{};  // "file:line: reason", the first kMaxImportErrors of them
   int files = 0;                      // files read
+  // Side files read rather than imported (per-run durations, costs, VM uptimes) and runs left
+  // out, with why.
+  std::vector<std::string> notes{};
 };
 
 // Most error lines an ImportResult keeps (the count of skipped lines is always exact).
@@ -81,13 +103,31 @@ struct FileAccess {
 // Imports a file, or every *.csv / *.log / *.txt file under a folder. In a folder, a run folder
 // named "<series>worker<N>" (the CM-DARE layout) gives its samples cluster_workers = N and the job
 // id "<options.job_id>/<path relative to the folder>" (no prefix when job_id is empty); files
-// directly in the folder use options.job_id. NOT_FOUND names a missing path; `access` bounds
-// what is read.
+// directly in the folder use options.job_id. A folder named "<P>ps<N><g>" (the ICAC 2019 layout:
+// P parameter servers, N workers, g = k, p or v for K80, P100, V100) gives those. Side files of
+// checkpoint exports (per-run Duration, Cost, VM uptimes) are not samples: they are noted, and a
+// vm_data.csv beside a file says which runs lost a worker mid-run (left out; read as `access`
+// allows, from its byte budget). NOT_FOUND names a missing path; INVALID_ARGUMENT a value in
+// `options` that the folder's name contradicts; `access` bounds what is read.
 absl::StatusOr<ImportResult> ImportPath(const std::string& path, const ImportOptions& options,
                                         const FileAccess& access = {});
 
 // Splits a run folder name "<series>worker<N>" into series and N; false when it is not one.
 bool ParseRunFolderName(absl::string_view name, std::string* series, int* workers);
+
+// What a run folder's name says about its runs (the CM-DARE and ICAC 2019 layouts); 0 or empty
+// when it does not say.
+struct FolderContext {
+  int workers = 0;
+  int parameter_servers = 0;
+  std::string gpu_type{};
+};
+// FolderContext of a folder named "<series>worker<N>" or "<P>ps<N><g>"; false for other names.
+bool ParseFolderContext(absl::string_view name, FolderContext* context);
+
+// The runs to leave out per a vm_data.csv's content (VM_name,Uptime,Revoked): every run with a VM
+// whose status is "Revoked". `source` names the file in the reasons.
+std::vector<RunToLeaveOut> RunsWithRevokedVms(absl::string_view content, absl::string_view source);
 
 }  // namespace spotdnn::profiler
 

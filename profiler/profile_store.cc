@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "services/common/db/sqlite.h"
 
 namespace spotdnn::profiler {
@@ -40,7 +43,10 @@ CREATE TABLE IF NOT EXISTS samples (
   gpu_memory_gib REAL NOT NULL CHECK (gpu_memory_gib >= 0),
   cluster_workers INTEGER NOT NULL CHECK (cluster_workers >= 0),
   communication_time_s REAL NOT NULL CHECK (communication_time_s >= 0),
-  cluster_steps_per_s REAL NOT NULL CHECK (cluster_steps_per_s >= 0)
+  cluster_steps_per_s REAL NOT NULL CHECK (cluster_steps_per_s >= 0),
+  accuracy REAL NOT NULL DEFAULT 0,
+  parameter_servers INTEGER NOT NULL DEFAULT 0,
+  cluster TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS profiles (
   name TEXT NOT NULL,
@@ -55,13 +61,38 @@ double NowUnixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Columns added to `samples` after its first release: a database made before gets them here.
+constexpr std::pair<const char*, const char*> kAddedSampleColumns[] = {
+    {"accuracy", "REAL NOT NULL DEFAULT 0"},
+    {"parameter_servers", "INTEGER NOT NULL DEFAULT 0"},
+    {"cluster", "TEXT NOT NULL DEFAULT ''"}};
+
+absl::Status AddMissingColumns(sqlite3* db) {
+  std::set<std::string> have;
+  Statement info(db, "PRAGMA table_info(samples)");
+  if (!info.status().ok()) return info.status();
+  while (true) {
+    auto row = info.Step("reading the samples table's columns");
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    have.insert(info.ColumnText(1));
+  }
+  for (const auto& [name, type] : kAddedSampleColumns) {
+    if (have.count(name)) continue;
+    const std::string sql = absl::StrCat("ALTER TABLE samples ADD COLUMN ", name, " ", type);
+    if (auto s = sql::Exec(db, sql.c_str()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 // One sample per (job, worker, step): the key that makes storing idempotent. Step 0 is what a
 // sample without a step number has (a memory measurement, a CSV row without a step column), so
-// such samples are told apart by all their fields instead: only an identical one is a resend. A
-// database made before the keys existed loses its duplicate rows, the first kept, when they are
-// added. The keys are also the indexes by job, one per row as before: they are partial, so the
-// queries by job ask for "step > 0" and "step = 0" separately (SQLite uses a partial index only
-// for a query whose WHERE implies the index's).
+// such samples are told apart by all their fields instead (the added columns too): only an
+// identical one is a resend. A database made before the keys existed loses its duplicate rows,
+// the first kept, when they are added (after AddMissingColumns). The keys are also the indexes by
+// job, one per row as before: they are partial, so the queries by job ask for "step > 0" and
+// "step = 0" separately (SQLite uses a partial index only for a query whose WHERE implies the
+// index's). samples_without_step was an earlier field key without the added columns.
 constexpr char kSampleKey[] = R"sql(
 BEGIN IMMEDIATE;
 DELETE FROM samples WHERE step > 0 AND rowid NOT IN
@@ -69,13 +100,16 @@ DELETE FROM samples WHERE step > 0 AND rowid NOT IN
 DELETE FROM samples WHERE step = 0 AND rowid NOT IN
   (SELECT MIN(rowid) FROM samples WHERE step = 0 GROUP BY job_id, worker_id, instance_type,
    gpu_type, gpus, batch_size, wall_time_s, iteration_time_s, loss, bytes_sent, bytes_received,
-   gpu_memory_gib, cluster_workers, communication_time_s, cluster_steps_per_s);
+   gpu_memory_gib, cluster_workers, communication_time_s, cluster_steps_per_s, accuracy,
+   parameter_servers, cluster);
 CREATE UNIQUE INDEX IF NOT EXISTS samples_by_key ON samples (job_id, worker_id, step)
   WHERE step > 0;
-CREATE UNIQUE INDEX IF NOT EXISTS samples_without_step ON samples (job_id, worker_id,
+CREATE UNIQUE INDEX IF NOT EXISTS samples_by_fields ON samples (job_id, worker_id,
   instance_type, gpu_type, gpus, batch_size, wall_time_s, iteration_time_s, loss, bytes_sent,
-  bytes_received, gpu_memory_gib, cluster_workers, communication_time_s, cluster_steps_per_s)
+  bytes_received, gpu_memory_gib, cluster_workers, communication_time_s, cluster_steps_per_s,
+  accuracy, parameter_servers, cluster)
   WHERE step = 0;
+DROP INDEX IF EXISTS samples_without_step;
 DROP INDEX IF EXISTS samples_by_job;
 COMMIT;
 )sql";
@@ -87,9 +121,12 @@ absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::stri
   if (!db.ok()) return db.status();
   std::unique_ptr<ProfileStore> store(new ProfileStore(*db));
   absl::MutexLock lock(&store->mu_);
+  if (auto s = AddMissingColumns(store->db_); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("db = \"", path, "\": ", s.message()));
+  }
   Statement has_key(
       store->db_,
-      "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'samples_without_step'");
+      "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'samples_by_fields'");
   if (!has_key.status().ok()) return has_key.status();
   auto row = has_key.Step("looking for the sample key");
   if (!row.ok()) return row.status();
@@ -127,8 +164,9 @@ absl::StatusOr<std::uint64_t> ProfileStore::AddSamples(absl::Span<const Sample> 
                    "INSERT INTO samples (job_id, worker_id, instance_type, gpu_type, gpus, "
                    "batch_size, step, wall_time_s, iteration_time_s, loss, bytes_sent, "
                    "bytes_received, gpu_memory_gib, cluster_workers, communication_time_s, "
-                   "cluster_steps_per_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-                   "?12, ?13, ?14, ?15, ?16) ON CONFLICT DO NOTHING");
+                   "cluster_steps_per_s, accuracy, parameter_servers, cluster) VALUES (?1, ?2, "
+                   "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) "
+                   "ON CONFLICT DO NOTHING");
   if (!run.status().ok()) return run.status();
   if (!insert.status().ok()) return insert.status();
   const double now = NowUnixSeconds();
@@ -161,6 +199,9 @@ absl::StatusOr<std::uint64_t> ProfileStore::AddSamples(absl::Span<const Sample> 
     insert.Int(14, s.cluster_workers);
     insert.Real(15, s.communication_time_s);
     insert.Real(16, s.cluster_steps_per_s);
+    insert.Real(17, s.accuracy);
+    insert.Int(18, s.parameter_servers);
+    insert.Text(19, s.cluster);
     if (auto done = insert.Step("storing samples"); !done.ok()) {
       return absl::Status(done.status().code(),
                           absl::StrCat("samples[", i, "]: ", done.status().message()));
@@ -178,21 +219,31 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
   constexpr char kColumns[] =
       "SELECT job_id, worker_id, instance_type, gpu_type, gpus, batch_size, step, wall_time_s, "
       "iteration_time_s, loss, bytes_sent, bytes_received, gpu_memory_gib, cluster_workers, "
-      "communication_time_s, cluster_steps_per_s FROM samples";
-  // The same and the rowid, for a compound SELECT to sort by (its 17th column).
+      "communication_time_s, cluster_steps_per_s, accuracy, parameter_servers, cluster FROM "
+      "samples";
+  // The same and the rowid, for a compound SELECT to sort by (its 20th column).
   constexpr char kColumnsAndRowid[] =
       "SELECT job_id, worker_id, instance_type, gpu_type, gpus, batch_size, step, wall_time_s, "
       "iteration_time_s, loss, bytes_sent, bytes_received, gpu_memory_gib, cluster_workers, "
-      "communication_time_s, cluster_steps_per_s, rowid FROM samples";
+      "communication_time_s, cluster_steps_per_s, accuracy, parameter_servers, cluster, rowid "
+      "FROM samples";
   std::vector<Sample> out;
+  // Jobs an earlier entry of job_ids already read (a job and one of its runs both named).
+  std::set<std::string> done, reading;
   auto read = [&](Statement& q) -> absl::Status {
     while (true) {
       auto row = q.Step("reading samples");
       if (!row.ok()) return row.status();
-      if (!*row) return absl::OkStatus();
+      if (!*row) {
+        done.insert(reading.begin(), reading.end());
+        reading.clear();
+        return absl::OkStatus();
+      }
       sqlite3_stmt* st = q.get();
       Sample s;
       s.job_id = q.ColumnText(0);
+      if (done.count(s.job_id)) continue;
+      reading.insert(s.job_id);
       s.worker_id = q.ColumnText(1);
       s.instance_type = q.ColumnText(2);
       s.gpu_type = q.ColumnText(3);
@@ -208,6 +259,9 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
       s.cluster_workers = sqlite3_column_int(st, 13);
       s.communication_time_s = sqlite3_column_double(st, 14);
       s.cluster_steps_per_s = sqlite3_column_double(st, 15);
+      s.accuracy = sqlite3_column_double(st, 16);
+      s.parameter_servers = sqlite3_column_int(st, 17);
+      s.cluster = q.ColumnText(18);
       out.push_back(std::move(s));
     }
   };
@@ -218,10 +272,17 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
     Statement q(db_, absl::StrCat(kColumns, " ORDER BY rowid").c_str());
     status = q.status().ok() ? read(q) : q.status();
   } else {
-    // The two keys are the indexes by job (see kSampleKey).
-    Statement q(db_, absl::StrCat(kColumnsAndRowid, " WHERE job_id = ?1 AND step > 0 UNION ALL ",
-                                  kColumnsAndRowid, " WHERE job_id = ?1 AND step = 0 ORDER BY 17")
-                         .c_str());
+    // A job id names that job and the runs an import split it into ("J/run-3", "J/zone/run-1"):
+    // the ids from "J/" up to "J0" ('0' follows '/'). Each part through one of the two keys, the
+    // indexes by job (see kSampleKey).
+    std::string sql;
+    for (const char* job : {"job_id = ?1", "job_id >= ?1 || '/' AND job_id < ?1 || '0'"}) {
+      for (const char* step : {"step > 0", "step = 0"}) {
+        absl::StrAppend(&sql, sql.empty() ? "" : " UNION ALL ", kColumnsAndRowid, " WHERE ", job,
+                        " AND ", step);
+      }
+    }
+    Statement q(db_, absl::StrCat(sql, " ORDER BY 20").c_str());
     status = q.status();
     for (const std::string& job : job_ids) {
       if (!status.ok()) break;
@@ -254,15 +315,32 @@ absl::StatusOr<std::vector<StoredRun>> ProfileStore::ListRuns() {
 }
 
 absl::StatusOr<std::int64_t> ProfileStore::CountSamples(absl::Span<const std::string> job_ids) {
+  // The ids LoadSamples would read, each once: an id named before, or a run ("J/...") of another
+  // id named, adds nothing.
+  const std::set<absl::string_view> named(job_ids.begin(), job_ids.end());
+  std::vector<absl::string_view> ids;
+  for (absl::string_view id : named) {
+    bool covered = false;
+    for (size_t slash = id.find('/'); slash != absl::string_view::npos && !covered;
+         slash = id.find('/', slash + 1)) {
+      covered = named.count(id.substr(0, slash)) > 0;
+    }
+    if (!covered) ids.push_back(id);
+  }
   absl::MutexLock lock(&mu_);
+  // Each part through one of the two keys (see kSampleKey).
   Statement q(db_, job_ids.empty()
                        ? "SELECT COUNT(*) FROM samples"
                        : "SELECT (SELECT COUNT(*) FROM samples WHERE job_id = ?1 AND step > 0) + "
-                         "(SELECT COUNT(*) FROM samples WHERE job_id = ?1 AND step = 0)");
+                         "(SELECT COUNT(*) FROM samples WHERE job_id = ?1 AND step = 0) + "
+                         "(SELECT COUNT(*) FROM samples WHERE job_id >= ?1 || '/' AND job_id < ?1 "
+                         "|| '0' AND step > 0) + (SELECT COUNT(*) FROM samples WHERE job_id >= ?1 "
+                         "|| '/' AND job_id < ?1 || '0' AND step = 0)");
   if (!q.status().ok()) return q.status();
   std::int64_t count = 0;
-  for (size_t i = 0; i < std::max<size_t>(job_ids.size(), 1); ++i) {
-    if (!job_ids.empty()) q.Text(1, job_ids[i]);
+  for (size_t i = 0; i < (job_ids.empty() ? 1 : ids.size()); ++i) {
+    const std::string id = job_ids.empty() ? std::string() : std::string(ids[i]);
+    if (!job_ids.empty()) q.Text(1, id);  // bound without a copy: `id` outlives the step
     auto row = q.Step("counting samples");
     if (!row.ok()) return row.status();
     count += sqlite3_column_int64(q.get(), 0);

@@ -65,11 +65,13 @@ class ProfileStore {
   // left out). Returns how many samples were newly stored; once it returns, they are committed.
   absl::StatusOr<std::uint64_t> AddSamples(absl::Span<const Sample> samples,
                                            const std::string& source);
-  // Samples of the given jobs (every job when empty), in the order they were stored.
+  // Samples of the given jobs (every job when empty), in the order they were stored. A job id
+  // also names the runs an import split it into: "J" reads "J", "J/run-1", "J/zone/run-2".
   absl::StatusOr<std::vector<Sample>> LoadSamples(absl::Span<const std::string> job_ids);
   // Every job with its sample count.
   absl::StatusOr<std::vector<StoredRun>> ListRuns();
-  // Number of samples stored (of the given jobs; every job when empty).
+  // Number of samples stored (of the given jobs; every job when empty): the number LoadSamples
+  // would return, a job id naming its runs too ("J/...") and every sample counted once.
   absl::StatusOr<std::int64_t> CountSamples(absl::Span<const std::string> job_ids = {});
   // Each worker of the job with its highest step and its number of (distinct) samples, by worker
   // id (empty for an unknown job).

@@ -4,7 +4,11 @@
 #include <string>
 #include <tuple>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "predictor/types.h"
 #include "services/common/limits.h"
 
@@ -42,12 +46,17 @@ absl::Status ValidateSample(const Sample& s) {
       return absl::InvalidArgumentError(limits::LengthError(field, *value, limits::kMaxNameBytes));
     }
   }
+  if (s.cluster.size() > limits::kMaxTextBytes) {
+    return absl::InvalidArgumentError(
+        limits::LengthError("cluster", s.cluster, limits::kMaxTextBytes));
+  }
   for (const auto& [field, value] : {std::pair<const char*, double>{"wall_time_s", s.wall_time_s},
                                      {"iteration_time_s", s.iteration_time_s},
                                      {"loss", s.loss},
                                      {"gpu_memory_gib", s.gpu_memory_gib},
                                      {"communication_time_s", s.communication_time_s},
-                                     {"cluster_steps_per_s", s.cluster_steps_per_s}}) {
+                                     {"cluster_steps_per_s", s.cluster_steps_per_s},
+                                     {"accuracy", s.accuracy}}) {
     if (auto status = CheckNumber(field, value); !status.ok()) return status;
   }
   for (const auto& [field, value] : {std::pair<const char*, std::int64_t>{"step", s.step},
@@ -55,14 +64,16 @@ absl::Status ValidateSample(const Sample& s) {
                                      {"batch_size", s.batch_size},
                                      {"bytes_sent", s.bytes_sent},
                                      {"bytes_received", s.bytes_received},
-                                     {"cluster_workers", s.cluster_workers}}) {
+                                     {"cluster_workers", s.cluster_workers},
+                                     {"parameter_servers", s.parameter_servers}}) {
     if (auto status = CheckCount(field, value); !status.ok()) return status;
   }
   for (const auto& [field, value, most] :
        {std::tuple<const char*, std::int64_t, std::int64_t>{"gpus", s.gpus,
                                                             predictor::kMaxGpusPerInstance},
         {"batch_size", s.batch_size, std::int64_t{1} << 30},
-        {"cluster_workers", s.cluster_workers, predictor::kMaxClusterSize}}) {
+        {"cluster_workers", s.cluster_workers, predictor::kMaxClusterSize},
+        {"parameter_servers", s.parameter_servers, predictor::kMaxParameterServers}}) {
     if (value > most) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s = %d: must be at most %d", field, value, most));
@@ -74,12 +85,65 @@ absl::Status ValidateSample(const Sample& s) {
                         s.communication_time_s, s.iteration_time_s));
   }
   if (s.wall_time_s == 0 && s.iteration_time_s == 0 && s.cluster_steps_per_s == 0 && s.loss == 0 &&
-      s.bytes_sent == 0 && s.bytes_received == 0 && s.gpu_memory_gib == 0) {
+      s.bytes_sent == 0 && s.bytes_received == 0 && s.gpu_memory_gib == 0 && s.accuracy == 0) {
     return absl::InvalidArgumentError(
         "sample carries no measurement: set wall_time_s, iteration_time_s, "
         "cluster_steps_per_s, loss, bytes or gpu_memory_gib");
   }
+  if (!s.cluster.empty()) {
+    auto composition = ParseComposition(s.cluster);
+    if (!composition.ok()) return composition.status();
+    int total = 0;
+    for (const auto& [type, n] : *composition) total += n;
+    if (s.cluster_workers != 0 && s.cluster_workers != total) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cluster_workers = %d: the cluster %s has %d workers", s.cluster_workers,
+                          limits::Quote(s.cluster), total));
+    }
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, int>> ParseComposition(absl::string_view text) {
+  std::map<std::string, int> out;
+  if (absl::StripAsciiWhitespace(text).empty()) return out;
+  std::int64_t total = 0;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    const size_t eq = part.find('=');
+    int n = 0;
+    if (eq == absl::string_view::npos || eq == 0 || !absl::SimpleAtoi(part.substr(eq + 1), &n) ||
+        n < 1 || n > predictor::kMaxClusterSize) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cluster = ", limits::Quote(text), ": entry ", limits::Quote(part),
+                       " is not TYPE=N with N in [1, ", predictor::kMaxClusterSize, "]"));
+    }
+    const std::string type(absl::StripAsciiWhitespace(part.substr(0, eq)));
+    if (type.size() > limits::kMaxNameBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cluster = ", limits::Quote(text), ": ",
+                       limits::LengthError("type", type, limits::kMaxNameBytes)));
+    }
+    if (!out.emplace(type, n).second) {
+      return absl::InvalidArgumentError(absl::StrCat("cluster = ", limits::Quote(text), ": type ",
+                                                     limits::Quote(type), " given more than once"));
+    }
+    total += n;
+    if (total > predictor::kMaxClusterSize) {
+      return absl::InvalidArgumentError(absl::StrCat("cluster = ", limits::Quote(text),
+                                                     ": more than ", predictor::kMaxClusterSize,
+                                                     " workers in all"));
+    }
+  }
+  return out;
+}
+
+std::string CompositionText(const std::map<std::string, int>& composition) {
+  std::string out;
+  for (const auto& [type, n] : composition) {
+    absl::StrAppend(&out, out.empty() ? "" : ",", type, "=", n);
+  }
+  return out;
 }
 
 absl::Status StepOrderChecker::Check(const Sample& sample) {

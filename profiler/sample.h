@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace spotdnn::profiler {
 
@@ -30,14 +32,29 @@ struct Sample {
   int cluster_workers = 0;          // |N| when measured
   double communication_time_s = 0;  // part of T_i spent pushing and pulling parameters
   double cluster_steps_per_s = 0;   // global steps/s of the whole cluster (TensorBoard)
+  double accuracy = 0;              // a scalar logged beside the step (test accuracy), kept
+  int parameter_servers = 0;        // parameter servers of the run (0 = not said, taken as 1)
+  // Workers per type of a run on several types, "TYPE=N,TYPE=N" (instance or GPU types); empty
+  // for a run of cluster_workers workers of instance_type (or gpu_type).
+  std::string cluster{};
 };
 
 // OK when every number is usable: finite, not negative, gpus at most
 // predictor::kMaxGpusPerInstance, batch_size at most 2^30, cluster_workers at most
-// predictor::kMaxClusterSize, and a sample says something (a time, a speed or a loss); and the
-// ids and names (job_id, worker_id, instance_type, gpu_type) at most limits::kMaxNameBytes.
-// INVALID_ARGUMENT names the field and value ("loss = nan: must be finite").
+// predictor::kMaxClusterSize, parameter_servers at most predictor::kMaxParameterServers, and a
+// sample says something (a time, a speed, a loss or an accuracy); the ids and names (job_id,
+// worker_id, instance_type, gpu_type) at most limits::kMaxNameBytes; cluster, when given, a
+// composition (ParseComposition) of at most limits::kMaxTextBytes whose workers are
+// cluster_workers (when that is given). INVALID_ARGUMENT names the field and value
+// ("loss = nan: must be finite").
 absl::Status ValidateSample(const Sample& sample);
+
+// Parses a Sample::cluster composition "TYPE=N,TYPE=N" (N >= 1, each type once, a type at most
+// limits::kMaxNameBytes, at most predictor::kMaxClusterSize workers in all) into a sorted map.
+// INVALID_ARGUMENT names the entry; an empty text gives an empty map.
+absl::StatusOr<std::map<std::string, int>> ParseComposition(absl::string_view text);
+// The canonical text of a composition: "A=1,B=2", types sorted.
+std::string CompositionText(const std::map<std::string, int>& composition);
 
 // Rejects steps that go backwards within one (job, worker) stream. Not thread-safe.
 class StepOrderChecker {

@@ -4,10 +4,14 @@
 // search fixes counts type by type (depth-first) and prunes a subtree when a lower bound on every
 // completion's cost (or time) cannot beat the incumbent or meet the SLO. Bounds come from
 // continuous relaxations with the cardinality constraint sum(x) = n (exact for the linear and
-// linear-fractional parts), so they hold whether or not adding workers speeds a cluster up.
+// linear-fractional parts), so they hold whether or not adding workers speeds a cluster up. In the
+// shared-ps variant a worker's communication time depends on the whole composition; the search
+// then uses each type's fastest rate at size n (PerformanceModel::NetworkTime's lower bound), which
+// keeps every bound a bound, and scores each leaf exactly.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 
 #include "predictor/equations.h"
@@ -133,7 +137,11 @@ class BranchAndBound {
     j_slack_ = c.integer_iterations ? 0.5 : 0;
     bw_slack_ = c.wa_batch_step / 2;
     t_slack_ = c.time_step / 2;
-    loss_ = *model.profile().loss;
+    if (model.has_loss_model()) loss_ = *model.profile().loss;
+    // Shared-ps: a type's rate at size n also depends on the composition; the rates below are
+    // upper bounds (NetworkTime is a lower bound on R), so the bounds hold, but those built from
+    // ratios of speeds (R, b_w) need the cruder forms below.
+    exact_rates_ = model.NetworkTimeIsExact();
     counts_.assign(problem.max_counts.size(), 0);
     for (size_t k = 0; k < problem.max_counts.size(); ++k) {
       if (model.types()[k].usable && problem.max_counts[k] > 0) usable_.push_back(k);
@@ -184,6 +192,13 @@ class BranchAndBound {
       types_.push_back(a);
     }
     if (types_.empty()) return;
+    batch_min_ = std::numeric_limits<double>::infinity();
+    batch_max_ = 0;
+    for (const TypeAtSize& a : types_) {
+      const double b = model_.types()[a.k].batch_size;
+      batch_min_ = std::min(batch_min_, b);
+      batch_max_ = std::max(batch_max_, b);
+    }
     // Types whose batch differs most from the rest first: j depends on the WA batch, and fixing
     // those counts early narrows its range (and so tightens every bound below); then the
     // cost-efficient ones (least $ per iteration rate), so good plans turn up early.
@@ -258,15 +273,18 @@ class BranchAndBound {
     double rate_at_ratio_lb = 0;
     const double ratio_lb =
         MinRatio(base.price, base.rate, a_, b_, cap_, free, idx_, &rate_at_ratio_lb);
-    // b_w = speed / rate, both ways.
-    for (size_t i = 0; i < rest; ++i) a_[i] = speed(i);
-    const double bw_lb = MinRatio(base.speed, base.rate, a_, b_, cap_, free, idx_);
-    for (size_t i = 0; i < rest; ++i) a_[i] = -speed(i);
-    const double bw_ub = -MinRatio(-base.speed, base.rate, a_, b_, cap_, free, idx_);
+    // b_w = speed / rate, both ways; with inexact rates, b_w is still an average of the batches.
+    double bw_lb = batch_min_, bw_ub = batch_max_;
+    if (exact_rates_) {
+      for (size_t i = 0; i < rest; ++i) a_[i] = speed(i);
+      bw_lb = MinRatio(base.speed, base.rate, a_, b_, cap_, free, idx_);
+      for (size_t i = 0; i < rest; ++i) a_[i] = -speed(i);
+      bw_ub = -MinRatio(-base.speed, base.rate, a_, b_, cap_, free, idx_);
+    }
 
     // R >= (1 - w_1) sqrt(n / (n - 1)), w_1 = v_fastest / v at most v_max / (least v).
     double r_lb = 0;
-    if (r_weight_ > 0 && n_ > 1) {
+    if (r_weight_ > 0 && n_ > 1 && exact_rates_) {
       const double speed_lb = base.speed + extreme(speed, false);
       const double w1_ub = speed_lb > 0 ? std::min(1.0, v_max / speed_lb) : 1.0;
       r_lb = (1 - w1_ub) * std::sqrt(static_cast<double>(n_) / (n_ - 1));
@@ -275,7 +293,14 @@ class BranchAndBound {
     const double k_arg = r_weight_ * r_lb + loss_.g4;
     const double a_lb = loss_.g2 >= 0 ? loss_.g2 * (bw_lb - bw_slack_) + loss_.g3
                                       : loss_.g2 * (bw_ub + bw_slack_) + loss_.g3;
-    if (k_arg >= 0 && a_lb > 0) {
+    if (problem_.target_kind == predictor::Target::Kind::kIterations) {
+      j_lb = std::max(0.0, problem_.target_amount - j_slack_);
+    } else if (problem_.target_kind == predictor::Target::Kind::kSamples) {
+      // j = samples / b_w, at least samples / the largest b_w.
+      if (bw_ub + bw_slack_ > 0) {
+        j_lb = std::max(0.0, problem_.target_amount / (bw_ub + bw_slack_) - j_slack_);
+      }
+    } else if (k_arg >= 0 && a_lb > 0) {
       const double ak = a_lb * std::sqrt(k_arg * n_);
       j_lb = ak / (problem_.target_loss - loss_.g5) - loss_.g1;
       if (std::isfinite(problem_.current_loss)) {
@@ -366,6 +391,8 @@ class BranchAndBound {
   ParetoSet* front_;
   StopPoll poll_;
   double r_weight_ = 0, j_slack_ = 0, bw_slack_ = 0, t_slack_ = 0;
+  bool exact_rates_ = true;
+  double batch_min_ = 0, batch_max_ = 0;  // of the usable types at this size
   predictor::LossModel loss_;
   std::vector<size_t> usable_;
   int n_ = 0;

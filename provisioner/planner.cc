@@ -25,6 +25,14 @@ PlanProblem DefaultProblem(const PerformanceModel& model, double target_loss, do
   return p;
 }
 
+PlanProblem DefaultProblem(const PerformanceModel& model, const predictor::Target& target,
+                           double deadline_s) {
+  PlanProblem p = DefaultProblem(model, target.is_loss() ? target.value : 0, deadline_s);
+  p.target_kind = target.kind;
+  if (!target.is_loss()) p.target_amount = target.value;
+  return p;
+}
+
 absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& p) {
   const auto& types = model.catalog().types;
   if (p.min_counts.size() != types.size() || p.max_counts.size() != types.size()) {
@@ -32,9 +40,19 @@ absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& p
         "counts given for %d and %d types; catalog \"%s\" has %d", p.min_counts.size(),
         p.max_counts.size(), model.catalog().name, types.size()));
   }
-  if (!std::isfinite(p.target_loss)) {
+  if (p.target_kind != predictor::Target::Kind::kLoss) {
+    if (auto s = p.target().Validate("target"); !s.ok()) return s;
+    if (std::isfinite(p.current_loss)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "current_loss = %g: only a loss target resumes from a loss; give the %s left instead",
+          p.current_loss,
+          p.target_kind == predictor::Target::Kind::kIterations ? "iterations" : "samples"));
+    }
+  } else if (!std::isfinite(p.target_loss)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("target_loss = %g: must be a finite number", p.target_loss));
+  } else if (!model.has_loss_model()) {
+    return model.ErrorStatus({.error = predictor::EstimateError::kNoLossModel}, p.target_loss);
   }
   if (!(p.deadline_s > 0)) {
     return absl::InvalidArgumentError(
@@ -58,7 +76,7 @@ absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& p
                                                       p.parameter_servers,
                                                       predictor::kMaxParameterServers));
   }
-  if (!(p.current_loss > p.target_loss)) {
+  if (p.target_kind == predictor::Target::Kind::kLoss && !(p.current_loss > p.target_loss)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "current_loss = %g: the target loss %g is already reached", p.current_loss, p.target_loss));
   }
@@ -95,7 +113,7 @@ absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& p
 bool Score(const PerformanceModel& model, const PlanProblem& problem, absl::Span<const int> counts,
            Candidate& out) {
   out.estimate =
-      model.Evaluate(counts, problem.target_loss, problem.parameter_servers, problem.current_loss);
+      model.Evaluate(counts, problem.target(), problem.parameter_servers, problem.current_loss);
   if (!out.estimate.ok()) return false;
   out.counts.assign(counts.begin(), counts.end());
   out.time_s = out.estimate.time_s + problem.overhead_s;

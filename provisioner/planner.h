@@ -45,7 +45,11 @@ inline constexpr uint64_t kSpotdnnWindowLimit = 4'000'000;
 
 // One planning question. Counts are indexed like the model's catalog types.
 struct PlanProblem {
-  double target_loss = 0;       // L_obj
+  double target_loss = 0;  // L_obj (when target_kind is kLoss)
+  // Instead of a loss: train target_amount global iterations or samples (kIterations, kSamples);
+  // when re-planning, what is left of them.
+  predictor::Target::Kind target_kind = predictor::Target::Kind::kLoss;
+  double target_amount = 0;
   double current_loss = kInf;   // re-planning: the loss reached so far (kInf: from scratch)
   double deadline_s = kInf;     // predicted time + overhead_s must not exceed it (T_obj)
   double budget_usd = kInf;     // cost must not exceed it
@@ -59,11 +63,21 @@ struct PlanProblem {
   bool on_demand = false;  // price with on-demand instead of spot prices
   Objective objective = Objective::kMinCost;
   StopCheck stop;  // polled during searches; empty = run to the end
+
+  // The target the model evaluates: Loss(target_loss), or target_amount of target_kind.
+  predictor::Target target() const {
+    return target_kind == predictor::Target::Kind::kLoss
+               ? predictor::Target::Loss(target_loss)
+               : predictor::Target{target_kind, target_amount};
+  }
 };
 
 // Builds a problem with the catalog's quotas, no instances running and no limits but the SLO;
 // types the model cannot use get quota 0.
 PlanProblem DefaultProblem(const PerformanceModel& model, double target_loss,
+                           double deadline_s = kInf);
+// The same for any target.
+PlanProblem DefaultProblem(const PerformanceModel& model, const predictor::Target& target,
                            double deadline_s = kInf);
 
 // OK when the problem is well formed for `model`; INVALID_ARGUMENT naming the field otherwise.

@@ -38,7 +38,45 @@ absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem p
         "progress.elapsed_s = %g: must be a finite number >= 0", progress.elapsed_s));
   }
   ReplanResult out;
-  if (std::isfinite(progress.current_loss)) {
+  if (problem.target_kind != predictor::Target::Kind::kLoss) {
+    if (std::isfinite(progress.current_loss)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "progress.current_loss = %g: the target is %s, so give normalized_iterations_done",
+          progress.current_loss, problem.target().Describe()));
+    }
+    if (!(std::isfinite(progress.iterations_done) && progress.iterations_done >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("progress.normalized_iterations_done = %g: must be a finite number >= 0",
+                          progress.iterations_done));
+    }
+    double done = progress.iterations_done;
+    if (problem.target_kind == predictor::Target::Kind::kSamples && done > 0) {
+      if (progress.cluster_before.empty()) {
+        return absl::InvalidArgumentError(
+            "progress.cluster_before is required for an epochs target: its WA batch says how many "
+            "samples the iterations done trained");
+      }
+      const Estimate e = model.Evaluate(progress.cluster_before, predictor::Target::Iterations(1),
+                                        problem.parameter_servers);
+      if (!e.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("progress.cluster_before: ", model.ErrorStatus(e, 0).message()));
+      }
+      if (!(e.wa_batch > 0)) {
+        return absl::FailedPreconditionError(
+            "progress.cluster_before: the workload gives no batch size for its types, so the "
+            "samples trained are unknown");
+      }
+      done *= e.wa_batch;
+    }
+    out.remaining_amount = problem.target_amount - done;
+    if (!(out.remaining_amount > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("progress: %.15g of the target's %s are done already; nothing to re-plan",
+                          done, problem.target().Describe()));
+    }
+    problem.target_amount = out.remaining_amount;
+  } else if (std::isfinite(progress.current_loss)) {
     out.current_loss = progress.current_loss;
   } else if (!progress.cluster_before.empty()) {
     auto loss = LossAfterIterations(model, progress.cluster_before, progress.iterations_done,
@@ -49,12 +87,15 @@ absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem p
     return absl::InvalidArgumentError(
         "progress: give current_loss, or normalized_iterations_done with cluster_before");
   }
-  if (!(out.current_loss > problem.target_loss)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "progress.current_loss = %g: already at or below the target loss %g; nothing to re-plan",
-        out.current_loss, problem.target_loss));
+  if (problem.target_kind == predictor::Target::Kind::kLoss) {
+    if (!(out.current_loss > problem.target_loss)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "progress.current_loss = %g: already at or below the target loss %g; nothing to "
+          "re-plan",
+          out.current_loss, problem.target_loss));
+    }
+    problem.current_loss = out.current_loss;
   }
-  problem.current_loss = out.current_loss;
   out.remaining_s = problem.deadline_s - progress.elapsed_s;
   problem.deadline_s = out.remaining_s > 0 ? out.remaining_s : 1e-9;  // validation needs > 0
   if (auto s = ValidateProblem(model, problem); !s.ok()) return s;

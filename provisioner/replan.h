@@ -13,16 +13,19 @@ namespace spotdnn::provisioner {
 // Where a job stands when an instance is revoked.
 struct JobProgress {
   double elapsed_s = 0;             // since the job started (its deadline counts from there)
-  double current_loss = kInf;       // the loss reached, when known
+  double current_loss = kInf;       // the loss reached, when known (loss targets)
   double iterations_done = 0;       // otherwise: normalized iterations done ...
-  std::vector<int> cluster_before;  // ... on this cluster (catalog-indexed)
+  std::vector<int> cluster_before;  // ... on this cluster (catalog-indexed); an iterations
+                                    // target needs only iterations_done, a samples target also
+                                    // cluster_before (its WA batch turns iterations into samples)
 };
 
 struct ReplanResult {
   bool feasible = false;
   Candidate plan;               // the whole cluster from now on (survivors + takeover)
   std::vector<int> to_launch;   // the takeover instances
-  double current_loss = 0;      // the loss the rest of the job starts from
+  double current_loss = 0;      // the loss the rest of the job starts from (loss targets)
+  double remaining_amount = 0;  // iterations or samples targets: what is left of them
   double remaining_s = 0;       // deadline - elapsed
   double best_finish_s = kInf;  // when infeasible: earliest finish since the job started
   Candidate fastest;            // and the plan that achieves it

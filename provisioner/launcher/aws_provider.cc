@@ -129,7 +129,8 @@ Instance ParseInstance(const xmlNode* item) {
   instance.private_address = ChildText(item, "privateIpAddress");
   instance.public_address = ChildText(item, "ipAddress");
   instance.launch_time = ParseAwsTime(ChildText(item, "launchTime"));
-  instance.metadata_endpoint = "http://169.254.169.254";
+  // The instance's IMDS (169.254.169.254) answers only the instance: its agent reports.
+  instance.metadata_cloud = "aws";
   int launch_index = 0;
   (void)absl::SimpleAtoi(ChildText(item, "amiLaunchIndex"), &launch_index);
   int first_index = 0;

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "provisioner/launcher/cloud_provider.h"
+#include "provisioner/launcher/http.h"
 #include "provisioner/launcher/sigv4.h"
 
 namespace spotdnn::launcher {
@@ -48,12 +49,6 @@ absl::StatusOr<AwsCredentials> ResolveAwsCredentials(const CredentialSources& so
 // when it lacks a key; never quoting the secret).
 absl::StatusOr<AwsCredentials> ParseCredentialsFile(const std::string& text,
                                                     const std::string& profile);
-
-// A plain HTTP response.
-struct HttpResponse {
-  long status = 0;
-  std::string body;
-};
 
 // POSTs an x-www-form-urlencoded body with `headers` to `url` through libcurl. UNAVAILABLE on a
 // transport failure (the message names the URL, never the headers).

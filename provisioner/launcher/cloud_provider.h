@@ -57,9 +57,16 @@ struct Instance {
   int index = 0;
   std::string private_address;  // IP (or 127.0.0.1 for local)
   std::string public_address;   // may be empty
-  // Where this instance's metadata service answers (AWS IMDS flavour), e.g.
-  // http://169.254.169.254 on EC2 or http://127.0.0.1:PORT/i/ID locally.
+  // Where a detector elsewhere can poll this instance's metadata service (the local provider's
+  // emulator: http://127.0.0.1:PORT/i/ID). Empty for cloud instances: their metadata service
+  // (169.254.169.254) answers only the instance itself, so its agent reports its notices.
   std::string metadata_endpoint;
+  // Which cloud's metadata service the instance has ("aws", "gce", "azure"): how its notices
+  // read. The local provider's instances have the AWS flavour.
+  std::string metadata_cloud = "aws";
+  // Where a parameter server serves (host:port) when the provider chose it (local: a free
+  // loopback port); empty: PRIVATE_ADDRESS and the port the launch asked for.
+  std::string service_address;
   absl::Time launch_time = absl::InfinitePast();
   // When it stopped, where the provider knows (local: the moment a revocation stopped it);
   // InfiniteFuture otherwise.
@@ -93,6 +100,14 @@ class CloudProvider {
 
   // "local", "aws", ...
   virtual std::string name() const = 0;
+
+  // Where a person can read the instances' output, for error messages ("the instances' output is
+  // in …"); empty when the provider keeps none.
+  virtual std::string OutputLocation() const { return ""; }
+
+  // True when the instances see this machine's files (the local provider): a folder here can
+  // hold what they share, such as parameter-server checkpoints.
+  virtual bool SharesFilesWithCaller() const { return false; }
 
   // Launches request.count instances. Errors: INVALID_ARGUMENT for a bad request (naming the
   // field), RESOURCE_EXHAUSTED when the cloud has no capacity at the price (re-plan without the

@@ -1,7 +1,9 @@
-// Launches a planned cluster through a CloudProvider: the parameter servers first (their
-// addresses go to the workers), then the workers type by type with consecutive indexes. A type
-// the cloud has no capacity for (RESOURCE_EXHAUSTED) is reported so that the planner can re-plan
-// without it (ExcludeTypes); other errors stop the launch. Partial launches are reported.
+// The one way a cluster is launched, whatever the cloud: the parameter servers first (their
+// addresses go to the workers), then the workers group by group with the indexes the caller
+// gives, each launch with a client token the cloud deduplicates on, so that a caller that died
+// half-way can launch the same request again and get the same instances. A type the cloud has no
+// capacity for (RESOURCE_EXHAUSTED) is reported so that the planner can re-plan around it; other
+// errors stop the launch. Partial launches are reported.
 #ifndef SPOTDNN_PROVISIONER_LAUNCHER_CLUSTER_LAUNCHER_H_
 #define SPOTDNN_PROVISIONER_LAUNCHER_CLUSTER_LAUNCHER_H_
 
@@ -16,27 +18,45 @@
 
 namespace spotdnn::launcher {
 
-// A cluster to launch for one job.
+// Workers of one instance type.
+struct WorkerGroup {
+  std::string instance_type;
+  int count = 0;
+  int first_index = 0;  // worker index of the first one; the others follow
+  int batch_size = 0;   // per-worker batch (0: not set)
+  // Environment for this group only (e.g. its predicted iteration time), on top of extra_env.
+  std::map<std::string, std::string> env;
+};
+
+// A cluster, or part of one, to launch for one job.
 struct ClusterLaunchRequest {
   std::string job_id;
-  std::string command;                               // the user's start command, for every instance
-  std::vector<std::pair<std::string, int>> workers;  // (instance type, count), in launch order
-  int parameter_servers = 1;
+  std::string command;     // the workers' start command
+  std::string ps_command;  // the parameter servers' (empty: `command`)
+  // Parameter servers to launch first; 0 launches workers only, who join `ps_addresses`.
+  int parameter_servers = 0;
   std::string parameter_server_type = "m5.xlarge";
-  // Port the parameter servers listen on (their addresses are PRIVATE_IP:PORT; they get it as
-  // SPOTDNN_PS_PORT). When the provider reports 127.0.0.1 (local), server i listens on
-  // local_ps_ports[i] instead, and every server gets the full SPOTDNN_PS_ADDRESSES list.
+  int ps_first_index = 0;  // index of the first one (a replacement keeps the index it replaces)
+  // The port a cloud's parameter servers listen on (SPOTDNN_PS_PORT); their addresses are
+  // PRIVATE_IP:PORT unless the provider reports a service address (the local provider picks
+  // free ports itself).
   int ps_port = 2222;
-  std::vector<int> local_ps_ports;
-  int batch_size = 0;
+  std::vector<std::string> ps_addresses;  // running parameter servers, when none are launched
+  std::vector<WorkerGroup> workers;       // in launch order
+  // Client tokens: ClientTokenFor(ps_token) for the servers and ClientTokenFor(worker_token_prefix
+  // + TYPE) for each group; empty: the provider derives them from the request.
+  std::string ps_token;
+  std::string worker_token_prefix;
+  std::map<std::string, std::string> extra_env;  // for every instance
 };
 
 // What was launched.
 struct ClusterLaunchResult {
-  std::vector<Instance> instances;
-  std::vector<std::string> ps_addresses;
-  // Types the cloud had no capacity for, or not all of it: re-plan without them.
+  std::vector<Instance> instances;        // parameter servers first
+  std::vector<std::string> ps_addresses;  // host:port of the parameter servers the workers use
+  // Types the cloud had no capacity for, or not all of it: re-plan around them.
   std::vector<std::string> exhausted_types;
+  std::map<std::string, absl::Status> capacity_errors;  // type -> what the cloud said
   std::map<std::string, int> shortfall;  // type -> instances asked for but not launched
   absl::Status error;                    // the first error other than capacity (OK when none)
 
@@ -44,9 +64,14 @@ struct ClusterLaunchResult {
   bool complete() const { return shortfall.empty() && error.ok(); }
 };
 
+// Groups of `counts` (type, count) in order, with consecutive worker indexes from `first_index`.
+std::vector<WorkerGroup> ConsecutiveGroups(const std::vector<std::pair<std::string, int>>& counts,
+                                           int first_index = 0);
+
 // Launches `request` through `provider`. INVALID_ARGUMENT for a bad request (naming the field).
-// When the parameter servers cannot be launched, nothing else is tried (the error is returned,
-// with what did start in a partial result only if any did).
+// When the parameter servers cannot all be launched, no worker is: the error is returned (a
+// capacity error as RESOURCE_EXHAUSTED naming the type), or, when some did start, a result with
+// them and `error` set.
 absl::StatusOr<ClusterLaunchResult> LaunchCluster(CloudProvider& provider,
                                                   const ClusterLaunchRequest& request);
 

@@ -1,9 +1,12 @@
 #include "provisioner/launcher/local_provider.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,6 +48,7 @@ struct LocalProvider::Record {
   std::string metadata_endpoint;
   std::string metadata_control;
   std::string client_token;
+  std::string service_address;  // a parameter server's host:port
   int64_t launch_unix_ms = 0;
   int64_t end_unix_ms = 0;  // when a revocation stopped it (0: not revoked, or not yet)
   bool terminated = false;
@@ -54,7 +58,8 @@ struct LocalProvider::Record {
                         "\nrole=", RoleName(role), "\nindex=", index, "\npgid=", pgid,
                         "\nmetadata_endpoint=", metadata_endpoint,
                         "\nmetadata_control=", metadata_control, "\nclient_token=", client_token,
-                        "\nlaunch_unix_ms=", launch_unix_ms, "\nend_unix_ms=", end_unix_ms,
+                        "\nservice_address=", service_address, "\nlaunch_unix_ms=", launch_unix_ms,
+                        "\nend_unix_ms=", end_unix_ms,
                         "\nstate=", terminated ? "terminated" : "running", "\n");
   }
 
@@ -80,6 +85,7 @@ struct LocalProvider::Record {
     r.metadata_endpoint = kv["metadata_endpoint"];
     r.metadata_control = kv["metadata_control"];
     r.client_token = kv["client_token"];
+    r.service_address = kv["service_address"];
     (void)absl::SimpleAtoi(kv["launch_unix_ms"], &r.launch_unix_ms);
     (void)absl::SimpleAtoi(kv["end_unix_ms"], &r.end_unix_ms);
     r.terminated = kv["state"] == "terminated";
@@ -96,6 +102,7 @@ struct LocalProvider::Record {
     i.index = index;
     i.private_address = "127.0.0.1";
     i.metadata_endpoint = metadata_endpoint;
+    i.service_address = service_address;
     i.launch_time = absl::FromUnixMillis(launch_unix_ms);
     if (end_unix_ms > 0) i.end_time = absl::FromUnixMillis(end_unix_ms);
     return i;
@@ -397,6 +404,16 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
       if (fits == 0) return result.error;
     }
   }
+  // Parameter servers share 127.0.0.1: each needs a port of its own, known to all before any
+  // starts (every server gets the whole list).
+  LaunchRequest effective = request;
+  if (request.role == Role::kParameterServer && request.ps_addresses.empty()) {
+    for (int i = 0; i < fits; ++i) {
+      absl::StatusOr<int> port = FreeLoopbackPort();
+      if (!port.ok()) return port.status();
+      effective.ps_addresses.push_back(absl::StrCat("127.0.0.1:", *port));
+    }
+  }
   for (int i = 0; i < fits; ++i) {
     Record record;
     record.id = RandomId();
@@ -411,7 +428,13 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
       record.metadata_control = options_.metadata->ControlUrl();
     }
     std::map<std::string, std::string> env =
-        InstanceEnvironment(request, record.index, record.id, record.metadata_endpoint);
+        InstanceEnvironment(effective, record.index, record.id, record.metadata_endpoint);
+    if (request.role == Role::kParameterServer &&
+        i < static_cast<int>(effective.ps_addresses.size())) {
+      record.service_address = effective.ps_addresses[i];
+      const size_t colon = record.service_address.rfind(':');
+      env["SPOTDNN_PS_PORT"] = record.service_address.substr(colon + 1);
+    }
     // The parent's environment, then ours on top.
     std::map<std::string, std::string> merged;
     for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -421,6 +444,10 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
       merged[std::string(entry.substr(0, eq))] = std::string(entry.substr(eq + 1));
     }
     for (auto& [k, v] : env) merged[k] = v;
+    if (!options_.bin_dir.empty()) {
+      const std::string path = merged["PATH"];
+      merged["PATH"] = path.empty() ? options_.bin_dir : absl::StrCat(options_.bin_dir, ":", path);
+    }
     std::vector<std::string> env_strings;
     for (auto& [k, v] : merged) env_strings.push_back(absl::StrCat(k, "=", v));
     std::vector<char*> envp;
@@ -481,6 +508,27 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
   }
   if (result.instances.empty() && !result.error.ok()) return result.error;
   return result;
+}
+
+std::string LocalProvider::OutputLocation() const {
+  return (fs::path(options_.state_dir) / "logs").string();
+}
+
+absl::StatusOr<int> FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket(): ", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const std::string why = std::strerror(errno);
+    close(fd);
+    return absl::InternalError(absl::StrCat("cannot find a free local port: ", why));
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 absl::StatusOr<std::vector<Instance>> LocalProvider::Describe(const std::string& job_id) {

@@ -82,6 +82,9 @@ class LocalProvider final : public CloudProvider {
     // Stopping: SIGTERM to the group, then SIGKILL after this long.
     absl::Duration stop_grace = absl::Seconds(2);
     std::string shell = "/bin/sh";
+    // Put first on the instances' PATH (e.g. where spotdnn-agent and spotdnn-sim-worker are);
+    // empty: the PATH this process has.
+    std::string bin_dir;
   };
 
   // INVALID_ARGUMENT for an empty state dir; INTERNAL when it cannot be created or the reaper
@@ -93,9 +96,15 @@ class LocalProvider final : public CloudProvider {
   LocalProvider& operator=(const LocalProvider&) = delete;
 
   std::string name() const override { return "local"; }
+  // STATE_DIR/logs (a running instance's output is in STATE_DIR/ID.log until it is terminated).
+  std::string OutputLocation() const override;
+  bool SharesFilesWithCaller() const override { return true; }
   // Starts request.count process groups. The same client token (explicit or default) returns
   // the instances it launched before instead of starting more. FAILED_PRECONDITION when not the
   // owner; INTERNAL when a process cannot be started (a partial launch keeps the ones started).
+  // Parameter servers listen on 127.0.0.1: on their own entry of request.ps_addresses when given,
+  // else on a free port the provider picks (SPOTDNN_PS_PORT; every server gets the whole
+  // SPOTDNN_PS_ADDRESSES list), reported as the instance's service_address.
   absl::StatusOr<LaunchResult> Launch(const LaunchRequest& request) override;
   // Instances from the state dir; state running while the process group has a member,
   // terminated afterwards.
@@ -144,6 +153,10 @@ class LocalProvider final : public CloudProvider {
 
 // The default state dir: $SPOTDNN_HOME/local, else $HOME/.spotdnn/local, else ./.spotdnn/local.
 std::string DefaultLocalStateDir();
+
+// A port on 127.0.0.1 that was free a moment ago (the kernel's choice for port 0). INTERNAL when
+// no socket can be bound.
+absl::StatusOr<int> FreeLoopbackPort();
 
 }  // namespace spotdnn::launcher
 

@@ -1,12 +1,14 @@
 #include "services/common/convert.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "services/common/limits.h"
 
@@ -55,10 +57,130 @@ predictor::WorkloadProfile ToDomain(const pb::WorkloadProfile& in) {
     const pb::LossModel& l = in.loss();
     out.loss = predictor::LossModel{l.g1(), l.g2(), l.g3(), l.g4(), l.g5()};
   }
-  out.variant = in.model_variant() == pb::MODEL_VARIANT_SPOTDNN_PROTOTYPE
-                    ? predictor::ModelVariant::kSpotdnnPrototype
-                    : predictor::ModelVariant::kPaper;
+  out.variant = ToDomain(in.model_variant());
+  if (in.has_shared_ps()) out.shared_ps = predictor::SharedPsModel{in.shared_ps().queueing()};
   return out;
+}
+
+pb::WorkloadProfile ToProto(const predictor::WorkloadProfile& in) {
+  pb::WorkloadProfile out;
+  out.set_name(in.name);
+  out.set_parameter_size_mb(in.parameter_size_mb);
+  out.set_required_bandwidth_mb_per_s(in.required_bandwidth_mb_per_s);
+  for (const predictor::ComputeProfile& c : in.compute) {
+    pb::ComputeProfile* o = out.add_compute();
+    o->set_instance_type(c.instance_type);
+    o->set_gpu_type(c.gpu_type);
+    o->set_batch_per_gpu(c.batch_per_gpu);
+    if (c.compute_time_s) o->set_compute_time_s(*c.compute_time_s);
+    if (c.measured_samples_per_s) o->set_measured_samples_per_s(*c.measured_samples_per_s);
+  }
+  if (in.contention) {
+    out.mutable_contention()->set_a1(in.contention->a1);
+    out.mutable_contention()->set_b1(in.contention->b1);
+  }
+  if (in.memory) {
+    out.mutable_memory()->set_a2(in.memory->a2);
+    out.mutable_memory()->set_b2(in.memory->b2);
+  }
+  if (in.loss) {
+    pb::LossModel* l = out.mutable_loss();
+    l->set_g1(in.loss->g1);
+    l->set_g2(in.loss->g2);
+    l->set_g3(in.loss->g3);
+    l->set_g4(in.loss->g4);
+    l->set_g5(in.loss->g5);
+  }
+  if (in.shared_ps) out.mutable_shared_ps()->set_queueing(in.shared_ps->queueing);
+  out.set_model_variant(ToProto(in.variant));
+  return out;
+}
+
+predictor::ModelVariant ToDomain(pb::ModelVariant variant) {
+  switch (variant) {
+    case pb::MODEL_VARIANT_SPOTDNN_PROTOTYPE:
+      return predictor::ModelVariant::kSpotdnnPrototype;
+    case pb::MODEL_VARIANT_SHARED_PS:
+      return predictor::ModelVariant::kSharedPs;
+    default:
+      return predictor::ModelVariant::kPaper;
+  }
+}
+
+pb::ModelVariant ToProto(predictor::ModelVariant variant) {
+  switch (variant) {
+    case predictor::ModelVariant::kSpotdnnPrototype:
+      return pb::MODEL_VARIANT_SPOTDNN_PROTOTYPE;
+    case predictor::ModelVariant::kSharedPs:
+      return pb::MODEL_VARIANT_SHARED_PS;
+    case predictor::ModelVariant::kPaper:
+      break;
+  }
+  return pb::MODEL_VARIANT_PAPER;
+}
+
+absl::StatusOr<predictor::Target> TargetOf(double target_loss, double target_iterations,
+                                           double target_epochs, double dataset_size,
+                                           absl::string_view prefix) {
+  const bool iterations = target_iterations != 0, epochs = target_epochs != 0;
+  if (iterations + epochs + (target_loss != 0) > 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%starget_loss = %g, %starget_iterations = %g, %starget_epochs = %g: give one target",
+        prefix, target_loss, prefix, target_iterations, prefix, target_epochs));
+  }
+  if (!epochs && dataset_size != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%sdataset_size = %g: only with %starget_epochs", prefix, dataset_size, prefix));
+  }
+  if (iterations) {
+    if (!(std::isfinite(target_iterations) && target_iterations >= 1 &&
+          target_iterations == std::floor(target_iterations))) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%starget_iterations = %g: must be a whole number >= 1", prefix, target_iterations));
+    }
+    if (target_iterations > predictor::kMaxTargetIterations) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%starget_iterations = %g: must be at most %g", prefix, target_iterations,
+                          predictor::kMaxTargetIterations));
+    }
+    return predictor::Target::Iterations(target_iterations);
+  }
+  if (epochs) {
+    if (!(std::isfinite(target_epochs) && target_epochs > 0)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%starget_epochs = %g: must be a positive number", prefix, target_epochs));
+    }
+    if (target_epochs > predictor::kMaxTargetEpochs) {
+      return absl::InvalidArgumentError(absl::StrFormat("%starget_epochs = %g: must be at most %g",
+                                                        prefix, target_epochs,
+                                                        predictor::kMaxTargetEpochs));
+    }
+    if (dataset_size == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%sdataset_size is required with %starget_epochs: the samples in one epoch", prefix,
+          prefix));
+    }
+    if (!(std::isfinite(dataset_size) && dataset_size >= 1 &&
+          dataset_size == std::floor(dataset_size))) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%sdataset_size = %g: must be a whole number of samples >= 1", prefix, dataset_size));
+    }
+    if (dataset_size > predictor::kMaxDatasetSize) {
+      return absl::InvalidArgumentError(absl::StrFormat("%sdataset_size = %g: must be at most %g",
+                                                        prefix, dataset_size,
+                                                        predictor::kMaxDatasetSize));
+    }
+    return predictor::Target::Samples(target_epochs * dataset_size);
+  }
+  return predictor::Target::Loss(target_loss);
+}
+
+void SetTarget(double target_loss, double target_iterations, double target_epochs,
+               double dataset_size, pb::Prediction* out) {
+  out->set_target_loss(target_loss);
+  out->set_target_iterations(target_iterations);
+  out->set_target_epochs(target_epochs);
+  out->set_dataset_size(dataset_size);
 }
 
 absl::StatusOr<predictor::Cluster> ToDomain(const pb::Cluster& in,
@@ -104,6 +226,8 @@ void EstimateToProto(const predictor::Estimate& e, pb::Prediction* out) {
   out->set_on_demand_cost_usd(e.on_demand_cost_usd);
   out->set_price_per_hour(e.price_per_hour);
   out->set_on_demand_price_per_hour(e.on_demand_price_per_hour);
+  out->set_ps_utilization(e.ps_utilization);
+  out->set_ps_response_time_s(e.ps_response_time_s);
 }
 
 pb::Prediction ToProto(const predictor::Prediction& p, const predictor::InstanceCatalog& catalog) {

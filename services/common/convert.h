@@ -19,6 +19,7 @@ namespace pb = ::spotdnn::v1;
 
 predictor::InstanceCatalog ToDomain(const pb::InstanceCatalog& catalog);
 predictor::WorkloadProfile ToDomain(const pb::WorkloadProfile& profile);
+pb::WorkloadProfile ToProto(const predictor::WorkloadProfile& profile);
 // Validates names and counts against the catalog (INVALID_ARGUMENT naming `field`'s entry).
 absl::StatusOr<predictor::Cluster> ToDomain(const pb::Cluster& cluster,
                                             const predictor::InstanceCatalog& catalog,
@@ -29,6 +30,24 @@ pb::Cluster ToProto(const predictor::Cluster& cluster, const predictor::Instance
 void EstimateToProto(const predictor::Estimate& estimate, pb::Prediction* out);
 pb::Prediction ToProto(const predictor::Prediction& prediction,
                        const predictor::InstanceCatalog& catalog);
+
+// The variant of a profile message, and back.
+predictor::ModelVariant ToDomain(pb::ModelVariant variant);
+pb::ModelVariant ToProto(predictor::ModelVariant variant);
+
+// The training target a request states: target_loss, or target_iterations, or target_epochs
+// passes over dataset_size samples. `prefix` is prepended to the field names in errors ("slo.").
+// target_loss 0 with neither of the others is a loss target of 0 (refused later as below the
+// floor, as before). INVALID_ARGUMENT names the field: two targets, iterations not a whole number
+// in [1, kMaxTargetIterations], epochs not in (0, kMaxTargetEpochs], dataset_size missing with
+// epochs, given without them or above kMaxDatasetSize (predictor/types.h).
+absl::StatusOr<predictor::Target> TargetOf(double target_loss, double target_iterations,
+                                           double target_epochs, double dataset_size,
+                                           absl::string_view prefix = "");
+// Writes the target into a prediction (target_loss, or target_iterations, or target_epochs and
+// dataset_size).
+void SetTarget(double target_loss, double target_iterations, double target_epochs,
+               double dataset_size, pb::Prediction* out);
 
 // absl::Status -> grpc::Status with the same code and message; the message made valid UTF-8 and
 // cut to limits::kMaxStatusMessageBytes (gRPC carries it in a header clients bound).

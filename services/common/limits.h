@@ -18,7 +18,8 @@ namespace spotdnn::limits {
 // most this many bytes of UTF-8.
 inline constexpr size_t kMaxNameBytes = 256;
 // Free text (description, source, detail, problem, reason, prices_as_of), URLs
-// (metadata_endpoint) and file paths (an import's path).
+// (metadata_endpoint), file paths (an import's path) and cluster compositions (a sample's or an
+// import's "TYPE=N,TYPE=N").
 inline constexpr size_t kMaxTextBytes = 1024;
 // Entries of one repeated field of a request (a catalog's instance types, job_ids, ...), unless a
 // larger limit is documented for the field (PredictBatch.clusters).

@@ -20,8 +20,8 @@ absl::StatusOr<std::shared_ptr<const predictor::PerformanceModel>> ModelResolver
     return absl::InvalidArgumentError("catalog: set name or catalog");
   }
   const bool named = workload.has_name() && catalog.has_name();
-  const std::tuple<std::string, std::string, double> key(workload.name(), catalog.name(),
-                                                         options.bandwidth_margin);
+  const std::tuple<std::string, std::string, double, bool> key(
+      workload.name(), catalog.name(), options.bandwidth_margin, options.require_loss_model);
   if (named) {
     absl::MutexLock lock(&mu_);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;

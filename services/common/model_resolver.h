@@ -33,8 +33,8 @@ class ModelResolver {
  private:
   std::shared_ptr<const DataRegistry> registry_;
   absl::Mutex mu_;
-  // Keyed by workload name, catalog name and bandwidth margin.
-  std::map<std::tuple<std::string, std::string, double>,
+  // Keyed by workload name, catalog name, bandwidth margin and whether a loss model is required.
+  std::map<std::tuple<std::string, std::string, double, bool>,
            std::shared_ptr<const predictor::PerformanceModel>>
       cache_ ABSL_GUARDED_BY(mu_);
 };

@@ -129,7 +129,7 @@ class Checker {
 
 size_t StringLimit(absl::string_view field_name) {
   for (absl::string_view text : {"description", "source", "detail", "problem", "reason",
-                                 "prices_as_of", "metadata_endpoint", "note", "path"}) {
+                                 "prices_as_of", "metadata_endpoint", "note", "path", "cluster"}) {
     if (field_name == text) return limits::kMaxTextBytes;
   }
   return limits::kMaxNameBytes;

@@ -14,8 +14,9 @@
 namespace spotdnn::services {
 
 // The limit on a string field called `field_name`: limits::kMaxTextBytes for free text
-// (description, source, detail, problem, reason, prices_as_of, note), URLs (metadata_endpoint)
-// and file paths (path); limits::kMaxNameBytes for every other string (names, ids, keys).
+// (description, source, detail, problem, reason, prices_as_of, note), URLs (metadata_endpoint),
+// file paths (path) and cluster compositions ("TYPE=N,TYPE=N": cluster); limits::kMaxNameBytes
+// for every other string (names, ids, keys).
 size_t StringLimit(absl::string_view field_name);
 
 // OK when every field set in `message` is within the limits: strings within StringLimit (bytes

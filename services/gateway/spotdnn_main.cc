@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "services/gateway/cli.h"
+#include "services/gateway/cli/cli.h"
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);

@@ -32,13 +32,23 @@ absl::Status CheckTargetLoss(double target_loss) {
 // Upper bound on an error item: error_code and error_message (`message_bytes`) in a BatchItem.
 size_t ErrorItemBytes(size_t message_bytes) { return 4 + 6 + 3 + message_bytes; }
 
+// The error a batch item answers for an estimate the model could not make: every unusable type of
+// the cluster named, or the estimate's own error.
+absl::Status ItemError(const predictor::PerformanceModel& m, const predictor::Estimate& estimate,
+                       absl::Span<const int> counts, const predictor::Target& target) {
+  return estimate.error == predictor::EstimateError::kUnusableType
+             ? m.UnusableStatus(counts, estimate.unusable_type)
+             : m.ErrorStatus(estimate, target);
+}
+
 }  // namespace
 
 size_t BatchItemBytes(bool detailed, int types, size_t name_bytes) {
   // The item's tag and length (4), the prediction's tag and length (4), worker_count and
-  // parameter_servers (6 each), twelve doubles (9 each); per type row: its tag and length (3), the
+  // parameter_servers (6 each), twelve doubles of fields 4-15 (9 each) and five of fields 16-20
+  // (10 each: the targets and the shared-ps numbers); per type row: its tag and length (3), the
   // name's tag and length (3), count, gpus and batch_size (6 each), six doubles (9 each).
-  size_t bytes = 8 + 2 * 6 + 12 * 9;
+  size_t bytes = 8 + 2 * 6 + 12 * 9 + 5 * 10;
   if (detailed) bytes += static_cast<size_t>(types) * (3 + 3 + 3 * 6 + 6 * 9) + name_bytes;
   return bytes;
 }
@@ -64,14 +74,22 @@ PredictorServiceImpl::PredictorServiceImpl(std::shared_ptr<const DataRegistry> r
 grpc::Status PredictorServiceImpl::Predict(grpc::ServerContext*, const pb::PredictRequest* request,
                                            pb::PredictResponse* response) {
   if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
-  if (auto s = CheckTargetLoss(request->target_loss()); !s.ok()) return ToGrpc(s);
-  auto model = models_.Resolve(request->workload(), request->catalog());
+  auto target = TargetOf(request->target_loss(), request->target_iterations(),
+                         request->target_epochs(), request->dataset_size());
+  if (!target.ok()) return ToGrpc(target.status());
+  if (target->is_loss()) {
+    if (auto s = CheckTargetLoss(request->target_loss()); !s.ok()) return ToGrpc(s);
+  }
+  auto model = models_.Resolve(request->workload(), request->catalog(),
+                               {.require_loss_model = target->is_loss()});
   if (!model.ok()) return ToGrpc(model.status());
   auto cluster = ToDomain(request->cluster(), (*model)->catalog());
   if (!cluster.ok()) return ToGrpc(cluster.status());
-  auto prediction = (*model)->Predict(*cluster, request->target_loss());
+  auto prediction = (*model)->Predict(*cluster, *target);
   if (!prediction.ok()) return ToGrpc(prediction.status());
   *response->mutable_prediction() = ToProto(*prediction, (*model)->catalog());
+  SetTarget(request->target_loss(), request->target_iterations(), request->target_epochs(),
+            request->dataset_size(), response->mutable_prediction());
   response->set_workload((*model)->profile().name);
   response->set_catalog((*model)->catalog().name);
   return grpc::Status::OK;
@@ -190,17 +208,23 @@ grpc::Status PredictorServiceImpl::PredictBatchRaw(
   } trim_after{wire.size() >= (4u << 20)};
 
   if (auto s = CheckRequest(request); !s.ok()) return ToGrpc(s);
-  if (auto s = CheckTargetLoss(request.target_loss()); !s.ok()) return ToGrpc(s);
+  auto target = TargetOf(request.target_loss(), request.target_iterations(),
+                         request.target_epochs(), request.dataset_size());
+  if (!target.ok()) return ToGrpc(target.status());
+  if (target->is_loss()) {
+    if (auto s = CheckTargetLoss(request.target_loss()); !s.ok()) return ToGrpc(s);
+  }
   const int n = static_cast<int>(places.size());
   if (places.size() > static_cast<size_t>(kMaxBatchClusters)) {
     return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
         "clusters: %d given, at most %d per call", places.size(), kMaxBatchClusters)));
   }
-  auto model = models_.Resolve(request.workload(), request.catalog());
+  auto model = models_.Resolve(request.workload(), request.catalog(),
+                               {.require_loss_model = target->is_loss()});
   if (!model.ok()) return ToGrpc(model.status());
   const predictor::PerformanceModel& m = **model;
   const double loss = request.target_loss();
-  if (!(loss > m.profile().loss->g5)) {
+  if (target->is_loss() && !(loss > m.profile().loss->g5)) {
     return ToGrpc(m.ErrorStatus({.error = predictor::EstimateError::kTargetAtOrBelowFloor}, loss));
   }
   const std::function<absl::Status()> stop =
@@ -262,9 +286,12 @@ grpc::Status PredictorServiceImpl::PredictBatchRaw(
     std::copy(cluster->counts.begin(), cluster->counts.end(), counts.begin() + i * types);
     servers[i] = cluster->parameter_servers;
     const predictor::Estimate estimate =
-        m.Evaluate(absl::MakeConstSpan(counts).subspan(i * types, types), loss, servers[i]);
+        m.Evaluate(absl::MakeConstSpan(counts).subspan(i * types, types), *target, servers[i]);
     if (!estimate.ok()) {
-      answer_bytes += ErrorItemBytes(m.ErrorStatus(estimate, loss).message().size());
+      answer_bytes += ErrorItemBytes(
+          ItemError(m, estimate, absl::MakeConstSpan(counts).subspan(i * types, types), *target)
+              .message()
+              .size());
       continue;
     }
     int present = 0;
@@ -301,9 +328,9 @@ grpc::Status PredictorServiceImpl::PredictBatchRaw(
     if (auto s = poll(types * (detailed ? 4 : 1)); !s.ok()) return ToGrpc(s);
     const absl::Span<const int> k = absl::MakeConstSpan(counts).subspan(i * types, types);
     pb::BatchItem* item = response.add_items();
-    const predictor::Estimate estimate = m.Evaluate(k, loss, servers[i]);
+    const predictor::Estimate estimate = m.Evaluate(k, *target, servers[i]);
     if (!estimate.ok()) {
-      const absl::Status status = m.ErrorStatus(estimate, loss);
+      const absl::Status status = ItemError(m, estimate, k, *target);
       item->set_error_code(static_cast<int>(status.code()));
       item->set_error_message(std::string(status.message()));
       continue;
@@ -311,14 +338,15 @@ grpc::Status PredictorServiceImpl::PredictBatchRaw(
     if (detailed) {
       cluster.counts.assign(k.begin(), k.end());
       cluster.parameter_servers = servers[i];
-      auto prediction = m.Predict(cluster, loss);
+      auto prediction = m.Predict(cluster, *target);
       if (prediction.ok()) *item->mutable_prediction() = ToProto(*prediction, m.catalog());
     } else {
       pb::Prediction* p = item->mutable_prediction();
       EstimateToProto(estimate, p);
       p->set_parameter_servers(servers[i]);
-      p->set_target_loss(loss);
     }
+    SetTarget(loss, request.target_iterations(), request.target_epochs(), request.dataset_size(),
+              item->mutable_prediction());
   }
   std::vector<int>().swap(counts);
   if (!stream->Write(response)) {
@@ -344,11 +372,16 @@ grpc::Status PredictorServiceImpl::LossCurve(grpc::ServerContext*,
   const int points = request->points() == 0 ? 50 : request->points();
   double horizon = request->horizon_s();
   if (horizon == 0) {
-    if (auto s = CheckTargetLoss(request->target_loss()); !s.ok()) {
-      return ToGrpc(absl::InvalidArgumentError(
-          absl::StrCat("horizon_s is 0, so the curve runs to target_loss's time; ", s.message())));
+    auto target = TargetOf(request->target_loss(), request->target_iterations(),
+                           request->target_epochs(), request->dataset_size());
+    if (!target.ok()) return ToGrpc(target.status());
+    if (target->is_loss()) {
+      if (auto s = CheckTargetLoss(request->target_loss()); !s.ok()) {
+        return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+            "horizon_s is 0, so the curve runs to target_loss's time; ", s.message())));
+      }
     }
-    auto prediction = m.Predict(*cluster, request->target_loss());
+    auto prediction = m.Predict(*cluster, *target);
     if (!prediction.ok()) return ToGrpc(prediction.status());
     horizon = prediction->estimate.time_s;
   }

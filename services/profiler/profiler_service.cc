@@ -14,6 +14,7 @@
 #include "grpcpp/support/method_handler.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "predictor/types.h"
+#include "profiler/cluster_fit.h"
 #include "services/common/convert.h"
 #include "services/common/data_registry.h"
 #include "services/common/limits.h"
@@ -90,7 +91,39 @@ bool Matches(const std::string& wanted, const std::string& parameter) {
   if (wanted == "memory") return parameter == "a2,b2";
   if (wanted == "loss") return parameter == "g1..g5";
   if (wanted == "T_comp" || wanted == "compute") return parameter.rfind("T_comp", 0) == 0;
+  if (wanted == "ps") return parameter == "shared-ps";
+  if (wanted == "kappa") return parameter == "queueing";
   return false;
+}
+
+// What a fit request takes as known: the base profile's S_parm and B_req, the bandwidths, and the
+// variant asked for (else the base's, when there is a base).
+profiler::KnownParameters KnownOf(const pb::WorkloadProfile& base, double ps_bandwidth,
+                                  double pcie_bandwidth, bool has_variant, pb::ModelVariant variant,
+                                  bool has_base) {
+  profiler::KnownParameters known;
+  known.parameter_size_mb = base.parameter_size_mb();
+  known.required_bandwidth_mb_per_s = base.required_bandwidth_mb_per_s();
+  known.ps_bandwidth_mb_per_s = ps_bandwidth;
+  if (pcie_bandwidth > 0) known.pcie_bandwidth_mb_per_s = pcie_bandwidth;
+  if (has_variant) {
+    known.variant = ::spotdnn::services::ToDomain(variant);
+  } else if (has_base) {
+    known.variant = ::spotdnn::services::ToDomain(base.model_variant());
+  }
+  return known;
+}
+
+absl::Status CheckBandwidths(double ps, double pcie) {
+  for (const auto& [field, value] :
+       {std::pair<const char*, double>{"parameter_server_bandwidth_mb_per_s", ps},
+        {"pcie_bandwidth_mb_per_s", pcie}}) {
+    if (!(value >= 0) || !std::isfinite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " = ", value, ": must be a finite number >= 0"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -113,6 +146,9 @@ profiler::Sample ToDomain(const pb::Sample& in) {
   s.cluster_workers = in.cluster_workers();
   s.communication_time_s = in.communication_time_s();
   s.cluster_steps_per_s = in.cluster_steps_per_s();
+  s.accuracy = in.accuracy();
+  s.parameter_servers = in.parameter_servers();
+  s.cluster = in.cluster();
   return s;
 }
 
@@ -134,11 +170,19 @@ pb::Sample ToProto(const profiler::Sample& s) {
   out.set_cluster_workers(s.cluster_workers);
   out.set_communication_time_s(s.communication_time_s);
   out.set_cluster_steps_per_s(s.cluster_steps_per_s);
+  out.set_accuracy(s.accuracy);
+  out.set_parameter_servers(s.parameter_servers);
+  out.set_cluster(s.cluster);
   return out;
 }
 
 pb::WorkloadProfile MergeFit(const pb::WorkloadProfile& base, const profiler::WorkloadFit& fit) {
   pb::WorkloadProfile out = base;
+  if (fit.compute_is_complete || ToDomain(base.model_variant()) != fit.variant) {
+    out.clear_compute();
+  }
+  out.set_model_variant(ToProto(fit.variant));
+  if (fit.shared_ps) out.mutable_shared_ps()->set_queueing(fit.shared_ps->queueing);
   if (fit.parameter_size_mb) out.set_parameter_size_mb(*fit.parameter_size_mb);
   if (fit.required_bandwidth_mb_per_s) {
     out.set_required_bandwidth_mb_per_s(*fit.required_bandwidth_mb_per_s);
@@ -277,15 +321,37 @@ grpc::Status ProfilerServiceImpl::ImportLog(grpc::ServerContext* context,
   options.gpus = request->gpus();
   options.batch_size = request->batch_size();
   options.cluster_workers = request->cluster_workers();
+  options.parameter_servers = request->parameter_servers();
+  options.cluster = request->cluster();
   for (const auto& [field, value, most] :
        {std::tuple<const char*, int, int>{"cluster_workers", request->cluster_workers(),
                                           predictor::kMaxClusterSize},
         {"gpus", request->gpus(), predictor::kMaxGpusPerInstance},
-        {"batch_size", request->batch_size(), 1 << 30}}) {
+        {"batch_size", request->batch_size(), 1 << 30},
+        {"parameter_servers", request->parameter_servers(), predictor::kMaxParameterServers}}) {
     if (value < 0 || value > most) {
       return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
           "%s = %d: must be in [0, %d] (0 = as the log says)", field, value, most)));
     }
+  }
+  if (!options.cluster.empty()) {
+    auto composition = profiler::ParseComposition(options.cluster);
+    if (!composition.ok()) return ToGrpc(composition.status());
+    if (!options.instance_type.empty() || !options.gpu_type.empty()) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+          "cluster = ", limits::Quote(options.cluster), " and instance_type = ",
+          limits::Quote(options.instance_type), ", gpu_type = ", limits::Quote(options.gpu_type),
+          ": a composition names the types itself; give one or the other")));
+    }
+    int total = 0;
+    for (const auto& [type, n] : *composition) total += n;
+    if (options.cluster_workers != 0 && options.cluster_workers != total) {
+      return ToGrpc(absl::InvalidArgumentError(
+          absl::StrCat("cluster_workers = ", options.cluster_workers, ": cluster ",
+                       limits::Quote(options.cluster), " has ", total, " workers")));
+    }
+    options.cluster_workers = total;
+    options.cluster = profiler::CompositionText(*composition);
   }
   if (request->content().size() > options_.max_import_bytes) {
     return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
@@ -344,6 +410,13 @@ grpc::Status ProfilerServiceImpl::ImportLog(grpc::ServerContext* context,
     response->add_errors(
         limits::ValidUtf8(server_files ? WithoutContent(e) : e, kMaxImportErrorBytes));
   }
+  std::set<std::string> runs;
+  for (const profiler::Sample& s : result->samples) runs.insert(s.job_id);
+  response->set_runs(runs.size());
+  for (const std::string& n : result->notes) {
+    response->add_notes(
+        limits::ValidUtf8(server_files ? WithoutContent(n) : n, kMaxImportErrorBytes));
+  }
   if (request->content().size() > (16u << 20) || result->samples.size() > (1u << 16)) {
     ReleaseMemorySoon();
   }
@@ -357,42 +430,21 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext* context,
   if (request->name().empty()) {
     return ToGrpc(absl::InvalidArgumentError("name is empty: name the profile to store"));
   }
-  for (const auto& [field, value] :
-       {std::pair<const char*, double>{"parameter_server_bandwidth_mb_per_s",
-                                       request->parameter_server_bandwidth_mb_per_s()},
-        {"pcie_bandwidth_mb_per_s", request->pcie_bandwidth_mb_per_s()}}) {
-    if (!(value >= 0) || !std::isfinite(value)) {
-      return ToGrpc(absl::InvalidArgumentError(
-          absl::StrCat(field, " = ", value, ": must be a finite number >= 0")));
-    }
+  if (auto s = CheckBandwidths(request->parameter_server_bandwidth_mb_per_s(),
+                               request->pcie_bandwidth_mb_per_s());
+      !s.ok()) {
+    return ToGrpc(s);
   }
-  const std::vector<std::string> jobs(request->job_ids().begin(), request->job_ids().end());
-  // Bounded before it runs, and stopped at the call's deadline (or the server's limit) while it
-  // runs.
-  auto count = store_->CountSamples(jobs);
-  if (!count.ok()) return ToGrpc(count.status());
-  if (*count > kMaxFitSamples) {
-    return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
-        "job_ids: %s hold %d samples, above the %d one fit may use; fit from fewer jobs",
-        jobs.empty() ? "all jobs" : "the jobs named", *count, kMaxFitSamples)));
-  }
-  auto samples = store_->LoadSamples(jobs);
+  // Bounded before it runs (LoadJobs), and stopped at the call's deadline (or the server's limit)
+  // while it runs.
+  auto samples = LoadJobs(request->job_ids(), "job_ids");
   if (!samples.ok()) return ToGrpc(samples.status());
   std::set<std::string> seen;
   for (const profiler::Sample& s : *samples) seen.insert(s.job_id);
-  for (int i = 0; i < request->job_ids_size(); ++i) {
-    if (!seen.count(request->job_ids(i))) {
-      return ToGrpc(absl::NotFoundError(
-          absl::StrCat("job_ids[", i, "] = \"", request->job_ids(i), "\": no samples stored")));
-    }
-  }
-  profiler::KnownParameters known;
-  known.parameter_size_mb = request->base().parameter_size_mb();
-  known.required_bandwidth_mb_per_s = request->base().required_bandwidth_mb_per_s();
-  known.ps_bandwidth_mb_per_s = request->parameter_server_bandwidth_mb_per_s();
-  if (request->pcie_bandwidth_mb_per_s() > 0) {
-    known.pcie_bandwidth_mb_per_s = request->pcie_bandwidth_mb_per_s();
-  }
+  const profiler::KnownParameters known =
+      KnownOf(request->base(), request->parameter_server_bandwidth_mb_per_s(),
+              request->pcie_bandwidth_mb_per_s(), request->has_model_variant(),
+              request->model_variant(), request->has_base());
   auto fit = profiler::FitWorkload(
       *samples, known,
       CallStopCheck(context, options_.max_fit_time, "the fit", "the server's fit time limit"));
@@ -410,7 +462,8 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext* context,
     if (!found) {
       return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
           "require = \"", wanted,
-          "\": not a parameter; expected S_parm, B_req, T_comp, a1,b1, a2,b2 or g1..g5")));
+          "\": not a parameter of this fit; expected S_parm, B_req, T_comp, a1,b1, a2,b2, "
+          "g1..g5, or for shared-ps: ps, kappa")));
     }
   }
   pb::WorkloadProfile profile = MergeFit(request->base(), *fit);
@@ -434,6 +487,96 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext* context,
     out->set_note(q.note);
     out->set_points(q.points);
   }
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<std::vector<profiler::Sample>> ProfilerServiceImpl::LoadJobs(
+    const google::protobuf::RepeatedPtrField<std::string>& jobs, absl::string_view field) {
+  const std::vector<std::string> ids(jobs.begin(), jobs.end());
+  // Counted before they are read: a fit's memory and time grow with its samples.
+  auto count = store_->CountSamples(ids);
+  if (!count.ok()) return count.status();
+  if (*count > kMaxFitSamples) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s hold %d samples, above the %d one fit may use; fit from fewer jobs", field,
+        ids.empty() ? "all jobs" : "the jobs named", *count, kMaxFitSamples));
+  }
+  auto samples = store_->LoadSamples(ids);
+  if (!samples.ok()) return samples.status();
+  std::set<std::string> seen;
+  for (const profiler::Sample& s : *samples) seen.insert(s.job_id);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    // The job itself, or one of its runs ("J/run-3"): the first id at or after "J/" says.
+    const std::string prefix = ids[i] + "/";
+    auto it = seen.lower_bound(prefix);
+    const bool found =
+        seen.count(ids[i]) > 0 || (it != seen.end() && it->compare(0, prefix.size(), prefix) == 0);
+    if (!found) {
+      return absl::NotFoundError(
+          absl::StrCat(field, "[", i, "] = \"", ids[i], "\": no samples stored"));
+    }
+  }
+  return samples;
+}
+
+grpc::Status ProfilerServiceImpl::ValidateProfile(grpc::ServerContext* context,
+                                                  const pb::ValidateProfileRequest* request,
+                                                  pb::ValidateProfileResponse* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
+  if (request->fit_job_ids().empty() || request->check_job_ids().empty()) {
+    return ToGrpc(absl::InvalidArgumentError(
+        "fit_job_ids and check_job_ids: name the jobs to fit on and the jobs to predict"));
+  }
+  if (auto s = CheckBandwidths(request->parameter_server_bandwidth_mb_per_s(), 0); !s.ok()) {
+    return ToGrpc(s);
+  }
+  if (!(std::isfinite(request->iterations()) && request->iterations() >= 0 &&
+        request->iterations() <= predictor::kMaxTargetIterations)) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("iterations = ", request->iterations(), ": must be a finite number in [0, ",
+                     predictor::kMaxTargetIterations, "] (0 = the runs')")));
+  }
+  auto fit = LoadJobs(request->fit_job_ids(), "fit_job_ids");
+  if (!fit.ok()) return ToGrpc(fit.status());
+  auto check = LoadJobs(request->check_job_ids(), "check_job_ids");
+  if (!check.ok()) return ToGrpc(check.status());
+  const profiler::KnownParameters known =
+      KnownOf(request->base(), request->parameter_server_bandwidth_mb_per_s(), 0,
+              request->has_model_variant(), request->model_variant(), request->has_base());
+  auto validation =
+      profiler::ValidateFit(*fit, *check, known, request->iterations(),
+                            CallStopCheck(context, options_.max_fit_time, "the validation",
+                                          "the server's fit time limit"));
+  if (!validation.ok()) return ToGrpc(validation.status());
+  *response->mutable_profile() = ToProto(validation->profile);
+  for (const profiler::FitQuality& q : validation->quality) {
+    pb::FitQuality* out = response->add_quality();
+    out->set_parameter(q.parameter);
+    out->set_rmse(q.rmse);
+    out->set_r_squared(q.r_squared);
+    out->set_mape(q.mape);
+    out->set_identified(q.identified);
+    out->set_note(q.note);
+    out->set_points(q.points);
+  }
+  for (const profiler::ClusterCheck& c : validation->clusters) {
+    pb::ClusterValidation* out = response->add_clusters();
+    for (const auto& [type, n] : c.observed.composition) {
+      pb::InstanceCount* i = out->mutable_cluster()->add_instances();
+      i->set_instance_type(type);
+      i->set_count(n);
+    }
+    out->mutable_cluster()->set_parameter_servers(c.observed.parameter_servers);
+    out->set_runs(c.observed.runs);
+    out->set_observed_steps_per_s(c.observed.steps_per_s);
+    out->set_predicted_steps_per_s(c.predicted_steps_per_s);
+    out->set_iterations(c.iterations);
+    out->set_observed_time_s(c.observed_time_s);
+    out->set_predicted_time_s(c.predicted_time_s);
+    out->set_error_pct(c.error_pct);
+  }
+  response->set_mape(validation->mape);
+  response->set_max_error_pct(validation->max_error_pct);
   return grpc::Status::OK;
 }
 

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -23,7 +24,8 @@ namespace pb = ::spotdnn::v1;
 inline constexpr int kReportBatch = 8192;
 // Rejections a ReportSamplesResponse lists (the count is always exact).
 inline constexpr int kMaxReportedErrors = 20;
-// Most samples one FitProfile call fits (its jobs' samples, or every sample stored).
+// Most samples one FitProfile call fits (its jobs' samples, or every sample stored); the most
+// each of ValidateProfile's fit and check sets may hold.
 inline constexpr std::int64_t kMaxFitSamples = 1'000'000;
 // Longest an import error line is answered (longer ones are cut).
 inline constexpr size_t kMaxImportErrorBytes = 512;
@@ -41,8 +43,8 @@ struct ProfilerOptions {
   int max_import_files = 10'000;
   // Longest one import may run, whatever the call's deadline (checked between files).
   absl::Duration max_call_time = absl::Seconds(60);
-  // Longest one FitProfile may run, whatever the call's deadline (a fit of a million samples
-  // takes minutes).
+  // Longest one FitProfile or ValidateProfile may run, whatever the call's deadline (a fit of a
+  // million samples takes minutes).
   absl::Duration max_fit_time = absl::Minutes(10);
 };
 
@@ -51,7 +53,8 @@ profiler::Sample ToDomain(const pb::Sample& sample);
 pb::Sample ToProto(const profiler::Sample& sample);
 
 // `base` with what `fit` determined written over it (compute entries replace those of the same
-// instance or GPU type).
+// instance or GPU type; all of them when the fit's compute is complete or its variant is not the
+// base's), the fit's variant and shared-ps model included.
 pb::WorkloadProfile MergeFit(const pb::WorkloadProfile& base, const profiler::WorkloadFit& fit);
 
 // The profiler service. ReportSamples reads its stream as raw messages and parses each itself, so
@@ -83,8 +86,16 @@ class ProfilerServiceImpl final : public pb::Profiler::Service {
   grpc::Status GetJobProgress(grpc::ServerContext* context,
                               const pb::GetJobProgressRequest* request,
                               pb::GetJobProgressResponse* response) override;
+  grpc::Status ValidateProfile(grpc::ServerContext* context,
+                               const pb::ValidateProfileRequest* request,
+                               pb::ValidateProfileResponse* response) override;
 
  private:
+  // The samples of `jobs` (every job when empty; a job id also names its runs "J/..."). NOT_FOUND
+  // names `field`[i] when a job has no samples; INVALID_ARGUMENT names `field` when they hold
+  // more than kMaxFitSamples (counted before they are read).
+  absl::StatusOr<std::vector<profiler::Sample>> LoadJobs(
+      const google::protobuf::RepeatedPtrField<std::string>& jobs, absl::string_view field);
   // Stores `profile` as the next version of its name; returns it with the version set.
   absl::StatusOr<pb::WorkloadProfile> Store(pb::WorkloadProfile profile);
 

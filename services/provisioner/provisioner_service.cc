@@ -54,13 +54,14 @@ pb::Plan ToPlan(const PlanInputs& in, const Candidate& c, pb::PlanStrategy strat
   *plan.mutable_to_launch() = ToProto(launch, m.catalog());
   // The per-type breakdown comes from a fresh prediction of the same cluster; the cluster-level
   // numbers are the plan's own (they count only the rest of the job when re-planning).
-  auto detailed = m.Predict(cluster, in.problem.target_loss);
+  auto detailed = m.Predict(cluster, in.problem.target());
   if (detailed.ok()) {
     *plan.mutable_prediction() = ToProto(*detailed, m.catalog());
   }
   EstimateToProto(c.estimate, plan.mutable_prediction());
   plan.mutable_prediction()->set_parameter_servers(in.problem.parameter_servers);
-  plan.mutable_prediction()->set_target_loss(in.problem.target_loss);
+  SetTarget(in.problem.target_loss, in.slo.target_iterations(), in.slo.target_epochs(),
+            in.slo.dataset_size(), plan.mutable_prediction());
   plan.set_strategy(strategy);
   plan.set_time_s(c.time_s);
   plan.set_cost_usd(c.cost_usd);
@@ -89,13 +90,17 @@ provisioner::PlanResult Fastest(const PlanInputs& in) {
 }
 
 std::string InfeasibleReason(const PlanInputs& in, const provisioner::PlanResult& fastest) {
+  const bool loss = in.problem.target_kind == predictor::Target::Kind::kLoss;
   if (!fastest.feasible) {
-    return "no cluster within the quotas reaches the target loss under the model";
+    return loss ? "no cluster within the quotas reaches the target loss under the model"
+                : absl::StrCat("no cluster within the quotas can train ",
+                               in.problem.target().Describe(), " under the model");
   }
   return absl::StrFormat(
-      "no cluster within the quotas meets the SLO: the fastest reaches loss %g in %.1f s "
+      "no cluster within the quotas meets the SLO: the fastest reaches %s in %.1f s "
       "(deadline %s) for $%.4f (budget %s)",
-      in.problem.target_loss, fastest.best.time_s,
+      loss ? absl::StrFormat("loss %g", in.problem.target_loss) : in.problem.target().Describe(),
+      fastest.best.time_s,
       std::isfinite(in.problem.deadline_s) ? absl::StrFormat("%.1f s", in.problem.deadline_s)
                                            : std::string("none"),
       fastest.best.cost_usd,
@@ -116,21 +121,28 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
         absl::StrFormat("options.bandwidth_margin = %g: must be in [0, 1)", margin));
   }
   PlanInputs in;
-  auto model = models.Resolve(workload, catalog, {.bandwidth_margin = margin});
+  in.slo = slo;
+  auto target = TargetOf(slo.target_loss(), slo.target_iterations(), slo.target_epochs(),
+                         slo.dataset_size(), "slo.");
+  if (!target.ok()) return target.status();
+  auto model = models.Resolve(
+      workload, catalog, {.bandwidth_margin = margin, .require_loss_model = target->is_loss()});
   if (!model.ok()) return model.status();
   in.model = *model;
   const predictor::PerformanceModel& m = *in.model;
 
-  if (!std::isfinite(slo.target_loss())) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("slo.target_loss = %g: must be a finite number", slo.target_loss()));
+  if (target->is_loss()) {
+    if (!std::isfinite(slo.target_loss())) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("slo.target_loss = %g: must be a finite number", slo.target_loss()));
+    }
+    if (!(slo.target_loss() > m.profile().loss->g5)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("slo.target_loss = %g: must be above the workload's loss floor g5 = %g",
+                          slo.target_loss(), m.profile().loss->g5));
+    }
   }
-  if (!(slo.target_loss() > m.profile().loss->g5)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("slo.target_loss = %g: must be above the workload's loss floor g5 = %g",
-                        slo.target_loss(), m.profile().loss->g5));
-  }
-  in.problem = provisioner::DefaultProblem(m, slo.target_loss());
+  in.problem = provisioner::DefaultProblem(m, *target);
   auto deadline = Optional("slo.deadline_s", slo.deadline_s());
   if (!deadline.ok()) return deadline.status();
   in.problem.deadline_s = *deadline;
@@ -315,6 +327,8 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext* context,
     if (!before.ok()) return ToGrpc(before.status());
     progress.cluster_before = before->counts;
     progress.iterations_done = p.normalized_iterations_done();
+  } else if (in->problem.target_kind != predictor::Target::Kind::kLoss) {
+    progress.iterations_done = p.normalized_iterations_done();
   }
   const auto start = std::chrono::steady_clock::now();
   auto result =
@@ -323,6 +337,11 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext* context,
   if (!result.ok()) return ToGrpc(result.status());
   const pb::PlanStrategy strategy = StrategyOf(in->strategy);
   in->problem.target_loss = request->slo().target_loss();
+  // The plan's prediction covers the rest of the job: what is left of an iterations or samples
+  // target.
+  if (in->problem.target_kind != predictor::Target::Kind::kLoss) {
+    in->problem.target_amount = result->remaining_amount;
+  }
   if (result->feasible) {
     *response->mutable_plan() = ToPlan(*in, result->plan, strategy);
   } else {
@@ -332,7 +351,10 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext* context,
                   "the rest of the job cannot meet the deadline (%.1f s left); the best "
                   "achievable finish is %.1f s after the job started",
                   result->remaining_s, result->best_finish_s)
-            : std::string("no cluster within the quotas reaches the target loss any more");
+        : in->problem.target_kind == predictor::Target::Kind::kLoss
+            ? std::string("no cluster within the quotas reaches the target loss any more")
+            : absl::StrCat("no cluster within the quotas can train the remaining ",
+                           in->problem.target().Describe());
     *response->mutable_plan() = Infeasible(*in, strategy, reason);
     response->set_best_finish_time_s(result->best_finish_s);
   }

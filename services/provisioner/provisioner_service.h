@@ -41,6 +41,7 @@ struct PlanInputs {
   provisioner::Strategy strategy = provisioner::Strategy::kExact;
   uint64_t exhaustive_limit = provisioner::kDefaultExhaustiveLimit;
   std::vector<std::string> excluded;  // "type: reason" for types the plan leaves out
+  pb::Slo slo;                        // as asked (its target goes into every plan's prediction)
 };
 
 // Validates and converts the parts every provisioner request shares. INVALID_ARGUMENT names the

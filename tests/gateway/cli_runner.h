@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "services/gateway/cli.h"
+#include "services/gateway/cli/cli.h"
 
 namespace spotdnn::gateway {
 

@@ -1,12 +1,14 @@
-#include "services/gateway/cli.h"
+#include "services/gateway/cli/cli.h"
 
 #include <sstream>
 
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "services/common/server.h"
+#include "services/gateway/cli/command.h"
 #include "services/predictor/predictor_service.h"
 #include "spotdnn/v1/predictor_mock.grpc.pb.h"
 #include "tests/gateway/cli_runner.h"
@@ -106,6 +108,67 @@ TEST(PredictCommand, BadInputExitsTwoNamingIt) {
   EXPECT_THAT(r.err, HasSubstr("unknown flag --bogus"));
 }
 
+TEST(PredictCommand, IterationAndEpochTargets) {
+  const std::vector<std::string> base = {"predict",   "--workload",    "resnet32-cifar10-gce",
+                                         "--catalog", "gce-icac-2019", "--cluster",
+                                         "gce-v100=4"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Cli(args);
+  };
+  CliRun iterations = with({"--iterations", "64000", "--json"});
+  ASSERT_EQ(iterations.code, 0) << iterations.err;
+  const auto object = ParseJsonObject(iterations.out);
+  EXPECT_EQ(object.fields().at("normalized_iterations").number_value(), 64000);
+  EXPECT_EQ(object.fields().at("target_iterations").number_value(), 64000);
+  const double time_s = object.fields().at("time_s").number_value();
+  EXPECT_GT(object.fields().at("cost_usd").number_value(), 0);
+  // 4 V100 and 1 server: the study measured 1591 s for 64,000 steps.
+  EXPECT_NEAR(time_s, 1591, 0.05 * 1591);
+  CliRun epochs = with({"--epochs", "163.84", "--dataset-size", "50000", "--json"});
+  ASSERT_EQ(epochs.code, 0) << epochs.err;
+  EXPECT_NEAR(ParseJsonObject(epochs.out).fields().at("time_s").number_value(), time_s, 1e-6);
+  CliRun table = with({"--iterations", "64000", "--parameter-servers", "2"});
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("target 64000 iterations"));
+  EXPECT_THAT(table.out, HasSubstr("parameter-server utilisation W"));
+  // Bad targets name the flag.
+  for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--iterations", "0"}, "--iterations = \"0\""},
+           {{"--iterations", "-5"}, "--iterations = \"-5\""},
+           {{"--epochs", "-1", "--dataset-size", "100"}, "--epochs = \"-1\""},
+           {{"--epochs", "3"}, "missing required flag --dataset-size"},
+           {{"--iterations", "10", "--dataset-size", "100"}, "--dataset-size: only with --epochs"},
+           {{"--iterations", "10", "--loss", "0.5"}, "give one target"},
+           {{}, "missing the target"},
+           {{"--loss", "0.5"}, "no loss model"}}) {
+    CliRun r = with(args);
+    EXPECT_EQ(r.code, 2) << message;
+    EXPECT_THAT(r.err, HasSubstr(message));
+  }
+  // A cluster of a type the profile has no speed for names it.
+  CliRun unknown =
+      Cli({"predict", "--workload", "resnet32-cifar10-gce", "--catalog", "aws-paper-2023",
+           "--cluster", "p3.2xlarge=1,g4dn.4xlarge=1", "--iterations", "100"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("g4dn.4xlarge (T4)"));
+}
+
+TEST(PlanCommand, PlansForIterations) {
+  CliRun plan = Cli({"plan", "--workload", "resnet32-cifar10-gce", "--catalog", "gce-icac-2019",
+                     "--iterations", "64000", "--deadline", "40m", "--json"});
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  const auto object = ParseJsonObject(plan.out);
+  EXPECT_EQ(object.fields().at("feasible").bool_value(), true);
+  EXPECT_LE(object.fields().at("time_s").number_value(), 2400);
+  EXPECT_EQ(object.fields().at("normalized_iterations").number_value(), 64000);
+  CliRun bad = Cli({"plan", "--workload", "resnet32-cifar10-gce", "--catalog", "gce-icac-2019",
+                    "--iterations", "0", "--deadline", "40m"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--iterations = \"0\""));
+}
+
 TEST(PredictCommand, JsonErrorsAreJsonToo) {
   std::vector<std::string> args = kPredict;
   args[8] = "0.1";
@@ -130,10 +193,13 @@ TEST(PredictCommand, TalksToARunningServerWithServerFlag) {
   EXPECT_EQ(ParseJsonObject(r.out).fields().at("normalized_iterations").number_value(), 17926);
 }
 
-TEST(PredictCommand, ServiceFailureExitsOne) {
+// A prediction is safe to repeat: an unavailable predictor is asked three times in all (the
+// clients' retry policy), then the command gives up with exit status 1.
+TEST(PredictCommand, ServiceFailureIsRetriedThenExitsOne) {
   pb::MockPredictorStub stub;
   EXPECT_CALL(stub, Predict(_, _, _))
-      .WillOnce(Return(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
+      .Times(3)
+      .WillRepeatedly(Return(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
   auto args =
       Args::Parse({"--workload", "resnet110", "--catalog", "c", "--cluster", "a=1", "--loss", "1"},
                   {.values = {"--workload", "--catalog", "--cluster", "--loss"}});
@@ -155,7 +221,44 @@ TEST(Cli, HelpUnknownCommandAndListings) {
   EXPECT_THAT(catalogs.out, HasSubstr("aws-paper-2023"));
   const CliRun workloads = Cli({"workloads", "--json"});
   EXPECT_EQ(workloads.code, 0);
-  EXPECT_EQ(ParseJsonObject(workloads.out).fields().at("workloads").list_value().values_size(), 5);
+  EXPECT_EQ(ParseJsonObject(workloads.out).fields().at("workloads").list_value().values_size(), 6);
+}
+
+// The command table: each command takes only its own flags, stray arguments are refused, and
+// --help is generated from the table, so every flag a command takes is documented.
+TEST(Cli, EveryCommandTakesOnlyItsOwnFlagsAndDocumentsThem) {
+  const CliRun foreign = Cli({"jobs", "--stall-timeout", "5m"});
+  EXPECT_EQ(foreign.code, 2);
+  EXPECT_THAT(foreign.err, HasSubstr("unknown flag --stall-timeout"));
+  const CliRun stray = Cli({"plan", "--workload", "resnet110", "--catalog", "aws-spotdnn-prototype",
+                            "--loss", "0.9", "--deadline", "30m", "extra"});
+  EXPECT_EQ(stray.code, 2);
+  EXPECT_THAT(stray.err, HasSubstr("unexpected argument \"extra\""));
+  for (const Command& c : CommandTable()) {
+    std::vector<std::string> argv = absl::StrSplit(c.name, ' ');
+    argv.push_back("--help");
+    const CliRun help = Cli(argv);
+    EXPECT_EQ(help.code, 0) << c.name;
+    EXPECT_THAT(help.out, HasSubstr("Usage: spotdnn " + c.name)) << c.name;
+    for (const FlagHelp& f : c.flags) EXPECT_THAT(help.out, HasSubstr(f.flag)) << c.name;
+    EXPECT_EQ(Cli({"help", c.name}).out, help.out) << c.name;
+  }
+  // Flags the old hand-written usage texts forgot.
+  const CliRun plan = Cli({"plan", "--help"});
+  for (const char* flag : {"--mode", "--parameter-servers", "--exhaustive-limit"}) {
+    EXPECT_THAT(plan.out, HasSubstr(flag));
+  }
+  EXPECT_THAT(Cli({"profile"}).err, HasSubstr("Subcommands:"));
+  EXPECT_EQ(Cli({"profile"}).code, 2);
+  const CliRun unknown_sub = Cli({"profile", "frobnicate"});
+  EXPECT_EQ(unknown_sub.code, 2);
+  EXPECT_THAT(unknown_sub.err, HasSubstr("unknown subcommand \"frobnicate\" (expected import"));
+  const CliRun nosuch = Cli({"help", "nosuch"});
+  EXPECT_EQ(nosuch.code, 2);
+  EXPECT_THAT(nosuch.err, HasSubstr("unknown command \"nosuch\""));
+  const CliRun version = Cli({"--version"});
+  EXPECT_EQ(version.code, 0);
+  EXPECT_THAT(version.out, ::testing::StartsWith("spotdnn 0."));
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "services/common/server.h"
-#include "services/gateway/cli.h"
+#include "services/gateway/cli/cli.h"
 #include "services/provisioner/provisioner_service.h"
 #include "tests/gateway/cli_runner.h"
 

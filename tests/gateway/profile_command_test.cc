@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "profiler/profile_store.h"
 #include "services/common/server.h"
-#include "services/gateway/cli.h"
+#include "services/gateway/cli/cli.h"
 #include "services/profiler/profiler_service.h"
 #include "spotdnn/v1/profiler_mock.grpc.pb.h"
 #include "tests/gateway/cli_runner.h"
@@ -193,10 +193,134 @@ TEST_F(ProfileCommandTest, TalksToARunningProfilerWithServer) {
   started->server->Shutdown();
 }
 
-TEST(ProfileCommand, AFailingServiceExitsOne) {
+// The sequence a user (and the check kept outside this repository) runs: one import per run file
+// of the ICAC 2019 study, a fit, an export, and a prediction of a mixed cluster by iterations.
+TEST_F(ProfileCommandTest, ImportFitExportAndPredictAMixedClusterByIterations) {
+  const std::string icac = DataDir() + "/icac2019";
+  if (!std::filesystem::exists(icac)) GTEST_SKIP() << "ICAC 2019 data not found under " << icac;
+  struct Run {
+    std::string file, gpu;
+    int workers, servers;
+  };
+  const std::string e = icac + "/experiment_1ps_vs_2ps/";
+  std::vector<Run> runs = {{icac + "/p100_v100_spot/v100/train_data.csv", "V100", 1, 1},
+                           {icac + "/p100_v100_spot/p100/train_data.csv", "P100", 1, 1},
+                           {icac + "/p100_v100_spot/4p100/4p100_train_data.csv", "P100", 4, 1},
+                           {icac + "/k80_on_demand/k80-demand/train_data.csv", "K80", 1, 1},
+                           {icac + "/k80_spot/4-spot/4-spot-train_data.csv", "K80", 4, 1}};
+  for (int n : {2, 4, 6, 8}) {
+    runs.push_back({e + "1ps" + std::to_string(n) + "v/train_data.csv", "V100", n, 1});
+    runs.push_back({e + "2ps" + std::to_string(n) + "k/train_data.csv", "K80", n, 2});
+  }
+  int i = 0;
+  for (const Run& r : runs) {
+    std::string gpu_lower = r.gpu;
+    for (char& c : gpu_lower) c = std::tolower(c);
+    CliRun imported =
+        Profile({"import", r.file, "--job", "J" + std::to_string(i++), "--gpu-type", r.gpu,
+                 "--instance-type", "gce-" + gpu_lower, "--workers", std::to_string(r.workers),
+                 "--parameter-servers", std::to_string(r.servers)});
+    ASSERT_EQ(imported.code, 0) << r.file << ": " << imported.err;
+    EXPECT_THAT(imported.out, HasSubstr("runs (jobs)"));
+  }
+  CliRun fit = Profile({"fit", "--name", "icac", "--ps-bandwidth", "1000"});
+  ASSERT_EQ(fit.code, 0) << fit.err;
+  EXPECT_THAT(fit.out, ContainsRegex("model variant +shared-ps\n"));
+  EXPECT_THAT(fit.out, ContainsRegex("queueing +yes"));
+  const std::string exported = (dir_ / "icac.json").string();
+  CliRun out = Profile({"export", "icac", "--out", exported});
+  ASSERT_EQ(out.code, 0) << out.err;
+  const std::string catalog = Write("my-gce.json",
+                                    R"({"name": "my-gce", "provider": "gce", "instance_types": [
+        {"name": "gce-k80", "gpu_type": "K80", "gpus": 1, "quota": 8},
+        {"name": "gce-p100", "gpu_type": "P100", "gpus": 1, "quota": 8},
+        {"name": "gce-v100", "gpu_type": "V100", "gpus": 1, "quota": 8}],
+        "parameter_server": {"bandwidth_mb_per_s": 1000}, "pcie_bandwidth_mb_per_s": 10000})");
+  CliRun predicted = Cli({"predict", "--workload", exported, "--catalog", catalog, "--cluster",
+                          "gce-v100=1,gce-p100=1,gce-k80=2", "--iterations", "64000",
+                          "--parameter-servers", "1", "--json"});
+  ASSERT_EQ(predicted.code, 0) << predicted.err;
+  google::protobuf::Struct object;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(predicted.out, &object).ok())
+      << predicted.out;
+  const double time_s = object.fields().at("time_s").number_value();
+  EXPECT_EQ(object.fields().at("normalized_iterations").number_value(), 64000);
+  // 2 K80 + 1 P100 + 1 V100 train faster than 4 K80 alone (3518 s measured) and slower than
+  // 4 V100 (1591 s measured).
+  EXPECT_GT(time_s, 1591);
+  EXPECT_LT(time_s, 3518);
+  // Validation from the same database: fit on some runs, predict the others.
+  CliRun validate = Profile({"validate", "--fit", "J0,J1,J3,J5,J6,J7,J8,J9,J10,J11,J12", "--check",
+                             "J2,J4", "--ps-bandwidth", "1000"});
+  ASSERT_EQ(validate.code, 0) << validate.err;
+  EXPECT_THAT(validate.out, HasSubstr("gce-p100=4, 1 PS"));
+  EXPECT_THAT(validate.out, HasSubstr("MAPE of the time: "));
+  CliRun json = Profile({"validate", "--fit", "J0,J1,J3,J5,J6,J7,J8,J9,J10,J11,J12", "--check",
+                         "J2,J4", "--ps-bandwidth", "1000", "--json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &object).ok()) << json.out;
+  EXPECT_EQ(object.fields().at("clusters").list_value().values_size(), 2);
+  EXPECT_LT(object.fields().at("mape").number_value(), 5);
+}
+
+TEST_F(ProfileCommandTest, ImportFlagsAndValidateSayWhatIsWrong) {
+  const std::string csv = Write("train_data.csv",
+                                "Wall Time,Step,Accuracy,Run\n100,0,0.1,1\n200,1000,0.5,1\n"
+                                "300,2000,0.6,1\n");
+  CliRun both = Profile({"import", csv, "--job", "j", "--batch", "64", "--batch-size", "64"});
+  EXPECT_EQ(both.code, kExitBadInput);
+  EXPECT_THAT(both.err, HasSubstr("--batch and --batch-size"));
+  CliRun imported = Profile({"import", csv, "--job", "j", "--gpu-type", "V100", "--workers", "2",
+                             "--parameter-servers", "2", "--batch-size", "64"});
+  ASSERT_EQ(imported.code, 0) << imported.err;
+  EXPECT_THAT(imported.out, ContainsRegex("runs \\(jobs\\) +1\n"));
+  CliRun cluster = Profile({"import", csv, "--job", "m", "--cluster", "V100=1,K80=2"});
+  ASSERT_EQ(cluster.code, 0) << cluster.err;
+  CliRun ambiguous =
+      Profile({"import", csv, "--job", "m", "--cluster", "V100=1", "--gpu-type", "V100"});
+  EXPECT_EQ(ambiguous.code, kExitBadInput);
+  CliRun variant = Profile({"fit", "--name", "x", "--model-variant", "best"});
+  EXPECT_EQ(variant.code, kExitBadInput);
+  EXPECT_THAT(variant.err, HasSubstr("--model_variant = \"best\""));
+  CliRun no_check = Profile({"validate", "--fit", "j"});
+  EXPECT_EQ(no_check.code, kExitBadInput);
+  EXPECT_THAT(no_check.err, HasSubstr("--check"));
+  CliRun unknown = Profile({"validate", "--fit", "j", "--check", "nope"});
+  EXPECT_EQ(unknown.code, kExitBadInput);
+  EXPECT_THAT(unknown.err, HasSubstr("check_job_ids[0] = \"nope\": no samples stored"));
+  // One run of one size cannot separate compute from the servers' time.
+  CliRun thin = Profile({"validate", "--fit", "j", "--check", "m", "--ps-bandwidth", "1000"});
+  EXPECT_EQ(thin.code, kExitBadInput);
+  EXPECT_THAT(thin.err, HasSubstr("2 or more cluster sizes"));
+}
+
+TEST(ValidateSpeedCommand, EachCmdareFolderAloneMeetsTheTarget) {
+  for (const char* gpu : {"k80", "p100"}) {
+    const std::string dir = DataDir() + "/cmdare/" + gpu;
+    if (!std::filesystem::exists(dir)) GTEST_SKIP() << "CM-DARE data not found under " << dir;
+    CliRun json =
+        Cli({"profile", "validate-speed", "--runs", dir, "--fit-workers", "1,2,4,7", "--json"});
+    ASSERT_EQ(json.code, 0) << json.err;
+    google::protobuf::Struct object;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &object).ok()) << json.out;
+    EXPECT_EQ(object.fields().at("held_out_points").number_value(), 16) << gpu;
+    EXPECT_LE(object.fields().at("overall_mape").number_value(), 5.0) << gpu;
+  }
+  CliRun paper = Cli({"profile", "validate-speed", "--runs", DataDir() + "/cmdare/k80",
+                      "--fit-workers", "1,2,4,7", "--model", "paper"});
+  EXPECT_EQ(paper.code, 0) << paper.err;
+  EXPECT_THAT(paper.out, HasSubstr("comm share c"));
+  CliRun bad = Cli({"profile", "validate-speed", "--runs", DataDir() + "/cmdare/k80",
+                    "--fit-workers", "1,2,4,7", "--model", "best"});
+  EXPECT_EQ(bad.code, kExitBadInput);
+  EXPECT_THAT(bad.err, HasSubstr("--model = \"best\""));
+}
+
+TEST(ProfileCommand, AFailingServiceIsRetriedThenExitsOne) {
   pb::MockProfilerStub stub;
   EXPECT_CALL(stub, ListProfiles(_, _, _))
-      .WillOnce(Return(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
+      .Times(3)
+      .WillRepeatedly(Return(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
   std::ostringstream out, err;
   const Io io{out, err, false};
   auto args = Args::Parse({}, {});

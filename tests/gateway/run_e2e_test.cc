@@ -21,7 +21,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "provisioner/launcher/local_provider.h"
-#include "services/gateway/job_store.h"
+#include "services/gateway/job/job_store.h"
 #include "tests/gateway/cli_runner.h"
 #include "tests/testing/child_process.h"
 
@@ -29,6 +29,10 @@ namespace spotdnn::gateway {
 namespace {
 
 namespace fs = std::filesystem;
+using job::InstanceRecord;
+using job::JobEventRecord;
+using job::JobStore;
+using job::RevocationRecord;
 using testing_util::Child;
 
 class RunEndToEnd : public ::testing::Test {
@@ -99,7 +103,8 @@ class RunEndToEnd : public ::testing::Test {
     ASSERT_NE(store, nullptr);
     for (int i = 0; i < 600; ++i) {
       auto record = store->GetJob(job);
-      if (record.ok() && record->state == "running" && record->iterations_done >= iterations) {
+      if (record.ok() && record->state == job::JobState::kRunning &&
+          record->iterations_done >= iterations) {
         return;
       }
       absl::SleepFor(absl::Milliseconds(100));
@@ -142,7 +147,7 @@ class RunEndToEnd : public ::testing::Test {
     ASSERT_NE(store, nullptr);
     auto record = store->GetJob(job);
     ASSERT_TRUE(record.ok()) << record.status();
-    EXPECT_EQ(record->state, "finished") << record->message;
+    EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
     EXPECT_GE(record->iterations_done, record->target_iterations);
 
     // The notice came through the detector: the event log holds the detector's event for the
@@ -162,7 +167,7 @@ class RunEndToEnd : public ::testing::Test {
     const RevocationRecord& r = revocations->front();
     EXPECT_EQ(r.instance_id, victim);
     EXPECT_EQ(r.kind, "notice");
-    EXPECT_EQ(r.status, "launched") << r.detail;
+    EXPECT_EQ(r.status, job::RevocationStatus::kLaunched) << r.detail;
     EXPECT_GT(r.replanned_ms, 0);
     EXPECT_FALSE(r.replan_json.empty());
     EXPECT_GE(r.cloud_notice_ms, absl::ToUnixMillis(revoked_at_));
@@ -183,10 +188,10 @@ class RunEndToEnd : public ::testing::Test {
         << "the takeover must run before the revoked instance is gone";
     for (const std::string& id : takeover) {
       ASSERT_EQ(by_id.count(id), 1u) << id;
-      EXPECT_EQ(by_id[id].reason, "takeover");
+      EXPECT_EQ(by_id[id].reason, job::LaunchReason::kTakeover);
       EXPECT_LT(by_id[id].launched_ms, r.ended_ms) << id;
     }
-    for (const auto& [id, i] : by_id) EXPECT_EQ(i.state, "ended") << id;
+    for (const auto& [id, i] : by_id) EXPECT_EQ(i.state, job::InstanceStatus::kEnded) << id;
     auto left = provider_->Describe(job);
     ASSERT_TRUE(left.ok());
     for (const auto& i : *left) {
@@ -236,6 +241,31 @@ class RunEndToEnd : public ::testing::Test {
   std::unique_ptr<launcher::LocalProvider> provider_;
   absl::Time revoked_at_;
 };
+
+TEST_F(RunEndToEnd, AnIterationsTargetRunsUntilTheWorkersStepsReachIt) {
+  const fs::path path = dir_ / "e2e-steps.json";
+  std::ofstream(path) << nlohmann::json{{"name", "e2e-steps"},
+                                        {"workload", {{"profile", "resnet110"}}},
+                                        {"slo", {{"iterations", 20}, {"deadline", "30s"}}},
+                                        {"catalog", "aws-spotdnn-prototype"},
+                                        {"provider", {{"name", "local"}}},
+                                        {"commands",
+                                         {{"worker", bin_ + "/spotdnn-sim-worker"},
+                                          {"parameter_server", bin_ + "/spotdnn-sim-worker"}}}}
+                             .dump(2);
+  auto gateway = StartGateway({"run", path.string()}, "steps.log");
+  std::optional<int> code = gateway->Wait(std::chrono::seconds(110));
+  ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
+  EXPECT_EQ(*code, 0);
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  auto record = store->GetJob("e2e-steps");
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
+  EXPECT_EQ(record->target_iterations, 20);  // the SLO's iterations, not a loss's j
+  EXPECT_GE(record->iterations_done, 20);
+  EXPECT_LE(record->predicted_time_s, 30);
+}
 
 TEST_F(RunEndToEnd, RevocationIsTakenOverBeforeTheInstanceGoes) {
   const std::string spec = WriteJob("e2e-revoke");
@@ -303,7 +333,7 @@ TEST_F(RunEndToEnd, KilledGatewayResumesWithoutLaunchingTwice) {
   std::set<std::string> planned_after, all;
   for (const InstanceRecord& i : *instances) {
     EXPECT_TRUE(all.insert(i.id).second) << i.id << " recorded twice";
-    if (i.reason == "plan") planned_after.insert(i.id);
+    if (i.reason == job::LaunchReason::kPlan) planned_after.insert(i.id);
   }
   EXPECT_EQ(planned_after, planned);
   CheckRevocationHandled(job, victim);
@@ -346,7 +376,7 @@ TEST_F(RunEndToEnd, NoCapacityForAPlannedTypeIsReplannedAround) {
   ASSERT_NE(store, nullptr);
   auto record = store->GetJob(job);
   ASSERT_TRUE(record.ok()) << record.status();
-  EXPECT_EQ(record->state, "finished") << record->message;
+  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
   EXPECT_GE(record->iterations_done, record->target_iterations);
   auto events = store->Events(job);
   ASSERT_TRUE(events.ok());
@@ -357,11 +387,11 @@ TEST_F(RunEndToEnd, NoCapacityForAPlannedTypeIsReplannedAround) {
   ASSERT_TRUE(instances.ok());
   std::map<std::string, int> workers;
   for (const InstanceRecord& i : *instances) {
-    if (i.role == "worker") {
+    if (i.role == launcher::Role::kWorker) {
       ++workers[i.instance_type];
-      EXPECT_EQ(i.reason, "capacity") << i.id;
+      EXPECT_EQ(i.reason, job::LaunchReason::kCapacity) << i.id;
     }
-    EXPECT_EQ(i.state, "ended") << i.id;
+    EXPECT_EQ(i.state, job::InstanceStatus::kEnded) << i.id;
   }
   EXPECT_EQ(workers, (std::map<std::string, int>{{"g3.16xlarge", 1}}));
   // The target is the re-plan's (the same loss on the cluster that trains), and it was met.
@@ -396,7 +426,7 @@ TEST_F(RunEndToEnd, WorkersThatNeverReportFailTheJobAfterTheStallTimeout) {
   ASSERT_NE(store, nullptr);
   auto record = store->GetJob(job);
   ASSERT_TRUE(record.ok()) << record.status();
-  EXPECT_EQ(record->state, "failed");
+  EXPECT_EQ(record->state, job::JobState::kFailed);
   EXPECT_THAT(record->message, ::testing::HasSubstr("no worker reported a new iteration for 3s"));
   const fs::path logs = dir_ / "local" / "logs";
   EXPECT_THAT(record->message, ::testing::HasSubstr(logs.string()));

@@ -1,5 +1,5 @@
 // spotdnn watch against a real detector service on 127.0.0.1:0.
-#include "services/gateway/watch_command.h"
+#include "services/gateway/cli/watch_command.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "services/common/server.h"
 #include "services/detector/detector_service.h"
-#include "services/gateway/cli.h"
+#include "services/gateway/cli/cli.h"
 #include "tests/testing/ports.h"
 
 namespace spotdnn::gateway {

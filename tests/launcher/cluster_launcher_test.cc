@@ -43,10 +43,11 @@ TEST_F(ClusterLauncherTest, ReportsExhaustedTypesAndShortfall) {
   fake_.SetCapacity("g4dn.4xlarge", 1);  // 1 of 2
   fake_.SetCapacity("p3.2xlarge", 0);    // none
   absl::StatusOr<ClusterLaunchResult> result = LaunchCluster(
-      *provider_, {.job_id = "job-c",
-                   .command = "python train.py",
-                   .workers = {{"g4dn.4xlarge", 2}, {"p3.2xlarge", 1}, {"g3.4xlarge", 2}},
-                   .parameter_servers = 1});
+      *provider_,
+      {.job_id = "job-c",
+       .command = "python train.py",
+       .parameter_servers = 1,
+       .workers = ConsecutiveGroups({{"g4dn.4xlarge", 2}, {"p3.2xlarge", 1}, {"g3.4xlarge", 2}})});
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_TRUE(result->error.ok()) << result->error;
   EXPECT_FALSE(result->complete());
@@ -92,13 +93,18 @@ TEST_F(ClusterLauncherTest, OtherErrorsStopTheLaunch) {
                 .http_status = 403,
                 .code = "UnauthorizedOperation",
                 .message = "You are not authorized to perform this operation."});
-  absl::StatusOr<ClusterLaunchResult> result = LaunchCluster(
-      *provider_, {.job_id = "job-d", .command = "true", .workers = {{"g4dn.4xlarge", 1}}});
+  absl::StatusOr<ClusterLaunchResult> result =
+      LaunchCluster(*provider_, {.job_id = "job-d",
+                                 .command = "true",
+                                 .parameter_servers = 1,
+                                 .workers = ConsecutiveGroups({{"g4dn.4xlarge", 1}})});
   EXPECT_EQ(result.status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(LaunchCluster(*provider_, {.job_id = "job-d", .workers = {{"g4dn.4xlarge", -1}}})
-                  .status()
-                  .message(),
-              HasSubstr("workers[0] (g4dn.4xlarge) = -1"));
+  EXPECT_THAT(
+      LaunchCluster(*provider_, {.job_id = "job-d",
+                                 .workers = {{.instance_type = "g4dn.4xlarge", .count = -1}}})
+          .status()
+          .message(),
+      HasSubstr("workers[0] (g4dn.4xlarge) = -1"));
 }
 
 TEST(ClientTokenForTest, ShortKeysStayLongOnesAreHashedWithinTheCloudsLimit) {

@@ -14,10 +14,10 @@
 #include <thread>
 
 #include "absl/strings/numbers.h"
-#include "detector/metadata_emulator.h"
-#include "detector/metadata_parsers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "detector/metadata_emulator.h"
+#include "detector/metadata_parsers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -188,6 +188,43 @@ TEST_F(LocalProviderTest, ClusterGetsItsEnvironmentAndRevocationAndTerminate) {
   ASSERT_TRUE(described.ok());
   EXPECT_TRUE(described->empty());
   EXPECT_EQ(provider->Terminate({"i-local-unknown"}).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(LocalProviderTest, ParameterServersGetPortsOfTheirOwnAndTheBinDirIsOnThePath) {
+  LocalProvider::Options options{.state_dir = (dir_ / "state").string(),
+                                 .metadata = metadata_,
+                                 .stop_grace = absl::Seconds(1),
+                                 .bin_dir = (dir_ / "bin").string()};
+  auto provider = LocalProvider::Create(options);
+  ASSERT_TRUE(provider.ok()) << provider.status();
+  LaunchRequest request = Request(Role::kParameterServer, 2);
+  request.ps_addresses.clear();  // the provider picks the ports
+  request.command = absl::StrCat("echo \"SPOTDNN_PATH=$PATH\" > '", (dir_ / "out").string(),
+                                 "'/$SPOTDNN_INSTANCE_ID.path; ", EnvThenSleep());
+  absl::StatusOr<LaunchResult> ps = (*provider)->Launch(request);
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  ASSERT_THAT(ps->instances, SizeIs(2));
+  const std::string a = ps->instances[0].service_address;
+  const std::string b = ps->instances[1].service_address;
+  EXPECT_THAT(a, ::testing::StartsWith("127.0.0.1:"));
+  EXPECT_THAT(b, ::testing::StartsWith("127.0.0.1:"));
+  EXPECT_NE(a, b);
+  for (const Instance& instance : ps->instances) {
+    const std::string env_file = (dir_ / "out" / (instance.id + ".env")).string();
+    ASSERT_TRUE(Eventually([&] { return fs::exists(env_file); })) << env_file;
+    std::map<std::string, std::string> env = ReadEnv(env_file);
+    EXPECT_EQ(env["SPOTDNN_PS_ADDRESSES"], absl::StrCat(a, ",", b));
+    EXPECT_EQ(absl::StrCat("127.0.0.1:", env["SPOTDNN_PS_PORT"]), instance.service_address);
+    std::map<std::string, std::string> path =
+        ReadEnv((dir_ / "out" / (instance.id + ".path")).string());
+    EXPECT_THAT(path["SPOTDNN_PATH"], ::testing::StartsWith((dir_ / "bin").string() + ":"));
+  }
+  // A relaunch with the same token answers the same servers, at the same addresses.
+  absl::StatusOr<LaunchResult> again = (*provider)->Launch(request);
+  ASSERT_TRUE(again.ok());
+  ASSERT_THAT(again->instances, SizeIs(2));
+  EXPECT_EQ(again->instances[0].service_address, a);
+  EXPECT_EQ((*provider)->OutputLocation(), (dir_ / "state" / "logs").string());
 }
 
 TEST_F(LocalProviderTest, SameClientTokenDoesNotLaunchTwice) {

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -74,6 +75,43 @@ TEST_F(ImportRootsTest, ReadsFilesAndFoldersUnderTheRoot) {
   EXPECT_EQ(folder->files, 1);
   EXPECT_EQ(folder->samples.size(), 2u);
   EXPECT_EQ(folder->samples[0].job_id, "j/runs/r1worker2");
+}
+
+// The vm_data.csv beside a checkpoint export is read as the logs are: not through a link, and
+// from the import's byte budget.
+TEST_F(ImportRootsTest, ReadsTheVmListBesideALogAsItReadsLogs) {
+  const fs::path runs = root_ / "export";
+  fs::create_directories(runs);
+  Write(runs / "train_data.csv",
+        "Wall Time,Step,Accuracy,Run\n1000,0,0.1,1\n1100,4000,0.5,1\n2000,0,0.1,2\n"
+        "2100,4000,0.5,2\n");
+  // Outside the root, a list that would leave run 1 out; linked in as vm_data.csv.
+  Write(base_ / "vm_data.csv", "VM_name,Uptime,Revoked\nx-run1-worker-1,10,Revoked\n");
+  fs::create_symlink(base_ / "vm_data.csv", runs / "vm_data.csv");
+  auto jobs_of = [](const ImportResult& r) {
+    std::set<std::string> jobs;
+    for (const Sample& s : r.samples) jobs.insert(s.job_id);
+    return jobs;
+  };
+  auto linked = Import((runs / "train_data.csv").string());
+  ASSERT_TRUE(linked.ok()) << linked.status();
+  EXPECT_EQ(jobs_of(*linked), (std::set<std::string>{"j/run-1", "j/run-2"}));
+  auto folder = Import(runs.string());
+  ASSERT_TRUE(folder.ok()) << folder.status();
+  EXPECT_EQ(jobs_of(*folder), (std::set<std::string>{"j/run-1", "j/run-2"}));
+  EXPECT_EQ(folder->files, 1);  // the link is not a file of the folder either
+  // The same list as a regular file beside the log is read.
+  fs::remove(runs / "vm_data.csv");
+  Write(runs / "vm_data.csv", "VM_name,Uptime,Revoked\nx-run1-worker-1,10,Revoked\n");
+  auto listed = Import((runs / "train_data.csv").string());
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(jobs_of(*listed), (std::set<std::string>{"j/run-2"}));
+  // And counts against the budget: a list bigger than it is refused.
+  Write(runs / "vm_data.csv", "VM_name,Uptime,Revoked\n" + std::string(4096, '#') + "\n");
+  auto big = Import((runs / "train_data.csv").string(), 1024);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(big.status().message(), HasSubstr("vm_data.csv"));
+  EXPECT_THAT(big.status().message(), HasSubstr("import limit"));
 }
 
 TEST_F(ImportRootsTest, RefusesPathsOutsideTheRoots) {

@@ -1,16 +1,20 @@
 // The log importers on real CM-DARE exports and on hand-made broken files.
 #include "profiler/importers.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "profiler/cluster_fit.h"
 #include "profiler/fitting.h"
 
 namespace spotdnn::profiler {
@@ -257,6 +261,203 @@ TEST(RunFolderName, SplitsSeriesAndWorkers) {
   EXPECT_FALSE(ParseRunFolderName("single_worker", &series, &workers));
   EXPECT_FALSE(ParseRunFolderName("worker3", &series, &workers));
   EXPECT_FALSE(ParseRunFolderName("resworker0", &series, &workers));
+}
+
+// ---- Checkpoint exports: Wall Time,Step,SCALAR[,Zone][,Run] ----
+
+std::string IcacDir() { return DataDir() + "/icac2019"; }
+
+#define SKIP_WITHOUT_ICAC()                                                                   \
+  if (!std::filesystem::exists(IcacDir())) {                                                  \
+    GTEST_SKIP() << "ICAC 2019 data not found at " << IcacDir() << " (set SPOTDNN_DATA_DIR)"; \
+  }
+
+TEST(CheckpointImport, SplitsRunsAndTakesTheSpeedFromStepsAndWallTimes) {
+  const std::string csv =
+      "Wall Time,Step,Accuracy,Zone,Run\r\n"
+      "1000,0,0.1,us-east1-c,1\r\n"
+      "1100,4000,0.5,us-east1-c,1\r\n"
+      "1300,8000,0.7,us-east1-c,1\r\n"
+      "5000,0,0.1,us-west1-b,1\r\n"
+      "5200,4000,0.6,us-west1-b,1\r\n";
+  auto result = ImportText(
+      csv, "train_data.csv",
+      {.job_id = "k80-2", .gpu_type = "K80", .cluster_workers = 2, .parameter_servers = 1});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->skipped, 0u);
+  ASSERT_EQ(result->samples.size(), 5u);
+  const Sample& first = result->samples[0];
+  EXPECT_EQ(first.job_id, "k80-2/us-east1-c/run-1");
+  EXPECT_EQ(result->samples[3].job_id, "k80-2/us-west1-b/run-1");
+  EXPECT_EQ(first.gpu_type, "K80");
+  EXPECT_EQ(first.cluster_workers, 2);
+  EXPECT_EQ(first.parameter_servers, 1);
+  EXPECT_DOUBLE_EQ(first.accuracy, 0.1);
+  EXPECT_EQ(first.cluster_steps_per_s, 0);  // no speed before the second checkpoint
+  EXPECT_DOUBLE_EQ(result->samples[1].cluster_steps_per_s, 40);
+  EXPECT_DOUBLE_EQ(result->samples[2].cluster_steps_per_s, 20);
+  EXPECT_DOUBLE_EQ(result->samples[2].accuracy, 0.7);
+  // The run's speed is its span: 8000 steps in 300 s.
+  const RunSet runs = RunsFromSamples(result->samples);
+  ASSERT_EQ(runs.runs.size(), 2u);
+  EXPECT_NEAR(runs.runs[0].steps_per_s, 8000.0 / 300, 1e-12);
+  // Without a Run column the file is one run of the given job; a Loss column is kept too.
+  auto one = ImportText("Wall Time,Step,Loss\n10,0,2.5\n20,100,2.0\n", "x.csv", {.job_id = "j"});
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->samples.size(), 2u);
+  EXPECT_EQ(one->samples[0].job_id, "j");
+  EXPECT_DOUBLE_EQ(one->samples[1].loss, 2.0);
+}
+
+TEST(CheckpointImport, ReportsFilesWithoutAUsableSpeedWithFileAndLine) {
+  const std::string csv =
+      "Wall Time,Step,Accuracy,Run\n"
+      "100,0,0.1,1\n"  // run 1: one checkpoint only
+      "200,0,0.1,2\n"  // run 2: a restart at line 5, wall time back at line 6
+      "300,4000,0.5,2\n"
+      "400,0,0.1,2\n"
+      "350,4500,0.5,2\n"
+      "500,4000,0.6,2\n"
+      "600,x,0.6,2\n";
+  auto result = ImportText(csv, "runs.csv", {.job_id = "j"});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(result->errors,
+              ElementsAre(HasSubstr("runs.csv:8: Step = \"x\": not a number"),
+                          HasSubstr("runs.csv:2: run 1 has 1 usable checkpoint(s): a speed needs "
+                                    "at least two"),
+                          HasSubstr("runs.csv:5: Step 0 does not increase (line 4 has step 4000): "
+                                    "run 2 restarted here; its 2 earlier checkpoint(s) are left "
+                                    "out"),
+                          HasSubstr("runs.csv:6: Wall Time 350.000000 goes backwards")));
+  ASSERT_EQ(result->samples.size(), 2u);  // run 2 from its restart: lines 5 and 7
+  EXPECT_EQ(result->samples[0].job_id, "j/run-2");
+  EXPECT_DOUBLE_EQ(result->samples[1].cluster_steps_per_s, 40);
+  // With --stop-on-error the first problem stops the import.
+  auto strict = ImportText(csv, "runs.csv", {.job_id = "j", .stop_on_error = true});
+  EXPECT_EQ(strict.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(strict.status().message(), HasSubstr("runs.csv:8:"));
+}
+
+TEST(CheckpointImport, AGivenValueTheFileContradictsIsAnErrorNamingBoth) {
+  auto csv = ImportText("step,wall_time_s,gpu_type\n1,10,P100\n", "x.csv",
+                        {.job_id = "j", .gpu_type = "V100"});
+  ASSERT_TRUE(csv.ok());
+  EXPECT_THAT(csv->errors, ElementsAre("x.csv:2: given gpu_type = V100 contradicts the file's "
+                                       "gpu_type = P100"));
+  // A run folder's name says the workers, servers and GPU of its runs.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("spotdnn-import-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir / "2ps4k");
+  std::ofstream(dir / "2ps4k" / "train_data.csv")
+      << "Wall Time,Step,Accuracy,Run\n0,0,0.1,1\n100,2000,0.4,1\n";
+  auto fine = ImportPath((dir / "2ps4k" / "train_data.csv").string(), {.job_id = "k"});
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  ASSERT_EQ(fine->samples.size(), 2u);
+  EXPECT_EQ(fine->samples[0].cluster_workers, 4);
+  EXPECT_EQ(fine->samples[0].parameter_servers, 2);
+  EXPECT_EQ(fine->samples[0].gpu_type, "K80");
+  auto wrong = ImportPath((dir / "2ps4k" / "train_data.csv").string(),
+                          {.job_id = "k", .cluster_workers = 8});
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong.status().message(),
+              HasSubstr("given cluster_workers = 8 contradicts the run folder \"2ps4k\" (4 "
+                        "workers)"));
+  auto gpu = ImportPath(dir.string(), {.job_id = "k", .gpu_type = "V100"});
+  EXPECT_THAT(gpu.status().message(), HasSubstr("given gpu_type = V100 contradicts"));
+  std::filesystem::remove_all(dir);
+  FolderContext context;
+  EXPECT_TRUE(ParseFolderContext("1ps8v", &context));
+  EXPECT_EQ(context.gpu_type, "V100");
+  EXPECT_FALSE(ParseFolderContext("1ps_k80", &context));
+  EXPECT_FALSE(ParseFolderContext("experiment_1ps_vs_2ps", &context));
+}
+
+TEST(CheckpointImport, RealFilesSplitIntoRunsAndRestartsAreHandled) {
+  SKIP_WITHOUT_ICAC();
+  auto v100 = ImportPath(IcacDir() + "/experiment_1ps_vs_2ps/1ps4v/train_data.csv",
+                         {.job_id = "v100-4", .instance_type = "gce-v100"});
+  ASSERT_TRUE(v100.ok()) << v100.status();
+  EXPECT_EQ(v100->skipped, 0u);
+  EXPECT_EQ(v100->samples.size(), 85u);  // 5 runs of 17 checkpoints
+  EXPECT_EQ(v100->samples.back().job_id, "v100-4/run-5");
+  EXPECT_EQ(v100->samples.back().cluster_workers, 4);  // from the folder's name
+  EXPECT_EQ(v100->samples.back().gpu_type, "V100");
+  const RunSet runs = RunsFromSamples(v100->samples);
+  ASSERT_EQ(runs.runs.size(), 5u);
+  // The speed matches the run's Duration in train_data_processed.csv: 64004 steps in 1590.78 s.
+  EXPECT_NEAR(runs.runs[0].steps_per_s, 64004 / 1590.776843, 1e-3);
+  EXPECT_NEAR(runs.runs[0].duration_s, 1590.776843, 0.01);
+  // 2ps5k run 1 restarted from step 0: its Duration (2691 s) counts from the restart.
+  auto k80 =
+      ImportPath(IcacDir() + "/experiment_1ps_vs_2ps/2ps5k/train_data.csv", {.job_id = "k80-5"});
+  ASSERT_TRUE(k80.ok());
+  EXPECT_EQ(k80->skipped, 1u);
+  ASSERT_EQ(k80->errors.size(), 1u);
+  EXPECT_THAT(k80->errors[0], HasSubstr("2ps5k/train_data.csv:3: Step 0 does not increase"));
+  EXPECT_NEAR(RunsFromSamples(k80->samples).runs[0].duration_s, 2691, 1e-9);
+}
+
+TEST(CheckpointImport, RunsThatLostAWorkerAreLeftOutAndSideFilesAreNotSamples) {
+  SKIP_WITHOUT_ICAC();
+  auto spot = ImportPath(IcacDir() + "/k80_spot/2-spot",
+                         {.job_id = "spot", .gpu_type = "K80", .cluster_workers = 2});
+  ASSERT_TRUE(spot.ok()) << spot.status();
+  EXPECT_EQ(spot->files, 5);
+  std::set<std::string> jobs;
+  for (const Sample& s : spot->samples) jobs.insert(s.job_id);
+  EXPECT_EQ(jobs.size(), 26u);  // 32 runs, 6 lost their worker mid-run
+  EXPECT_EQ(jobs.count("spot/us-east1-c/run-3"), 0u);
+  EXPECT_EQ(jobs.count("spot/us-east1-c/run-2"), 1u);
+  int left_out = 0, side = 0;
+  for (const std::string& n : spot->notes) {
+    left_out += n.find("was revoked mid-run") != std::string::npos;
+    side += n.find("not samples") != std::string::npos;
+  }
+  EXPECT_EQ(left_out, 6);
+  EXPECT_EQ(side, 4);  // agg_data, cost, train_data_processed, vm_data
+  EXPECT_EQ(RunsWithRevokedVms("VM_name,Uptime,Revoked\nx-run4-worker-1,10,Revoked\n"
+                               "x-run5-master,9,Manually stopped due to revoked master\n",
+                               "vm.csv")
+                .size(),
+            1u);
+}
+
+TEST(Composition, ParsesAndPrintsTypeCounts) {
+  auto c = ParseComposition("gce-v100=1, gce-k80=2");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(CompositionText(*c), "gce-k80=2,gce-v100=1");
+  EXPECT_EQ(ParseComposition("a=0").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ParseComposition("a=1,a=2").status().message(), HasSubstr("more than once"));
+  Sample s;
+  s.job_id = "j";
+  s.wall_time_s = 1;
+  s.cluster = "a=1,b=2";
+  s.cluster_workers = 4;
+  EXPECT_THAT(ValidateSample(s).message(), HasSubstr("cluster_workers = 4"));
+}
+
+// Compositions, and the sample fields issue 13 added, are bounded like the others.
+TEST(Composition, IsBoundedInWorkersTypesAndBytes) {
+  EXPECT_TRUE(ParseComposition("a=100000").ok());
+  EXPECT_THAT(ParseComposition("a=100001").status().message(),
+              HasSubstr("is not TYPE=N with N in [1, 100000]"));
+  EXPECT_THAT(ParseComposition("a=60000,b=60000").status().message(),
+              HasSubstr("more than 100000 workers in all"));
+  EXPECT_THAT(ParseComposition(std::string(300, 't') + "=1").status().message(),
+              HasSubstr("type = \"tttt"));
+  Sample s;
+  s.job_id = "j";
+  s.wall_time_s = 1;
+  s.parameter_servers = 1000;
+  EXPECT_TRUE(ValidateSample(s).ok());
+  s.parameter_servers = 1001;
+  EXPECT_EQ(ValidateSample(s).message(), "parameter_servers = 1001: must be at most 1000");
+  s.parameter_servers = 1;
+  s.cluster = std::string(1025, 'c');
+  EXPECT_THAT(ValidateSample(s).message(), HasSubstr("(1025 bytes): longer than 1024 bytes"));
+  s.cluster = "";
+  s.accuracy = -1;
+  EXPECT_EQ(ValidateSample(s).message(), "accuracy = -1: must not be negative");
 }
 
 }  // namespace

@@ -179,6 +179,64 @@ TEST_F(ProfileStoreTest, ConcurrentWritersOnTheSameFileLoseNothing) {
   EXPECT_EQ(first->GetProfile("shared")->version, kWriters * kBatches);
 }
 
+TEST_F(ProfileStoreTest, NewSampleFieldsRoundTripAndAJobNamesItsRuns) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Sample s = MakeSample("icac/v100-4/run-1", 0);
+  s.accuracy = 0.92;
+  s.parameter_servers = 2;
+  s.cluster = "gce-k80=2,gce-v100=1";
+  s.cluster_workers = 3;
+  Sample other = MakeSample("icac/v100-4/run-2", 0);
+  Sample unrelated = MakeSample("icac-other", 0);
+  Sample lookalike = MakeSample("icac/v100-40/run-1", 0);
+  ASSERT_TRUE(store->AddSamples({s, other, unrelated, lookalike}, "test").ok());
+  auto runs = store->LoadSamples({"icac/v100-4"});
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  ASSERT_EQ(runs->size(), 2u);  // its two runs, not "icac-other" or "icac/v100-40"
+  EXPECT_DOUBLE_EQ((*runs)[0].accuracy, 0.92);
+  EXPECT_EQ((*runs)[0].parameter_servers, 2);
+  EXPECT_EQ((*runs)[0].cluster, "gce-k80=2,gce-v100=1");
+  // Naming a job and one of its runs reads the run once.
+  auto both = store->LoadSamples({"icac", "icac/v100-4/run-1"});
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->size(), 3u);
+}
+
+TEST_F(ProfileStoreTest, ADatabaseFromBeforeTheNewColumnsIsMigrated) {
+  std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+  {
+    // The samples table as the first release made it.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    const char* schema =
+        "CREATE TABLE runs (job_id TEXT PRIMARY KEY, source TEXT NOT NULL, created_unix_s REAL "
+        "NOT NULL);"
+        "CREATE TABLE samples (job_id TEXT NOT NULL, worker_id TEXT NOT NULL, instance_type "
+        "TEXT NOT NULL, gpu_type TEXT NOT NULL, gpus INTEGER NOT NULL, batch_size INTEGER NOT "
+        "NULL, step INTEGER NOT NULL, wall_time_s REAL NOT NULL, iteration_time_s REAL NOT "
+        "NULL, loss REAL NOT NULL, bytes_sent INTEGER NOT NULL, bytes_received INTEGER NOT "
+        "NULL, gpu_memory_gib REAL NOT NULL, cluster_workers INTEGER NOT NULL, "
+        "communication_time_s REAL NOT NULL, cluster_steps_per_s REAL NOT NULL);"
+        "INSERT INTO runs VALUES ('old', 'x', 0);"
+        "INSERT INTO samples VALUES ('old', 'w', 'p3.2xlarge', 'V100', 1, 64, 5, 1.0, 0.5, 2.0, "
+        "0, 0, 0, 1, 0, 0);";
+    ASSERT_EQ(sqlite3_exec(db, schema, nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Sample s = MakeSample("new", 1);
+  s.parameter_servers = 2;
+  ASSERT_TRUE(store->AddSamples({s}, "test").ok());
+  auto all = store->LoadSamples({});
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].job_id, "old");
+  EXPECT_EQ((*all)[0].parameter_servers, 0);
+  EXPECT_EQ((*all)[1].parameter_servers, 2);
+}
+
 TEST_F(ProfileStoreTest, OpenNamesAnUnusablePath) {
   auto store = ProfileStore::Open("/proc/no-such-dir/x.db");
   EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);
@@ -294,6 +352,145 @@ TEST_F(ProfileStoreTest, RefusesIdsLongerThanTheLimitQuotingAPrefix) {
   EXPECT_THAT(status.message(), HasSubstr("(10485760 bytes): longer than 256 bytes"));
   EXPECT_LT(status.message().size(), 200u);
   EXPECT_EQ(*store->CountSamples(), 0);
+}
+
+}  // namespace
+}  // namespace spotdnn::profiler
+
+namespace spotdnn::profiler {
+namespace {
+
+// CountSamples counts what LoadSamples reads: a job with its runs ("J/..."), each sample once
+// however the ids overlap, and nothing of a job that only looks alike ("J-x", "J0", "J2").
+TEST_F(ProfileStoreTest, CountSamplesCountsAJobWithItsRunsOnce) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::vector<Sample> batch;
+  for (const char* job : {"J", "J/run-1", "J/zone/run-2", "J/", "J-x", "J0", "J2", "K/run-1"}) {
+    for (int step = 1; step <= 3; ++step) batch.push_back(MakeSample(job, step));
+    batch.push_back(MakeSample(job, 0));  // and one without a step
+  }
+  ASSERT_TRUE(store->AddSamples(batch, "t").ok());
+  for (const std::vector<std::string>& ids : std::vector<std::vector<std::string>>{
+           {"J"},
+           {"J/run-1"},
+           {"J", "J/run-1"},
+           {"J/zone/run-2", "J", "J"},
+           {"J/zone", "J/zone/run-2"},
+           {"J-x", "J0", "K"},
+           {"nosuch"},
+           {}}) {
+    auto loaded = store->LoadSamples(ids);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    auto counted = store->CountSamples(ids);
+    ASSERT_TRUE(counted.ok()) << counted.status();
+    EXPECT_EQ(*counted, static_cast<std::int64_t>(loaded->size()))
+        << "ids: " << (ids.empty() ? "(all)" : ids[0]);
+  }
+  EXPECT_EQ(*store->CountSamples(std::vector<std::string>{"J"}), 16);  // J, J/, J/run-1, J/zone/…
+  EXPECT_EQ(*store->CountSamples(std::vector<std::string>{"K"}), 4);
+  EXPECT_EQ(*store->CountSamples(), 32);
+}
+
+// A database made by the store before the added columns were in the sample key (its key on all
+// fields of a sample without a step, "samples_without_step", lacked accuracy, parameter_servers
+// and cluster) gets the key on every field: two such samples differing only in a new field are two.
+TEST_F(ProfileStoreTest, ADatabaseWithTheEarlierFieldKeyGetsTheNewOne) {
+  std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    const char* schema = R"sql(
+      CREATE TABLE runs (job_id TEXT PRIMARY KEY, source TEXT NOT NULL,
+        created_unix_s REAL NOT NULL);
+      CREATE TABLE samples (job_id TEXT NOT NULL, worker_id TEXT NOT NULL, instance_type TEXT NOT
+        NULL, gpu_type TEXT NOT NULL, gpus INTEGER NOT NULL, batch_size INTEGER NOT NULL, step
+        INTEGER NOT NULL, wall_time_s REAL NOT NULL, iteration_time_s REAL NOT NULL, loss REAL NOT
+        NULL, bytes_sent INTEGER NOT NULL, bytes_received INTEGER NOT NULL, gpu_memory_gib REAL NOT
+        NULL, cluster_workers INTEGER NOT NULL, communication_time_s REAL NOT NULL,
+        cluster_steps_per_s REAL NOT NULL);
+      CREATE UNIQUE INDEX samples_by_key ON samples (job_id, worker_id, step) WHERE step > 0;
+      CREATE UNIQUE INDEX samples_without_step ON samples (job_id, worker_id, instance_type,
+        gpu_type, gpus, batch_size, wall_time_s, iteration_time_s, loss, bytes_sent,
+        bytes_received, gpu_memory_gib, cluster_workers, communication_time_s,
+        cluster_steps_per_s) WHERE step = 0;
+      INSERT INTO runs VALUES ('j', 'grpc', 0);
+      INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 0, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
+    )sql";
+    ASSERT_EQ(sqlite3_exec(db, schema, nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Sample a = MakeSample("j", 0);
+  a.accuracy = 0.5;
+  Sample b = a;
+  b.accuracy = 0.75;
+  EXPECT_EQ(*store->AddSamples(std::vector<Sample>{a, b}, "t"), 2u);
+  EXPECT_EQ(*store->AddSamples(std::vector<Sample>{a, b}, "t"), 0u);  // a resend
+  EXPECT_EQ(*store->CountSamples(), 3);
+  store.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  std::set<std::string> indexes;
+  sqlite3_stmt* q = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type = 'index'", -1, &q,
+                               nullptr),
+            SQLITE_OK);
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    indexes.insert(reinterpret_cast<const char*>(sqlite3_column_text(q, 0)));
+  }
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  EXPECT_TRUE(indexes.count("samples_by_fields"));
+  EXPECT_TRUE(indexes.count("samples_by_key"));
+  EXPECT_FALSE(indexes.count("samples_without_step"));
+}
+
+// A database with the added columns but no keys yet (as main's store made it) loses its
+// duplicate steps on open, the first kept.
+TEST_F(ProfileStoreTest, ADatabaseWithTheNewColumnsButNoKeyLosesItsDuplicates) {
+  std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    const char* schema = R"sql(
+      CREATE TABLE runs (job_id TEXT PRIMARY KEY, source TEXT NOT NULL,
+        created_unix_s REAL NOT NULL);
+      CREATE TABLE samples (job_id TEXT NOT NULL, worker_id TEXT NOT NULL, instance_type TEXT NOT
+        NULL, gpu_type TEXT NOT NULL, gpus INTEGER NOT NULL, batch_size INTEGER NOT NULL, step
+        INTEGER NOT NULL, wall_time_s REAL NOT NULL, iteration_time_s REAL NOT NULL, loss REAL NOT
+        NULL, bytes_sent INTEGER NOT NULL, bytes_received INTEGER NOT NULL, gpu_memory_gib REAL NOT
+        NULL, cluster_workers INTEGER NOT NULL, communication_time_s REAL NOT NULL,
+        cluster_steps_per_s REAL NOT NULL, accuracy REAL NOT NULL DEFAULT 0, parameter_servers
+        INTEGER NOT NULL DEFAULT 0, cluster TEXT NOT NULL DEFAULT '');
+      CREATE INDEX samples_by_job ON samples (job_id);
+      INSERT INTO runs VALUES ('j', 'grpc', 0);
+      INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 7, 1, 1, 1.5, 0, 0, 0, 1, 0, 0, 0.25,
+        2, 'a=1');
+      INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 7, 1, 1, 2.5, 0, 0, 0, 1, 0, 0, 0.5,
+        2, 'a=1');
+      INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 0, 1, 1, 1.5, 0, 0, 0, 1, 0, 0, 0.25,
+        2, 'a=1');
+      INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 0, 1, 1, 1.5, 0, 0, 0, 1, 0, 0, 0.5,
+        2, 'a=1');
+    )sql";
+    ASSERT_EQ(sqlite3_exec(db, schema, nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  auto loaded = store->LoadSamples(std::vector<std::string>{"j"});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->size(), 3u);  // step 7 once; the two step-0 rows differ in accuracy
+  EXPECT_EQ((*loaded)[0].step, 7);
+  EXPECT_DOUBLE_EQ((*loaded)[0].accuracy, 0.25);  // the first kept
+  EXPECT_EQ((*loaded)[0].cluster, "a=1");
+  Sample resend = MakeSample("j", 7);
+  resend.worker_id = "w";
+  EXPECT_EQ(*store->AddSamples(std::vector<Sample>{resend}, "t"), 0u);
 }
 
 }  // namespace

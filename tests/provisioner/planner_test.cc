@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -198,6 +199,156 @@ TEST(ExactVsExhaustive, SameFrontierOnRandomInstances) {
       EXPECT_LT((*exact)[p].cost_usd, (*exact)[p - 1].cost_usd);
     }
   }
+}
+
+// A random small shared-ps instance with a loss, iterations or samples target.
+RandomInstance MakeRandomSharedPs(std::mt19937& rng) {
+  auto uniform = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
+  auto integer = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  while (true) {
+    InstanceCatalog c;
+    c.name = "random";
+    const int types = integer(1, 4);
+    for (int k = 0; k < types; ++k) {
+      const double spot = uniform(0.1, 3);
+      c.types.push_back({"t" + std::to_string(k), "G" + std::to_string(k), integer(1, 2),
+                         uniform(4, 32), spot, spot * uniform(1.5, 4), integer(0, 4)});
+    }
+    c.parameter_server = {.instance_type = "ps",
+                          .bandwidth_mb_per_s = uniform(200, 2000),
+                          .spot_price_per_hour = uniform(0, 0.3),
+                          .on_demand_price_per_hour = uniform(0, 0.5)};
+    c.pcie_bandwidth_mb_per_s = 10000;
+    WorkloadProfile p;
+    p.name = "random-shared-ps";
+    p.variant = predictor::ModelVariant::kSharedPs;
+    p.parameter_size_mb = uniform(2, 50);
+    p.required_bandwidth_mb_per_s = 1000;
+    p.shared_ps = predictor::SharedPsModel{.queueing = uniform(0, 1.5)};
+    for (int k = 0; k < types; ++k) {
+      ComputeProfile cp;
+      cp.gpu_type = c.types[k].gpu_type;
+      cp.batch_per_gpu = 1 << integer(5, 9);
+      cp.compute_time_s = uniform(0.02, 0.5);
+      p.compute.push_back(cp);
+    }
+    const int kind = integer(0, 2);
+    if (kind == 0) {
+      const double g2 = uniform(-0.3, 0.05);
+      p.loss = predictor::LossModel{.g1 = uniform(0, 1500),
+                                    .g2 = g2,
+                                    .g3 = std::max(0.0, -g2) * 32 * 1024 + uniform(50, 3000),
+                                    .g4 = uniform(0, 2),
+                                    .g5 = uniform(0, 1)};
+    }
+    auto model = PerformanceModel::Create(p, c, {.require_loss_model = kind == 0});
+    if (!model.ok()) continue;
+    const predictor::Target target =
+        kind == 0   ? predictor::Target::Loss(p.loss->g5 + uniform(0.05, 3))
+        : kind == 1 ? predictor::Target::Iterations(std::round(uniform(1000, 100000)))
+                    : predictor::Target::Samples(uniform(1e5, 1e7));
+    PlanProblem problem = DefaultProblem(*model, target);
+    for (int k = 0; k < types; ++k) {
+      if (integer(0, 4) == 0 && problem.max_counts[k] > 0) {
+        problem.min_counts[k] = integer(0, problem.max_counts[k]);
+      }
+    }
+    problem.on_demand = integer(0, 3) == 0;
+    if (integer(0, 3) == 0) problem.overhead_s = uniform(0, 60);
+    problem.parameter_servers = integer(1, 3);
+    std::vector<int> probe(types);
+    for (int k = 0; k < types; ++k) {
+      probe[k] = integer(problem.min_counts[k], problem.max_counts[k]);
+    }
+    Candidate reference;
+    const bool scored = Score(*model, problem, probe, reference);
+    const double scale = uniform(0.3, 1.5);
+    if (integer(0, 2) == 0) {
+      problem.objective = Objective::kMinTime;
+      problem.budget_usd = scored ? reference.cost_usd * scale : uniform(0.01, 10);
+    } else {
+      problem.deadline_s = scored ? reference.time_s * scale : uniform(10, 10000);
+    }
+    return {*std::move(model), problem};
+  }
+}
+
+TEST(ExactVsExhaustive, SameOptimumForTheSharedPsVariantAndEveryTargetKind) {
+  std::mt19937 rng(13);
+  int feasible = 0, infeasible = 0;
+  std::map<predictor::Target::Kind, int> kinds;
+  for (int i = 0; i < 900; ++i) {
+    RandomInstance r = MakeRandomSharedPs(rng);
+    ++kinds[r.problem.target_kind];
+    const PlanResult exact = SolveExact(r.model, r.problem);
+    auto exhaustive = SolveExhaustive(r.model, r.problem);
+    ASSERT_TRUE(exhaustive.ok()) << exhaustive.status();
+    ASSERT_EQ(exact.feasible, exhaustive->feasible) << "instance " << i;
+    if (!exact.feasible) {
+      ++infeasible;
+      continue;
+    }
+    ++feasible;
+    const bool by_cost = r.problem.objective == Objective::kMinCost;
+    const double got = by_cost ? exact.best.cost_usd : exact.best.time_s;
+    const double want = by_cost ? exhaustive->best.cost_usd : exhaustive->best.time_s;
+    ASSERT_LE(std::abs(got - want), 1e-9 * std::abs(want)) << "instance " << i;
+    if (r.problem.target_kind == predictor::Target::Kind::kIterations) {
+      EXPECT_EQ(exact.best.estimate.normalized_iterations, r.problem.target_amount);
+    }
+    auto front = Frontier(r.model, r.problem, Strategy::kExact);
+    auto reference = Frontier(r.model, r.problem, Strategy::kExhaustive);
+    ASSERT_TRUE(front.ok() && reference.ok());
+    ASSERT_EQ(front->size(), reference->size()) << "instance " << i;
+  }
+  EXPECT_GT(feasible, 200);
+  EXPECT_GT(infeasible, 50);
+  EXPECT_GT(kinds[predictor::Target::Kind::kSamples], 200);
+}
+
+TEST(Replan, AnIterationsTargetPlansWhatIsLeft) {
+  InstanceCatalog c;
+  c.name = "gce";
+  c.types = {{"k80", "K80", 1, 12, 0.2556, 0.723, 8}, {"v100", "V100", 1, 16, 0.861, 2.753, 8}};
+  c.parameter_server = {.instance_type = "ps", .bandwidth_mb_per_s = 1000};
+  c.pcie_bandwidth_mb_per_s = 10000;
+  WorkloadProfile p;
+  p.name = "resnet";
+  p.variant = predictor::ModelVariant::kSharedPs;
+  p.parameter_size_mb = 10.7;
+  p.required_bandwidth_mb_per_s = 1000;
+  p.shared_ps = predictor::SharedPsModel{.queueing = 0.22};
+  p.compute = {{.gpu_type = "K80", .batch_per_gpu = 128, .compute_time_s = 0.196},
+               {.gpu_type = "V100", .batch_per_gpu = 128, .compute_time_s = 0.047}};
+  auto model = PerformanceModel::Create(p, c, {.require_loss_model = false});
+  ASSERT_TRUE(model.ok()) << model.status();
+  PlanProblem problem = DefaultProblem(*model, predictor::Target::Iterations(64000), 2400);
+  problem.min_counts = {0, 2};  // two V100 survive
+  auto replan = Replan(*model, problem,
+                       {.elapsed_s = 600, .iterations_done = 24000, .cluster_before = {0, 3}});
+  ASSERT_TRUE(replan.ok()) << replan.status();
+  ASSERT_TRUE(replan->feasible);
+  EXPECT_EQ(replan->remaining_amount, 40000);
+  EXPECT_EQ(replan->plan.estimate.normalized_iterations, 40000);
+  EXPECT_LE(replan->plan.time_s, 1800);
+  // Epochs: the iterations done trained b_w samples each.
+  PlanProblem epochs = DefaultProblem(*model, predictor::Target::Samples(100 * 50000.0), 2400);
+  epochs.min_counts = {0, 2};
+  auto by_epochs = Replan(*model, epochs,
+                          {.elapsed_s = 600, .iterations_done = 10000, .cluster_before = {0, 3}});
+  ASSERT_TRUE(by_epochs.ok()) << by_epochs.status();
+  EXPECT_DOUBLE_EQ(by_epochs->remaining_amount, 100 * 50000.0 - 10000 * 128);
+  // Done already, or a loss given for an iterations target: errors naming the field.
+  auto done = Replan(*model, problem, {.iterations_done = 64000});
+  EXPECT_EQ(done.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(done.status().message(), HasSubstr("done already"));
+  auto lossy = Replan(*model, problem, {.current_loss = 1.0});
+  EXPECT_THAT(lossy.status().message(), HasSubstr("progress.current_loss"));
+  // A loss target on a profile without a loss model.
+  PlanProblem loss = DefaultProblem(*model, 0.5);
+  EXPECT_EQ(ValidateProblem(*model, loss).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(Frontier, HoldsTheCheapestAndTheFastestPlan) {

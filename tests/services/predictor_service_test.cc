@@ -250,15 +250,86 @@ TEST_F(PredictorServiceTest, InlineProfileAndCatalogWork) {
   EXPECT_EQ(response.prediction().normalized_iterations(), 3729);
 }
 
+TEST_F(PredictorServiceTest, PredictsIterationAndEpochTargets) {
+  // The fitted GCE workload has no loss model: targets in iterations or epochs.
+  pb::PredictRequest r;
+  r.mutable_workload()->set_name("resnet32-cifar10-gce");
+  r.mutable_catalog()->set_name("gce-icac-2019");
+  for (const auto& [type, n] :
+       std::vector<std::pair<std::string, int>>{{"gce-v100", 1}, {"gce-p100", 1}, {"gce-k80", 2}}) {
+    auto* c = r.mutable_cluster()->add_instances();
+    c->set_instance_type(type);
+    c->set_count(n);
+  }
+  r.set_target_iterations(64000);
+  pb::PredictResponse by_iterations;
+  ASSERT_TRUE(Call(r, &by_iterations).ok());
+  const pb::Prediction& p = by_iterations.prediction();
+  EXPECT_EQ(p.normalized_iterations(), 64000);
+  EXPECT_EQ(p.target_iterations(), 64000);
+  EXPECT_NEAR(p.time_s(), 64000 * p.expected_iteration_time_s(), 1e-6);
+  EXPECT_GT(p.cost_usd(), 0);
+  EXPECT_GT(p.ps_utilization(), 0);
+  EXPECT_EQ(p.workers_size(), 3);
+  // 163.84 epochs of 50,000 samples at batch 128 are the same 64,000 iterations.
+  r.set_target_iterations(0);
+  r.set_target_epochs(163.84);
+  r.set_dataset_size(50000);
+  pb::PredictResponse by_epochs;
+  ASSERT_TRUE(Call(r, &by_epochs).ok());
+  EXPECT_NEAR(by_epochs.prediction().normalized_iterations(), 64000, 1e-6);
+  EXPECT_NEAR(by_epochs.prediction().time_s(), p.time_s(), 1e-6);
+  EXPECT_EQ(by_epochs.prediction().dataset_size(), 50000);
+  // The batch call answers the same.
+  pb::PredictBatchRequest batch;
+  *batch.mutable_workload() = r.workload();
+  *batch.mutable_catalog() = r.catalog();
+  *batch.add_clusters() = r.cluster();
+  batch.set_target_iterations(64000);
+  pb::PredictBatchResponse items;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->PredictBatch(&context, batch, &items).ok());
+  ASSERT_EQ(items.items_size(), 1);
+  EXPECT_NEAR(items.items(0).prediction().time_s(), p.time_s(), 1e-6);
+  // Bad targets name the field; a loss needs a loss model.
+  r.set_dataset_size(0);
+  ExpectInvalid(r, "dataset_size is required with target_epochs");
+  r.set_target_epochs(-1);
+  r.set_dataset_size(50000);
+  ExpectInvalid(r, "target_epochs = -1");
+  r.set_target_epochs(0);
+  r.set_dataset_size(0);
+  r.set_target_iterations(0.5);
+  ExpectInvalid(r, "target_iterations = 0.5");
+  r.set_target_iterations(100);
+  r.set_target_loss(0.5);
+  ExpectInvalid(r, "give one target");
+  r.set_target_iterations(0);
+  pb::PredictResponse none;
+  const grpc::Status no_loss = Call(r, &none);
+  EXPECT_EQ(no_loss.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(no_loss.error_message(), HasSubstr("no loss model"));
+  // A paper-variant profile needs no loss model for iterations either (the prototype's
+  // ResNet-110, which has one, gives the same time for its own j).
+  pb::PredictRequest loss = Request({{"p2.xlarge", 2}, {"g3.8xlarge", 1}}, 0.9);
+  pb::PredictResponse by_loss;
+  ASSERT_TRUE(Call(loss, &by_loss).ok());
+  loss.set_target_loss(0);
+  loss.set_target_iterations(by_loss.prediction().normalized_iterations());
+  pb::PredictResponse same;
+  ASSERT_TRUE(Call(loss, &same).ok());
+  EXPECT_DOUBLE_EQ(same.prediction().time_s(), by_loss.prediction().time_s());
+}
+
 TEST_F(PredictorServiceTest, ListsTheBuiltins) {
   pb::ListCatalogsResponse catalogs;
   grpc::ClientContext c1;
   ASSERT_TRUE(stub_->ListCatalogs(&c1, {}, &catalogs).ok());
-  EXPECT_EQ(catalogs.catalogs_size(), 2);
+  EXPECT_EQ(catalogs.catalogs_size(), 3);
   pb::ListWorkloadsResponse workloads;
   grpc::ClientContext c2;
   ASSERT_TRUE(stub_->ListWorkloads(&c2, {}, &workloads).ok());
-  EXPECT_EQ(workloads.workloads_size(), 5);
+  EXPECT_EQ(workloads.workloads_size(), 6);
 }
 
 // Every spotdnn server answers the standard health check (grpc.health.v1.Health/Check) with

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "predictor/equations.h"
@@ -234,6 +236,171 @@ TEST_F(ProfilerServiceTest, ImportLogIsAllOrNothingWithStopOnError) {
   pb::ImportLogRequest empty;
   EXPECT_EQ(stub_->ImportLog(&c3, empty, &response).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// A checkpoint export of one run: `speed` global steps/s, a checkpoint every 4000 steps.
+std::string CheckpointCsv(double speed, int runs = 2) {
+  std::string csv = "Wall Time,Step,Accuracy,Run\n";
+  for (int run = 1; run <= runs; ++run) {
+    for (int step = 0; step <= 32000; step += 4000) {
+      csv += absl::StrFormat("%.6f,%d,0.5,%d\n",
+                             1.55e9 + run * 1e5 + step / (speed * (1 + 0.002 * run)), step, run);
+    }
+  }
+  return csv;
+}
+
+TEST_F(ProfilerServiceTest, FitsTheSharedPsModelFromCheckpointExportsAndValidatesIt) {
+  // Speeds the shared-ps model gives for z = 0.2 (K80), 0.05 (V100), d = 0.02 s, kappa 0.3.
+  auto speed = [](const std::vector<std::pair<double, int>>& workers, int servers) {
+    std::vector<int> counts;
+    std::vector<double> z;
+    for (const auto& [compute, n] : workers) {
+      counts.push_back(n);
+      z.push_back(compute);
+    }
+    const predictor::PsLoad load = predictor::SharedPsLoad(counts, z, 0.02 / servers, 0.3);
+    double rate = 0;
+    for (size_t i = 0; i < z.size(); ++i) rate += counts[i] / (z[i] + load.response_time_s);
+    return rate;
+  };
+  auto import = [&](const std::string& job, const std::string& gpu, int n, int servers,
+                    const std::string& cluster, double steps_per_s) {
+    pb::ImportLogRequest request;
+    request.set_job_id(job);
+    request.set_path(job + ".csv");
+    request.set_content(CheckpointCsv(steps_per_s));
+    if (cluster.empty()) {
+      request.set_gpu_type(gpu);
+      request.set_cluster_workers(n);
+    } else {
+      request.set_cluster(cluster);
+    }
+    request.set_parameter_servers(servers);
+    request.set_batch_size(128);
+    pb::ImportLogResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->ImportLog(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.errors_size(), 0) << response.errors(0);
+    EXPECT_EQ(response.runs(), 2u);
+    EXPECT_EQ(response.imported(), 18u);
+  };
+  for (int n : {1, 2, 4, 6, 8}) {
+    import(absl::StrCat("study/k80-", n), "K80", n, 1, "", speed({{ 0.2, n }}, 1));
+    import(absl::StrCat("study/v100-", n), "V100", n, 1, "", speed({{ 0.05, n }}, 1));
+    import(absl::StrCat("study/k80-2ps-", n), "K80", n, 2, "", speed({{ 0.2, n }}, 2));
+  }
+  import("mixed/a", "", 0, 1, "V100=2,K80=2", speed({{0.2, 2}, { 0.05, 2 }}, 1));
+  import("mixed/b", "", 0, 2, "V100=4", speed({{ 0.05, 4 }}, 2));
+
+  pb::FitProfileRequest fit;
+  fit.set_name("study");
+  fit.add_job_ids("study");  // the jobs under "study/"
+  fit.set_parameter_server_bandwidth_mb_per_s(1000);
+  fit.add_require("ps");
+  fit.add_require("kappa");
+  pb::FitProfileResponse fitted;
+  grpc::ClientContext c1;
+  const grpc::Status status = stub_->FitProfile(&c1, fit, &fitted);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const pb::WorkloadProfile& p = fitted.profile();
+  EXPECT_EQ(p.model_variant(), pb::MODEL_VARIANT_SHARED_PS);
+  EXPECT_NEAR(p.parameter_size_mb(), 10, 0.3);  // d B_ps / 2
+  EXPECT_NEAR(p.shared_ps().queueing(), 0.3, 0.1);
+  ASSERT_EQ(p.compute_size(), 2);
+  for (const pb::ComputeProfile& c : p.compute()) {
+    EXPECT_NEAR(c.compute_time_s(), c.gpu_type() == "K80" ? 0.2 : 0.05, 0.004) << c.gpu_type();
+    EXPECT_EQ(c.batch_per_gpu(), 128);
+  }
+
+  pb::ValidateProfileRequest validate;
+  validate.add_fit_job_ids("study");
+  validate.add_check_job_ids("mixed");
+  validate.set_parameter_server_bandwidth_mb_per_s(1000);
+  pb::ValidateProfileResponse checked;
+  grpc::ClientContext c2;
+  ASSERT_TRUE(stub_->ValidateProfile(&c2, validate, &checked).ok());
+  ASSERT_EQ(checked.clusters_size(), 2);
+  EXPECT_LT(checked.mape(), 1.5);
+  EXPECT_EQ(checked.clusters(0).runs(), 2);
+  EXPECT_NEAR(checked.clusters(0).iterations(), 32000, 1e-9);
+
+  validate.add_check_job_ids("nope");
+  grpc::ClientContext c3;
+  const grpc::Status missing = stub_->ValidateProfile(&c3, validate, &checked);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(missing.error_message(), "check_job_ids[1] = \"nope\": no samples stored");
+
+  // A composition and a type at once is ambiguous.
+  pb::ImportLogRequest both;
+  both.set_job_id("x");
+  both.set_content(CheckpointCsv(10));
+  both.set_cluster("V100=1");
+  both.set_gpu_type("V100");
+  pb::ImportLogResponse response;
+  grpc::ClientContext c4;
+  const grpc::Status ambiguous = stub_->ImportLog(&c4, both, &response);
+  EXPECT_EQ(ambiguous.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(ambiguous.error_message(), HasSubstr("give one or the other"));
+
+  // The request limits cover the new fields: server counts, variants, iterations.
+  pb::ImportLogRequest servers;
+  servers.set_job_id("x");
+  servers.set_content(CheckpointCsv(10));
+  servers.set_gpu_type("V100");
+  servers.set_parameter_servers(1001);
+  grpc::ClientContext c5;
+  const grpc::Status too_many = stub_->ImportLog(&c5, servers, &response);
+  EXPECT_EQ(too_many.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(too_many.error_message(),
+            "parameter_servers = 1001: must be in [0, 1000] (0 = as the log says)");
+  pb::ValidateProfileRequest bad = validate;
+  bad.set_model_variant(static_cast<pb::ModelVariant>(7));
+  grpc::ClientContext c6;
+  const grpc::Status variant = stub_->ValidateProfile(&c6, bad, &checked);
+  EXPECT_EQ(variant.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(variant.error_message(), HasSubstr("model_variant = 7: not a spotdnn.v1.ModelVariant"));
+  bad = validate;
+  bad.set_iterations(1e16);
+  grpc::ClientContext c7;
+  const grpc::Status iterations = stub_->ValidateProfile(&c7, bad, &checked);
+  EXPECT_EQ(iterations.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(iterations.error_message(), HasSubstr("iterations = 1e+16"));
+
+  // A validation stops at the server's limit on a fit.
+  ProfilerOptions options;
+  options.max_fit_time = absl::Nanoseconds(1);
+  ProfilerServiceImpl limited(store_, std::move(options));
+  auto started = StartServer("", {&limited});
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto stub = pb::Profiler::NewStub(started->server->InProcessChannel(DefaultChannelArguments()));
+  validate.mutable_check_job_ids()->RemoveLast();  // "nope"
+  grpc::ClientContext c8;
+  const grpc::Status stopped = stub->ValidateProfile(&c8, validate, &checked);
+  EXPECT_EQ(stopped.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(stopped.error_message(), HasSubstr("the validation was stopped"));
+  started->server->Shutdown();
+}
+
+// Importing the same runs again stores none of their samples twice; the runs are still counted.
+TEST_F(ProfilerServiceTest, ReimportingCheckpointRunsCountsThemAsDuplicates) {
+  pb::ImportLogRequest request;
+  request.set_job_id("again");
+  request.set_content(CheckpointCsv(10));
+  request.set_gpu_type("V100");
+  request.set_cluster_workers(2);
+  pb::ImportLogResponse first, second;
+  grpc::ClientContext c1, c2;
+  ASSERT_TRUE(stub_->ImportLog(&c1, request, &first).ok());
+  ASSERT_TRUE(stub_->ImportLog(&c2, request, &second).ok());
+  EXPECT_EQ(first.runs(), 2u);
+  EXPECT_EQ(first.duplicates(), 0u);
+  EXPECT_EQ(second.runs(), 2u);
+  EXPECT_EQ(second.imported(), first.imported());
+  EXPECT_EQ(second.duplicates(), first.imported());
+  EXPECT_EQ(*store_->CountSamples(std::vector<std::string>{"again"}),
+            static_cast<std::int64_t>(first.imported()));
 }
 
 TEST_F(ProfilerServiceTest, PutListGetDeleteProfiles) {

@@ -68,6 +68,47 @@ TEST_F(ProvisionerServiceTest, PlanFindsTheOptimumAndTheBaselines) {
   EXPECT_FALSE(response.homogeneous_baseline().feasible());
 }
 
+TEST_F(ProvisionerServiceTest, PlansAndReplansIterationAndEpochTargets) {
+  pb::PlanRequest r;
+  r.mutable_workload()->set_name("resnet32-cifar10-gce");
+  r.mutable_catalog()->set_name("gce-icac-2019");
+  r.mutable_slo()->set_target_iterations(64000);
+  r.mutable_slo()->set_deadline_s(2400);
+  pb::PlanResponse plan;
+  ASSERT_TRUE(Plan(r, &plan).ok());
+  ASSERT_TRUE(plan.plan().feasible()) << plan.plan().reason();
+  EXPECT_LE(plan.plan().time_s(), 2400);
+  EXPECT_EQ(plan.plan().prediction().normalized_iterations(), 64000);
+  EXPECT_EQ(plan.plan().prediction().target_iterations(), 64000);
+  // With the exhaustive strategy: the same plan.
+  r.mutable_options()->set_strategy(pb::PLAN_STRATEGY_EXHAUSTIVE);
+  pb::PlanResponse exhaustive;
+  ASSERT_TRUE(Plan(r, &exhaustive).ok());
+  EXPECT_NEAR(exhaustive.plan().cost_usd(), plan.plan().cost_usd(), 1e-9);
+  // An epochs target without its dataset size names the field.
+  r.mutable_slo()->set_target_iterations(0);
+  r.mutable_slo()->set_target_epochs(100);
+  pb::PlanResponse bad;
+  const grpc::Status s = Plan(r, &bad);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("slo.dataset_size is required"));
+  // Re-planning an iterations target plans what is left.
+  pb::ReplanRequest replan;
+  *replan.mutable_workload() = r.workload();
+  *replan.mutable_catalog() = r.catalog();
+  replan.mutable_slo()->set_target_iterations(64000);
+  replan.mutable_slo()->set_deadline_s(2400);
+  replan.mutable_progress()->set_normalized_iterations_done(16000);
+  replan.mutable_progress()->set_elapsed_s(600);
+  *replan.mutable_progress()->mutable_cluster_before() = plan.plan().cluster();
+  pb::ReplanResponse replanned;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->Replan(&context, replan, &replanned).ok());
+  ASSERT_TRUE(replanned.plan().feasible()) << replanned.plan().reason();
+  EXPECT_EQ(replanned.plan().prediction().normalized_iterations(), 48000);
+  EXPECT_LE(replanned.plan().time_s(), 1800);
+}
+
 TEST_F(ProvisionerServiceTest, StrategiesAndBudgetMode) {
   pb::PlanRequest r = Request(1.2, 900);
   r.mutable_options()->set_strategy(pb::PLAN_STRATEGY_SPOTDNN);

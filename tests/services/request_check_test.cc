@@ -97,6 +97,68 @@ TEST(CheckRequest, RefusesNonFiniteNumbersAndLongRepeatedFields) {
             "samples[4].loss = nan: must be a finite number");
 }
 
+// The fields issue 13 added are bounded like every other: names and compositions, enums (the
+// shared-ps variant is known), finite targets.
+TEST(CheckRequest, CoversTheSharedPsAndTargetFields) {
+  v1::FitProfileRequest f;
+  f.set_name("p");
+  f.set_model_variant(v1::MODEL_VARIANT_SHARED_PS);
+  f.mutable_base()->set_model_variant(v1::MODEL_VARIANT_SHARED_PS);
+  f.mutable_base()->mutable_shared_ps()->set_queueing(0.5);
+  EXPECT_TRUE(CheckRequest(f).ok());
+  f.set_model_variant(static_cast<v1::ModelVariant>(3));
+  EXPECT_EQ(CheckRequest(f).message(),
+            "model_variant = 3: not a spotdnn.v1.ModelVariant value; expected paper, "
+            "spotdnn-prototype, shared-ps");
+  f.set_model_variant(v1::MODEL_VARIANT_PAPER);
+  f.mutable_base()->mutable_shared_ps()->set_queueing(std::nan(""));
+  EXPECT_EQ(CheckRequest(f).message(), "base.shared_ps.queueing = nan: must be a finite number");
+
+  v1::ValidateProfileRequest v;
+  v.add_fit_job_ids("a");
+  v.add_check_job_ids(std::string(300, 'j'));
+  EXPECT_THAT(CheckRequest(v).message(),
+              HasSubstr("check_job_ids[0] = \"jjjj"));
+  v.set_check_job_ids(0, "b");
+  v.set_iterations(std::numeric_limits<double>::infinity());
+  EXPECT_EQ(CheckRequest(v).message(), "iterations = inf: must be a finite number");
+  v.set_iterations(0);
+  v.set_model_variant(static_cast<v1::ModelVariant>(-1));
+  EXPECT_THAT(CheckRequest(v).message(), HasSubstr("model_variant = -1: not a"));
+
+  // A composition is given the room of free text.
+  v1::ImportLogRequest i;
+  i.set_cluster(std::string(1024, 'c'));
+  EXPECT_TRUE(CheckRequest(i).ok());
+  i.set_cluster(std::string(1025, 'c'));
+  EXPECT_THAT(CheckRequest(i).message(), HasSubstr("cluster = \"cccc"));
+  v1::Sample sample;
+  sample.set_cluster(std::string(2000, 'c'));
+  EXPECT_THAT(CheckRequest(sample, "samples[2]").message(),
+              HasSubstr("samples[2].cluster = \"cccc"));
+
+  v1::PlanRequest plan;
+  plan.mutable_slo()->set_target_epochs(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(CheckRequest(plan).message(), "slo.target_epochs = nan: must be a finite number");
+}
+
+// The targets' own bounds (TargetOf), each error naming its field.
+TEST(TargetOf, BoundsEveryTargetNamingTheField) {
+  EXPECT_TRUE(TargetOf(0, 1e15, 0, 0).ok());
+  EXPECT_EQ(TargetOf(0, 2e15, 0, 0, "slo.").status().message(),
+            "slo.target_iterations = 2e+15: must be at most 1e+15");
+  EXPECT_TRUE(TargetOf(0, 0, 1e6, 1e12).ok());
+  EXPECT_EQ(TargetOf(0, 0, 1e7, 100).status().message(),
+            "target_epochs = 1e+07: must be at most 1e+06");
+  EXPECT_EQ(TargetOf(0, 0, 10, 1e13).status().message(),
+            "dataset_size = 1e+13: must be at most 1e+12");
+  // The largest target the request may state is one the model can still validate.
+  auto largest = TargetOf(0, 0, 1e6, 1e12);
+  ASSERT_TRUE(largest.ok());
+  EXPECT_TRUE(largest->Validate().ok());
+  EXPECT_FALSE(predictor::Target::Iterations(1e16).Validate().ok());
+}
+
 TEST(ToGrpc, CutsLongMessagesToValidUtf8) {
   const grpc::Status s = ToGrpc(absl::InvalidArgumentError(std::string(10000, 'x') + "\xff"));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "services/common/data_registry.h"
 #include "services/common/server.h"
-#include "services/gateway/security_options.h"
+#include "services/gateway/cli/security_options.h"
 #include "services/predictor/predictor_service.h"
 #include "spotdnn/v1/predictor.grpc.pb.h"
 #include "tests/testing/test_certificates.h"

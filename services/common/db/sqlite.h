@@ -126,6 +126,23 @@ inline absl::Status Exec(sqlite3* db, const char* sql) {
   return absl::OkStatus();
 }
 
+// Adds `column` (of SQL `type`) to `table` unless it has it: a store migrating a file an older
+// version wrote.
+inline absl::Status AddColumnIfMissing(sqlite3* db, const std::string& table,
+                                       const std::string& column, const std::string& type) {
+  const std::string info = absl::StrCat("PRAGMA table_info(", table, ")");
+  Statement q(db, info.c_str());
+  if (!q.status().ok()) return q.status();
+  while (true) {
+    absl::StatusOr<bool> row = q.Step(info);
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    if (q.ColumnText(1) == column) return absl::OkStatus();
+  }
+  const std::string alter = absl::StrCat("ALTER TABLE ", table, " ADD COLUMN ", column, " ", type);
+  return Exec(db, alter.c_str());
+}
+
 // Opens or creates the database at `path` (its folder too; ":memory:" for a private one) for
 // several threads and processes: a 10 s busy timeout, WAL, foreign keys, then `schema`.
 // UNAVAILABLE naming `what` and the path when it cannot.

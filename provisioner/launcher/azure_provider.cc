@@ -1,0 +1,766 @@
+#include "provisioner/launcher/azure_provider.h"
+
+#include <openssl/bn.h>
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/rsa.h>
+
+#include <algorithm>
+#include <set>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "provisioner/launcher/vm_script.h"
+
+namespace spotdnn::launcher {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kDefaultEndpoint[] = "https://management.azure.com";
+constexpr char kDefaultPricesUrl[] = "https://prices.azure.com/api/retail/prices";
+constexpr char kJobTag[] = "spotdnn-job";
+constexpr char kRoleTag[] = "spotdnn-role";
+constexpr char kIndexTag[] = "spotdnn-index";
+constexpr char kTypeTag[] = "spotdnn-instance-type";
+constexpr char kLaunchTag[] = "spotdnn-launch";
+
+std::string Text(const json& doc, const char* key) {
+  if (!doc.is_object()) return "";
+  auto it = doc.find(key);
+  return it != doc.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+const json& Child(const json& doc, const char* key) {
+  static const json* empty = new json(json::object());
+  if (!doc.is_object()) return *empty;
+  auto it = doc.find(key);
+  return it == doc.end() ? *empty : *it;
+}
+
+std::string Base64(absl::string_view data) {
+  std::string out(4 * ((data.size() + 2) / 3) + 1, '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(data.data()),
+                          static_cast<int>(data.size()));
+  out.resize(n);
+  return out;
+}
+
+bool IsCapacityCode(const std::string& code, const std::string& message) {
+  static const std::set<std::string> kCapacity = {"SkuNotAvailable",
+                                                  "AllocationFailed",
+                                                  "ZonalAllocationFailed",
+                                                  "OverconstrainedAllocationRequest",
+                                                  "OverconstrainedZonalAllocationRequest",
+                                                  "SpotPriceGreaterThanProvidedMaxPrice",
+                                                  "QuotaExceeded"};
+  if (kCapacity.count(code) > 0) return true;
+  // A core quota answers OperationNotAllowed "... exceeding approved ... quota".
+  return code == "OperationNotAllowed" &&
+         absl::StrContains(absl::AsciiStrToLower(message), "quota");
+}
+
+// The RBAC action each call needs, named in PERMISSION_DENIED errors.
+std::string ActionFor(const std::string& action) {
+  static const std::map<std::string, std::string> kActions = {
+      {"virtualMachines/write",
+       "Microsoft.Compute/virtualMachines/write (with Microsoft.Network/networkInterfaces/write, "
+       "Microsoft.Network/virtualNetworks/subnets/join/action and Microsoft.Compute/disks/write: "
+       "the Virtual Machine Contributor role on the resource group and Network Contributor on "
+       "the subnet)"},
+      {"virtualMachines/read", "Microsoft.Compute/virtualMachines/read"},
+      {"virtualMachines/delete", "Microsoft.Compute/virtualMachines/delete"},
+      {"networkInterfaces/read", "Microsoft.Network/networkInterfaces/read"},
+      {"locations/operations/read", "Microsoft.Compute/locations/operations/read"},
+  };
+  auto it = kActions.find(action);
+  return it == kActions.end() ? action : it->second;
+}
+
+absl::Status ArmErrorToStatus(const std::string& what, const ArmError& error,
+                              const std::string& action, const std::string& instance_type,
+                              const std::string& resource_group) {
+  std::string text = absl::StrCat(what, ": HTTP ", error.http_status);
+  if (!error.code.empty()) absl::StrAppend(&text, " ", error.code);
+  if (!error.message.empty()) absl::StrAppend(&text, ": ", error.message);
+  if (IsCapacityCode(error.code, error.message)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        text, instance_type.empty() ? "" : "; re-plan without instance type " + instance_type));
+  }
+  if (error.code == "ResourceGroupNotFound") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resource_group = \"", resource_group, "\": ", text));
+  }
+  if (error.code == "AuthorizationFailed" || error.code == "LinkedAuthorizationFailed" ||
+      error.http_status == 403) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(text, "; the identity needs ", ActionFor(action)));
+  }
+  if (error.http_status == 401) return absl::UnauthenticatedError(text);
+  if (error.http_status == 404) return absl::NotFoundError(text);
+  if (error.http_status == 400) return absl::InvalidArgumentError(text);
+  if (error.http_status == 409 || error.http_status == 412) {
+    return absl::FailedPreconditionError(text);
+  }
+  if (error.http_status == 429 || error.http_status >= 500) return absl::UnavailableError(text);
+  return absl::FailedPreconditionError(text);
+}
+
+bool IsRetryable(const ArmError& error) {
+  if (IsCapacityCode(error.code, error.message)) return false;
+  return error.http_status == 429 || error.http_status >= 500;
+}
+
+bool ValidSegment(absl::string_view text, absl::string_view extra) {
+  if (text.empty()) return false;
+  for (char c : text) {
+    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || extra.find(c) != extra.npos)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string Lower(absl::string_view text) { return absl::AsciiStrToLower(text); }
+
+InstanceState StateOf(const std::string& provisioning_state) {
+  if (provisioning_state == "Succeeded") return InstanceState::kRunning;
+  if (provisioning_state == "Deleting") return InstanceState::kShuttingDown;
+  if (provisioning_state == "Failed" || provisioning_state == "Canceled") {
+    return InstanceState::kTerminated;
+  }
+  return InstanceState::kPending;  // Creating, Updating, Migrating
+}
+
+// An SSH wire-format string or mpint: 4-byte big-endian length, then the bytes.
+void AppendSshField(std::string& out, absl::string_view bytes) {
+  const uint32_t n = static_cast<uint32_t>(bytes.size());
+  for (int shift = 24; shift >= 0; shift -= 8)
+    out.push_back(static_cast<char>((n >> shift) & 0xff));
+  out.append(bytes.data(), bytes.size());
+}
+
+std::string Mpint(const BIGNUM* bn) {
+  std::string bytes(BN_num_bytes(bn), '\0');
+  BN_bn2bin(bn, reinterpret_cast<unsigned char*>(bytes.data()));
+  if (!bytes.empty() && (static_cast<unsigned char>(bytes[0]) & 0x80)) bytes.insert(0, 1, '\0');
+  return bytes;
+}
+
+}  // namespace
+
+ArmError ParseArmError(long http_status, const std::string& body) {
+  ArmError out;
+  out.http_status = http_status;
+  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const json& error = doc.is_object() && doc.contains("error") ? doc["error"] : doc;
+  out.code = Text(error, "code");
+  out.message = Text(error, "message");
+  // Deployment-style wrappers carry the cause in details[].
+  const json& details = Child(error, "details");
+  if (details.is_array()) {
+    for (const json& d : details) {
+      const std::string code = Text(d, "code");
+      if (!code.empty() && (out.code.empty() || out.code == "DeploymentFailed" ||
+                            IsCapacityCode(code, Text(d, "message")))) {
+        out.code = code;
+        out.message = Text(d, "message");
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> EphemeralSshPublicKey() {
+  EVP_PKEY* key = EVP_RSA_gen(2048);
+  if (key == nullptr) {
+    ERR_clear_error();
+    return absl::InternalError("OpenSSL could not generate an RSA key");
+  }
+  BIGNUM* n = nullptr;
+  BIGNUM* e = nullptr;
+  const bool ok = EVP_PKEY_get_bn_param(key, OSSL_PKEY_PARAM_RSA_N, &n) == 1 &&
+                  EVP_PKEY_get_bn_param(key, OSSL_PKEY_PARAM_RSA_E, &e) == 1;
+  std::string blob;
+  if (ok) {
+    AppendSshField(blob, "ssh-rsa");
+    AppendSshField(blob, Mpint(e));
+    AppendSshField(blob, Mpint(n));
+  }
+  BN_free(n);
+  BN_free(e);
+  EVP_PKEY_free(key);  // the private half is never kept
+  ERR_clear_error();
+  if (!ok) return absl::InternalError("OpenSSL could not read the RSA key's modulus");
+  return absl::StrCat("ssh-rsa ", Base64(blob), " spotdnn-ephemeral");
+}
+
+absl::StatusOr<std::unique_ptr<AzureProvider>> AzureProvider::Create(Options options) {
+  // Subscription ids are GUIDs; resource group names allow letters, digits, '-', '_', '.', '('
+  // and ')'; locations are lowercase names like eastus.
+  if (!ValidSegment(options.subscription, "-")) {
+    return absl::InvalidArgumentError(absl::StrCat("subscription = \"", options.subscription,
+                                                   "\": expected a subscription id (a GUID)"));
+  }
+  if (!ValidSegment(options.resource_group, "-_.()") || options.resource_group.size() > 90) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resource_group = \"", options.resource_group,
+                     "\": expected 1-90 letters, digits, '-', '_', '.', '(' and ')'"));
+  }
+  if (!ValidSegment(options.location, "") || Lower(options.location) != options.location) {
+    return absl::InvalidArgumentError(absl::StrCat("location = \"", options.location,
+                                                   "\": expected a location name such as eastus"));
+  }
+  std::string endpoint = options.endpoint_url.empty() ? kDefaultEndpoint : options.endpoint_url;
+  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  if (UrlOrigin(endpoint).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("endpoint_url = \"", options.endpoint_url,
+                                                   "\": expected http(s)://HOST[:PORT]"));
+  }
+  std::string prices = options.prices_url.empty() ? kDefaultPricesUrl : options.prices_url;
+  if (UrlOrigin(prices).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("prices_url = \"", options.prices_url,
+                                                   "\": expected http(s)://HOST[:PORT]/PATH"));
+  }
+  if (options.token_source == nullptr) {
+    return absl::InvalidArgumentError("token_source is null: Resource Manager calls need a token");
+  }
+  if (options.max_price != -1 && !(options.max_price > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_price = ", options.max_price, ": must be -1 (up to pay-as-you-go) or > 0 USD/h"));
+  }
+  if (!options.zone.empty() && !ValidSegment(options.zone, "")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("zone = \"", options.zone, "\": expected an availability zone like 1"));
+  }
+  if (!ValidSegment(options.admin_username, "-_")) {
+    return absl::InvalidArgumentError(absl::StrCat("admin_username = \"", options.admin_username,
+                                                   "\": letters, digits, - and _"));
+  }
+  if (options.max_attempts < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_attempts = ", options.max_attempts, ": must be >= 1"));
+  }
+  if (!options.sleep) options.sleep = [](absl::Duration d) { absl::SleepFor(d); };
+  return std::unique_ptr<AzureProvider>(
+      new AzureProvider(std::move(options), std::move(endpoint), std::move(prices)));
+}
+
+AzureProvider::AzureProvider(Options options, std::string endpoint_url, std::string prices_url)
+    : options_(std::move(options)),
+      endpoint_url_(std::move(endpoint_url)),
+      prices_url_(std::move(prices_url)) {}
+
+std::string AzureProvider::VmUrl(const std::string& name) const {
+  return absl::StrCat(endpoint_url_, "/subscriptions/", options_.subscription, "/resourceGroups/",
+                      options_.resource_group, "/providers/Microsoft.Compute/virtualMachines/",
+                      name, "?api-version=", options_.compute_api_version);
+}
+
+absl::StatusOr<HttpResponse> AzureProvider::Call(const std::string& method, const std::string& url,
+                                                 const json* body, const std::string& action,
+                                                 const std::string& instance_type) {
+  const std::string what = absl::StrCat("Azure ", action);
+  absl::Status last;
+  bool refreshed = false;
+  absl::Duration wait;
+  for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
+    if (attempt > 0 && wait > absl::ZeroDuration()) options_.sleep(wait);
+    wait = FullJitterBackoff(options_.backoff_base, options_.backoff_cap, attempt + 1);
+    absl::StatusOr<std::string> token = options_.token_source->Token();
+    if (!token.ok()) {
+      if (!absl::IsUnavailable(token.status())) return token.status();
+      last = token.status();
+      continue;
+    }
+    HttpRequest request{.method = method,
+                        .url = url,
+                        .headers = {{"Authorization", "Bearer " + *token}},
+                        .timeout = options_.request_timeout};
+    if (body != nullptr) {
+      request.headers.emplace_back("Content-Type", "application/json");
+      request.body = body->dump();
+    }
+    absl::StatusOr<HttpResponse> response = HttpSend(request);
+    if (!response.ok()) {
+      last = response.status();
+      continue;
+    }
+    if (response->status >= 200 && response->status < 300) return response;
+    ArmError error = ParseArmError(response->status, response->body);
+    absl::Status status =
+        ArmErrorToStatus(what, error, action, instance_type, options_.resource_group);
+    if (response->status == 401) {
+      if (!refreshed) {
+        // An expired or revoked token: fetch a fresh one and try again at once.
+        options_.token_source->Invalidate();
+        refreshed = true;
+        wait = absl::ZeroDuration();
+        last = status;
+        continue;
+      }
+      return absl::UnauthenticatedError(absl::StrCat(status.message(), "; a fresh token from ",
+                                                     options_.token_source->Describe(),
+                                                     " was refused too"));
+    }
+    if (!IsRetryable(error)) return status;
+    last = status;
+    // Throttling says how long to wait.
+    double retry_after = 0;
+    if (absl::SimpleAtod(response->Header("retry-after"), &retry_after) && retry_after > 0) {
+      wait = std::max(wait, std::min(absl::Seconds(retry_after), 2 * options_.backoff_cap));
+    }
+  }
+  return absl::UnavailableError(absl::StrCat(what, ": gave up after ", options_.max_attempts,
+                                             " attempts; last error: ", last.message()));
+}
+
+absl::StatusOr<json> AzureProvider::VirtualMachineResource(const LaunchRequest& request, int index,
+                                                           const std::string& name,
+                                                           const std::string& ssh_key) const {
+  json image;
+  if (absl::StartsWith(options_.image, "/")) {
+    image = {{"id", options_.image}};
+  } else {
+    std::vector<std::string> urn = absl::StrSplit(options_.image, ':');
+    if (urn.size() != 4 ||
+        std::any_of(urn.begin(), urn.end(), [](const std::string& p) { return p.empty(); })) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "image = \"", options_.image,
+          "\": expected an image resource id (/subscriptions/...) or PUBLISHER:OFFER:SKU:VERSION"));
+    }
+    image = {{"publisher", urn[0]}, {"offer", urn[1]}, {"sku", urn[2]}, {"version", urn[3]}};
+  }
+  const std::string token =
+      request.client_token.empty() ? DefaultClientToken(request) : request.client_token;
+  const std::string script = VmStartupScript(request, index, name,
+                                             {.cloud = "azure",
+                                              .metadata_url = "http://169.254.169.254",
+                                              .agent_command = options_.agent_command});
+  json os_disk = {{"createOption", "FromImage"},
+                  {"deleteOption", "Delete"},
+                  {"managedDisk", {{"storageAccountType", "StandardSSD_LRS"}}}};
+  if (options_.os_disk_gb > 0) os_disk["diskSizeGB"] = options_.os_disk_gb;
+  json vm = {
+      {"location", options_.location},
+      {"tags",
+       {{kJobTag, request.job_id},
+        {kRoleTag, std::string(RoleName(request.role))},
+        {kIndexTag, absl::StrCat(index)},
+        {kTypeTag, request.instance_type},
+        {kLaunchTag, LaunchNameStem(token).substr(8)}}},
+      {"properties",
+       {{"hardwareProfile", {{"vmSize", request.instance_type}}},
+        {"priority", "Spot"},
+        {"evictionPolicy", "Delete"},
+        {"billingProfile", {{"maxPrice", options_.max_price}}},
+        {"storageProfile", {{"imageReference", image}, {"osDisk", os_disk}}},
+        {"osProfile",
+         {{"computerName", name},
+          {"adminUsername", options_.admin_username},
+          {"customData", Base64(script)},
+          {"linuxConfiguration",
+           {{"disablePasswordAuthentication", true},
+            {"ssh",
+             {{"publicKeys", json::array({{{"path", absl::StrCat("/home/", options_.admin_username,
+                                                                 "/.ssh/authorized_keys")},
+                                           {"keyData", ssh_key}}})}}}}}}},
+        {"networkProfile",
+         {{"networkApiVersion", "2020-11-01"},
+          {"networkInterfaceConfigurations",
+           json::array(
+               {{{"name", name + "-nic"},
+                 {"properties",
+                  {{"primary", true},
+                   {"deleteOption", "Delete"},
+                   {"ipConfigurations",
+                    json::array(
+                        {{{"name", "ipconfig1"},
+                          {"properties", {{"subnet", {{"id", options_.subnet_id}}}}}}})}}}}})}}}}},
+  };
+  if (!options_.zone.empty()) vm["zones"] = json::array({options_.zone});
+  if (!options_.identity.empty()) {
+    vm["identity"] = {{"type", "UserAssigned"},
+                      {"userAssignedIdentities", {{options_.identity, json::object()}}}};
+  }
+  return vm;
+}
+
+absl::Status AzureProvider::WaitForCreation(const HttpResponse& put, const std::string& name,
+                                            const std::string& instance_type) {
+  std::string url = put.Header("azure-asyncoperation");
+  // The operation URL gets our token: only when it is on the endpoint we were given.
+  if (!url.empty() && UrlOrigin(url) != UrlOrigin(endpoint_url_)) url.clear();
+  const absl::Time deadline = options_.now() + options_.operation_timeout;
+  json vm = json::parse(put.body, nullptr, /*allow_exceptions=*/false);
+  absl::Duration wait = options_.operation_poll;
+  for (;;) {
+    if (url.empty()) {
+      const std::string state = Text(Child(vm, "properties"), "provisioningState");
+      if (state == "Succeeded") return absl::OkStatus();
+      if (state == "Failed") {
+        return absl::UnavailableError(
+            absl::StrCat("Azure: VM ", name, " (", instance_type, ") failed to provision"));
+      }
+    }
+    if (options_.now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("Azure: VM ", name, " not created after ",
+                       absl::FormatDuration(options_.operation_timeout)));
+    }
+    if (!url.empty()) {
+      absl::StatusOr<HttpResponse> polled =
+          Call("GET", url, nullptr, "locations/operations/read", instance_type);
+      if (!polled.ok()) return polled.status();
+      json op = json::parse(polled->body, nullptr, /*allow_exceptions=*/false);
+      const std::string status = Text(op, "status");
+      if (status == "Succeeded") return absl::OkStatus();
+      if (status == "Failed" || status == "Canceled") {
+        ArmError error = ParseArmError(200, polled->body);
+        error.http_status = 0;
+        std::string text =
+            absl::StrCat("Azure: creating VM ", name, " (", instance_type, ") ", Lower(status),
+                         ": ", error.code, error.message.empty() ? "" : ": ", error.message);
+        if (IsCapacityCode(error.code, error.message)) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat(text, "; re-plan without instance type ", instance_type));
+        }
+        if (error.code == "AuthorizationFailed" || error.code == "LinkedAuthorizationFailed") {
+          return absl::PermissionDeniedError(
+              absl::StrCat(text, "; the identity needs ", ActionFor("virtualMachines/write")));
+        }
+        return absl::FailedPreconditionError(text);
+      }
+      double retry_after = 0;
+      if (absl::SimpleAtod(polled->Header("retry-after"), &retry_after) && retry_after > 0) {
+        wait = std::min(absl::Seconds(retry_after), absl::Minutes(1));
+      }
+    } else {
+      absl::StatusOr<HttpResponse> got = Call("GET", VmUrl(name), nullptr, "virtualMachines/read");
+      if (!got.ok()) return got.status();
+      vm = json::parse(got->body, nullptr, /*allow_exceptions=*/false);
+      continue;
+    }
+    options_.sleep(wait);
+  }
+}
+
+absl::StatusOr<std::map<std::string, std::string>> AzureProvider::PrivateAddresses() {
+  std::map<std::string, std::string> out;
+  std::string url = absl::StrCat(
+      endpoint_url_, "/subscriptions/", options_.subscription, "/resourceGroups/",
+      options_.resource_group,
+      "/providers/Microsoft.Network/networkInterfaces?api-version=", options_.network_api_version);
+  for (int page = 0; !url.empty(); ++page) {
+    if (page >= 1000) return absl::InternalError("Azure networkInterfaces: more than 1000 pages");
+    absl::StatusOr<HttpResponse> response = Call("GET", url, nullptr, "networkInterfaces/read");
+    if (!response.ok()) return response.status();
+    json doc = json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+    for (const json& nic : Child(doc, "value")) {
+      for (const json& config : Child(Child(nic, "properties"), "ipConfigurations")) {
+        const std::string ip = Text(Child(config, "properties"), "privateIPAddress");
+        if (!ip.empty()) {
+          out.emplace(Lower(Text(nic, "id")), ip);
+          break;
+        }
+      }
+    }
+    url = Text(doc, "nextLink");
+    if (!url.empty() && UrlOrigin(url) != UrlOrigin(endpoint_url_)) {
+      return absl::InternalError("Azure networkInterfaces: a nextLink to another host");
+    }
+  }
+  return out;
+}
+
+Instance AzureProvider::ToInstance(const json& vm,
+                                   const std::map<std::string, std::string>& private_ips) const {
+  Instance instance;
+  instance.id = Text(vm, "name");
+  const json& tags = Child(vm, "tags");
+  const json& properties = Child(vm, "properties");
+  instance.job_id = Text(tags, kJobTag);
+  instance.instance_type = Text(tags, kTypeTag);
+  if (instance.instance_type.empty()) {
+    instance.instance_type = Text(Child(properties, "hardwareProfile"), "vmSize");
+  }
+  absl::StatusOr<Role> role = ParseRole(Text(tags, kRoleTag));
+  if (role.ok()) instance.role = *role;
+  (void)absl::SimpleAtoi(Text(tags, kIndexTag), &instance.index);
+  instance.state = StateOf(Text(properties, "provisioningState"));
+  for (const json& nic : Child(Child(properties, "networkProfile"), "networkInterfaces")) {
+    auto it = private_ips.find(Lower(Text(nic, "id")));
+    if (it != private_ips.end()) {
+      instance.private_address = it->second;
+      break;
+    }
+  }
+  absl::Time created;
+  std::string error;
+  if (absl::ParseTime(absl::RFC3339_full, Text(properties, "timeCreated"), &created, &error)) {
+    instance.launch_time = created;
+  }
+  // The instance metadata service answers only the VM itself: its agent reports.
+  instance.metadata_cloud = "azure";
+  return instance;
+}
+
+absl::StatusOr<LaunchResult> AzureProvider::Launch(const LaunchRequest& request) {
+  if (absl::Status s = ValidateLaunchRequest(request); !s.ok()) return s;
+  if (options_.image.empty()) {
+    return absl::InvalidArgumentError(
+        "image is empty: give the VM image with your framework and spotdnn-agent (the job "
+        "spec's provider.image)");
+  }
+  if (options_.subnet_id.empty()) {
+    return absl::InvalidArgumentError(
+        "subnet_id is empty: give the subnet the VMs join (the job spec's provider.subnet_id)");
+  }
+  if (request.command.empty()) return absl::InvalidArgumentError("command is empty");
+  if (!ValidSegment(request.instance_type, "_-")) {
+    return absl::InvalidArgumentError(absl::StrCat("instance type \"", request.instance_type,
+                                                   "\": expected a VM size like Standard_NC6s_v3"));
+  }
+  const std::string token =
+      request.client_token.empty() ? DefaultClientToken(request) : request.client_token;
+  const std::string stem = LaunchNameStem(token);
+  std::string ssh_key = options_.ssh_public_key;
+  if (ssh_key.empty()) {
+    // One key per provider: generating an RSA key takes a while, and the same osProfile makes a
+    // repeated PUT an update rather than a refused change.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ephemeral_key_.empty()) {
+      absl::StatusOr<std::string> generated = EphemeralSshPublicKey();
+      if (!generated.ok()) return generated.status();
+      ephemeral_key_ = *generated;
+    }
+    ssh_key = ephemeral_key_;
+  }
+
+  LaunchResult result;
+  result.requested = request.count;
+  absl::Status error;
+  std::vector<json> made;
+  for (int i = 0; i < request.count; ++i) {
+    const std::string name = absl::StrCat(stem, "-", i);
+    const int index = request.first_index + i;
+    // A VM of this name is what an earlier try of this launch made: it is not PUT again (its
+    // osProfile may not change).
+    absl::StatusOr<HttpResponse> existing =
+        Call("GET", VmUrl(name), nullptr, "virtualMachines/read");
+    if (existing.ok()) {
+      json vm = json::parse(existing->body, nullptr, /*allow_exceptions=*/false);
+      const std::string state = Text(Child(vm, "properties"), "provisioningState");
+      if (state != "Failed") {
+        HttpResponse settled = *existing;
+        if (state != "Succeeded") {
+          if (absl::Status s = WaitForCreation(settled, name, request.instance_type); !s.ok()) {
+            error = s;
+            break;
+          }
+        }
+        made.push_back(std::move(vm));
+        continue;
+      }
+      // An earlier allocation failure left the VM resource behind: delete it and try again.
+      absl::StatusOr<HttpResponse> removed =
+          Call("DELETE", VmUrl(name), nullptr, "virtualMachines/delete");
+      if (!removed.ok()) {
+        error = removed.status();
+        break;
+      }
+    } else if (!absl::IsNotFound(existing.status())) {
+      error = existing.status();
+      break;
+    }
+    absl::StatusOr<json> resource = VirtualMachineResource(request, index, name, ssh_key);
+    if (!resource.ok()) return resource.status();
+    absl::StatusOr<HttpResponse> put =
+        Call("PUT", VmUrl(name), &*resource, "virtualMachines/write", request.instance_type);
+    absl::Status status =
+        put.ok() ? WaitForCreation(*put, name, request.instance_type) : put.status();
+    if (!status.ok()) {
+      if (put.ok()) {
+        // A VM whose allocation failed stays as a failed resource: remove it (best effort).
+        (void)Call("DELETE", VmUrl(name), nullptr, "virtualMachines/delete");
+      }
+      error = status;
+      break;
+    }
+    absl::StatusOr<HttpResponse> got = Call("GET", VmUrl(name), nullptr, "virtualMachines/read");
+    if (!got.ok()) {
+      error = got.status();
+      break;
+    }
+    made.push_back(json::parse(got->body, nullptr, /*allow_exceptions=*/false));
+  }
+  if (!made.empty()) {
+    absl::StatusOr<std::map<std::string, std::string>> ips = PrivateAddresses();
+    if (!ips.ok()) return ips.status();
+    for (size_t i = 0; i < made.size(); ++i) {
+      Instance instance = ToInstance(made[i], *ips);
+      instance.job_id = request.job_id;
+      instance.role = request.role;
+      instance.index = request.first_index + static_cast<int>(i);
+      instance.instance_type = request.instance_type;
+      result.instances.push_back(std::move(instance));
+    }
+  }
+  if (!error.ok() && result.instances.empty()) return error;
+  if (!error.ok() && absl::IsResourceExhausted(error)) {
+    error = absl::ResourceExhaustedError(absl::StrCat(
+        "launched ", result.instances.size(), " of ", request.count, " ", request.instance_type,
+        " Spot VMs for job ", request.job_id, " (partial launch): ", error.message()));
+  }
+  result.error = error;
+  return result;
+}
+
+absl::StatusOr<std::vector<Instance>> AzureProvider::Describe(const std::string& job_id) {
+  std::vector<json> matching;
+  std::string url = absl::StrCat(
+      endpoint_url_, "/subscriptions/", options_.subscription, "/resourceGroups/",
+      options_.resource_group,
+      "/providers/Microsoft.Compute/virtualMachines?api-version=", options_.compute_api_version);
+  for (int page = 0; !url.empty(); ++page) {
+    if (page >= 1000) return absl::InternalError("Azure virtualMachines: more than 1000 pages");
+    absl::StatusOr<HttpResponse> response = Call("GET", url, nullptr, "virtualMachines/read");
+    if (!response.ok()) return response.status();
+    json doc = json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+    for (const json& vm : Child(doc, "value")) {
+      const json& tags = Child(vm, "tags");
+      if (!tags.contains(kJobTag)) continue;
+      if (!job_id.empty() && Text(tags, kJobTag) != job_id) continue;
+      matching.push_back(vm);
+    }
+    url = Text(doc, "nextLink");
+    if (!url.empty() && UrlOrigin(url) != UrlOrigin(endpoint_url_)) {
+      return absl::InternalError("Azure virtualMachines: a nextLink to another host");
+    }
+  }
+  std::vector<Instance> out;
+  if (matching.empty()) return out;
+  absl::StatusOr<std::map<std::string, std::string>> ips = PrivateAddresses();
+  if (!ips.ok()) return ips.status();
+  for (const json& vm : matching) out.push_back(ToInstance(vm, *ips));
+  return out;
+}
+
+absl::Status AzureProvider::Terminate(const std::vector<std::string>& instance_ids) {
+  for (size_t i = 0; i < instance_ids.size(); ++i) {
+    if (!ValidSegment(instance_ids[i], "-_.")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("instance_ids[", i, "] = \"", instance_ids[i], "\": not a VM name"));
+    }
+  }
+  std::vector<std::string> unknown;
+  for (const std::string& id : instance_ids) {
+    absl::StatusOr<HttpResponse> deleted =
+        Call("DELETE", VmUrl(id), nullptr, "virtualMachines/delete");
+    // Resource Manager answers 204 No Content to a DELETE of a resource that does not exist.
+    if (absl::IsNotFound(deleted.status()) || (deleted.ok() && deleted->status == 204)) {
+      unknown.push_back(id);
+      continue;
+    }
+    if (!deleted.ok()) return deleted.status();
+  }
+  if (unknown.empty()) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("Azure virtualMachines delete: unknown VM(s) ",
+                                          absl::StrJoin(unknown, ", "), " in resource group ",
+                                          options_.resource_group, "; the others were deleted"));
+}
+
+absl::StatusOr<std::vector<SpotPrice>> AzureProvider::SpotPrices(
+    const std::vector<std::string>& instance_types, const std::string& region_arg) {
+  const std::string region = region_arg.empty() ? options_.location : region_arg;
+  if (!ValidSegment(region, "")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region = \"", region, "\": expected a location name such as eastus"));
+  }
+  std::vector<SpotPrice> out;
+  for (const std::string& type : instance_types) {
+    if (!ValidSegment(type, "_-")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("instance type \"", type, "\": expected a VM size like Standard_NC6s_v3"));
+    }
+    const std::string filter =
+        absl::StrCat("serviceName eq 'Virtual Machines' and armRegionName eq '", region,
+                     "' and armSkuName eq '", type, "' and priceType eq 'Consumption'");
+    std::string url = absl::StrCat(prices_url_, "?", QueryString({{"$filter", filter}}));
+    SpotPrice best{.instance_type = type, .availability_zone = region, .price_per_hour = -1};
+    for (int page = 0; !url.empty(); ++page) {
+      if (page >= 1000) return absl::InternalError("Azure Retail Prices: more than 1000 pages");
+      absl::StatusOr<HttpResponse> response;
+      absl::Status last;
+      for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
+        if (attempt > 0) {
+          options_.sleep(FullJitterBackoff(options_.backoff_base, options_.backoff_cap, attempt));
+        }
+        response = HttpSend({.url = url, .timeout = options_.request_timeout});
+        if (!response.ok()) {
+          last = response.status();
+          continue;
+        }
+        if (response->status == 200) break;
+        last = absl::Status(
+            response->status == 429 || response->status >= 500
+                ? absl::StatusCode::kUnavailable
+                : (response->status == 400 ? absl::StatusCode::kInvalidArgument
+                                           : absl::StatusCode::kFailedPrecondition),
+            absl::StrCat("Azure Retail Prices ", UrlForMessages(url), ": HTTP ", response->status,
+                         " ", ParseArmError(response->status, response->body).message));
+        response = last;
+        if (!absl::IsUnavailable(last)) return last;
+      }
+      if (!response.ok()) {
+        return absl::UnavailableError(absl::StrCat("Azure Retail Prices: gave up after ",
+                                                   options_.max_attempts,
+                                                   " attempts; last error: ", last.message()));
+      }
+      json doc = json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+      if (!doc.is_object()) {
+        return absl::InternalError("Azure Retail Prices: the response is not a JSON object");
+      }
+      for (const json& item : Child(doc, "Items")) {
+        if (Text(item, "armSkuName") != type || Text(item, "armRegionName") != region ||
+            Text(item, "type") != "Consumption" || Text(item, "unitOfMeasure") != "1 Hour" ||
+            absl::StrContains(Text(item, "productName"), "Windows")) {
+          continue;
+        }
+        const std::string currency = Text(item, "currencyCode");
+        if (!currency.empty() && currency != "USD") continue;
+        if (!absl::EndsWith(Text(item, "skuName"), " Spot") &&
+            !absl::EndsWith(Text(item, "meterName"), " Spot")) {
+          continue;
+        }
+        auto price = item.find("retailPrice");
+        if (price == item.end() || !price->is_number() || price->get<double>() < 0) continue;
+        absl::Time effective = absl::InfinitePast();
+        std::string parse_error;
+        (void)absl::ParseTime(absl::RFC3339_full, Text(item, "effectiveStartDate"), &effective,
+                              &parse_error);
+        if (best.price_per_hour < 0 || effective > best.timestamp) {
+          best.price_per_hour = price->get<double>();
+          best.timestamp = effective;
+        }
+      }
+      url = Text(doc, "NextPageLink");
+      if (!url.empty() && UrlOrigin(url) != UrlOrigin(prices_url_)) {
+        return absl::InternalError(absl::StrCat(
+            "Azure Retail Prices: NextPageLink points at another host (", UrlOrigin(url), ")"));
+      }
+    }
+    if (best.price_per_hour >= 0) out.push_back(best);
+  }
+  return out;
+}
+
+}  // namespace spotdnn::launcher

@@ -1,0 +1,238 @@
+#include "provisioner/launcher/provider_factory.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "provisioner/launcher/aws_provider.h"
+#include "provisioner/launcher/azure_auth.h"
+#include "provisioner/launcher/azure_provider.h"
+#include "provisioner/launcher/gce_provider.h"
+#include "provisioner/launcher/google_auth.h"
+#include "provisioner/launcher/local_provider.h"
+
+namespace spotdnn::launcher {
+namespace {
+
+bool Contains(const std::vector<std::string>& list, const std::string& value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+std::string Get(const ProviderSpec& spec, const char* key) {
+  auto it = spec.options.find(key);
+  return it == spec.options.end() ? std::string() : it->second;
+}
+
+absl::StatusOr<std::unique_ptr<CloudProvider>> MakeLocal(const ProviderSpec& spec,
+                                                         const ProviderEnvironment& environment) {
+  LocalProvider::Options options{.state_dir = environment.local_state_dir.empty()
+                                                  ? DefaultLocalStateDir()
+                                                  : environment.local_state_dir,
+                                 .owner = true,
+                                 .detached = true,
+                                 .capacity = spec.capacity,
+                                 .bin_dir = environment.bin_dir};
+  if (!environment.metadata_emulator.empty()) {
+    options.metadata = std::make_shared<EmulatorMetadataClient>(environment.metadata_emulator);
+  }
+  auto local = LocalProvider::Create(options);
+  if (!local.ok()) return local.status();
+  return std::unique_ptr<CloudProvider>(std::move(*local));
+}
+
+absl::StatusOr<std::unique_ptr<CloudProvider>> MakeAws(const ProviderSpec& spec,
+                                                       const ProviderEnvironment&) {
+  auto credentials = ResolveAwsCredentials({});
+  if (!credentials.ok()) return credentials.status();
+  AwsProvider::Options options;
+  const std::string region = Get(spec, "region");
+  if (!region.empty()) options.region = region;
+  options.credentials = *credentials;
+  options.endpoint_url = Get(spec, "endpoint_url");
+  options.image_id = Get(spec, "image_id");
+  options.subnet_id = Get(spec, "subnet_id");
+  options.key_name = Get(spec, "key_name");
+  options.iam_instance_profile = Get(spec, "iam_instance_profile");
+  options.max_spot_price = Get(spec, "max_spot_price");
+  for (absl::string_view g :
+       absl::StrSplit(Get(spec, "security_group_ids"), ',', absl::SkipEmpty())) {
+    options.security_group_ids.emplace_back(g);
+  }
+  auto aws = AwsProvider::Create(options);
+  if (!aws.ok()) return aws.status();
+  return std::unique_ptr<CloudProvider>(std::move(*aws));
+}
+
+std::vector<std::string> List(const ProviderSpec& spec, const char* key) {
+  std::vector<std::string> out;
+  for (absl::string_view v : absl::StrSplit(Get(spec, key), ',', absl::SkipEmpty())) {
+    out.emplace_back(absl::StripAsciiWhitespace(v));
+  }
+  return out;
+}
+
+absl::Status BadValue(absl::string_view field, const std::string& key, const std::string& value,
+                      absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ".", key, " = \"", value, "\": ", why));
+}
+
+// The values a provider's keys must have beyond being present (field: where the spec has them).
+absl::Status ValidateValues(const ProviderSpec& spec, absl::string_view field) {
+  auto whole = [&](const char* key, int min, int max) -> absl::Status {
+    const std::string value = Get(spec, key);
+    int n = 0;
+    if (!value.empty() && (!absl::SimpleAtoi(value, &n) || n < min || n > max)) {
+      return BadValue(field, key, value,
+                      absl::StrCat("expected a whole number from ", min, " to ", max));
+    }
+    return absl::OkStatus();
+  };
+  if (spec.name == "gce") {
+    for (const std::string& zone : [&] {
+           std::vector<std::string> zones = List(spec, "zones");
+           zones.insert(zones.begin(), Get(spec, "zone"));
+           return zones;
+         }()) {
+      if (absl::StatusOr<std::string> region = GceRegionOf(zone); !region.ok()) {
+        return BadValue(field, "zone", zone, "expected a zone such as us-central1-a");
+      }
+    }
+    const std::string external = Get(spec, "external_ip");
+    if (!external.empty() && external != "true" && external != "false") {
+      return BadValue(field, "external_ip", external, "expected true or false");
+    }
+    return whole("boot_disk_gb", 10, 65536);
+  }
+  if (spec.name == "azure") {
+    const std::string price = Get(spec, "max_price");
+    double p = 0;
+    if (!price.empty() && (!absl::SimpleAtod(price, &p) || (p != -1 && !(p > 0)))) {
+      return BadValue(field, "max_price", price, "expected -1 (up to pay-as-you-go) or USD/h > 0");
+    }
+    return whole("os_disk_gb", 1, 65536);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CloudProvider>> MakeGce(const ProviderSpec& spec,
+                                                       const ProviderEnvironment&) {
+  auto tokens = GoogleTokenSource({.key_file = Get(spec, "credentials_file")});
+  if (!tokens.ok()) return tokens.status();
+  GceProvider::Options options;
+  options.project = Get(spec, "project");
+  options.zone = Get(spec, "zone");
+  options.fallback_zones = List(spec, "zones");
+  options.endpoint_url = Get(spec, "endpoint_url");
+  options.token_source = *tokens;
+  options.image = Get(spec, "image");
+  if (!Get(spec, "network").empty()) options.network = Get(spec, "network");
+  options.subnetwork = Get(spec, "subnetwork");
+  options.service_account = Get(spec, "service_account");
+  options.external_ip = Get(spec, "external_ip") != "false";
+  if (!Get(spec, "boot_disk_gb").empty()) {
+    (void)absl::SimpleAtoi(Get(spec, "boot_disk_gb"), &options.boot_disk_gb);
+  }
+  if (!Get(spec, "boot_disk_type").empty()) options.boot_disk_type = Get(spec, "boot_disk_type");
+  auto gce = GceProvider::Create(options);
+  if (!gce.ok()) return gce.status();
+  return std::unique_ptr<CloudProvider>(std::move(*gce));
+}
+
+absl::StatusOr<std::unique_ptr<CloudProvider>> MakeAzure(const ProviderSpec& spec,
+                                                         const ProviderEnvironment&) {
+  auto tokens = AzureTokenSource({});
+  if (!tokens.ok()) return tokens.status();
+  AzureProvider::Options options;
+  options.subscription = Get(spec, "subscription");
+  options.resource_group = Get(spec, "resource_group");
+  options.location = Get(spec, "location");
+  options.endpoint_url = Get(spec, "endpoint_url");
+  options.token_source = *tokens;
+  options.image = Get(spec, "image");
+  options.subnet_id = Get(spec, "subnet_id");
+  if (!Get(spec, "admin_username").empty()) options.admin_username = Get(spec, "admin_username");
+  options.ssh_public_key = Get(spec, "ssh_public_key");
+  if (!Get(spec, "max_price").empty()) {
+    (void)absl::SimpleAtod(Get(spec, "max_price"), &options.max_price);
+  }
+  options.identity = Get(spec, "identity");
+  options.zone = Get(spec, "zone");
+  if (!Get(spec, "os_disk_gb").empty()) {
+    (void)absl::SimpleAtoi(Get(spec, "os_disk_gb"), &options.os_disk_gb);
+  }
+  auto azure = AzureProvider::Create(options);
+  if (!azure.ok()) return azure.status();
+  return std::unique_ptr<CloudProvider>(std::move(*azure));
+}
+
+}  // namespace
+
+const std::vector<ProviderKeys>& KnownProviders() {
+  static const std::vector<ProviderKeys>* providers = new std::vector<ProviderKeys>{
+      {.name = "local", .keys = {"capacity"}},
+      {.name = "aws",
+       .keys = {"region", "endpoint_url", "image_id", "subnet_id", "security_group_ids", "key_name",
+                "iam_instance_profile", "max_spot_price"},
+       .required = {"image_id"},
+       .required_why = "the AMI with your framework and spotdnn-agent"},
+      {.name = "gce",
+       .keys = {"project", "zone", "zones", "image", "network", "subnetwork", "service_account",
+                "external_ip", "boot_disk_gb", "boot_disk_type", "credentials_file",
+                "endpoint_url"},
+       .required = {"project", "zone", "image"},
+       .required_why = "the project and zone the VMs go to, and the boot image with your "
+                       "framework and spotdnn-agent"},
+      {.name = "azure",
+       .keys = {"subscription", "resource_group", "location", "image", "subnet_id", "max_price",
+                "admin_username", "ssh_public_key", "identity", "zone", "os_disk_gb",
+                "endpoint_url"},
+       .required = {"subscription", "resource_group", "location", "image", "subnet_id"},
+       .required_why = "where the VMs go (subscription, resource group, location, subnet) and "
+                       "the image with your framework and spotdnn-agent"},
+  };
+  return *providers;
+}
+
+absl::Status ValidateProviderSpec(const ProviderSpec& spec, absl::string_view field) {
+  const std::vector<ProviderKeys>& known = KnownProviders();
+  auto provider = std::find_if(known.begin(), known.end(),
+                               [&](const ProviderKeys& p) { return p.name == spec.name; });
+  if (provider == known.end()) {
+    std::vector<std::string> names;
+    for (const ProviderKeys& p : known) names.push_back(p.name);
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".name = \"", spec.name, "\": expected ", absl::StrJoin(names, ", ")));
+  }
+  for (const auto& [key, value] : spec.options) {
+    if (!Contains(provider->keys, key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".", key, ": unknown key for ", spec.name,
+                       " (known: ", absl::StrJoin(provider->keys, ", "), ")"));
+    }
+  }
+  if (!spec.capacity.empty() && !Contains(provider->keys, "capacity")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".capacity: only the local provider takes a capacity"));
+  }
+  for (const std::string& key : provider->required) {
+    if (Get(spec, key.c_str()).empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".", key, " is required for ",
+                                                     spec.name, ": ", provider->required_why));
+    }
+  }
+  return ValidateValues(spec, field);
+}
+
+absl::StatusOr<std::unique_ptr<CloudProvider>> MakeProvider(
+    const ProviderSpec& spec, const ProviderEnvironment& environment) {
+  if (absl::Status s = ValidateProviderSpec(spec); !s.ok()) return s;
+  if (spec.name == "aws") return MakeAws(spec, environment);
+  if (spec.name == "gce") return MakeGce(spec, environment);
+  if (spec.name == "azure") return MakeAzure(spec, environment);
+  return MakeLocal(spec, environment);
+}
+
+}  // namespace spotdnn::launcher

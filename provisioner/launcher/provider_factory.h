@@ -1,0 +1,59 @@
+// Which cloud a job launches on: the provider's name and its settings as a job spec gives them,
+// checked against what each provider takes, and the CloudProvider built from them. The only place
+// outside the providers themselves that knows their names.
+#ifndef SPOTDNN_PROVISIONER_LAUNCHER_PROVIDER_FACTORY_H_
+#define SPOTDNN_PROVISIONER_LAUNCHER_PROVIDER_FACTORY_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "provisioner/launcher/cloud_provider.h"
+
+namespace spotdnn::launcher {
+
+// A provider and its settings.
+struct ProviderSpec {
+  std::string name = "local";
+  // The provider's own keys, as strings (a list comma-separated), e.g. aws: region, image_id.
+  std::map<std::string, std::string> options;
+  // local: the most instances of a type that may run at once (rehearses "no capacity").
+  std::map<std::string, int> capacity;
+};
+
+// What a provider accepts: its keys, the required ones, and why they are required.
+struct ProviderKeys {
+  std::string name;
+  std::vector<std::string> keys;      // every key it takes (besides "name")
+  std::vector<std::string> required;  // keys without which it cannot launch
+  std::string required_why;           // said when one is missing
+};
+
+// Every provider a job can name, in the order the docs list them.
+const std::vector<ProviderKeys>& KnownProviders();
+
+// INVALID_ARGUMENT naming `field`.KEY (or `field`.name) for an unknown provider, a key it does
+// not take, a missing required key, a value of the wrong form (gce zones, external_ip,
+// boot_disk_gb; azure max_price, os_disk_gb), or a capacity given to a provider other than local.
+absl::Status ValidateProviderSpec(const ProviderSpec& spec, absl::string_view field = "provider");
+
+// Where the caller runs, for providers that need it.
+struct ProviderEnvironment {
+  std::string local_state_dir;    // local: its instance files and logs (DATA_DIR/local)
+  std::string metadata_emulator;  // local: the emulator giving instances their metadata endpoints
+  std::string bin_dir;            // local: first on the instances' PATH (spotdnn-agent, ...)
+};
+
+// The provider `spec` names, validated, with its credentials resolved from the environment (aws:
+// the AWS credential chain; gce: credentials_file, GOOGLE_APPLICATION_CREDENTIALS or the metadata
+// server; azure: AZURE_TENANT_ID/AZURE_CLIENT_ID/AZURE_CLIENT_SECRET, AZURE_AUTH_LOCATION or the
+// managed identity). Local instances outlive the caller (a job survives its gateway).
+absl::StatusOr<std::unique_ptr<CloudProvider>> MakeProvider(const ProviderSpec& spec,
+                                                            const ProviderEnvironment& environment);
+
+}  // namespace spotdnn::launcher
+
+#endif  // SPOTDNN_PROVISIONER_LAUNCHER_PROVIDER_FACTORY_H_

@@ -1,0 +1,86 @@
+#include "services/gateway/cli/command.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace spotdnn::gateway {
+
+FlagHelp JsonFlag() { return {"--json", "", "print JSON (one object, or one per event)"}; }
+
+FlagHelp ServerFlag(const std::string& service) {
+  return {"--server", "HOST:PORT",
+          absl::StrCat("use a running ", service, " instead of the in-process one")};
+}
+
+FlagHelp DataDirFlag() {
+  return {"--data-dir", "D", "state folder (default $SPOTDNN_HOME, else ~/.spotdnn)"};
+}
+
+const std::vector<Command>& CommandTable() {
+  static const std::vector<Command>* table = [] {
+    auto* all = new std::vector<Command>;
+    for (auto group : {ModelCommands, PlanCommands, ProfileCommands, WatchCommands, JobCommands,
+                       StackCommands, LocalCommands, CatalogCommands}) {
+      for (Command& c : group()) {
+        if (c.run && std::none_of(c.flags.begin(), c.flags.end(),
+                                  [](const FlagHelp& f) { return f.flag == "--json"; })) {
+          c.flags.push_back(JsonFlag());
+        }
+        all->push_back(std::move(c));
+      }
+    }
+    return all;
+  }();
+  return *table;
+}
+
+std::string HelpText(const Command& command) {
+  std::string text = absl::StrCat("Usage: spotdnn ", command.name);
+  if (!command.run) {
+    absl::StrAppend(&text, " SUBCOMMAND [FLAGS]\n");
+  } else {
+    // A synopsis of several lines is indented under its first.
+    const std::string indent(absl::StrCat("Usage: spotdnn ", command.name, " ").size(), ' ');
+    bool first = true;
+    for (absl::string_view line : absl::StrSplit(command.synopsis, '\n')) {
+      absl::StrAppend(&text, first ? " " : indent, line, "\n");
+      first = false;
+    }
+  }
+  if (!command.description.empty()) absl::StrAppend(&text, "\n", command.description, "\n");
+  if (!command.run) {
+    absl::StrAppend(&text, "\nSubcommands:\n");
+    for (const Command& c : CommandTable()) {
+      if (!absl::StartsWith(c.name, command.name + " ")) continue;
+      std::string name = c.name.substr(command.name.size() + 1);
+      name.resize(std::max<size_t>(name.size(), 16), ' ');
+      absl::StrAppend(&text, "  ", name, c.summary, "\n");
+    }
+    absl::StrAppend(&text, "\n`spotdnn ", command.name,
+                    " SUBCOMMAND --help` shows a subcommand's flags.\n");
+    return text;
+  }
+  if (!command.flags.empty()) {
+    absl::StrAppend(&text, "\nFlags:\n");
+    for (const FlagHelp& f : command.flags) {
+      std::string head = f.value.empty() ? f.flag : absl::StrCat(f.flag, " ", f.value);
+      bool first = true;
+      for (absl::string_view line : absl::StrSplit(f.help, '\n')) {
+        std::string left = first ? head : "";
+        if (first && left.size() > 22) {
+          absl::StrAppend(&text, "  ", left, "\n");
+          left.clear();
+        }
+        left.resize(22, ' ');
+        absl::StrAppend(&text, "  ", left, " ", line, "\n");
+        first = false;
+      }
+    }
+  }
+  if (!command.footer.empty()) absl::StrAppend(&text, "\n", command.footer, "\n");
+  return text;
+}
+
+}  // namespace spotdnn::gateway

@@ -1,0 +1,368 @@
+// `spotdnn run`, `spotdnn jobs` and `spotdnn status`: the job controller's front end.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "provisioner/launcher/provider_factory.h"
+#include "services/clients/service_clients.h"
+#include "services/common/server.h"
+#include "services/gateway/cli/cli.h"
+#include "services/gateway/cli/command.h"
+#include "services/gateway/cli/job_output.h"
+#include "services/gateway/cli/output.h"
+#include "services/gateway/cli/stack.h"
+#include "services/gateway/job/job_controller.h"
+
+namespace spotdnn::gateway {
+namespace {
+
+namespace fs = std::filesystem;
+using job::JobRecord;
+using job::JobStore;
+
+std::string DataDir(const Args& args) { return args.Get("--data-dir").value_or(DefaultDataDir()); }
+
+std::string Ms(int64_t unix_ms) {
+  return unix_ms > 0
+             ? absl::FormatTime("%H:%M:%E3S", absl::FromUnixMillis(unix_ms), absl::LocalTimeZone())
+             : "-";
+}
+
+// Holds DATA_DIR/locks/JOB.lock (flock) for as long as this gateway runs the job: a second
+// gateway on the same job (a --resume while the first still runs) would re-plan and launch
+// takeovers of its own. The kernel drops the lock when the process dies, even by kill -9.
+class JobLock {
+ public:
+  static absl::StatusOr<std::unique_ptr<JobLock>> Acquire(const std::string& data_dir,
+                                                          const std::string& job_id) {
+    const fs::path dir = fs::path(data_dir) / "locks";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const fs::path path = dir / (job_id + ".lock");
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      return absl::UnavailableError(
+          absl::StrCat(path.string(), ": cannot be opened: ", std::strerror(errno)));
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      char buffer[32] = {0};
+      const ssize_t n = pread(fd, buffer, sizeof buffer - 1, 0);
+      close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat("job \"", job_id, "\" is being run by another gateway",
+                       n > 0 ? absl::StrCat(" (pid ", absl::StripAsciiWhitespace(buffer), ")") : "",
+                       ": wait for it, or stop it before `spotdnn run --resume ", job_id, "`"));
+    }
+    const std::string pid = absl::StrCat(getpid(), "\n");
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+      // The lock holds without the pid; the pid only makes the message friendlier.
+    }
+    return std::unique_ptr<JobLock>(new JobLock(fd));
+  }
+  ~JobLock() { close(fd_); }
+  JobLock(const JobLock&) = delete;
+  JobLock& operator=(const JobLock&) = delete;
+
+ private:
+  explicit JobLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+// The services a job runs against: named with flags, else the stack's (`spotdnn up`).
+struct Endpoints {
+  std::string provisioner, profiler, detector, emulator;
+};
+
+absl::StatusOr<Endpoints> EndpointsOf(const Args& args, const std::string& data_dir) {
+  Endpoints e{.provisioner = args.Get("--provisioner").value_or(""),
+              .profiler = args.Get("--profiler").value_or(""),
+              .detector = args.Get("--detector").value_or(""),
+              .emulator = args.Get("--metadata-emulator").value_or("")};
+  if (e.provisioner.empty() || e.profiler.empty() || e.detector.empty()) {
+    auto stack = ReadStack(data_dir);
+    if (!stack.ok()) return stack.status();
+    if (e.provisioner.empty()) e.provisioner = stack->provisioner;
+    if (e.profiler.empty()) e.profiler = stack->profiler;
+    if (e.detector.empty()) e.detector = stack->detector;
+    if (e.emulator.empty()) e.emulator = stack->emulator;
+  }
+  for (const auto& [flag, target] :
+       {std::pair<const char*, std::string>{"--provisioner", e.provisioner},
+        {"--profiler", e.profiler},
+        {"--detector", e.detector}}) {
+    if (target.find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " = \"", target, "\": expected HOST:PORT"));
+    }
+  }
+  return e;
+}
+
+absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("job spec \"", path, "\" cannot be read"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+int Run(const Args& args, const Io& io) {
+  const std::string data_dir = DataDir(args);
+  const auto resume = args.Get("--resume");
+  if (resume.has_value() == (args.positional().size() == 1)) {
+    return ReportError(absl::InvalidArgumentError("give a job spec file, or --resume JOB"), "run",
+                       io);
+  }
+  auto store = JobStore::Open((fs::path(data_dir) / "jobs.db").string());
+  if (!store.ok()) return ReportError(store.status(), "run", io);
+  absl::StatusOr<std::string> spec_json;
+  if (resume) {
+    auto job = (*store)->GetJob(*resume);
+    if (!job.ok()) return ReportError(job.status(), "run", io);
+    spec_json = job->spec_json;
+  } else {
+    spec_json = ReadSpecFile(args.positional()[0]);
+  }
+  if (!spec_json.ok()) return ReportError(spec_json.status(), "run", io);
+  auto spec = job::ParseJobSpec(*spec_json);
+  if (!spec.ok()) return ReportError(spec.status(), "run", io);
+  auto lock = JobLock::Acquire(data_dir, spec->name);
+  if (!lock.ok()) return ReportError(lock.status(), "run", io);
+  absl::Duration stall_timeout = absl::Minutes(10);
+  if (auto v = args.Get("--stall-timeout")) {
+    auto d = ParseDuration("--stall-timeout", *v, /*allow_zero=*/true);
+    if (!d.ok()) return ReportError(d.status(), "run", io);
+    stall_timeout = absl::Seconds(*d);
+  }
+  auto endpoints = EndpointsOf(args, data_dir);
+  if (!endpoints.ok()) return ReportError(endpoints.status(), "run", io);
+  auto provisioner_stub = pb::Provisioner::NewStub(services::MakeChannel(endpoints->provisioner));
+  auto profiler_stub = pb::Profiler::NewStub(services::MakeChannel(endpoints->profiler));
+  auto detector_stub = pb::Detector::NewStub(services::MakeChannel(endpoints->detector));
+  const clients::ProvisionerClient provisioner(*provisioner_stub);
+  const clients::ProfilerClient profiler(*profiler_stub);
+  const clients::DetectorClient detector(*detector_stub);
+  // Local instances find the spotdnn binaries (spotdnn-agent, spotdnn-sim-worker) beside this one.
+  auto provider = launcher::MakeProvider(
+      spec->provider, {.local_state_dir = (fs::path(data_dir) / "local").string(),
+                       .metadata_emulator = endpoints->emulator,
+                       .bin_dir = SelfDir()});
+  if (!provider.ok()) return ReportError(provider.status(), "run", io);
+
+  job::JobController controller({.provisioner = &provisioner,
+                                 .profiler = &profiler,
+                                 .detector = &detector,
+                                 .provider = provider->get(),
+                                 .store = store->get()},
+                                {.profiler_address = endpoints->profiler,
+                                 .detector_address = endpoints->detector,
+                                 .stall_timeout = stall_timeout},
+                                [&io](const job::JobEvent& event) {
+                                  if (io.json) {
+                                    io.out << EventJson(event) << std::endl;
+                                  } else if (std::string line = EventLine(event); !line.empty()) {
+                                    io.out << line << std::endl;
+                                  }
+                                });
+  const std::string job_id = spec->name;
+  if (!resume) {
+    auto planned = controller.Plan(*spec_json, services::DataRegistry::WithBuiltins());
+    if (!planned.ok()) {
+      const absl::Status& s = planned.status();
+      ReportError(s, "run", io);
+      return absl::IsFailedPrecondition(s)                           ? kExitInfeasible
+             : absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ? kExitFailure
+                                                                     : kExitBadInput;
+    }
+  }
+  auto done = controller.Run(job_id);
+  if (!done.ok()) {
+    ReportError(done.status(), "run", io);
+    if (!io.json) {
+      io.err << "The job's instances keep running; resume with `spotdnn run --resume " << job_id
+             << "`." << std::endl;
+    }
+    return kExitFailure;
+  }
+  if (!io.json) {
+    io.out << "\nJob " << job_id << " " << job::Name(done->record.state)
+           << (done->record.message.empty() ? "" : ": " + done->record.message) << "\n";
+    PrintSummary(done->summary, io.out);
+  }
+  return done->record.state == job::JobState::kFinished && done->summary.slo_met ? kExitOk
+                                                                                 : kExitInfeasible;
+}
+
+int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+int Jobs(const Args& args, const Io& io) {
+  auto store = JobStore::Open((fs::path(DataDir(args)) / "jobs.db").string());
+  if (!store.ok()) return ReportError(store.status(), "jobs", io);
+  auto jobs = (*store)->ListJobs();
+  if (!jobs.ok()) return ReportError(jobs.status(), "jobs", io);
+  if (io.json) {
+    std::vector<std::string> list;
+    for (const JobRecord& j : *jobs) {
+      auto summary = job::SummarizeJob(**store, j.id, NowMs());
+      if (!summary.ok()) return ReportError(summary.status(), "jobs", io);
+      list.push_back(SummaryJson(*summary));
+    }
+    io.out << "{\"jobs\":[" << absl::StrJoin(list, ",") << "]}" << std::endl;
+    return kExitOk;
+  }
+  if (jobs->empty()) {
+    io.out << "No jobs in " << DataDir(args) << "/jobs.db." << std::endl;
+    return kExitOk;
+  }
+  Table table(
+      {"job", "state", "iterations", "of", "predicted", "elapsed", "revocations", "started"});
+  table.LeftAlign(1);
+  for (const JobRecord& j : *jobs) {
+    auto revocations = (*store)->Revocations(j.id);
+    const int64_t end = j.finished_ms > 0 ? j.finished_ms : NowMs();
+    table.AddRow({j.id, std::string(job::Name(j.state)), Fixed(j.iterations_done, 0),
+                  Fixed(j.target_iterations, 0), HumanDuration(j.predicted_time_s),
+                  j.started_ms > 0 ? HumanDuration((end - j.started_ms) / 1000.0) : "-",
+                  revocations.ok() ? absl::StrCat(revocations->size()) : "?", Ms(j.started_ms)});
+  }
+  table.Print(io.out);
+  return kExitOk;
+}
+
+int Status(const Args& args, const Io& io) {
+  const std::string id = args.positional()[0];
+  auto store = JobStore::Open((fs::path(DataDir(args)) / "jobs.db").string());
+  if (!store.ok()) return ReportError(store.status(), "status", io);
+  auto job = (*store)->GetJob(id);
+  if (!job.ok()) return ReportError(job.status(), "status", io);
+  auto summary = job::SummarizeJob(**store, id, NowMs());
+  if (!summary.ok()) return ReportError(summary.status(), "status", io);
+  auto instances = (*store)->Instances(id);
+  if (!instances.ok()) return ReportError(instances.status(), "status", io);
+  auto events = (*store)->Events(id);
+  if (!events.ok()) return ReportError(events.status(), "status", io);
+  if (io.json) {
+    std::vector<std::string> list, log;
+    for (const job::InstanceRecord& i : *instances) {
+      list.push_back(JsonObject()
+                         .String("id", i.id)
+                         .String("role", std::string(launcher::RoleName(i.role)))
+                         .String("instance_type", i.instance_type)
+                         .Integer("index", i.index)
+                         .String("reason", std::string(job::Name(i.reason)))
+                         .String("launch_token", i.launch_token)
+                         .String("state", std::string(job::Name(i.state)))
+                         .Number("price_per_hour", i.price_per_hour)
+                         .Number("predicted_iteration_s", i.predicted_iteration_s)
+                         .Integer("launched_unix_ms", i.launched_ms)
+                         .Integer("ended_unix_ms", i.ended_ms)
+                         .str());
+    }
+    for (const job::JobEventRecord& e : *events) {
+      log.push_back(JsonObject()
+                        .Integer("at_unix_ms", e.at_ms)
+                        .String("kind", e.kind)
+                        .String("detail", e.detail)
+                        .str());
+    }
+    io.out << JsonObject()
+                  .String("job_id", id)
+                  .String("state", std::string(job::Name(job->state)))
+                  .String("message", job->message)
+                  .Raw("summary", SummaryJson(*summary))
+                  .Raw("instances", "[" + absl::StrJoin(list, ",") + "]")
+                  .Raw("events", "[" + absl::StrJoin(log, ",") + "]")
+                  .str()
+           << std::endl;
+    return kExitOk;
+  }
+  io.out << "Job " << id << ": " << job::Name(job->state)
+         << (job->message.empty() ? "" : " (" + job->message + ")") << "\n";
+  PrintSummary(*summary, io.out);
+  io.out << "\n";
+  Table table({"instance", "role", "type", "why", "state", "launched", "ended", "$/h"});
+  for (size_t c : {1, 2, 3, 4}) table.LeftAlign(c);
+  for (const job::InstanceRecord& i : *instances) {
+    table.AddRow({i.id, std::string(launcher::RoleName(i.role)), i.instance_type,
+                  std::string(job::Name(i.reason)), std::string(job::Name(i.state)),
+                  Ms(i.launched_ms), Ms(i.ended_ms), Fixed(i.price_per_hour, 4)});
+  }
+  table.Print(io.out);
+  io.out << "\n";
+  Table log({"time", "event", "detail"});
+  log.LeftAlign(1);
+  log.LeftAlign(2);
+  for (const job::JobEventRecord& e : *events) log.AddRow({Ms(e.at_ms), e.kind, e.detail});
+  log.Print(io.out);
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> JobCommands() {
+  return {
+      {.name = "run",
+       .summary = "run a job end to end: plan, launch, watch, take over revoked instances, summary",
+       .synopsis = "JOB.json [--json] [--data-dir D] [--provisioner H:P] [--profiler H:P]\n"
+                   "[--detector H:P] [--metadata-emulator URL] [--stall-timeout T]\n"
+                   "--resume JOB [--json] [--data-dir D] ...",
+       .description =
+           "Runs a job end to end: profiles it if its spec says so, plans the cheapest cluster "
+           "that meets its\nSLO, launches it, registers every instance with the detector and "
+           "follows its events and the\nworkers' progress; on a revocation notice it re-plans "
+           "with the survivors and the progress so far\nand launches the takeover instances "
+           "while the revoked one still runs. It ends with a summary:\npredicted vs actual time "
+           "and cost, revocations handled, SLO met. The job's state is kept in\nDATA_DIR/jobs.db: "
+           "after the gateway dies, `spotdnn run --resume JOB` reattaches to the running\n"
+           "instances and launches nothing twice. See deploy/examples/job.json for the spec.\n\n"
+           "The services come from `spotdnn up` (DATA_DIR/stack.json) unless named with "
+           "--provisioner,\n--profiler and --detector; the local provider's instances read "
+           "their metadata (revocation\nnotices) from the stack's emulator or "
+           "--metadata-emulator.",
+       .flags = {DataDirFlag(),
+                 {"--resume", "JOB", "take a stored job up again where it is"},
+                 {"--provisioner", "H:P", "the spotdnn-provisioner (default: the stack's)"},
+                 {"--profiler", "H:P", "the spotdnn-profiler (default: the stack's)"},
+                 {"--detector", "H:P", "the spotdnn-detector (default: the stack's)"},
+                 {"--metadata-emulator", "URL",
+                  "the emulator giving local instances their metadata endpoints"},
+                 {"--stall-timeout", "T",
+                  "fail the job when no worker reports a new iteration for T (default 10m;\n"
+                  "0: never)"},
+                 {"--json", "",
+                  "one JSON object per event, one per line (the last one has the "
+                  "summary)"}},
+       .max_positional = 1,
+       .footer = "Exit status: 0 the job met its SLO, 3 it finished without meeting it or "
+                 "failed, 2 bad input,\n1 a service could not be reached.",
+       .run = Run},
+      {.name = "jobs",
+       .summary = "the jobs run so far; status JOB shows one",
+       .synopsis = "[--json] [--data-dir D]",
+       .description = "Lists the jobs in DATA_DIR/jobs.db.",
+       .flags = {DataDirFlag()},
+       .run = Jobs},
+      {.name = "status",
+       .summary = "one job's summary, instances, revocations and event log",
+       .synopsis = "JOB [--json] [--data-dir D]",
+       .description = "Shows one job of DATA_DIR/jobs.db: its summary, instances, revocations "
+                      "(with notice-to-takeover\ntimes) and event log.",
+       .flags = {DataDirFlag()},
+       .min_positional = 1,
+       .max_positional = 1,
+       .run = Status},
+  };
+}
+
+}  // namespace spotdnn::gateway

@@ -1,0 +1,324 @@
+#include "services/gateway/cli/job_output.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "services/gateway/cli/output.h"
+
+namespace spotdnn::gateway {
+namespace {
+
+using namespace ::spotdnn::job;  // NOLINT: the event types
+
+std::string Counts(const std::vector<TypeCount>& counts) {
+  std::vector<std::string> parts;
+  for (const TypeCount& c : counts) parts.push_back(absl::StrCat(c.instance_type, "=", c.count));
+  return absl::StrJoin(parts, ",");
+}
+
+std::string Plural(long long n, absl::string_view one, absl::string_view many) {
+  return absl::StrCat(n, " ", n == 1 ? one : many);
+}
+
+int64_t Ms(absl::Time t) { return absl::ToUnixMillis(t); }
+
+// The kind of an event, as the JSON's "event" says it.
+std::string KindOf(const JobEvent& event) {
+  return std::visit(
+      [](const auto& e) -> std::string {
+        using E = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<E, EndedEvent>) {
+          return std::string(Name(e.state));
+        } else {
+          return E::kKind;
+        }
+      },
+      event.what);
+}
+
+struct LineOf {
+  const JobEvent& event;
+  std::string operator()(const ProfilingEvent& e) const {
+    if (!e.fitted_profile.empty()) return absl::StrCat("Fitted profile ", e.fitted_profile);
+    if (!e.run.empty()) {
+      return absl::StrCat(e.run_done ? "Profiling run " : "Profiling run ", e.run,
+                          e.run_done ? " done: " : " launched: ", Counts(e.cluster), ", ", e.steps,
+                          " steps each");
+    }
+    return absl::StrCat("Imported ", e.imported_log);
+  }
+  std::string operator()(const PlannedEvent& e) const {
+    return absl::StrFormat("Plan for %s: %s, %s iterations, predicted %.1f s and $%.4f (%s)",
+                           event.job_id, Counts(e.cluster), Fixed(e.target_iterations, 0),
+                           e.predicted_time_s, e.predicted_cost_usd, e.strategy);
+  }
+  std::string operator()(const LaunchedEvent& e) const {
+    return absl::StrCat("Launched ", Plural(e.instances, "instance", "instances"), " (",
+                        Plural(e.parameter_servers, "parameter server", "parameter servers"),
+                        " and ", Plural(e.workers, "worker", "workers"), ") on ", e.provider);
+  }
+  std::string operator()(const CapacityEvent& e) const {
+    std::vector<std::string> types;
+    for (const TypeCount& c : e.running) {
+      types.push_back(absl::StrCat(c.instance_type, " (", c.count, " running)"));
+    }
+    return absl::StrCat("No capacity for ", absl::StrJoin(types, ", "),
+                        ": re-planning without more");
+  }
+  std::string operator()(const ReplannedEvent& e) const {
+    const std::string launch = e.to_launch.empty() ? "nothing" : Counts(e.to_launch);
+    if (e.instance.empty()) {
+      return absl::StrFormat(
+          "Re-planned around the missing capacity: launch %s; predicted %.1f s "
+          "and $%.4f",
+          launch, e.predicted_time_s, e.predicted_cost_usd);
+    }
+    return absl::StrCat("Re-planned in ", e.replan_ms, " ms: launch ", launch,
+                        e.feasible
+                            ? absl::StrFormat(", %s more iterations in a predicted %.1f s",
+                                              Fixed(e.more_iterations, 0), e.predicted_time_s)
+                            : absl::StrCat(" (", e.detail, ")"));
+  }
+  std::string operator()(const NoticeEvent& e) const {
+    return absl::StrCat(
+        "Revocation ", e.kind, " for ", e.parameter_server ? "parameter server " : "", e.instance,
+        " (", e.instance_type,
+        e.effective != absl::InfinitePast()
+            ? absl::StrFormat(", goes in %.1f s", absl::ToDoubleSeconds(e.effective - event.at))
+            : "",
+        e.parameter_server ? "): replacing it from its checkpoint" : "): re-planning");
+  }
+  std::string operator()(const TakeoverEvent& e) const {
+    if (e.takeover.empty()) return absl::StrCat("No takeover needed for ", e.instance);
+    return absl::StrCat("Takeover ", absl::StrJoin(e.takeover, ","), " running for ", e.instance,
+                        ", ", e.notice_to_running_ms, " ms after the notice");
+  }
+  std::string operator()(const TakeoverFailedEvent& e) const {
+    return absl::StrCat("Takeover for ", e.instance, " failed: ", e.error);
+  }
+  std::string operator()(const InstanceEndedEvent& e) const {
+    return absl::StrCat("Instance ", e.instance, " (", e.instance_type, ") stopped");
+  }
+  std::string operator()(const ProgressEvent& e) const {
+    const double fraction = e.target_iterations > 0 ? e.iterations_done / e.target_iterations : 0;
+    std::string of = Fixed(e.target_iterations, 0);
+    if (std::abs(e.first_plan_iterations - e.target_iterations) > 0.5) {
+      of = absl::StrCat(of, " (re-planned; first plan ", Fixed(e.first_plan_iterations, 0), ")");
+    }
+    return absl::StrFormat(
+        "[%6.1fs] %s/%s iterations (%.1f%%)%s, %s running%s%s%s", e.elapsed_s,
+        Fixed(e.iterations_done, 0), of, 100 * std::min(1.0, fraction),
+        e.loss ? absl::StrFormat(", loss %.4g (target %g)", *e.loss, e.target_loss) : "",
+        Plural(e.workers_running, "worker", "workers"),
+        e.workers_revoking > 0 ? absl::StrCat(", ", e.workers_revoking, " revoking") : "",
+        e.steps_lost > 0 ? absl::StrFormat(" (%.0f steps lost to takeovers)", e.steps_lost) : "",
+        e.deadline_in_s ? absl::StrFormat(", deadline in %.0f s", *e.deadline_in_s) : "");
+  }
+  std::string operator()(const WarningEvent& e) const { return "Warning: " + e.message; }
+  std::string operator()(const ResumedEvent& e) const {
+    return absl::StrCat("Resumed job ", event.job_id, " with ",
+                        Plural(e.instances, "instance", "instances"), " on record");
+  }
+  std::string operator()(const EndedEvent&) const { return ""; }
+};
+
+struct JsonOf {
+  JsonObject& o;
+  void operator()(const ProfilingEvent& e) const {
+    if (!e.fitted_profile.empty()) {
+      o.String("profile", e.fitted_profile);
+    } else if (!e.run.empty()) {
+      o.String("run", e.run)
+          .String("cluster", Counts(e.cluster))
+          .Integer("steps", e.steps)
+          .Bool("done", e.run_done);
+    } else {
+      o.String("log", e.imported_log);
+    }
+  }
+  void operator()(const PlannedEvent& e) const {
+    o.String("cluster", Counts(e.cluster))
+        .Number("target_iterations", e.target_iterations)
+        .Number("predicted_time_s", e.predicted_time_s)
+        .Number("predicted_cost_usd", e.predicted_cost_usd)
+        .String("strategy", e.strategy);
+  }
+  void operator()(const LaunchedEvent& e) const {
+    o.Integer("instances", e.instances)
+        .Integer("parameter_servers", e.parameter_servers)
+        .Integer("workers", e.workers)
+        .String("provider", e.provider);
+  }
+  void operator()(const CapacityEvent& e) const { o.String("types", Counts(e.running)); }
+  void operator()(const ReplannedEvent& e) const {
+    o.String("reason", e.instance.empty() ? "capacity" : "revocation");
+    if (!e.instance.empty()) o.String("instance", e.instance);
+    o.Bool("feasible", e.feasible)
+        .String("to_launch", Counts(e.to_launch))
+        .Number("predicted_time_s", e.predicted_time_s)
+        .Number("predicted_cost_usd", e.predicted_cost_usd);
+    if (!e.instance.empty()) {
+      o.Number("more_iterations", e.more_iterations)
+          .Number("remaining_time_s", e.remaining_time_s)
+          .Integer("replan_ms", e.replan_ms);
+    }
+    if (!e.detail.empty()) o.String("detail", e.detail);
+  }
+  void operator()(const NoticeEvent& e) const {
+    o.String("instance", e.instance)
+        .String("instance_type", e.instance_type)
+        .String("kind", e.kind)
+        .Bool("parameter_server", e.parameter_server)
+        .Integer("effective_unix_ms", e.effective != absl::InfinitePast() ? Ms(e.effective) : 0);
+  }
+  void operator()(const TakeoverEvent& e) const {
+    o.String("instance", e.instance)
+        .String("takeover", absl::StrJoin(e.takeover, ","))
+        .Integer("notice_to_takeover_ms", e.notice_to_running_ms);
+  }
+  void operator()(const TakeoverFailedEvent& e) const {
+    o.String("instance", e.instance).String("error", e.error);
+  }
+  void operator()(const InstanceEndedEvent& e) const {
+    o.String("instance", e.instance).String("instance_type", e.instance_type);
+  }
+  void operator()(const ProgressEvent& e) const {
+    o.Number("elapsed_s", e.elapsed_s)
+        .Number("iterations_done", e.iterations_done)
+        .Number("target_iterations", e.target_iterations)
+        .Number("first_plan_iterations", e.first_plan_iterations)
+        .Number("loss", e.loss.value_or(NAN))
+        .Number("target_loss", e.target_loss > 0 ? e.target_loss : NAN)
+        .Number("steps_lost", e.steps_lost)
+        .Integer("workers_running", e.workers_running)
+        .Integer("workers_revoking", e.workers_revoking)
+        .Number("deadline_in_s", e.deadline_in_s.value_or(NAN));
+  }
+  void operator()(const WarningEvent& e) const {
+    if (!e.instance.empty()) o.String("instance", e.instance);
+    o.String("message", e.message);
+  }
+  void operator()(const ResumedEvent& e) const { o.Integer("instances", e.instances); }
+  void operator()(const EndedEvent& e) const {
+    if (!e.message.empty()) o.String("error", e.message);
+    o.Raw("summary", SummaryJson(e.summary));
+  }
+};
+
+}  // namespace
+
+std::string EventLine(const JobEvent& event) { return std::visit(LineOf{event}, event.what); }
+
+std::string EventJson(const JobEvent& event) {
+  JsonObject o;
+  o.String("event", KindOf(event))
+      .Integer("at_unix_ms", Ms(event.at))
+      .String("job_id", event.job_id);
+  std::visit(JsonOf{o}, event.what);
+  return o.str();
+}
+
+std::string SummaryJson(const JobSummary& s) {
+  std::vector<std::string> revocations;
+  for (const RevocationSummary& r : s.revocations) {
+    JsonObject o;
+    o.String("instance", r.instance)
+        .String("status", std::string(Name(r.status)))
+        .String("takeover", r.takeover)
+        .Integer("notice_unix_ms", r.notice_ms)
+        .Integer("received_unix_ms", r.received_ms)
+        .Integer("replanned_unix_ms", r.replanned_ms)
+        .Integer("takeover_running_unix_ms", r.takeover_running_ms)
+        .Integer("takeover_first_report_unix_ms", r.takeover_first_report_ms)
+        .Integer("revoked_instance_ended_unix_ms", r.revoked_instance_ended_ms);
+    if (r.notice_to_takeover_running_s) {
+      o.Number("notice_to_takeover_running_s", *r.notice_to_takeover_running_s);
+    }
+    if (r.notice_to_takeover_training_s) {
+      o.Number("notice_to_takeover_training_s", *r.notice_to_takeover_training_s);
+    }
+    if (r.takeover_before_revoked_ended) {
+      o.Bool("takeover_before_revoked_ended", *r.takeover_before_revoked_ended);
+    }
+    if (!r.detail.empty()) o.String("detail", r.detail);
+    revocations.push_back(o.str());
+  }
+  auto optional = [](double v) { return v > 0 ? v : NAN; };  // null when not set
+  return JsonObject()
+      .String("job_id", s.job_id)
+      .String("state", std::string(Name(s.state)))
+      .Number("target_loss", s.target_loss)
+      .Number("deadline_s", optional(s.deadline_s))
+      .Number("budget_usd", optional(s.budget_usd))
+      .Number("first_plan_iterations", s.first_plan_iterations)
+      .Number("first_plan_time_s", s.first_plan_time_s)
+      .Number("first_plan_cost_usd", s.first_plan_cost_usd)
+      .Number("target_iterations", s.target_iterations)
+      .Number("iterations_done", s.iterations_done)
+      .Number("final_loss", s.final_loss > 0 ? s.final_loss : NAN)
+      .Number("steps_lost", s.steps_lost)
+      .Number("predicted_time_s", s.predicted_time_s)
+      .Number("actual_time_s", s.actual_time_s)
+      .Number("predicted_cost_usd", s.predicted_cost_usd)
+      .Number("actual_cost_usd", s.actual_cost_usd)
+      .Integer("instances_launched", s.instances_launched)
+      .Integer("takeover_instances", s.takeover_instances)
+      .Integer("revocations", static_cast<long long>(s.revocations.size()))
+      .Integer("revocations_handled", s.revocations_handled)
+      .Raw("revocation_list", "[" + absl::StrJoin(revocations, ",") + "]")
+      .Bool("loss_reached", s.loss_reached)
+      .Bool("deadline_met", s.deadline_met)
+      .Bool("budget_met", s.budget_met)
+      .Bool("slo_met", s.slo_met)
+      .str();
+}
+
+void PrintSummary(const JobSummary& s, std::ostream& out) {
+  const bool replanned = std::abs(s.first_plan_iterations - s.target_iterations) > 0.5 ||
+                         std::abs(s.first_plan_time_s - s.predicted_time_s) > 0.05;
+  Table table(replanned ? std::vector<std::string>{"", "first plan", "current plan", "actual"}
+                        : std::vector<std::string>{"", "predicted", "actual"});
+  auto row = [&](const std::string& what, const std::string& first, const std::string& current,
+                 const std::string& actual) {
+    table.AddRow(replanned ? std::vector<std::string>{what, first, current, actual}
+                           : std::vector<std::string>{what, current, actual});
+  };
+  row("time", HumanDuration(s.first_plan_time_s), HumanDuration(s.predicted_time_s),
+      HumanDuration(s.actual_time_s));
+  row("cost", Dollars(s.first_plan_cost_usd), Dollars(s.predicted_cost_usd),
+      Dollars(s.actual_cost_usd));
+  row("normalized iterations", Fixed(s.first_plan_iterations, 0), Fixed(s.target_iterations, 0),
+      Fixed(s.iterations_done, 0));
+  if (s.final_loss > 0)
+    row("loss", Fixed(s.target_loss, 4), Fixed(s.target_loss, 4), Fixed(s.final_loss, 4));
+  table.Print(out);
+  if (s.steps_lost > 0) {
+    out << "Steps lost to parameter-server takeovers: " << Fixed(s.steps_lost, 0) << "\n";
+  }
+  out << "Instances launched: " << s.instances_launched << " (" << s.takeover_instances
+      << " takeover); revocations handled: " << s.revocations_handled << " of "
+      << s.revocations.size() << "\n";
+  if (!s.revocations.empty()) {
+    Table revocations({"revoked", "takeover", "notice -> takeover running", "-> training",
+                       "takeover before it ended"});
+    revocations.LeftAlign(1);
+    auto seconds = [](const std::optional<double>& v) {
+      return v ? absl::StrFormat("%.2f s", *v) : std::string("-");
+    };
+    for (const RevocationSummary& r : s.revocations) {
+      revocations.AddRow(
+          {r.instance, r.takeover.empty() ? "-" : r.takeover,
+           seconds(r.notice_to_takeover_running_s), seconds(r.notice_to_takeover_training_s),
+           r.takeover_before_revoked_ended ? (*r.takeover_before_revoked_ended ? "yes" : "NO")
+                                           : "-"});
+    }
+    revocations.Print(out);
+  }
+  auto yes = [](bool v) { return v ? "yes" : "NO"; };
+  out << "Loss reached: " << yes(s.loss_reached) << "; deadline met: " << yes(s.deadline_met)
+      << "; budget met: " << yes(s.budget_met) << "; SLO met: " << yes(s.slo_met) << std::endl;
+}
+
+}  // namespace spotdnn::gateway

@@ -1,0 +1,70 @@
+// What the CLI prints for people: aligned tables and readable numbers.
+#ifndef SPOTDNN_SERVICES_GATEWAY_CLI_OUTPUT_H_
+#define SPOTDNN_SERVICES_GATEWAY_CLI_OUTPUT_H_
+
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace spotdnn::gateway {
+
+// A plain-text table: a header row, rows of cells, the first column left-aligned and the others
+// right-aligned (they are numbers), columns two spaces apart.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
+  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  // Left-align these columns too (besides the first).
+  void LeftAlign(size_t column) { left_.push_back(column); }
+  void Print(std::ostream& out) const;
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+  std::vector<size_t> left_;
+};
+
+// "39m 11s", "1h 05m", "12.3s".
+std::string HumanDuration(double seconds);
+// "$2.9859" (4 decimals under $100, 2 above).
+std::string Dollars(double usd);
+// A JSON string literal (quoted and escaped).
+std::string JsonString(std::string_view text);
+// Builds one JSON object field by field, in insertion order. Non-finite numbers become null.
+class JsonObject {
+ public:
+  JsonObject& Number(std::string_view key, double value);
+  JsonObject& Integer(std::string_view key, long long value);
+  JsonObject& String(std::string_view key, std::string_view value);
+  JsonObject& Bool(std::string_view key, bool value);
+  // `json` must already be valid JSON (an object, array, ...).
+  JsonObject& Raw(std::string_view key, std::string_view json);
+  std::string str() const { return "{" + body_ + "}"; }
+
+ private:
+  void Key(std::string_view key);
+  std::string body_;
+};
+
+// One point of a chart.
+struct ChartPoint {
+  double x = 0;
+  double y = 0;
+  std::string label;  // shown beside highlighted points
+  bool highlight = false;
+};
+
+// An SVG line chart of `points` (joined in order as a step line, each a dot), axes with ticks,
+// highlighted points in red with their label, and an optional vertical marker line at `marker_x`
+// (NaN: none).
+std::string SvgChart(const std::vector<ChartPoint>& points, std::string_view title,
+                     std::string_view x_label, std::string_view y_label, double marker_x,
+                     std::string_view marker_label);
+
+// printf-style "%.*f".
+std::string Fixed(double value, int decimals);
+
+}  // namespace spotdnn::gateway
+
+#endif  // SPOTDNN_SERVICES_GATEWAY_CLI_OUTPUT_H_

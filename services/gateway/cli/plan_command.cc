@@ -1,0 +1,469 @@
+// spotdnn plan: the cheapest set of spot instances that reaches a loss by a deadline (deadline
+// mode), the fastest within a budget (budget mode), or the whole time/cost frontier.
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "predictor/types.h"
+#include "services/clients/service_clients.h"
+#include "services/common/convert.h"
+#include "services/gateway/cli/cli.h"
+#include "services/gateway/cli/command.h"
+#include "services/gateway/cli/connection.h"
+#include "services/gateway/cli/output.h"
+#include "services/gateway/cli/target_flags.h"
+#include "services/provisioner/provisioner_service.h"
+
+namespace spotdnn::gateway {
+namespace {
+
+std::string Instances(const pb::Cluster& cluster) {
+  std::vector<std::string> parts;
+  for (const pb::InstanceCount& c : cluster.instances()) {
+    if (c.count() > 0) parts.push_back(absl::StrCat(c.instance_type(), "=", c.count()));
+  }
+  return parts.empty() ? "-" : absl::StrJoin(parts, " ");
+}
+
+std::string ClusterJson(const pb::Cluster& cluster) {
+  JsonObject o;
+  for (const pb::InstanceCount& c : cluster.instances()) {
+    if (c.count() > 0) o.Integer(c.instance_type(), c.count());
+  }
+  return o.str();
+}
+
+// The fields every plan shows in JSON.
+JsonObject PlanJson(const pb::Plan& p) {
+  JsonObject o;
+  o.Bool("feasible", p.feasible());
+  if (p.feasible()) {
+    o.Raw("plan", ClusterJson(p.cluster()))
+        .Raw("to_launch", ClusterJson(p.to_launch()))
+        .Number("time_s", p.time_s())
+        .Number("cost_usd", p.cost_usd())
+        .Number("spot_cost_usd", p.spot_cost_usd())
+        .Number("on_demand_cost_usd", p.on_demand_cost_usd())
+        .Number("normalized_iterations", p.prediction().normalized_iterations())
+        .Number("wa_batch", p.prediction().wa_batch())
+        .Number("convergence_coefficient", p.prediction().convergence_coefficient())
+        .Number("cluster_speed", p.prediction().cluster_speed())
+        .Integer("workers", p.prediction().worker_count());
+  } else {
+    o.String("reason", p.reason());
+  }
+  if (p.skipped()) o.Bool("skipped", true);
+  o.String("strategy", services::EnumLabel(p.strategy()))
+      .Number("solve_ms", p.solve_ms())
+      .Integer("clusters_evaluated", static_cast<long long>(p.clusters_evaluated()));
+  return o;
+}
+
+std::string Excess(double cost, double ours) {
+  if (!(ours > 0)) return "-";
+  const double pct = 100 * (cost / ours - 1);
+  return std::abs(pct) < 0.05 ? "same" : absl::StrFormat("%+.1f%%", pct);
+}
+
+std::string Deadline(double s) { return s > 0 ? HumanDuration(s) : std::string("none"); }
+
+// The "no plan meets the SLO" lines of a deadline, budget or frontier answer.
+void PrintInfeasible(const std::string& reason, double fastest_time_s, double fastest_cost_usd,
+                     std::ostream& out) {
+  out << "No plan meets the SLO: " << reason << "\n";
+  if (fastest_time_s > 0) {
+    out << "Fastest achievable: " << Fixed(fastest_time_s, 1) << " s ("
+        << HumanDuration(fastest_time_s) << ") for " << Dollars(fastest_cost_usd) << "\n";
+  }
+}
+
+// --exhaustive-limit: a whole number in [1, UINT64_MAX], as digits or in floating notation (1e9).
+absl::StatusOr<uint64_t> ParseExhaustiveLimit(absl::string_view text) {
+  uint64_t limit = 0;
+  if (!absl::SimpleAtoi(text, &limit)) {
+    limit = 0;  // SimpleAtoi leaves a partial or clamped value behind when it fails
+    double value = 0;
+    // 0x1p64 is 2^64, the first double above UINT64_MAX; the cast below is defined under it.
+    if (absl::SimpleAtod(text, &value) && value >= 1 && value < 0x1p64 &&
+        std::floor(value) == value) {
+      limit = static_cast<uint64_t>(value);
+    }
+  }
+  if (limit < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--exhaustive-limit = \"", text,
+                                                   "\": must be a whole number from 1 to ",
+                                                   std::numeric_limits<uint64_t>::max()));
+  }
+  return limit;
+}
+
+// --quota and --existing counts above what a plan may hold, named by the flag.
+absl::Status CheckCounts(absl::string_view flag,
+                         const std::vector<std::pair<std::string, int>>& counts) {
+  for (const auto& [type, n] : counts) {
+    if (n > predictor::kMaxInstancesPerType) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %s=%d: must be at most %d instances of one type", flag, type, n,
+                          predictor::kMaxInstancesPerType));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std::string& workload,
+               const std::string& catalog, const TargetFlags& target, std::ostream& out) {
+  const pb::Plan& p = r.plan();
+  const bool budget = req.mode() == pb::PLAN_MODE_BUDGET;
+  out << "Plan: " << workload << " on " << catalog << ", " << target.Describe();
+  if (budget) {
+    out << " within " << Dollars(req.slo().budget_usd()) << ", fastest";
+  } else {
+    out << " by " << Deadline(req.slo().deadline_s()) << ", cheapest";
+  }
+  out << " (" << services::EnumLabel(p.strategy()) << ", "
+      << (req.options().on_demand_prices() ? "on-demand" : "spot") << " prices)\n\n";
+  if (!p.feasible()) {
+    PrintInfeasible(p.reason(), r.fastest_time_s(), r.fastest_cost_usd(), out);
+  } else {
+    Table types({"instance type", "count", "to launch", "GPUs", "batch", "T_i (s)", "samples/s"});
+    for (const pb::WorkerPrediction& w : p.prediction().workers()) {
+      int launch = 0;
+      for (const pb::InstanceCount& c : p.to_launch().instances()) {
+        if (c.instance_type() == w.instance_type()) launch = c.count();
+      }
+      types.AddRow({w.instance_type(), absl::StrCat(w.count()), absl::StrCat(launch),
+                    absl::StrCat(w.gpus()), absl::StrCat(w.batch_size()),
+                    Fixed(w.iteration_time_s(), 5), Fixed(w.samples_per_s(), 1)});
+    }
+    types.Print(out);
+    out << "\n";
+    Table summary({"quantity", "value"});
+    summary.AddRow({"predicted time",
+                    absl::StrCat(Fixed(p.time_s(), 2), " s (", HumanDuration(p.time_s()), ")")});
+    summary.AddRow({"normalized iterations j", Fixed(p.prediction().normalized_iterations(), 0)});
+    summary.AddRow({"WA batch b_w", Fixed(p.prediction().wa_batch(), 1)});
+    summary.AddRow(
+        {"convergence coefficient R", Fixed(p.prediction().convergence_coefficient(), 4)});
+    summary.AddRow({"cluster speed (samples/s)", Fixed(p.prediction().cluster_speed(), 1)});
+    summary.AddRow({"cost", Dollars(p.cost_usd())});
+    summary.AddRow({"solve time", absl::StrFormat("%.2f ms, %d clusters evaluated", p.solve_ms(),
+                                                  p.clusters_evaluated())});
+    summary.Print(out);
+    out << "\nThe same SLO, other ways\n";
+    Table compare({"plan", "instances", "time", "cost", "vs this plan"});
+    compare.LeftAlign(1);
+    compare.AddRow({absl::StrCat(services::EnumLabel(p.strategy()), " (this plan)"),
+                    Instances(p.cluster()), HumanDuration(p.time_s()), Dollars(p.cost_usd()), ""});
+    auto baseline = [&](bool present, const pb::Plan& b, const std::string& name) {
+      if (!present) return;
+      if (!b.feasible()) {
+        compare.AddRow(
+            {name, b.skipped() ? "skipped (see below)" : "none meets the SLO", "-", "-", "-"});
+        return;
+      }
+      compare.AddRow(
+          {name, Instances(b.cluster()), HumanDuration(b.time_s()), Dollars(b.cost_usd()),
+           budget ? Excess(b.time_s(), p.time_s()) + " time" : Excess(b.cost_usd(), p.cost_usd())});
+    };
+    baseline(r.has_spotdnn_baseline(), r.spotdnn_baseline(), "spotdnn heuristic");
+    baseline(r.has_homogeneous_baseline(), r.homogeneous_baseline(), "cheapest homogeneous");
+    if (!req.options().on_demand_prices()) {
+      compare.AddRow({"this plan at on-demand prices", Instances(p.cluster()),
+                      HumanDuration(p.time_s()), Dollars(p.on_demand_cost_usd()),
+                      p.on_demand_cost_usd() > 0
+                          ? absl::StrFormat("spot saves %.1f%%",
+                                            100 * (1 - p.spot_cost_usd() / p.on_demand_cost_usd()))
+                          : "-"});
+    }
+    compare.Print(out);
+    for (const pb::Plan* b : {&r.spotdnn_baseline(), &r.homogeneous_baseline()}) {
+      if (b->skipped()) {
+        out << "\n"
+            << services::EnumLabel(b->strategy()) << " baseline skipped: " << b->reason() << "\n";
+      }
+    }
+  }
+  if (p.excluded_types_size() > 0) {
+    out << "\nLeft out (the profile cannot predict them):\n";
+    for (const std::string& e : p.excluded_types()) out << "  " << e << "\n";
+  }
+}
+
+}  // namespace
+
+int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
+         const services::DataRegistry& local, const Io& io) {
+  auto fail = [&](const absl::Status& s) { return ReportError(s, "plan", io); };
+  const std::string mode = args.Get("--mode").value_or("deadline");
+  if (mode != "deadline" && mode != "budget" && mode != "frontier") {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--mode = \"", mode, "\": expected deadline, budget or frontier")));
+  }
+  pb::PlanRequest request;
+  request.set_mode(mode == "budget" ? pb::PLAN_MODE_BUDGET : pb::PLAN_MODE_DEADLINE);
+  for (const char* flag : {"--workload", "--catalog"}) {
+    if (!args.Has(flag))
+      return fail(absl::InvalidArgumentError(absl::StrCat("missing required flag ", flag)));
+  }
+  const std::string workload = *args.Get("--workload"), catalog = *args.Get("--catalog");
+  auto workload_ref = WorkloadRefFor(workload, local);
+  if (!workload_ref.ok()) return fail(workload_ref.status());
+  auto catalog_ref = CatalogRefFor(catalog, local);
+  if (!catalog_ref.ok()) return fail(catalog_ref.status());
+  *request.mutable_workload() = *workload_ref;
+  *request.mutable_catalog() = *catalog_ref;
+  auto target = ParseTargetFlags(args);
+  if (!target.ok()) return fail(target.status());
+  request.mutable_slo()->set_target_loss(target->loss);
+  request.mutable_slo()->set_target_iterations(target->iterations);
+  request.mutable_slo()->set_target_epochs(target->epochs);
+  request.mutable_slo()->set_dataset_size(target->dataset_size);
+  if (auto d = args.Get("--deadline")) {
+    auto deadline = ParseDuration("--deadline", *d);
+    if (!deadline.ok()) return fail(deadline.status());
+    request.mutable_slo()->set_deadline_s(*deadline);
+  } else if (mode == "deadline") {
+    return fail(absl::InvalidArgumentError(
+        "missing required flag --deadline (or use --mode budget or --mode frontier)"));
+  }
+  if (auto b = args.Get("--budget")) {
+    auto budget = ParseNumber("--budget", *b);
+    if (!budget.ok()) return fail(budget.status());
+    if (!(*budget > 0)) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--budget = \"", *b, "\": must be a positive number of US dollars")));
+    }
+    request.mutable_slo()->set_budget_usd(*budget);
+  } else if (mode == "budget") {
+    return fail(absl::InvalidArgumentError("missing required flag --budget (with --mode budget)"));
+  }
+  pb::PlanOptions& options = *request.mutable_options();
+  const std::string strategy = args.Get("--strategy").value_or("exact");
+  if (strategy == "spotdnn") {
+    options.set_strategy(pb::PLAN_STRATEGY_SPOTDNN);
+  } else if (strategy == "exhaustive") {
+    options.set_strategy(pb::PLAN_STRATEGY_EXHAUSTIVE);
+  } else if (strategy != "exact") {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--strategy = \"", strategy, "\": expected exact, spotdnn or exhaustive")));
+  }
+  if (auto q = args.Get("--quota")) {
+    auto counts = ParseCounts("--quota", *q);
+    if (!counts.ok()) return fail(counts.status());
+    if (auto s = CheckCounts("--quota", *counts); !s.ok()) return fail(s);
+    for (const auto& [type, n] : *counts) {
+      pb::InstanceCount* c = options.add_quota_overrides();
+      c->set_instance_type(type);
+      c->set_count(n);
+    }
+  }
+  if (auto e = args.Get("--existing")) {
+    auto counts = ParseCounts("--existing", *e);
+    if (!counts.ok()) return fail(counts.status());
+    if (auto s = CheckCounts("--existing", *counts); !s.ok()) return fail(s);
+    for (const auto& [type, n] : *counts) {
+      pb::InstanceCount* c = options.mutable_existing()->add_instances();
+      c->set_instance_type(type);
+      c->set_count(n);
+    }
+  }
+  options.set_on_demand_prices(args.Switch("--on-demand"));
+  if (auto m = args.Get("--margin")) {
+    auto margin = ParseNumber("--margin", *m);
+    if (!margin.ok()) return fail(margin.status());
+    options.set_bandwidth_margin(*margin);
+  }
+  if (auto o = args.Get("--overhead")) {
+    auto overhead = ParseDuration("--overhead", *o, /*allow_zero=*/true);
+    if (!overhead.ok()) return fail(overhead.status());
+    options.set_revocation_overhead_s(*overhead);
+  }
+  if (auto n = args.Get("--max-size")) {
+    auto size = ParseInt("--max-size", *n, 1, predictor::kMaxClusterSize);
+    if (!size.ok()) return fail(size.status());
+    options.set_max_cluster_size(*size);
+  }
+  if (auto n = args.Get("--parameter-servers")) {
+    auto ps = ParseInt("--parameter-servers", *n, 1, 1000);
+    if (!ps.ok()) return fail(ps.status());
+    options.set_parameter_servers(*ps);
+  }
+  if (auto n = args.Get("--exhaustive-limit")) {
+    auto limit = ParseExhaustiveLimit(*n);
+    if (!limit.ok()) return fail(limit.status());
+    options.set_exhaustive_limit(*limit);
+  }
+  const auto plot = args.Get("--plot");
+  if (plot && mode != "frontier") {
+    return fail(
+        absl::InvalidArgumentError("--plot draws the frontier: use it with --mode frontier"));
+  }
+  // An exhaustive search or a large frontier may take minutes.
+  const clients::ProvisionerClient provisioner(stub, clients::CallPolicy::LongRunning());
+
+  if (mode == "frontier") {
+    pb::FrontierRequest f;
+    *f.mutable_workload() = request.workload();
+    *f.mutable_catalog() = request.catalog();
+    *f.mutable_slo() = request.slo();
+    *f.mutable_options() = request.options();
+    auto answered = provisioner.Frontier(f);
+    if (!answered.ok()) return fail(answered.status());
+    const pb::FrontierResponse& response = *answered;
+    const int n = response.plans_size();
+    // The plan for the SLO: the cheapest frontier point (the frontier already honours the
+    // deadline and budget), i.e. the last one.
+    if (io.json) {
+      std::vector<std::string> points;
+      for (const pb::Plan& p : response.plans()) points.push_back(PlanJson(p).str());
+      JsonObject o = n > 0 ? PlanJson(response.plans(n - 1)) : JsonObject().Bool("feasible", false);
+      if (n == 0) {
+        o.String("reason", response.reason())
+            .Number("fastest_time_s", response.fastest_time_s())
+            .Number("fastest_cost_usd", response.fastest_cost_usd());
+      }
+      o.String("mode", "frontier").Raw("frontier", "[" + absl::StrJoin(points, ",") + "]");
+      io.out << o.str() << "\n";
+    } else {
+      io.out << "Time/cost frontier: " << workload << " on " << catalog << ", "
+             << target->Describe() << " (" << n << " plans, fastest first)\n\n";
+      if (n == 0) {
+        PrintInfeasible(response.reason(), response.fastest_time_s(), response.fastest_cost_usd(),
+                        io.out);
+      } else {
+        Table table({"#", "instances", "time (s)", "time", "cost", ""});
+        table.LeftAlign(1);
+        table.LeftAlign(5);
+        for (int i = 0; i < n; ++i) {
+          const pb::Plan& p = response.plans(i);
+          table.AddRow({absl::StrCat(i + 1), Instances(p.cluster()), Fixed(p.time_s(), 1),
+                        HumanDuration(p.time_s()), Dollars(p.cost_usd()),
+                        i == n - 1 ? "<- cheapest: the plan for this SLO" : ""});
+        }
+        table.Print(io.out);
+        io.out << "\nsolve time " << absl::StrFormat("%.2f ms", response.plans(0).solve_ms())
+               << ", " << response.plans(0).clusters_evaluated() << " clusters evaluated\n";
+      }
+    }
+    if (plot) {
+      std::vector<ChartPoint> points;
+      for (int i = 0; i < n; ++i) {
+        const pb::Plan& p = response.plans(i);
+        points.push_back(
+            {p.time_s() / 60, p.cost_usd(),
+             absl::StrCat("plan: ", Instances(p.cluster()), ", ", Dollars(p.cost_usd())),
+             i == n - 1});
+      }
+      const double d = request.slo().deadline_s();
+      const std::string svg =
+          SvgChart(points, absl::StrCat("Time/cost frontier: ", workload, ", ", target->Describe()),
+                   "predicted time (min)", "cost (USD)", d > 0 ? d / 60 : NAN, "deadline");
+      std::ofstream file(*plot, std::ios::trunc);
+      file << svg;
+      if (!file) {
+        return fail(absl::PermissionDeniedError(
+            absl::StrCat("--plot = \"", *plot, "\": cannot write the file")));
+      }
+      if (!io.json) io.out << "frontier chart written to " << *plot << "\n";
+    }
+    return n > 0 ? kExitOk : kExitInfeasible;
+  }
+
+  options.set_include_baselines(true);
+  auto answered = provisioner.Plan(request);
+  if (!answered.ok()) return fail(answered.status());
+  const pb::PlanResponse& response = *answered;
+  const pb::Plan& p = response.plan();
+  if (io.json) {
+    JsonObject o = PlanJson(p);
+    o.String("mode", mode)
+        .Number("target_loss", target->loss)
+        .Number("target_iterations", target->iterations)
+        .Number("target_epochs", target->epochs)
+        .Number("dataset_size", target->dataset_size)
+        .Number("deadline_s", request.slo().deadline_s() > 0 ? request.slo().deadline_s() : NAN)
+        .Number("budget_usd", request.slo().budget_usd() > 0 ? request.slo().budget_usd() : NAN);
+    if (!p.feasible()) {
+      o.Number("fastest_time_s", response.fastest_time_s())
+          .Number("fastest_cost_usd", response.fastest_cost_usd());
+    } else if (p.on_demand_cost_usd() > 0) {
+      o.Number("on_demand_saving_pct", 100 * (1 - p.spot_cost_usd() / p.on_demand_cost_usd()));
+    }
+    o.Raw("baselines", JsonObject()
+                           .Raw("spotdnn", PlanJson(response.spotdnn_baseline()).str())
+                           .Raw("homogeneous", PlanJson(response.homogeneous_baseline()).str())
+                           .str());
+    std::vector<std::string> excluded;
+    for (const std::string& e : p.excluded_types()) excluded.push_back(JsonString(e));
+    o.Raw("excluded_types", "[" + absl::StrJoin(excluded, ",") + "]");
+    io.out << o.str() << "\n";
+  } else {
+    PrintPlan(response, request, workload, catalog, *target, io.out);
+  }
+  return p.feasible() ? kExitOk : kExitInfeasible;
+}
+
+std::vector<Command> PlanCommands() {
+  return {{
+      .name = "plan",
+      .summary =
+          "the cheapest spot cluster that reaches a loss by a deadline (or budget, frontier)",
+      .synopsis = "--workload W --catalog C --deadline D\n"
+                  "(--loss L | --iterations N | --epochs E --dataset-size S)\n"
+                  "[--mode deadline|budget|frontier] [--budget USD]\n"
+                  "[--strategy exact|spotdnn|exhaustive] [--quota TYPE=N,...] "
+                  "[--existing TYPE=N,...]\n"
+                  "[--on-demand] [--margin F] [--overhead D] [--max-size N] "
+                  "[--parameter-servers N]\n"
+                  "[--exhaustive-limit N] [--plot FILE.svg] [--json] [--server HOST:PORT]",
+      .description =
+          "Finds the cheapest cluster that reaches loss L (or trains N iterations, or E epochs of "
+          "S\nsamples) by the deadline (deadline mode), the fastest within a budget (budget mode), "
+          "or every plan\non the time/cost Pareto frontier (frontier mode), and compares it with "
+          "the spotDNN heuristic, the\ncheapest one-type plan and on-demand prices.",
+      .flags =
+          {{"--workload", "W", "built-in profile name or a JSON file"},
+           {"--catalog", "C", "built-in catalog name or a JSON file"},
+           {"--loss", "L", "target training loss (needs the profile's loss model)"},
+           {"--iterations", "N",
+            "instead: train N global iterations (every worker step counts one)"},
+           {"--epochs", "E", "instead: train E passes over a dataset of ..."},
+           {"--dataset-size", "S", "... S samples (iterations = E S / the cluster's WA batch)"},
+           {"--deadline", "D", "2400, 2400s, 40m, 1.5h (optional in budget and frontier modes)"},
+           {"--mode", "M", "deadline (default), budget or frontier"},
+           {"--budget", "USD", "most the job may cost (budget mode; bounds the frontier)"},
+           {"--strategy", "S",
+            "exact (default, provably optimal under the model), spotdnn (the paper's\n"
+            "heuristic), exhaustive (every composition; refuses huge searches)"},
+           {"--quota", "TYPE=N,...", "per-type quota overrides (default: the catalog's quotas)"},
+           {"--existing", "TYPE=N,...",
+            "instances already running: they stay in the plan and are paid for"},
+           {"--on-demand", "", "plan with on-demand prices"},
+           {"--margin", "F", "predict this fraction less PS bandwidth (e.g. 0.03)"},
+           {"--overhead", "D", "revocation overhead T_ohd added to the predicted time"},
+           {"--max-size", "N", "at most N workers"},
+           {"--parameter-servers", "N", "parameter servers (their bandwidth adds up); default 1"},
+           {"--exhaustive-limit", "N",
+            "most clusters --strategy exhaustive may try (default 50,000,000)"},
+           {"--plot", "FILE.svg", "with --mode frontier: write the frontier as an SVG chart"},
+           ServerFlag("spotdnn-provisioner")},
+      .footer = "Exit status: 0 a plan, 3 no plan meets the SLO, 2 bad input, 1 service failure.",
+      .run =
+          [](const Args& args, const Io& io) {
+            auto connection = Connect<pb::Provisioner, services::ProvisionerServiceImpl>(args);
+            if (!connection.ok()) return ReportError(connection.status(), "plan", io);
+            return Plan(args, *connection->stub, services::DataRegistry::WithBuiltins(), io);
+          },
+  }};
+}
+
+}  // namespace spotdnn::gateway

@@ -1,0 +1,255 @@
+// The predictor's commands: `spotdnn predict` (how long and at what cost a cluster takes to reach
+// a target loss, or to train a number of iterations or epochs), `spotdnn catalogs` and
+// `spotdnn workloads` (what is known by name).
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "services/clients/service_clients.h"
+#include "services/common/convert.h"
+#include "services/gateway/cli/cli.h"
+#include "services/gateway/cli/command.h"
+#include "services/gateway/cli/connection.h"
+#include "services/gateway/cli/output.h"
+#include "services/gateway/cli/target_flags.h"
+#include "services/predictor/predictor_service.h"
+
+namespace spotdnn::gateway {
+namespace {
+
+void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveResponse* curve,
+                     const TargetFlags& target, std::ostream& out) {
+  const pb::Prediction& p = response.prediction();
+  out << "Prediction: " << response.workload() << " on " << response.catalog() << ", target "
+      << target.Describe() << "\n\n";
+  Table workers({"instance type", "count", "GPUs", "batch", "T_comp (s)", "T_comm (s)", "T_i (s)",
+                 "samples/s"});
+  for (const pb::WorkerPrediction& w : p.workers()) {
+    // A shared-ps profile may know no batch (iteration targets need none): "-".
+    const bool batch = w.batch_size() > 0;
+    workers.AddRow({w.instance_type(), absl::StrCat(w.count()), absl::StrCat(w.gpus()),
+                    batch ? absl::StrCat(w.batch_size()) : "-", Fixed(w.compute_time_s(), 5),
+                    Fixed(w.communication_time_s(), 5), Fixed(w.iteration_time_s(), 5),
+                    batch ? Fixed(w.samples_per_s(), 1) : "-"});
+  }
+  workers.Print(out);
+  out << "\n";
+  Table summary({"quantity", "value"});
+  summary.AddRow({"workers |N|", absl::StrCat(p.worker_count())});
+  summary.AddRow({"parameter servers", absl::StrCat(p.parameter_servers())});
+  if (p.ps_response_time_s() > 0) {
+    summary.AddRow({"parameter-server utilisation W", Fixed(p.ps_utilization(), 4)});
+    summary.AddRow({"PS exchange R (s)", Fixed(p.ps_response_time_s(), 5)});
+  } else {
+    summary.AddRow({"contention probability P", Fixed(p.contention_probability(), 4)});
+  }
+  summary.AddRow({"worker bandwidth B_wk (MB/s)",
+                  p.workers_size() > 0 ? Fixed(p.workers(0).bandwidth_mb_per_s(), 2) : "-"});
+  summary.AddRow(
+      {"cluster speed v (samples/s)", p.cluster_speed() > 0 ? Fixed(p.cluster_speed(), 2) : "-"});
+  summary.AddRow({"iterations/s", Fixed(1 / p.expected_iteration_time_s(), 3)});
+  summary.AddRow({"expected iteration T_exp (s)", Fixed(p.expected_iteration_time_s(), 6)});
+  summary.AddRow({"WA batch b_w", p.wa_batch() > 0 ? Fixed(p.wa_batch(), 1) : "-"});
+  summary.AddRow({"convergence coefficient R", Fixed(p.convergence_coefficient(), 4)});
+  summary.AddRow({"normalized iterations j", Fixed(p.normalized_iterations(), 0)});
+  summary.AddRow(
+      {"time T (s)", absl::StrCat(Fixed(p.time_s(), 2), " (", HumanDuration(p.time_s()), ")")});
+  summary.AddRow(
+      {"spot cost", absl::StrCat(Dollars(p.cost_usd()), " (", Dollars(p.price_per_hour()), "/h)")});
+  summary.AddRow({"on-demand cost", absl::StrCat(Dollars(p.on_demand_cost_usd()), " (",
+                                                 Dollars(p.on_demand_price_per_hour()), "/h)")});
+  if (p.on_demand_cost_usd() > 0) {
+    summary.AddRow(
+        {"spot saving",
+         absl::StrFormat("%.1f%%", 100.0 * (1 - p.cost_usd() / p.on_demand_cost_usd()))});
+  }
+  summary.Print(out);
+  if (curve != nullptr) {
+    out << "\nPredicted loss curve\n";
+    Table points({"time (s)", "iterations", "loss"});
+    for (const pb::LossPoint& pt : curve->points()) {
+      points.AddRow(
+          {Fixed(pt.time_s(), 1), Fixed(pt.normalized_iterations(), 0), Fixed(pt.loss(), 4)});
+    }
+    points.Print(out);
+  }
+}
+
+absl::StatusOr<Connection<pb::Predictor, services::PredictorServiceImpl>> ConnectPredictor(
+    const Args& args) {
+  return Connect<pb::Predictor, services::PredictorServiceImpl>(args);
+}
+
+int ListCommand(const std::string& what, const Args& args, const Io& io) {
+  auto connection = ConnectPredictor(args);
+  if (!connection.ok()) return ReportError(connection.status(), what, io);
+  const clients::PredictorClient predictor(*connection->stub);
+  if (what == "catalogs") {
+    auto listed = predictor.ListCatalogs();
+    if (!listed.ok()) return ReportError(listed.status(), what, io);
+    const pb::ListCatalogsResponse& response = *listed;
+    if (io.json) {
+      io.out << services::ToJson(response) << "\n";
+      return kExitOk;
+    }
+    Table table({"catalog", "provider", "region", "types", "prices as of", "instance types"});
+    table.LeftAlign(1);
+    table.LeftAlign(2);
+    table.LeftAlign(5);
+    for (const pb::InstanceCatalog& c : response.catalogs()) {
+      std::vector<std::string> names;
+      for (const pb::InstanceType& t : c.instance_types()) names.push_back(t.name());
+      table.AddRow({c.name(), c.provider(), c.region(), absl::StrCat(c.instance_types_size()),
+                    c.prices_as_of(), absl::StrJoin(names, " ")});
+    }
+    table.Print(io.out);
+    return kExitOk;
+  }
+  auto listed = predictor.ListWorkloads();
+  if (!listed.ok()) return ReportError(listed.status(), what, io);
+  const pb::ListWorkloadsResponse& response = *listed;
+  if (io.json) {
+    io.out << services::ToJson(response) << "\n";
+    return kExitOk;
+  }
+  Table table({"workload", "dataset", "S_parm (MB)", "B_req (MB/s)", "compute entries",
+               "loss model", "variant"});
+  table.LeftAlign(1);
+  table.LeftAlign(5);
+  table.LeftAlign(6);
+  for (const pb::WorkloadProfile& w : response.workloads()) {
+    table.AddRow({w.name(), w.dataset(), Fixed(w.parameter_size_mb(), 2),
+                  Fixed(w.required_bandwidth_mb_per_s(), 1), absl::StrCat(w.compute_size()),
+                  w.has_loss() ? "yes" : "no (fit one first)",
+                  services::EnumLabel(w.model_variant())});
+  }
+  table.Print(io.out);
+  return kExitOk;
+}
+
+}  // namespace
+
+int Predict(const Args& args, pb::Predictor::StubInterface& stub,
+            const services::DataRegistry& local, const Io& io) {
+  auto fail = [&](const absl::Status& s) { return ReportError(s, "predict", io); };
+  pb::PredictRequest request;
+  auto workload = args.Required("--workload");
+  if (!workload.ok()) return fail(workload.status());
+  auto catalog = args.Required("--catalog");
+  if (!catalog.ok()) return fail(catalog.status());
+  auto cluster_text = args.Required("--cluster");
+  if (!cluster_text.ok()) return fail(cluster_text.status());
+  auto target = ParseTargetFlags(args);
+  if (!target.ok()) return fail(target.status());
+  auto counts = ParseCounts("--cluster", *cluster_text);
+  if (!counts.ok()) return fail(counts.status());
+  int parameter_servers = 1;
+  if (auto ps = args.Get("--parameter-servers")) {
+    auto parsed = ParseInt("--parameter-servers", *ps, 1, 1000);
+    if (!parsed.ok()) return fail(parsed.status());
+    parameter_servers = *parsed;
+  }
+  int curve_points = 0;
+  if (auto c = args.Get("--curve")) {
+    auto parsed = ParseInt("--curve", *c, 2, 10000);
+    if (!parsed.ok()) return fail(parsed.status());
+    curve_points = *parsed;
+  }
+  auto workload_ref = WorkloadRefFor(*workload, local);
+  if (!workload_ref.ok()) return fail(workload_ref.status());
+  auto catalog_ref = CatalogRefFor(*catalog, local);
+  if (!catalog_ref.ok()) return fail(catalog_ref.status());
+
+  *request.mutable_workload() = *workload_ref;
+  *request.mutable_catalog() = *catalog_ref;
+  request.set_target_loss(target->loss);
+  request.set_target_iterations(target->iterations);
+  request.set_target_epochs(target->epochs);
+  request.set_dataset_size(target->dataset_size);
+  for (const auto& [type, count] : *counts) {
+    pb::InstanceCount* c = request.mutable_cluster()->add_instances();
+    c->set_instance_type(type);
+    c->set_count(count);
+  }
+  request.mutable_cluster()->set_parameter_servers(parameter_servers);
+
+  const clients::PredictorClient predictor(stub);
+  auto predicted = predictor.Predict(request);
+  if (!predicted.ok()) return fail(predicted.status());
+  const pb::PredictResponse& response = *predicted;
+  pb::LossCurveResponse curve;
+  if (curve_points > 0) {
+    pb::LossCurveRequest curve_request;
+    *curve_request.mutable_workload() = request.workload();
+    *curve_request.mutable_catalog() = request.catalog();
+    *curve_request.mutable_cluster() = request.cluster();
+    curve_request.set_target_loss(target->loss);
+    curve_request.set_target_iterations(target->iterations);
+    curve_request.set_target_epochs(target->epochs);
+    curve_request.set_dataset_size(target->dataset_size);
+    curve_request.set_points(curve_points);
+    auto answered = predictor.LossCurve(curve_request);
+    if (!answered.ok()) return fail(answered.status());
+    curve = *std::move(answered);
+  }
+
+  if (io.json) {
+    // One object: the prediction's fields at the top level, plus what it was for.
+    std::string body = services::ToJson(response.prediction());
+    std::string head = absl::StrCat("{\"workload\":", JsonString(response.workload()),
+                                    ",\"catalog\":", JsonString(response.catalog()), ",");
+    if (curve_points > 0) {
+      std::string points = services::ToJson(curve);  // {"points":[...],"expected_...":x}
+      head += absl::StrCat("\"loss_curve\":", points, ",");
+    }
+    io.out << head << body.substr(1) << "\n";
+  } else {
+    PrintPrediction(response, curve_points > 0 ? &curve : nullptr, *target, io.out);
+  }
+  return kExitOk;
+}
+
+std::vector<Command> ModelCommands() {
+  return {
+      {.name = "predict",
+       .summary = "time and cost for a cluster to reach a target loss, iterations or epochs",
+       .synopsis = "--workload W --catalog C --cluster TYPE=N[,TYPE=N...]\n"
+                   "(--loss L | --iterations N | --epochs E --dataset-size S)\n"
+                   "[--parameter-servers N] [--curve POINTS] [--json] [--server HOST:PORT]",
+       .description = "Predicts per-type iteration time, cluster speed, WA batch, convergence "
+                      "coefficient, normalized\niterations, time and spot/on-demand cost for the "
+                      "cluster to reach loss L, or to train N global\niterations, or E epochs of "
+                      "S samples.",
+       .flags =
+           {{"--workload", "W", "built-in profile name (see `spotdnn workloads`) or a JSON file"},
+            {"--catalog", "C", "built-in catalog name (see `spotdnn catalogs`) or a JSON file"},
+            {"--cluster", "TYPE=N,...", "workers per instance type"},
+            {"--loss", "L", "target training loss (needs the profile's loss model)"},
+            {"--iterations", "N",
+             "instead: train N global iterations (every worker step counts one)"},
+            {"--epochs", "E", "instead: train E passes over a dataset of ..."},
+            {"--dataset-size", "S", "... S samples (iterations = E S / the cluster's WA batch)"},
+            {"--parameter-servers", "N", "parameter servers (their bandwidth adds up); default 1"},
+            {"--curve", "POINTS", "also print the predicted loss curve up to the target"},
+            ServerFlag("spotdnn-predictor")},
+       .footer = "Exit status: 0 ok, 2 bad input (the message names the field), 1 service "
+                 "failure.",
+       .run =
+           [](const Args& args, const Io& io) {
+             auto connection = ConnectPredictor(args);
+             if (!connection.ok()) return ReportError(connection.status(), "predict", io);
+             return Predict(args, *connection->stub, services::DataRegistry::WithBuiltins(), io);
+           }},
+      {.name = "catalogs",
+       .summary = "the instance catalogs known by name",
+       .synopsis = "[--json] [--server HOST:PORT]",
+       .flags = {ServerFlag("spotdnn-predictor")},
+       .run = [](const Args& args, const Io& io) { return ListCommand("catalogs", args, io); }},
+      {.name = "workloads",
+       .summary = "the workload profiles known by name",
+       .synopsis = "[--json] [--server HOST:PORT]",
+       .flags = {ServerFlag("spotdnn-predictor")},
+       .run = [](const Args& args, const Io& io) { return ListCommand("workloads", args, io); }},
+  };
+}
+
+}  // namespace spotdnn::gateway

@@ -1,0 +1,694 @@
+// spotdnn profile: import logs, fit, store, show and export workload profiles, and validate the
+// cluster-speed model on held-out cluster sizes.
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "profiler/fitting.h"
+#include "profiler/importers.h"
+#include "profiler/profile_store.h"
+#include "services/clients/service_clients.h"
+#include "services/common/convert.h"
+#include "services/common/server.h"
+#include "services/gateway/cli/cli.h"
+#include "services/gateway/cli/command.h"
+#include "services/gateway/cli/output.h"
+#include "services/profiler/profiler_service.h"
+
+namespace spotdnn::gateway {
+namespace {
+
+// The profiler behind a command: a remote stub, or the service run in-process over --db.
+struct ProfilerConnection {
+  std::unique_ptr<services::ProfilerServiceImpl> service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<pb::Profiler::StubInterface> stub;
+};
+
+absl::StatusOr<ProfilerConnection> ConnectProfiler(const Args& args) {
+  ProfilerConnection c;
+  if (auto target = args.Get("--server")) {
+    if (target->find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--server = \"", *target, "\": expected HOST:PORT"));
+    }
+    c.stub = pb::Profiler::NewStub(services::MakeChannel(*target));
+    return c;
+  }
+  const std::string db = args.Get("--db").value_or(DefaultProfileDb());
+  auto store = profiler::ProfileStore::Open(db);
+  if (!store.ok()) return store.status();
+  // In-process, the caller is this process: it imports whatever its user can read.
+  services::ProfilerOptions options;
+  options.import_any_path = true;
+  options.max_import_bytes = std::numeric_limits<std::uint64_t>::max();
+  options.max_call_time = absl::InfiniteDuration();
+  options.max_fit_time = absl::InfiniteDuration();
+  c.service = std::make_unique<services::ProfilerServiceImpl>(
+      std::shared_ptr<profiler::ProfileStore>(*std::move(store)), std::move(options));
+  auto started = services::StartServer("", {c.service.get()});
+  if (!started.ok()) return started.status();
+  c.server = std::move(started->server);
+  c.stub = pb::Profiler::NewStub(c.server->InProcessChannel(services::DefaultChannelArguments()));
+  return c;
+}
+
+// Imports and fits of large logs may take minutes.
+clients::ProfilerClient ClientOf(pb::Profiler::StubInterface& stub) {
+  return clients::ProfilerClient(stub, clients::CallPolicy::LongRunning());
+}
+
+absl::StatusOr<std::string> OnePositional(const Args& args, absl::string_view what) {
+  if (args.positional().size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected one ", what, ", got ", args.positional().size()));
+  }
+  return args.positional()[0];
+}
+
+absl::StatusOr<int> VersionFlag(const Args& args) {
+  if (auto v = args.Get("--version")) return ParseInt("--version", *v, 1, 1'000'000'000);
+  return 0;
+}
+
+void PrintProfile(const pb::WorkloadProfile& p, std::ostream& out) {
+  Table summary({"quantity", "value"});
+  summary.AddRow({"profile", absl::StrCat(p.name(), " (version ", p.version(), ")")});
+  if (!p.source().empty()) summary.AddRow({"source", p.source()});
+  summary.AddRow({"model variant", services::EnumLabel(p.model_variant())});
+  summary.AddRow(
+      {"S_parm (MB)", p.parameter_size_mb() > 0 ? Fixed(p.parameter_size_mb(), 3) : "-"});
+  summary.AddRow({"B_req (MB/s)", p.required_bandwidth_mb_per_s() > 0
+                                      ? Fixed(p.required_bandwidth_mb_per_s(), 2)
+                                      : "-"});
+  if (p.model_variant() == pb::MODEL_VARIANT_SHARED_PS) {
+    summary.AddRow({"PS queueing kappa",
+                    p.has_shared_ps() ? absl::StrFormat("%.4f", p.shared_ps().queueing()) : "-"});
+  }
+  summary.AddRow({"contention a1, b1",
+                  p.has_contention()
+                      ? absl::StrFormat("%.4f, %.4f", p.contention().a1(), p.contention().b1())
+                      : "-"});
+  summary.AddRow(
+      {"memory a2, b2",
+       p.has_memory() ? absl::StrFormat("%.4f, %.4f", p.memory().a2(), p.memory().b2()) : "-"});
+  summary.AddRow({"loss g1..g5",
+                  p.has_loss()
+                      ? absl::StrFormat("%.6g, %.6g, %.6g, %.6g, %.6g", p.loss().g1(),
+                                        p.loss().g2(), p.loss().g3(), p.loss().g4(), p.loss().g5())
+                      : "-"});
+  summary.Print(out);
+  if (p.compute_size() > 0) {
+    out << "\n";
+    Table compute({"instance type", "GPU type", "batch/GPU", "T_comp (s)", "samples/s"});
+    compute.LeftAlign(1);
+    for (const pb::ComputeProfile& c : p.compute()) {
+      compute.AddRow({c.instance_type().empty() ? "-" : c.instance_type(),
+                      c.gpu_type().empty() ? "-" : c.gpu_type(),
+                      c.batch_per_gpu() > 0 ? absl::StrCat(c.batch_per_gpu()) : "eq. 10",
+                      c.has_compute_time_s() ? Fixed(c.compute_time_s(), 5) : "-",
+                      c.has_measured_samples_per_s() ? Fixed(c.measured_samples_per_s(), 1) : "-"});
+    }
+    compute.Print(out);
+  }
+}
+
+int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io) {
+  auto fail = [&](const absl::Status& s) { return ReportError(s, "profile import", io); };
+  auto path = OnePositional(args, "PATH to import");
+  if (!path.ok()) return fail(path.status());
+  if (std::filesystem::path(*path).extension() == ".json") {
+    const services::DataRegistry local = services::DataRegistry::WithBuiltins();
+    auto profile = local.ResolveWorkload(*path);
+    if (!profile.ok()) return fail(profile.status());
+    auto put = ClientOf(stub).PutProfile(*profile);
+    if (!put.ok()) return fail(put.status());
+    const pb::WorkloadProfile& stored = *put;
+    if (io.json) {
+      io.out << services::ToJson(stored) << "\n";
+    } else {
+      io.out << "Stored profile " << stored.name() << " version " << stored.version() << "\n";
+    }
+    return kExitOk;
+  }
+  pb::ImportLogRequest request;
+  if (auto format = args.Get("--format")) {
+    auto parsed = profiler::ParseLogFormat(*format);
+    if (!parsed.ok()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("--", parsed.status().message())));
+    }
+    switch (*parsed) {
+      case profiler::LogFormat::kTensorBoardCsv:
+        request.set_format(pb::LOG_FORMAT_TENSORBOARD_CSV);
+        break;
+      case profiler::LogFormat::kSpotdnnWorker:
+        request.set_format(pb::LOG_FORMAT_SPOTDNN_WORKER);
+        break;
+      case profiler::LogFormat::kCsv:
+        request.set_format(pb::LOG_FORMAT_CSV);
+        break;
+      case profiler::LogFormat::kSampleLines:
+        request.set_format(pb::LOG_FORMAT_SAMPLE_LINES);
+        break;
+      case profiler::LogFormat::kAuto:
+        break;
+    }
+  }
+  request.set_job_id(args.Get("--job").value_or(""));
+  request.set_stop_on_error(args.Switch("--stop-on-error"));
+  request.set_instance_type(args.Get("--instance-type").value_or(""));
+  request.set_gpu_type(args.Get("--gpu-type").value_or(""));
+  if (args.Has("--batch") && args.Has("--batch-size")) {
+    return fail(
+        absl::InvalidArgumentError("--batch and --batch-size: give one (they are the same)"));
+  }
+  request.set_cluster(args.Get("--cluster").value_or(""));
+  for (const auto& [flag, setter] :
+       std::vector<std::pair<const char*, void (pb::ImportLogRequest::*)(int32_t)>>{
+           {"--gpus", &pb::ImportLogRequest::set_gpus},
+           {"--batch", &pb::ImportLogRequest::set_batch_size},
+           {"--batch-size", &pb::ImportLogRequest::set_batch_size},
+           {"--workers", &pb::ImportLogRequest::set_cluster_workers},
+           {"--parameter-servers", &pb::ImportLogRequest::set_parameter_servers}}) {
+    if (auto v = args.Get(flag)) {
+      auto parsed = ParseInt(flag, *v, 1, 1'000'000);
+      if (!parsed.ok()) return fail(parsed.status());
+      (request.*setter)(*parsed);
+    }
+  }
+  std::error_code ec;
+  if (args.Has("--server") && std::filesystem::is_regular_file(*path, ec)) {
+    // A remote server cannot read this machine's files: send the content.
+    auto content = services::ReadFile(*path);
+    if (!content.ok()) return fail(content.status());
+    request.set_content(*content);
+    if (request.job_id().empty()) request.set_job_id(std::filesystem::path(*path).stem().string());
+  } else {
+    request.set_path(std::filesystem::absolute(*path, ec).string());
+  }
+  request.set_path(request.content().empty() ? request.path() : *path);
+  auto imported = ClientOf(stub).ImportLog(request);
+  if (!imported.ok()) return fail(imported.status());
+  const pb::ImportLogResponse& response = *imported;
+  if (io.json) {
+    io.out << services::ToJson(response) << "\n";
+    return kExitOk;
+  }
+  Table table({"quantity", "value"});
+  table.AddRow({"files read", absl::StrCat(response.files())});
+  table.AddRow({"samples imported", absl::StrCat(response.imported())});
+  table.AddRow({"samples already stored", absl::StrCat(response.duplicates())});
+  table.AddRow({"runs (jobs)", absl::StrCat(response.runs())});
+  table.AddRow({"lines skipped", absl::StrCat(response.skipped())});
+  table.Print(io.out);
+  if (response.notes_size() > 0) {
+    io.out << "\nNotes:\n";
+    for (const std::string& n : response.notes()) io.out << "  " << n << "\n";
+  }
+  if (response.errors_size() > 0) {
+    io.out << "\nSkipped lines"
+           << (response.errors_size() < static_cast<int>(response.skipped())
+                   ? absl::StrCat(" (first ", response.errors_size(), ")")
+                   : "")
+           << ":\n";
+    for (const std::string& e : response.errors()) io.out << "  " << e << "\n";
+  }
+  return kExitOk;
+}
+
+int FitCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io) {
+  auto fail = [&](const absl::Status& s) { return ReportError(s, "profile fit", io); };
+  pb::FitProfileRequest request;
+  auto name = args.Required("--name");
+  if (!name.ok()) return fail(name.status());
+  request.set_name(*name);
+  if (auto jobs = args.Get("--jobs")) {
+    for (absl::string_view j : absl::StrSplit(*jobs, ',', absl::SkipEmpty())) {
+      request.add_job_ids(std::string(j));
+    }
+  }
+  if (auto require = args.Get("--require")) {
+    // "a1,b1" and "a2,b2" hold a comma: accept their names contention and memory instead.
+    for (absl::string_view r : absl::StrSplit(*require, ',', absl::SkipEmpty())) {
+      request.add_require(std::string(r));
+    }
+  }
+  if (auto base = args.Get("--base")) {
+    const services::DataRegistry local = services::DataRegistry::WithBuiltins();
+    auto profile = local.ResolveWorkload(*base);
+    if (!profile.ok()) return fail(profile.status());
+    *request.mutable_base() = *std::move(profile);
+  }
+  if (auto ps = args.Get("--ps-bandwidth")) {
+    auto v = ParseNumber("--ps-bandwidth", *ps);
+    if (!v.ok()) return fail(v.status());
+    request.set_parameter_server_bandwidth_mb_per_s(*v);
+  }
+  if (auto pcie = args.Get("--pcie-bandwidth")) {
+    auto v = ParseNumber("--pcie-bandwidth", *pcie);
+    if (!v.ok()) return fail(v.status());
+    request.set_pcie_bandwidth_mb_per_s(*v);
+  }
+  if (auto variant = args.Get("--model-variant")) {
+    auto v = predictor::ParseVariant(*variant);
+    if (!v.ok()) return fail(absl::InvalidArgumentError(absl::StrCat("--", v.status().message())));
+    request.set_model_variant(services::ToProto(*v));
+  }
+  auto fitted = ClientOf(stub).FitProfile(request);
+  if (!fitted.ok()) return fail(fitted.status());
+  const pb::FitProfileResponse& response = *fitted;
+  if (io.json) {
+    io.out << services::ToJson(response) << "\n";
+    return kExitOk;
+  }
+  io.out << "Fitted profile " << response.profile().name() << " version "
+         << response.profile().version() << "\n\n";
+  Table quality({"parameter", "identified", "points", "RMSE", "R^2", "MAPE %", "note"});
+  quality.LeftAlign(1);
+  quality.LeftAlign(6);
+  for (const pb::FitQuality& q : response.quality()) {
+    const bool measured = q.identified() && q.points() > 0;
+    quality.AddRow(
+        {q.parameter(), q.identified() ? "yes" : "no", measured ? absl::StrCat(q.points()) : "-",
+         measured ? absl::StrFormat("%.4g", q.rmse()) : "-",
+         measured ? Fixed(q.r_squared(), 4) : "-", measured ? Fixed(q.mape(), 2) : "-", q.note()});
+  }
+  quality.Print(io.out);
+  io.out << "\n";
+  PrintProfile(response.profile(), io.out);
+  return kExitOk;
+}
+
+absl::StatusOr<pb::WorkloadProfile> FetchProfile(const Args& args,
+                                                 pb::Profiler::StubInterface& stub) {
+  auto name = OnePositional(args, "profile NAME");
+  if (!name.ok()) return name.status();
+  auto version = VersionFlag(args);
+  if (!version.ok()) return version.status();
+  pb::GetProfileRequest request;
+  request.set_name(*name);
+  request.set_version(*version);
+  return ClientOf(stub).GetProfile(request.name(), request.version());
+}
+
+int ShowCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io) {
+  auto profile = FetchProfile(args, stub);
+  if (!profile.ok()) return ReportError(profile.status(), "profile show", io);
+  if (io.json) {
+    io.out << services::ToJson(*profile) << "\n";
+  } else {
+    PrintProfile(*profile, io.out);
+  }
+  return kExitOk;
+}
+
+int ExportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io) {
+  auto profile = FetchProfile(args, stub);
+  if (!profile.ok()) return ReportError(profile.status(), "profile export", io);
+  const std::string json = services::ToJson(*profile, /*pretty=*/true);
+  if (auto file = args.Get("--out")) {
+    std::ofstream out(*file, std::ios::binary | std::ios::trunc);
+    out << json << "\n";
+    out.close();
+    if (!out) {
+      return ReportError(
+          absl::PermissionDeniedError(absl::StrCat("--out = \"", *file, "\": cannot be written")),
+          "profile export", io);
+    }
+    if (io.json) {
+      io.out << "{\"exported\":" << JsonString(*file) << ",\"name\":" << JsonString(profile->name())
+             << ",\"version\":" << profile->version() << "}\n";
+    } else {
+      io.out << "Exported profile " << profile->name() << " version " << profile->version()
+             << " to " << *file << "\n";
+    }
+    return kExitOk;
+  }
+  io.out << json << "\n";
+  return kExitOk;
+}
+
+int ListProfilesCommand(pb::Profiler::StubInterface& stub, const Io& io) {
+  auto listed = ClientOf(stub).ListProfiles();
+  if (!listed.ok()) return ReportError(listed.status(), "profile list", io);
+  const pb::ListProfilesResponse& response = *listed;
+  if (io.json) {
+    io.out << services::ToJson(response) << "\n";
+    return kExitOk;
+  }
+  Table table({"profile", "version", "S_parm (MB)", "B_req (MB/s)", "compute entries", "contention",
+               "loss model", "source"});
+  table.LeftAlign(5);
+  table.LeftAlign(6);
+  table.LeftAlign(7);
+  for (const pb::WorkloadProfile& p : response.profiles()) {
+    table.AddRow({p.name(), absl::StrCat(p.version()), Fixed(p.parameter_size_mb(), 2),
+                  Fixed(p.required_bandwidth_mb_per_s(), 1), absl::StrCat(p.compute_size()),
+                  p.has_contention() ? "yes" : "no", p.has_loss() ? "yes" : "no", p.source()});
+  }
+  table.Print(io.out);
+  if (response.profiles_size() == 0) io.out << "(no profiles stored)\n";
+  return kExitOk;
+}
+
+int DeleteCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io) {
+  auto fail = [&](const absl::Status& s) { return ReportError(s, "profile delete", io); };
+  auto name = OnePositional(args, "profile NAME");
+  if (!name.ok()) return fail(name.status());
+  auto version = VersionFlag(args);
+  if (!version.ok()) return fail(version.status());
+  pb::DeleteProfileRequest request;
+  request.set_name(*name);
+  request.set_version(*version);
+  auto deleted = ClientOf(stub).DeleteProfile(request);
+  if (!deleted.ok()) return fail(deleted.status());
+  const pb::DeleteProfileResponse& response = *deleted;
+  if (io.json) {
+    io.out << services::ToJson(response) << "\n";
+  } else {
+    io.out << "Deleted " << response.deleted() << " version(s) of " << *name << "\n";
+  }
+  return kExitOk;
+}
+
+std::string JsonNumber(double v) { return absl::StrFormat("%.6g", v); }
+
+}  // namespace
+
+std::string DefaultProfileDb() {
+  if (const char* env = std::getenv("SPOTDNN_PROFILE_DB"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return (std::filesystem::path(home) / ".spotdnn" / "profiles.db").string();
+  }
+  return "spotdnn-profiles.db";
+}
+
+int ValidateSpeedCommand(const Args& args, const Io& io) {
+  auto fail = [&](const absl::Status& s) { return ReportError(s, "profile validate-speed", io); };
+  auto runs = args.Required("--runs");
+  if (!runs.ok()) return fail(runs.status());
+  auto fit_text = args.Required("--fit-workers");
+  if (!fit_text.ok()) return fail(fit_text.status());
+  std::vector<int> fit_workers;
+  for (absl::string_view part : absl::StrSplit(*fit_text, ',')) {
+    auto n = ParseInt("--fit-workers", part, 1, 100000);
+    if (!n.ok()) return fail(n.status());
+    fit_workers.push_back(*n);
+  }
+  const std::string model_name = args.Get("--model").value_or("shared-ps");
+  if (model_name != "shared-ps" && model_name != "paper") {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--model = \"", model_name, "\": expected shared-ps or paper")));
+  }
+  const profiler::SpeedModel model =
+      model_name == "paper" ? profiler::SpeedModel::kPaper : profiler::SpeedModel::kSharedPs;
+  const std::vector<std::string> dirs = absl::StrSplit(*runs, ',', absl::SkipEmpty());
+  std::vector<profiler::SpeedSeries> series;
+  std::uint64_t skipped = 0;
+  std::vector<std::string> errors;
+  for (const std::string& dir : dirs) {
+    profiler::ImportOptions options;
+    // Several folders: name each series after its folder too ("k80/res15k80").
+    if (dirs.size() > 1) {
+      options.job_id = std::filesystem::path(dir).lexically_normal().filename().string();
+      if (options.job_id.empty()) {
+        options.job_id =
+            std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
+      }
+    }
+    auto imported = profiler::ImportPath(dir, options);
+    if (!imported.ok()) {
+      return fail(absl::Status(imported.status().code(),
+                               absl::StrCat("--runs: ", imported.status().message())));
+    }
+    skipped += imported->skipped;
+    errors.insert(errors.end(), imported->errors.begin(), imported->errors.end());
+    for (profiler::SpeedSeries& s : profiler::SpeedSeriesFromSamples(imported->samples)) {
+      series.push_back(std::move(s));
+    }
+  }
+  auto validation = profiler::ValidateSpeed(series, fit_workers, model);
+  if (!validation.ok()) {
+    const absl::Status& s = validation.status();
+    return fail(absl::Status(s.code(), s.code() == absl::StatusCode::kInvalidArgument
+                                           ? absl::StrCat("--", s.message())
+                                           : std::string(s.message())));
+  }
+  if (io.json) {
+    std::vector<std::string> series_json;
+    for (const profiler::SeriesValidation& v : validation->series) {
+      std::vector<std::string> points;
+      for (const profiler::SpeedPoint& p : v.points) {
+        points.push_back(absl::StrCat(
+            "{\"workers\":", p.workers, ",\"observed\":", JsonNumber(p.observed),
+            ",\"predicted\":", JsonNumber(p.predicted), ",\"error_pct\":", JsonNumber(p.error_pct),
+            ",\"held_out\":", p.held_out ? "true" : "false", "}"));
+      }
+      const profiler::SpeedCurve& c = v.fit.curve;
+      const std::string fit =
+          model == profiler::SpeedModel::kPaper
+              ? absl::StrCat("{\"model\":\"paper\",\"step_time_s\":", JsonNumber(c.step_time_s),
+                             ",\"comm_share\":", JsonNumber(c.comm_share),
+                             ",\"bandwidth_ratio\":", JsonNumber(c.bandwidth_ratio),
+                             ",\"a1\":", JsonNumber(c.contention.a1),
+                             ",\"b1\":", JsonNumber(c.contention.b1))
+              : absl::StrCat("{\"model\":\"shared-ps\",\"compute_time_s\":",
+                             JsonNumber(v.shared_ps.compute_time_s),
+                             ",\"service_time_s\":", JsonNumber(v.shared_ps.service_time_s),
+                             ",\"queueing\":", JsonNumber(v.shared_ps.queueing));
+      series_json.push_back(absl::StrCat(
+          "{\"series\":", JsonString(v.series), ",\"held_out_mape\":", JsonNumber(v.held_out_mape),
+          ",\"held_out_points\":", v.held_out_points, ",\"fit\":", fit, ",\"fit_mape\":",
+          JsonNumber(v.fit.quality.mape), "},\"points\":[", absl::StrJoin(points, ","), "]}"));
+    }
+    io.out << "{\"fit_workers\":[" << absl::StrJoin(fit_workers, ",") << "],\"series\":["
+           << absl::StrJoin(series_json, ",") << "],\"skipped_lines\":" << skipped
+           << ",\"held_out_points\":" << validation->held_out_points
+           << ",\"overall_mape\":" << JsonNumber(validation->overall_mape) << "}\n";
+    return kExitOk;
+  }
+  io.out << "Cluster speed (global steps/s): fitted on " << absl::StrJoin(fit_workers, ",")
+         << " workers, the other counts held out\n\n";
+  Table points({"series", "workers", "role", "observed", "predicted", "error %"});
+  points.LeftAlign(2);
+  for (const profiler::SeriesValidation& v : validation->series) {
+    for (const profiler::SpeedPoint& p : v.points) {
+      points.AddRow({v.series, absl::StrCat(p.workers), p.held_out ? "held out" : "fit",
+                     Fixed(p.observed, 3), Fixed(p.predicted, 3), Fixed(p.error_pct, 2)});
+    }
+  }
+  points.Print(io.out);
+  io.out << "\n";
+  if (model == profiler::SpeedModel::kPaper) {
+    Table per_series({"series", "T_1 (s)", "comm share c", "B_ps/B_req r", "fit MAPE %",
+                      "held-out points", "held-out MAPE %"});
+    for (const profiler::SeriesValidation& v : validation->series) {
+      per_series.AddRow({v.series, Fixed(v.fit.curve.step_time_s, 4),
+                         Fixed(v.fit.curve.comm_share, 3), Fixed(v.fit.curve.bandwidth_ratio, 2),
+                         Fixed(v.fit.quality.mape, 2), absl::StrCat(v.held_out_points),
+                         Fixed(v.held_out_mape, 2)});
+    }
+    per_series.Print(io.out);
+    io.out << "\nModel: eqs. 2, 6-9 for identical workers, v(N) = N / (T_1 (1 - c + c "
+              "B_req/B_wk(N))), P = 1 once B_req > B_ps/N; observed = median of each run's "
+              "samples.\n";
+  } else {
+    Table per_series({"series", "compute z (s)", "server d (s)", "kappa", "fit MAPE %",
+                      "held-out points", "held-out MAPE %"});
+    for (const profiler::SeriesValidation& v : validation->series) {
+      per_series.AddRow({v.series, Fixed(v.shared_ps.compute_time_s, 4),
+                         Fixed(v.shared_ps.service_time_s, 4), Fixed(v.shared_ps.queueing, 3),
+                         Fixed(v.fit.quality.mape, 2), absl::StrCat(v.held_out_points),
+                         Fixed(v.held_out_mape, 2)});
+    }
+    per_series.Print(io.out);
+    io.out << "\nModel: shared parameter server, v(N) = N / T(N), T = z + R, R = d (1 + kappa W / "
+              "(1 - W)), W = N d / T; z, d per series, kappa shared; observed = median of each "
+              "run's samples.\n";
+  }
+  if (skipped > 0) {
+    io.out << "Skipped " << skipped << " malformed line(s)"
+           << (errors.empty() ? "" : absl::StrCat("; first: ", errors[0])) << "\n";
+  }
+  io.out << absl::StrFormat("overall held-out MAPE: %.2f%% over %d points\n",
+                            validation->overall_mape, validation->held_out_points);
+  return kExitOk;
+}
+
+int Profile(const std::string& subcommand, const Args& args, pb::Profiler::StubInterface& stub,
+            const Io& io) {
+  if (subcommand == "import") return ImportCommand(args, stub, io);
+  if (subcommand == "fit") return FitCommand(args, stub, io);
+  if (subcommand == "show") return ShowCommand(args, stub, io);
+  if (subcommand == "list") return ListProfilesCommand(stub, io);
+  if (subcommand == "export") return ExportCommand(args, stub, io);
+  if (subcommand == "delete") return DeleteCommand(args, stub, io);
+  if (subcommand == "validate") return ProfileValidateCommand(args, stub, io);
+  return ReportError(
+      absl::InvalidArgumentError(absl::StrCat(
+          "unknown subcommand \"", subcommand,
+          "\": expected import, fit, show, list, export, delete, validate or validate-speed")),
+      "profile", io);
+}
+
+namespace {
+
+FlagHelp DbFlag() {
+  return {"--db", "FILE",
+          "the in-process profiler's database (default: $SPOTDNN_PROFILE_DB, else\n"
+          "~/.spotdnn/profiles.db, else ./spotdnn-profiles.db)"};
+}
+
+// A subcommand served by the profiler (remote with --server, else in-process over --db).
+Command ProfilerCommand(Command command) {
+  command.flags.push_back(DbFlag());
+  FlagHelp server = ServerFlag("spotdnn-profiler");
+  if (command.name == "profile import") {
+    server.help +=
+        ";\nit is sent a file's content, and a folder's path, which it reads only\n"
+        "under its --import_root";
+  }
+  command.flags.push_back(std::move(server));
+  const std::string sub = command.name.substr(std::string("profile ").size());
+  command.run = [sub, name = command.name](const Args& args, const Io& io) {
+    auto connection = ConnectProfiler(args);
+    if (!connection.ok()) return ReportError(connection.status(), name, io);
+    return Profile(sub, args, *connection->stub, io);
+  };
+  return command;
+}
+
+}  // namespace
+
+std::vector<Command> ProfileCommands() {
+  return {
+      {.name = "profile",
+       .summary = "import training logs, fit, store and export workload profiles; validate-speed",
+       .description =
+           "The profiler turns training logs and live samples into workload profiles the model "
+           "can use,\nkeeps them (versioned) in a database, and shows how well the fitted model "
+           "predicts cluster\nsizes it never saw. Exit status: 0 ok, 1 service failure, 2 bad "
+           "input (including\nFAILED_PRECONDITION and NOT_FOUND)."},
+      ProfilerCommand(
+          {.name = "profile import",
+           .summary = "import training logs (a file or a folder) as samples; a .json profile",
+           .synopsis = "PATH [--job ID] [--format F] [--stop-on-error] [--instance-type T]\n"
+                       "[--gpu-type G] [--gpus N] [--batch-size B] [--workers N] "
+                       "[--parameter-servers P]\n[--cluster TYPE=N,...] [--db FILE | --server "
+                       "HOST:PORT]",
+           .description =
+               "Imports PATH (a file, or every *.csv, *.log, *.txt, *.tsv under a folder) as "
+               "samples; a .json\nfile is a workload profile and is stored as the next version of "
+               "its name. A checkpoint export\n\"Wall Time,Step,Accuracy[,Zone],Run\" gives one "
+               "job per run (ID/run-3, ID/ZONE/run-3), its speed\nfrom steps and wall times; a "
+               "vm_data.csv beside it leaves out runs that lost a worker mid-run.\nWhat the file "
+               "does not say comes from the flags (a <series>worker<N> or <P>ps<N><g> folder\n"
+               "gives workers, servers, GPU); a value the file says otherwise is an error naming "
+               "both.",
+           .flags = {{"--job", "ID",
+                      "job the samples belong to (a folder: prefix of its run folders' jobs)"},
+                     {"--format", "F", "auto (default), tensorboard, spotdnn-worker, csv, samples"},
+                     {"--stop-on-error", "", "stop at the first malformed line and import nothing"},
+                     {"--instance-type", "T", "the instance type the log lacks"},
+                     {"--gpu-type", "G", "the GPU type the log lacks"},
+                     {"--gpus", "N", "GPUs per worker the log lacks"},
+                     {"--batch-size", "B", "the batch size the log lacks"},
+                     {"--batch", "B", "the same as --batch-size"},
+                     {"--workers", "N",
+                      "the cluster's workers (a <series>worker<N> folder gives it)"},
+                     {"--parameter-servers", "P", "the parameter servers the runs trained against"},
+                     {"--cluster", "TYPE=N,...",
+                      "a run on several types: workers per type (instead of --instance-type,\n"
+                      "--gpu-type and --workers)"}},
+           .min_positional = 1,
+           .max_positional = 1}),
+      ProfilerCommand(
+          {.name = "profile fit",
+           .summary = "fit a profile from the stored samples and store it as a new version",
+           .synopsis = "--name NAME [--jobs ID,...] [--base W] [--ps-bandwidth MB/S]\n"
+                       "[--pcie-bandwidth MB/S] [--model-variant V] [--require P,...]\n"
+                       "[--db FILE | --server HOST:PORT]",
+           .flags = {{"--name", "NAME", "the profile to store (its next version)"},
+                     {"--jobs", "ID[,ID...]",
+                      "samples of these jobs only, a job with its runs (default: all)"},
+                     {"--base", "W",
+                      "built-in workload or JSON file whose values the fit keeps and fills"},
+                     {"--ps-bandwidth", "MB/S",
+                      "each parameter server's bandwidth B_ps the runs trained against (needed\n"
+                      "for the contention model)"},
+                     {"--pcie-bandwidth", "MB/S", "B_pcie (default 10000)"},
+                     {"--model-variant", "V",
+                      "shared-ps (one compute time per type plus one parameter-server model\n"
+                      "shared by every run, fitted to runs of several sizes, types and server\n"
+                      "counts), paper (eqs. 8-9) or spotdnn-prototype; default: the base's,\n"
+                      "else shared-ps when the runs identify it and not a1, b1, else paper"},
+                     {"--require", "P[,P...]",
+                      "fail unless these are identified: S_parm, B_req, T_comp, contention,\n"
+                      "memory, loss, ps (shared-ps), kappa"}}}),
+      ProfilerCommand(
+          {.name = "profile validate",
+           .summary = "fit on some jobs, predict the clusters of others: observed vs predicted",
+           .synopsis = "--fit ID[,ID...] --check ID[,ID...] [--ps-bandwidth MB/S] "
+                       "[--model-variant V]\n[--base W] [--iterations N] [--db FILE | --server "
+                       "HOST:PORT]",
+           .description =
+               "Fits on the first jobs (and their runs) and predicts every cluster of the second "
+               "from its\ncomposition (types, counts, servers): observed and predicted steps/s and "
+               "time per cluster,\nand the MAPE of the time.",
+           .flags = {{"--fit", "ID[,ID...]", "the jobs to fit on"},
+                     {"--check", "ID[,ID...]", "the jobs whose clusters are predicted"},
+                     {"--ps-bandwidth", "MB/S", "as for fit"},
+                     {"--model-variant", "V", "as for fit"},
+                     {"--base", "W", "as for fit"},
+                     {"--iterations", "N",
+                      "compare the time of N steps (default: the steps the runs took)"}}}),
+      ProfilerCommand({.name = "profile show",
+                       .summary = "a stored profile's parameters",
+                       .synopsis = "NAME [--version V] [--db FILE | --server HOST:PORT]",
+                       .flags = {{"--version", "V", "that version (default: the latest)"}},
+                       .min_positional = 1,
+                       .max_positional = 1}),
+      ProfilerCommand({.name = "profile list",
+                       .summary = "the latest version of every stored profile",
+                       .synopsis = "[--db FILE | --server HOST:PORT]"}),
+      ProfilerCommand(
+          {.name = "profile export",
+           .summary = "a profile as JSON, the shape `spotdnn predict --workload FILE` reads",
+           .synopsis = "NAME [--version V] [--out FILE] [--db FILE | --server HOST:PORT]",
+           .flags = {{"--version", "V", "that version (default: the latest)"},
+                     {"--out", "FILE", "write it there (default: standard output)"}},
+           .min_positional = 1,
+           .max_positional = 1}),
+      ProfilerCommand({.name = "profile delete",
+                       .summary = "delete one version of a profile (default: every version)",
+                       .synopsis = "NAME [--version V] [--db FILE | --server HOST:PORT]",
+                       .flags = {{"--version", "V", "only that version"}},
+                       .min_positional = 1,
+                       .max_positional = 1}),
+      {.name = "profile validate-speed",
+       .summary = "fit the cluster-speed model on some worker counts, predict the others",
+       .synopsis = "--runs DIR[,DIR...] --fit-workers N,N,N[,...] [--model shared-ps|paper]",
+       .description = "For every <series>worker<N> series in DIR: fits the cluster-speed model on "
+                      "the listed worker\ncounts only, predicts the others, and prints observed, "
+                      "predicted and error per point,\nper-series MAPE and the overall held-out "
+                      "MAPE. It reads the files itself (no server).\nshared-ps (default): "
+                      "compute time z and server time d per series, one queueing kappa\nfor all; "
+                      "paper: eqs. 2, 6-9 per series.",
+       .flags = {{"--runs", "DIR[,DIR...]", "folders of <series>worker<N> run folders"},
+                 {"--fit-workers", "N,N,N", "the worker counts to fit on (3 or more)"},
+                 {"--model", "M", "shared-ps (default) or paper"}},
+       .run = ValidateSpeedCommand},
+  };
+}
+
+}  // namespace spotdnn::gateway

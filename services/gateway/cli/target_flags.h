@@ -1,0 +1,31 @@
+// The training target `spotdnn predict` and `spotdnn plan` take: a loss, a number of global
+// iterations, or epochs of a dataset.
+#ifndef SPOTDNN_SERVICES_GATEWAY_TARGET_FLAGS_H_
+#define SPOTDNN_SERVICES_GATEWAY_TARGET_FLAGS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "services/gateway/cli/args.h"
+
+namespace spotdnn::gateway {
+
+// One of --loss L, --iterations N (global steps) or --epochs E with --dataset-size S (samples);
+// the fields not given are 0.
+struct TargetFlags {
+  double loss = 0;
+  double iterations = 0;
+  double epochs = 0;
+  double dataset_size = 0;
+  // "loss 0.5", "64000 iterations", "10 epochs of 50000 samples".
+  std::string Describe() const;
+};
+
+// Reads the target flags. INVALID_ARGUMENT names the flag: none or two targets, --iterations not
+// a whole number >= 1, --epochs not positive, --dataset-size missing with --epochs (or given
+// without it) or not a whole number >= 1.
+absl::StatusOr<TargetFlags> ParseTargetFlags(const Args& args);
+
+}  // namespace spotdnn::gateway
+
+#endif  // SPOTDNN_SERVICES_GATEWAY_TARGET_FLAGS_H_

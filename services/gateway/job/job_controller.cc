@@ -1,0 +1,179 @@
+#include "services/gateway/job/job_controller.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
+#include "services/common/convert.h"
+#include "services/gateway/job/job_run.h"
+
+namespace spotdnn::job {
+
+std::string ToStoredJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  // Cannot fail for a message this process built (no Any fields).
+  if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) out.clear();
+  return out;
+}
+
+absl::Status FromStoredJson(const std::string& json, absl::string_view what,
+                            google::protobuf::Message* message) {
+  auto status = google::protobuf::util::JsonStringToMessage(json, message);
+  if (!status.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("stored ", what, " cannot be read: ", status.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+pb::Slo SloOf(const JobSpec& spec) {
+  pb::Slo slo;
+  slo.set_target_loss(spec.target_loss);
+  slo.set_target_iterations(spec.target_iterations);
+  slo.set_target_epochs(spec.target_epochs);
+  slo.set_dataset_size(spec.dataset_size);
+  slo.set_deadline_s(spec.deadline_s);
+  slo.set_budget_usd(spec.budget_usd);
+  return slo;
+}
+
+pb::PlanOptions OptionsOf(const JobSpec& spec) {
+  pb::PlanOptions options;
+  options.set_strategy(spec.strategy);
+  for (const auto& [type, n] : spec.quotas) {
+    pb::InstanceCount* q = options.add_quota_overrides();
+    q->set_instance_type(type);
+    q->set_count(n);
+  }
+  options.set_parameter_servers(spec.parameter_servers);
+  options.set_revocation_overhead_s(spec.revocation_overhead_s);
+  return options;
+}
+
+std::vector<TypeCount> CountsOf(const pb::Cluster& cluster) {
+  std::vector<TypeCount> out;
+  for (const pb::InstanceCount& c : cluster.instances()) {
+    if (c.count() > 0) out.push_back({c.instance_type(), c.count()});
+  }
+  return out;
+}
+
+namespace {
+
+// The workload profile a job trains: the profiler's stored profile of that name (fitted from
+// its profiling step first when it has one); else a built-in or a file.
+absl::StatusOr<pb::WorkloadProfile> ResolveWorkload(const JobSpec& spec,
+                                                    const clients::ProfilerClient& profiler,
+                                                    const services::DataRegistry& local) {
+  if (services::LooksLikePath(spec.workload)) return local.ResolveWorkload(spec.workload);
+  auto stored = profiler.GetProfile(spec.workload);
+  if (stored.ok()) return stored;
+  if (!absl::IsNotFound(stored.status())) {
+    return absl::Status(stored.status().code(), absl::StrCat("profile \"", spec.workload,
+                                                             "\": ", stored.status().message()));
+  }
+  return local.ResolveWorkload(spec.workload);
+}
+
+}  // namespace
+
+JobController::JobController(JobServices services, JobOptions options, JobEventSink sink)
+    : services_(std::move(services)), options_(std::move(options)), sink_(std::move(sink)) {
+  if (services_.clock == nullptr) services_.clock = &real_clock_;
+  if (!services_.open_feed && services_.detector != nullptr) {
+    const clients::DetectorClient* detector = services_.detector;
+    services_.open_feed = [detector](const std::string& job_id, uint64_t after) {
+      return std::unique_ptr<RevocationFeed>(new DetectorFeed(*detector, job_id, after));
+    };
+  }
+}
+
+absl::StatusOr<JobRecord> JobController::Plan(const std::string& spec_json,
+                                              const services::DataRegistry& local) {
+  auto spec = ParseJobSpec(spec_json);
+  if (!spec.ok()) return spec.status();
+  if (services_.store->GetJob(spec->name).ok()) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "job \"", spec->name, "\" already exists: resume it with `spotdnn run --resume ",
+        spec->name, "` or give the job another name"));
+  }
+  Clock& clock = *services_.clock;
+  auto emit = [&](auto what) {
+    if (sink_) sink_(JobEvent{.at = clock.Now(), .job_id = spec->name, .what = std::move(what)});
+  };
+  auto catalog = local.ResolveCatalog(spec->catalog);
+  if (!catalog.ok()) return catalog.status();
+  if (spec->HasProfiling()) {
+    if (absl::Status s = Profile(*spec, *catalog, local, services_, options_, clock,
+                                 [&](ProfilingEvent e) { emit(std::move(e)); });
+        !s.ok()) {
+      return s;
+    }
+  }
+  auto workload = ResolveWorkload(*spec, *services_.profiler, local);
+  if (!workload.ok()) return workload.status();
+  pb::PlanRequest request;
+  *request.mutable_workload()->mutable_profile() = *workload;
+  *request.mutable_catalog()->mutable_catalog() = *catalog;
+  *request.mutable_slo() = SloOf(*spec);
+  request.set_mode(spec->deadline_s > 0 ? pb::PLAN_MODE_DEADLINE : pb::PLAN_MODE_BUDGET);
+  *request.mutable_options() = OptionsOf(*spec);
+  auto response = services_.provisioner->Plan(request);
+  if (!response.ok()) {
+    return absl::Status(response.status().code(),
+                        absl::StrCat("planning: ", response.status().message()));
+  }
+  const pb::Plan& plan = response->plan();
+  if (!plan.feasible()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("no plan meets the SLO: %s (the fastest takes %.0f s at $%.2f)",
+                        plan.reason(), response->fastest_time_s(), response->fastest_cost_usd()));
+  }
+  const int64_t now_ms = absl::ToUnixMillis(clock.Now());
+  JobRecord job{.id = spec->name,
+                .spec_json = spec_json,
+                .state = JobState::kLaunching,
+                .created_ms = now_ms,
+                .workload_json = ToStoredJson(*workload),
+                .catalog_json = ToStoredJson(*catalog),
+                .plan_json = ToStoredJson(plan),
+                .target_iterations = plan.prediction().normalized_iterations(),
+                .predicted_time_s = plan.time_s(),
+                .predicted_cost_usd = plan.cost_usd()};
+  if (auto st = services_.store->CreateJob(job); !st.ok()) return st;
+  std::vector<std::string> cluster;
+  for (const TypeCount& c : CountsOf(plan.cluster())) {
+    cluster.push_back(absl::StrCat(c.instance_type, "=", c.count));
+  }
+  if (auto st = services_.store->AddEvent(job.id, "planned", absl::StrJoin(cluster, ","), now_ms);
+      !st.ok()) {
+    return st;
+  }
+  emit(PlannedEvent{.cluster = CountsOf(plan.cluster()),
+                    .target_iterations = job.target_iterations,
+                    .predicted_time_s = plan.time_s(),
+                    .predicted_cost_usd = plan.cost_usd(),
+                    .strategy = services::EnumLabel(plan.strategy())});
+  return job;
+}
+
+absl::StatusOr<JobOutcome> JobController::Run(const std::string& job_id) {
+  detach_.store(false);
+  auto record = services_.store->GetJob(job_id);
+  if (!record.ok()) return record.status();
+  if (!IsDone(record->state)) {
+    auto spec = ParseJobSpec(record->spec_json);
+    if (!spec.ok()) return spec.status();
+    JobRun run(*std::move(record), *std::move(spec), services_, options_, sink_, *services_.clock,
+               detach_);
+    record = run.Run();
+    if (!record.ok()) return record.status();
+  }
+  auto summary = SummarizeJob(*services_.store, job_id, absl::ToUnixMillis(services_.clock->Now()));
+  if (!summary.ok()) return summary.status();
+  return JobOutcome{.record = *std::move(record), .summary = *std::move(summary)};
+}
+
+}  // namespace spotdnn::job

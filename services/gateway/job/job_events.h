@@ -1,0 +1,157 @@
+// What the job controller tells its caller, as typed values: one struct per kind of event. The
+// CLI renders each as a line for a person or a JSON object; the controller never formats text.
+#ifndef SPOTDNN_SERVICES_GATEWAY_JOB_JOB_EVENTS_H_
+#define SPOTDNN_SERVICES_GATEWAY_JOB_JOB_EVENTS_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "services/gateway/job/job_summary.h"
+#include "services/gateway/job/job_types.h"
+
+namespace spotdnn::job {
+
+// A count of instances of one type, e.g. a plan's cluster or what a re-plan launches.
+struct TypeCount {
+  std::string instance_type;
+  int count = 0;
+};
+
+// A profiling log imported into the profiler, a profiling run launched or done, or the profile
+// fitted from them.
+struct ProfilingEvent {
+  static constexpr char kKind[] = "profiling";
+  std::string imported_log;  // set for an import
+  std::string run;           // set for a profiling run: its job id
+  std::vector<TypeCount> cluster;
+  int64_t steps = 0;
+  bool run_done = false;       // the run's workers did their steps
+  std::string fitted_profile;  // set for the fit
+};
+
+// The job is planned and stored.
+struct PlannedEvent {
+  static constexpr char kKind[] = "planned";
+  std::vector<TypeCount> cluster;
+  double target_iterations = 0;
+  double predicted_time_s = 0;
+  double predicted_cost_usd = 0;
+  std::string strategy;
+};
+
+// The plan's instances are launched.
+struct LaunchedEvent {
+  static constexpr char kKind[] = "launched";
+  int instances = 0;
+  int parameter_servers = 0;
+  int workers = 0;
+  std::string provider;
+};
+
+// The cloud had no capacity for these types (each with the workers of it running).
+struct CapacityEvent {
+  static constexpr char kKind[] = "capacity";
+  std::vector<TypeCount> running;
+};
+
+// A re-plan: after a capacity shortfall (no `instance`) or a revocation of `instance`.
+struct ReplannedEvent {
+  static constexpr char kKind[] = "replanned";
+  std::string instance;  // empty: a capacity re-plan
+  bool feasible = true;
+  std::vector<TypeCount> to_launch;
+  double more_iterations = 0;   // revocation: iterations the new cluster still has to do
+  double predicted_time_s = 0;  // revocation: of the rest; capacity: of the whole job
+  double predicted_cost_usd = 0;
+  double remaining_time_s = 0;
+  int64_t replan_ms = 0;  // how long the re-plan took, from the notice's arrival
+  std::string detail;     // when infeasible: what was done instead
+};
+
+// A revocation notice (or a revoked or lost instance) for one of the job's workers.
+struct NoticeEvent {
+  static constexpr char kKind[] = "notice";
+  std::string instance;
+  std::string instance_type;
+  std::string kind;  // the detector's event kind: notice, revoked, lost
+  bool parameter_server = false;
+  absl::Time effective = absl::InfinitePast();  // when it goes (InfinitePast: unknown)
+};
+
+// The takeover instances for a revocation are running (or none were needed).
+struct TakeoverEvent {
+  static constexpr char kKind[] = "takeover";
+  std::string instance;
+  std::vector<std::string> takeover;
+  int64_t notice_to_running_ms = 0;
+};
+
+// A takeover could not be launched.
+struct TakeoverFailedEvent {
+  static constexpr char kKind[] = "error";
+  std::string instance;
+  std::string error;
+};
+
+// One of the job's instances stopped.
+struct InstanceEndedEvent {
+  static constexpr char kKind[] = "ended";
+  std::string instance;
+  std::string instance_type;
+};
+
+// Progress, every few seconds.
+struct ProgressEvent {
+  static constexpr char kKind[] = "progress";
+  double elapsed_s = 0;
+  double iterations_done = 0;
+  double target_iterations = 0;      // of the current plan
+  double first_plan_iterations = 0;  // of the first plan
+  std::optional<double> loss;        // the workers' reported loss, smoothed
+  double target_loss = 0;
+  double steps_lost = 0;  // undone by parameter-server takeovers
+  int workers_running = 0;
+  int workers_revoking = 0;
+  std::optional<double> deadline_in_s;
+};
+
+// Something worth a person's attention that does not stop the job.
+struct WarningEvent {
+  static constexpr char kKind[] = "warning";
+  std::string instance;  // may be empty
+  std::string message;
+};
+
+// A gateway took the job up again.
+struct ResumedEvent {
+  static constexpr char kKind[] = "resumed";
+  int instances = 0;
+};
+
+// The job finished or failed (its kind is the state's name).
+struct EndedEvent {
+  JobState state = JobState::kFinished;
+  std::string message;
+  JobSummary summary;
+};
+
+// Any event, with when and for which job.
+struct JobEvent {
+  absl::Time at;
+  std::string job_id;
+  std::variant<ProfilingEvent, PlannedEvent, LaunchedEvent, CapacityEvent, ReplannedEvent,
+               NoticeEvent, TakeoverEvent, TakeoverFailedEvent, InstanceEndedEvent, ProgressEvent,
+               WarningEvent, ResumedEvent, EndedEvent>
+      what;
+};
+
+// Where events go.
+using JobEventSink = std::function<void(const JobEvent&)>;
+
+}  // namespace spotdnn::job
+
+#endif  // SPOTDNN_SERVICES_GATEWAY_JOB_JOB_EVENTS_H_

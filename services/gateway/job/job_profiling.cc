@@ -1,0 +1,151 @@
+// A job's profiling step: its logs imported, its short runs made, the profile fitted.
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "services/common/data_registry.h"
+#include "services/gateway/job/job_run.h"
+
+namespace spotdnn::job {
+namespace {
+
+absl::Status WithContext(const absl::Status& status, const std::string& what) {
+  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+}
+
+// Launches one profiling run as its own job and waits until its workers have done their steps
+// (they exit), then stops what is left (its parameter servers).
+absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const JobSpec& spec,
+                     const pb::InstanceCatalog& catalog, const JobServices& services,
+                     const JobOptions& options, Clock& clock,
+                     const std::function<void(ProfilingEvent)>& emit) {
+  std::vector<std::pair<std::string, int>> counts(run.cluster.begin(), run.cluster.end());
+  int workers = 0;
+  std::vector<TypeCount> cluster;
+  for (const auto& [type, n] : counts) {
+    workers += n;
+    cluster.push_back({type, n});
+  }
+  launcher::ClusterLaunchRequest request{
+      .job_id = run_id,
+      .command = spec.worker_command,
+      .ps_command = spec.ps_command,
+      .parameter_servers = spec.parameter_servers,
+      .workers = launcher::ConsecutiveGroups(counts),
+      .ps_token = run_id + "-ps",
+      .worker_token_prefix = run_id + "-w-",
+      .extra_env = JobEnvironment(run_id, spec, options, *services.provider, workers)};
+  if (!catalog.parameter_server().instance_type().empty()) {
+    request.parameter_server_type = catalog.parameter_server().instance_type();
+  }
+  request.extra_env["SPOTDNN_MAX_STEPS"] = absl::StrCat(run.steps);
+  auto launched = launcher::LaunchCluster(*services.provider, request);
+  if (!launched.ok()) return WithContext(launched.status(), "launching " + run_id);
+  std::vector<std::string> ids;
+  for (const launcher::Instance& i : launched->instances) ids.push_back(i.id);
+  auto stop = [&] {
+    absl::Status s = services.provider->Terminate(ids);
+    return s.ok() || absl::IsNotFound(s) ? absl::OkStatus() : s;
+  };
+  if (!launched->complete()) {
+    (void)stop();  // the launch failed: what started goes, the error says why
+    return absl::FailedPreconditionError(absl::StrCat(
+        "profiling run ", run_id, " could not be launched: ",
+        launched->error.ok()
+            ? absl::StrCat("no capacity for ", absl::StrJoin(launched->exhausted_types, ", "))
+            : std::string(launched->error.message())));
+  }
+  emit({.run = run_id, .cluster = cluster, .steps = run.steps});
+  const absl::Time deadline = clock.Now() + options.profiling_timeout;
+  while (true) {
+    auto described = services.provider->Describe(run_id);
+    if (!described.ok()) return WithContext(described.status(), "watching " + run_id);
+    const bool working =
+        std::any_of(described->begin(), described->end(), [](const launcher::Instance& i) {
+          return i.role == launcher::Role::kWorker &&
+                 i.state != launcher::InstanceState::kTerminated &&
+                 i.state != launcher::InstanceState::kShuttingDown;
+        });
+    if (!working) break;
+    if (clock.Now() >= deadline) {
+      (void)stop();  // the timeout is the error reported
+      return absl::DeadlineExceededError(
+          absl::StrCat("profiling run ", run_id, " did not finish its ", run.steps,
+                       " steps within ", absl::FormatDuration(options.profiling_timeout),
+                       ": do the workers stop after $SPOTDNN_MAX_STEPS steps?"));
+    }
+    clock.Sleep(options.tick);
+  }
+  if (absl::Status s = stop(); !s.ok()) return WithContext(s, "stopping " + run_id);
+  emit({.run = run_id, .cluster = cluster, .steps = run.steps, .run_done = true});
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::map<std::string, std::string> JobEnvironment(const std::string& job_id, const JobSpec& spec,
+                                                  const JobOptions& options,
+                                                  const launcher::CloudProvider& provider,
+                                                  int workers) {
+  std::map<std::string, std::string> env = {{"SPOTDNN_PROFILER", options.profiler_address},
+                                            {"SPOTDNN_DETECTOR", options.detector_address},
+                                            {"SPOTDNN_WORKERS", absl::StrCat(workers)}};
+  if (!spec.checkpoint_uri.empty()) {
+    // On the instance: a local folder its agent keeps in sync with the URI.
+    env["SPOTDNN_CHECKPOINT_URI"] = absl::StrCat(spec.checkpoint_uri, "/", job_id);
+    env["SPOTDNN_CHECKPOINT_DIR"] = absl::StrCat("/var/tmp/spotdnn-checkpoints/", job_id);
+  } else if (provider.SharesFilesWithCaller() && !options.checkpoint_root.empty()) {
+    env["SPOTDNN_CHECKPOINT_DIR"] =
+        (std::filesystem::path(options.checkpoint_root) / job_id).string();
+  }
+  return env;
+}
+
+absl::Status Profile(const JobSpec& spec, const pb::InstanceCatalog& catalog,
+                     const services::DataRegistry& local, const JobServices& services,
+                     const JobOptions& options, Clock& clock,
+                     const std::function<void(ProfilingEvent)>& emit) {
+  std::vector<std::string> job_ids;
+  if (!spec.profiling_logs.empty()) {
+    const std::string logs_job = spec.name + "-profiling";
+    for (const std::string& log : spec.profiling_logs) {
+      // Sent as content: the profiler may run elsewhere and reads no paths it is not allowed to.
+      auto content = services::ReadFile(log);
+      if (!content.ok()) return WithContext(content.status(), "workload.profiling.logs");
+      pb::ImportLogRequest request;
+      request.set_job_id(logs_job);
+      request.set_path(std::filesystem::path(log).filename().string());
+      request.set_content(*content);
+      request.set_stop_on_error(true);
+      auto imported = services.profiler->ImportLog(request);
+      if (!imported.ok()) return WithContext(imported.status(), "importing " + log);
+      emit({.imported_log = log});
+    }
+    job_ids.push_back(logs_job);
+  }
+  for (size_t k = 0; k < spec.profiling_runs.size(); ++k) {
+    const std::string run_id = absl::StrCat(spec.name, "-profiling-", k + 1);
+    if (absl::Status s =
+            MakeRun(run_id, spec.profiling_runs[k], spec, catalog, services, options, clock, emit);
+        !s.ok()) {
+      return s;
+    }
+    job_ids.push_back(run_id);
+  }
+  pb::FitProfileRequest fit;
+  fit.set_name(spec.workload);
+  for (const std::string& id : job_ids) fit.add_job_ids(id);
+  if (!spec.profiling_base.empty()) {
+    auto base = local.ResolveWorkload(spec.profiling_base);
+    if (!base.ok()) return base.status();
+    *fit.mutable_base() = *std::move(base);
+  }
+  fit.set_parameter_server_bandwidth_mb_per_s(spec.profiling_ps_bandwidth);
+  auto fitted = services.profiler->FitProfile(fit);
+  if (!fitted.ok()) return WithContext(fitted.status(), "fitting the profile");
+  emit({.fitted_profile = spec.workload});
+  return absl::OkStatus();
+}
+
+}  // namespace spotdnn::job

@@ -1,0 +1,283 @@
+#include "services/gateway/job/job_run.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace spotdnn::job {
+
+absl::Status JobRun::Load() {
+  if (auto s = FromStoredJson(job_.workload_json, "workload profile", &workload_); !s.ok()) {
+    return s;
+  }
+  if (auto s = FromStoredJson(job_.catalog_json, "catalog", &catalog_); !s.ok()) return s;
+  if (auto s = FromStoredJson(job_.plan_json, "plan", &plan_); !s.ok()) return s;
+  first_plan_iterations_ = plan_.prediction().normalized_iterations();
+  for (const pb::InstanceType& t : catalog_.instance_types()) {
+    spot_price_[t.name()] = t.spot_price_per_hour();
+  }
+  if (!catalog_.parameter_server().instance_type().empty()) {
+    ps_type_ = catalog_.parameter_server().instance_type();
+  }
+  ps_price_ = catalog_.parameter_server().spot_price_per_hour();
+  auto instances = services_.store->Instances(job_.id);
+  if (!instances.ok()) return instances.status();
+  for (InstanceRecord& i : *instances) instances_[i.id] = std::move(i);
+  return absl::OkStatus();
+}
+
+absl::Status JobRun::Log(absl::string_view kind, const std::string& detail) {
+  return services_.store->AddEvent(job_.id, std::string(kind), detail, NowMs());
+}
+
+std::map<std::string, int> JobRun::LiveWorkers() const {
+  std::map<std::string, int> live;
+  for (const auto& [id, i] : instances_) {
+    if (i.role == launcher::Role::kWorker && i.state != InstanceStatus::kEnded) {
+      ++live[i.instance_type];
+    }
+  }
+  return live;
+}
+
+int JobRun::WorkersOf(const std::string& type) const {
+  const std::map<std::string, int> live = LiveWorkers();
+  auto it = live.find(type);
+  return it == live.end() ? 0 : it->second;
+}
+
+absl::Status JobRun::EndRevocationsOf(const std::string& instance_id, int64_t ended_ms) {
+  auto revocations = services_.store->Revocations(job_.id);
+  if (!revocations.ok()) return revocations.status();
+  for (RevocationRecord& r : *revocations) {
+    if (r.instance_id == instance_id && r.ended_ms == 0) {
+      r.ended_ms = ended_ms;
+      if (auto s = services_.store->PutRevocation(r); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void JobRun::RegisterRunning() {
+  for (const auto& [id, i] : instances_) {
+    if (i.state != InstanceStatus::kRunning) continue;
+    if (absl::Status s = Register(i); !s.ok()) {
+      Emit(WarningEvent{.instance = id, .message = std::string(s.message())});
+    }
+  }
+}
+
+absl::StatusOr<JobRecord> JobRun::Run() {
+  if (auto s = Load(); !s.ok()) return s;
+  if (job_.state == JobState::kLaunching) {
+    if (absl::Status s = LaunchPlanned(); !s.ok()) {
+      if (absl::Status f = Fail(absl::StrCat("launch failed: ", s.message())); !f.ok()) return f;
+      return job_;
+    }
+  } else {
+    // Resumed: the instances run on; make sure the detector watches them. Not those already
+    // going (a revocation is under way): registering a revoked instance again starts a new
+    // lifetime for it in the detector, which would report its notice again.
+    RegisterRunning();
+    if (auto s = Log("resumed", ""); !s.ok()) return s;
+    Emit(ResumedEvent{.instances = static_cast<int>(instances_.size())});
+  }
+  if (services_.open_feed) {
+    feed_ = services_.open_feed(job_.id, static_cast<uint64_t>(job_.last_event_seq));
+  }
+  absl::Status status = Loop();
+  feed_.reset();
+  if (!status.ok()) return status;
+  return job_;
+}
+
+absl::Status JobRun::Loop() {
+  absl::Time next_progress = clock_.Now();
+  absl::Time next_describe = clock_.Now();
+  absl::Time last_advance = clock_.Now();
+  double last_iterations = job_.iterations_done;
+  const std::string output = services_.provider->OutputLocation();
+  const std::string where =
+      output.empty() ? "" : absl::StrCat("; the instances' output is in ", output);
+  while (true) {
+    if (detach_.load()) {
+      return absl::CancelledError(
+          absl::StrCat("detached from job ", job_.id, ": its instances run on"));
+    }
+    if (auto s = HandleFeed(); !s.ok()) return s;
+    if (auto s = HandlePending(); !s.ok()) return s;
+    if (clock_.Now() >= next_describe) {
+      if (auto s = PollInstances(); !s.ok()) return s;
+      next_describe = clock_.Now() + options_.describe_every;
+    }
+    if (absl::Status p = PollProgress(); !p.ok()) {
+      // The profiler may be restarting: say so once, not on every tick.
+      if (p.message() != last_warning_) {
+        if (auto s = Log("warning", std::string(p.message())); !s.ok()) return s;
+        Emit(WarningEvent{.message = std::string(p.message())});
+      }
+      last_warning_ = std::string(p.message());
+    } else {
+      last_warning_.clear();
+    }
+    if (clock_.Now() >= next_progress) {
+      if (auto s = ShowProgress(); !s.ok()) return s;
+      next_progress = clock_.Now() + options_.progress_every;
+    }
+    if (ReachedTarget()) {
+      if (auto s = ShowProgress(); !s.ok()) return s;
+      return Finish();
+    }
+    if (job_.loss > 0 && spec_.target_loss > 0 && job_.target_iterations > 0 &&
+        job_.iterations_done > kGiveUpAfter * job_.target_iterations) {
+      return Fail(absl::StrFormat(
+          "the workers' loss is %.4g after %.0f iterations, %.0f times the %.0f predicted, and has "
+          "not reached %g: the profile's loss model does not fit this training (refit it with "
+          "`spotdnn profile fit`, or ask for a reachable loss)",
+          job_.loss, job_.iterations_done, kGiveUpAfter, job_.target_iterations,
+          spec_.target_loss));
+    }
+    if (job_.iterations_done > last_iterations) {
+      last_iterations = job_.iterations_done;
+      last_advance = clock_.Now();
+    } else if (options_.stall_timeout > absl::ZeroDuration() &&
+               clock_.Now() - last_advance > options_.stall_timeout) {
+      return Fail(absl::StrCat(
+          "no worker reported a new iteration for ", absl::FormatDuration(options_.stall_timeout),
+          " (", absl::StrFormat("%.0f", job_.iterations_done), " of ",
+          absl::StrFormat("%.0f", job_.target_iterations),
+          " done): do the workers report their steps to the profiler ($SPOTDNN_PROFILER)?", where));
+    }
+    auto revocations = services_.store->Revocations(job_.id);
+    if (!revocations.ok()) return revocations.status();
+    const bool pending = std::any_of(
+        revocations->begin(), revocations->end(),
+        [](const RevocationRecord& r) { return r.status == RevocationStatus::kPending; });
+    if (LiveWorkers().empty() && !pending) {
+      return Fail(
+          absl::StrCat("no worker is left running and no takeover is pending (worker "
+                       "command: ",
+                       spec_.worker_command, ")", where));
+    }
+    clock_.Sleep(options_.tick);
+  }
+}
+
+absl::Status JobRun::PollProgress() {
+  auto progress = services_.profiler->GetJobProgress(job_.id);
+  if (!progress.ok()) {
+    return absl::Status(
+        progress.status().code(),
+        absl::StrCat("reading progress from the profiler: ", progress.status().message()));
+  }
+  // Steps a parameter-server takeover undid were counted by the workers that made them.
+  job_.iterations_done =
+      std::max(0.0, static_cast<double>(progress->total_steps()) - job_.steps_lost);
+  double sum = 0;
+  int reporting = 0;
+  for (const pb::WorkerProgress& w : progress->workers()) {
+    auto it = instances_.find(w.worker_id());
+    const bool ended = it != instances_.end() && it->second.state == InstanceStatus::kEnded;
+    if (w.last_loss() > 0 && !ended) {
+      sum += w.last_loss();
+      ++reporting;
+    }
+    if (!reported_workers_.insert(w.worker_id()).second) continue;
+    if (auto s = MarkTakeoverReported(w.worker_id()); !s.ok()) return s;
+  }
+  if (reporting > 0) {
+    // The running workers' mean, smoothed over the polls (each worker reports a noisy value).
+    const double mean = sum / reporting;
+    job_.loss = job_.loss > 0 ? kLossSmoothing * mean + (1 - kLossSmoothing) * job_.loss : mean;
+  }
+  return Save();
+}
+
+bool JobRun::ReachedTarget() const { return TargetReached(job_, spec_); }
+
+absl::Status JobRun::PollInstances() {
+  auto described = services_.provider->Describe(job_.id);
+  if (!described.ok()) return described.status();
+  std::map<std::string, const launcher::Instance*> seen;
+  for (const launcher::Instance& i : *described) seen[i.id] = &i;
+  for (auto& [id, r] : instances_) {
+    if (r.state == InstanceStatus::kEnded) continue;
+    auto it = seen.find(id);
+    const bool gone = it == seen.end() ||
+                      it->second->state == launcher::InstanceState::kTerminated ||
+                      it->second->state == launcher::InstanceState::kShuttingDown;
+    if (!gone) continue;
+    r.state = InstanceStatus::kEnded;
+    r.ended_ms = it != seen.end() && it->second->end_time != absl::InfiniteFuture()
+                     ? absl::ToUnixMillis(it->second->end_time)
+                     : NowMs();
+    if (auto s = services_.store->PutInstance(r); !s.ok()) return s;
+    if (auto s = EndRevocationsOf(id, r.ended_ms); !s.ok()) return s;
+    if (auto s = Log("ended", id); !s.ok()) return s;
+    Emit(InstanceEndedEvent{.instance = id, .instance_type = r.instance_type});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRun::ShowProgress() {
+  ProgressEvent p{.elapsed_s = (NowMs() - job_.started_ms) / 1000.0,
+                  .iterations_done = job_.iterations_done,
+                  .target_iterations = job_.target_iterations,
+                  .first_plan_iterations = first_plan_iterations_,
+                  .target_loss = spec_.target_loss,
+                  .steps_lost = job_.steps_lost};
+  if (job_.loss > 0) p.loss = job_.loss;
+  for (const auto& [id, i] : instances_) {
+    if (i.role != launcher::Role::kWorker) continue;
+    p.workers_running += i.state == InstanceStatus::kRunning;
+    p.workers_revoking += i.state == InstanceStatus::kRevoking;
+  }
+  if (spec_.deadline_s > 0) p.deadline_in_s = spec_.deadline_s - p.elapsed_s;
+  Emit(std::move(p));
+  return services_.store->AddProgress(
+      job_.id, {.at_ms = NowMs(), .iterations = job_.iterations_done, .loss = job_.loss});
+}
+
+absl::Status JobRun::Finish() {
+  // Every instance, stopped ones too, so that the provider forgets them (NOT_FOUND: it has).
+  std::vector<std::string> ids;
+  for (const auto& [id, i] : instances_) ids.push_back(id);
+  absl::Status terminated = services_.provider->Terminate(ids);
+  if (!terminated.ok() && !absl::IsNotFound(terminated)) return terminated;
+  const int64_t now = NowMs();
+  for (auto& [id, i] : instances_) {
+    if (i.state != InstanceStatus::kEnded) {
+      i.state = InstanceStatus::kEnded;
+      i.ended_ms = now;
+      if (auto s = services_.store->PutInstance(i); !s.ok()) return s;
+    }
+    if (services_.detector != nullptr) {
+      absl::Status s = services_.detector->Unregister(id);
+      // NOT_FOUND: the detector forgot it already (a restarted detector without its database).
+      if (!s.ok() && !absl::IsNotFound(s)) {
+        Emit(WarningEvent{
+            .instance = id,
+            .message = absl::StrCat("unregistering from the detector: ", s.message())});
+      }
+    }
+    if (auto s = EndRevocationsOf(id, i.ended_ms); !s.ok()) return s;
+  }
+  if (job_.state != JobState::kFailed) job_.state = JobState::kFinished;
+  job_.finished_ms = now;
+  if (auto s = Save(); !s.ok()) return s;
+  if (auto s = Log(Name(job_.state), job_.message); !s.ok()) return s;
+  auto summary = SummarizeJob(*services_.store, job_.id, now);
+  if (!summary.ok()) return summary.status();
+  Emit(EndedEvent{.state = job_.state, .message = job_.message, .summary = *std::move(summary)});
+  return absl::OkStatus();
+}
+
+absl::Status JobRun::Fail(const std::string& why) {
+  job_.state = JobState::kFailed;
+  job_.message = why;
+  return Finish();
+}
+
+}  // namespace spotdnn::job

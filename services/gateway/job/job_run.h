@@ -1,0 +1,158 @@
+// Internal to the job controller: one job being run. Its methods are split by concern:
+// job_run.cc (the loop, progress, instances' ends, finish), job_launch.cc (the plan's launch and
+// the capacity re-plan rounds), job_takeover.cc (revocation events and takeovers).
+#ifndef SPOTDNN_SERVICES_GATEWAY_JOB_JOB_RUN_H_
+#define SPOTDNN_SERVICES_GATEWAY_JOB_JOB_RUN_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
+#include "provisioner/launcher/cluster_launcher.h"
+#include "services/gateway/job/job_controller.h"
+
+namespace spotdnn::job {
+
+// A message as protobuf JSON (field names as in the .proto), for the job store.
+std::string ToStoredJson(const google::protobuf::Message& message);
+// A message from the job store's JSON; DATA_LOSS naming `what` when it cannot be read.
+absl::Status FromStoredJson(const std::string& json, absl::string_view what,
+                            google::protobuf::Message* message);
+
+// The job spec's SLO and plan options as the provisioner takes them.
+pb::Slo SloOf(const JobSpec& spec);
+pb::PlanOptions OptionsOf(const JobSpec& spec);
+// "p2.xlarge=2,g3.8xlarge=1" parts of a cluster (types with a count).
+std::vector<TypeCount> CountsOf(const pb::Cluster& cluster);
+
+// The job's profiling step: imports its logs and makes its short runs (each launched on the
+// job's provider as its own job, JOB-profiling-K, until every worker has done its steps), then
+// fits the profile the spec names from all of their samples.
+absl::Status Profile(const JobSpec& spec, const pb::InstanceCatalog& catalog,
+                     const services::DataRegistry& local, const JobServices& services,
+                     const JobOptions& options, Clock& clock,
+                     const std::function<void(ProfilingEvent)>& emit);
+
+// The environment every instance of `job_id` gets beyond the launcher's: where to report
+// (SPOTDNN_PROFILER, SPOTDNN_DETECTOR), the cluster's size (SPOTDNN_WORKERS) and where parameter
+// servers checkpoint (SPOTDNN_CHECKPOINT_DIR, and SPOTDNN_CHECKPOINT_URI on a cloud).
+std::map<std::string, std::string> JobEnvironment(const std::string& job_id, const JobSpec& spec,
+                                                  const JobOptions& options,
+                                                  const launcher::CloudProvider& provider,
+                                                  int workers);
+
+class JobRun {
+ public:
+  JobRun(JobRecord record, JobSpec spec, const JobServices& services, const JobOptions& options,
+         const JobEventSink& sink, Clock& clock, const std::atomic<bool>& detach)
+      : job_(std::move(record)),
+        spec_(std::move(spec)),
+        services_(services),
+        options_(options),
+        sink_(sink),
+        clock_(clock),
+        detach_(detach) {}
+
+  // Runs the job until it ends; its final record.
+  absl::StatusOr<JobRecord> Run();
+
+ private:
+  // ---- job_run.cc
+  absl::Status Load();
+  absl::Status Save() { return services_.store->UpdateJob(job_); }
+  absl::Status Log(absl::string_view kind, const std::string& detail);
+  int64_t NowMs() { return absl::ToUnixMillis(clock_.Now()); }
+  template <typename E>
+  void Emit(E what) {
+    if (sink_) sink_(JobEvent{.at = clock_.Now(), .job_id = job_.id, .what = std::move(what)});
+  }
+  // Registers the instances still running with the detector again (a resumed gateway, a
+  // detector whose log restarted); failures are warnings.
+  void RegisterRunning();
+  absl::Status Loop();
+  absl::Status PollProgress();
+  absl::Status PollInstances();
+  absl::Status ShowProgress();
+  bool ReachedTarget() const;
+  // Weight of a new poll in the smoothed loss.
+  static constexpr double kLossSmoothing = 0.5;
+  // A loss target not reached after this many times the predicted iterations fails the job.
+  static constexpr double kGiveUpAfter = 3;
+  absl::Status Finish();
+  absl::Status Fail(const std::string& why);
+  // Workers on record that have not ended, per type.
+  std::map<std::string, int> LiveWorkers() const;
+  // Workers of `type` on record that have not ended.
+  int WorkersOf(const std::string& type) const;
+  // Revocations of this job; marks `ended_ms` of those of `instance_id` not yet ended.
+  absl::Status EndRevocationsOf(const std::string& instance_id, int64_t ended_ms);
+
+  // ---- job_launch.cc
+  absl::Status LaunchPlanned();
+  // Launches `launch` (type, count) as workers from `first_index` with client tokens
+  // ClientTokenFor(token_prefix + TYPE), parameter servers first when `with_servers`; records and
+  // registers what started. Types in `skip` (a replayed round the cloud had no capacity for) keep
+  // their indexes but are not launched.
+  absl::StatusOr<launcher::ClusterLaunchResult> Launch(const std::vector<TypeCount>& launch,
+                                                       int first_index,
+                                                       const std::string& token_prefix,
+                                                       const pb::Prediction& prediction,
+                                                       LaunchReason reason, bool with_servers,
+                                                       const std::set<std::string>& skip = {});
+  absl::Status Record(const launcher::Instance& instance, LaunchReason reason,
+                      const std::string& token, double iteration_s);
+  absl::Status Register(const InstanceRecord& instance);
+  // Asks the provisioner to re-plan the rest of the job: `survivors` (type -> count) stay,
+  // `iterations_done` were trained on `before`, and each type of `capped` is held at its count
+  // (its quota). `what` names the re-plan in errors.
+  absl::StatusOr<pb::ReplanResponse> RequestReplan(const std::map<std::string, int>& survivors,
+                                                   const pb::Cluster& before,
+                                                   double iterations_done,
+                                                   const std::map<std::string, int>& capped,
+                                                   const std::string& what);
+  // `counts` (type -> count) with the job's parameter servers.
+  pb::Cluster ClusterOf(const std::map<std::string, int>& counts) const;
+
+  // ---- job_takeover.cc
+  absl::Status HandleFeed();
+  absl::Status HandleEvent(const pb::RevocationEvent& event);
+  absl::Status HandlePending();
+  absl::Status Takeover(RevocationRecord& revocation);
+  // A revoked parameter server: once it has ended (its final checkpoint written), a replacement
+  // with its index restores the checkpoint, and the workers are relaunched against it.
+  absl::Status ServerTakeover(RevocationRecord& revocation);
+  // The global step of parameter server `index`'s latest checkpoint (0: none).
+  absl::StatusOr<double> CheckpointStep(int index);
+  // A takeover worker's first report: the revocation it answers is training again.
+  absl::Status MarkTakeoverReported(const std::string& worker_id);
+
+  JobRecord job_;
+  JobSpec spec_;
+  const JobServices& services_;
+  const JobOptions& options_;
+  const JobEventSink& sink_;
+  Clock& clock_;
+  const std::atomic<bool>& detach_;
+
+  pb::WorkloadProfile workload_;
+  pb::InstanceCatalog catalog_;
+  pb::Plan plan_;  // the current plan (the first one, or the last capacity re-plan's)
+  double first_plan_iterations_ = 0;
+  std::map<std::string, double> spot_price_;
+  std::string ps_type_ = "m5.xlarge";
+  double ps_price_ = 0;
+  std::map<std::string, InstanceRecord> instances_;  // by id
+  std::set<std::string> reported_workers_;
+  std::string last_warning_;
+  std::unique_ptr<RevocationFeed> feed_;
+};
+
+}  // namespace spotdnn::job
+
+#endif  // SPOTDNN_SERVICES_GATEWAY_JOB_JOB_RUN_H_

@@ -1,0 +1,66 @@
+// A job for `spotdnn run`: what to train (a stored or built-in workload profile, or logs to
+// profile first), the SLO, the catalog, the cloud, quotas and the commands the instances run.
+// Documented with an example in deploy/examples/job.json.
+#ifndef SPOTDNN_SERVICES_GATEWAY_JOB_JOB_SPEC_H_
+#define SPOTDNN_SERVICES_GATEWAY_JOB_JOB_SPEC_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "provisioner/launcher/provider_factory.h"
+#include "spotdnn/v1/common.pb.h"
+
+namespace spotdnn::job {
+
+// A short run made to profile a workload before planning it.
+struct ProfilingRun {
+  std::map<std::string, int> cluster;  // workers per instance type
+  int64_t steps = 0;                   // each worker's steps (SPOTDNN_MAX_STEPS)
+};
+
+// A job spec, parsed and checked.
+struct JobSpec {
+  std::string name;  // the job id: 1-64 of [A-Za-z0-9._-]
+  // The workload profile: a name (the profiler's stored profiles first, then the built-ins) or a
+  // JSON file.
+  std::string workload;
+  // Optional profiling step: these logs are imported into the profiler and fitted into the
+  // profile `workload` names before planning (`profiling_base` supplies what they cannot tell).
+  std::vector<std::string> profiling_logs;
+  // Short runs made first (the job's own commands, on its provider), their samples fitted too.
+  std::vector<ProfilingRun> profiling_runs;
+  std::string profiling_base;
+  double profiling_ps_bandwidth = 0;  // B_ps of the runs (MB/s), for the contention fit
+  std::string catalog;                // a name or a JSON file
+  double target_loss = 0;             // the target: a loss, or (0 here) ...
+  double target_iterations = 0;       // ... global iterations (steps of all workers), or ...
+  double target_epochs = 0;           // ... epochs of
+  double dataset_size = 0;            // this many samples
+  double deadline_s = 0;  // 0: none (then budget_usd is required)
+  double budget_usd = 0;  // 0: none
+  spotdnn::v1::PlanStrategy strategy = spotdnn::v1::PLAN_STRATEGY_EXACT;
+  // The cloud and its settings (checked by launcher::ValidateProviderSpec).
+  launcher::ProviderSpec provider;
+  std::map<std::string, int> quotas;  // per-type overrides
+  int parameter_servers = 1;
+  std::string worker_command;
+  std::string ps_command;  // default: the worker command (SPOTDNN_ROLE tells them apart)
+  double revocation_overhead_s = 0;
+  // Where parameter servers' checkpoints go on a cloud (s3://BUCKET/PREFIX; the job's folder is
+  // PREFIX/JOB). Empty: the local provider's DATA_DIR/checkpoints/JOB.
+  std::string checkpoint_uri;
+
+  // True when the spec has a profiling step (logs to import or runs to make).
+  bool HasProfiling() const { return !profiling_logs.empty() || !profiling_runs.empty(); }
+};
+
+// Parses a job spec document. INVALID_ARGUMENT naming the field and the value.
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& json);
+// Reads and parses a job spec file (NOT_FOUND naming the path when it cannot be read).
+absl::StatusOr<JobSpec> ReadJobSpec(const std::string& path);
+
+}  // namespace spotdnn::job
+
+#endif  // SPOTDNN_SERVICES_GATEWAY_JOB_JOB_SPEC_H_

@@ -1,0 +1,88 @@
+#include "services/gateway/job/job_summary.h"
+
+#include <algorithm>
+
+#include "google/protobuf/util/json_util.h"
+#include "services/gateway/job/job_spec.h"
+
+namespace spotdnn::job {
+
+bool TargetReached(const JobRecord& job, const JobSpec& spec) {
+  if (job.loss > 0 && spec.target_loss > 0) return job.loss <= spec.target_loss;
+  return job.target_iterations > 0 && job.iterations_done >= job.target_iterations;
+}
+
+}  // namespace spotdnn::job
+#include "spotdnn/v1/common.pb.h"
+
+namespace spotdnn::job {
+
+absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_id,
+                                        int64_t now_ms) {
+  auto job = store.GetJob(job_id);
+  if (!job.ok()) return job.status();
+  auto spec = ParseJobSpec(job->spec_json);
+  if (!spec.ok()) return spec.status();
+  auto instances = store.Instances(job_id);
+  if (!instances.ok()) return instances.status();
+  auto revocations = store.Revocations(job_id);
+  if (!revocations.ok()) return revocations.status();
+
+  JobSummary s{.job_id = job->id,
+               .state = job->state,
+               .message = job->message,
+               .target_loss = spec->target_loss,
+               .deadline_s = spec->deadline_s,
+               .budget_usd = spec->budget_usd,
+               .target_iterations = job->target_iterations,
+               .iterations_done = job->iterations_done,
+               .predicted_time_s = job->predicted_time_s,
+               .predicted_cost_usd = job->predicted_cost_usd};
+  spotdnn::v1::Plan first;
+  if (google::protobuf::util::JsonStringToMessage(job->plan_json, &first).ok()) {
+    s.first_plan_iterations = first.prediction().normalized_iterations();
+    s.first_plan_time_s = first.time_s();
+    s.first_plan_cost_usd = first.cost_usd();
+  }
+  const int64_t end = job->finished_ms > 0 ? job->finished_ms : now_ms;
+  for (const InstanceRecord& i : *instances) {
+    const int64_t stop = i.ended_ms > 0 ? i.ended_ms : end;
+    s.actual_cost_usd += i.price_per_hour * std::max<int64_t>(0, stop - i.launched_ms) / 3.6e6;
+    ++s.instances_launched;
+    s.takeover_instances += i.reason == LaunchReason::kTakeover;
+  }
+  s.actual_time_s = job->started_ms > 0 ? (end - job->started_ms) / 1000.0 : 0;
+  for (const RevocationRecord& r : *revocations) {
+    s.revocations_handled +=
+        r.status == RevocationStatus::kLaunched || r.status == RevocationStatus::kNoneNeeded;
+    RevocationSummary out{.instance = r.instance_id,
+                          .status = r.status,
+                          .takeover = r.takeover_ids,
+                          .notice_ms = r.cloud_notice_ms > 0 ? r.cloud_notice_ms : r.received_ms,
+                          .received_ms = r.received_ms,
+                          .replanned_ms = r.replanned_ms,
+                          .takeover_running_ms = r.takeover_launched_ms,
+                          .takeover_first_report_ms = r.takeover_reported_ms,
+                          .revoked_instance_ended_ms = r.ended_ms,
+                          .detail = r.detail};
+    if (r.takeover_launched_ms > 0) {
+      out.notice_to_takeover_running_s = (r.takeover_launched_ms - out.notice_ms) / 1000.0;
+    }
+    if (r.takeover_reported_ms > 0) {
+      out.notice_to_takeover_training_s = (r.takeover_reported_ms - out.notice_ms) / 1000.0;
+    }
+    if (r.takeover_launched_ms > 0 && r.ended_ms > 0) {
+      out.takeover_before_revoked_ended = r.takeover_launched_ms < r.ended_ms;
+    }
+    s.revocations.push_back(std::move(out));
+  }
+  s.loss_reached = TargetReached(*job, *spec);
+  s.final_loss = job->loss;
+  s.steps_lost = job->steps_lost;
+  s.deadline_met = spec->deadline_s == 0 || s.actual_time_s <= spec->deadline_s;
+  s.budget_met = spec->budget_usd == 0 || s.actual_cost_usd <= spec->budget_usd;
+  s.slo_met = s.loss_reached && s.deadline_met && s.budget_met;
+  return s;
+}
+
+}  // namespace spotdnn::job

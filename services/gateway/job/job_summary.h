@@ -1,0 +1,75 @@
+// A job's account, computed from the job store: predicted vs actual time and cost, the instances
+// launched, every revocation with the times that measure its handling, and whether the SLO was
+// met. A typed value: the CLI renders it as a table or as JSON.
+#ifndef SPOTDNN_SERVICES_GATEWAY_JOB_JOB_SUMMARY_H_
+#define SPOTDNN_SERVICES_GATEWAY_JOB_JOB_SUMMARY_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/gateway/job/job_spec.h"
+#include "services/gateway/job/job_store.h"
+
+namespace spotdnn::job {
+
+// One revocation as the summary shows it. Times are unix ms (0: not yet).
+struct RevocationSummary {
+  std::string instance;
+  RevocationStatus status = RevocationStatus::kPending;
+  std::string takeover;   // takeover instance ids, comma-separated
+  int64_t notice_ms = 0;  // when the detector saw the notice (else when the gateway got it)
+  int64_t received_ms = 0;
+  int64_t replanned_ms = 0;
+  int64_t takeover_running_ms = 0;
+  int64_t takeover_first_report_ms = 0;
+  int64_t revoked_instance_ended_ms = 0;
+  std::string detail;
+  // Derived: seconds from the notice to the takeover running / training, and whether the takeover
+  // ran before the revoked instance stopped; absent until known.
+  std::optional<double> notice_to_takeover_running_s;
+  std::optional<double> notice_to_takeover_training_s;
+  std::optional<bool> takeover_before_revoked_ended;
+};
+
+// A job's summary.
+struct JobSummary {
+  std::string job_id;
+  JobState state = JobState::kLaunching;
+  std::string message;
+  double target_loss = 0;
+  double deadline_s = 0;  // 0: none
+  double budget_usd = 0;  // 0: none
+  // The first plan's prediction, and the current one (after re-plans; equal without them).
+  double first_plan_iterations = 0;
+  double first_plan_time_s = 0;
+  double first_plan_cost_usd = 0;
+  double target_iterations = 0;
+  double iterations_done = 0;
+  double final_loss = 0;  // the workers' smoothed loss at the end (0: none reported)
+  double steps_lost = 0;  // iterations undone by parameter-server takeovers
+  double predicted_time_s = 0;
+  double predicted_cost_usd = 0;
+  double actual_time_s = 0;    // from the launch to the end (or now)
+  double actual_cost_usd = 0;  // every instance from its launch to its stop
+  int instances_launched = 0;
+  int takeover_instances = 0;
+  int revocations_handled = 0;  // launched or none-needed
+  std::vector<RevocationSummary> revocations;
+  bool loss_reached = false;
+  bool deadline_met = false;
+  bool budget_met = false;
+  bool slo_met = false;
+};
+
+// Whether a job reached its target: the workers' smoothed loss at or below the target loss when
+// they report a loss, else the target iterations (workers that report no loss).
+bool TargetReached(const JobRecord& job, const JobSpec& spec);
+
+// The summary of a stored job, with `now_ms` as the end of a job that has not ended.
+absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_id, int64_t now_ms);
+
+}  // namespace spotdnn::job
+
+#endif  // SPOTDNN_SERVICES_GATEWAY_JOB_JOB_SUMMARY_H_

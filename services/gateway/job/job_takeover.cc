@@ -1,0 +1,337 @@
+// Revocation events from the detector, and the takeovers they lead to.
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "services/common/convert.h"
+#include "services/common/data_registry.h"
+#include "services/gateway/job/job_run.h"
+
+namespace spotdnn::job {
+
+absl::Status JobRun::HandleFeed() {
+  if (feed_ == nullptr) return absl::OkStatus();
+  for (const FeedItem& item : feed_->Drain()) {
+    if (item.has_value()) {
+      if (auto s = HandleEvent(*item); !s.ok()) return s;
+      continue;
+    }
+    // The detector lost its event log, and maybe its registrations: number afresh, and make
+    // sure it watches the running instances.
+    if (auto s = Log("warning",
+                     absl::StrCat("the detector's event log restarted (after sequence ",
+                                  job_.last_event_seq, "); re-registered the running instances"));
+        !s.ok()) {
+      return s;
+    }
+    job_.last_event_seq = 0;
+    RegisterRunning();
+    if (auto s = Save(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRun::HandleEvent(const pb::RevocationEvent& event) {
+  if (static_cast<int64_t>(event.sequence()) <= job_.last_event_seq) return absl::OkStatus();
+  job_.last_event_seq = static_cast<int64_t>(event.sequence());
+  // A kind this gateway does not know (a newer detector) is logged by number ("unknown-7").
+  const std::string kind = services::EnumLabel(event.kind());
+  if (auto s =
+          Log(kind, absl::StrCat(event.instance_id(), " ", event.action(), " ", event.detail()));
+      !s.ok()) {
+    return s;
+  }
+  auto it = instances_.find(event.instance_id());
+  if (it == instances_.end()) return Save();
+  InstanceRecord& instance = it->second;
+  const bool goes = event.kind() == pb::RevocationEvent::KIND_NOTICE ||
+                    event.kind() == pb::RevocationEvent::KIND_REVOKED ||
+                    event.kind() == pb::RevocationEvent::KIND_LOST;
+  if (goes && instance.state == InstanceStatus::kRunning) {
+    const bool notice = event.kind() == pb::RevocationEvent::KIND_NOTICE;
+    instance.state = notice ? InstanceStatus::kRevoking : InstanceStatus::kEnded;
+    if (!notice) instance.ended_ms = NowMs();
+    if (auto s = services_.store->PutInstance(instance); !s.ok()) return s;
+    RevocationRecord r{.job_id = job_.id,
+                       .instance_id = instance.id,
+                       .kind = kind,
+                       .cloud_notice_ms = event.notice_unix_ms(),
+                       .effective_ms = event.effective_unix_ms(),
+                       .received_ms = NowMs(),
+                       .ended_ms = instance.ended_ms};
+    if (auto s = services_.store->PutRevocation(r); !s.ok()) return s;
+    Emit(NoticeEvent{.instance = instance.id,
+                     .instance_type = instance.instance_type,
+                     .kind = kind,
+                     .parameter_server = instance.role == launcher::Role::kParameterServer,
+                     .effective = event.effective_unix_ms() > 0
+                                      ? absl::FromUnixMillis(event.effective_unix_ms())
+                                      : absl::InfinitePast()});
+  }
+  return Save();
+}
+
+absl::Status JobRun::HandlePending() {
+  auto revocations = services_.store->Revocations(job_.id);
+  if (!revocations.ok()) return revocations.status();
+  for (RevocationRecord& r : *revocations) {
+    if (r.status != RevocationStatus::kPending) continue;
+    absl::Status s = Takeover(r);
+    if (s.ok()) continue;
+    r.status = RevocationStatus::kFailed;
+    r.detail = std::string(s.message());
+    if (auto st = services_.store->PutRevocation(r); !st.ok()) return st;
+    if (auto st =
+            Log("error", absl::StrCat("takeover for ", r.instance_id, " failed: ", s.message()));
+        !st.ok()) {
+      return st;
+    }
+    Emit(TakeoverFailedEvent{.instance = r.instance_id, .error = std::string(s.message())});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRun::Takeover(RevocationRecord& revocation) {
+  if (instances_[revocation.instance_id].role == launcher::Role::kParameterServer) {
+    return ServerTakeover(revocation);
+  }
+  pb::ReplanResponse replan;
+  if (!revocation.replan_json.empty()) {
+    if (auto s = FromStoredJson(revocation.replan_json, "re-plan", &replan); !s.ok()) return s;
+  } else {
+    std::map<std::string, int> survivors, before;
+    for (const auto& [id, i] : instances_) {
+      if (i.role != launcher::Role::kWorker) continue;
+      if (i.state == InstanceStatus::kRunning) ++survivors[i.instance_type];
+      if (i.state != InstanceStatus::kEnded || id == revocation.instance_id) {
+        ++before[i.instance_type];
+      }
+    }
+    auto replanned =
+        RequestReplan(survivors, ClusterOf(before), job_.iterations_done, {}, "re-planning");
+    if (!replanned.ok()) return replanned.status();
+    replan = *std::move(replanned);
+    if (!replan.plan().feasible()) {
+      // No plan meets the deadline any more: replace like for like and finish as early as can be.
+      const std::string reason = replan.plan().reason();
+      replan.mutable_plan()->mutable_to_launch()->Clear();
+      pb::InstanceCount* c = replan.mutable_plan()->mutable_to_launch()->add_instances();
+      c->set_instance_type(instances_[revocation.instance_id].instance_type);
+      c->set_count(1);
+      revocation.detail =
+          absl::StrCat("no plan meets the SLO any more (", reason, "); replaced like for like");
+    } else {
+      // The rest of the job, on the new cluster, from the progress so far: under the model the
+      // iterations still needed depend on the cluster that does them.
+      job_.target_iterations =
+          job_.iterations_done + replan.plan().prediction().normalized_iterations();
+    }
+    revocation.replanned_ms = NowMs();
+    revocation.replan_json = ToStoredJson(replan);
+    revocation.takeover_token = absl::StrCat(job_.id, "-takeover-", ++job_.takeovers);
+    revocation.takeover_first_index = job_.next_worker_index;
+    for (const pb::InstanceCount& c : replan.plan().to_launch().instances()) {
+      job_.next_worker_index += c.count();
+    }
+    // Written before launching: a resumed gateway re-issues the same launches.
+    if (auto st = Save(); !st.ok()) return st;
+    if (auto st = services_.store->PutRevocation(revocation); !st.ok()) return st;
+    Emit(ReplannedEvent{.instance = revocation.instance_id,
+                        .feasible = replan.plan().feasible(),
+                        .to_launch = CountsOf(replan.plan().to_launch()),
+                        .more_iterations = replan.plan().prediction().normalized_iterations(),
+                        .predicted_time_s = replan.plan().time_s(),
+                        .predicted_cost_usd = replan.plan().cost_usd(),
+                        .remaining_time_s = replan.remaining_time_s(),
+                        .replan_ms = revocation.replanned_ms - revocation.received_ms,
+                        .detail = revocation.detail});
+  }
+  auto launched = Launch(CountsOf(replan.plan().to_launch()), revocation.takeover_first_index,
+                         revocation.takeover_token + "-", replan.plan().prediction(),
+                         LaunchReason::kTakeover, /*with_servers=*/false);
+  if (!launched.ok()) return launched.status();
+  std::vector<std::string> ids;
+  for (const launcher::Instance& i : launched->instances) ids.push_back(i.id);
+  if (!launched->error.ok()) return launched->error;
+  if (!launched->exhausted_types.empty()) {
+    return launched->capacity_errors[launched->exhausted_types.front()];
+  }
+  revocation.takeover_ids = absl::StrJoin(ids, ",");
+  revocation.takeover_launched_ms = NowMs();
+  revocation.status = ids.empty() ? RevocationStatus::kNoneNeeded : RevocationStatus::kLaunched;
+  if (auto st = services_.store->PutRevocation(revocation); !st.ok()) return st;
+  if (auto st =
+          Log("takeover", absl::StrCat(revocation.instance_id, " -> ", revocation.takeover_ids));
+      !st.ok()) {
+    return st;
+  }
+  const int64_t notice =
+      revocation.cloud_notice_ms > 0 ? revocation.cloud_notice_ms : revocation.received_ms;
+  Emit(TakeoverEvent{.instance = revocation.instance_id,
+                     .takeover = ids,
+                     .notice_to_running_ms = revocation.takeover_launched_ms - notice});
+  return absl::OkStatus();
+}
+
+absl::Status JobRun::MarkTakeoverReported(const std::string& worker_id) {
+  auto it = instances_.find(worker_id);
+  if (it == instances_.end() || it->second.reason != LaunchReason::kTakeover) {
+    return absl::OkStatus();
+  }
+  auto revocations = services_.store->Revocations(job_.id);
+  if (!revocations.ok()) return revocations.status();
+  for (RevocationRecord& r : *revocations) {
+    std::vector<std::string> ids = absl::StrSplit(r.takeover_ids, ',', absl::SkipEmpty());
+    if (r.takeover_reported_ms == 0 && std::count(ids.begin(), ids.end(), worker_id) > 0) {
+      r.takeover_reported_ms = NowMs();
+      if (auto st = services_.store->PutRevocation(r); !st.ok()) return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace spotdnn::job
+
+namespace spotdnn::job {
+
+absl::StatusOr<double> JobRun::CheckpointStep(int index) {
+  const std::string name = absl::StrCat("ps-", index, ".json");
+  absl::StatusOr<std::string> manifest;
+  if (!spec_.checkpoint_uri.empty()) {
+    manifest =
+        services_.read_checkpoint
+            ? services_.read_checkpoint(absl::StrCat(spec_.checkpoint_uri, "/", job_.id), name)
+            : absl::UnimplementedError("no reader for " + spec_.checkpoint_uri);
+  } else if (services_.provider->SharesFilesWithCaller() && !options_.checkpoint_root.empty()) {
+    manifest = services::ReadFile(
+        (std::filesystem::path(options_.checkpoint_root) / job_.id / name).string());
+  } else {
+    return 0.0;  // nowhere to read one: the replacement starts from scratch
+  }
+  if (absl::IsNotFound(manifest.status())) return 0.0;
+  if (!manifest.ok()) return manifest.status();
+  nlohmann::json doc = nlohmann::json::parse(*manifest, nullptr, false);
+  if (!doc.is_object() || !doc["step"].is_number() || doc["step"].get<double>() < 0) {
+    return absl::DataLossError(
+        absl::StrCat(name, " of job ", job_.id,
+                     " is not {\"step\": N, \"file\": ...}: ", manifest->substr(0, 200)));
+  }
+  return doc["step"].get<double>();
+}
+
+absl::Status JobRun::ServerTakeover(RevocationRecord& revocation) {
+  InstanceRecord& server = instances_[revocation.instance_id];
+  if (server.state != InstanceStatus::kEnded) {
+    // Its agent gave it the notice signal: it writes its last checkpoint and exits. Wait for
+    // that, or for the cloud's deadline (and a little more) if it does not exit.
+    const int64_t give_up = revocation.effective_ms > 0 ? revocation.effective_ms + 5000
+                                                        : revocation.received_ms + 30000;
+    if (NowMs() < give_up) return absl::OkStatus();
+  }
+  pb::ReplanResponse relaunch;
+  if (!revocation.replan_json.empty()) {
+    if (auto s = FromStoredJson(revocation.replan_json, "takeover", &relaunch); !s.ok()) return s;
+  } else {
+    auto step = CheckpointStep(server.index);
+    if (!step.ok()) return step.status();
+    const double lost = std::max(0.0, job_.iterations_done - *step);
+    job_.steps_lost += lost;
+    job_.iterations_done -= lost;
+    // The workers start again against the replacement: the same composition.
+    for (const auto& [type, n] : LiveWorkers()) {
+      pb::InstanceCount* c = relaunch.mutable_plan()->mutable_to_launch()->add_instances();
+      c->set_instance_type(type);
+      c->set_count(n);
+    }
+    relaunch.mutable_plan()->set_feasible(true);
+    *relaunch.mutable_plan()->mutable_prediction() = plan_.prediction();
+    revocation.detail = absl::StrFormat(
+        "parameter server %d restored from the checkpoint at step %.0f; %.0f steps lost",
+        server.index, *step, lost);
+    revocation.replanned_ms = NowMs();
+    revocation.replan_json = ToStoredJson(relaunch);
+    revocation.takeover_token = absl::StrCat(job_.id, "-takeover-", ++job_.takeovers);
+    revocation.takeover_first_index = job_.next_worker_index;
+    for (const pb::InstanceCount& c : relaunch.plan().to_launch().instances()) {
+      job_.next_worker_index += c.count();
+    }
+    // Written before launching: a resumed gateway re-issues the same launches.
+    if (auto st = Save(); !st.ok()) return st;
+    if (auto st = services_.store->PutRevocation(revocation); !st.ok()) return st;
+    if (auto st = Log("ps-takeover", revocation.detail); !st.ok()) return st;
+    Emit(WarningEvent{.instance = server.id, .message = revocation.detail});
+  }
+  // The replacement, with the revoked one's index (it restores that index's checkpoint).
+  launcher::ClusterLaunchRequest request{
+      .job_id = job_.id,
+      .command = spec_.worker_command,
+      .ps_command = spec_.ps_command,
+      .parameter_servers = 1,
+      .parameter_server_type = server.instance_type,
+      .ps_first_index = server.index,
+      .ps_token = revocation.takeover_token + "-ps",
+      .extra_env = JobEnvironment(job_.id, spec_, options_, *services_.provider, 0)};
+  auto replaced = launcher::LaunchCluster(*services_.provider, request);
+  if (!replaced.ok()) return replaced.status();
+  if (!replaced->error.ok()) return replaced->error;
+  std::vector<std::string> ids;
+  for (const launcher::Instance& i : replaced->instances) {
+    if (auto s = Record(i, LaunchReason::kTakeover, launcher::ClientTokenFor(request.ps_token), 0);
+        !s.ok()) {
+      return s;
+    }
+    ids.push_back(i.id);
+  }
+  std::vector<std::string> addresses = absl::StrSplit(job_.ps_addresses, ',', absl::SkipEmpty());
+  if (server.index >= 0 && server.index < static_cast<int>(addresses.size()) &&
+      !replaced->ps_addresses.empty()) {
+    addresses[server.index] = replaced->ps_addresses.front();
+  }
+  job_.ps_addresses = absl::StrJoin(addresses, ",");
+  // The workers that trained against the revoked server stop; new ones join the replacement.
+  std::vector<std::string> old_workers;
+  for (auto& [id, i] : instances_) {
+    if (i.role == launcher::Role::kWorker && i.state != InstanceStatus::kEnded &&
+        i.launched_ms <= revocation.replanned_ms) {
+      old_workers.push_back(id);
+    }
+  }
+  if (!old_workers.empty()) {
+    absl::Status s = services_.provider->Terminate(old_workers);
+    if (!s.ok() && !absl::IsNotFound(s)) return s;
+    for (const std::string& id : old_workers) {
+      InstanceRecord& w = instances_[id];
+      w.state = InstanceStatus::kEnded;
+      w.ended_ms = NowMs();
+      if (auto st = services_.store->PutInstance(w); !st.ok()) return st;
+    }
+  }
+  auto launched = Launch(CountsOf(relaunch.plan().to_launch()), revocation.takeover_first_index,
+                         revocation.takeover_token + "-w-", relaunch.plan().prediction(),
+                         LaunchReason::kTakeover, /*with_servers=*/false);
+  if (!launched.ok()) return launched.status();
+  for (const launcher::Instance& i : launched->instances) ids.push_back(i.id);
+  if (!launched->error.ok()) return launched->error;
+  revocation.takeover_ids = absl::StrJoin(ids, ",");
+  revocation.takeover_launched_ms = NowMs();
+  revocation.status = RevocationStatus::kLaunched;
+  if (auto st = services_.store->PutRevocation(revocation); !st.ok()) return st;
+  if (auto st = Save(); !st.ok()) return st;
+  if (auto st =
+          Log("takeover", absl::StrCat(revocation.instance_id, " -> ", revocation.takeover_ids));
+      !st.ok()) {
+    return st;
+  }
+  const int64_t notice =
+      revocation.cloud_notice_ms > 0 ? revocation.cloud_notice_ms : revocation.received_ms;
+  Emit(TakeoverEvent{.instance = revocation.instance_id,
+                     .takeover = ids,
+                     .notice_to_running_ms = revocation.takeover_launched_ms - notice});
+  return absl::OkStatus();
+}
+
+}  // namespace spotdnn::job

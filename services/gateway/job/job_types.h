@@ -1,0 +1,63 @@
+// The job controller's vocabulary: the states of a job, of its instances and of its revocations,
+// why an instance was launched, and the clock the controller reads (injected, so tests run a
+// whole job in simulated time). Each enum has a name (what the job store and the CLI show) and a
+// parser of that name.
+#ifndef SPOTDNN_SERVICES_GATEWAY_JOB_JOB_TYPES_H_
+#define SPOTDNN_SERVICES_GATEWAY_JOB_JOB_TYPES_H_
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace spotdnn::job {
+
+// A job's life: stored and planned (launching: its instances are being started), running, then
+// finished (it reached its target) or failed (it cannot go on; its message says why).
+enum class JobState { kLaunching, kRunning, kFinished, kFailed };
+
+// An instance as the job sees it: running, revoking (a notice is out; it still runs) or ended.
+enum class InstanceStatus { kRunning, kRevoking, kEnded };
+
+// Why an instance was launched: the plan, a capacity re-plan, or a takeover after a revocation.
+enum class LaunchReason { kPlan, kCapacity, kTakeover };
+
+// A revocation's handling: pending (re-plan and launch to do), launched (takeover running),
+// none-needed (the re-plan kept the survivors), failed (the takeover could not be launched).
+enum class RevocationStatus { kPending, kLaunched, kNoneNeeded, kFailed };
+
+absl::string_view Name(JobState state);
+absl::string_view Name(InstanceStatus status);
+absl::string_view Name(LaunchReason reason);
+absl::string_view Name(RevocationStatus status);
+
+// The value of a name above; DATA_LOSS naming `what` for any other text (a damaged job store).
+absl::StatusOr<JobState> ParseJobState(absl::string_view name);
+absl::StatusOr<InstanceStatus> ParseInstanceStatus(absl::string_view name);
+absl::StatusOr<LaunchReason> ParseLaunchReason(absl::string_view name);
+absl::StatusOr<RevocationStatus> ParseRevocationStatus(absl::string_view name);
+
+// True for the states a job does not leave.
+inline bool IsDone(JobState state) {
+  return state == JobState::kFinished || state == JobState::kFailed;
+}
+
+// Time as the controller sees it.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual absl::Time Now() = 0;
+  // Waits `d` (a fake clock advances instead).
+  virtual void Sleep(absl::Duration d) = 0;
+};
+
+// The wall clock.
+class RealClock final : public Clock {
+ public:
+  absl::Time Now() override { return absl::Now(); }
+  void Sleep(absl::Duration d) override { absl::SleepFor(d); }
+};
+
+}  // namespace spotdnn::job
+
+#endif  // SPOTDNN_SERVICES_GATEWAY_JOB_JOB_TYPES_H_

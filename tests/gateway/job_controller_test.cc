@@ -1,0 +1,671 @@
+// The job controller in simulated time: a fake clock, a fake cloud, a fake revocation feed and
+// the generated gRPC mocks of the provisioner, profiler and detector. Finish, takeover, capacity
+// re-plan, stall and resume, each in milliseconds.
+#include "services/gateway/job/job_controller.h"
+
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "grpcpp/test/mock_stream.h"
+#include "gtest/gtest.h"
+#include "services/common/data_registry.h"
+#include "spotdnn/v1/detector_mock.grpc.pb.h"
+#include "spotdnn/v1/profiler_mock.grpc.pb.h"
+#include "spotdnn/v1/provisioner_mock.grpc.pb.h"
+
+namespace spotdnn::job {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::_;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::Invoke;
+using ::testing::Return;
+
+// Time that passes only when the controller sleeps; actions scheduled at a time run when it
+// comes.
+class FakeClock final : public Clock {
+ public:
+  absl::Time Now() override { return now_; }
+  void Sleep(absl::Duration d) override {
+    now_ += d;
+    while (!actions_.empty() && actions_.begin()->first <= now_) {
+      auto action = actions_.begin()->second;
+      actions_.erase(actions_.begin());
+      action();
+    }
+  }
+  // Runs `action` once the clock reaches `start` + `after`.
+  void At(absl::Duration after, std::function<void()> action) {
+    actions_.emplace(start_ + after, std::move(action));
+  }
+  double Elapsed() const { return absl::ToDoubleSeconds(now_ - start_); }
+
+ private:
+  const absl::Time start_ = absl::FromUnixSeconds(1'800'000'000);
+  absl::Time now_ = start_;
+  std::multimap<absl::Time, std::function<void()>> actions_;
+};
+
+// A cloud in memory: launches deduplicated by client token, capacity per type, instances that end
+// when told.
+class FakeCloud final : public launcher::CloudProvider {
+ public:
+  explicit FakeCloud(FakeClock& clock) : clock_(clock) {}
+  std::string name() const override { return "fake"; }
+  bool SharesFilesWithCaller() const override { return shares_files; }
+  absl::StatusOr<launcher::LaunchResult> Launch(const launcher::LaunchRequest& r) override {
+    ++launch_calls[r.client_token];
+    launcher::LaunchResult result{.requested = r.count};
+    for (const launcher::Instance& i : instances_) {
+      if (tokens_[i.id] == r.client_token) result.instances.push_back(i);
+    }
+    if (!result.instances.empty()) return result;
+    int fits = r.count;
+    if (auto cap = capacity.find(r.instance_type); cap != capacity.end()) {
+      fits = std::min(fits, cap->second);
+      if (fits < r.count) {
+        result.error =
+            absl::ResourceExhaustedError(absl::StrCat("fake: no capacity for ", r.instance_type));
+      }
+      if (fits == 0) return result.error;
+    }
+    for (int k = 0; k < fits; ++k) {
+      launcher::Instance i{.id = absl::StrCat("i-", ++next_),
+                           .instance_type = r.instance_type,
+                           .state = launcher::InstanceState::kRunning,
+                           .job_id = r.job_id,
+                           .role = r.role,
+                           .index = r.first_index + k,
+                           .private_address = absl::StrCat("10.0.0.", next_),
+                           .metadata_cloud = "gce",
+                           .launch_time = clock_.Now()};
+      tokens_[i.id] = r.client_token;
+      instances_.push_back(i);
+      result.instances.push_back(i);
+      last_env[i.id] = r.extra_env;
+      ps_addresses[i.id] = r.ps_addresses;
+    }
+    return result;
+  }
+  absl::StatusOr<std::vector<launcher::Instance>> Describe(const std::string& job) override {
+    std::vector<launcher::Instance> out;
+    for (const launcher::Instance& i : instances_) {
+      if (i.job_id == job) out.push_back(i);
+    }
+    return out;
+  }
+  absl::Status Terminate(const std::vector<std::string>& ids) override {
+    for (const std::string& id : ids) End(id);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<launcher::SpotPrice>> SpotPrices(const std::vector<std::string>&,
+                                                              const std::string&) override {
+    return absl::UnimplementedError("fake");
+  }
+  // Stops an instance now (a revocation's end, or a terminate).
+  void End(const std::string& id) {
+    for (launcher::Instance& i : instances_) {
+      if (i.id == id && i.state == launcher::InstanceState::kRunning) {
+        i.state = launcher::InstanceState::kTerminated;
+        i.end_time = clock_.Now();
+      }
+    }
+  }
+  std::vector<launcher::Instance> Running() const {
+    std::vector<launcher::Instance> out;
+    for (const launcher::Instance& i : instances_) {
+      if (i.state == launcher::InstanceState::kRunning) out.push_back(i);
+    }
+    return out;
+  }
+  int Launched() const { return static_cast<int>(instances_.size()); }
+
+  std::map<std::string, int> capacity;
+  bool shares_files = false;
+  std::map<std::string, int> launch_calls;  // by client token
+  std::map<std::string, std::map<std::string, std::string>> last_env;
+  std::map<std::string, std::vector<std::string>> ps_addresses;
+
+ private:
+  FakeClock& clock_;
+  std::vector<launcher::Instance> instances_;
+  std::map<std::string, std::string> tokens_;
+  int next_ = 0;
+};
+
+// Revocation events the test pushes.
+class FakeFeed final : public RevocationFeed {
+ public:
+  explicit FakeFeed(std::deque<FeedItem>& items) : items_(items) {}
+  std::vector<FeedItem> Drain() override {
+    std::vector<FeedItem> out(items_.begin(), items_.end());
+    items_.clear();
+    return out;
+  }
+
+ private:
+  std::deque<FeedItem>& items_;
+};
+
+pb::InstanceCount* Add(pb::Cluster* cluster, const std::string& type, int n) {
+  pb::InstanceCount* c = cluster->add_instances();
+  c->set_instance_type(type);
+  c->set_count(n);
+  return c;
+}
+
+void AddWorker(pb::Prediction* p, const std::string& type, int n, double iteration_s) {
+  pb::WorkerPrediction* w = p->add_workers();
+  w->set_instance_type(type);
+  w->set_count(n);
+  w->set_batch_size(64);
+  w->set_iteration_time_s(iteration_s);
+}
+
+constexpr char kSpec[] = R"({
+  "name": "job-x",
+  "workload": "resnet110",
+  "slo": {"loss": 2.6, "deadline": 600},
+  "catalog": "aws-spotdnn-prototype",
+  "commands": {"worker": "train", "parameter_server": "serve"}
+})";
+
+class JobControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           absl::StrCat("spotdnn-controller-",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    store_ = *JobStore::Open((dir_ / "jobs.db").string());
+    // The plan: 2 x p2.xlarge and 1 x g3.8xlarge, 100 iterations in a predicted 10 s.
+    ON_CALL(provisioner_, Plan(_, _, _))
+        .WillByDefault([](grpc::ClientContext*, const pb::PlanRequest&, pb::PlanResponse* out) {
+          pb::Plan* plan = out->mutable_plan();
+          plan->set_feasible(true);
+          Add(plan->mutable_cluster(), "p2.xlarge", 2);
+          Add(plan->mutable_cluster(), "g3.8xlarge", 1);
+          plan->mutable_prediction()->set_normalized_iterations(100);
+          AddWorker(plan->mutable_prediction(), "p2.xlarge", 2, 0.5);
+          AddWorker(plan->mutable_prediction(), "g3.8xlarge", 1, 0.25);
+          plan->set_time_s(10);
+          plan->set_cost_usd(0.1);
+          return grpc::Status::OK;
+        });
+    // A re-plan launches one p2.xlarge for the rest: 50 more iterations.
+    ON_CALL(provisioner_, Replan(_, _, _))
+        .WillByDefault(
+            [this](grpc::ClientContext*, const pb::ReplanRequest& r, pb::ReplanResponse* out) {
+              replans_.push_back(r);
+              pb::Plan* plan = out->mutable_plan();
+              plan->set_feasible(true);
+              Add(plan->mutable_to_launch(), "p2.xlarge", 1);
+              *plan->mutable_cluster() = r.survivors();
+              plan->mutable_prediction()->set_normalized_iterations(50);
+              AddWorker(plan->mutable_prediction(), "p2.xlarge", 1, 0.4);
+              plan->set_time_s(8);
+              return grpc::Status::OK;
+            });
+    // Progress: the workers report `rate_` steps per simulated second once launched.
+    ON_CALL(profiler_, GetJobProgress(_, _, _))
+        .WillByDefault([this](grpc::ClientContext*, const pb::GetJobProgressRequest&,
+                              pb::GetJobProgressResponse* out) {
+          if (!profiler_up_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting");
+          steps_ += rate_ * absl::ToDoubleSeconds(clock_.Now() - last_progress_);
+          last_progress_ = clock_.Now();
+          out->set_total_steps(static_cast<int64_t>(steps_));
+          for (const launcher::Instance& i : cloud_.Running()) {
+            if (i.role != launcher::Role::kWorker) continue;
+            pb::WorkerProgress* w = out->add_workers();
+            w->set_worker_id(i.id);
+            w->set_steps(1);
+            if (loss_) w->set_last_loss(loss_(steps_));
+          }
+          return grpc::Status::OK;
+        });
+    ON_CALL(detector_, RegisterInstance(_, _, _))
+        .WillByDefault([this](grpc::ClientContext*, const pb::RegisterInstanceRequest& r,
+                              pb::RegisterInstanceResponse*) {
+          registered_.push_back(r.instance());
+          return grpc::Status::OK;
+        });
+    ON_CALL(detector_, UnregisterInstance(_, _, _))
+        .WillByDefault([this](grpc::ClientContext*, const pb::UnregisterInstanceRequest& r,
+                              pb::UnregisterInstanceResponse*) {
+          unregistered_.insert(r.instance_id());
+          return grpc::Status::OK;
+        });
+  }
+  void TearDown() override {
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+
+  JobController Controller() {
+    return JobController({.provisioner = &provisioner_client_,
+                          .profiler = &profiler_client_,
+                          .detector = &detector_client_,
+                          .provider = &cloud_,
+                          .store = store_.get(),
+                          .clock = &clock_,
+                          .open_feed =
+                              [this](const std::string&, uint64_t after) {
+                                feed_opened_after_.push_back(after);
+                                return std::make_unique<FakeFeed>(feed_);
+                              }},
+                         {.profiler_address = "profiler:1",
+                          .detector_address = "detector:2",
+                          .stall_timeout = absl::Seconds(60)},
+                         [this](const JobEvent& e) { events_.push_back(e); });
+  }
+
+  // Plans and runs the job to its end.
+  absl::StatusOr<JobOutcome> PlanAndRun(JobController& controller) {
+    auto planned = controller.Plan(kSpec, services::DataRegistry::WithBuiltins());
+    if (!planned.ok()) return planned.status();
+    last_progress_ = clock_.Now();
+    return controller.Run("job-x");
+  }
+
+  // A detector notice for instance `id`, effective `in` from now.
+  void Notice(const std::string& id, absl::Duration in) {
+    pb::RevocationEvent e;
+    e.set_sequence(++sequence_);
+    e.set_instance_id(id);
+    e.set_job_id("job-x");
+    e.set_kind(pb::RevocationEvent::KIND_NOTICE);
+    e.set_action("instance-action");
+    e.set_notice_unix_ms(absl::ToUnixMillis(clock_.Now()));
+    e.set_effective_unix_ms(absl::ToUnixMillis(clock_.Now() + in));
+    feed_.push_back(e);
+  }
+
+  std::string WorkerOf(const std::string& type) {
+    for (const launcher::Instance& i : cloud_.Running()) {
+      if (i.role == launcher::Role::kWorker && i.instance_type == type) return i.id;
+    }
+    return "";
+  }
+
+  template <typename E>
+  int Count() const {
+    int n = 0;
+    for (const JobEvent& e : events_) n += std::holds_alternative<E>(e.what);
+    return n;
+  }
+
+  std::vector<std::string> LogKinds() {
+    std::vector<std::string> kinds;
+    auto events = store_->Events("job-x");
+    EXPECT_TRUE(events.ok());
+    for (const JobEventRecord& e : *events) kinds.push_back(e.kind);
+    return kinds;
+  }
+
+  fs::path dir_;
+  FakeClock clock_;
+  FakeCloud cloud_{clock_};
+  std::unique_ptr<JobStore> store_;
+  ::testing::NiceMock<pb::MockProvisionerStub> provisioner_;
+  ::testing::NiceMock<pb::MockProfilerStub> profiler_;
+  ::testing::NiceMock<pb::MockDetectorStub> detector_;
+  clients::ProvisionerClient provisioner_client_{provisioner_};
+  clients::ProfilerClient profiler_client_{profiler_, {.sleep = [](absl::Duration) {}}};
+  clients::DetectorClient detector_client_{detector_};
+  std::deque<FeedItem> feed_;
+  std::vector<uint64_t> feed_opened_after_;
+  std::vector<JobEvent> events_;
+  std::vector<pb::ReplanRequest> replans_;
+  std::vector<pb::WatchedInstance> registered_;
+  std::set<std::string> unregistered_;
+  double rate_ = 10;  // steps per simulated second
+  // The workers' reported loss after this many iterations; none when unset (like the simulator).
+  std::function<double(double)> loss_;
+  double steps_ = 0;
+  absl::Time last_progress_;
+  bool profiler_up_ = true;
+  uint64_t sequence_ = 0;
+};
+
+TEST_F(JobControllerTest, RunsToTheTargetAndCleansUp) {
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished);
+  EXPECT_GE(outcome->record.iterations_done, 100);
+  EXPECT_NEAR(clock_.Elapsed(), 10, 0.6);  // 100 iterations at 10 a second
+  const JobSummary& s = outcome->summary;
+  EXPECT_TRUE(s.slo_met);
+  EXPECT_EQ(s.instances_launched, 4);  // 1 parameter server, 3 workers
+  EXPECT_NEAR(s.actual_time_s, clock_.Elapsed(), 1e-9);
+  EXPECT_EQ(s.first_plan_iterations, 100);
+  // Parameter servers first, their address to the workers; every instance registered with its
+  // cloud and unregistered at the end; nothing left running.
+  ASSERT_EQ(registered_.size(), 4u);
+  EXPECT_EQ(registered_[0].cloud(), pb::CLOUD_GCE);
+  EXPECT_EQ(unregistered_.size(), 4u);
+  EXPECT_TRUE(cloud_.Running().empty());
+  const std::string worker = registered_[1].instance_id();
+  ASSERT_EQ(cloud_.ps_addresses[worker].size(), 1u);
+  EXPECT_EQ(cloud_.ps_addresses[worker][0], "10.0.0.1:2222");
+  EXPECT_EQ(cloud_.last_env[worker]["SPOTDNN_PROFILER"], "profiler:1");
+  EXPECT_EQ(cloud_.launch_calls.count("job-x-ps"), 1u);
+  EXPECT_EQ(cloud_.launch_calls.count("job-x-w-p2.xlarge"), 1u);
+  EXPECT_EQ(Count<LaunchedEvent>(), 1);
+  EXPECT_GE(Count<ProgressEvent>(), 5);  // every 2 simulated seconds
+  ASSERT_TRUE(std::holds_alternative<EndedEvent>(events_.back().what));
+  EXPECT_THAT(LogKinds(), Contains("finished"));
+  // A finished job is answered as it is.
+  auto again = controller.Run("job-x");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(cloud_.Launched(), 4);
+}
+
+TEST_F(JobControllerTest, ANoticeIsTakenOverBeforeTheInstanceGoes) {
+  std::string victim;
+  clock_.At(absl::Seconds(3), [&] {
+    victim = WorkerOf("g3.8xlarge");
+    Notice(victim, absl::Seconds(2));
+  });
+  clock_.At(absl::Seconds(5), [&] { cloud_.End(victim); });
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished);
+  // The re-plan had the survivors and the progress so far on the cluster before.
+  ASSERT_EQ(replans_.size(), 1u);
+  const pb::ReplanRequest& r = replans_[0];
+  EXPECT_EQ(r.survivors().instances_size(), 1);
+  EXPECT_EQ(r.survivors().instances(0).instance_type(), "p2.xlarge");
+  EXPECT_EQ(r.survivors().instances(0).count(), 2);
+  EXPECT_NEAR(r.progress().normalized_iterations_done(), 30, 3);
+  EXPECT_NEAR(r.progress().elapsed_s(), 3, 0.3);
+  // The takeover launched with its own token; the target became done + the rest.
+  EXPECT_EQ(cloud_.launch_calls.count("job-x-takeover-1-p2.xlarge"), 1u);
+  const JobSummary& s = outcome->summary;
+  ASSERT_EQ(s.revocations.size(), 1u);
+  EXPECT_EQ(s.revocations[0].status, RevocationStatus::kLaunched);
+  EXPECT_EQ(s.revocations_handled, 1);
+  EXPECT_EQ(s.takeover_instances, 1);
+  ASSERT_TRUE(s.revocations[0].takeover_before_revoked_ended.has_value());
+  EXPECT_TRUE(*s.revocations[0].takeover_before_revoked_ended);
+  EXPECT_NEAR(*s.revocations[0].notice_to_takeover_running_s, 0, 0.3);
+  ASSERT_TRUE(s.revocations[0].notice_to_takeover_training_s.has_value());
+  EXPECT_DOUBLE_EQ(s.target_iterations, r.progress().normalized_iterations_done() + 50);
+  EXPECT_EQ(Count<NoticeEvent>(), 1);
+  EXPECT_EQ(Count<TakeoverEvent>(), 1);
+  EXPECT_EQ(Count<InstanceEndedEvent>(), 1);
+  EXPECT_TRUE(cloud_.Running().empty());
+}
+
+TEST_F(JobControllerTest, ATypeWithoutCapacityIsReplannedAround) {
+  cloud_.capacity["g3.8xlarge"] = 0;
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished);
+  ASSERT_EQ(replans_.size(), 1u);
+  // From iteration 0, with the type held at what runs (none).
+  EXPECT_EQ(replans_[0].progress().normalized_iterations_done(), 0);
+  bool capped = false;
+  for (const pb::InstanceCount& q : replans_[0].options().quota_overrides()) {
+    capped |= q.instance_type() == "g3.8xlarge" && q.count() == 0;
+  }
+  EXPECT_TRUE(capped);
+  EXPECT_EQ(cloud_.launch_calls.count("job-x-capacity-1-p2.xlarge"), 1u);
+  EXPECT_THAT(LogKinds(), Contains("capacity-replan"));
+  EXPECT_EQ(Count<CapacityEvent>(), 1);
+  EXPECT_EQ(outcome->summary.instances_launched, 4);  // ps, 2 planned p2, 1 capacity p2
+  EXPECT_EQ(outcome->record.target_iterations, 50);   // the re-plan's, from iteration 0
+}
+
+// Workers that report a loss: the job ends when the (smoothed) loss reaches the target, not when
+// the predicted iterations are done; the curve is recorded for the summary's plot.
+TEST_F(JobControllerTest, ALossTargetIsMetByTheReportedLoss) {
+  loss_ = [](double iterations) { return 3.0 - iterations / 100; };  // 2.6 at 40 iterations
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished);
+  EXPECT_LE(outcome->record.loss, 2.6);
+  EXPECT_LT(outcome->record.iterations_done, 100);  // before the predicted 100
+  EXPECT_TRUE(outcome->summary.loss_reached);
+  EXPECT_LE(outcome->summary.final_loss, 2.6);
+  auto curve = store_->Progress("job-x");
+  ASSERT_TRUE(curve.ok());
+  ASSERT_GE(curve->size(), 2u);
+  EXPECT_GT(curve->front().loss, curve->back().loss);
+}
+
+// A loss that does not come down as the profile predicted: the job fails at 3x the predicted
+// iterations instead of training (and paying) for ever.
+TEST_F(JobControllerTest, ALossThatNeverComesFailsTheJobAtThreeTimesThePrediction) {
+  loss_ = [](double) { return 2.9; };
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFailed);
+  EXPECT_THAT(outcome->record.message, HasSubstr("has not reached 2.6"));
+  EXPECT_NEAR(outcome->record.iterations_done, 300, 10);
+}
+
+// A revoked parameter server: the gateway waits for its last checkpoint, launches a replacement
+// with its index (which restores the checkpoint), relaunches the workers against it, and counts
+// the steps the rollback undid.
+TEST_F(JobControllerTest, AParameterServerIsReplacedFromItsCheckpoint) {
+  const fs::path checkpoints = dir_ / "checkpoints";
+  std::string server;
+  clock_.At(absl::Seconds(4), [&] {
+    for (const launcher::Instance& i : cloud_.Running()) {
+      if (i.role == launcher::Role::kParameterServer) server = i.id;
+    }
+    Notice(server, absl::Seconds(3));
+  });
+  clock_.At(absl::Seconds(5), [&] {
+    // Its last checkpoint, at global step 30, then it exits.
+    fs::create_directories(checkpoints / "job-x");
+    std::ofstream(checkpoints / "job-x" / "ps-0.json") << R"({"step": 30, "file": "ps-0-30.pt"})";
+    cloud_.End(server);
+  });
+  JobController controller(
+      {.provisioner = &provisioner_client_,
+       .profiler = &profiler_client_,
+       .detector = &detector_client_,
+       .provider = &cloud_,
+       .store = store_.get(),
+       .clock = &clock_,
+       .open_feed = [this](const std::string&,
+                           uint64_t) { return std::make_unique<FakeFeed>(feed_); }},
+      {.stall_timeout = absl::Seconds(60), .checkpoint_root = checkpoints.string()},
+      [this](const JobEvent& e) { events_.push_back(e); });
+  cloud_.shares_files = true;
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished);
+  // About 50 steps were made when it ended (10 a second); the checkpoint had 30.
+  EXPECT_NEAR(outcome->record.steps_lost, 20, 3);
+  EXPECT_EQ(outcome->summary.steps_lost, outcome->record.steps_lost);
+  EXPECT_EQ(cloud_.launch_calls.count("job-x-takeover-1-ps"), 1u);
+  EXPECT_EQ(cloud_.launch_calls.count("job-x-takeover-1-w-p2.xlarge"), 1u);
+  EXPECT_EQ(cloud_.launch_calls.count("job-x-takeover-1-w-g3.8xlarge"), 1u);
+  EXPECT_EQ(outcome->summary.instances_launched, 4 + 4);  // a new server and 3 new workers
+  ASSERT_EQ(outcome->summary.revocations.size(), 1u);
+  EXPECT_THAT(outcome->summary.revocations[0].detail,
+              HasSubstr("restored from the checkpoint at step 30"));
+  // The new workers train against the replacement, whose index is the revoked one's.
+  std::string replacement;
+  auto instances = store_->Instances("job-x");
+  ASSERT_TRUE(instances.ok());
+  for (const InstanceRecord& i : *instances) {
+    if (i.role == launcher::Role::kParameterServer && i.id != server) {
+      replacement = i.id;
+      EXPECT_EQ(i.index, 0);
+    }
+  }
+  ASSERT_FALSE(replacement.empty());
+  std::string replacement_address;
+  auto described = cloud_.Describe("job-x");
+  ASSERT_TRUE(described.ok());
+  for (const launcher::Instance& i : *described) {
+    if (i.id == replacement) replacement_address = i.private_address + ":2222";
+  }
+  for (absl::string_view id : absl::StrSplit(outcome->summary.revocations[0].takeover, ',')) {
+    if (id == replacement) continue;
+    ASSERT_EQ(cloud_.ps_addresses[std::string(id)].size(), 1u) << id;
+    EXPECT_EQ(cloud_.ps_addresses[std::string(id)][0], replacement_address) << id;
+  }
+  EXPECT_EQ(cloud_.last_env[replacement]["SPOTDNN_CHECKPOINT_DIR"],
+            (checkpoints / "job-x").string());
+}
+
+TEST_F(JobControllerTest, WorkersThatNeverReportFailTheJobAfterTheStallTimeout) {
+  rate_ = 0;
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFailed);
+  EXPECT_THAT(outcome->record.message, HasSubstr("no worker reported a new iteration for 1m"));
+  EXPECT_NEAR(clock_.Elapsed(), 60, 1);
+  EXPECT_FALSE(outcome->summary.slo_met);
+  EXPECT_TRUE(cloud_.Running().empty());
+}
+
+TEST_F(JobControllerTest, AProfilerOutageIsAWarningOnceNotAFailure) {
+  clock_.At(absl::Seconds(2), [&] { profiler_up_ = false; });
+  clock_.At(absl::Seconds(6), [&] { profiler_up_ = true; });
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished);
+  std::vector<std::string> kinds = LogKinds();
+  const int warnings = static_cast<int>(std::count(kinds.begin(), kinds.end(), "warning"));
+  EXPECT_EQ(warnings, 1);
+}
+
+// A gateway killed after the takeover decision was written but before it launched: the resumed
+// one launches that takeover once, with the same token, and nothing else twice.
+TEST_F(JobControllerTest, AResumedJobLaunchesNothingTwice) {
+  std::string victim;
+  {
+    JobController first = Controller();
+    clock_.At(absl::Seconds(3), [&] {
+      victim = WorkerOf("p2.xlarge");
+      Notice(victim, absl::Seconds(10));
+    });
+    clock_.At(absl::Seconds(4), [&] { first.Detach(); });
+    auto detached = PlanAndRun(first);
+    EXPECT_EQ(detached.status().code(), absl::StatusCode::kCancelled);
+  }
+  const int launched = cloud_.Launched();
+  EXPECT_EQ(launched, 5);  // ps, 3 planned workers, 1 takeover
+  auto record = store_->GetJob("job-x");
+  ASSERT_TRUE(record.ok());
+  EXPECT_EQ(record->state, JobState::kRunning);
+  // The notice's sequence is remembered: the resumed feed starts after it.
+  EXPECT_EQ(record->last_event_seq, 1);
+  registered_.clear();
+  JobController second = Controller();
+  auto outcome = second.Run("job-x");
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished);
+  EXPECT_EQ(cloud_.Launched(), launched);
+  EXPECT_EQ(feed_opened_after_.back(), 1u);
+  EXPECT_EQ(Count<ResumedEvent>(), 1);
+  // Re-registered: the running instances, not the one being revoked.
+  for (const pb::WatchedInstance& w : registered_) EXPECT_NE(w.instance_id(), victim);
+  EXPECT_EQ(registered_.size(), 4u);
+  EXPECT_EQ(outcome->summary.revocations_handled, 1);
+  EXPECT_THAT(LogKinds(), Contains("resumed"));
+}
+
+// Killed in the middle of the capacity re-plan rounds: the resumed gateway replays the logged
+// re-plan with the same tokens instead of planning again.
+TEST_F(JobControllerTest, AResumedCapacityReplanIsReplayedNotRedone) {
+  cloud_.capacity["g3.8xlarge"] = 0;
+  {
+    JobController first = Controller();
+    clock_.At(absl::Seconds(1), [&] { first.Detach(); });
+    auto detached = PlanAndRun(first);
+    EXPECT_EQ(detached.status().code(), absl::StatusCode::kCancelled);
+  }
+  // Simulate a crash between the logged re-plan and its launch: forget that launch's result.
+  // The resumed gateway reissues it with the same token, which the cloud deduplicates.
+  const int launched = cloud_.Launched();
+  auto job = store_->GetJob("job-x");
+  job->state = JobState::kLaunching;
+  ASSERT_TRUE(store_->UpdateJob(*job).ok());
+  JobController second = Controller();
+  auto outcome = second.Run("job-x");
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished);
+  EXPECT_EQ(replans_.size(), 1u) << "the logged re-plan is replayed, not asked again";
+  EXPECT_EQ(cloud_.Launched(), launched);
+  EXPECT_EQ(cloud_.launch_calls["job-x-capacity-1-p2.xlarge"], 2);  // the same token, twice
+}
+
+// A detector whose event log restarted: the job numbers afresh and registers its running
+// instances again.
+TEST_F(JobControllerTest, ADetectorLogRestartReRegistersTheRunningInstances) {
+  clock_.At(absl::Seconds(2), [&] { feed_.push_back(std::nullopt); });
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(registered_.size(), 8u);  // 4 at launch, 4 again
+  EXPECT_EQ(outcome->record.last_event_seq, 0);
+}
+
+// The detector's feed over a WatchEvents stream (a gRPC mock stream): events in order, and a
+// restarted numbering (OUT_OF_RANGE after some events) as a std::nullopt.
+TEST(DetectorFeedTest, ForwardsEventsAndReportsARestartedLog) {
+  pb::MockDetectorStub stub;
+  std::atomic<int> streams{0};
+  EXPECT_CALL(stub, WatchEventsRaw(_, _))
+      .WillRepeatedly([&](grpc::ClientContext*, const pb::WatchEventsRequest& request) {
+        auto* reader = new grpc::testing::MockClientReader<pb::RevocationEvent>();
+        const int n = streams++;
+        if (n == 0) {
+          EXPECT_EQ(request.after_sequence(), 3u);
+          EXPECT_EQ(request.job_id(), "j");
+          EXPECT_CALL(*reader, Read(_))
+              .WillOnce([](pb::RevocationEvent* e) {
+                e->set_sequence(4);
+                return true;
+              })
+              .WillOnce(Return(false));
+          EXPECT_CALL(*reader, Finish())
+              .WillOnce(Return(grpc::Status(grpc::StatusCode::OUT_OF_RANGE, "reset")));
+        } else {
+          EXPECT_CALL(*reader, Read(_)).WillRepeatedly(Return(false));
+          EXPECT_CALL(*reader, Finish())
+              .WillRepeatedly(Return(grpc::Status(grpc::StatusCode::CANCELLED, "")));
+        }
+        return reader;
+      });
+  const clients::DetectorClient client(stub);
+  std::vector<FeedItem> items;
+  {
+    DetectorFeed feed(client, "j", 3);
+    for (int i = 0; i < 500 && items.size() < 2; ++i) {
+      for (FeedItem& item : feed.Drain()) items.push_back(std::move(item));
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  }
+  ASSERT_EQ(items.size(), 2u);
+  ASSERT_TRUE(items[0].has_value());
+  EXPECT_EQ(items[0]->sequence(), 4u);
+  EXPECT_FALSE(items[1].has_value());
+}
+
+}  // namespace
+}  // namespace spotdnn::job

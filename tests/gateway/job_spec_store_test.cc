@@ -1,0 +1,408 @@
+// The job spec parser, the job store, planning a job with a profiling step, and the CLI's answers
+// to bad input for run/jobs/status/up.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "provisioner/launcher/local_provider.h"
+#include "services/common/data_registry.h"
+#include "services/gateway/job/job_controller.h"
+#include "services/gateway/job/job_spec.h"
+#include "services/gateway/job/job_store.h"
+#include "spotdnn/v1/profiler_mock.grpc.pb.h"
+#include "spotdnn/v1/provisioner_mock.grpc.pb.h"
+#include "tests/gateway/cli_runner.h"
+
+namespace spotdnn::gateway {
+namespace {
+
+namespace fs = std::filesystem;
+using job::InstanceRecord;
+using job::InstanceStatus;
+using job::JobController;
+using job::JobRecord;
+using job::JobState;
+using job::JobStore;
+using job::LaunchReason;
+using job::ParseJobSpec;
+using job::ReadJobSpec;
+using ::testing::_;
+using ::testing::HasSubstr;
+using ::testing::Return;
+
+constexpr char kGood[] = R"({
+  "name": "j1",
+  "workload": {"profile": "resnet110"},
+  "slo": {"loss": 0.9, "deadline": "30m", "budget_usd": 5},
+  "catalog": "aws-spotdnn-prototype",
+  "provider": {"name": "aws", "region": "us-west-2", "image_id": "ami-1",
+               "security_group_ids": ["sg-1", "sg-2"]},
+  "quotas": {"p2.xlarge": 3},
+  "parameter_servers": 2,
+  "commands": {"worker": "python train.py"}
+})";
+
+TEST(JobSpecTest, ParsesEveryField) {
+  auto spec = ParseJobSpec(kGood);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, "j1");
+  EXPECT_EQ(spec->workload, "resnet110");
+  EXPECT_DOUBLE_EQ(spec->target_loss, 0.9);
+  EXPECT_DOUBLE_EQ(spec->deadline_s, 1800);
+  EXPECT_DOUBLE_EQ(spec->budget_usd, 5);
+  EXPECT_EQ(spec->provider.name, "aws");
+  EXPECT_EQ(spec->provider.options.at("region"), "us-west-2");
+  EXPECT_EQ(spec->provider.options.at("image_id"), "ami-1");
+  EXPECT_EQ(spec->provider.options.at("security_group_ids"), "sg-1,sg-2");
+  EXPECT_EQ(spec->quotas.at("p2.xlarge"), 3);
+  EXPECT_EQ(spec->parameter_servers, 2);
+  EXPECT_EQ(spec->worker_command, "python train.py");
+  EXPECT_EQ(spec->ps_command, "python train.py");  // defaults to the worker's
+}
+
+TEST(JobSpecTest, TheSloTakesIterationsOrEpochsInsteadOfALoss) {
+  const std::string base = R"({"name": "j", "workload": "w", "catalog": "c",
+    "commands": {"worker": "x"}, "slo": )";
+  auto iterations = ParseJobSpec(base + R"({"iterations": 64000, "deadline": "1h"}})");
+  ASSERT_TRUE(iterations.ok()) << iterations.status();
+  EXPECT_EQ(iterations->target_iterations, 64000);
+  EXPECT_EQ(iterations->target_loss, 0);
+  auto epochs = ParseJobSpec(base + R"({"epochs": 90, "dataset_size": 50000, "budget_usd": 3}})");
+  ASSERT_TRUE(epochs.ok()) << epochs.status();
+  EXPECT_EQ(epochs->target_epochs, 90);
+  EXPECT_EQ(epochs->dataset_size, 50000);
+  for (const auto& [slo, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"iterations": 0, "deadline": 60})", "slo.iterations = 0"},
+           {R"({"iterations": 1.5, "deadline": 60})", "slo.iterations = 1.5"},
+           {R"({"epochs": -2, "dataset_size": 10, "deadline": 60})", "slo.epochs = -2"},
+           {R"({"epochs": 2, "deadline": 60})", "slo.dataset_size is required"},
+           {R"({"dataset_size": 10, "loss": 1, "deadline": 60})", "slo.dataset_size = 10"},
+           {R"({"loss": 1, "iterations": 10, "deadline": 60})", "give one target"},
+           {R"({"deadline": 60})", "slo.loss is required (or slo.iterations"}}) {
+    auto spec = ParseJobSpec(base + slo + "}");
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << slo;
+    EXPECT_THAT(spec.status().message(), HasSubstr(message)) << slo;
+  }
+}
+
+TEST(JobSpecTest, TheExampleInDeployParses) {
+  auto spec = ReadJobSpec(std::string(SPOTDNN_SOURCE_DIR) + "/deploy/examples/job.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->provider.name, "local");
+}
+
+TEST(JobSpecTest, BadInputNamesTheFieldAndTheValue) {
+  struct Case {
+    std::string json;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"[", "not valid JSON"},
+      {R"({"name": "a b"})", "name = \"a b\""},
+      {R"({"name": "j", "workload": 3})", "workload = 3"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": -1}})", "slo.loss = -1"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": "soon"}})", "slo.deadline"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1}})", "give a deadline"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "quotas": {"p2.xlarge": -2}, "commands": {"worker": "x"}})",
+       "quotas.p2.xlarge = -2"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": "nimbus", "commands": {"worker": "x"}})",
+       "provider.name = \"nimbus\""},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": "gce", "commands": {"worker": "x"}})",
+       "provider.project is required for gce"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": {"name": "gce", "project": "p-1", "zone": "us-central1",
+                        "image": "i"}, "commands": {"worker": "x"}})",
+       "provider.zone = \"us-central1\""},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": {"name": "azure", "subscription": "s", "resource_group": "g",
+                        "location": "eastus", "image": "i", "subnet_id": "/s", "region": "x"},
+           "commands": {"worker": "x"}})",
+       "provider.region: unknown key for azure"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c"})",
+       "commands is required"},
+      {R"({"name": "j", "workloads": "w"})", "workloads: unknown field"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "quotas": {"p2.xlarge": 4294967297}, "commands": {"worker": "x"}})",
+       "quotas.p2.xlarge = 4294967297"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "parameter_servers": 4294967297, "commands": {"worker": "x"}})",
+       "parameter_servers = 4294967297"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": {"name": "aws", "image_id": "ami-1", "subnet": "s-1"},
+           "commands": {"worker": "x"}})",
+       "provider.subnet: unknown key for aws"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": {"name": "aws", "region": "us-east-1"}, "commands": {"worker": "x"}})",
+       "provider.image_id is required"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": {"name": "local", "capacity": {"p2.xlarge": "two"}},
+           "commands": {"worker": "x"}})",
+       "provider.capacity.p2.xlarge = \"two\""},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": {"name": "aws", "image_id": "ami-1", "capacity": {"p2.xlarge": 1}},
+           "commands": {"worker": "x"}})",
+       "only the local provider"},
+  };
+  for (const Case& c : cases) {
+    auto spec = ParseJobSpec(c.json);
+    ASSERT_FALSE(spec.ok()) << c.json;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << c.json;
+    EXPECT_THAT(spec.status().message(), HasSubstr(c.message)) << c.json;
+  }
+}
+
+class JobStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           absl::StrCat("spotdnn-job-store-", getpid(), "-",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(JobStoreTest, JobsInstancesRevocationsAndEventsSurviveAReopen) {
+  {
+    auto store = JobStore::Open((dir_ / "jobs.db").string());
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE(
+        (*store)->CreateJob({.id = "j", .state = JobState::kLaunching, .created_ms = 1}).ok());
+    EXPECT_EQ((*store)->CreateJob({.id = "j"}).code(), absl::StatusCode::kAlreadyExists);
+    JobRecord job = *(*store)->GetJob("j");
+    job.iterations_done = 12.5;
+    job.ps_addresses = "127.0.0.1:1";
+    ASSERT_TRUE((*store)->UpdateJob(job).ok());
+    EXPECT_EQ((*store)->UpdateJob({.id = "other"}).code(), absl::StatusCode::kNotFound);
+    ASSERT_TRUE((*store)
+                    ->PutInstance({.job_id = "j",
+                                   .id = "i-1",
+                                   .role = launcher::Role::kWorker,
+                                   .price_per_hour = 0.9,
+                                   .launched_ms = 10})
+                    .ok());
+    InstanceRecord again{.job_id = "j",
+                         .id = "i-1",
+                         .role = launcher::Role::kWorker,
+                         .reason = LaunchReason::kTakeover,
+                         .metadata_cloud = "gce",
+                         .state = InstanceStatus::kEnded};
+    ASSERT_TRUE((*store)->PutInstance(again).ok());  // replaces, never duplicates
+    ASSERT_TRUE(
+        (*store)
+            ->PutRevocation({.job_id = "j", .instance_id = "i-1", .takeover_first_index = 5})
+            .ok());
+    ASSERT_TRUE((*store)->AddEvent("j", "notice", "i-1", 77).ok());
+  }
+  auto store = JobStore::Open((dir_ / "jobs.db").string());
+  ASSERT_TRUE(store.ok());
+  auto job = (*store)->GetJob("j");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state, JobState::kLaunching);
+  EXPECT_DOUBLE_EQ(job->iterations_done, 12.5);
+  EXPECT_EQ(job->ps_addresses, "127.0.0.1:1");
+  auto instances = (*store)->Instances("j");
+  ASSERT_TRUE(instances.ok());
+  ASSERT_EQ(instances->size(), 1u);
+  EXPECT_EQ((*instances)[0].state, InstanceStatus::kEnded);
+  EXPECT_EQ((*instances)[0].reason, LaunchReason::kTakeover);
+  EXPECT_EQ((*instances)[0].metadata_cloud, "gce");
+  auto revocations = (*store)->Revocations("j");
+  ASSERT_EQ(revocations->size(), 1u);
+  EXPECT_EQ((*revocations)[0].takeover_first_index, 5);
+  ASSERT_EQ((*store)->Events("j")->size(), 1u);
+  EXPECT_EQ((*store)->Events("j")->front().at_ms, 77);
+  EXPECT_EQ((*store)->GetJob("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*store)->ListJobs()->size(), 1u);
+}
+
+// After a reboot or a crash, a pid in stack.json may belong to another program: `spotdnn down`
+// must leave it alone (and still forget the stack).
+TEST_F(JobStoreTest, DownNeverSignalsAProcessThatIsNotTheStacks) {
+  fs::create_directories(dir_);
+  const pid_t stranger = fork();
+  ASSERT_GE(stranger, 0);
+  if (stranger == 0) {
+    execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  nlohmann::json doc;
+  for (const char* key : {"predictor", "provisioner", "profiler", "detector"}) {
+    doc[key] = {{"address", "127.0.0.1:1"}, {"pid", stranger}, {"log", "x.log"}};
+  }
+  doc["emulator"] = {{"address", "http://127.0.0.1:1"}, {"pid", stranger}, {"log", "x.log"}};
+  std::ofstream(dir_ / "stack.json") << doc.dump();
+  CliRun down = Cli({"down", "--data-dir", dir_.string()});
+  EXPECT_EQ(down.code, 0) << down.err;
+  EXPECT_FALSE(fs::exists(dir_ / "stack.json"));
+  absl::SleepFor(absl::Milliseconds(200));
+  int status = 0;
+  EXPECT_EQ(waitpid(stranger, &status, WNOHANG), 0) << "spotdnn down signalled a stranger";
+  kill(stranger, SIGKILL);
+  waitpid(stranger, &status, 0);
+}
+
+TEST_F(JobStoreTest, CliExplainsWhatIsMissing) {
+  const std::string data = dir_.string();
+  CliRun no_stack = Cli(
+      {"run", std::string(SPOTDNN_SOURCE_DIR) + "/deploy/examples/job.json", "--data-dir", data});
+  EXPECT_EQ(no_stack.code, kExitBadInput) << no_stack.err;
+  EXPECT_THAT(no_stack.err, HasSubstr("spotdnn up"));
+
+  CliRun no_spec = Cli({"run", (dir_ / "missing.json").string(), "--data-dir", data});
+  EXPECT_THAT(no_spec.err, HasSubstr("missing.json\" cannot be read"));
+
+  fs::create_directories(dir_);
+  std::ofstream(dir_ / "bad.json") << R"({"name": "j", "workload": "w", "slo": {"loss": 0}})";
+  CliRun bad = Cli({"run", (dir_ / "bad.json").string(), "--data-dir", data});
+  EXPECT_EQ(bad.code, kExitBadInput);
+  EXPECT_THAT(bad.err, HasSubstr("slo.loss = 0"));
+
+  CliRun both = Cli({"run", "x.json", "--resume", "j", "--data-dir", data});
+  EXPECT_EQ(both.code, kExitBadInput);
+
+  CliRun unknown = Cli({"status", "nope", "--data-dir", data});
+  EXPECT_NE(unknown.code, 0);
+  EXPECT_THAT(unknown.err, HasSubstr("job \"nope\" is not in the job store"));
+
+  CliRun jobs = Cli({"jobs", "--data-dir", data});
+  EXPECT_EQ(jobs.code, 0);
+  EXPECT_THAT(jobs.out, HasSubstr("No jobs"));
+
+  CliRun down = Cli({"down", "--data-dir", data});
+  EXPECT_NE(down.code, 0);
+  EXPECT_THAT(down.err, HasSubstr("no spotdnn stack is up"));
+
+  CliRun up = Cli({"up", "--data-dir", data, "--bin-dir", (dir_ / "nowhere").string()});
+  EXPECT_NE(up.code, 0);
+  EXPECT_THAT(up.err, HasSubstr("is not there"));
+}
+
+// A job with a profiling step: its logs are imported into the profiler under JOB-profiling, fitted
+// into the named profile over the base, and that profile (not a built-in) is what gets planned
+// and stored with the job.
+TEST_F(JobStoreTest, AnIterationsSloIsPlannedForAndBecomesTheJobsTarget) {
+  pb::MockProfilerStub profiler;
+  pb::MockProvisionerStub provisioner;
+  EXPECT_CALL(provisioner, Plan(_, _, _))
+      .WillOnce([](grpc::ClientContext*, const pb::PlanRequest& r, pb::PlanResponse* out) {
+        EXPECT_EQ(r.slo().target_iterations(), 64000);
+        EXPECT_EQ(r.slo().target_loss(), 0);
+        out->mutable_plan()->set_feasible(true);
+        pb::InstanceCount* c = out->mutable_plan()->mutable_cluster()->add_instances();
+        c->set_instance_type("gce-v100");
+        c->set_count(4);
+        out->mutable_plan()->mutable_prediction()->set_normalized_iterations(64000);
+        out->mutable_plan()->set_time_s(1600);
+        return grpc::Status::OK;
+      });
+  auto store = JobStore::Open((dir_ / "jobs.db").string());
+  ASSERT_TRUE(store.ok());
+  auto provider =
+      launcher::LocalProvider::Create({.state_dir = (dir_ / "local").string(), .owner = false});
+  ASSERT_TRUE(provider.ok());
+  const clients::ProvisionerClient provisioner_client(provisioner);
+  const clients::ProfilerClient profiler_client(profiler);
+  JobController controller({.provisioner = &provisioner_client,
+                            .profiler = &profiler_client,
+                            .provider = provider->get(),
+                            .store = store->get()},
+                           {}, nullptr);
+  const services::DataRegistry local = services::DataRegistry::WithBuiltins();
+  const std::string spec = R"({"name": "steps-job", "workload": "resnet32-cifar10-gce",
+    "slo": {"iterations": 64000, "deadline": "40m"}, "catalog": "gce-icac-2019",
+    "commands": {"worker": "true"}})";
+  EXPECT_CALL(profiler, GetProfile(_, _, _))
+      .WillRepeatedly([](grpc::ClientContext*, const pb::GetProfileRequest&, pb::WorkloadProfile*) {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND, "not stored");
+      });
+  auto job = controller.Plan(spec, local);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->target_iterations, 64000);
+}
+
+TEST_F(JobStoreTest, ProfilingStepImportsFitsAndPlansWithTheFittedProfile) {
+  pb::MockProfilerStub profiler;
+  pb::MockProvisionerStub provisioner;
+  std::vector<std::string> imported;
+  EXPECT_CALL(profiler, ImportLog(_, _, _))
+      .Times(2)
+      .WillRepeatedly(
+          [&](grpc::ClientContext*, const pb::ImportLogRequest& r, pb::ImportLogResponse*) {
+            EXPECT_EQ(r.job_id(), "fitted-job-profiling");
+            EXPECT_EQ(r.content(), "SPOTDNN_SAMPLE step=1\n");  // sent as content
+            imported.push_back(fs::path(r.path()).filename().string());
+            return grpc::Status::OK;
+          });
+  EXPECT_CALL(profiler, FitProfile(_, _, _))
+      .WillOnce([](grpc::ClientContext*, const pb::FitProfileRequest& r, pb::FitProfileResponse*) {
+        EXPECT_EQ(r.name(), "mynet");
+        EXPECT_EQ(r.job_ids_size(), 1);
+        EXPECT_EQ(r.base().name(), "resnet110");  // the base the spec names
+        return grpc::Status::OK;
+      });
+  const services::DataRegistry local = services::DataRegistry::WithBuiltins();
+  pb::WorkloadProfile fitted = *local.ResolveWorkload("resnet110");
+  fitted.set_name("mynet");
+  EXPECT_CALL(profiler, GetProfile(_, _, _))
+      .WillOnce(
+          [&](grpc::ClientContext*, const pb::GetProfileRequest& r, pb::WorkloadProfile* out) {
+            EXPECT_EQ(r.name(), "mynet");
+            *out = fitted;
+            return grpc::Status::OK;
+          });
+  EXPECT_CALL(provisioner, Plan(_, _, _))
+      .WillOnce([](grpc::ClientContext*, const pb::PlanRequest& r, pb::PlanResponse* out) {
+        EXPECT_EQ(r.workload().profile().name(), "mynet");
+        EXPECT_EQ(r.slo().target_loss(), 2.6);
+        out->mutable_plan()->set_feasible(true);
+        pb::InstanceCount* c = out->mutable_plan()->mutable_cluster()->add_instances();
+        c->set_instance_type("p2.xlarge");
+        c->set_count(2);
+        out->mutable_plan()->mutable_prediction()->set_normalized_iterations(40);
+        out->mutable_plan()->set_time_s(20);
+        return grpc::Status::OK;
+      });
+  auto store = JobStore::Open((dir_ / "jobs.db").string());
+  ASSERT_TRUE(store.ok());
+  auto provider =
+      launcher::LocalProvider::Create({.state_dir = (dir_ / "local").string(), .owner = false});
+  ASSERT_TRUE(provider.ok());
+  const clients::ProvisionerClient provisioner_client(provisioner);
+  const clients::ProfilerClient profiler_client(profiler);
+  JobController controller({.provisioner = &provisioner_client,
+                            .profiler = &profiler_client,
+                            .provider = provider->get(),
+                            .store = store->get()},
+                           {}, nullptr);
+  fs::create_directories(dir_);
+  for (const char* log : {"a.csv", "b.csv"}) std::ofstream(dir_ / log) << "SPOTDNN_SAMPLE step=1\n";
+  const std::string spec = absl::StrCat(R"({"name": "fitted-job",
+    "workload": {"profile": "mynet", "profiling": {"logs": [")",
+                                        (dir_ / "a.csv").string(), R"(", ")",
+                                        (dir_ / "b.csv").string(), R"("], "base": "resnet110"}},
+    "slo": {"loss": 2.6, "deadline": 60}, "catalog": "aws-spotdnn-prototype",
+    "commands": {"worker": "true"}})");
+  auto job = controller.Plan(spec, local);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(imported, (std::vector<std::string>{"a.csv", "b.csv"}));
+  EXPECT_EQ(job->state, JobState::kLaunching);
+  EXPECT_EQ(job->target_iterations, 40);
+  EXPECT_THAT(job->workload_json, HasSubstr("\"mynet\""));
+  EXPECT_EQ(controller.Plan(spec, local).status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+}  // namespace
+}  // namespace spotdnn::gateway

@@ -1,0 +1,136 @@
+// The provider a job spec names: its keys checked, and the provider built from them.
+#include "provisioner/launcher/provider_factory.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/launcher/test_keys.h"
+
+namespace spotdnn::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ProviderFactoryTest, EveryKeyIsCheckedAndErrorsNameIt) {
+  EXPECT_TRUE(ValidateProviderSpec({.name = "local"}).ok());
+  EXPECT_TRUE(ValidateProviderSpec({.name = "local", .capacity = {{"p2.xlarge", 0}}}).ok());
+  EXPECT_TRUE(ValidateProviderSpec({.name = "aws", .options = {{"image_id", "ami-1"}}}).ok());
+
+  absl::Status s = ValidateProviderSpec({.name = "nimbus"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("provider.name = \"nimbus\""));
+  EXPECT_THAT(s.message(), HasSubstr("local, aws"));
+
+  s = ValidateProviderSpec({.name = "aws", .options = {{"image_id", "ami-1"}, {"zone", "a"}}});
+  EXPECT_THAT(s.message(), HasSubstr("provider.zone: unknown key for aws"));
+  s = ValidateProviderSpec({.name = "aws"});
+  EXPECT_THAT(s.message(), HasSubstr("provider.image_id is required for aws"));
+  s = ValidateProviderSpec(
+      {.name = "aws", .options = {{"image_id", "ami-1"}}, .capacity = {{"p2.xlarge", 1}}});
+  EXPECT_THAT(s.message(), HasSubstr("only the local provider takes a capacity"));
+  s = ValidateProviderSpec({.name = "local", .options = {{"region", "x"}}}, "job.provider");
+  EXPECT_THAT(s.message(), HasSubstr("job.provider.region: unknown key for local"));
+}
+
+TEST(ProviderFactoryTest, MakesTheNamedProvider) {
+  const std::string dir = (std::filesystem::path(::testing::TempDir()) / "factory-local").string();
+  auto local = MakeProvider({.name = "local"}, {.local_state_dir = dir});
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ((*local)->name(), "local");
+  EXPECT_EQ((*local)->OutputLocation(), dir + "/logs");
+  EXPECT_EQ(MakeProvider({.name = "aws"}, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ProviderFactoryTest, GceAndAzureKeysAreChecked) {
+  const ProviderSpec gce{.name = "gce",
+                         .options = {{"project", "p-1"},
+                                     {"zone", "us-central1-a"},
+                                     {"image", "projects/p-1/global/images/family/spotdnn"}}};
+  EXPECT_TRUE(ValidateProviderSpec(gce).ok()) << ValidateProviderSpec(gce);
+  ProviderSpec bad = gce;
+  bad.options.erase("zone");
+  EXPECT_THAT(ValidateProviderSpec(bad).message(), HasSubstr("provider.zone is required for gce"));
+  bad = gce;
+  bad.options["zones"] = "us-central1-b,us-central1";
+  EXPECT_THAT(ValidateProviderSpec(bad).message(), HasSubstr("provider.zone = \"us-central1\""));
+  bad = gce;
+  bad.options["external_ip"] = "yes";
+  EXPECT_THAT(ValidateProviderSpec(bad).message(), HasSubstr("provider.external_ip = \"yes\""));
+  bad = gce;
+  bad.options["boot_disk_gb"] = "5";
+  EXPECT_THAT(ValidateProviderSpec(bad).message(), HasSubstr("provider.boot_disk_gb = \"5\""));
+  bad = gce;
+  bad.options["image_id"] = "x";
+  EXPECT_THAT(ValidateProviderSpec(bad).message(),
+              HasSubstr("provider.image_id: unknown key for gce"));
+
+  const ProviderSpec azure{.name = "azure",
+                           .options = {{"subscription", "0b1f6471-1bf0-4dda-aec3-cb9272f09590"},
+                                       {"resource_group", "rg"},
+                                       {"location", "eastus"},
+                                       {"image", "microsoft-dsvm:ubuntu-hpc:2204:latest"},
+                                       {"subnet_id", "/subscriptions/x/subnets/y"}}};
+  EXPECT_TRUE(ValidateProviderSpec(azure).ok()) << ValidateProviderSpec(azure);
+  bad = azure;
+  bad.options.erase("subnet_id");
+  EXPECT_THAT(ValidateProviderSpec(bad).message(),
+              HasSubstr("provider.subnet_id is required for azure"));
+  bad = azure;
+  bad.options["max_price"] = "0";
+  EXPECT_THAT(ValidateProviderSpec(bad).message(), HasSubstr("provider.max_price = \"0\""));
+  bad = azure;
+  bad.options["max_price"] = "-1";
+  EXPECT_TRUE(ValidateProviderSpec(bad).ok());
+  bad.options["region"] = "eastus";
+  EXPECT_THAT(ValidateProviderSpec(bad).message(),
+              HasSubstr("provider.region: unknown key for azure"));
+}
+
+TEST(ProviderFactoryTest, MakesGceAndAzureProviders) {
+  const std::string key_file = ::testing::TempDir() + "/factory-gce-key.json";
+  std::ofstream(key_file) << nlohmann::json{{"type", "service_account"},
+                                            {"client_email", "a@p-1.iam.gserviceaccount.com"},
+                                            {"private_key", testing::kTestRsaKeyPem},
+                                            {"token_uri", "http://127.0.0.1:9/token"}}
+                                 .dump();
+  auto gce = MakeProvider({.name = "gce",
+                           .options = {{"project", "p-1"},
+                                       {"zone", "us-central1-a"},
+                                       {"image", "img"},
+                                       {"credentials_file", key_file}}},
+                          {});
+  ASSERT_TRUE(gce.ok()) << gce.status();
+  EXPECT_EQ((*gce)->name(), "gce");
+  auto no_key = MakeProvider({.name = "gce",
+                              .options = {{"project", "p-1"},
+                                          {"zone", "us-central1-a"},
+                                          {"image", "img"},
+                                          {"credentials_file", "/nonexistent/key.json"}}},
+                             {});
+  EXPECT_EQ(no_key.status().code(), absl::StatusCode::kUnauthenticated);
+
+  setenv("AZURE_TENANT_ID", "00000000-0000-0000-0000-00000000a11e", 1);
+  setenv("AZURE_CLIENT_ID", "c", 1);
+  setenv("AZURE_CLIENT_SECRET", "s", 1);
+  auto azure = MakeProvider({.name = "azure",
+                             .options = {{"subscription", "0b1f6471"},
+                                         {"resource_group", "rg"},
+                                         {"location", "eastus"},
+                                         {"image", "a:b:c:d"},
+                                         {"subnet_id", "/s"},
+                                         {"max_price", "0.5"}}},
+                            {});
+  unsetenv("AZURE_TENANT_ID");
+  unsetenv("AZURE_CLIENT_ID");
+  unsetenv("AZURE_CLIENT_SECRET");
+  ASSERT_TRUE(azure.ok()) << azure.status();
+  EXPECT_EQ((*azure)->name(), "azure");
+  std::remove(key_file.c_str());
+}
+
+}  // namespace
+}  // namespace spotdnn::launcher
