@@ -128,6 +128,7 @@ absl::Status Detector::Register(const WatchedInstance& instance) {
   if (auto s = CheckLengths(
           {{"instance.instance_id", &instance.instance_id, limits::kMaxNameBytes},
            {"instance.job_id", &instance.job_id, limits::kMaxNameBytes},
+           {"instance.instance_type", &instance.instance_type, limits::kMaxNameBytes},
            {"instance.metadata_endpoint", &instance.metadata_endpoint, limits::kMaxTextBytes}});
       !s.ok()) {
     return s;
@@ -157,7 +158,14 @@ absl::Status Detector::Register(const WatchedInstance& instance) {
   const bool cloud_changed = w.cloud != Cloud::kUnspecified &&
                              instance.cloud != Cloud::kUnspecified && instance.cloud != w.cloud;
   const bool reset = !inserted && (ended || endpoint_changed || cloud_changed);
+  if (reset && was != InstanceState::kNotice && was != InstanceState::kRevoked) {
+    // A revoked lifetime was recorded at its notice; any other ends here, censored.
+    const bool lost = was == InstanceState::kLost;
+    EndLifetimeLocked(e, lost ? w.last_heartbeat_unix_ms : NowUnixMs(), false,
+                      lost ? "lost" : "registered again");
+  }
   if (inserted || reset) {
+    w.registered_unix_ms = NowUnixMs();
     w.instance_id = instance.instance_id;
     w.state = InstanceState::kUnknown;
     w.reason = inserted
@@ -178,6 +186,7 @@ absl::Status Detector::Register(const WatchedInstance& instance) {
   }
   w.job_id = instance.job_id;
   if (instance.cloud != Cloud::kUnspecified) w.cloud = instance.cloud;
+  if (!instance.instance_type.empty()) w.instance_type = instance.instance_type;
   w.metadata_endpoint = instance.metadata_endpoint;
   if (reset) {
     StoreResultLocked(store_->ResetInstance(e.stored));
@@ -195,6 +204,12 @@ absl::Status Detector::Unregister(const std::string& instance_id) {
     return absl::NotFoundError(absl::StrCat("instance_id = \"", instance_id, "\": not registered"));
   }
   if (it->second.polled) poller_->Remove(instance_id);
+  const WatchedInstance& w = it->second.stored.instance;
+  if (w.state != InstanceState::kNotice && w.state != InstanceState::kRevoked) {
+    const bool lost = w.state == InstanceState::kLost;
+    EndLifetimeLocked(it->second, lost ? w.last_heartbeat_unix_ms : NowUnixMs(), false,
+                      lost ? "lost" : "unregistered");
+  }
   StoreResultLocked(store_->DeleteInstance(instance_id));
   entries_.erase(it);
   return absl::OkStatus();
@@ -210,9 +225,50 @@ Detector::Entry& Detector::EnsureLocked(const std::string& instance_id, const st
     w.cloud = cloud;
     w.state = InstanceState::kUnknown;
     w.last_heartbeat_unix_ms = NowUnixMs();
+    w.registered_unix_ms = w.last_heartbeat_unix_ms;
     PersistLocked(it->second);
   }
   return it->second;
+}
+
+void Detector::EndLifetimeLocked(const Entry& e, int64_t ended_unix_ms, bool revoked,
+                                 const std::string& how) {
+  const WatchedInstance& w = e.stored.instance;
+  if (w.registered_unix_ms <= 0) return;  // registered before start times were kept
+  StoreResultLocked(
+      store_->AddLifetime({.instance_id = w.instance_id,
+                           .job_id = w.job_id,
+                           .instance_type = w.instance_type,
+                           .started_unix_ms = w.registered_unix_ms,
+                           .ended_unix_ms = std::max(ended_unix_ms, w.registered_unix_ms),
+                           .revoked = revoked,
+                           .how = how}));
+}
+
+absl::StatusOr<std::vector<Lifetime>> Detector::Lifetimes(const std::string& instance_type) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto closed = store_->LoadLifetimes(instance_type, 100000);
+  if (!closed.ok()) return closed.status();
+  std::vector<Lifetime> out = *std::move(closed);
+  const int64_t now = NowUnixMs();
+  for (const auto& [id, e] : entries_) {
+    const WatchedInstance& w = e.stored.instance;
+    if (w.registered_unix_ms <= 0 || w.state == InstanceState::kNotice ||
+        w.state == InstanceState::kRevoked) {
+      continue;
+    }
+    if (!instance_type.empty() && w.instance_type != instance_type) continue;
+    const bool lost = w.state == InstanceState::kLost;
+    out.push_back(
+        {.instance_id = id,
+         .job_id = w.job_id,
+         .instance_type = w.instance_type,
+         .started_unix_ms = w.registered_unix_ms,
+         .ended_unix_ms = std::max(w.registered_unix_ms, lost ? w.last_heartbeat_unix_ms : now),
+         .revoked = false,
+         .how = lost ? "lost" : "running"});
+  }
+  return out;
 }
 
 void Detector::PersistLocked(const Entry& e) { StoreResultLocked(store_->PutInstance(e.stored)); }
@@ -261,6 +317,12 @@ void Detector::AppendLocked(Entry& e, EventKind kind, const std::string& action,
 void Detector::NoticeLocked(Entry& e, const Notice& n, int64_t seen_unix_ms) {
   if (n.key.empty() || e.seen.count(n.key)) return;  // reported once
   WatchedInstance& w = e.stored.instance;
+  if (n.kind == EventKind::kNotice && w.state != InstanceState::kRevoked &&
+      w.state != InstanceState::kNotice) {
+    // The lifetime ends with this revocation: when the cloud takes it back, else now.
+    EndLifetimeLocked(e, n.effective_unix_ms > 0 ? n.effective_unix_ms : seen_unix_ms, true,
+                      "notice");
+  }
   if (n.kind == EventKind::kNotice && w.state != InstanceState::kRevoked) {
     w.state = InstanceState::kNotice;
     w.reason = n.detail;

@@ -92,6 +92,14 @@ class Detector {
   // One instance; NOT_FOUND when not registered.
   absl::StatusOr<WatchedInstance> Get(const std::string& instance_id) const;
 
+  // Instance lifetimes for revocation models (spotdnn catalog hazards --from-detector), of one
+  // instance type (or all when empty), oldest first: each lifetime that ended, from its
+  // registration to its first revocation notice (revoked: at the notice's effective time, else
+  // when seen) or to its unregistration, loss of heartbeats or a new lifetime (censored), as
+  // recorded by this replica (the newest 100,000); then every registered instance still alive,
+  // censored now. Instances registered before the detector kept start times are left out.
+  absl::StatusOr<std::vector<Lifetime>> Lifetimes(const std::string& instance_type) const;
+
   // Up to `max` events with a sequence above `after` (of one job, or all), oldest first.
   // OUT_OF_RANGE when events after `after` were already trimmed by the retention, or when `after`
   // is past the newest event (the log was reset, or `after` came from another replica's log):
@@ -143,6 +151,9 @@ class Detector {
   // Applies a notice to an entry. Caller holds mu_.
   void NoticeLocked(Entry& entry, const Notice& notice, int64_t seen_unix_ms);
   void HeartbeatLocked(Entry& entry, int64_t unix_ms, const std::string& problem = "");
+  // Records the end of an entry's current lifetime (when its start is known). Caller holds mu_.
+  void EndLifetimeLocked(const Entry& entry, int64_t ended_unix_ms, bool revoked,
+                         const std::string& how);
   Entry& EnsureLocked(const std::string& instance_id, const std::string& job_id, Cloud cloud);
   // Adds/removes poll targets after a registration or ring change. Caller holds mu_.
   void ReconcilePollingLocked(Entry& entry);

@@ -17,7 +17,10 @@ constexpr char kSchema[] =
     "PRIMARY KEY (instance_id, key));"
     "CREATE TABLE IF NOT EXISTS events (sequence INTEGER PRIMARY KEY, instance_id TEXT, "
     "job_id TEXT, cloud INTEGER, kind INTEGER, action TEXT, notice_ms INTEGER, "
-    "effective_ms INTEGER, detail TEXT);";
+    "effective_ms INTEGER, detail TEXT);"
+    "CREATE TABLE IF NOT EXISTS lifetimes (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "instance_id TEXT, job_id TEXT, instance_type TEXT, started_ms INTEGER, "
+    "ended_ms INTEGER, revoked INTEGER, how TEXT);";
 
 // Runs a statement that returns no rows.
 absl::Status RunDone(Statement& s, const char* what) {
@@ -30,7 +33,15 @@ absl::Status RunDone(Statement& s, const char* what) {
 absl::StatusOr<std::unique_ptr<DetectorStore>> DetectorStore::Open(const std::string& path) {
   absl::StatusOr<sqlite3*> db = sql::OpenDatabase(path, "db", kSchema);
   if (!db.ok()) return db.status();
-  return std::unique_ptr<DetectorStore>(new DetectorStore(*db));
+  std::unique_ptr<DetectorStore> store(new DetectorStore(*db));
+  // Databases from before instance types and lifetimes were kept get the new columns.
+  for (const auto& [column, type] :
+       {std::pair{"instance_type", "TEXT"}, std::pair{"registered_ms", "INTEGER"}}) {
+    if (auto s = sql::AddColumnIfMissing(*db, "instances", column, type); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("db = \"", path, "\": ", s.message()));
+    }
+  }
+  return store;
 }
 
 DetectorStore::~DetectorStore() { sqlite3_close(db_); }
@@ -38,7 +49,7 @@ DetectorStore::~DetectorStore() { sqlite3_close(db_); }
 absl::StatusOr<std::vector<StoredInstance>> DetectorStore::LoadInstances() {
   Statement s(db_,
               "SELECT instance_id, job_id, cloud, endpoint, state, reason, last_heartbeat_ms, "
-              "notice_effective_ms FROM instances");
+              "notice_effective_ms, instance_type, registered_ms FROM instances");
   if (!s.status().ok()) return s.status();
   std::vector<StoredInstance> out;
   while (true) {
@@ -54,6 +65,8 @@ absl::StatusOr<std::vector<StoredInstance>> DetectorStore::LoadInstances() {
     i.instance.reason = s.ColumnText(5);
     i.instance.last_heartbeat_unix_ms = s.ColumnInt(6);
     i.notice_effective_unix_ms = s.ColumnInt(7);
+    i.instance.instance_type = s.ColumnText(8);
+    i.instance.registered_unix_ms = s.ColumnInt(9);
     out.push_back(std::move(i));
   }
   return out;
@@ -102,7 +115,8 @@ absl::StatusOr<std::vector<Event>> DetectorStore::LoadEvents(size_t limit) {
 absl::Status DetectorStore::PutInstance(const StoredInstance& i) {
   Statement s(db_,
               "INSERT OR REPLACE INTO instances (instance_id, job_id, cloud, endpoint, state, "
-              "reason, last_heartbeat_ms, notice_effective_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+              "reason, last_heartbeat_ms, notice_effective_ms, instance_type, registered_ms) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   s.Text(1, i.instance.instance_id);
   s.Text(2, i.instance.job_id);
   s.Int(3, static_cast<int64_t>(i.instance.cloud));
@@ -111,6 +125,8 @@ absl::Status DetectorStore::PutInstance(const StoredInstance& i) {
   s.Text(6, i.instance.reason);
   s.Int(7, i.instance.last_heartbeat_unix_ms);
   s.Int(8, i.notice_effective_unix_ms);
+  s.Text(9, i.instance.instance_type);
+  s.Int(10, i.instance.registered_unix_ms);
   return RunDone(s, "store instance");
 }
 
@@ -164,6 +180,47 @@ absl::Status DetectorStore::TrimEvents(uint64_t first_kept) {
   Statement s(db_, "DELETE FROM events WHERE sequence < ?");
   s.Int(1, static_cast<int64_t>(first_kept));
   return RunDone(s, "trim events");
+}
+
+absl::Status DetectorStore::AddLifetime(const Lifetime& l) {
+  Statement s(db_,
+              "INSERT INTO lifetimes (instance_id, job_id, instance_type, started_ms, ended_ms, "
+              "revoked, how) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  s.Text(1, l.instance_id);
+  s.Text(2, l.job_id);
+  s.Text(3, l.instance_type);
+  s.Int(4, l.started_unix_ms);
+  s.Int(5, l.ended_unix_ms);
+  s.Int(6, l.revoked ? 1 : 0);
+  s.Text(7, l.how);
+  return RunDone(s, "store lifetime");
+}
+
+absl::StatusOr<std::vector<Lifetime>> DetectorStore::LoadLifetimes(const std::string& type,
+                                                                   size_t limit) {
+  Statement s(db_,
+              "SELECT instance_id, job_id, instance_type, started_ms, ended_ms, revoked, how FROM "
+              "(SELECT * FROM lifetimes WHERE ?1 = '' OR instance_type = ?1 ORDER BY id DESC "
+              "LIMIT ?2) ORDER BY id");
+  if (!s.status().ok()) return s.status();
+  s.Text(1, type);
+  s.Int(2, static_cast<int64_t>(limit));
+  std::vector<Lifetime> out;
+  while (true) {
+    absl::StatusOr<bool> row = s.Step("detector store: load lifetimes");
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    Lifetime l;
+    l.instance_id = s.ColumnText(0);
+    l.job_id = s.ColumnText(1);
+    l.instance_type = s.ColumnText(2);
+    l.started_unix_ms = s.ColumnInt(3);
+    l.ended_unix_ms = s.ColumnInt(4);
+    l.revoked = s.ColumnInt(5) != 0;
+    l.how = s.ColumnText(6);
+    out.push_back(std::move(l));
+  }
+  return out;
 }
 
 }  // namespace spotdnn::detector

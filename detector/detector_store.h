@@ -51,6 +51,11 @@ class DetectorStore {
                            const std::string& seen_key);
   // Deletes events with a sequence below `first_kept`.
   absl::Status TrimEvents(uint64_t first_kept);
+  // Records a lifetime that ended (revoked, or censored when unregistered or lost).
+  absl::Status AddLifetime(const Lifetime& lifetime);
+  // The newest `limit` recorded lifetimes (of one instance type, or all when it is empty).
+  absl::StatusOr<std::vector<Lifetime>> LoadLifetimes(const std::string& instance_type,
+                                                      size_t limit);
 
  private:
   explicit DetectorStore(sqlite3* db) : db_(db) {}

@@ -69,7 +69,21 @@ struct WatchedInstance {
   InstanceState state = InstanceState::kUnknown;
   std::string reason;  // why unknown or lost
   int64_t last_heartbeat_unix_ms = 0;
-  std::string replica;  // the replica that holds it
+  std::string replica;        // the replica that holds it
+  std::string instance_type;  // e.g. "p3.2xlarge" (given by whoever registers it; may be empty)
+  int64_t registered_unix_ms = 0;  // when its current lifetime started (set by the detector)
+};
+
+// One lifetime of an instance as the detector saw it: from its registration to its revocation
+// notice (revoked), or to when it was unregistered, lost, or still running (censored).
+struct Lifetime {
+  std::string instance_id;
+  std::string job_id;
+  std::string instance_type;
+  int64_t started_unix_ms = 0;
+  int64_t ended_unix_ms = 0;
+  bool revoked = false;
+  std::string how;  // "notice", "unregistered", "lost", "registered again", "running"
 };
 
 // Milliseconds since the Unix epoch, from the system clock.

@@ -32,7 +32,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr absl::string_view kSampleMarker = "SPOTDNN_SAMPLE";
+constexpr absl::string_view kSampleMarker = kSampleLineMarker;
 
 absl::StatusOr<double> ParseDouble(absl::string_view field, absl::string_view text) {
   text = absl::StripAsciiWhitespace(text);
@@ -242,20 +242,13 @@ absl::StatusOr<LineParser> CsvParser(absl::string_view header) {
 
 LineParser SampleLineParser() {
   return [](absl::string_view line, Sample& s, bool* use) -> absl::Status {
-    const size_t at = line.find(kSampleMarker);
-    if (at == absl::string_view::npos) return absl::OkStatus();  // other log output
-    absl::string_view rest = line.substr(at + kSampleMarker.size());
-    for (absl::string_view token :
-         absl::StrSplit(rest, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
-      const size_t eq = token.find('=');
-      if (eq == absl::string_view::npos || eq == 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("\"", token, "\": expected key=value after ", kSampleMarker));
-      }
-      if (auto status = SetField(token.substr(0, eq), token.substr(eq + 1), s); !status.ok()) {
-        return status;
-      }
-    }
+    absl::StatusOr<std::optional<Sample>> parsed = ParseSampleLine(line);
+    if (!parsed.ok()) return parsed.status();
+    if (!parsed->has_value()) return absl::OkStatus();  // other log output
+    // The line's fields, with the import's job id when the line names none.
+    Sample line_sample = **std::move(parsed);
+    if (line_sample.job_id.empty()) line_sample.job_id = s.job_id;
+    s = std::move(line_sample);
     *use = true;
     return absl::OkStatus();
   };
@@ -531,6 +524,25 @@ absl::Status ImportCheckpoints(const std::vector<absl::string_view>& lines, size
 }
 
 }  // namespace
+
+absl::StatusOr<std::optional<Sample>> ParseSampleLine(absl::string_view line) {
+  const size_t at = line.find(kSampleMarker);
+  if (at == absl::string_view::npos) return std::optional<Sample>();
+  absl::string_view rest = line.substr(at + kSampleMarker.size());
+  Sample s;
+  for (absl::string_view token :
+       absl::StrSplit(rest, absl::ByAnyChar(" \t\r"), absl::SkipEmpty())) {
+    const size_t eq = token.find('=');
+    if (eq == absl::string_view::npos || eq == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"", token, "\": expected key=value after ", kSampleMarker));
+    }
+    if (auto status = SetField(token.substr(0, eq), token.substr(eq + 1), s); !status.ok()) {
+      return status;
+    }
+  }
+  return std::optional<Sample>(std::move(s));
+}
 
 absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view name) {
   for (LogFormat f : {LogFormat::kAuto, LogFormat::kTensorBoardCsv, LogFormat::kSpotdnnWorker,

@@ -14,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,14 @@ struct FileAccess {
 // `options` that the folder's name contradicts; `access` bounds what is read.
 absl::StatusOr<ImportResult> ImportPath(const std::string& path, const ImportOptions& options,
                                         const FileAccess& access = {});
+
+// The marker that starts a sample line's fields.
+inline constexpr absl::string_view kSampleLineMarker = "SPOTDNN_SAMPLE";
+
+// Parses one line of the sample line format (the one parser every reader of these lines uses):
+// nullopt when the line has no SPOTDNN_SAMPLE marker; otherwise the Sample its key=value fields
+// give (not yet validated: see ValidateSample), or INVALID_ARGUMENT naming the bad token or field.
+absl::StatusOr<std::optional<Sample>> ParseSampleLine(absl::string_view line);
 
 // Splits a run folder name "<series>worker<N>" into series and N; false when it is not one.
 bool ParseRunFolderName(absl::string_view name, std::string* series, int* workers);

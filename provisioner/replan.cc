@@ -32,7 +32,7 @@ absl::StatusOr<double> LossAfterIterations(const PerformanceModel& model,
 
 absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem problem,
                                     const JobProgress& progress, Strategy strategy,
-                                    uint64_t exhaustive_limit) {
+                                    uint64_t exhaustive_limit, bool find_fastest) {
   if (!(std::isfinite(progress.elapsed_s) && progress.elapsed_s >= 0)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "progress.elapsed_s = %g: must be a finite number >= 0", progress.elapsed_s));
@@ -110,6 +110,7 @@ absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem p
     }
   }
   if (!out.feasible) {
+    if (!find_fastest) return out;
     // No plan meets the deadline: the fastest finish any plan can reach.
     PlanProblem fastest = problem;
     fastest.deadline_s = kInf;

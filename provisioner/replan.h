@@ -39,10 +39,13 @@ absl::StatusOr<double> LossAfterIterations(const PerformanceModel& model,
 
 // `problem` carries the job's SLO (deadline from the job's start), quotas, prices and overhead;
 // its min_counts must be the surviving instances. INVALID_ARGUMENT for inconsistent progress.
+// Without `find_fastest`, an infeasible answer leaves best_finish_s and fastest unset (the
+// simulator needs only the decision).
 absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem problem,
                                     const JobProgress& progress,
                                     Strategy strategy = Strategy::kExact,
-                                    uint64_t exhaustive_limit = kDefaultExhaustiveLimit);
+                                    uint64_t exhaustive_limit = kDefaultExhaustiveLimit,
+                                    bool find_fastest = true);
 
 }  // namespace spotdnn::provisioner
 

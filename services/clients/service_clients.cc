@@ -77,6 +77,11 @@ absl::StatusOr<pb::FrontierResponse> ProvisionerClient::Frontier(
   return Unary(stub_, &pb::Provisioner::StubInterface::Frontier, request, policy_, true);
 }
 
+absl::StatusOr<pb::SimulateResponse> ProvisionerClient::Simulate(
+    const pb::SimulateRequest& request) const {
+  return Unary(stub_, &pb::Provisioner::StubInterface::Simulate, request, policy_, true);
+}
+
 absl::StatusOr<pb::ImportLogResponse> ProfilerClient::ImportLog(
     const pb::ImportLogRequest& request) const {
   return Unary(stub_, &pb::Profiler::StubInterface::ImportLog, request, policy_, false);
@@ -138,6 +143,11 @@ absl::StatusOr<pb::ListInstancesResponse> DetectorClient::ListInstances(
 
 absl::StatusOr<pb::ReplicaStatusResponse> DetectorClient::ReplicaStatus() const {
   return Unary(stub_, &pb::Detector::StubInterface::ReplicaStatus, pb::ReplicaStatusRequest(),
+               policy_, true);
+}
+
+absl::StatusOr<pb::ListLifetimesResponse> DetectorClient::ListLifetimes() const {
+  return Unary(stub_, &pb::Detector::StubInterface::ListLifetimes, pb::ListLifetimesRequest(),
                policy_, true);
 }
 

@@ -86,6 +86,7 @@ class ProvisionerClient {
   absl::StatusOr<pb::PlanResponse> Plan(const pb::PlanRequest& request) const;
   absl::StatusOr<pb::ReplanResponse> Replan(const pb::ReplanRequest& request) const;
   absl::StatusOr<pb::FrontierResponse> Frontier(const pb::FrontierRequest& request) const;
+  absl::StatusOr<pb::SimulateResponse> Simulate(const pb::SimulateRequest& request) const;
 
  private:
   pb::Provisioner::StubInterface& stub_;
@@ -123,6 +124,7 @@ class DetectorClient {
   absl::StatusOr<pb::ListInstancesResponse> ListInstances(
       const pb::ListInstancesRequest& request) const;
   absl::StatusOr<pb::ReplicaStatusResponse> ReplicaStatus() const;
+  absl::StatusOr<pb::ListLifetimesResponse> ListLifetimes() const;
   // Opens a WatchEvents stream on `context` (no deadline unless the caller sets one; cancel it
   // with context->TryCancel()).
   std::unique_ptr<grpc::ClientReaderInterface<pb::RevocationEvent>> Watch(

@@ -24,6 +24,10 @@ inline constexpr size_t kMaxTextBytes = 1024;
 // Entries of one repeated field of a request (a catalog's instance types, job_ids, ...), unless a
 // larger limit is documented for the field (PredictBatch.clusters).
 inline constexpr size_t kMaxRepeatedEntries = 10'000;
+// Entries of the lifetime observations of one instance type or lifetime group
+// (InstanceLifetimes.observations, LifetimeGroup.observations): revocation models are fitted to
+// many of them.
+inline constexpr size_t kMaxLifetimeObservations = 100'000;
 // How much of a refused value an error message quotes.
 inline constexpr size_t kMaxQuotedBytes = 48;
 // Longest status message a service answers (longer ones are cut): gRPC carries it in a header,

@@ -59,11 +59,11 @@ class Checker {
       if (skipped) continue;
       if (f->is_repeated()) {
         const int n = r->FieldSize(m, f);
-        if (static_cast<size_t>(n) > limits::kMaxRepeatedEntries) {
+        const size_t most = RepeatedLimit(f->name());
+        if (static_cast<size_t>(n) > most) {
           const PathStep here{at, f, -1};
-          return absl::InvalidArgumentError(absl::StrFormat("%s: %d entries, at most %d",
-                                                            PathOf(&here, prefix_), n,
-                                                            limits::kMaxRepeatedEntries));
+          return absl::InvalidArgumentError(
+              absl::StrFormat("%s: %d entries, at most %d", PathOf(&here, prefix_), n, most));
         }
         for (int i = 0; i < n; ++i) {
           const PathStep here{at, f, i};
@@ -133,6 +133,11 @@ size_t StringLimit(absl::string_view field_name) {
     if (field_name == text) return limits::kMaxTextBytes;
   }
   return limits::kMaxNameBytes;
+}
+
+size_t RepeatedLimit(absl::string_view field_name) {
+  return field_name == "observations" ? limits::kMaxLifetimeObservations
+                                      : limits::kMaxRepeatedEntries;
 }
 
 absl::Status CheckRequest(const google::protobuf::Message& message, absl::string_view prefix,

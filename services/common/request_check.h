@@ -19,9 +19,14 @@ namespace spotdnn::services {
 // for every other string (names, ids, keys).
 size_t StringLimit(absl::string_view field_name);
 
+// The most entries of a repeated field called `field_name`: limits::kMaxLifetimeObservations for
+// a type's or a group's lifetime observations ("observations"), limits::kMaxRepeatedEntries for
+// every other.
+size_t RepeatedLimit(absl::string_view field_name);
+
 // OK when every field set in `message` is within the limits: strings within StringLimit (bytes
 // fields are the handler's), enums one of the values their enum defines, doubles and floats
-// finite, repeated fields with at most limits::kMaxRepeatedEntries entries. Otherwise
+// finite, repeated fields with at most RepeatedLimit entries. Otherwise
 // INVALID_ARGUMENT naming the field by its path from `message` ("options.strategy",
 // "catalog.catalog.instance_types[3].name"), after `prefix` when given ("reports[7].job_id"),
 // quoting at most a short prefix of a string. Top-level fields named in `skip` are not checked

@@ -22,9 +22,6 @@ Agent::Agent(AgentOptions options) : options_(std::move(options)) {}
 Agent::~Agent() { Stop(); }
 
 absl::Status Agent::Start() {
-  if (options_.detectors.empty()) {
-    return absl::InvalidArgumentError("detector = \"\": name at least one HOST:PORT");
-  }
   for (const std::string& d : options_.detectors) {
     if (d.find(':') == std::string::npos) {
       return absl::InvalidArgumentError(absl::StrCat("detector = \"", d, "\": expected HOST:PORT"));
@@ -51,7 +48,7 @@ absl::Status Agent::Start() {
     return s;
   }
   if (auto s = poller_->Start(); !s.ok()) return s;
-  sender_ = std::thread([this] { SendLoop(); });
+  if (!options_.detectors.empty()) sender_ = std::thread([this] { SendLoop(); });
   return absl::OkStatus();
 }
 
@@ -73,16 +70,35 @@ std::string Agent::replica() const {
 }
 
 void Agent::OnPoll(const detector::PollResult& r) {
-  std::lock_guard<std::mutex> lock(mu_);
-  problem_ = r.healthy ? "" : r.reason;
-  bool added = false;
-  for (const detector::Notice& n : r.notices) {
-    if (notices_.emplace(n.key, n).second) {
-      pending_.push_back(n.key);
-      added = true;
+  std::vector<detector::Notice> fresh;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string problem = r.healthy ? "" : r.reason;
+    if (problem.empty() != problem_.empty()) {
+      // Said when it changes only: a metadata service that cannot be read hides every notice.
+      auto logger = spdlog::get("spotdnn-agent");
+      if (!logger) logger = spdlog::default_logger();
+      if (problem.empty()) {
+        logger->info("metadata service {} answers again", options_.metadata_endpoint);
+      } else {
+        logger->warn("metadata service {}: {} (retrying)", options_.metadata_endpoint, problem);
+      }
+    }
+    problem_ = problem;
+    for (const detector::Notice& n : r.notices) {
+      if (notices_.emplace(n.key, n).second) fresh.push_back(n);
     }
   }
-  if (added) cv_.notify_all();
+  if (fresh.empty()) return;
+  // The callback first (it may signal the training process), outside the lock.
+  if (options_.on_notice) {
+    for (const detector::Notice& n : fresh) options_.on_notice(n);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const detector::Notice& n : fresh) pending_.push_back(n.key);
+  }
+  cv_.notify_all();
 }
 
 void Agent::SendLoop() {

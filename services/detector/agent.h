@@ -1,13 +1,15 @@
 // spotdnn-agent's logic: polls the instance's own metadata service with the detector's poller and
 // streams heartbeats and notices to a detector replica, failing over to the next replica in its
 // list when the stream breaks. Every notice read is re-sent on each new stream (the detector
-// reports a notice key once), so a reconnect cannot drop one.
+// reports a notice key once), so a reconnect cannot drop one. Each new notice is also handed to
+// an optional callback (the instance wrapper tells the training process).
 #ifndef SPOTDNN_SERVICES_DETECTOR_AGENT_H_
 #define SPOTDNN_SERVICES_DETECTOR_AGENT_H_
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,7 +27,9 @@ namespace spotdnn::services {
 
 // What an agent watches and where it reports.
 struct AgentOptions {
-  std::vector<std::string> detectors;  // host:port of the replicas, tried in order
+  // host:port of the replicas, tried in order; empty: no detector stream (notices go to
+  // on_notice only)
+  std::vector<std::string> detectors;
   std::string instance_id;
   std::string job_id;
   detector::Cloud cloud = detector::Cloud::kUnspecified;
@@ -33,6 +37,9 @@ struct AgentOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration reconnect_backoff = absl::Milliseconds(200);
   detector::PollerOptions poller;
+  // Called on the poller thread once per new notice key (rebalance and maintenance events
+  // included: see Notice::kind), before the notice is queued for the detector.
+  std::function<void(const detector::Notice&)> on_notice;
 };
 
 // The default metadata endpoint of a cloud (the real link-local services).
@@ -46,7 +53,8 @@ class Agent {
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
 
-  // Starts polling and streaming. INVALID_ARGUMENT naming the option that is wrong.
+  // Starts polling (and streaming, when detectors are given). INVALID_ARGUMENT naming the option
+  // that is wrong.
   absl::Status Start();
   // Stops both. Idempotent.
   void Stop();

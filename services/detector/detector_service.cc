@@ -70,6 +70,8 @@ pb::WatchedInstance ToProto(const d::WatchedInstance& w) {
   p.set_reason(w.reason);
   p.set_last_heartbeat_unix_ms(w.last_heartbeat_unix_ms);
   p.set_replica(w.replica);
+  p.set_instance_type(w.instance_type);
+  p.set_registered_unix_ms(w.registered_unix_ms);
   return p;
 }
 
@@ -79,6 +81,7 @@ d::WatchedInstance ToDomain(const pb::WatchedInstance& p) {
   w.job_id = p.job_id();
   w.cloud = ToDomain(p.cloud());
   w.metadata_endpoint = p.metadata_endpoint();
+  w.instance_type = p.instance_type();
   return w;
 }
 
@@ -372,6 +375,26 @@ grpc::Status DetectorServiceImpl::ListInstances(grpc::ServerContext*,
   for (const d::WatchedInstance& w : detector_->List(request->job_id())) {
     *response->add_instances() = ToProto(w);
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status DetectorServiceImpl::ListLifetimes(grpc::ServerContext*,
+                                                const pb::ListLifetimesRequest* request,
+                                                pb::ListLifetimesResponse* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
+  auto lifetimes = detector_->Lifetimes(request->instance_type());
+  if (!lifetimes.ok()) return ToGrpc(lifetimes.status());
+  for (const d::Lifetime& l : *lifetimes) {
+    pb::InstanceLifetime* p = response->add_lifetimes();
+    p->set_instance_id(l.instance_id);
+    p->set_job_id(l.job_id);
+    p->set_instance_type(l.instance_type);
+    p->set_started_unix_ms(l.started_unix_ms);
+    p->set_ended_unix_ms(l.ended_unix_ms);
+    p->set_revoked(l.revoked);
+    p->set_how(l.how);
+  }
+  response->set_replica(detector_->replica_id());
   return grpc::Status::OK;
 }
 

@@ -86,6 +86,8 @@ class DetectorServiceImpl final : public pb::Detector::Service {
                              pb::ListInstancesResponse* response) override;
   grpc::Status ReplicaStatus(grpc::ServerContext* context, const pb::ReplicaStatusRequest* request,
                              pb::ReplicaStatusResponse* response) override;
+  grpc::Status ListLifetimes(grpc::ServerContext* context, const pb::ListLifetimesRequest* request,
+                             pb::ListLifetimesResponse* response) override;
 
  private:
   struct PeerState {

@@ -14,6 +14,7 @@
 #include "profiler/importers.h"
 #include "profiler/profile_store.h"
 #include "profiler/sample.h"
+#include "services/profiler/sample_convert.h"
 #include "spotdnn/v1/profiler.grpc.pb.h"
 
 namespace spotdnn::services {
@@ -47,10 +48,6 @@ struct ProfilerOptions {
   // million samples takes minutes).
   absl::Duration max_fit_time = absl::Minutes(10);
 };
-
-// The Sample message <-> the domain Sample.
-profiler::Sample ToDomain(const pb::Sample& sample);
-pb::Sample ToProto(const profiler::Sample& sample);
 
 // `base` with what `fit` determined written over it (compute entries replace those of the same
 // instance or GPU type; all of them when the fit's compute is complete or its variant is not the

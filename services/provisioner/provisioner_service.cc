@@ -2,16 +2,24 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "provisioner/replan.h"
+#include "provisioner/risk_planner.h"
 #include "services/common/convert.h"
+#include "services/common/limits.h"
 #include "services/common/request_check.h"
 #include "services/common/server.h"
 
 namespace spotdnn::services {
 namespace {
+
+// CheckRequest lets a type's lifetimes through up to the limit this service checks itself.
+static_assert(kMaxServiceLifetimesPerType == limits::kMaxLifetimeObservations);
 
 using provisioner::Candidate;
 using provisioner::kInf;
@@ -108,7 +116,200 @@ std::string InfeasibleReason(const PlanInputs& in, const provisioner::PlanResult
                                            : std::string("none"));
 }
 
+// "TYPE: model, source" for each catalog type.
+std::vector<std::string> Describe(const predictor::InstanceCatalog& catalog,
+                                  const provisioner::RevocationModel& model) {
+  std::vector<std::string> out;
+  for (size_t k = 0; k < catalog.types.size(); ++k) {
+    out.push_back(absl::StrCat(catalog.types[k].name, ": ", model.sources[k]));
+  }
+  return out;
+}
+
+absl::Status CheckRevocable(const predictor::InstanceCatalog& catalog,
+                            const provisioner::RevocationModel& model, absl::string_view field) {
+  if (model.AnyRevocable()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ": no instance type of catalog \"", catalog.name,
+      "\" can be revoked under the revocation model, so there is nothing to simulate; give "
+      "lifetimes (options.simulation.lifetimes or lifetime_groups, e.g. spotdnn --lifetimes FILE) "
+      "or the catalog's interruption_rate_per_hour or lifetimes (spotdnn catalog hazards)"));
+}
+
+std::string Counts(const predictor::InstanceCatalog& catalog, const std::vector<int>& counts) {
+  std::vector<std::string> parts;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    if (counts[k] > 0) parts.push_back(absl::StrCat(catalog.types[k].name, "=", counts[k]));
+  }
+  return parts.empty() ? std::string("-") : absl::StrJoin(parts, ",");
+}
+
 }  // namespace
+
+absl::StatusOr<provisioner::RevocationModel> RevocationModelOf(
+    const DataRegistry& registry, const pb::CatalogRef& ref,
+    const predictor::InstanceCatalog& catalog, const pb::SimulationOptions& o) {
+  pb::InstanceCatalog proto;
+  if (ref.has_catalog()) {
+    proto = ref.catalog();
+  } else {
+    auto resolved = registry.ResolveCatalog(ref.name());
+    if (!resolved.ok()) return resolved.status();
+    proto = *std::move(resolved);
+  }
+  std::map<std::string, int> in_proto;
+  for (int i = 0; i < proto.instance_types_size(); ++i)
+    in_proto[proto.instance_types(i).name()] = i;
+  int64_t total = 0;
+  auto count = [&](int64_t n, const std::string& field) -> absl::Status {
+    if (n > kMaxServiceLifetimesPerType) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %d lifetimes, more than %d", field, n, kMaxServiceLifetimesPerType));
+    }
+    total += n;
+    if (total > kMaxServiceLifetimes) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: more than %d lifetimes in the request",
+                                                        field, kMaxServiceLifetimes));
+    }
+    return absl::OkStatus();
+  };
+  auto observations = [](const google::protobuf::RepeatedPtrField<pb::LifetimeObservation>& in) {
+    std::vector<provisioner::LifetimeObservation> out;
+    out.reserve(in.size());
+    for (const pb::LifetimeObservation& o : in) {
+      out.push_back({.lifetime_s = o.lifetime_s(), .censored = o.censored()});
+    }
+    return out;
+  };
+  std::vector<provisioner::TypeRevocationInput> inputs;
+  for (const predictor::InstanceType& t : catalog.types) {
+    provisioner::TypeRevocationInput in{.instance_type = t.name, .gpu_type = t.gpu_type};
+    auto it = in_proto.find(t.name);
+    if (it != in_proto.end()) {
+      const pb::InstanceType& pt = proto.instance_types(it->second);
+      const std::string field = absl::StrCat("catalog.instance_types[", it->second, "]");
+      if (!(std::isfinite(pt.interruption_rate_per_hour()) &&
+            pt.interruption_rate_per_hour() >= 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s.interruption_rate_per_hour = %g (%s): must be a finite number >= 0",
+                            field, pt.interruption_rate_per_hour(), t.name));
+      }
+      in.interruption_rate_per_hour = pt.interruption_rate_per_hour();
+      if (auto s = count(pt.lifetimes().observations_size(), field + ".lifetimes"); !s.ok()) {
+        return s;
+      }
+      in.observations = observations(pt.lifetimes().observations());
+      in.observations_source =
+          pt.lifetimes().source().empty() ? std::string("the catalog") : pt.lifetimes().source();
+    }
+    inputs.push_back(std::move(in));
+  }
+  if (o.lifetime_groups_size() > 0) {
+    if (o.lifetime_groups_size() > 1000) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("options.simulation.lifetime_groups: %d groups, more than 1000",
+                          o.lifetime_groups_size()));
+    }
+    provisioner::LifetimeFile file;
+    file.source = "options.simulation.lifetime_groups";
+    std::set<std::string> sources;
+    for (int i = 0; i < o.lifetime_groups_size(); ++i) {
+      const pb::LifetimeGroup& g = o.lifetime_groups(i);
+      const std::string field = absl::StrCat("options.simulation.lifetime_groups[", i, "]");
+      if (auto s = count(g.observations_size(), field); !s.ok()) return s;
+      if (g.observations_size() == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, " (\"", g.name(), "\"): no lifetimes"));
+      }
+      file.groups.push_back({.name = g.name(), .observations = observations(g.observations())});
+      sources.insert(g.source());
+    }
+    if (sources.size() == 1 && !sources.begin()->empty()) file.source = *sources.begin();
+    const std::map<std::string, std::string> mapping(o.lifetime_mapping().begin(),
+                                                     o.lifetime_mapping().end());
+    const provisioner::UnmatchedTypes unmatched =
+        o.unmatched_types() == pb::UNMATCHED_TYPES_NEVER    ? provisioner::UnmatchedTypes::kNever
+        : o.unmatched_types() == pb::UNMATCHED_TYPES_REFUSE ? provisioner::UnmatchedTypes::kRefuse
+                                                            : provisioner::UnmatchedTypes::kPooled;
+    if (auto s = provisioner::ApplyLifetimeFile(file, mapping, unmatched, inputs); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.simulation.lifetime_groups: ", s.message()));
+    }
+  }
+  std::set<int> given;
+  for (int i = 0; i < o.lifetimes_size(); ++i) {
+    const pb::InstanceLifetimes& l = o.lifetimes(i);
+    const std::string field = absl::StrCat("options.simulation.lifetimes[", i, "]");
+    const int k = catalog.IndexOf(l.instance_type());
+    if (k < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.instance_type = \"%s\": not in catalog \"%s\"", field,
+                          l.instance_type(), catalog.name));
+    }
+    if (!given.insert(k).second) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.instance_type = \"%s\": given twice", field, l.instance_type()));
+    }
+    if (l.observations_size() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".observations: empty"));
+    }
+    if (auto s = count(l.observations_size(), field); !s.ok()) return s;
+    inputs[k].observations = observations(l.observations());
+    inputs[k].observations_source = l.source().empty() ? field : l.source();
+  }
+  return provisioner::BuildRevocationModel(inputs);
+}
+
+absl::StatusOr<provisioner::SimulationOptions> SimulationOptionsOf(const PlanInputs& in,
+                                                                   const pb::SimulationOptions& o,
+                                                                   int max_runs) {
+  provisioner::SimulationOptions out;
+  if (o.runs() > static_cast<uint32_t>(max_runs)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "options.simulation.runs = %d: must be at most %d here", o.runs(), max_runs));
+  }
+  if (o.runs() > 0) out.runs = static_cast<int>(o.runs());
+  out.seed = o.seed();
+  out.notice_s = o.notice_s();
+  if (o.has_takeover_delay_s()) out.takeover_delay_s = o.takeover_delay_s();
+  if (o.has_lost_iterations_per_revocation()) {
+    out.lost_iterations_per_revocation = o.lost_iterations_per_revocation();
+  }
+  out.replan_resolution = o.replan_resolution();
+  out.strategy = in.strategy;
+  out.exhaustive_limit = in.exhaustive_limit;
+  if (o.max_replan_solves() > kMaxServiceReplanSolves) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("options.simulation.max_replan_solves = %d: must be at most %d",
+                        o.max_replan_solves(), kMaxServiceReplanSolves));
+  }
+  if (o.max_replan_solves() > 0) out.max_replan_solves = o.max_replan_solves();
+  if (auto s = provisioner::ValidateSimulationOptions(out); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("options.", s.message()));
+  }
+  return out;
+}
+
+void RiskToProto(const provisioner::SimulationResult& r, pb::RiskEstimate* out) {
+  out->set_p_meet_deadline(r.p_meet_deadline);
+  out->set_p_meet_deadline_low(r.p_meet_deadline_low);
+  out->set_p_meet_deadline_high(r.p_meet_deadline_high);
+  out->set_p_meet_slo(r.p_meet_slo);
+  out->set_p_no_revocation(r.p_no_revocation);
+  out->set_expected_cost_usd(r.cost_usd.mean);
+  out->set_cost_p50_usd(r.cost_usd.p50);
+  out->set_cost_p90_usd(r.cost_usd.p90);
+  out->set_expected_time_s(r.time_s.mean);
+  out->set_time_p50_s(r.time_s.p50);
+  out->set_time_p90_s(r.time_s.p90);
+  out->set_mean_revocations(r.revocations.mean);
+  out->set_max_revocations(r.revocations.max);
+  out->set_runs(static_cast<uint32_t>(r.runs));
+  out->set_seed(r.seed);
+  out->set_unfinished_runs(static_cast<uint32_t>(r.unfinished));
+  out->set_replans(r.replans);
+  out->set_replans_solved(r.replans_solved);
+}
 
 absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::WorkloadRef& workload,
                                         const pb::CatalogRef& catalog, const pb::Slo& slo,
@@ -297,7 +498,90 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext* context,
              pb::PLAN_STRATEGY_HOMOGENEOUS, response->mutable_homogeneous_baseline());
     if (!stopped.ok()) return ToGrpc(stopped);
   }
+  if (request->options().confidence() != 0) {
+    return ToGrpc(PlanWithConfidence(*request, *in, response));
+  }
   return grpc::Status::OK;
+}
+
+absl::Status ProvisionerServiceImpl::PlanWithConfidence(const pb::PlanRequest& request,
+                                                        const PlanInputs& in,
+                                                        pb::PlanResponse* response) {
+  const double q = request.options().confidence();
+  if (!(q > 0 && q < 1)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "options.confidence = %g: must be strictly between 0 and 1 (0 = a plain plan)", q));
+  }
+  if (request.mode() != pb::PLAN_MODE_DEADLINE) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("options.confidence = %g: risk-aware plans are for the deadline mode", q));
+  }
+  if (!std::isfinite(in.problem.deadline_s)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "options.confidence = %g: needs slo.deadline_s (the probability is of meeting it)", q));
+  }
+  const predictor::PerformanceModel& m = *in.model;
+  const pb::SimulationOptions& so = request.options().simulation();
+  auto revocations = RevocationModelOf(models_.registry(), request.catalog(), m.catalog(), so);
+  if (!revocations.ok()) return revocations.status();
+  if (auto s = CheckRevocable(m.catalog(), *revocations, "options.confidence"); !s.ok()) return s;
+  auto sim = SimulationOptionsOf(in, so, kMaxServiceSearchRuns);
+  if (!sim.ok()) return sim.status();
+  provisioner::RiskOptions risk{.confidence = q};
+  if (so.screening_runs() > 0) {
+    if (so.screening_runs() > static_cast<uint32_t>(kMaxServiceSearchRuns)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("options.simulation.screening_runs = %d: must be at most %d",
+                          so.screening_runs(), kMaxServiceSearchRuns));
+    }
+    risk.screening_runs = static_cast<int>(so.screening_runs());
+  }
+  if (so.max_candidates() > static_cast<uint32_t>(kMaxServiceCandidates)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("options.simulation.max_candidates = %d: must be at most %d",
+                        so.max_candidates(), kMaxServiceCandidates));
+  }
+  if (so.max_candidates() > 0) risk.max_candidates = static_cast<int>(so.max_candidates());
+  for (const std::string& d : Describe(m.catalog(), *revocations)) {
+    response->add_revocation_models(d);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto result = provisioner::PlanWithConfidence(m, in.problem, *revocations, *sim, risk);
+  const double ms = Millis(start);
+  if (!result.ok()) return result.status();
+  if (!result->plain_feasible) return absl::OkStatus();  // the plain answer already says why
+  constexpr pb::PlanStrategy kRiskAware = pb::PLAN_STRATEGY_RISK_AWARE;
+  // The plain plan the risk-aware search started from is the exact one (whatever strategy the
+  // request named for the plain answer).
+  *response->mutable_plain_plan() = ToPlan(in, result->plain, pb::PLAN_STRATEGY_EXACT);
+  RiskToProto(result->plain_risk, response->mutable_plain_plan()->mutable_risk());
+  if (result->feasible) {
+    *response->mutable_plan() = ToPlan(in, result->plan, kRiskAware);
+    RiskToProto(result->risk, response->mutable_plan()->mutable_risk());
+  } else {
+    *response->mutable_plan() = Infeasible(
+        in, kRiskAware,
+        absl::StrFormat("no candidate plan meets the deadline in at least %g of the simulated "
+                        "runs; the most reliable, %s, meets it in %.4f (95%% interval %.4f-%.4f) "
+                        "for an expected $%.4f",
+                        q, Counts(m.catalog(), result->most_reliable.counts),
+                        result->most_reliable_risk.p_meet_deadline,
+                        result->most_reliable_risk.p_meet_deadline_low,
+                        result->most_reliable_risk.p_meet_deadline_high,
+                        result->most_reliable_risk.cost_usd.mean));
+    *response->mutable_most_reliable() = ToPlan(in, result->most_reliable, kRiskAware);
+    RiskToProto(result->most_reliable_risk, response->mutable_most_reliable()->mutable_risk());
+  }
+  response->mutable_plan()->set_solve_ms(ms);
+  response->mutable_plan()->set_clusters_evaluated(result->evaluated);
+  response->set_risk_search(absl::StrFormat(
+      "%d candidates simulated with %d runs each (seed %d), %d of them again with %d; the first "
+      "from the exact time/cost frontiers (with and without each revocable type), the rest by a "
+      "local search around the cheapest in expectation: a heuristic over the candidates, exact "
+      "under the model within them; %d re-plans, %d solved",
+      result->candidates, std::min(risk.screening_runs, sim->runs), sim->seed,
+      result->full_evaluations, sim->runs, result->replans, result->replans_solved));
+  return absl::OkStatus();
 }
 
 grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext* context,
@@ -383,6 +667,37 @@ grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext* context,
     plan->set_solve_ms(ms);
     plan->set_clusters_evaluated(evaluated);
   }
+  if (request->simulate() && !front->empty()) {
+    const predictor::PerformanceModel& m = *in->model;
+    const pb::SimulationOptions& so = request->options().simulation();
+    if (!std::isfinite(in->problem.deadline_s)) {
+      return ToGrpc(absl::InvalidArgumentError(
+          "simulate: needs slo.deadline_s (the probability is of meeting it)"));
+    }
+    if (front->size() > static_cast<size_t>(kMaxServiceFrontierSimulations)) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
+          "simulate: the frontier has %d plans, more than the %d that may be simulated; bound it "
+          "with slo.budget_usd or options.max_cluster_size",
+          front->size(), kMaxServiceFrontierSimulations)));
+    }
+    auto revocations = RevocationModelOf(models_.registry(), request->catalog(), m.catalog(), so);
+    if (!revocations.ok()) return ToGrpc(revocations.status());
+    if (auto st = CheckRevocable(m.catalog(), *revocations, "simulate"); !st.ok()) {
+      return ToGrpc(st);
+    }
+    auto sim = SimulationOptionsOf(*in, so, kMaxServiceSearchRuns);
+    if (!sim.ok()) return ToGrpc(sim.status());
+    auto simulator = provisioner::Simulator::Create(m, in->problem, *revocations, *sim);
+    if (!simulator.ok()) return ToGrpc(simulator.status());
+    for (size_t i = 0; i < front->size(); ++i) {
+      auto r = (*simulator)->Run((*front)[i].counts);
+      if (!r.ok()) return ToGrpc(r.status());
+      RiskToProto(*r, response->mutable_plans(static_cast<int>(i))->mutable_risk());
+    }
+    for (const std::string& d : Describe(m.catalog(), *revocations)) {
+      response->add_revocation_models(d);
+    }
+  }
   if (front->empty()) {
     // As Plan answers an infeasible SLO: why, and what the fastest plan would take.
     const provisioner::PlanResult fastest = Fastest(*in);
@@ -393,6 +708,105 @@ grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext* context,
       response->set_fastest_cost_usd(fastest.best.cost_usd);
     }
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status ProvisionerServiceImpl::Simulate(grpc::ServerContext* context,
+                                              const pb::SimulateRequest* request,
+                                              pb::SimulateResponse* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
+  pb::Slo slo = request->slo();
+  if (request->iterations() != 0) {
+    // The job is `iterations` normalized iterations on the cluster: its target loss is the
+    // model's loss after them.
+    if (!(std::isfinite(request->iterations()) && request->iterations() > 0)) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
+          "iterations = %g: must be a positive number (or 0 to use slo.target_loss)",
+          request->iterations())));
+    }
+    if (request->cluster().instances_size() == 0) {
+      return ToGrpc(absl::InvalidArgumentError(
+          "iterations: needs a cluster (the loss after them depends on the cluster)"));
+    }
+    auto model = models_.Resolve(request->workload(), request->catalog(),
+                                 {.bandwidth_margin = request->options().bandwidth_margin()});
+    if (!model.ok()) return ToGrpc(model.status());
+    auto cluster = ToDomain(request->cluster(), (*model)->catalog(), "cluster");
+    if (!cluster.ok()) return ToGrpc(cluster.status());
+    auto loss = provisioner::LossAfterIterations(**model, cluster->counts, request->iterations(),
+                                                 std::max(1, cluster->parameter_servers));
+    if (!loss.ok()) return ToGrpc(loss.status());
+    slo.set_target_loss(*loss);
+  }
+  if (!(slo.deadline_s() > 0)) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
+        "slo.deadline_s = %g: the simulation needs a deadline (the probability is of meeting it)",
+        slo.deadline_s())));
+  }
+  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), slo, request->options(),
+                         "options.existing", options_.max_exhaustive_limit);
+  if (!in.ok()) return ToGrpc(in.status());
+  // The plan search, the re-plans and the runs stop at the call's deadline or the server's limit.
+  in->problem.stop =
+      CallStopCheck(context, options_.max_solve_time, "the simulation", "--max_solve_time");
+  const predictor::PerformanceModel& m = *in->model;
+  response->set_target_loss(slo.target_loss());
+  std::vector<int> counts;
+  pb::PlanStrategy strategy = pb::PLAN_STRATEGY_GIVEN;
+  if (request->cluster().instances_size() > 0) {
+    auto cluster = ToDomain(request->cluster(), m.catalog(), "cluster");
+    if (!cluster.ok()) return ToGrpc(cluster.status());
+    counts = cluster->counts;
+    for (size_t k = 0; k < counts.size(); ++k) {
+      if (counts[k] < in->problem.min_counts[k]) {
+        return ToGrpc(absl::InvalidArgumentError(
+            absl::StrFormat("cluster: %d of %s, fewer than the %d in options.existing", counts[k],
+                            m.catalog().types[k].name, in->problem.min_counts[k])));
+      }
+    }
+  } else {
+    strategy = StrategyOf(in->strategy);
+    auto plan = provisioner::Solve(m, in->problem, in->strategy, in->exhaustive_limit);
+    if (!plan.ok()) return ToGrpc(plan.status());
+    if (!plan->feasible) {
+      const provisioner::PlanResult fastest = Fastest(*in);
+      if (!fastest.stopped.ok()) return ToGrpc(fastest.stopped);
+      *response->mutable_plan() = Infeasible(*in, strategy, InfeasibleReason(*in, fastest));
+      return grpc::Status::OK;
+    }
+    counts = plan->best.counts;
+  }
+  auto revocations = RevocationModelOf(models_.registry(), request->catalog(), m.catalog(),
+                                       request->options().simulation());
+  if (!revocations.ok()) return ToGrpc(revocations.status());
+  if (auto st = CheckRevocable(m.catalog(), *revocations, "simulate"); !st.ok()) return ToGrpc(st);
+  for (const std::string& d : Describe(m.catalog(), *revocations)) {
+    response->add_revocation_models(d);
+  }
+  auto sim = SimulationOptionsOf(*in, request->options().simulation(), kMaxServiceSimulateRuns);
+  if (!sim.ok()) return ToGrpc(sim.status());
+  auto simulator = provisioner::Simulator::Create(m, in->problem, *revocations, *sim);
+  if (!simulator.ok()) return ToGrpc(simulator.status());
+  const auto start = std::chrono::steady_clock::now();
+  auto r = (*simulator)->Run(counts);
+  const double ms = Millis(start);
+  if (!r.ok()) {
+    return ToGrpc(absl::Status(r.status().code(), absl::StrCat("cluster: ", r.status().message())));
+  }
+  Candidate c;
+  if (!provisioner::Score(m, in->problem, counts, c)) {
+    return ToGrpc(m.ErrorStatus(c.estimate, in->problem.target_loss));
+  }
+  *response->mutable_plan() = ToPlan(*in, c, strategy);
+  if (!provisioner::MeetsSlo(in->problem, c)) {
+    response->mutable_plan()->set_feasible(false);
+    response->mutable_plan()->set_reason(absl::StrFormat(
+        "even without revocations this cluster does not meet the SLO: %.1f s (deadline %.1f s) "
+        "for $%.4f",
+        c.time_s, in->problem.deadline_s, c.cost_usd));
+  }
+  RiskToProto(*r, response->mutable_plan()->mutable_risk());
+  response->mutable_plan()->set_solve_ms(ms);
   return grpc::Status::OK;
 }
 

@@ -11,6 +11,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "provisioner/planner.h"
+#include "provisioner/revocation_model.h"
+#include "provisioner/simulator.h"
 #include "services/common/model_resolver.h"
 #include "spotdnn/v1/provisioner.grpc.pb.h"
 
@@ -54,6 +56,34 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
                                         absl::string_view existing_field = "options.existing",
                                         uint64_t max_exhaustive_limit = kMaxExhaustiveLimit);
 
+// Most runs a Simulate may ask for, and a confidence search or a simulated frontier per plan.
+inline constexpr int kMaxServiceSimulateRuns = 1'000'000;
+inline constexpr int kMaxServiceSearchRuns = 100'000;
+// Most candidates a confidence search may simulate, and frontier plans a Frontier may simulate.
+inline constexpr int kMaxServiceCandidates = 256;
+inline constexpr int kMaxServiceFrontierSimulations = 200;
+// Most lifetimes one type (or one lifetime group) may carry in a request, and in all.
+inline constexpr int kMaxServiceLifetimesPerType = 100'000;
+inline constexpr int kMaxServiceLifetimes = 1'000'000;
+// Most re-plans one request's simulations may solve.
+inline constexpr uint64_t kMaxServiceReplanSolves = 10'000'000;
+
+// The revocation model of a request, per type of `catalog` (the catalog `ref` resolves to):
+// options.simulation's lifetimes and lifetime groups, then the catalog's own lifetimes and
+// interruption rates (see SimulationOptions in provisioner.proto). INVALID_ARGUMENT names the
+// field (options.simulation.lifetimes[2].instance_type, ...).
+absl::StatusOr<provisioner::RevocationModel> RevocationModelOf(
+    const DataRegistry& registry, const pb::CatalogRef& ref,
+    const predictor::InstanceCatalog& catalog, const pb::SimulationOptions& options);
+
+// options.simulation as domain options; runs above `max_runs` are INVALID_ARGUMENT.
+absl::StatusOr<provisioner::SimulationOptions> SimulationOptionsOf(const PlanInputs& in,
+                                                                   const pb::SimulationOptions& o,
+                                                                   int max_runs);
+
+// A simulation's numbers as a RiskEstimate message.
+void RiskToProto(const provisioner::SimulationResult& r, pb::RiskEstimate* out);
+
 class ProvisionerServiceImpl final : public pb::Provisioner::Service {
  public:
   using Options = ProvisionerOptions;
@@ -67,6 +97,8 @@ class ProvisionerServiceImpl final : public pb::Provisioner::Service {
                       pb::ReplanResponse* response) override;
   grpc::Status Frontier(grpc::ServerContext* context, const pb::FrontierRequest* request,
                         pb::FrontierResponse* response) override;
+  grpc::Status Simulate(grpc::ServerContext* context, const pb::SimulateRequest* request,
+                        pb::SimulateResponse* response) override;
 
  private:
   // The request's inputs with the stop check of `context` (see CallStopCheck).
@@ -75,7 +107,9 @@ class ProvisionerServiceImpl final : public pb::Provisioner::Service {
                                     const pb::WorkloadRef& workload, const pb::CatalogRef& catalog,
                                     const pb::Slo& slo, const pb::PlanOptions& options,
                                     absl::string_view existing_field = "options.existing");
-
+  // The confidence part of Plan: replaces the plain answer's plan with the risk-aware one.
+  absl::Status PlanWithConfidence(const pb::PlanRequest& request, const PlanInputs& in,
+                                  pb::PlanResponse* response);
   ModelResolver models_;
   const ProvisionerOptions options_;
 };

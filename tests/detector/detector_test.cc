@@ -480,8 +480,90 @@ TEST_F(DetectorTest, StringsAreBoundedBeforeTheyAreKept) {
   n.detail = std::string(1025, 'd');
   EXPECT_THAT(std::string(d->ReportNotice("x", "job", Cloud::kAws, n, 0).message()),
               HasSubstr("event.detail = \"ddd"));
+  // The instance type main added for lifetimes is a name like the others.
+  WatchedInstance typed;
+  typed.instance_id = "x";
+  typed.instance_type = std::string(257, 't');
+  EXPECT_THAT(std::string(d->Register(typed).message()),
+              HasSubstr("instance.instance_type = \"ttt"));
   EXPECT_TRUE(d->List("").empty());
   EXPECT_TRUE(All(*d).empty());
+}
+
+// Lifetimes for revocation models: from registration to the first notice (revoked, at its
+// effective time), or censored when unregistered, lost or registered again; kept across a restart
+// with the instance type.
+TEST_F(DetectorTest, RecordsLifetimesPerInstanceType) {
+  DetectorOptions o = ByHand();
+  o.db_path = db_.string();
+  auto d = OpenDetector(o);
+  for (const char* id : {"a", "b", "c"}) {
+    WatchedInstance w;
+    w.instance_id = id;
+    w.job_id = "job";
+    w.cloud = Cloud::kAws;
+    w.instance_type = std::string(id) == "c" ? "g3.8xlarge" : "p2.xlarge";
+    ASSERT_TRUE(d->Register(w).ok());
+  }
+  auto a = d->Get("a");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->instance_type, "p2.xlarge");
+  EXPECT_GT(a->registered_unix_ms, 0);
+  const int64_t now = NowUnixMs();
+  Notice n{EventKind::kNotice, "terminate", 0, now + 120000, "aws:1", "spot"};
+  ASSERT_TRUE(d->ReportNotice("a", "job", Cloud::kAws, n, now).ok());
+  // A second notice of the same lifetime records nothing more.
+  Notice n2 = n;
+  n2.key = "aws:2";
+  ASSERT_TRUE(d->ReportNotice("a", "job", Cloud::kAws, n2, now).ok());
+  ASSERT_TRUE(d->Unregister("b").ok());
+  // A re-registration without a type keeps the one known.
+  WatchedInstance c;
+  c.instance_id = "c";
+  c.job_id = "job";
+  ASSERT_TRUE(d->Register(c).ok());
+  d.reset();
+  d = OpenDetector(o);
+  auto p2 = d->Lifetimes("p2.xlarge");
+  ASSERT_TRUE(p2.ok()) << p2.status();
+  ASSERT_EQ(p2->size(), 2u);
+  EXPECT_EQ((*p2)[0].instance_id, "a");
+  EXPECT_TRUE((*p2)[0].revoked);
+  EXPECT_EQ((*p2)[0].how, "notice");
+  EXPECT_EQ((*p2)[0].ended_unix_ms, now + 120000);
+  EXPECT_EQ((*p2)[1].instance_id, "b");
+  EXPECT_FALSE((*p2)[1].revoked);
+  EXPECT_EQ((*p2)[1].how, "unregistered");
+  auto g3 = d->Lifetimes("g3.8xlarge");
+  ASSERT_TRUE(g3.ok());
+  ASSERT_EQ(g3->size(), 1u);
+  EXPECT_EQ((*g3)[0].how, "running");
+  EXPECT_FALSE((*g3)[0].revoked);
+  EXPECT_EQ(d->Lifetimes("")->size(), 3u);
+}
+
+TEST_F(DetectorTest, OpensADatabaseFromBeforeInstanceTypes) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.string().c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "CREATE TABLE instances (instance_id TEXT PRIMARY KEY, job_id TEXT, "
+                         "cloud INTEGER, endpoint TEXT, state INTEGER, reason TEXT, "
+                         "last_heartbeat_ms INTEGER, notice_effective_ms INTEGER);"
+                         "INSERT INTO instances VALUES ('old', 'job', 1, '', 1, '', 5, 0);",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  DetectorOptions o = ByHand();
+  o.db_path = db_.string();
+  auto d = OpenDetector(o);
+  ASSERT_NE(d, nullptr);
+  auto old = d->Get("old");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->instance_type, "");
+  EXPECT_EQ(old->registered_unix_ms, 0);
+  // Its start is unknown: no lifetime is made up for it.
+  ASSERT_TRUE(d->Unregister("old").ok());
+  EXPECT_TRUE(d->Lifetimes("")->empty());
 }
 
 TEST(HashRingTest, SpreadsAndMovesOnlyTheFailedReplicasInstances) {

@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "provisioner/launcher/local_provider.h"
 #include "services/common/data_registry.h"
+#include "services/gateway/cli/job_output.h"
 #include "services/gateway/job/job_controller.h"
 #include "services/gateway/job/job_spec.h"
 #include "services/gateway/job/job_store.h"
@@ -153,6 +154,19 @@ TEST(JobSpecTest, BadInputNamesTheFieldAndTheValue) {
            "provider": {"name": "aws", "image_id": "ami-1", "capacity": {"p2.xlarge": 1}},
            "commands": {"worker": "x"}})",
        "only the local provider"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60, "confidence": 1},
+           "catalog": "c", "commands": {"worker": "x"}})",
+       "slo.confidence = 1"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "budget_usd": 3, "confidence": 0.9},
+           "catalog": "c", "commands": {"worker": "x"}})",
+       "needs slo.deadline"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60, "lifetimes": "x.csv"},
+           "catalog": "c", "commands": {"worker": "x"}})",
+       "slo.lifetimes = \"x.csv\": applies with slo.confidence"},
+      {R"({"name": "j", "workload": "w",
+           "slo": {"loss": 1, "deadline": 60, "confidence": 0.9, "notice": "soon"},
+           "catalog": "c", "commands": {"worker": "x"}})",
+       "slo.notice"},
   };
   for (const Case& c : cases) {
     auto spec = ParseJobSpec(c.json);
@@ -402,6 +416,83 @@ TEST_F(JobStoreTest, ProfilingStepImportsFitsAndPlansWithTheFittedProfile) {
   EXPECT_EQ(job->target_iterations, 40);
   EXPECT_THAT(job->workload_json, HasSubstr("\"mynet\""));
   EXPECT_EQ(controller.Plan(spec, local).status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+// slo.confidence: the plan request carries the confidence and the lifetime file's sections; the
+// stored plan's predicted probability goes into the summary beside whether the deadline was met.
+TEST_F(JobStoreTest, ConfidencePlansWithTheLifetimesAndTheSummaryShowsThePrediction) {
+  fs::create_directories(dir_);
+  const fs::path lifetimes = dir_ / "lifetimes.csv";
+  std::ofstream(lifetimes) << "K80,,\nVM name,Start,Terminate\na,2/18/19 23:40,2/19/19 14:58\n"
+                              "b,2/18/19 23:40,2/19/19 23:46\n";
+  pb::MockProvisionerStub provisioner;
+  EXPECT_CALL(provisioner, Plan(_, _, _))
+      .WillOnce([](grpc::ClientContext*, const pb::PlanRequest& r, pb::PlanResponse* out) {
+        EXPECT_EQ(r.options().confidence(), 0.9);
+        const pb::SimulationOptions& sim = r.options().simulation();
+        EXPECT_EQ(sim.notice_s(), 30);
+        EXPECT_EQ(sim.takeover_delay_s(), 90);
+        EXPECT_EQ(sim.lifetime_groups_size(), 1);
+        EXPECT_EQ(sim.lifetime_groups(0).name(), "K80");
+        EXPECT_EQ(sim.lifetime_groups(0).observations_size(), 2);
+        EXPECT_TRUE(sim.lifetime_groups(0).observations(1).censored());  // past 24 h
+        pb::Plan* p = out->mutable_plan();
+        p->set_feasible(true);
+        pb::InstanceCount* c = p->mutable_cluster()->add_instances();
+        c->set_instance_type("p2.xlarge");
+        c->set_count(2);
+        p->mutable_prediction()->set_normalized_iterations(40);
+        p->set_time_s(20);
+        p->mutable_risk()->set_p_meet_deadline(0.93);
+        p->mutable_risk()->set_p_meet_deadline_low(0.92);
+        p->mutable_risk()->set_p_meet_deadline_high(0.94);
+        p->mutable_risk()->set_runs(10000);
+        return grpc::Status::OK;
+      })
+      .WillOnce([](grpc::ClientContext*, const pb::PlanRequest&, pb::PlanResponse* out) {
+        out->mutable_plain_plan()->set_feasible(true);
+        out->mutable_plan()->set_feasible(false);
+        out->mutable_plan()->set_reason("no candidate plan meets the deadline in at least 0.9");
+        return grpc::Status::OK;
+      });
+  auto store = JobStore::Open((dir_ / "jobs.db").string());
+  ASSERT_TRUE(store.ok());
+  auto provider =
+      launcher::LocalProvider::Create({.state_dir = (dir_ / "local").string(), .owner = false});
+  ASSERT_TRUE(provider.ok());
+  pb::MockProfilerStub profiler;
+  EXPECT_CALL(profiler, GetProfile(_, _, _))
+      .WillRepeatedly([](grpc::ClientContext*, const pb::GetProfileRequest&, pb::WorkloadProfile*) {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such profile");
+      });
+  const clients::ProvisionerClient provisioner_client(provisioner);
+  const clients::ProfilerClient profiler_client(profiler);
+  JobController controller({.provisioner = &provisioner_client,
+                            .profiler = &profiler_client,
+                            .provider = provider->get(),
+                            .store = store->get()},
+                           {}, nullptr);
+  const services::DataRegistry local = services::DataRegistry::WithBuiltins();
+  const std::string spec = absl::StrCat(R"({"name": "risky", "workload": "resnet110",
+    "slo": {"loss": 2.6, "deadline": 60, "confidence": 0.9, "lifetimes": ")",
+                                        lifetimes.string(), R"(", "notice": "30s",
+            "takeover_delay": 90},
+    "catalog": "aws-spotdnn-prototype", "commands": {"worker": "true"}})");
+  auto job = controller.Plan(spec, local);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto summary = job::SummarizeJob(**store, "risky", 0);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_TRUE(summary->predicted_p_meet_deadline.has_value());
+  EXPECT_NEAR(*summary->predicted_p_meet_deadline, 0.93, 1e-9);
+  EXPECT_EQ(summary->confidence, 0.9);
+  EXPECT_THAT(SummaryJson(*summary), HasSubstr("\"predicted_p_meet_deadline\":0.93"));
+  EXPECT_THAT(SummaryJson(*summary), HasSubstr("\"deadline_met\""));
+  // No plan reaching the confidence: the job is refused, naming it.
+  std::string other = spec;
+  other.replace(other.find("risky"), 5, "other");
+  auto refused = controller.Plan(other, local);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("slo.confidence"));
 }
 
 }  // namespace

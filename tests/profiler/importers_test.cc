@@ -236,6 +236,30 @@ TEST(SampleLineImport, FindsMarkedLinesInsideAnyLog) {
                                           HasSubstr("train.log:5: \"iteration_time_s\"")));
 }
 
+TEST(ParseSampleLine, OneLineOfTheSampleFormat) {
+  auto none = ParseSampleLine("epoch 3: loss 2.1");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  auto line = ParseSampleLine(
+      "2026-11-23 12:00:00 INFO SPOTDNN_SAMPLE job_id=j worker=3 step=42\tloss=1.5 "
+      "iteration_time_s=0.2\r");
+  ASSERT_TRUE(line.ok()) << line.status();
+  ASSERT_TRUE(line->has_value());
+  EXPECT_EQ((*line)->job_id, "j");
+  EXPECT_EQ((*line)->worker_id, "3");
+  EXPECT_EQ((*line)->step, 42);
+  EXPECT_DOUBLE_EQ((*line)->loss, 1.5);
+  EXPECT_DOUBLE_EQ((*line)->iteration_time_s, 0.2);
+  auto bad = ParseSampleLine("SPOTDNN_SAMPLE step=1 =3");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("\"=3\": expected key=value"));
+  auto unknown = ParseSampleLine("SPOTDNN_SAMPLE colour=blue");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("colour"));
+  // Not validated here: a negative loss parses (ValidateSample refuses it).
+  EXPECT_TRUE(ParseSampleLine("SPOTDNN_SAMPLE loss=-1").ok());
+}
+
 TEST(ImportPath, NamesAMissingPath) {
   auto result = ImportPath("/no/such/folder", {});
   EXPECT_EQ(result.status().code(), absl::StatusCode::kNotFound);

@@ -1,6 +1,9 @@
 // Drives Plan, Replan and Frontier of the provisioner service over 127.0.0.1:0.
 #include "services/provisioner/provisioner_service.h"
 
+#include <functional>
+#include <limits>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/common/server.h"
@@ -362,6 +365,268 @@ TEST_F(ProvisionerServiceTest, HugeQuotasSkipTheHeuristicBaselineAndSayWhy) {
   const grpc::Status s = Plan(r, &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(s.error_message(), HasSubstr("windows"));
+}
+
+}  // namespace
+}  // namespace spotdnn::services
+
+namespace spotdnn::services {
+namespace {
+
+// Risk-aware planning, simulation and simulated frontiers.
+class RiskServiceTest : public ProvisionerServiceTest {
+ protected:
+  // The README's SLO (loss 0.9 by 30 min) with every prototype type revoked at `rate` per hour,
+  // given as lifetime groups named by GPU type (as `--lifetimes FILE` sends them).
+  static pb::PlanRequest RiskRequest(double confidence) {
+    pb::PlanRequest r = Request(0.9, 1800);
+    r.mutable_options()->set_confidence(confidence);
+    pb::SimulationOptions* s = r.mutable_options()->mutable_simulation();
+    s->set_runs(2000);
+    s->set_seed(4);
+    s->set_notice_s(30);
+    s->set_takeover_delay_s(60);
+    // Every third lifetime within the first 40 minutes, the rest censored at a day.
+    for (const char* gpu : {"K80", "T4", "M60"}) {
+      pb::LifetimeGroup* g = s->add_lifetime_groups();
+      g->set_name(gpu);
+      g->set_source("test");
+      for (int i = 0; i < 30; ++i) {
+        pb::LifetimeObservation* o = g->add_observations();
+        o->set_lifetime_s(i % 3 == 0 ? 60.0 * (i + 10) : 86400);
+        o->set_censored(i % 3 != 0);
+      }
+    }
+    return r;
+  }
+};
+
+TEST_F(RiskServiceTest, ConfidencePlanShowsItsProbabilityBesideThePlainPlans) {
+  pb::PlanResponse response;
+  ASSERT_TRUE(Plan(RiskRequest(0.9), &response).ok());
+  const pb::Plan& p = response.plan();
+  const pb::Plan& plain = response.plain_plan();
+  ASSERT_TRUE(plain.feasible());
+  EXPECT_EQ(plain.strategy(), pb::PLAN_STRATEGY_EXACT);
+  EXPECT_EQ(plain.risk().runs(), 2000u);
+  EXPECT_GT(plain.risk().mean_revocations(), 0);
+  EXPECT_LE(plain.risk().p_meet_deadline_low(), plain.risk().p_meet_deadline());
+  ASSERT_EQ(response.revocation_models_size(), 5);
+  EXPECT_THAT(response.revocation_models(0), HasSubstr("p2.xlarge: Kaplan-Meier, 30 lifetimes"));
+  EXPECT_FALSE(response.risk_search().empty());
+  if (p.feasible()) {
+    EXPECT_EQ(p.strategy(), pb::PLAN_STRATEGY_RISK_AWARE);
+    EXPECT_GE(p.risk().p_meet_deadline(), 0.9);
+    EXPECT_GE(p.risk().p_meet_deadline(), plain.risk().p_meet_deadline());
+    EXPECT_GE(p.cost_usd(), plain.cost_usd());
+    EXPECT_GT(p.risk().expected_cost_usd(), 0);
+  } else {
+    EXPECT_THAT(p.reason(), HasSubstr("most reliable"));
+    EXPECT_TRUE(response.most_reliable().feasible());
+  }
+  // The same request, the same answer (deterministic for a seed).
+  pb::PlanResponse again;
+  ASSERT_TRUE(Plan(RiskRequest(0.9), &again).ok());
+  EXPECT_EQ(again.plan().risk().p_meet_deadline(), p.risk().p_meet_deadline());
+  EXPECT_EQ(again.plan().risk().expected_cost_usd(), p.risk().expected_cost_usd());
+}
+
+TEST_F(RiskServiceTest, CatalogInterruptionRatesAreARevocationModel) {
+  pb::PlanRequest r = Request(0.9, 1800);
+  auto catalog = DataRegistry::WithBuiltins().ResolveCatalog("aws-spotdnn-prototype");
+  ASSERT_TRUE(catalog.ok());
+  for (pb::InstanceType& t : *catalog->mutable_instance_types()) {
+    t.set_interruption_rate_per_hour(0.5);
+  }
+  *r.mutable_catalog()->mutable_catalog() = *catalog;
+  r.mutable_options()->set_confidence(0.8);
+  r.mutable_options()->mutable_simulation()->set_runs(1000);
+  r.mutable_options()->mutable_simulation()->set_takeover_delay_s(60);
+  pb::PlanResponse response;
+  ASSERT_TRUE(Plan(r, &response).ok());
+  EXPECT_THAT(response.revocation_models(0), HasSubstr("exponential, 0.5 revocations per hour"));
+  EXPECT_GT(response.plain_plan().risk().mean_revocations(), 0);
+}
+
+TEST_F(RiskServiceTest, BadRiskInputNamesTheField) {
+  struct Case {
+    std::function<void(pb::PlanRequest&)> edit;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](pb::PlanRequest& r) { r.mutable_options()->set_confidence(1.5); },
+       "options.confidence = 1.5"},
+      {[](pb::PlanRequest& r) {
+         r.mutable_options()->mutable_simulation()->clear_lifetime_groups();
+       },
+       "options.confidence: no instance type of catalog"},
+      {[](pb::PlanRequest& r) { r.mutable_options()->mutable_simulation()->set_runs(5000000); },
+       "options.simulation.runs = 5000000"},
+      {[](pb::PlanRequest& r) { r.mutable_options()->mutable_simulation()->set_notice_s(-3); },
+       "options.simulation.notice_s = -3"},
+      {[](pb::PlanRequest& r) {
+         r.mutable_options()->mutable_simulation()->set_max_candidates(100000);
+       },
+       "options.simulation.max_candidates = 100000"},
+      {[](pb::PlanRequest& r) {
+         auto* l = r.mutable_options()->mutable_simulation()->add_lifetimes();
+         l->set_instance_type("p9.huge");
+         l->add_observations()->set_lifetime_s(1);
+       },
+       "options.simulation.lifetimes[0].instance_type = \"p9.huge\""},
+      {[](pb::PlanRequest& r) {
+         (*r.mutable_options()->mutable_simulation()->mutable_lifetime_mapping())["A100"] = "K80";
+       },
+       "no instance type or GPU type \"A100\""},
+      {[](pb::PlanRequest& r) {
+         r.mutable_options()->mutable_simulation()->set_unmatched_types(pb::UNMATCHED_TYPES_REFUSE);
+         r.mutable_options()->mutable_simulation()->mutable_lifetime_groups()->RemoveLast();
+       },
+       "instance type g3.8xlarge"},
+      {[](pb::PlanRequest& r) {
+         r.mutable_options()
+             ->mutable_simulation()
+             ->mutable_lifetime_groups(0)
+             ->mutable_observations(0)
+             ->set_lifetime_s(-1);
+       },
+       "lifetime_s = -1"},
+      {[](pb::PlanRequest& r) {
+         r.set_mode(pb::PLAN_MODE_BUDGET);
+         r.mutable_slo()->set_budget_usd(5);
+       },
+       "deadline mode"},
+  };
+  for (const Case& c : cases) {
+    pb::PlanRequest r = RiskRequest(0.9);
+    c.edit(r);
+    pb::PlanResponse response;
+    const grpc::Status s = Plan(r, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field;
+    EXPECT_THAT(s.error_message(), HasSubstr(c.field));
+  }
+}
+
+TEST_F(RiskServiceTest, SimulateAClusterOrThePlanOrIterations) {
+  pb::SimulateRequest r;
+  r.mutable_workload()->set_name("resnet110");
+  r.mutable_catalog()->set_name("aws-spotdnn-prototype");
+  r.mutable_slo()->set_target_loss(0.9);
+  r.mutable_slo()->set_deadline_s(1800);
+  *r.mutable_options()->mutable_simulation() = RiskRequest(0.9).options().simulation();
+  auto simulate = [&](const pb::SimulateRequest& req, pb::SimulateResponse* out) {
+    grpc::ClientContext context;
+    return stub_->Simulate(&context, req, out);
+  };
+  pb::SimulateResponse planned;
+  ASSERT_TRUE(simulate(r, &planned).ok());
+  EXPECT_TRUE(planned.plan().feasible());
+  EXPECT_EQ(planned.plan().strategy(), pb::PLAN_STRATEGY_EXACT);
+  EXPECT_EQ(planned.plan().risk().runs(), 2000u);
+  EXPECT_EQ(planned.revocation_models_size(), 5);
+
+  pb::SimulateRequest given = r;
+  auto* c = given.mutable_cluster()->add_instances();
+  c->set_instance_type("g3.8xlarge");
+  c->set_count(5);
+  pb::SimulateResponse cluster;
+  ASSERT_TRUE(simulate(given, &cluster).ok());
+  EXPECT_EQ(cluster.plan().strategy(), pb::PLAN_STRATEGY_GIVEN);
+  EXPECT_EQ(Count(cluster.plan().cluster(), "g3.8xlarge"), 5);
+
+  pb::SimulateRequest iterations = given;
+  iterations.mutable_slo()->set_target_loss(0);
+  iterations.set_iterations(3000);
+  pb::SimulateResponse by_iterations;
+  ASSERT_TRUE(simulate(iterations, &by_iterations).ok());
+  EXPECT_GT(by_iterations.target_loss(), 0.5);
+  EXPECT_NEAR(by_iterations.plan().prediction().normalized_iterations(), 3000, 1);
+
+  pb::SimulateRequest no_deadline = r;
+  no_deadline.mutable_slo()->set_deadline_s(0);
+  pb::SimulateResponse ignored;
+  const grpc::Status s = simulate(no_deadline, &ignored);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("slo.deadline_s"));
+
+  pb::SimulateRequest over_quota = r;
+  auto* big = over_quota.mutable_cluster()->add_instances();
+  big->set_instance_type("p2.xlarge");
+  big->set_count(4);
+  const grpc::Status q = simulate(over_quota, &ignored);
+  EXPECT_THAT(q.error_message(), HasSubstr("cluster: plan count of p2.xlarge = 4"));
+}
+
+// Simulations and confidence searches are bounded like the other searches: the request's limits
+// first, then the call's deadline or the server's --max_solve_time, through the plan search, the
+// re-plans and the simulated runs.
+TEST_F(RiskServiceTest, SimulationsAreCheckedAndStopAtTheServersLimit) {
+  pb::SimulateRequest r;
+  r.mutable_workload()->set_name("resnet110");
+  r.mutable_catalog()->set_name("aws-spotdnn-prototype");
+  r.mutable_slo()->set_target_loss(0.9);
+  r.mutable_slo()->set_deadline_s(1800);
+  *r.mutable_options()->mutable_simulation() = RiskRequest(0.9).options().simulation();
+  pb::SimulateRequest bad = r;
+  bad.mutable_options()->mutable_simulation()->set_unmatched_types(
+      static_cast<pb::UnmatchedTypes>(7));
+  pb::SimulateResponse ignored;
+  grpc::ClientContext c1;
+  const grpc::Status unknown = stub_->Simulate(&c1, bad, &ignored);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(unknown.error_message(),
+              HasSubstr("options.simulation.unmatched_types = 7: not a spotdnn.v1.UnmatchedTypes"));
+  bad = r;
+  bad.mutable_options()->mutable_simulation()->set_notice_s(
+      std::numeric_limits<double>::infinity());
+  grpc::ClientContext c2;
+  EXPECT_THAT(stub_->Simulate(&c2, bad, &ignored).error_message(),
+              HasSubstr("options.simulation.notice_s = inf: must be a finite number"));
+
+  ProvisionerServiceImpl limited(std::make_shared<DataRegistry>(DataRegistry::WithBuiltins()),
+                                 {.max_solve_time = absl::Nanoseconds(1)});
+  auto started = StartServer("", {&limited});
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto stub =
+      pb::Provisioner::NewStub(started->server->InProcessChannel(DefaultChannelArguments()));
+  grpc::ClientContext c3;
+  const grpc::Status simulated = stub->Simulate(&c3, r, &ignored);
+  EXPECT_EQ(simulated.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(simulated.error_message(), HasSubstr("--max_solve_time"));
+  pb::SimulateRequest given = r;  // a given cluster: no search, the runs stop
+  auto* c = given.mutable_cluster()->add_instances();
+  c->set_instance_type("g3.8xlarge");
+  c->set_count(5);
+  grpc::ClientContext c4;
+  const grpc::Status runs = stub->Simulate(&c4, given, &ignored);
+  EXPECT_EQ(runs.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(runs.error_message(), HasSubstr("the simulation was stopped"));
+  pb::PlanResponse plan;
+  grpc::ClientContext c5;
+  EXPECT_EQ(stub->Plan(&c5, RiskRequest(0.9), &plan).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  started->server->Shutdown();
+}
+
+TEST_F(RiskServiceTest, FrontierPlansCarryTheirProbability) {
+  pb::FrontierRequest f;
+  const pb::PlanRequest r = RiskRequest(0.9);
+  *f.mutable_workload() = r.workload();
+  *f.mutable_catalog() = r.catalog();
+  *f.mutable_slo() = r.slo();
+  *f.mutable_options() = r.options();
+  f.mutable_options()->set_confidence(0);
+  f.mutable_options()->mutable_simulation()->set_runs(500);
+  f.set_simulate(true);
+  pb::FrontierResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->Frontier(&context, f, &response).ok());
+  ASSERT_GT(response.plans_size(), 1);
+  for (const pb::Plan& p : response.plans()) {
+    EXPECT_EQ(p.risk().runs(), 500u);
+    EXPECT_GE(p.risk().p_meet_deadline(), 0);
+  }
+  EXPECT_EQ(response.revocation_models_size(), 5);
 }
 
 }  // namespace

@@ -117,8 +117,7 @@ TEST(CheckRequest, CoversTheSharedPsAndTargetFields) {
   v1::ValidateProfileRequest v;
   v.add_fit_job_ids("a");
   v.add_check_job_ids(std::string(300, 'j'));
-  EXPECT_THAT(CheckRequest(v).message(),
-              HasSubstr("check_job_ids[0] = \"jjjj"));
+  EXPECT_THAT(CheckRequest(v).message(), HasSubstr("check_job_ids[0] = \"jjjj"));
   v.set_check_job_ids(0, "b");
   v.set_iterations(std::numeric_limits<double>::infinity());
   EXPECT_EQ(CheckRequest(v).message(), "iterations = inf: must be a finite number");
@@ -140,6 +139,31 @@ TEST(CheckRequest, CoversTheSharedPsAndTargetFields) {
   v1::PlanRequest plan;
   plan.mutable_slo()->set_target_epochs(std::numeric_limits<double>::quiet_NaN());
   EXPECT_EQ(CheckRequest(plan).message(), "slo.target_epochs = nan: must be a finite number");
+}
+
+// Lifetime observations may be many more than other repeated fields (issue 17's revocation
+// models), up to limits::kMaxLifetimeObservations per type or group.
+TEST(CheckRequest, LetsManyLifetimeObservationsThrough) {
+  v1::SimulateRequest r;
+  v1::LifetimeGroup* g = r.mutable_options()->mutable_simulation()->add_lifetime_groups();
+  g->set_name("K80");
+  for (size_t i = 0; i < limits::kMaxLifetimeObservations; ++i) {
+    g->add_observations()->set_lifetime_s(60);
+  }
+  EXPECT_TRUE(CheckRequest(r).ok()) << CheckRequest(r);
+  g->add_observations()->set_lifetime_s(60);
+  EXPECT_EQ(CheckRequest(r).message(),
+            "options.simulation.lifetime_groups[0].observations: 100001 entries, at most 100000");
+  g->clear_observations();
+  g->add_observations()->set_lifetime_s(std::nan(""));
+  EXPECT_EQ(CheckRequest(r).message(),
+            "options.simulation.lifetime_groups[0].observations[0].lifetime_s = nan: must be a "
+            "finite number");
+  // Other repeated fields keep the usual limit.
+  for (size_t i = 0; i <= limits::kMaxRepeatedEntries; ++i) {
+    r.mutable_options()->add_quota_overrides()->set_instance_type("a");
+  }
+  EXPECT_EQ(CheckRequest(r).message(), "options.quota_overrides: 10001 entries, at most 10000");
 }
 
 // The targets' own bounds (TargetOf), each error naming its field.

@@ -437,7 +437,8 @@ TEST_F(RobustnessTest, MalformedBytesToEveryRpcAnswerInvalidArgumentNamingTheMes
       }
     }
   }
-  EXPECT_EQ(methods, 23);  // 22 before issue 13 added Profiler.ValidateProfile
+  EXPECT_EQ(methods, 25);  // with Profiler.ValidateProfile (issue 13), Provisioner.Simulate and
+                           // Detector.ListLifetimes (issue 17)
 }
 
 // Random bytes: whatever they parse as, the answer is a documented status with a short, valid

@@ -288,6 +288,39 @@ std::vector<Command> CatalogCommands() {
            "ec2:DescribeSpotPriceHistory. gce: an API key allowed to call the Cloud Billing API,\n"
            "and an account with compute.machineTypes.get (roles/compute.viewer). azure: none.",
        .run = CatalogRefresh},
+      {.name = "catalog hazards",
+       .summary = "each instance type's revocation model from observed lifetimes",
+       .synopsis = "--catalog C (--lifetimes FILE | --from-detector HOST:PORT[,...])\n"
+                   "[--censor-at D|none] [--map TYPE=SECTION,...] "
+                   "[--unmatched pooled|never|refuse]\n[--out FILE] [--json]",
+       .description =
+           "Builds each instance type's revocation model and shows it as the probability that an "
+           "instance\nlives past 1 h, 6 h and 24 h (95% intervals). Observed lifetimes give a "
+           "Kaplan-Meier estimate\n(lifetimes that ended without a revocation count as censored, "
+           "not as revocations); a type with no\nlifetimes keeps the catalog's "
+           "interruption_rate_per_hour (an exponential model), else it is never\nrevoked. With "
+           "--out the catalog is written with each type's lifetimes\n(instance_types[].lifetimes), "
+           "which `spotdnn plan --confidence` and `spotdnn simulate` then use.",
+       .flags = {{"--catalog", "C", "built-in catalog name or a JSON file"},
+                 {"--lifetimes", "FILE",
+                  "a lifetime CSV shaped like the GCE preemptible study's: sections\n(\"K80,,\") "
+                  "of rows NAME,START,END; a section applies to the types\nwith that GPU type "
+                  "(or that name)"},
+                 {"--from-detector", "HOST:PORT",
+                  "the lifetimes spotdnn-detector recorded: each registered instance\nfrom its "
+                  "registration to its revocation notice (revoked) or to its\nunregistration, loss "
+                  "or now (censored), per instance type (the gateway\ngives the type when it "
+                  "registers); several replicas are merged by instance"},
+                 {"--censor-at", "D|none",
+                  "with --lifetimes: lifetimes this long or longer ended at the cloud's\nlimit "
+                  "(default 24h, GCE preemptible VMs'), not by a revocation"},
+                 {"--map", "TYPE=SECTION,...",
+                  "use a section for an instance or GPU type the names do not match"},
+                 {"--unmatched", "pooled|never|refuse",
+                  "a type no section matches and the catalog has no data for gets the\npooled "
+                  "lifetimes of the matched sections (default), none, or an error"},
+                 {"--out", "FILE", "write the catalog with the lifetimes"}},
+       .run = CatalogHazards},
   };
 }
 

@@ -65,6 +65,12 @@ std::string DefaultProfileDb();
 // stops after --count events or --timeout.
 int Watch(const Args& args, pb::Detector::StubInterface& stub, const Io& io);
 
+// `spotdnn catalog hazards` with its parsed flags: lifetime distributions into a catalog.
+int CatalogHazards(const Args& args, const Io& io);
+// `spotdnn simulate` against `stub`: replays a job with sampled revocations.
+int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
+             const services::DataRegistry& local, const Io& io);
+
 // Reports a failed status (stderr, and a JSON error object on stdout with --json) and returns the
 // exit status for its code.
 int ReportError(const absl::Status& status, absl::string_view command, const Io& io);

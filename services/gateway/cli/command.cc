@@ -21,8 +21,8 @@ FlagHelp DataDirFlag() {
 const std::vector<Command>& CommandTable() {
   static const std::vector<Command>* table = [] {
     auto* all = new std::vector<Command>;
-    for (auto group : {ModelCommands, PlanCommands, ProfileCommands, WatchCommands, JobCommands,
-                       StackCommands, LocalCommands, CatalogCommands}) {
+    for (auto group : {ModelCommands, PlanCommands, SimulateCommands, ProfileCommands,
+                       WatchCommands, JobCommands, StackCommands, LocalCommands, CatalogCommands}) {
       for (Command& c : group()) {
         if (c.run && std::none_of(c.flags.begin(), c.flags.end(),
                                   [](const FlagHelp& f) { return f.flag == "--json"; })) {

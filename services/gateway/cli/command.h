@@ -40,14 +40,15 @@ FlagHelp DataDirFlag();
 
 // Every command of every group, in the order `spotdnn help` lists them. Each group is declared
 // in its own file.
-std::vector<Command> ModelCommands();    // predict, catalogs, workloads (predict_command.cc)
-std::vector<Command> PlanCommands();     // plan (plan_command.cc)
-std::vector<Command> ProfileCommands();  // profile ... (profile_command.cc)
-std::vector<Command> WatchCommands();    // watch (watch_command.cc)
-std::vector<Command> JobCommands();      // run, jobs, status (job_commands.cc)
-std::vector<Command> StackCommands();    // up, down (stack_commands.cc)
-std::vector<Command> LocalCommands();    // local ... (local_commands.cc)
-std::vector<Command> CatalogCommands();  // catalog ... (catalog_commands.cc)
+std::vector<Command> ModelCommands();     // predict, catalogs, workloads (predict_command.cc)
+std::vector<Command> PlanCommands();      // plan (plan_command.cc)
+std::vector<Command> SimulateCommands();  // simulate (simulate_command.cc)
+std::vector<Command> ProfileCommands();   // profile ... (profile_command.cc)
+std::vector<Command> WatchCommands();     // watch (watch_command.cc)
+std::vector<Command> JobCommands();       // run, jobs, status (job_commands.cc)
+std::vector<Command> StackCommands();     // up, down (stack_commands.cc)
+std::vector<Command> LocalCommands();     // local ... (local_commands.cc)
+std::vector<Command> CatalogCommands();   // catalog ... (catalog_commands.cc)
 const std::vector<Command>& CommandTable();
 
 // The --help text of a command or group.

@@ -50,9 +50,14 @@ struct LineOf {
     return absl::StrCat("Imported ", e.imported_log);
   }
   std::string operator()(const PlannedEvent& e) const {
-    return absl::StrFormat("Plan for %s: %s, %s iterations, predicted %.1f s and $%.4f (%s)",
-                           event.job_id, Counts(e.cluster), Fixed(e.target_iterations, 0),
-                           e.predicted_time_s, e.predicted_cost_usd, e.strategy);
+    return absl::StrFormat(
+        "Plan for %s: %s, %s iterations, predicted %.1f s and $%.4f (%s)%s", event.job_id,
+        Counts(e.cluster), Fixed(e.target_iterations, 0), e.predicted_time_s, e.predicted_cost_usd,
+        e.strategy,
+        e.p_meet_deadline >= 0
+            ? absl::StrFormat("; meets the deadline in %.1f%% of %d simulated runs",
+                              100 * e.p_meet_deadline, e.simulated_runs)
+            : "");
   }
   std::string operator()(const LaunchedEvent& e) const {
     return absl::StrCat("Launched ", Plural(e.instances, "instance", "instances"), " (",
@@ -143,7 +148,8 @@ struct JsonOf {
         .Number("target_iterations", e.target_iterations)
         .Number("predicted_time_s", e.predicted_time_s)
         .Number("predicted_cost_usd", e.predicted_cost_usd)
-        .String("strategy", e.strategy);
+        .String("strategy", e.strategy)
+        .Number("p_meet_deadline", e.p_meet_deadline >= 0 ? e.p_meet_deadline : NAN);
   }
   void operator()(const LaunchedEvent& e) const {
     o.Integer("instances", e.instances)
@@ -270,6 +276,12 @@ std::string SummaryJson(const JobSummary& s) {
       .Raw("revocation_list", "[" + absl::StrJoin(revocations, ",") + "]")
       .Bool("loss_reached", s.loss_reached)
       .Bool("deadline_met", s.deadline_met)
+      .Number("confidence", s.confidence > 0 ? s.confidence : NAN)
+      .Number("predicted_p_meet_deadline", s.predicted_p_meet_deadline.value_or(NAN))
+      .Number("predicted_p_meet_deadline_low",
+              s.predicted_p_meet_deadline ? s.predicted_p_meet_deadline_low : NAN)
+      .Number("predicted_p_meet_deadline_high",
+              s.predicted_p_meet_deadline ? s.predicted_p_meet_deadline_high : NAN)
       .Bool("budget_met", s.budget_met)
       .Bool("slo_met", s.slo_met)
       .str();
@@ -317,6 +329,12 @@ void PrintSummary(const JobSummary& s, std::ostream& out) {
     revocations.Print(out);
   }
   auto yes = [](bool v) { return v ? "yes" : "NO"; };
+  if (s.predicted_p_meet_deadline) {
+    out << absl::StrFormat(
+        "Predicted P(meet deadline): %.4f [%.4f, %.4f] (slo.confidence %g); deadline met: %s\n",
+        *s.predicted_p_meet_deadline, s.predicted_p_meet_deadline_low,
+        s.predicted_p_meet_deadline_high, s.confidence, yes(s.deadline_met));
+  }
   out << "Loss reached: " << yes(s.loss_reached) << "; deadline met: " << yes(s.deadline_met)
       << "; budget met: " << yes(s.budget_met) << "; SLO met: " << yes(s.slo_met) << std::endl;
 }

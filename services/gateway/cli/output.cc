@@ -159,7 +159,7 @@ std::string XmlEscape(std::string_view text) {
 
 std::string SvgChart(const std::vector<ChartPoint>& points, std::string_view title,
                      std::string_view x_label, std::string_view y_label, double marker_x,
-                     std::string_view marker_label) {
+                     std::string_view marker_label, std::string_view shade_label) {
   constexpr double kW = 760, kH = 460, kLeft = 80, kRight = 30, kTop = 50, kBottom = 60;
   double x_lo = 0, x_hi = 1, y_lo = 0, y_hi = 1;
   if (!points.empty()) {
@@ -231,16 +231,44 @@ std::string SvgChart(const std::vector<ChartPoint>& points, std::string_view tit
     }
     absl::StrAppendFormat(&svg, "<path d=\"%s\" fill=\"none\" stroke=\"#4a7bd0\"/>\n", path);
   }
+  // A shade in [0, 1] as a hue from red (0) through yellow to green (1).
+  auto colour = [](double shade) {
+    return absl::StrFormat("hsl(%.0f, 75%%, 42%%)", 120 * std::clamp(shade, 0.0, 1.0));
+  };
+  bool shaded = false;
   for (const ChartPoint& p : points) {
+    const bool has_shade = std::isfinite(p.shade);
+    shaded = shaded || has_shade;
+    const std::string fill = has_shade ? colour(p.shade) : std::string("#4a7bd0");
     if (p.highlight) {
       absl::StrAppendFormat(&svg,
-                            "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"6\" fill=\"#d03030\"/>"
+                            "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"7\" fill=\"%s\" "
+                            "stroke=\"#d03030\" stroke-width=\"2.5\"><title>%s</title></circle>"
                             "<text x=\"%.1f\" y=\"%.1f\" fill=\"#d03030\">%s</text>\n",
-                            sx(p.x), sy(p.y), sx(p.x) + 9, sy(p.y) - 9, XmlEscape(p.label));
+                            sx(p.x), sy(p.y), has_shade ? fill : "#d03030", XmlEscape(p.label),
+                            sx(p.x) + 9, sy(p.y) - 9, XmlEscape(p.label));
     } else {
-      absl::StrAppendFormat(&svg, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"#4a7bd0\"/>\n",
-                            sx(p.x), sy(p.y));
+      absl::StrAppendFormat(&svg,
+                            "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\"><title>%s"
+                            "</title></circle>\n",
+                            sx(p.x), sy(p.y), has_shade ? "5" : "3.5", fill, XmlEscape(p.label));
     }
+  }
+  if (shaded) {
+    // The legend: the scale from 0 to 1 in ten steps, top right.
+    const double x0 = kW - kRight - 200, y0 = kTop + 4;
+    absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", x0, y0 + 10,
+                          XmlEscape(shade_label));
+    for (int i = 0; i < 10; ++i) {
+      absl::StrAppendFormat(&svg,
+                            "<rect x=\"%.1f\" y=\"%.1f\" width=\"20\" height=\"10\" "
+                            "fill=\"%s\"/>\n",
+                            x0 + 20 * i, y0 + 16, colour((i + 0.5) / 10));
+    }
+    absl::StrAppendFormat(&svg,
+                          "<text x=\"%.1f\" y=\"%.1f\">0</text><text x=\"%.1f\" y=\"%.1f\" "
+                          "text-anchor=\"end\">1</text>\n",
+                          x0, y0 + 40, x0 + 200, y0 + 40);
   }
   return svg + "</svg>\n";
 }

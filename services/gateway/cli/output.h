@@ -2,6 +2,7 @@
 #ifndef SPOTDNN_SERVICES_GATEWAY_CLI_OUTPUT_H_
 #define SPOTDNN_SERVICES_GATEWAY_CLI_OUTPUT_H_
 
+#include <limits>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -51,16 +52,19 @@ class JsonObject {
 struct ChartPoint {
   double x = 0;
   double y = 0;
-  std::string label;  // shown beside highlighted points
+  std::string label;  // shown beside highlighted points (and as every point's tooltip)
   bool highlight = false;
+  // In [0, 1] (e.g. a probability): the dot's colour on a red (0) to green (1) scale, with a
+  // legend; NaN: the plain colour.
+  double shade = std::numeric_limits<double>::quiet_NaN();
 };
 
 // An SVG line chart of `points` (joined in order as a step line, each a dot), axes with ticks,
 // highlighted points in red with their label, and an optional vertical marker line at `marker_x`
-// (NaN: none).
+// (NaN: none). Points with a shade are coloured by it, with a legend titled `shade_label`.
 std::string SvgChart(const std::vector<ChartPoint>& points, std::string_view title,
                      std::string_view x_label, std::string_view y_label, double marker_x,
-                     std::string_view marker_label);
+                     std::string_view marker_label, std::string_view shade_label = "");
 
 // printf-style "%.*f".
 std::string Fixed(double value, int decimals);

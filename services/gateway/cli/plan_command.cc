@@ -20,6 +20,7 @@
 #include "services/gateway/cli/command.h"
 #include "services/gateway/cli/connection.h"
 #include "services/gateway/cli/output.h"
+#include "services/gateway/cli/risk_options.h"
 #include "services/gateway/cli/target_flags.h"
 #include "services/provisioner/provisioner_service.h"
 
@@ -198,6 +199,64 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
   }
 }
 
+// The probability section of a risk-aware (or simulated) plan: the plan beside the plain one.
+void PrintRisk(const pb::PlanResponse& r, double confidence, std::ostream& out) {
+  const pb::Plan& p = r.plan();
+  const pb::Plan* chosen = p.feasible() && p.has_risk() ? &p : nullptr;
+  const pb::Plan& plain = r.plain_plan().has_risk() ? r.plain_plan() : p;
+  const pb::RiskEstimate& any = chosen != nullptr ? chosen->risk() : plain.risk();
+  out << "\nProbability of meeting the deadline under revocations (" << any.runs()
+      << " simulated runs each, seed " << any.seed() << "; 95% interval of the simulation)\n";
+  Table t({"plan", "instances", "planned cost", "P(meet deadline)", "E[cost]", "p90 cost",
+           "p90 time", "revocations/run"});
+  t.LeftAlign(1);
+  auto row = [&](const std::string& name, const pb::Plan& x) {
+    const pb::RiskEstimate& k = x.risk();
+    t.AddRow({name, Instances(x.cluster()), Dollars(x.cost_usd()), Probability(k),
+              Dollars(k.expected_cost_usd()), Dollars(k.cost_p90_usd()),
+              HumanDuration(k.time_p90_s()), Fixed(k.mean_revocations(), 3)});
+  };
+  if (confidence > 0 && chosen != nullptr) {
+    row(absl::StrFormat("risk-aware (q = %g)", confidence), *chosen);
+  }
+  if (plain.has_risk()) {
+    row(confidence > 0 ? "plain exact" : services::EnumLabel(p.strategy()), plain);
+  }
+  if (confidence > 0 && !p.feasible() && r.most_reliable().has_risk()) {
+    row("most reliable", r.most_reliable());
+  }
+  t.Print(out);
+  if (confidence > 0 && chosen != nullptr && plain.has_risk()) {
+    const double premium =
+        plain.risk().expected_cost_usd() > 0
+            ? 100 * (chosen->risk().expected_cost_usd() / plain.risk().expected_cost_usd() - 1)
+            : 0;
+    out << absl::StrFormat(
+        "cost premium for q = %g: %+.1f%% in expectation (%+.1f%% as planned)\n", confidence,
+        premium, plain.cost_usd() > 0 ? 100 * (chosen->cost_usd() / plain.cost_usd() - 1) : 0);
+  }
+  if (!r.risk_search().empty()) out << "search: " << r.risk_search() << "\n";
+  out << "revocation models:\n";
+  for (const std::string& m : r.revocation_models()) out << "  " << m << "\n";
+}
+
+// The JSON of a plan with its simulation.
+JsonObject RiskPlanJson(const pb::Plan& p) {
+  JsonObject o = PlanJson(p);
+  if (p.has_risk()) {
+    o.Number("p_meet_deadline", p.risk().p_meet_deadline())
+        .Number("expected_cost_usd", p.risk().expected_cost_usd())
+        .Raw("risk", RiskJson(p.risk()).str());
+  }
+  return o;
+}
+
+std::string Strings(const google::protobuf::RepeatedPtrField<std::string>& items) {
+  std::vector<std::string> out;
+  for (const std::string& s : items) out.push_back(JsonString(s));
+  return "[" + absl::StrJoin(out, ",") + "]";
+}
+
 }  // namespace
 
 int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
@@ -302,6 +361,32 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     if (!limit.ok()) return fail(limit.status());
     options.set_exhaustive_limit(*limit);
   }
+  double confidence = 0;
+  if (auto c = args.Get("--confidence")) {
+    auto q = ParseNumber("--confidence", *c);
+    if (!q.ok()) return fail(q.status());
+    if (!(*q > 0 && *q < 1)) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "--confidence = \"", *c, "\": must be a probability strictly between 0 and 1")));
+    }
+    if (mode != "deadline") {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--confidence: risk-aware plans are for --mode deadline, not ", mode)));
+    }
+    confidence = *q;
+    options.set_confidence(confidence);
+  }
+  if (auto s = SimulationFlags(args, options.mutable_simulation()); !s.ok()) return fail(s);
+  // Without --confidence, --lifetimes asks for the plan's (or the frontier's) probabilities.
+  const bool simulate = confidence == 0 && args.Has("--lifetimes");
+  if (simulate && mode == "budget") {
+    return fail(absl::InvalidArgumentError(
+        "--lifetimes: the probability is of meeting a deadline; use --mode deadline or frontier"));
+  }
+  if (simulate && mode == "frontier" && !args.Has("--deadline")) {
+    return fail(absl::InvalidArgumentError(
+        "--lifetimes with --mode frontier needs --deadline: the probability is of meeting it"));
+  }
   const auto plot = args.Get("--plot");
   if (plot && mode != "frontier") {
     return fail(
@@ -316,6 +401,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     *f.mutable_catalog() = request.catalog();
     *f.mutable_slo() = request.slo();
     *f.mutable_options() = request.options();
+    f.set_simulate(simulate);
     auto answered = provisioner.Frontier(f);
     if (!answered.ok()) return fail(answered.status());
     const pb::FrontierResponse& response = *answered;
@@ -324,8 +410,10 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     // deadline and budget), i.e. the last one.
     if (io.json) {
       std::vector<std::string> points;
-      for (const pb::Plan& p : response.plans()) points.push_back(PlanJson(p).str());
-      JsonObject o = n > 0 ? PlanJson(response.plans(n - 1)) : JsonObject().Bool("feasible", false);
+      for (const pb::Plan& p : response.plans()) points.push_back(RiskPlanJson(p).str());
+      JsonObject o =
+          n > 0 ? RiskPlanJson(response.plans(n - 1)) : JsonObject().Bool("feasible", false);
+      if (simulate) o.Raw("revocation_models", Strings(response.revocation_models()));
       if (n == 0) {
         o.String("reason", response.reason())
             .Number("fastest_time_s", response.fastest_time_s())
@@ -340,16 +428,32 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
         PrintInfeasible(response.reason(), response.fastest_time_s(), response.fastest_cost_usd(),
                         io.out);
       } else {
-        Table table({"#", "instances", "time (s)", "time", "cost", ""});
+        std::vector<std::string> header = {"#", "instances", "time (s)", "time", "cost"};
+        if (simulate) {
+          header.insert(header.end(), {"P(meet deadline)", "E[cost]"});
+        }
+        header.push_back("");
+        Table table(header);
         table.LeftAlign(1);
-        table.LeftAlign(5);
+        table.LeftAlign(header.size() - 1);
         for (int i = 0; i < n; ++i) {
           const pb::Plan& p = response.plans(i);
-          table.AddRow({absl::StrCat(i + 1), Instances(p.cluster()), Fixed(p.time_s(), 1),
-                        HumanDuration(p.time_s()), Dollars(p.cost_usd()),
-                        i == n - 1 ? "<- cheapest: the plan for this SLO" : ""});
+          std::vector<std::string> row = {absl::StrCat(i + 1), Instances(p.cluster()),
+                                          Fixed(p.time_s(), 1), HumanDuration(p.time_s()),
+                                          Dollars(p.cost_usd())};
+          if (simulate) {
+            row.insert(row.end(), {Probability(p.risk()), Dollars(p.risk().expected_cost_usd())});
+          }
+          row.push_back(i == n - 1 ? "<- cheapest: the plan for this SLO" : "");
+          table.AddRow(row);
         }
         table.Print(io.out);
+        if (simulate) {
+          io.out << "\nP(meet deadline): " << response.plans(0).risk().runs()
+                 << " simulated runs per plan (95% interval of the simulation); revocation "
+                    "models:\n";
+          for (const std::string& m : response.revocation_models()) io.out << "  " << m << "\n";
+        }
         io.out << "\nsolve time " << absl::StrFormat("%.2f ms", response.plans(0).solve_ms())
                << ", " << response.plans(0).clusters_evaluated() << " clusters evaluated\n";
       }
@@ -358,15 +462,22 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
       std::vector<ChartPoint> points;
       for (int i = 0; i < n; ++i) {
         const pb::Plan& p = response.plans(i);
-        points.push_back(
-            {p.time_s() / 60, p.cost_usd(),
-             absl::StrCat("plan: ", Instances(p.cluster()), ", ", Dollars(p.cost_usd())),
-             i == n - 1});
+        ChartPoint point{
+            p.time_s() / 60, p.cost_usd(),
+            absl::StrCat("plan: ", Instances(p.cluster()), ", ", Dollars(p.cost_usd())),
+            i == n - 1};
+        if (p.has_risk()) {
+          point.shade = p.risk().p_meet_deadline();
+          absl::StrAppend(&point.label,
+                          absl::StrFormat(", P(meet deadline) %.3f", p.risk().p_meet_deadline()));
+        }
+        points.push_back(point);
       }
       const double d = request.slo().deadline_s();
       const std::string svg =
           SvgChart(points, absl::StrCat("Time/cost frontier: ", workload, ", ", target->Describe()),
-                   "predicted time (min)", "cost (USD)", d > 0 ? d / 60 : NAN, "deadline");
+                   "predicted time (min)", "cost (USD)", d > 0 ? d / 60 : NAN, "deadline",
+                   simulate ? "P(meet deadline), simulated" : "");
       std::ofstream file(*plot, std::ios::trunc);
       file << svg;
       if (!file) {
@@ -381,10 +492,34 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   options.set_include_baselines(true);
   auto answered = provisioner.Plan(request);
   if (!answered.ok()) return fail(answered.status());
-  const pb::PlanResponse& response = *answered;
+  pb::PlanResponse response = *std::move(answered);
+  if (simulate && response.plan().feasible()) {
+    // The plan's probability: simulate its cluster.
+    pb::SimulateRequest sim;
+    *sim.mutable_workload() = request.workload();
+    *sim.mutable_catalog() = request.catalog();
+    *sim.mutable_slo() = request.slo();
+    *sim.mutable_options() = request.options();
+    *sim.mutable_cluster() = response.plan().cluster();
+    auto simulated = provisioner.Simulate(sim);
+    if (!simulated.ok()) return fail(simulated.status());
+    *response.mutable_plan()->mutable_risk() = simulated->plan().risk();
+    *response.mutable_revocation_models() = simulated->revocation_models();
+  }
   const pb::Plan& p = response.plan();
   if (io.json) {
-    JsonObject o = PlanJson(p);
+    JsonObject o = RiskPlanJson(p);
+    if (confidence > 0) {
+      o.Number("confidence", confidence)
+          .Raw("plain_plan", RiskPlanJson(response.plain_plan()).str())
+          .String("risk_search", response.risk_search());
+      if (response.most_reliable().has_risk()) {
+        o.Raw("most_reliable", RiskPlanJson(response.most_reliable()).str());
+      }
+    }
+    if (confidence > 0 || simulate) {
+      o.Raw("revocation_models", Strings(response.revocation_models()));
+    }
     o.String("mode", mode)
         .Number("target_loss", target->loss)
         .Number("target_iterations", target->iterations)
@@ -408,15 +543,17 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     io.out << o.str() << "\n";
   } else {
     PrintPlan(response, request, workload, catalog, *target, io.out);
+    if (p.has_risk() || response.plain_plan().has_risk()) PrintRisk(response, confidence, io.out);
   }
   return p.feasible() ? kExitOk : kExitInfeasible;
 }
 
 std::vector<Command> PlanCommands() {
-  return {{
+  std::vector<Command> commands = {{
       .name = "plan",
       .summary =
-          "the cheapest spot cluster that reaches a loss by a deadline (or budget, frontier)",
+          "the cheapest spot cluster that reaches a loss by a deadline (or budget, frontier);\n"
+          "            with --confidence Q the cheapest that meets the deadline with probability Q",
       .synopsis = "--workload W --catalog C --deadline D\n"
                   "(--loss L | --iterations N | --epochs E --dataset-size S)\n"
                   "[--mode deadline|budget|frontier] [--budget USD]\n"
@@ -424,7 +561,9 @@ std::vector<Command> PlanCommands() {
                   "[--existing TYPE=N,...]\n"
                   "[--on-demand] [--margin F] [--overhead D] [--max-size N] "
                   "[--parameter-servers N]\n"
-                  "[--exhaustive-limit N] [--plot FILE.svg] [--json] [--server HOST:PORT]",
+                  "[--exhaustive-limit N] [--plot FILE.svg] [--confidence Q] [--lifetimes FILE]\n"
+                  "[--runs N] [--seed S] [--notice D] [--takeover-delay D] [--json] "
+                  "[--server HOST:PORT]",
       .description =
           "Finds the cheapest cluster that reaches loss L (or trains N iterations, or E epochs of "
           "S\nsamples) by the deadline (deadline mode), the fastest within a budget (budget mode), "
@@ -454,9 +593,19 @@ std::vector<Command> PlanCommands() {
            {"--parameter-servers", "N", "parameter servers (their bandwidth adds up); default 1"},
            {"--exhaustive-limit", "N",
             "most clusters --strategy exhaustive may try (default 50,000,000)"},
-           {"--plot", "FILE.svg", "with --mode frontier: write the frontier as an SVG chart"},
+           {"--plot", "FILE.svg",
+            "with --mode frontier: write the frontier as an SVG chart (with a\nrevocation model: "
+            "each plan coloured by its probability)"},
+           {"--confidence", "Q",
+            "the plan with the least expected cost (takeovers included) whose\nsimulated "
+            "probability of meeting the deadline is at least Q, e.g. 0.9;\nshown beside the plain "
+            "plan and its probability. Needs a revocation model:\n--lifetimes FILE, or the "
+            "catalog's lifetimes or interruption_rate_per_hour\n(spotdnn catalog hazards)"},
            ServerFlag("spotdnn-provisioner")},
-      .footer = "Exit status: 0 a plan, 3 no plan meets the SLO, 2 bad input, 1 service failure.",
+      .footer = "With --lifetimes and no --confidence, the plan (deadline mode) or every frontier "
+                "plan\n(frontier mode) is simulated and its probability shown.\nExit status: 0 a "
+                "plan, 3 no plan meets the SLO (or the confidence), 2 bad input, 1 service\n"
+                "failure.",
       .run =
           [](const Args& args, const Io& io) {
             auto connection = Connect<pb::Provisioner, services::ProvisionerServiceImpl>(args);
@@ -464,6 +613,8 @@ std::vector<Command> PlanCommands() {
             return Plan(args, *connection->stub, services::DataRegistry::WithBuiltins(), io);
           },
   }};
+  for (FlagHelp& f : SimulationFlagHelp()) commands[0].flags.push_back(std::move(f));
+  return commands;
 }
 
 }  // namespace spotdnn::gateway

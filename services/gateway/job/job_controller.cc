@@ -6,6 +6,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "services/common/convert.h"
 #include "services/gateway/job/job_run.h"
+#include "services/gateway/job/lifetimes.h"
 
 namespace spotdnn::job {
 
@@ -120,12 +121,28 @@ absl::StatusOr<JobRecord> JobController::Plan(const std::string& spec_json,
   *request.mutable_slo() = SloOf(*spec);
   request.set_mode(spec->deadline_s > 0 ? pb::PLAN_MODE_DEADLINE : pb::PLAN_MODE_BUDGET);
   *request.mutable_options() = OptionsOf(*spec);
+  if (spec->confidence > 0) {
+    // The cheapest plan that meets the deadline with this probability (slo.confidence).
+    pb::PlanOptions& options = *request.mutable_options();
+    options.set_confidence(spec->confidence);
+    pb::SimulationOptions& simulation = *options.mutable_simulation();
+    if (!spec->lifetimes.empty()) {
+      if (auto st = AddLifetimeFile(spec->lifetimes, 24 * 3600.0, &simulation); !st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("slo.lifetimes: ", st.message()));
+      }
+    }
+    simulation.set_notice_s(spec->notice_s);
+    if (spec->takeover_delay_s >= 0) simulation.set_takeover_delay_s(spec->takeover_delay_s);
+  }
   auto response = services_.provisioner->Plan(request);
   if (!response.ok()) {
     return absl::Status(response.status().code(),
                         absl::StrCat("planning: ", response.status().message()));
   }
   const pb::Plan& plan = response->plan();
+  if (!plan.feasible() && !plan.has_risk() && response->plain_plan().feasible()) {
+    return absl::FailedPreconditionError(absl::StrCat("slo.confidence: ", plan.reason()));
+  }
   if (!plan.feasible()) {
     return absl::FailedPreconditionError(
         absl::StrFormat("no plan meets the SLO: %s (the fastest takes %.0f s at $%.2f)",
@@ -155,7 +172,9 @@ absl::StatusOr<JobRecord> JobController::Plan(const std::string& spec_json,
                     .target_iterations = job.target_iterations,
                     .predicted_time_s = plan.time_s(),
                     .predicted_cost_usd = plan.cost_usd(),
-                    .strategy = services::EnumLabel(plan.strategy())});
+                    .strategy = services::EnumLabel(plan.strategy()),
+                    .p_meet_deadline = plan.has_risk() ? plan.risk().p_meet_deadline() : -1,
+                    .simulated_runs = plan.has_risk() ? plan.risk().runs() : 0});
   return job;
 }
 

@@ -41,6 +41,8 @@ struct PlannedEvent {
   double predicted_time_s = 0;
   double predicted_cost_usd = 0;
   std::string strategy;
+  double p_meet_deadline = -1;  // with slo.confidence: the simulated probability (else < 0)
+  int64_t simulated_runs = 0;
 };
 
 // The plan's instances are launched.

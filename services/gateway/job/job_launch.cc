@@ -41,6 +41,7 @@ absl::Status JobRun::Register(const InstanceRecord& instance) {
       "metadata_cloud", instance.metadata_cloud.empty() ? "aws" : instance.metadata_cloud);
   w.set_cloud(cloud.ok() ? *cloud : pb::CLOUD_AWS);
   w.set_metadata_endpoint(instance.metadata_endpoint);
+  w.set_instance_type(instance.instance_type);  // the detector keeps lifetimes per type
   absl::Status s = services_.detector->Register(w);
   if (s.ok()) return s;
   return absl::Status(

@@ -191,8 +191,9 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
         "slo is required: {\"loss\": L, \"deadline\": \"30m\"} (and/or \"budget_usd\")");
   }
   const json& slo = doc["slo"];
-  if (auto s = OnlyKnown(
-          slo, "slo.", {"loss", "iterations", "epochs", "dataset_size", "deadline", "budget_usd"});
+  if (auto s = OnlyKnown(slo, "slo.",
+                         {"loss", "iterations", "epochs", "dataset_size", "deadline", "budget_usd",
+                          "confidence", "lifetimes", "notice", "takeover_delay"});
       !s.ok()) {
     return s;
   }
@@ -249,6 +250,36 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
   }
   if (spec.deadline_s == 0 && spec.budget_usd == 0) {
     return absl::InvalidArgumentError("slo: give a deadline, a budget_usd, or both");
+  }
+  if (slo.contains("confidence")) {
+    const json& q = slo["confidence"];
+    if (!q.is_number() || !(q.get<double>() > 0 && q.get<double>() < 1)) {
+      return Bad("slo.confidence", q, "expected a probability strictly between 0 and 1");
+    }
+    if (spec.deadline_s == 0) {
+      return Bad("slo.confidence", q, "needs slo.deadline: the probability is of meeting it");
+    }
+    spec.confidence = q.get<double>();
+  }
+  for (const char* key : {"lifetimes", "notice", "takeover_delay"}) {
+    if (slo.contains(key) && spec.confidence == 0) {
+      return Bad(absl::StrCat("slo.", key), slo[key], "applies with slo.confidence");
+    }
+  }
+  if (slo.contains("lifetimes")) {
+    auto path = String(slo, "lifetimes", "slo.lifetimes", true);
+    if (!path.ok()) return path.status();
+    spec.lifetimes = *path;
+  }
+  if (slo.contains("notice")) {
+    auto d = Seconds(slo["notice"], "slo.notice");
+    if (!d.ok()) return d.status();
+    spec.notice_s = *d;
+  }
+  if (slo.contains("takeover_delay")) {
+    auto d = Seconds(slo["takeover_delay"], "slo.takeover_delay");
+    if (!d.ok()) return d.status();
+    spec.takeover_delay_s = *d;
   }
 
   auto catalog = String(doc, "catalog", "catalog", true);

@@ -38,8 +38,8 @@ struct JobSpec {
   double target_iterations = 0;       // ... global iterations (steps of all workers), or ...
   double target_epochs = 0;           // ... epochs of
   double dataset_size = 0;            // this many samples
-  double deadline_s = 0;  // 0: none (then budget_usd is required)
-  double budget_usd = 0;  // 0: none
+  double deadline_s = 0;              // 0: none (then budget_usd is required)
+  double budget_usd = 0;              // 0: none
   spotdnn::v1::PlanStrategy strategy = spotdnn::v1::PLAN_STRATEGY_EXACT;
   // The cloud and its settings (checked by launcher::ValidateProviderSpec).
   launcher::ProviderSpec provider;
@@ -48,6 +48,14 @@ struct JobSpec {
   std::string worker_command;
   std::string ps_command;  // default: the worker command (SPOTDNN_ROLE tells them apart)
   double revocation_overhead_s = 0;
+  // slo.confidence: plan the cheapest cluster that meets the deadline with this probability
+  // (0: the plain plan) under the revocation model of slo.lifetimes (a lifetime CSV), else the
+  // catalog's lifetimes or interruption rates; slo.notice and slo.takeover_delay time the
+  // simulated takeovers (default 0 and the revocation overhead).
+  double confidence = 0;
+  std::string lifetimes;
+  double notice_s = 0;
+  double takeover_delay_s = -1;  // < 0: the revocation overhead
   // Where parameter servers' checkpoints go on a cloud (s3://BUCKET/PREFIX; the job's folder is
   // PREFIX/JOB). Empty: the local provider's DATA_DIR/checkpoints/JOB.
   std::string checkpoint_uri;

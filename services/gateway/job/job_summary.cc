@@ -43,7 +43,13 @@ absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_
     s.first_plan_iterations = first.prediction().normalized_iterations();
     s.first_plan_time_s = first.time_s();
     s.first_plan_cost_usd = first.cost_usd();
+    if (spec->confidence > 0 && first.has_risk()) {
+      s.predicted_p_meet_deadline = first.risk().p_meet_deadline();
+      s.predicted_p_meet_deadline_low = first.risk().p_meet_deadline_low();
+      s.predicted_p_meet_deadline_high = first.risk().p_meet_deadline_high();
+    }
   }
+  s.confidence = spec->confidence;
   const int64_t end = job->finished_ms > 0 ? job->finished_ms : now_ms;
   for (const InstanceRecord& i : *instances) {
     const int64_t stop = i.ended_ms > 0 ? i.ended_ms : end;

@@ -57,6 +57,12 @@ struct JobSummary {
   int takeover_instances = 0;
   int revocations_handled = 0;  // launched or none-needed
   std::vector<RevocationSummary> revocations;
+  // With slo.confidence: the plan's simulated probability of meeting the deadline and its 95%
+  // interval, beside what happened (deadline_met); absent without.
+  double confidence = 0;
+  std::optional<double> predicted_p_meet_deadline;
+  double predicted_p_meet_deadline_low = 0;
+  double predicted_p_meet_deadline_high = 0;
   bool loss_reached = false;
   bool deadline_met = false;
   bool budget_met = false;
