@@ -16,6 +16,7 @@
 #include "ceres/ceres.h"
 #include "predictor/equations.h"
 #include "profiler/cluster_fit.h"
+#include "profiler/fit_stop.h"
 #include "profiler/importers.h"
 
 namespace spotdnn::profiler {
@@ -51,6 +52,7 @@ ceres::Solver::Options SolverOptions() {
   options.logging_type = ceres::SILENT;
   options.minimizer_progress_to_stdout = false;
   options.num_threads = 1;
+  AddFitStopCallback(options);
   return options;
 }
 
@@ -321,6 +323,8 @@ absl::StatusOr<ContentionFit> FitContention(absl::Span<const Sample> samples,
   double best_cost = std::numeric_limits<double>::infinity();
   for (const auto& [a0, b0] : std::vector<std::pair<double, double>>{
            {0.3, -0.3}, {0.8, -1.9}, {0.1, 0.5}, {0.5, 0.0}, {0.2, -0.1}}) {
+    // Building a problem of every sample takes a while: a stopped fit builds no more.
+    if (auto stopped = PollFitStop(); !stopped.ok()) return stopped;
     double a1 = a0, b1 = b0;
     ceres::Problem problem;
     for (const ContentionResidual& r : residuals) {
@@ -459,6 +463,7 @@ absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
   double best_cost = std::numeric_limits<double>::infinity();
   for (double g1_share : {0.01, 0.1, 0.5}) {
     for (double g5_share : {0.5, 0.9}) {
+      if (auto stopped = PollFitStop(); !stopped.ok()) return stopped;
       double g1 = std::max(1.0, g1_share * max_j), g2 = 0, g4 = 1, g5 = g5_share * min_loss;
       // g3 from the mean of (loss - g5) (j + g1) / sqrt((R + g4) |N|).
       double sum = 0;
@@ -508,7 +513,8 @@ absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
 
 namespace {
 
-// The paper's per-parameter fits (eqs. 3, 6-10) from per-iteration samples.
+// The paper's per-parameter fits (eqs. 3, 6-10) from per-iteration samples. Polls the fit's stop
+// check (fit_stop.h) between the fits.
 absl::StatusOr<WorkloadFit> FitPaperWorkload(absl::Span<const Sample> samples,
                                              const KnownParameters& known) {
   if (samples.empty()) {
@@ -518,6 +524,7 @@ absl::StatusOr<WorkloadFit> FitPaperWorkload(absl::Span<const Sample> samples,
   // Records a parameter that the data could not determine (FAILED_PRECONDITION); other errors
   // are the fit's own failure and travel up.
   auto unidentified = [&](absl::string_view parameter, const absl::Status& status) {
+    if (auto s = FitStopStatus(); !s.ok()) return s;  // a solve was stopped, not unable
     FitQuality q;
     q.parameter = std::string(parameter);
     q.note = std::string(status.message());
@@ -561,6 +568,7 @@ absl::StatusOr<WorkloadFit> FitPaperWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
+  if (auto s = PollFitStop(); !s.ok()) return s;
   {
     auto contention = FitContention(samples, k);
     if (contention.ok()) {
@@ -570,6 +578,7 @@ absl::StatusOr<WorkloadFit> FitPaperWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
+  if (auto s = PollFitStop(); !s.ok()) return s;
   {
     FitQuality q;
     auto memory = FitMemory(samples, &q);
@@ -580,6 +589,7 @@ absl::StatusOr<WorkloadFit> FitPaperWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
+  if (auto s = PollFitStop(); !s.ok()) return s;
   {
     FitQuality q;
     auto loss = FitLoss(samples, &q);
@@ -590,6 +600,7 @@ absl::StatusOr<WorkloadFit> FitPaperWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
+  if (auto s = PollFitStop(); !s.ok()) return s;
   return fit;
 }
 
@@ -710,12 +721,12 @@ absl::StatusOr<WorkloadFit> FitPaperFromRuns(const RunSet& runs,
   return fit;
 }
 
-}  // namespace
-
-absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
+// FitWorkload without its stop scope.
+absl::StatusOr<WorkloadFit> FitVariants(absl::Span<const Sample> samples,
                                         const KnownParameters& known) {
   auto paper = FitPaperWorkload(samples, known);
   if (!paper.ok()) return paper.status();
+  if (auto s = PollFitStop(); !s.ok()) return s;
   const RunSet runs = RunsFromSamples(samples);
   const std::vector<ClusterObservation> observations = GroupRuns(runs.runs);
   if (known.variant.has_value() && *known.variant != predictor::ModelVariant::kSharedPs) {
@@ -744,6 +755,18 @@ absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
     paper->quality.push_back(std::move(q));
   }
   return paper;
+}
+
+}  // namespace
+
+absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
+                                        const KnownParameters& known,
+                                        const std::function<absl::Status()>& stop) {
+  FitStopScope scope(stop);  // every solve of this fit polls `stop`
+  auto fit = FitVariants(samples, known);
+  // A fit whose solves were stopped fails with the stop's status, whatever the solves made of it.
+  if (auto s = PollFitStop(); !s.ok()) return s;
+  return fit;
 }
 
 predictor::WorkloadProfile ProfileOf(const WorkloadFit& fit, const KnownParameters& known,

@@ -7,6 +7,7 @@
 #ifndef SPOTDNN_PROFILER_FITTING_H_
 #define SPOTDNN_PROFILER_FITTING_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -115,8 +116,11 @@ struct WorkloadFit {
 // B_req is set to B_ps (the variant does not use it). The paper variant's contention a1, b1 is
 // fitted from per-iteration times as before, or, when those lack and the variant is asked for,
 // from the runs' speeds.
+// `stop`, when given, is polled between the fits and at every solver iteration; a non-OK status
+// ends the fit and is returned (a caller's deadline).
 absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
-                                        const KnownParameters& known);
+                                        const KnownParameters& known,
+                                        const std::function<absl::Status()>& stop = {});
 
 // The fit as a profile named `name`: what it determined, with `known` filling S_parm and B_req
 // when the fit did not.

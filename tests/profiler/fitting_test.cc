@@ -305,6 +305,33 @@ TEST(FitWorkload, FitsEveryParameterFromACompleteProfilingRun) {
     EXPECT_TRUE(q.identified) << q.parameter << ": " << q.note;
 }
 
+// The stop check ends a fit between its parts and inside a solve, and is what the fit returns;
+// one that never stops changes nothing.
+TEST(FitWorkload, StopsWhenItsStopCheckSaysSo) {
+  const Workload w;
+  KnownParameters known;
+  known.ps_bandwidth_mb_per_s = w.ps_mb_per_s;
+  const std::vector<Sample> samples = w.Samples({1, 2, 4, 6, 8}, {64, 128}, 0.01);
+  for (int stop_at : {1, 5}) {  // between the fits; during the contention fit's solves
+    int polls = 0;
+    auto fit = FitWorkload(samples, known, [&]() -> absl::Status {
+      return ++polls >= stop_at ? absl::DeadlineExceededError("deadline") : absl::OkStatus();
+    });
+    EXPECT_EQ(fit.status().code(), absl::StatusCode::kDeadlineExceeded) << stop_at;
+    EXPECT_EQ(polls, stop_at);  // not polled again once it said stop
+  }
+  int polls = 0;
+  auto checked = FitWorkload(samples, known, [&] {
+    ++polls;
+    return absl::OkStatus();
+  });
+  auto plain = FitWorkload(samples, known);
+  ASSERT_TRUE(checked.ok() && plain.ok());
+  EXPECT_GT(polls, 10);  // solver iterations poll too
+  EXPECT_EQ(checked->contention->a1, plain->contention->a1);
+  EXPECT_EQ(checked->loss->g3, plain->loss->g3);
+}
+
 TEST(FitWorkload, ListsWhatTheDataCannotIdentify) {
   // Cluster speeds only, as in a TensorBoard export: no bytes, no loss, no memory.
   std::vector<Sample> samples;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <set>
 
@@ -45,8 +46,14 @@ absl::StatusOr<ProfilerConnection> ConnectProfiler(const Args& args) {
   const std::string db = args.Get("--db").value_or(DefaultProfileDb());
   auto store = profiler::ProfileStore::Open(db);
   if (!store.ok()) return store.status();
+  // In-process, the caller is this process: it imports whatever its user can read.
+  services::ProfilerOptions options;
+  options.import_any_path = true;
+  options.max_import_bytes = std::numeric_limits<std::uint64_t>::max();
+  options.max_call_time = absl::InfiniteDuration();
+  options.max_fit_time = absl::InfiniteDuration();
   c.service = std::make_unique<services::ProfilerServiceImpl>(
-      std::shared_ptr<profiler::ProfileStore>(*std::move(store)));
+      std::shared_ptr<profiler::ProfileStore>(*std::move(store)), std::move(options));
   auto started = services::StartServer("", {c.service.get()});
   if (!started.ok()) return started.status();
   c.server = std::move(started->server);
@@ -198,6 +205,7 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
   Table table({"quantity", "value"});
   table.AddRow({"files read", absl::StrCat(response.files())});
   table.AddRow({"samples imported", absl::StrCat(response.imported())});
+  table.AddRow({"samples already stored", absl::StrCat(response.duplicates())});
   table.AddRow({"runs (jobs)", absl::StrCat(response.runs())});
   table.AddRow({"lines skipped", absl::StrCat(response.skipped())});
   table.Print(io.out);
@@ -544,7 +552,13 @@ FlagHelp DbFlag() {
 // A subcommand served by the profiler (remote with --server, else in-process over --db).
 Command ProfilerCommand(Command command) {
   command.flags.push_back(DbFlag());
-  command.flags.push_back(ServerFlag("spotdnn-profiler"));
+  FlagHelp server = ServerFlag("spotdnn-profiler");
+  if (command.name == "profile import") {
+    server.help +=
+        ";\nit is sent a file's content, and a folder's path, which it reads only\n"
+        "under its --import_root";
+  }
+  command.flags.push_back(std::move(server));
   const std::string sub = command.name.substr(std::string("profile ").size());
   command.run = [sub, name = command.name](const Args& args, const Io& io) {
     auto connection = ConnectProfiler(args);
