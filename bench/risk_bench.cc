@@ -67,10 +67,11 @@ absl::StatusOr<RevocationModel> ModelFor(const predictor::InstanceCatalog& catal
 // One row per SLO of the paper's grid: the plain exact plan and the risk-aware one.
 void Table(const predictor::PerformanceModel& model, const RevocationModel& revocations,
            const SimulationOptions& sim, double overhead, double confidence, bool rows = true) {
-  if (rows) std::printf("%-4s %-5s | %-34s %6s %8s %8s %5s %-22s | %-34s %6s %8s %-22s %8s %8s %6s\n", "loss",
-              "dline", "plain exact plan", "time", "cost", "E[cost]", "revs", "P(meet) [95%]",
-              "risk-aware plan (q)", "time", "E[cost]", "P(meet) [95%]", "premium", "vs plan",
-              "ms");
+  if (rows)
+    std::printf("%-4s %-5s | %-34s %6s %8s %8s %5s %-22s | %-34s %6s %8s %-22s %8s %8s %6s\n",
+                "loss", "dline", "plain exact plan", "time", "cost", "E[cost]", "revs",
+                "P(meet) [95%]", "risk-aware plan (q)", "time", "E[cost]", "P(meet) [95%]",
+                "premium", "vs plan", "ms");
   int slos = 0, feasible = 0, plain_below = 0, changed = 0, unreachable = 0;
   double worst_plain = 1, max_premium = 0;
   std::vector<double> solve_ms;
@@ -106,9 +107,10 @@ void Table(const predictor::PerformanceModel& model, const RevocationModel& revo
                         pr.cost_usd.mean, pr.revocations.mean, p_text(pr));
     if (!r->feasible) {
       ++unreachable;
-      if (rows) std::printf("%s | none reaches q; the most reliable: %s, P %.4f %6.0f\n", left.c_str(),
-                  Counts(model, r->most_reliable.counts).c_str(),
-                  r->most_reliable_risk.p_meet_deadline, ms);
+      if (rows)
+        std::printf("%s | none reaches q; the most reliable: %s, P %.4f %6.0f\n", left.c_str(),
+                    Counts(model, r->most_reliable.counts).c_str(),
+                    r->most_reliable_risk.p_meet_deadline, ms);
       continue;
     }
     const auto& rr = r->risk;
@@ -117,9 +119,10 @@ void Table(const predictor::PerformanceModel& model, const RevocationModel& revo
     const double premium = 100 * (rr.cost_usd.mean / pr.cost_usd.mean - 1);
     const double vs_plan = 100 * (rr.cost_usd.mean / r->plain.cost_usd - 1);
     max_premium = std::max(max_premium, premium);
-    if (rows) std::printf("%s | %-34s %6.0f %8.4f %-22s %+7.1f%% %+7.1f%% %6.0f\n", left.c_str(),
-                same ? "(the same plan)" : Counts(model, r->plan.counts).c_str(), r->plan.time_s,
-                rr.cost_usd.mean, p_text(rr).c_str(), premium, vs_plan, ms);
+    if (rows)
+      std::printf("%s | %-34s %6.0f %8.4f %-22s %+7.1f%% %+7.1f%% %6.0f\n", left.c_str(),
+                  same ? "(the same plan)" : Counts(model, r->plan.counts).c_str(), r->plan.time_s,
+                  rr.cost_usd.mean, p_text(rr).c_str(), premium, vs_plan, ms);
   }
   std::sort(solve_ms.begin(), solve_ms.end());
   std::printf(
@@ -327,7 +330,8 @@ int Main(int argc, char** argv) {
       const double again_ms = Ms(again_start);
       std::printf(
           "\nSimulator, %s: %s (%.0f s predicted, deadline %.0f s), 10,000 runs, replan "
-          "resolution %g: %.0f ms (%llu re-plans, %llu solved), again with the cache warm: %.0f ms; P(meet) "
+          "resolution %g: %.0f ms (%llu re-plans, %llu solved), again with the cache warm: %.0f "
+          "ms; P(meet) "
           "%.4f, mean revocations %.3f, E[cost] $%.4f, p90 time %.0f s, same numbers both times: "
           "%s\n",
           setting.what, Counts(model, plan).c_str(), c.time_s, problem.deadline_s, resolution, ms,

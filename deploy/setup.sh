@@ -10,8 +10,9 @@ packages=(
   libceres-dev libeigen3-dev
   libxml2-dev libcpp-httplib-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  libcpp-httplib-dev nlohmann-json3-dev clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev
   libyaml-cpp-dev
+  python3 python3-torch python3-sklearn python3-numpy
 )
 
 sudo_cmd=()

@@ -2,10 +2,28 @@
 
 #include <algorithm>
 #include <chrono>
+#include <initializer_list>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "services/common/limits.h"
 
 namespace spotdnn::detector {
+
+namespace {
+
+// INVALID_ARGUMENT naming the first of `fields` (name, value, limit) over its limit.
+absl::Status CheckLengths(
+    std::initializer_list<std::tuple<const char*, const std::string*, size_t>> fields) {
+  for (const auto& [name, value, limit] : fields) {
+    if (value->size() > limit) {
+      return absl::InvalidArgumentError(limits::LengthError(name, *value, limit));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 Detector::Detector(DetectorOptions options) : options_(std::move(options)) {}
 
@@ -107,10 +125,13 @@ absl::Status Detector::Register(const WatchedInstance& instance) {
   if (instance.instance_id.empty()) {
     return absl::InvalidArgumentError("instance.instance_id = \"\": must not be empty");
   }
-  if (instance.instance_id.size() > 256) {
-    return absl::InvalidArgumentError(absl::StrCat("instance.instance_id = \"",
-                                                   instance.instance_id.substr(0, 40),
-                                                   "…\": longer than 256 characters"));
+  if (auto s = CheckLengths(
+          {{"instance.instance_id", &instance.instance_id, limits::kMaxNameBytes},
+           {"instance.job_id", &instance.job_id, limits::kMaxNameBytes},
+           {"instance.instance_type", &instance.instance_type, limits::kMaxNameBytes},
+           {"instance.metadata_endpoint", &instance.metadata_endpoint, limits::kMaxTextBytes}});
+      !s.ok()) {
+    return s;
   }
   if (!instance.metadata_endpoint.empty()) {
     if (auto s = ValidateEndpoint("instance.metadata_endpoint", instance.metadata_endpoint);
@@ -331,6 +352,12 @@ absl::Status Detector::Heartbeat(const std::string& instance_id, const std::stri
   if (instance_id.empty()) {
     return absl::InvalidArgumentError("instance_id = \"\": must not be empty");
   }
+  if (auto s = CheckLengths({{"instance_id", &instance_id, limits::kMaxNameBytes},
+                             {"job_id", &job_id, limits::kMaxNameBytes},
+                             {"problem", &problem, limits::kMaxTextBytes}});
+      !s.ok()) {
+    return s;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   Entry& e = EnsureLocked(instance_id, job_id, cloud);
   e.agent = true;
@@ -348,6 +375,14 @@ absl::Status Detector::ReportNotice(const std::string& instance_id, const std::s
   if (notice.key.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("event key of instance \"", instance_id, "\" = \"\": must not be empty"));
+  }
+  if (auto s = CheckLengths({{"instance_id", &instance_id, limits::kMaxNameBytes},
+                             {"job_id", &job_id, limits::kMaxNameBytes},
+                             {"notice_key", &notice.key, limits::kMaxNameBytes},
+                             {"event.action", &notice.action, limits::kMaxNameBytes},
+                             {"event.detail", &notice.detail, limits::kMaxTextBytes}});
+      !s.ok()) {
+    return s;
   }
   if (notice.kind != EventKind::kNotice && notice.kind != EventKind::kRebalance &&
       notice.kind != EventKind::kMaintenance) {
@@ -368,7 +403,13 @@ void Detector::HandlePollResult(const PollResult& r) {
   auto it = entries_.find(r.instance_id);
   if (it == entries_.end() || !it->second.polled) return;  // unregistered or moved meanwhile
   Entry& e = it->second;
-  for (const Notice& n : r.notices) NoticeLocked(e, n, r.observed_unix_ms);
+  for (Notice n : r.notices) {
+    // What a metadata service says is bounded like what agents send.
+    n.key = limits::BoundedKey(n.key);
+    n.action = limits::ValidUtf8(n.action, limits::kMaxNameBytes);
+    n.detail = limits::ValidUtf8(n.detail, limits::kMaxTextBytes);
+    NoticeLocked(e, n, r.observed_unix_ms);
+  }
   WatchedInstance& w = e.stored.instance;
   if (r.healthy) {
     w.last_heartbeat_unix_ms = r.observed_unix_ms;

@@ -47,14 +47,16 @@ struct DetectorOptions {
 class Detector {
  public:
   // Opens the store, reloads registrations, seen notices and events, and starts polling and the
-  // deadline monitor. INVALID_ARGUMENT for bad options; UNAVAILABLE for a database that cannot be opened.
+  // deadline monitor. INVALID_ARGUMENT for bad options; UNAVAILABLE for a database that cannot be
+  // opened.
   static absl::StatusOr<std::unique_ptr<Detector>> Open(DetectorOptions options);
   ~Detector();
   Detector(const Detector&) = delete;
   Detector& operator=(const Detector&) = delete;
 
-  // Registers (or updates) an instance. INVALID_ARGUMENT naming the field for an empty id, an
-  // endpoint that is not a base URL, or an endpoint without a cloud.
+  // Registers (or updates) an instance. INVALID_ARGUMENT naming the field for an empty id, an id
+  // or job id over limits::kMaxNameBytes, an endpoint over limits::kMaxTextBytes, an endpoint
+  // that is not a base URL, or an endpoint without a cloud.
   //
   // Registering an id that is already known is idempotent (a registration forwarded between
   // replicas, a runner resuming its job, an agent reconnecting): the state, the notice deadline
@@ -72,11 +74,14 @@ class Detector {
   absl::Status Unregister(const std::string& instance_id);
   // An agent's heartbeat. Unknown instances are registered on the fly with `job_id`/`cloud`.
   // A non-empty `problem` (the agent cannot read its metadata service) makes it unknown with
-  // that reason; the instance is alive all the same.
+  // that reason; the instance is alive all the same. Ids at most limits::kMaxNameBytes, the
+  // problem at most limits::kMaxTextBytes (INVALID_ARGUMENT).
   absl::Status Heartbeat(const std::string& instance_id, const std::string& job_id, Cloud cloud,
                          int64_t unix_ms, const std::string& problem = "");
   // A notice an agent read; reported once per notice key. Registers unknown instances like
-  // Heartbeat. INVALID_ARGUMENT for an empty key or kind.
+  // Heartbeat. INVALID_ARGUMENT for an empty key or kind, ids, key or action over
+  // limits::kMaxNameBytes, or a detail over limits::kMaxTextBytes. Notices from the poller are
+  // cut to those limits instead (BoundedKey for their keys).
   absl::Status ReportNotice(const std::string& instance_id, const std::string& job_id, Cloud cloud,
                             const Notice& notice, int64_t seen_unix_ms);
   // One round of polling (the poller's sink).

@@ -120,7 +120,7 @@ absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profil
     const ComputeProfile* compute = FindCompute(profile, type);
     int batch_per_gpu = compute != nullptr ? compute->batch_per_gpu : 0;
     if (compute != nullptr && batch_per_gpu == 0 && profile.memory) {
-      batch_per_gpu = LargestBatch(*profile.memory, type.gpu_memory_gib);
+      batch_per_gpu = std::min(LargestBatch(*profile.memory, type.gpu_memory_gib), kMaxBatchPerGpu);
     }
     if (compute == nullptr) {
       t.unusable_reason = absl::StrCat("workload \"", profile.name, "\" has no compute time for ",
@@ -321,6 +321,9 @@ void PerformanceModel::Finish(double j, Estimate& out) const {
   }
   out.cost_usd = out.time_s / 3600.0 * out.price_per_hour;
   out.on_demand_cost_usd = out.time_s / 3600.0 * out.on_demand_price_per_hour;
+  if (!std::isfinite(out.cost_usd) || !std::isfinite(out.on_demand_cost_usd)) {
+    out.error = EstimateError::kNotFinite;
+  }
 }
 
 absl::Status PerformanceModel::ErrorStatus(const Estimate& e, double target_loss) const {
@@ -371,7 +374,7 @@ absl::Status PerformanceModel::ErrorStatus(const Estimate& e, const Target& targ
                             target.Describe(), e.normalized_iterations));
       }
       return absl::InvalidArgumentError(absl::StrFormat(
-          "target_loss = %g: the model gives no finite training time for this cluster "
+          "target_loss = %g: the model gives no finite training time or cost for this cluster "
           "(normalized iterations %g)",
           target_loss, e.normalized_iterations));
     case EstimateError::kNoLossModel:
@@ -424,9 +427,10 @@ absl::Status PerformanceModel::CheckCluster(const Cluster& cluster) const {
                           cluster.counts[k], kMaxInstancesPerType));
     }
   }
-  if (cluster.parameter_servers < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "cluster.parameter_servers = %d: must be at least 1", cluster.parameter_servers));
+  if (cluster.parameter_servers < 1 || cluster.parameter_servers > kMaxParameterServers) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cluster.parameter_servers = %d: must be in [1, %d]",
+                        cluster.parameter_servers, kMaxParameterServers));
   }
   return absl::OkStatus();
 }
@@ -488,9 +492,10 @@ absl::StatusOr<std::vector<LossPoint>> PerformanceModel::LossCurve(const Cluster
   if (!has_loss_) {
     return ErrorStatus({.error = EstimateError::kNoLossModel}, Target::Loss(0));
   }
-  if (!(std::isfinite(horizon_s) && horizon_s >= 0)) {
+  if (!(std::isfinite(horizon_s) && horizon_s >= 0 && horizon_s <= kMaxHorizonS)) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("horizon_s = %g: must be a finite number >= 0", horizon_s));
+        absl::StrFormat("horizon_s = %g: must be a finite number in [0, %g] (about 317 years)",
+                        horizon_s, kMaxHorizonS));
   }
   if (points < 2 || points > 100000) {
     return absl::InvalidArgumentError(
@@ -505,9 +510,14 @@ absl::StatusOr<std::vector<LossPoint>> PerformanceModel::LossCurve(const Cluster
   curve.reserve(points);
   for (int i = 0; i < points; ++i) {
     LossPoint pt;
-    pt.time_s = horizon_s * i / (points - 1);
+    pt.time_s = horizon_s * (static_cast<double>(i) / (points - 1));
     pt.normalized_iterations = pt.time_s / shape.expected_iteration_time_s;
     pt.loss = LossAfter(loss_, shape.wa_batch, r, shape.workers, pt.normalized_iterations);
+    if (!std::isfinite(pt.normalized_iterations) || !std::isfinite(pt.loss)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("horizon_s = %g: the model gives no finite loss at %g s on this cluster",
+                          horizon_s, pt.time_s));
+    }
     curve.push_back(pt);
   }
   return curve;

@@ -16,6 +16,9 @@
 
 namespace spotdnn::predictor {
 
+// Longest loss curve horizon, in seconds (about 317 years).
+inline constexpr double kMaxHorizonS = 1e10;
+
 // Knobs that change predictions without changing the profile.
 struct ModelOptions {
   // Predict this fraction less worker bandwidth than eq. 8 gives (the paper over-predicts
@@ -141,7 +144,8 @@ class PerformanceModel {
   // Predicted loss after `time_s` seconds of training on `cluster`.
   absl::StatusOr<double> LossAtTime(const Cluster& cluster, double time_s) const;
 
-  // `points` evenly spaced points of the predicted loss from time 0 to `horizon_s`.
+  // `points` (2 to 100,000) evenly spaced points of the predicted loss from time 0 to `horizon_s`
+  // (at most kMaxHorizonS).
   absl::StatusOr<std::vector<LossPoint>> LossCurve(const Cluster& cluster, double horizon_s,
                                                    int points) const;
 

@@ -53,9 +53,9 @@ absl::Status InstanceCatalog::Validate() const {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s.name = \"%s\": already used by instance_types[%d]", field, t.name, it->second));
     }
-    if (t.gpus < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s.gpus = %d (%s): must be at least 1", field, t.gpus, t.name));
+    if (t.gpus < 1 || t.gpus > kMaxGpusPerInstance) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s.gpus = %d (%s): must be in [1, %d]", field, t.gpus, t.name, kMaxGpusPerInstance));
     }
     if (t.quota < 0 || t.quota > kMaxInstancesPerType) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -143,14 +143,19 @@ absl::Status Target::Validate(absl::string_view field) const {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s loss = %g: must be a finite number", field, value));
     case Kind::kIterations:
-      if (std::isfinite(value) && value >= 1) return absl::OkStatus();
+      if (std::isfinite(value) && value >= 1 && value <= kMaxTargetIterations) {
+        return absl::OkStatus();
+      }
       return absl::InvalidArgumentError(
-          absl::StrFormat("%s iterations = %g: must be a finite number >= 1", field, value));
+          absl::StrFormat("%s iterations = %g: must be a finite number in [1, %g]", field, value,
+                          kMaxTargetIterations));
     case Kind::kSamples:
-      if (std::isfinite(value) && value > 0) return absl::OkStatus();
+      if (std::isfinite(value) && value > 0 && value <= kMaxTargetEpochs * kMaxDatasetSize) {
+        return absl::OkStatus();
+      }
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s samples (epochs x dataset size) = %g: must be a positive finite number", field,
-          value));
+          "%s samples (epochs x dataset size) = %g: must be a positive finite number, at most %g",
+          field, value, kMaxTargetEpochs * kMaxDatasetSize));
   }
   return absl::InvalidArgumentError("unknown target kind");
 }
@@ -185,9 +190,10 @@ absl::Status WorkloadProfile::Validate() const {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ": set exactly one of instance_type and gpu_type"));
     }
-    if (c.batch_per_gpu < 0) {
+    if (c.batch_per_gpu < 0 || c.batch_per_gpu > kMaxBatchPerGpu) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("%s.batch_per_gpu = %d: must be >= 0", field, c.batch_per_gpu));
+          absl::StrFormat("%s.batch_per_gpu = %d: must be in [0, %d] (0 = from the memory model)",
+                          field, c.batch_per_gpu, kMaxBatchPerGpu));
     }
     if (c.compute_time_s.has_value() == c.measured_samples_per_s.has_value()) {
       return absl::InvalidArgumentError(
@@ -243,9 +249,10 @@ absl::StatusOr<Cluster> MakeCluster(const InstanceCatalog& catalog,
                                     int parameter_servers) {
   Cluster cluster;
   cluster.counts.assign(catalog.types.size(), 0);
-  if (parameter_servers < 1) {
+  if (parameter_servers < 1 || parameter_servers > kMaxParameterServers) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("cluster.parameter_servers = %d: must be at least 1", parameter_servers));
+        absl::StrFormat("cluster.parameter_servers = %d: must be in [1, %d]", parameter_servers,
+                        kMaxParameterServers));
   }
   cluster.parameter_servers = parameter_servers;
   std::vector<bool> given(catalog.types.size(), false);

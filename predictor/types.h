@@ -19,12 +19,23 @@ namespace spotdnn::predictor {
 inline constexpr int kMaxInstancesPerType = 10'000;
 // Most workers in one cluster (and the largest cluster a plan considers).
 inline constexpr int kMaxClusterSize = 100'000;
+// Most GPUs of one instance type (g_i), and the largest batch per GPU (b_k) a profile may give or
+// the memory model may yield: their product, a worker's batch, stays well inside `int`.
+inline constexpr int kMaxGpusPerInstance = 1024;
+inline constexpr int kMaxBatchPerGpu = 1 << 20;
+// Most parameter servers of one cluster.
+inline constexpr int kMaxParameterServers = 1000;
+// Largest training targets a request may state: global iterations, epochs, and samples in one
+// epoch (a dataset). Far beyond any real job; they keep every time and cost derived finite.
+inline constexpr double kMaxTargetIterations = 1e15;
+inline constexpr double kMaxTargetEpochs = 1e6;
+inline constexpr double kMaxDatasetSize = 1e12;
 
 // A GPU instance type with its prices and the user's quota (Lim_m).
 struct InstanceType {
   std::string name;
   std::string gpu_type;
-  int gpus = 1;                    // g_i
+  int gpus = 1;                    // g_i, in [1, kMaxGpusPerInstance]
   double gpu_memory_gib = 0;       // mem_k of one GPU (eq. 10)
   double spot_price_per_hour = 0;  // p_m
   double on_demand_price_per_hour = 0;
@@ -78,7 +89,7 @@ absl::StatusOr<ModelVariant> ParseVariant(absl::string_view name);
 struct ComputeProfile {
   std::string instance_type;  // set this or gpu_type
   std::string gpu_type;
-  int batch_per_gpu = 0;                         // b_k profiled at; 0 = from the memory model
+  int batch_per_gpu = 0;  // b_k profiled at, at most kMaxBatchPerGpu; 0 = from the memory model
   std::optional<double> compute_time_s;          // T_comp, or
   std::optional<double> measured_samples_per_s;  // single-worker speed T_comp is derived from
 };
@@ -143,7 +154,8 @@ struct Target {
   static Target Samples(double samples) { return {Kind::kSamples, samples}; }
   bool is_loss() const { return kind == Kind::kLoss; }
   // INVALID_ARGUMENT naming `field` unless the value is usable: a finite loss, or a positive
-  // finite number of iterations or samples.
+  // finite number of iterations (at most kMaxTargetIterations) or samples (at most
+  // kMaxTargetEpochs x kMaxDatasetSize).
   absl::Status Validate(absl::string_view field = "target") const;
   // "loss 0.5", "64000 iterations", "6.4e+06 samples".
   std::string Describe() const;
@@ -152,14 +164,15 @@ struct Target {
 // Workers per catalog type (indexed like InstanceCatalog::types) and parameter servers.
 struct Cluster {
   std::vector<int> counts;
-  int parameter_servers = 1;
+  int parameter_servers = 1;  // in [1, kMaxParameterServers]
 
   // |N|, the sum of the counts (saturates at INT_MAX for counts MakeCluster would refuse).
   int Workers() const;
 };
 
 // Builds a Cluster from (type name, count) pairs; names must be in the catalog, counts in
-// [0, kMaxInstancesPerType], at most kMaxClusterSize in all, and a type may appear once.
+// [0, kMaxInstancesPerType], at most kMaxClusterSize in all, a type may appear once, and
+// parameter_servers in [1, kMaxParameterServers].
 // INVALID_ARGUMENT names the offending entry.
 absl::StatusOr<Cluster> MakeCluster(const InstanceCatalog& catalog,
                                     const std::vector<std::pair<std::string, int>>& counts,

@@ -14,6 +14,7 @@
 #include "ceres/ceres.h"
 #include "predictor/equations.h"
 #include "predictor/performance_model.h"
+#include "profiler/fit_stop.h"
 
 namespace spotdnn::profiler {
 namespace {
@@ -41,6 +42,7 @@ ceres::Solver::Options SolverOptions() {
   options.logging_type = ceres::SILENT;
   options.minimizer_progress_to_stdout = false;
   options.num_threads = 1;
+  AddFitStopCallback(options);  // the enclosing FitWorkload's stop check, if any
   return options;
 }
 
@@ -352,6 +354,7 @@ absl::StatusOr<SharedPsFitResult> FitSharedPs(absl::Span<const ClusterObservatio
   for (double share : {0.1, 0.3}) {
     for (double kappa_start :
          fit_kappa ? std::vector<double>{0.2, 1.0} : std::vector<double>{kappa0}) {
+      if (auto stopped = PollFitStop(); !stopped.ok()) return stopped;
       // Start: d a share of the fastest type's lone iteration, z the rest.
       double min_t = std::numeric_limits<double>::infinity();
       for (const auto& [type, rate] : fastest_rate) min_t = std::min(min_t, 1.0 / rate);
@@ -393,6 +396,7 @@ absl::StatusOr<SharedPsFitResult> FitSharedPs(absl::Span<const ClusterObservatio
       }
       ceres::Solver::Summary summary;
       ceres::Solve(SolverOptions(), &problem, &summary);
+      if (auto stopped = FitStopStatus(); !stopped.ok()) return stopped;
       if (summary.IsSolutionUsable() && summary.final_cost < best_cost) {
         best_cost = summary.final_cost;
         best.compute_time_s.clear();
@@ -525,6 +529,7 @@ absl::StatusOr<PaperFormFitResult> FitPaperForm(absl::Span<const ClusterObservat
   for (const auto& [a0, b0] : std::vector<std::pair<double, double>>{
            {0.3, -0.3}, {0.8, -1.9}, {0.1, 0.5}, {0.5, 0.0}, {0.2, -0.1}}) {
     for (double share : {0.1, 0.4}) {
+      if (auto stopped = PollFitStop(); !stopped.ok()) return stopped;
       // Start: a lone worker's communication a share of the fastest type's iteration, B_req
       // half of B_ps.
       const double req0 = ps_bandwidth_mb_per_s / 2;
@@ -559,6 +564,7 @@ absl::StatusOr<PaperFormFitResult> FitPaperForm(absl::Span<const ClusterObservat
       }
       ceres::Solver::Summary summary;
       ceres::Solve(SolverOptions(), &problem, &summary);
+      if (auto stopped = FitStopStatus(); !stopped.ok()) return stopped;
       if (summary.IsSolutionUsable() && summary.final_cost < best_cost) {
         best_cost = summary.final_cost;
         best.compute_time_s.clear();
@@ -613,12 +619,16 @@ absl::StatusOr<PaperFormFitResult> FitPaperForm(absl::Span<const ClusterObservat
 
 absl::StatusOr<FitValidation> ValidateFit(absl::Span<const Sample> fit,
                                           absl::Span<const Sample> check,
-                                          const KnownParameters& known, double iterations) {
+                                          const KnownParameters& known, double iterations,
+                                          const std::function<absl::Status()>& stop) {
   if (check.empty()) {
     return absl::FailedPreconditionError("no check samples: name the jobs to predict");
   }
-  auto fitted = FitWorkload(fit, known);
+  auto fitted = FitWorkload(fit, known, stop);
   if (!fitted.ok()) return fitted.status();
+  if (stop) {
+    if (auto s = stop(); !s.ok()) return s;
+  }
   FitValidation out;
   out.quality = fitted->quality;
   out.profile = ProfileOf(*fitted, known, "validation");

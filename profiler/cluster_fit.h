@@ -9,6 +9,7 @@
 #ifndef SPOTDNN_PROFILER_CLUSTER_FIT_H_
 #define SPOTDNN_PROFILER_CLUSTER_FIT_H_
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -150,10 +151,12 @@ struct FitValidation {
 // performance model, for `iterations` global steps (0: the steps its runs spanned, else 10,000):
 // observed time = the runs' median duration (or iterations / observed speed), predicted time =
 // iterations / predicted speed. FAILED_PRECONDITION when a check cluster uses a type the fit has
-// no speed for (naming the types) or no check run has a speed.
+// no speed for (naming the types) or no check run has a speed. `stop`, when given, is the fit's
+// stop check (as in FitWorkload); a non-OK status ends the validation and is returned.
 absl::StatusOr<FitValidation> ValidateFit(absl::Span<const Sample> fit,
                                           absl::Span<const Sample> check,
-                                          const KnownParameters& known, double iterations = 0);
+                                          const KnownParameters& known, double iterations = 0,
+                                          const std::function<absl::Status()>& stop = {});
 
 }  // namespace spotdnn::profiler
 

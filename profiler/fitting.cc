@@ -7,6 +7,8 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +17,7 @@
 #include "ceres/ceres.h"
 #include "predictor/equations.h"
 #include "profiler/cluster_fit.h"
+#include "profiler/fit_stop.h"
 #include "profiler/importers.h"
 
 namespace spotdnn::profiler {
@@ -50,6 +53,7 @@ ceres::Solver::Options SolverOptions() {
   options.logging_type = ceres::SILENT;
   options.minimizer_progress_to_stdout = false;
   options.num_threads = 1;
+  AddFitStopCallback(options);
   return options;
 }
 
@@ -320,6 +324,8 @@ absl::StatusOr<ContentionFit> FitContention(absl::Span<const Sample> samples,
   double best_cost = std::numeric_limits<double>::infinity();
   for (const auto& [a0, b0] : std::vector<std::pair<double, double>>{
            {0.3, -0.3}, {0.8, -1.9}, {0.1, 0.5}, {0.5, 0.0}, {0.2, -0.1}}) {
+    // Building a problem of every sample takes a while: a stopped fit builds no more.
+    if (auto stopped = PollFitStop(); !stopped.ok()) return stopped;
     double a1 = a0, b1 = b0;
     ceres::Problem problem;
     for (const ContentionResidual& r : residuals) {
@@ -395,80 +401,54 @@ absl::StatusOr<predictor::MemoryModel> FitMemory(absl::Span<const Sample> sample
   return predictor::MemoryModel{a2, b2};
 }
 
-std::vector<double> GlobalIterations(absl::Span<const Sample> samples) {
-  // Per job, every reporting worker's (wall time, step) in time order.
-  struct Worker {
-    std::vector<std::pair<double, std::int64_t>> steps;
-    bool timed = true;  // every sample has a wall time
-  };
-  std::map<std::string, std::map<std::string, Worker>> jobs;
-  for (const Sample& s : samples) {
-    if (s.worker_id.empty()) continue;
-    Worker& w = jobs[s.job_id][s.worker_id];
-    w.timed = w.timed && s.wall_time_s > 0;
-    w.steps.emplace_back(s.wall_time_s, s.step);
+std::vector<double> GlobalSteps(absl::Span<const Sample> samples) {
+  std::vector<double> out(samples.size());
+  std::map<std::string, std::vector<size_t>> by_job;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    out[i] = double(samples[i].step);
+    by_job[samples[i].job_id].push_back(i);
   }
-  std::map<std::string, bool> timed;  // per job: every worker's samples have wall times
-  for (auto& [job, workers] : jobs) {
-    bool all = true;
-    for (auto& [id, w] : workers) {
-      std::sort(w.steps.begin(), w.steps.end());
-      // A worker's step at a time: the highest reported by then (steps never go back).
-      for (size_t i = 1; i < w.steps.size(); ++i) {
-        w.steps[i].second = std::max(w.steps[i].second, w.steps[i - 1].second);
+  for (auto& [job, rows] : by_job) {
+    std::set<std::string> workers;
+    for (size_t i : rows) workers.insert(samples[i].worker_id);
+    if (workers.size() < 2) continue;
+    // In wall-time order (a worker's own steps in order at equal times), each worker's latest
+    // step summed.
+    std::stable_sort(rows.begin(), rows.end(), [&](size_t a, size_t b) {
+      return std::tie(samples[a].wall_time_s, samples[a].step) <
+             std::tie(samples[b].wall_time_s, samples[b].step);
+    });
+    std::map<std::string, int64_t> latest;
+    int64_t total = 0;
+    for (size_t i : rows) {
+      int64_t& last = latest[samples[i].worker_id];
+      if (samples[i].step > last) {
+        total += samples[i].step - last;
+        last = samples[i].step;
       }
-      all = all && w.timed;
+      out[i] = double(total);
     }
-    timed[job] = all;
-  }
-  std::vector<double> out;
-  out.reserve(samples.size());
-  for (const Sample& s : samples) {
-    if (s.worker_id.empty()) {
-      out.push_back(double(s.step));  // a cluster-level record: the global step already
-      continue;
-    }
-    const auto& workers = jobs[s.job_id];
-    if (!timed[s.job_id] || !(s.wall_time_s > 0)) {
-      // No clock to line the workers up: they are taken to keep pace with this one.
-      out.push_back(double(s.step) * double(workers.size()));
-      continue;
-    }
-    double total = 0;
-    for (const auto& [id, w] : workers) {
-      if (id == s.worker_id) {
-        total += double(s.step);
-        continue;
-      }
-      // Its highest step at or before this sample's wall time (0 before its first).
-      auto it =
-          std::upper_bound(w.steps.begin(), w.steps.end(),
-                           std::make_pair(s.wall_time_s, std::numeric_limits<std::int64_t>::max()));
-      if (it != w.steps.begin()) total += double(std::prev(it)->second);
-    }
-    out.push_back(total);
   }
   return out;
 }
 
 absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
                                              FitQuality* quality) {
+  const std::vector<double> global_steps = GlobalSteps(samples);
   std::vector<LossPoint> points;
   std::set<double> batches;
   std::set<int> sizes;
   double max_j = 0, min_loss = std::numeric_limits<double>::infinity();
   std::vector<double> losses;
-  const std::vector<double> global = GlobalIterations(samples);
   for (size_t i = 0; i < samples.size(); ++i) {
     const Sample& s = samples[i];
     if (s.loss <= 0) continue;
     const int n = Workers(s);
     const double batch = s.batch_size > 0 ? s.batch_size : 1;
-    const double j = global[i];
-    points.push_back({j, batch, HomogeneousConvergence(n), n, s.loss});
+    points.push_back({global_steps[i], batch, HomogeneousConvergence(n), n, s.loss});
     batches.insert(batch);
     sizes.insert(n);
-    max_j = std::max(max_j, j);
+    max_j = std::max(max_j, global_steps[i]);
     min_loss = std::min(min_loss, s.loss);
     losses.push_back(s.loss);
   }
@@ -484,6 +464,7 @@ absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
   double best_cost = std::numeric_limits<double>::infinity();
   for (double g1_share : {0.01, 0.1, 0.5}) {
     for (double g5_share : {0.5, 0.9}) {
+      if (auto stopped = PollFitStop(); !stopped.ok()) return stopped;
       double g1 = std::max(1.0, g1_share * max_j), g2 = 0, g4 = 1, g5 = g5_share * min_loss;
       // g3 from the mean of (loss - g5) (j + g1) / sqrt((R + g4) |N|).
       double sum = 0;
@@ -520,10 +501,9 @@ absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
     predicted.push_back(PredictLoss(best, p));
   }
   *quality = Quality("g1..g5", observed, predicted);
-  std::vector<std::string> notes = {
-      absl::StrCat("eq. 3 on ", points.size(),
-                   " loss samples, j = the job's global iterations then (every worker's steps), "
-                   "Cauchy loss")};
+  std::vector<std::string> notes = {absl::StrCat(
+      "eq. 3 on ", points.size(),
+      " loss samples, j = global step (a live run's worker steps summed), Cauchy loss")};
   if (!fit_g2) notes.push_back("g2 not identified (loss curves at 1 batch size): fixed at 0");
   if (!fit_g4) {
     notes.push_back("g4 not identified (loss curves at 1 cluster size): fixed at 1, g3 absorbs it");
@@ -534,7 +514,8 @@ absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples,
 
 namespace {
 
-// The paper's per-parameter fits (eqs. 3, 6-10) from per-iteration samples.
+// The paper's per-parameter fits (eqs. 3, 6-10) from per-iteration samples. Polls the fit's stop
+// check (fit_stop.h) between the fits.
 absl::StatusOr<WorkloadFit> FitPaperWorkload(absl::Span<const Sample> samples,
                                              const KnownParameters& known) {
   if (samples.empty()) {
@@ -544,6 +525,7 @@ absl::StatusOr<WorkloadFit> FitPaperWorkload(absl::Span<const Sample> samples,
   // Records a parameter that the data could not determine (FAILED_PRECONDITION); other errors
   // are the fit's own failure and travel up.
   auto unidentified = [&](absl::string_view parameter, const absl::Status& status) {
+    if (auto s = FitStopStatus(); !s.ok()) return s;  // a solve was stopped, not unable
     FitQuality q;
     q.parameter = std::string(parameter);
     q.note = std::string(status.message());
@@ -587,6 +569,7 @@ absl::StatusOr<WorkloadFit> FitPaperWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
+  if (auto s = PollFitStop(); !s.ok()) return s;
   {
     auto contention = FitContention(samples, k);
     if (contention.ok()) {
@@ -596,6 +579,7 @@ absl::StatusOr<WorkloadFit> FitPaperWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
+  if (auto s = PollFitStop(); !s.ok()) return s;
   {
     FitQuality q;
     auto memory = FitMemory(samples, &q);
@@ -606,6 +590,7 @@ absl::StatusOr<WorkloadFit> FitPaperWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
+  if (auto s = PollFitStop(); !s.ok()) return s;
   {
     FitQuality q;
     auto loss = FitLoss(samples, &q);
@@ -616,6 +601,7 @@ absl::StatusOr<WorkloadFit> FitPaperWorkload(absl::Span<const Sample> samples,
       return s;
     }
   }
+  if (auto s = PollFitStop(); !s.ok()) return s;
   return fit;
 }
 
@@ -737,12 +723,12 @@ absl::StatusOr<WorkloadFit> FitPaperFromRuns(const RunSet& runs,
   return fit;
 }
 
-}  // namespace
-
-absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
+// FitWorkload without its stop scope.
+absl::StatusOr<WorkloadFit> FitVariants(absl::Span<const Sample> samples,
                                         const KnownParameters& known) {
   auto paper = FitPaperWorkload(samples, known);
   if (!paper.ok()) return paper.status();
+  if (auto s = PollFitStop(); !s.ok()) return s;
   const RunSet runs = RunsFromSamples(samples);
   const std::vector<ClusterObservation> observations = GroupRuns(runs.runs);
   if (known.variant.has_value() && *known.variant != predictor::ModelVariant::kSharedPs) {
@@ -771,6 +757,18 @@ absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
     paper->quality.push_back(std::move(q));
   }
   return paper;
+}
+
+}  // namespace
+
+absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
+                                        const KnownParameters& known,
+                                        const std::function<absl::Status()>& stop) {
+  FitStopScope scope(stop);  // every solve of this fit polls `stop`
+  auto fit = FitVariants(samples, known);
+  // A fit whose solves were stopped fails with the stop's status, whatever the solves made of it.
+  if (auto s = PollFitStop(); !s.ok()) return s;
+  return fit;
 }
 
 predictor::WorkloadProfile ProfileOf(const WorkloadFit& fit, const KnownParameters& known,

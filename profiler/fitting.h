@@ -7,6 +7,7 @@
 #ifndef SPOTDNN_PROFILER_FITTING_H_
 #define SPOTDNN_PROFILER_FITTING_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,14 +66,6 @@ absl::StatusOr<double> FitRequiredBandwidth(absl::Span<const Sample> samples,
 absl::StatusOr<std::vector<predictor::ComputeProfile>> FitCompute(absl::Span<const Sample> samples,
                                                                   std::vector<FitQuality>* quality);
 
-// The cluster's global iterations (the paper's j, in ASP every worker step is one) when each
-// sample was measured, as `spotdnn run` counts a job's progress: a sample with a worker_id counts
-// that worker's own steps (its `step`), so the job had done the sum of every reporting worker's
-// highest step at that moment (lined up by wall time; without wall times the workers are taken to
-// keep pace, step x the job's reporting workers); a sample without a worker_id is a cluster-level
-// record (a TensorBoard export's global step) whose step is the global count already.
-std::vector<double> GlobalIterations(absl::Span<const Sample> samples);
-
 // a1, b1 of eq. 9 from iteration times at several cluster sizes: T_i(N) = T_i(1) +
 // 2 S (1 / B_wk(N) - 1 / B_req). Needs S_parm, B_req, B_ps, single-worker runs of the same
 // types (samples naming neither instance nor GPU type are left out), and runs of at least 3
@@ -86,9 +79,16 @@ absl::StatusOr<ContentionFit> FitContention(absl::Span<const Sample> samples,
 absl::StatusOr<predictor::MemoryModel> FitMemory(absl::Span<const Sample> samples,
                                                  FitQuality* quality);
 
-// g1..g5 of eq. 3 from loss curves, j = GlobalIterations, b_w = the run's batch, R from |N| equal
-// workers. g2 needs curves at 2 or more batch sizes and g4 at 2 or more cluster sizes; without
-// them g2 is fixed at 0 and g4 at 1 (g3 absorbs the scale) and the note says so.
+// The global step of each of `samples` (same order). A job whose samples come from two or more
+// workers (worker_id) is a live run, where `step` is each worker's own count (the instance
+// contract): its global step at a sample is the sum of every worker's latest step at that sample's
+// wall time (every worker step is one ASP iteration). Other samples (TensorBoard imports: one
+// chief's log) keep their step, which is already global.
+std::vector<double> GlobalSteps(absl::Span<const Sample> samples);
+
+// g1..g5 of eq. 3 from loss curves, j = global step (GlobalSteps), b_w = the run's batch, R from
+// |N| equal workers. g2 needs curves at 2 or more batch sizes and g4 at 2 or more cluster sizes;
+// without them g2 is fixed at 0 and g4 at 1 (g3 absorbs the scale) and the note says so.
 // FAILED_PRECONDITION with fewer than 8 samples that carry a loss.
 absl::StatusOr<predictor::LossModel> FitLoss(absl::Span<const Sample> samples, FitQuality* quality);
 
@@ -116,8 +116,11 @@ struct WorkloadFit {
 // B_req is set to B_ps (the variant does not use it). The paper variant's contention a1, b1 is
 // fitted from per-iteration times as before, or, when those lack and the variant is asked for,
 // from the runs' speeds.
+// `stop`, when given, is polled between the fits and at every solver iteration; a non-OK status
+// ends the fit and is returned (a caller's deadline).
 absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
-                                        const KnownParameters& known);
+                                        const KnownParameters& known,
+                                        const std::function<absl::Status()>& stop = {});
 
 // The fit as a profile named `name`: what it determined, with `known` filling S_parm and B_req
 // when the fit did not.

@@ -1,8 +1,16 @@
 #include "profiler/importers.h"
 
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -656,14 +664,68 @@ absl::StatusOr<ImportResult> ImportText(absl::string_view content, absl::string_
 
 namespace {
 
-absl::StatusOr<std::string> ReadWholeFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+// Opens `path` for reading; without symlinks, no component of it may be one (openat2's
+// RESOLVE_NO_SYMLINKS where the kernel has it, else O_NOFOLLOW on the last component) and a FIFO
+// does not block the open.
+int OpenForImport(const fs::path& path, bool follow_symlinks) {
+  if (follow_symlinks) return open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  open_how how{};
+  how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  const long fd = syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof(how));
+  if (fd >= 0 || errno != ENOSYS) return static_cast<int>(fd);
+  return open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+}
+
+// The file's content, at most `*budget` bytes (which it uses up), as `access` allows.
+absl::StatusOr<std::string> ReadWholeFile(const fs::path& path, const FileAccess& access,
+                                          std::uint64_t* budget) {
+  const int fd = OpenForImport(path, access.follow_symlinks);
+  if (fd < 0) {
+    if (errno == ELOOP) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(path.string(), ": a symbolic link is in the path; not followed"));
+    }
+    return absl::NotFoundError(
+        absl::StrCat(path.string(), ": cannot be read: ", std::strerror(errno)));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
     return absl::NotFoundError(absl::StrCat(path.string(), ": cannot be read"));
   }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+  if (!access.follow_symlinks && !S_ISREG(st.st_mode)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(path.string(), ": not a regular file (a device, FIFO or socket)"));
+  }
+  auto too_big = [&](std::uint64_t size) {
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", size,
+                                                   " bytes or more, above what is left of the "
+                                                   "import limit (",
+                                                   *budget, " bytes)"));
+  };
+  if (S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) > *budget) {
+    return too_big(st.st_size);
+  }
+  std::string content;
+  if (S_ISREG(st.st_mode)) content.reserve(st.st_size);
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return absl::NotFoundError(
+          absl::StrCat(path.string(), ": cannot be read: ", std::strerror(errno)));
+    }
+    if (n == 0) break;
+    if (content.size() + n > *budget) return too_big(content.size() + n);
+    content.append(buffer, n);
+  }
+  *budget -= content.size();
+  return content;
 }
 
 bool IsLogFile(const fs::path& p) {
@@ -781,19 +843,32 @@ absl::Status ApplyFolderContext(const std::string& folder, ImportOptions& o) {
   return apply("gpu_type", o.gpu_type, context.gpu_type, std::string(), "GPUs");
 }
 
-// The runs a vm_data.csv in `dir` says lost a VM mid-run (none when there is no such file).
-std::vector<RunToLeaveOut> LeaveOutFrom(const fs::path& dir) {
+// The runs a vm_data.csv in `dir` says lost a VM mid-run (none when there is no such file, or
+// `access` does not let it be read: a symbolic link, say). Read once per folder (`cache`), from
+// the import's byte budget; going past that budget is the one error.
+absl::StatusOr<std::vector<RunToLeaveOut>> LeaveOutFrom(
+    const fs::path& dir, const FileAccess& access, std::uint64_t* budget,
+    std::map<fs::path, std::vector<RunToLeaveOut>>& cache) {
+  if (auto it = cache.find(dir); it != cache.end()) return it->second;
+  std::vector<RunToLeaveOut>& out = cache[dir];
   const fs::path vm_data = dir / "vm_data.csv";
   std::error_code ec;
-  if (!fs::is_regular_file(vm_data, ec)) return {};
-  auto content = ReadWholeFile(vm_data);
-  if (!content.ok()) return {};
-  return RunsWithRevokedVms(*content, vm_data.string());
+  const fs::file_status status =
+      access.follow_symlinks ? fs::status(vm_data, ec) : fs::symlink_status(vm_data, ec);
+  if (!fs::is_regular_file(status)) return out;
+  auto content = ReadWholeFile(vm_data, access, budget);
+  if (absl::IsInvalidArgument(content.status())) return content.status();
+  if (!content.ok()) return out;
+  out = RunsWithRevokedVms(*content, vm_data.string());
+  return out;
 }
 
 }  // namespace
 
-absl::StatusOr<ImportResult> ImportPath(const std::string& path, const ImportOptions& options) {
+absl::StatusOr<ImportResult> ImportPath(const std::string& path, const ImportOptions& options,
+                                        const FileAccess& access) {
+  std::uint64_t budget = access.max_bytes;
+  std::map<fs::path, std::vector<RunToLeaveOut>> leave_out;  // by folder
   std::error_code ec;
   const fs::path root(path);
   if (!fs::exists(root, ec)) {
@@ -808,14 +883,25 @@ absl::StatusOr<ImportResult> ImportPath(const std::string& path, const ImportOpt
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
     }
     if (ParseRunFolderName(parent, &series, &workers) && o.job_id.empty()) o.job_id = parent;
-    if (o.leave_out.empty()) o.leave_out = LeaveOutFrom(root.parent_path());
-    auto content = ReadWholeFile(root);
+    if (o.leave_out.empty()) {
+      auto leave = LeaveOutFrom(root.parent_path(), access, &budget, leave_out);
+      if (!leave.ok()) return leave.status();
+      o.leave_out = *std::move(leave);
+    }
+    auto content = ReadWholeFile(root, access, &budget);
     if (!content.ok()) return content.status();
     return ImportText(*content, path, o);
   }
   std::vector<fs::path> files;
   for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->is_regular_file(ec) && IsLogFile(it->path())) files.push_back(it->path());
+    // Without symlinks, a link is not followed even to a regular file.
+    const bool regular = access.follow_symlinks ? it->is_regular_file(ec)
+                                                : fs::is_regular_file(it->symlink_status(ec));
+    if (regular && IsLogFile(it->path())) files.push_back(it->path());
+    if (static_cast<std::uint64_t>(files.size()) > static_cast<std::uint64_t>(access.max_files)) {
+      return absl::InvalidArgumentError(absl::StrCat("path = \"", path, "\": more than ",
+                                                     access.max_files, " log files; import fewer"));
+    }
   }
   if (ec) return absl::NotFoundError(absl::StrCat(path, ": ", ec.message()));
   std::sort(files.begin(), files.end());
@@ -842,8 +928,15 @@ absl::StatusOr<ImportResult> ImportPath(const std::string& path, const ImportOpt
                !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(file.string(), ": ", s.message()));
     }
-    if (o.leave_out.empty()) o.leave_out = LeaveOutFrom(file.parent_path());
-    auto content = ReadWholeFile(file);
+    if (access.stop) {
+      if (auto s = access.stop(); !s.ok()) return s;
+    }
+    if (o.leave_out.empty()) {
+      auto leave = LeaveOutFrom(file.parent_path(), access, &budget, leave_out);
+      if (!leave.ok()) return leave.status();
+      o.leave_out = *std::move(leave);
+    }
+    auto content = ReadWholeFile(file, access, &budget);
     if (!content.ok()) return content.status();
     auto one = ImportText(*content, file.string(), o);
     if (!one.ok()) return one.status();

@@ -11,6 +11,8 @@
 #define SPOTDNN_PROFILER_IMPORTERS_H_
 
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -85,15 +87,31 @@ inline constexpr int kMaxImportErrors = 100;
 absl::StatusOr<ImportResult> ImportText(absl::string_view content, absl::string_view source,
                                         const ImportOptions& options);
 
+// How ImportPath reaches files. The defaults are a user's own import (the CLI's); a server
+// importing from its import roots (profiler/import_roots.h) sets every field.
+struct FileAccess {
+  // false: a file with a symbolic link anywhere in its path is not read (refused, or skipped in a
+  // folder), and neither is anything but a regular file (a FIFO, a device such as /dev/zero).
+  bool follow_symlinks = true;
+  // Most bytes read in all; a file that would go past it is INVALID_ARGUMENT.
+  std::uint64_t max_bytes = std::numeric_limits<std::uint64_t>::max();
+  // Most files a folder import reads; more is INVALID_ARGUMENT.
+  int max_files = std::numeric_limits<int>::max();
+  // Polled before each file: a non-OK status ends the import with it (a call's deadline).
+  std::function<absl::Status()> stop{};
+};
+
 // Imports a file, or every *.csv / *.log / *.txt file under a folder. In a folder, a run folder
 // named "<series>worker<N>" (the CM-DARE layout) gives its samples cluster_workers = N and the job
 // id "<options.job_id>/<path relative to the folder>" (no prefix when job_id is empty); files
 // directly in the folder use options.job_id. A folder named "<P>ps<N><g>" (the ICAC 2019 layout:
 // P parameter servers, N workers, g = k, p or v for K80, P100, V100) gives those. Side files of
 // checkpoint exports (per-run Duration, Cost, VM uptimes) are not samples: they are noted, and a
-// vm_data.csv beside a file says which runs lost a worker mid-run (left out). NOT_FOUND names a
-// missing path; INVALID_ARGUMENT a value in `options` that the folder's name contradicts.
-absl::StatusOr<ImportResult> ImportPath(const std::string& path, const ImportOptions& options);
+// vm_data.csv beside a file says which runs lost a worker mid-run (left out; read as `access`
+// allows, from its byte budget). NOT_FOUND names a missing path; INVALID_ARGUMENT a value in
+// `options` that the folder's name contradicts; `access` bounds what is read.
+absl::StatusOr<ImportResult> ImportPath(const std::string& path, const ImportOptions& options,
+                                        const FileAccess& access = {});
 
 // The marker that starts a sample line's fields.
 inline constexpr absl::string_view kSampleLineMarker = "SPOTDNN_SAMPLE";

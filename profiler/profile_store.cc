@@ -2,12 +2,16 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "services/common/db/sqlite.h"
 
 namespace spotdnn::profiler {
@@ -44,8 +48,6 @@ CREATE TABLE IF NOT EXISTS samples (
   parameter_servers INTEGER NOT NULL DEFAULT 0,
   cluster TEXT NOT NULL DEFAULT ''
 );
-CREATE INDEX IF NOT EXISTS samples_by_job ON samples (job_id);
-CREATE INDEX IF NOT EXISTS samples_by_step ON samples (job_id, worker_id, step);
 CREATE TABLE IF NOT EXISTS profiles (
   name TEXT NOT NULL,
   version INTEGER NOT NULL CHECK (version >= 1),
@@ -83,16 +85,58 @@ absl::Status AddMissingColumns(sqlite3* db) {
   return absl::OkStatus();
 }
 
+// One sample per (job, worker, step): the key that makes storing idempotent. Step 0 is what a
+// sample without a step number has (a memory measurement, a CSV row without a step column), so
+// such samples are told apart by all their fields instead (the added columns too): only an
+// identical one is a resend. A database made before the keys existed loses its duplicate rows,
+// the first kept, when they are added (after AddMissingColumns). The keys are also the indexes by
+// job, one per row as before: they are partial, so the queries by job ask for "step > 0" and
+// "step = 0" separately (SQLite uses a partial index only for a query whose WHERE implies the
+// index's). samples_without_step was an earlier field key without the added columns.
+constexpr char kSampleKey[] = R"sql(
+BEGIN IMMEDIATE;
+DELETE FROM samples WHERE step > 0 AND rowid NOT IN
+  (SELECT MIN(rowid) FROM samples WHERE step > 0 GROUP BY job_id, worker_id, step);
+DELETE FROM samples WHERE step = 0 AND rowid NOT IN
+  (SELECT MIN(rowid) FROM samples WHERE step = 0 GROUP BY job_id, worker_id, instance_type,
+   gpu_type, gpus, batch_size, wall_time_s, iteration_time_s, loss, bytes_sent, bytes_received,
+   gpu_memory_gib, cluster_workers, communication_time_s, cluster_steps_per_s, accuracy,
+   parameter_servers, cluster);
+CREATE UNIQUE INDEX IF NOT EXISTS samples_by_key ON samples (job_id, worker_id, step)
+  WHERE step > 0;
+CREATE UNIQUE INDEX IF NOT EXISTS samples_by_fields ON samples (job_id, worker_id,
+  instance_type, gpu_type, gpus, batch_size, wall_time_s, iteration_time_s, loss, bytes_sent,
+  bytes_received, gpu_memory_gib, cluster_workers, communication_time_s, cluster_steps_per_s,
+  accuracy, parameter_servers, cluster)
+  WHERE step = 0;
+DROP INDEX IF EXISTS samples_without_step;
+DROP INDEX IF EXISTS samples_by_job;
+COMMIT;
+)sql";
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::string& path) {
   absl::StatusOr<sqlite3*> db = sql::OpenDatabase(path, "db", kSchema);
   if (!db.ok()) return db.status();
-  if (auto s = AddMissingColumns(*db); !s.ok()) {
-    sqlite3_close(*db);
+  std::unique_ptr<ProfileStore> store(new ProfileStore(*db));
+  absl::MutexLock lock(&store->mu_);
+  if (auto s = AddMissingColumns(store->db_); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("db = \"", path, "\": ", s.message()));
   }
-  return std::unique_ptr<ProfileStore>(new ProfileStore(*db));
+  Statement has_key(
+      store->db_,
+      "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'samples_by_fields'");
+  if (!has_key.status().ok()) return has_key.status();
+  auto row = has_key.Step("looking for the sample key");
+  if (!row.ok()) return row.status();
+  if (!*row) {
+    if (auto s = store->Exec(kSampleKey); !s.ok()) {
+      (void)store->Exec("ROLLBACK");
+      return absl::UnavailableError(absl::StrCat("db = \"", path, "\": ", s.message()));
+    }
+  }
+  return store;
 }
 
 ProfileStore::~ProfileStore() {
@@ -102,15 +146,14 @@ ProfileStore::~ProfileStore() {
 
 absl::Status ProfileStore::Exec(const char* sql) { return sql::Exec(db_, sql); }
 
-absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const std::string& source,
-                                      std::int64_t* duplicates) {
-  if (duplicates != nullptr) *duplicates = 0;
+absl::StatusOr<std::uint64_t> ProfileStore::AddSamples(absl::Span<const Sample> samples,
+                                                       const std::string& source) {
   for (size_t i = 0; i < samples.size(); ++i) {
     if (auto s = ValidateSample(samples[i]); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("samples[", i, "]: ", s.message()));
     }
   }
-  if (samples.empty()) return absl::OkStatus();
+  if (samples.empty()) return 0;
   absl::MutexLock lock(&mu_);
   Transaction txn(db_);
   if (!txn.status().ok()) return txn.status();
@@ -122,15 +165,12 @@ absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const st
                    "batch_size, step, wall_time_s, iteration_time_s, loss, bytes_sent, "
                    "bytes_received, gpu_memory_gib, cluster_workers, communication_time_s, "
                    "cluster_steps_per_s, accuracy, parameter_servers, cluster) VALUES (?1, ?2, "
-                   "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)");
-  // The same job, worker and step stored already (step 0: a log without steps, never the same).
-  Statement stored(db_,
-                   "SELECT 1 FROM samples WHERE job_id = ?1 AND worker_id = ?2 AND step = ?3 "
-                   "LIMIT 1");
+                   "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) "
+                   "ON CONFLICT DO NOTHING");
   if (!run.status().ok()) return run.status();
   if (!insert.status().ok()) return insert.status();
-  if (!stored.status().ok()) return stored.status();
   const double now = NowUnixSeconds();
+  std::uint64_t stored = 0;
   const std::string* last_job = nullptr;
   std::set<std::string> jobs;
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -143,18 +183,6 @@ absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const st
       run.Reset();
     }
     last_job = &s.job_id;
-    if (s.step > 0) {
-      stored.Text(1, s.job_id);
-      stored.Text(2, s.worker_id);
-      stored.Int(3, s.step);
-      auto found = stored.Step("looking for the same sample");
-      stored.Reset();
-      if (!found.ok()) return found.status();
-      if (*found) {
-        if (duplicates != nullptr) ++*duplicates;
-        continue;
-      }
-    }
     insert.Text(1, s.job_id);
     insert.Text(2, s.worker_id);
     insert.Text(3, s.instance_type);
@@ -174,12 +202,15 @@ absl::Status ProfileStore::AddSamples(absl::Span<const Sample> samples, const st
     insert.Real(17, s.accuracy);
     insert.Int(18, s.parameter_servers);
     insert.Text(19, s.cluster);
-    if (auto done = insert.Step(absl::StrCat("storing samples[", i, "]")); !done.ok()) {
-      return done.status();
+    if (auto done = insert.Step("storing samples"); !done.ok()) {
+      return absl::Status(done.status().code(),
+                          absl::StrCat("samples[", i, "]: ", done.status().message()));
     }
+    stored += sqlite3_changes(db_);
     insert.Reset();
   }
-  return txn.Commit();
+  if (auto s = txn.Commit(); !s.ok()) return s;
+  return stored;
 }
 
 absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
@@ -190,6 +221,12 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
       "iteration_time_s, loss, bytes_sent, bytes_received, gpu_memory_gib, cluster_workers, "
       "communication_time_s, cluster_steps_per_s, accuracy, parameter_servers, cluster FROM "
       "samples";
+  // The same and the rowid, for a compound SELECT to sort by (its 20th column).
+  constexpr char kColumnsAndRowid[] =
+      "SELECT job_id, worker_id, instance_type, gpu_type, gpus, batch_size, step, wall_time_s, "
+      "iteration_time_s, loss, bytes_sent, bytes_received, gpu_memory_gib, cluster_workers, "
+      "communication_time_s, cluster_steps_per_s, accuracy, parameter_servers, cluster, rowid "
+      "FROM samples";
   std::vector<Sample> out;
   // Jobs an earlier entry of job_ids already read (a job and one of its runs both named).
   std::set<std::string> done, reading;
@@ -235,11 +272,17 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
     Statement q(db_, absl::StrCat(kColumns, " ORDER BY rowid").c_str());
     status = q.status().ok() ? read(q) : q.status();
   } else {
-    // A job id names that job and the runs an import split it into ("J/run-3", "J/zone/run-1").
-    Statement q(db_, absl::StrCat(kColumns,
-                                  " WHERE job_id = ?1 OR substr(job_id, 1, length(?1) + 1) = ?1 "
-                                  "|| '/' ORDER BY rowid")
-                         .c_str());
+    // A job id names that job and the runs an import split it into ("J/run-3", "J/zone/run-1"):
+    // the ids from "J/" up to "J0" ('0' follows '/'). Each part through one of the two keys, the
+    // indexes by job (see kSampleKey).
+    std::string sql;
+    for (const char* job : {"job_id = ?1", "job_id >= ?1 || '/' AND job_id < ?1 || '0'"}) {
+      for (const char* step : {"step > 0", "step = 0"}) {
+        absl::StrAppend(&sql, sql.empty() ? "" : " UNION ALL ", kColumnsAndRowid, " WHERE ", job,
+                        " AND ", step);
+      }
+    }
+    Statement q(db_, absl::StrCat(sql, " ORDER BY 20").c_str());
     status = q.status();
     for (const std::string& job : job_ids) {
       if (!status.ok()) break;
@@ -255,9 +298,11 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
 
 absl::StatusOr<std::vector<StoredRun>> ProfileStore::ListRuns() {
   absl::MutexLock lock(&mu_);
-  Statement q(db_,
-              "SELECT r.job_id, r.source, (SELECT COUNT(*) FROM samples s WHERE s.job_id = "
-              "r.job_id) FROM runs r ORDER BY r.job_id");
+  Statement q(
+      db_,
+      "SELECT r.job_id, r.source, (SELECT COUNT(*) FROM samples s WHERE step > 0 AND "
+      "s.job_id = r.job_id) + (SELECT COUNT(*) FROM samples s WHERE step = 0 AND s.job_id = "
+      "r.job_id) FROM runs r ORDER BY r.job_id");
   if (!q.status().ok()) return q.status();
   std::vector<StoredRun> out;
   while (true) {
@@ -269,21 +314,51 @@ absl::StatusOr<std::vector<StoredRun>> ProfileStore::ListRuns() {
   return out;
 }
 
-absl::StatusOr<std::int64_t> ProfileStore::CountSamples() {
+absl::StatusOr<std::int64_t> ProfileStore::CountSamples(absl::Span<const std::string> job_ids) {
+  // The ids LoadSamples would read, each once: an id named before, or a run ("J/...") of another
+  // id named, adds nothing.
+  const std::set<absl::string_view> named(job_ids.begin(), job_ids.end());
+  std::vector<absl::string_view> ids;
+  for (absl::string_view id : named) {
+    bool covered = false;
+    for (size_t slash = id.find('/'); slash != absl::string_view::npos && !covered;
+         slash = id.find('/', slash + 1)) {
+      covered = named.count(id.substr(0, slash)) > 0;
+    }
+    if (!covered) ids.push_back(id);
+  }
   absl::MutexLock lock(&mu_);
-  Statement q(db_, "SELECT COUNT(*) FROM samples");
+  // Each part through one of the two keys (see kSampleKey).
+  Statement q(db_, job_ids.empty()
+                       ? "SELECT COUNT(*) FROM samples"
+                       : "SELECT (SELECT COUNT(*) FROM samples WHERE job_id = ?1 AND step > 0) + "
+                         "(SELECT COUNT(*) FROM samples WHERE job_id = ?1 AND step = 0) + "
+                         "(SELECT COUNT(*) FROM samples WHERE job_id >= ?1 || '/' AND job_id < ?1 "
+                         "|| '0' AND step > 0) + (SELECT COUNT(*) FROM samples WHERE job_id >= ?1 "
+                         "|| '/' AND job_id < ?1 || '0' AND step = 0)");
   if (!q.status().ok()) return q.status();
-  auto row = q.Step("counting samples");
-  if (!row.ok()) return row.status();
-  return sqlite3_column_int64(q.get(), 0);
+  std::int64_t count = 0;
+  for (size_t i = 0; i < (job_ids.empty() ? 1 : ids.size()); ++i) {
+    const std::string id = job_ids.empty() ? std::string() : std::string(ids[i]);
+    if (!job_ids.empty()) q.Text(1, id);  // bound without a copy: `id` outlives the step
+    auto row = q.Step("counting samples");
+    if (!row.ok()) return row.status();
+    count += sqlite3_column_int64(q.get(), 0);
+    q.Reset();
+  }
+  return count;
 }
 
 absl::StatusOr<std::vector<WorkerProgress>> ProfileStore::JobProgress(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  // SQLite takes the bare columns of a MAX() aggregate from the row holding the maximum.
+  // SQLite takes the bare columns of a MAX() aggregate from the row holding the maximum. The
+  // job's rows come through its two keys (see kSampleKey).
   Statement q(db_,
-              "SELECT worker_id, instance_type, MAX(step), COUNT(*), MAX(wall_time_s), loss "
-              "FROM samples WHERE job_id = ?1 GROUP BY worker_id ORDER BY worker_id");
+              "SELECT worker_id, instance_type, MAX(step), COUNT(*), MAX(wall_time_s), loss FROM "
+              "(SELECT worker_id, instance_type, step, wall_time_s, loss FROM samples WHERE "
+              "job_id = ?1 AND step > 0 UNION ALL SELECT worker_id, instance_type, step, "
+              "wall_time_s, loss FROM samples WHERE job_id = ?1 AND step = 0) "
+              "GROUP BY worker_id ORDER BY worker_id");
   if (!q.status().ok()) return q.status();
   q.Text(1, job_id);
   std::vector<WorkerProgress> out;

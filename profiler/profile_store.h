@@ -59,19 +59,22 @@ class ProfileStore {
 
   // Adds samples in one transaction: all of them or, on any error, none. Every sample is
   // validated first (INVALID_ARGUMENT "samples[i]: reason"). `source` is recorded per job.
-  // A sample whose job, worker and step (> 0) are already stored is the same sample again (a log
-  // imported twice, a batch sent again): it is not stored twice, and `duplicates` (when given)
-  // counts it.
-  absl::Status AddSamples(absl::Span<const Sample> samples, const std::string& source,
-                          std::int64_t* duplicates = nullptr);
+  // Idempotent: a sample is identified by (job_id, worker_id, step), and one whose key is already
+  // stored (a resend, or a repeat within `samples`) is left out, the first one kept. Step 0 means
+  // "no step number": such samples are identified by all their fields (only an identical one is
+  // left out). Returns how many samples were newly stored; once it returns, they are committed.
+  absl::StatusOr<std::uint64_t> AddSamples(absl::Span<const Sample> samples,
+                                           const std::string& source);
   // Samples of the given jobs (every job when empty), in the order they were stored. A job id
   // also names the runs an import split it into: "J" reads "J", "J/run-1", "J/zone/run-2".
   absl::StatusOr<std::vector<Sample>> LoadSamples(absl::Span<const std::string> job_ids);
   // Every job with its sample count.
   absl::StatusOr<std::vector<StoredRun>> ListRuns();
-  // Number of samples stored.
-  absl::StatusOr<std::int64_t> CountSamples();
-  // Each worker of the job with its highest step, by worker id (empty for an unknown job).
+  // Number of samples stored (of the given jobs; every job when empty): the number LoadSamples
+  // would return, a job id naming its runs too ("J/...") and every sample counted once.
+  absl::StatusOr<std::int64_t> CountSamples(absl::Span<const std::string> job_ids = {});
+  // Each worker of the job with its highest step and its number of (distinct) samples, by worker
+  // id (empty for an unknown job).
   absl::StatusOr<std::vector<WorkerProgress>> JobProgress(const std::string& job_id);
 
   // Stores the next version of profile `name` (1 for a new name) and returns the version.

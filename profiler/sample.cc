@@ -1,12 +1,16 @@
 #include "profiler/sample.h"
 
 #include <cmath>
+#include <string>
+#include <tuple>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "predictor/types.h"
+#include "services/common/limits.h"
 
 namespace spotdnn::profiler {
 namespace {
@@ -33,6 +37,19 @@ absl::Status CheckCount(const char* field, std::int64_t value) {
 }  // namespace
 
 absl::Status ValidateSample(const Sample& s) {
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string*>{"job_id", &s.job_id},
+        {"worker_id", &s.worker_id},
+        {"instance_type", &s.instance_type},
+        {"gpu_type", &s.gpu_type}}) {
+    if (value->size() > limits::kMaxNameBytes) {
+      return absl::InvalidArgumentError(limits::LengthError(field, *value, limits::kMaxNameBytes));
+    }
+  }
+  if (s.cluster.size() > limits::kMaxTextBytes) {
+    return absl::InvalidArgumentError(
+        limits::LengthError("cluster", s.cluster, limits::kMaxTextBytes));
+  }
   for (const auto& [field, value] : {std::pair<const char*, double>{"wall_time_s", s.wall_time_s},
                                      {"iteration_time_s", s.iteration_time_s},
                                      {"loss", s.loss},
@@ -50,6 +67,17 @@ absl::Status ValidateSample(const Sample& s) {
                                      {"cluster_workers", s.cluster_workers},
                                      {"parameter_servers", s.parameter_servers}}) {
     if (auto status = CheckCount(field, value); !status.ok()) return status;
+  }
+  for (const auto& [field, value, most] :
+       {std::tuple<const char*, std::int64_t, std::int64_t>{"gpus", s.gpus,
+                                                            predictor::kMaxGpusPerInstance},
+        {"batch_size", s.batch_size, std::int64_t{1} << 30},
+        {"cluster_workers", s.cluster_workers, predictor::kMaxClusterSize},
+        {"parameter_servers", s.parameter_servers, predictor::kMaxParameterServers}}) {
+    if (value > most) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s = %d: must be at most %d", field, value, most));
+    }
   }
   if (s.iteration_time_s > 0 && s.communication_time_s > s.iteration_time_s) {
     return absl::InvalidArgumentError(
@@ -69,8 +97,8 @@ absl::Status ValidateSample(const Sample& s) {
     for (const auto& [type, n] : *composition) total += n;
     if (s.cluster_workers != 0 && s.cluster_workers != total) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("cluster_workers = %d: the cluster \"%s\" has %d workers",
-                          s.cluster_workers, s.cluster, total));
+          absl::StrFormat("cluster_workers = %d: the cluster %s has %d workers", s.cluster_workers,
+                          limits::Quote(s.cluster), total));
     }
   }
   return absl::OkStatus();
@@ -79,19 +107,32 @@ absl::Status ValidateSample(const Sample& s) {
 absl::StatusOr<std::map<std::string, int>> ParseComposition(absl::string_view text) {
   std::map<std::string, int> out;
   if (absl::StripAsciiWhitespace(text).empty()) return out;
+  std::int64_t total = 0;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     part = absl::StripAsciiWhitespace(part);
     const size_t eq = part.find('=');
     int n = 0;
     if (eq == absl::string_view::npos || eq == 0 || !absl::SimpleAtoi(part.substr(eq + 1), &n) ||
-        n < 1 || n > 100000) {
+        n < 1 || n > predictor::kMaxClusterSize) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cluster = \"", text, "\": entry \"", part, "\" is not TYPE=N with N >= 1"));
+          absl::StrCat("cluster = ", limits::Quote(text), ": entry ", limits::Quote(part),
+                       " is not TYPE=N with N in [1, ", predictor::kMaxClusterSize, "]"));
     }
     const std::string type(absl::StripAsciiWhitespace(part.substr(0, eq)));
-    if (!out.emplace(type, n).second) {
+    if (type.size() > limits::kMaxNameBytes) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cluster = \"", text, "\": type ", type, " given more than once"));
+          absl::StrCat("cluster = ", limits::Quote(text), ": ",
+                       limits::LengthError("type", type, limits::kMaxNameBytes)));
+    }
+    if (!out.emplace(type, n).second) {
+      return absl::InvalidArgumentError(absl::StrCat("cluster = ", limits::Quote(text), ": type ",
+                                                     limits::Quote(type), " given more than once"));
+    }
+    total += n;
+    if (total > predictor::kMaxClusterSize) {
+      return absl::InvalidArgumentError(absl::StrCat("cluster = ", limits::Quote(text),
+                                                     ": more than ", predictor::kMaxClusterSize,
+                                                     " workers in all"));
     }
   }
   return out;

@@ -42,11 +42,18 @@ struct Sample {
   std::string cluster{};
 };
 
-// OK when every number is usable: finite, not negative, and a sample says something (a time, a
-// speed or a loss). INVALID_ARGUMENT names the field and value ("loss = nan: must be finite").
+// OK when every number is usable: finite, not negative, gpus at most
+// predictor::kMaxGpusPerInstance, batch_size at most 2^30, cluster_workers at most
+// predictor::kMaxClusterSize, parameter_servers at most predictor::kMaxParameterServers, and a
+// sample says something (a time, a speed, a loss or an accuracy); the ids and names (job_id,
+// worker_id, instance_type, gpu_type) at most limits::kMaxNameBytes; cluster, when given, a
+// composition (ParseComposition) of at most limits::kMaxTextBytes whose workers are
+// cluster_workers (when that is given). INVALID_ARGUMENT names the field and value
+// ("loss = nan: must be finite").
 absl::Status ValidateSample(const Sample& sample);
 
-// Parses a Sample::cluster composition "TYPE=N,TYPE=N" (N >= 1, each type once) into a sorted map.
+// Parses a Sample::cluster composition "TYPE=N,TYPE=N" (N >= 1, each type once, a type at most
+// limits::kMaxNameBytes, at most predictor::kMaxClusterSize workers in all) into a sorted map.
 // INVALID_ARGUMENT names the entry; an empty text gives an empty map.
 absl::StatusOr<std::map<std::string, int>> ParseComposition(absl::string_view text);
 // The canonical text of a composition: "A=1,B=2", types sorted.

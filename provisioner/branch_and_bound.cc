@@ -17,6 +17,7 @@
 #include "predictor/equations.h"
 #include "provisioner/pareto.h"
 #include "provisioner/planner.h"
+#include "provisioner/stop_poll.h"
 
 namespace spotdnn::provisioner {
 namespace {
@@ -130,7 +131,7 @@ class BranchAndBound {
  public:
   BranchAndBound(const PerformanceModel& model, const PlanProblem& problem, Mode mode,
                  ParetoSet* front)
-      : model_(model), problem_(problem), mode_(mode), front_(front) {
+      : model_(model), problem_(problem), mode_(mode), front_(front), poll_(problem.stop, 1024) {
     const auto& c = model.coefficients();
     r_weight_ = c.convergence_weight;
     j_slack_ = c.integer_iterations ? 0.5 : 0;
@@ -164,7 +165,8 @@ class BranchAndBound {
     n_min = std::max<int64_t>(n_min, 1);
     n_max = std::min<int64_t>(
         n_max, problem_.max_workers > 0 ? problem_.max_workers : predictor::kMaxClusterSize);
-    for (int64_t n = n_min; n <= n_max; ++n) SolveSize(static_cast<int>(n));
+    for (int64_t n = n_min; n <= n_max && poll_.Tick(); ++n) SolveSize(static_cast<int>(n));
+    result_.stopped = poll_.status();
     return result_;
   }
 
@@ -358,6 +360,7 @@ class BranchAndBound {
   }
 
   void Dfs(size_t depth, int left, const Sums& sums) {
+    if (!poll_.Tick()) return;
     ++result_.nodes;
     const TypeAtSize& t = types_[depth];
     if (depth + 1 == types_.size()) {
@@ -386,6 +389,7 @@ class BranchAndBound {
   const PlanProblem& problem_;
   const Mode mode_;
   ParetoSet* front_;
+  StopPoll poll_;
   double r_weight_ = 0, j_slack_ = 0, bw_slack_ = 0, t_slack_ = 0;
   bool exact_rates_ = true;
   double batch_min_ = 0, batch_max_ = 0;  // of the usable types at this size
@@ -439,6 +443,7 @@ PlanResult SolveExact(const PerformanceModel& model, const PlanProblem& problem)
   const Mode mode = problem.objective == Objective::kMinTime ? Mode::kMinTime : Mode::kMinCost;
   BranchAndBound search(model, problem, mode, nullptr);
   const PlanResult seed = CheapestHomogeneous(model, problem);
+  if (!seed.stopped.ok()) return seed;
   search.Seed(seed);
   PlanResult result = search.Run();
   result.evaluated += seed.evaluated;
@@ -446,11 +451,12 @@ PlanResult SolveExact(const PerformanceModel& model, const PlanProblem& problem)
 }
 
 std::vector<Candidate> FrontierExact(const PerformanceModel& model, const PlanProblem& problem,
-                                     uint64_t* evaluated) {
+                                     uint64_t* evaluated, absl::Status* stopped) {
   ParetoSet front;
   BranchAndBound search(model, problem, Mode::kFrontier, &front);
   const PlanResult result = search.Run();
   if (evaluated != nullptr) *evaluated = result.evaluated;
+  if (stopped != nullptr) *stopped = result.stopped;
   return front.Plans();
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "provisioner/pareto.h"
+#include "provisioner/stop_poll.h"
 
 namespace spotdnn::provisioner {
 
@@ -70,9 +71,10 @@ absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& p
         "max_cluster_size = %d: must be in [0, %d] (0 = no limit beyond the quotas)", p.max_workers,
         predictor::kMaxClusterSize));
   }
-  if (p.parameter_servers < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("parameter_servers = %d: must be at least 1", p.parameter_servers));
+  if (p.parameter_servers < 1 || p.parameter_servers > predictor::kMaxParameterServers) {
+    return absl::InvalidArgumentError(absl::StrFormat("parameter_servers = %d: must be in [1, %d]",
+                                                      p.parameter_servers,
+                                                      predictor::kMaxParameterServers));
   }
   if (p.target_kind == predictor::Target::Kind::kLoss && !(p.current_loss > p.target_loss)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -153,13 +155,13 @@ uint64_t SearchSpaceSize(const PlanProblem& problem) {
 namespace {
 
 // Calls visit(counts) for every composition within the bounds (an odometer), respecting
-// max_workers.
+// max_workers, until `poll` says stop.
 template <typename Visit>
-void ForEachComposition(const PlanProblem& problem, Visit visit) {
+void ForEachComposition(const PlanProblem& problem, StopPoll& poll, Visit visit) {
   std::vector<int> counts = problem.min_counts;
   const size_t k_count = counts.size();
   int total = std::accumulate(counts.begin(), counts.end(), 0);
-  while (true) {
+  while (poll.Tick()) {
     if (problem.max_workers == 0 || total <= problem.max_workers) visit(counts);
     size_t k = 0;
     while (k < k_count && counts[k] == problem.max_counts[k]) {
@@ -192,7 +194,8 @@ absl::StatusOr<PlanResult> SolveExhaustive(const PerformanceModel& model,
   if (auto s = CheckLimit(problem, limit); !s.ok()) return s;
   PlanResult result;
   Candidate c;
-  ForEachComposition(problem, [&](const std::vector<int>& counts) {
+  StopPoll poll(problem.stop);
+  ForEachComposition(problem, poll, [&](const std::vector<int>& counts) {
     ++result.evaluated;
     if (!Score(model, problem, counts, c) || !MeetsSlo(problem, c)) return;
     if (Better(c, result.best, problem.objective)) {
@@ -200,6 +203,7 @@ absl::StatusOr<PlanResult> SolveExhaustive(const PerformanceModel& model,
       result.feasible = true;
     }
   });
+  result.stopped = poll.status();
   return result;
 }
 
@@ -275,7 +279,9 @@ PlanResult SolveSpotdnn(const PerformanceModel& model, const PlanProblem& proble
   const int max_n = static_cast<int>(shape.max_n);
   Candidate c;
   std::vector<int> counts;
+  StopPoll poll(problem.stop);
   auto consider = [&]() {
+    if (!poll.Tick()) return;
     ++result.evaluated;
     if (!Score(model, problem, counts, c) || !MeetsSlo(problem, c)) return;
     if (Better(c, result.best, problem.objective)) {
@@ -289,7 +295,7 @@ PlanResult SolveSpotdnn(const PerformanceModel& model, const PlanProblem& proble
   }
   // Window [m, m + n) of the circular list, grown one instance at a time from each start. The
   // full list is the same from every start, so only start 0 scores it.
-  for (int m = 0; m < len; ++m) {
+  for (int m = 0; m < len && poll.status().ok(); ++m) {
     counts = problem.min_counts;
     for (int n = 1; n <= max_n; ++n) {
       if (n == len && m > 0) break;
@@ -297,12 +303,14 @@ PlanResult SolveSpotdnn(const PerformanceModel& model, const PlanProblem& proble
       consider();
     }
   }
+  result.stopped = poll.status();
   return result;
 }
 
 PlanResult CheapestHomogeneous(const PerformanceModel& model, const PlanProblem& problem) {
   PlanResult result;
   Candidate c;
+  StopPoll poll(problem.stop);
   const int existing = std::accumulate(problem.min_counts.begin(), problem.min_counts.end(), 0);
   for (size_t k = 0; k < problem.max_counts.size(); ++k) {
     if (!model.types()[k].usable) continue;
@@ -310,6 +318,10 @@ PlanResult CheapestHomogeneous(const PerformanceModel& model, const PlanProblem&
     for (int n = problem.min_counts[k] + 1; n <= problem.max_counts[k]; ++n) {
       if (problem.max_workers > 0 && existing + n - problem.min_counts[k] > problem.max_workers) {
         break;
+      }
+      if (!poll.Tick()) {
+        result.stopped = poll.status();
+        return result;
       }
       counts[k] = n;
       ++result.evaluated;
@@ -326,20 +338,30 @@ PlanResult CheapestHomogeneous(const PerformanceModel& model, const PlanProblem&
 absl::StatusOr<PlanResult> Solve(const PerformanceModel& model, const PlanProblem& problem,
                                  Strategy strategy, uint64_t exhaustive_limit) {
   if (auto s = ValidateProblem(model, problem); !s.ok()) return s;
+  PlanResult result;
   switch (strategy) {
     case Strategy::kExact:
-      return SolveExact(model, problem);
+      result = SolveExact(model, problem);
+      break;
     case Strategy::kSpotdnn:
       if (auto s = CheckSpotdnnSize(model, problem); !s.ok()) return s;
-      return SolveSpotdnn(model, problem);
-    case Strategy::kExhaustive:
-      return SolveExhaustive(model, problem, exhaustive_limit);
+      result = SolveSpotdnn(model, problem);
+      break;
+    case Strategy::kExhaustive: {
+      auto exhaustive = SolveExhaustive(model, problem, exhaustive_limit);
+      if (!exhaustive.ok()) return exhaustive.status();
+      result = *std::move(exhaustive);
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError("unknown strategy");
   }
-  return absl::InvalidArgumentError("unknown strategy");
+  if (!result.stopped.ok()) return result.stopped;
+  return result;
 }
 
 std::vector<Candidate> FrontierExact(const PerformanceModel& model, const PlanProblem& problem,
-                                     uint64_t* evaluated);
+                                     uint64_t* evaluated, absl::Status* stopped);
 
 absl::StatusOr<std::vector<Candidate>> Frontier(const PerformanceModel& model,
                                                 const PlanProblem& problem, Strategy strategy,
@@ -349,16 +371,23 @@ absl::StatusOr<std::vector<Candidate>> Frontier(const PerformanceModel& model,
     return absl::InvalidArgumentError(
         "strategy = spotdnn: the heuristic finds one plan, not a frontier; use exact");
   }
-  if (strategy == Strategy::kExact) return FrontierExact(model, problem, evaluated);
+  if (strategy == Strategy::kExact) {
+    absl::Status stopped;
+    std::vector<Candidate> front = FrontierExact(model, problem, evaluated, &stopped);
+    if (!stopped.ok()) return stopped;
+    return front;
+  }
   if (auto s = CheckLimit(problem, exhaustive_limit); !s.ok()) return s;
   ParetoSet front;
   Candidate c;
   uint64_t count = 0;
-  ForEachComposition(problem, [&](const std::vector<int>& counts) {
+  StopPoll poll(problem.stop);
+  ForEachComposition(problem, poll, [&](const std::vector<int>& counts) {
     ++count;
     if (Score(model, problem, counts, c) && MeetsSlo(problem, c)) front.Insert(c);
   });
   if (evaluated != nullptr) *evaluated = count;
+  if (!poll.status().ok()) return poll.status();
   return front.Plans();
 }
 

@@ -6,10 +6,12 @@
 #define SPOTDNN_PROVISIONER_PLANNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "predictor/performance_model.h"
@@ -31,6 +33,12 @@ enum class Strategy { kExact, kSpotdnn, kExhaustive };
 
 // Default most clusters `exhaustive` may evaluate.
 inline constexpr uint64_t kDefaultExhaustiveLimit = 50'000'000;
+// A search's stop hook, polled every few thousand clusters or search nodes: a non-OK status (e.g.
+// DEADLINE_EXCEEDED, CANCELLED) ends the search, which reports it in PlanResult::stopped; Solve,
+// Frontier and Replan return it. It keeps the searches free of gRPC: the service builds it from
+// the call's deadline and cancellation.
+using StopCheck = std::function<absl::Status()>;
+
 // Most windows (clusters) the `spotdnn` heuristic scores (about a second); it scores about L^2
 // for a list of L instances, so this admits lists of up to 2,000 instances.
 inline constexpr uint64_t kSpotdnnWindowLimit = 4'000'000;
@@ -54,6 +62,7 @@ struct PlanProblem {
   int parameter_servers = 1;
   bool on_demand = false;  // price with on-demand instead of spot prices
   Objective objective = Objective::kMinCost;
+  StopCheck stop;  // polled during searches; empty = run to the end
 
   // The target the model evaluates: Loss(target_loss), or target_amount of target_kind.
   predictor::Target target() const {
@@ -96,6 +105,7 @@ struct PlanResult {
   Candidate best;          // when feasible
   uint64_t evaluated = 0;  // clusters scored
   uint64_t nodes = 0;      // search nodes visited (exact)
+  absl::Status stopped;    // not OK: problem.stop ended the search (`best` is then no optimum)
 };
 
 // The optimum under the model by branch and bound over compositions, one cluster size at a time.

@@ -117,6 +117,7 @@ absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem p
     fastest.budget_usd = kInf;
     fastest.objective = Objective::kMinTime;
     const PlanResult best = SolveExact(model, fastest);
+    if (!best.stopped.ok()) return best.stopped;
     out.evaluated += best.evaluated;
     if (best.feasible) {
       out.fastest = best.best;

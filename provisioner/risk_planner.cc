@@ -87,6 +87,7 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PerformanceModel& model,
 
   RiskPlanResult out;
   const PlanResult plain = SolveExact(model, problem);
+  if (!plain.stopped.ok()) return plain.stopped;  // the problem's stop check said stop
   out.evaluated += plain.evaluated;
   if (!plain.feasible) return out;
   out.plain_feasible = true;
@@ -304,6 +305,7 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidenceBruteForce(const PerformanceMod
   if (!simulator.ok()) return simulator.status();
   RiskPlanResult out;
   const PlanResult plain = SolveExact(model, problem);
+  if (!plain.stopped.ok()) return plain.stopped;
   out.plain_feasible = plain.feasible;
   if (plain.feasible) out.plain = plain.best;
   std::vector<int> counts = problem.min_counts;

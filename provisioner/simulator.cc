@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "provisioner/stop_poll.h"
 
 namespace spotdnn::provisioner {
 namespace {
@@ -171,6 +172,14 @@ const Simulator::Decision& Simulator::Replan(const std::vector<int>& survivors,
   ++solves_;
   auto r = provisioner::Replan(model_, p, progress, options_.strategy, options_.exhaustive_limit,
                                /*find_fastest=*/false);
+  if (!r.ok() && problem_.stop) {
+    // A re-plan the stop check ended is no answer to cache: the whole simulation stops (Run).
+    if (auto s = problem_.stop(); !s.ok()) {
+      stopped_ = s;
+      static const Decision kStopped{.error = true};
+      return kStopped;
+    }
+  }
   if (!r.ok()) {
     d.error = true;
   } else if (r->feasible) {
@@ -247,7 +256,12 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
     return 1 / e.expected_iteration_time_s;
   };
 
+  // The problem's stop check (a caller's deadline) is polled every few runs and after re-plans.
+  StopPoll poll(problem_.stop, 16);
+  stopped_ = absl::OkStatus();
   for (int run = 0; run < runs; ++run) {
+    if (!poll.Tick()) return poll.status();
+    if (!stopped_.ok()) return stopped_;
     Rng rng(MixSeed(seed) ^ MixSeed(static_cast<uint64_t>(run) + 0x5EED));
     instances.clear();
     auto launch = [&](int type, double at, double ready) {
@@ -349,6 +363,7 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
     no_revocation += revocations == 0;
     result.unfinished += !finished;
   }
+  if (!stopped_.ok()) return stopped_;
   result.p_meet_deadline = static_cast<double>(result.met_deadline) / runs;
   WilsonInterval(result.met_deadline, runs, &result.p_meet_deadline_low,
                  &result.p_meet_deadline_high);

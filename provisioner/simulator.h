@@ -108,7 +108,9 @@ class Simulator {
 
   // Simulates the cluster `plan` (counts indexed like the catalog: the whole cluster the job
   // starts with, running instances included) with the options' runs and seed, or the given ones.
-  // INVALID_ARGUMENT when the plan is outside the quotas or the model cannot predict it.
+  // INVALID_ARGUMENT when the plan is outside the quotas or the model cannot predict it. The
+  // problem's stop check, when it has one, is polled every few runs and when a re-plan fails: a
+  // non-OK status ends the simulation and is returned (a caller's deadline).
   absl::StatusOr<SimulationResult> Run(absl::Span<const int> plan);
   absl::StatusOr<SimulationResult> Run(absl::Span<const int> plan, int runs, uint64_t seed);
 
@@ -152,6 +154,7 @@ class Simulator {
   SimulationOptions options_;
   std::unordered_map<Key, Decision, KeyHash> cache_;
   uint64_t solves_ = 0;
+  absl::Status stopped_;  // what the problem's stop check said during a re-plan of this Run
 };
 
 }  // namespace spotdnn::provisioner

@@ -547,14 +547,17 @@ std::string AwsProvider::UserData(const LaunchRequest& request) const {
   absl::StrAppend(&script, "export SPOTDNN_INDEX=$((", request.first_index, " + LAUNCH_INDEX))\n",
                   "export SPOTDNN_INSTANCE_ID=\"$INSTANCE_ID\"\n",
                   "export SPOTDNN_METADATA_ENDPOINT=$IMDS\n");
+  // The command runs under spotdnn-agent, the instance wrapper: it reports this instance's
+  // notices to the detector, hands them to the command, and streams its samples to the profiler.
+  std::string wrapper;
   if (!options_.agent_command.empty()) {
-    std::string agent =
+    wrapper = absl::StrCat(
         absl::StrReplaceAll(options_.agent_command,
-                            {{"%INSTANCE_ID%", "\"$INSTANCE_ID\""}, {"%JOB_ID%", request.job_id}});
-    absl::StrAppend(&script, "nohup ", agent, " >/var/log/spotdnn-agent.log 2>&1 &\n");
+                            {{"%INSTANCE_ID%", "\"$INSTANCE_ID\""}, {"%JOB_ID%", request.job_id}}),
+        " -- ");
   }
-  absl::StrAppend(&script, "exec /bin/bash -c ", ShellQuote(request.command), " >/var/log/spotdnn-",
-                  RoleName(request.role), ".log 2>&1\n");
+  absl::StrAppend(&script, "exec ", wrapper, "/bin/bash -c ", ShellQuote(request.command),
+                  " >/var/log/spotdnn-", RoleName(request.role), ".log 2>&1\n");
   return script;
 }
 

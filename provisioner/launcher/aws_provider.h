@@ -88,8 +88,8 @@ class AwsProvider final : public CloudProvider {
     std::string key_name;              // optional SSH key pair
     std::string iam_instance_profile;  // name or ARN; needs iam:PassRole
     std::string max_spot_price;        // empty: up to the on-demand price
-    // The agent started beside the worker; %INSTANCE_ID% and %JOB_ID% are replaced at boot.
-    // Empty: no agent.
+    // The instance wrapper the command runs under (`AGENT -- /bin/bash -c COMMAND`);
+    // %INSTANCE_ID% and %JOB_ID% are replaced at boot. Empty: the command runs alone.
     std::string agent_command =
         "spotdnn-agent --cloud=aws --instance_id=%INSTANCE_ID% --job_id=%JOB_ID%";
     // Retries of throttled and 5xx calls: attempts in all, and the backoff (full jitter on

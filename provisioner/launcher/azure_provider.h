@@ -70,6 +70,7 @@ class AzureProvider final : public CloudProvider {
     std::string identity;  // a user-assigned identity's resource id for the VMs; optional
     std::string zone;      // an availability zone ("1", "2", "3"); empty: regional
     int os_disk_gb = 0;    // 0: the image's size
+    // The instance wrapper the command runs under (see GceProvider::Options::agent_command).
     std::string agent_command =
         "spotdnn-agent --cloud=azure --instance_id=%INSTANCE_ID% --job_id=%JOB_ID%";
     std::string compute_api_version = "2024-03-01";

@@ -80,7 +80,8 @@ class GceProvider final : public CloudProvider {
     std::string service_account;  // the VMs' service account email; empty: none
     int boot_disk_gb = 100;
     std::string boot_disk_type = "pd-balanced";
-    // The agent started beside the command (see VmStartupScript). Empty: no agent.
+    // The instance wrapper the command runs under (`AGENT -- /bin/bash -c COMMAND`);
+    // %INSTANCE_ID% and %JOB_ID% are replaced at boot. Empty: the command runs alone.
     std::string agent_command =
         "spotdnn-agent --cloud=gce --instance_id=%INSTANCE_ID% --job_id=%JOB_ID%";
     // Prices: the Cloud Billing Catalog API (empty: https://cloudbilling.googleapis.com/v1) and

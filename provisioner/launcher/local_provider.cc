@@ -30,6 +30,7 @@
 #include "absl/strings/strip.h"
 #include "provisioner/launcher/aws_provider.h"
 #include "provisioner/launcher/sigv4.h"
+#include "provisioner/launcher/vm_script.h"
 
 extern char** environ;
 
@@ -456,7 +457,10 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
 
     std::string shell = options_.shell;
     std::string dash_c = "-c";
-    std::string command = request.command;
+    std::string command = options_.wrapper.empty()
+                              ? request.command
+                              : absl::StrCat("exec ", options_.wrapper, " ", options_.shell, " -c ",
+                                             ShellQuote(request.command));
     char* argv[] = {shell.data(), dash_c.data(), command.data(), nullptr};
     std::string log = PathFor(record.id, ".log");
 

@@ -85,6 +85,9 @@ class LocalProvider final : public CloudProvider {
     // Put first on the instances' PATH (e.g. where spotdnn-agent and spotdnn-sim-worker are);
     // empty: the PATH this process has.
     std::string bin_dir;
+    // The instance wrapper every command runs under (`WRAPPER /bin/sh -c COMMAND`, e.g.
+    // "spotdnn-agent --cloud=aws --detector=none --"); empty: the command runs alone.
+    std::string wrapper;
   };
 
   // INVALID_ARGUMENT for an empty state dir; INTERNAL when it cannot be created or the reaper

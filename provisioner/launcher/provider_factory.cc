@@ -1,6 +1,7 @@
 #include "provisioner/launcher/provider_factory.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,7 @@
 #include "provisioner/launcher/gce_provider.h"
 #include "provisioner/launcher/google_auth.h"
 #include "provisioner/launcher/local_provider.h"
+#include "provisioner/launcher/s3_client.h"
 
 namespace spotdnn::launcher {
 namespace {
@@ -28,13 +30,16 @@ std::string Get(const ProviderSpec& spec, const char* key) {
 
 absl::StatusOr<std::unique_ptr<CloudProvider>> MakeLocal(const ProviderSpec& spec,
                                                          const ProviderEnvironment& environment) {
-  LocalProvider::Options options{.state_dir = environment.local_state_dir.empty()
-                                                  ? DefaultLocalStateDir()
-                                                  : environment.local_state_dir,
-                                 .owner = true,
-                                 .detached = true,
-                                 .capacity = spec.capacity,
-                                 .bin_dir = environment.bin_dir};
+  LocalProvider::Options options{
+      .state_dir = environment.local_state_dir.empty() ? DefaultLocalStateDir()
+                                                       : environment.local_state_dir,
+      .owner = true,
+      .detached = true,
+      .capacity = spec.capacity,
+      .bin_dir = environment.bin_dir,
+      .wrapper = environment.local_wrapper == "none" ? ""
+                 : environment.local_wrapper.empty() ? std::string(kDefaultLocalWrapper)
+                                                     : environment.local_wrapper};
   if (!environment.metadata_emulator.empty()) {
     options.metadata = std::make_shared<EmulatorMetadataClient>(environment.metadata_emulator);
   }
@@ -233,6 +238,34 @@ absl::StatusOr<std::unique_ptr<CloudProvider>> MakeProvider(
   if (spec.name == "gce") return MakeGce(spec, environment);
   if (spec.name == "azure") return MakeAzure(spec, environment);
   return MakeLocal(spec, environment);
+}
+
+CheckpointReader MakeS3CheckpointReader(const ProviderSpec& spec) {
+  S3Client::Options options;
+  options.region = Get(spec, "region");
+  if (options.region.empty()) {
+    const char* env = std::getenv("AWS_REGION");
+    options.region = env != nullptr && *env != '\0' ? env : "us-east-1";
+  }
+  if (const char* endpoint = std::getenv("SPOTDNN_S3_ENDPOINT"); endpoint != nullptr) {
+    options.endpoint_url = endpoint;
+  }
+  auto client = std::make_shared<std::unique_ptr<S3Client>>();
+  return [options, client](const std::string& uri,
+                           const std::string& name) mutable -> absl::StatusOr<std::string> {
+    auto location = ParseS3Uri("checkpoint_uri", uri);
+    if (!location.ok()) return location.status();
+    if (*client == nullptr) {
+      auto credentials = ResolveAwsCredentials({});
+      if (!credentials.ok()) return credentials.status();
+      options.credentials = *credentials;
+      auto made = S3Client::Create(options);
+      if (!made.ok()) return made.status();
+      *client = std::move(*made);
+    }
+    const std::string key = location->prefix.empty() ? name : location->prefix + "/" + name;
+    return (*client)->GetObject(location->bucket, key);
+  };
 }
 
 }  // namespace spotdnn::launcher

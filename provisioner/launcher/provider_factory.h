@@ -4,6 +4,7 @@
 #ifndef SPOTDNN_PROVISIONER_LAUNCHER_PROVIDER_FACTORY_H_
 #define SPOTDNN_PROVISIONER_LAUNCHER_PROVIDER_FACTORY_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,6 +15,12 @@
 #include "provisioner/launcher/cloud_provider.h"
 
 namespace spotdnn::launcher {
+
+// The local instances' wrapper: the agent hands each command its instance's notice and streams
+// its samples; it streams no heartbeats (the detector polls the local emulator itself, and an
+// agent's exit at a revocation would read as a lost instance).
+inline constexpr char kDefaultLocalWrapper[] =
+    "spotdnn-agent --cloud=aws --detector=none --orphan_grace=2s --";
 
 // A provider and its settings.
 struct ProviderSpec {
@@ -45,6 +52,10 @@ struct ProviderEnvironment {
   std::string local_state_dir;    // local: its instance files and logs (DATA_DIR/local)
   std::string metadata_emulator;  // local: the emulator giving instances their metadata endpoints
   std::string bin_dir;            // local: first on the instances' PATH (spotdnn-agent, ...)
+  // local: the instance wrapper its commands run under (default: spotdnn-agent, which hands the
+  // instance's notice to the command and streams its SPOTDNN_SAMPLE lines to the profiler; the
+  // detector polls a local instance's emulated metadata itself). "none": no wrapper.
+  std::string local_wrapper;
 };
 
 // The provider `spec` names, validated, with its credentials resolved from the environment (aws:
@@ -53,6 +64,16 @@ struct ProviderEnvironment {
 // managed identity). Local instances outlive the caller (a job survives its gateway).
 absl::StatusOr<std::unique_ptr<CloudProvider>> MakeProvider(const ProviderSpec& spec,
                                                             const ProviderEnvironment& environment);
+
+// Reads file `name` of a checkpoint folder kept at `uri` (s3://BUCKET/PREFIX): its bytes, NOT_FOUND
+// when absent.
+using CheckpointReader =
+    std::function<absl::StatusOr<std::string>(const std::string& uri, const std::string& name)>;
+
+// The reader for a job's s3:// checkpoints, signed with the AWS credential chain (resolved at the
+// first read), in `spec`'s region (aws: its "region"; else $AWS_REGION, else us-east-1), at
+// $SPOTDNN_S3_ENDPOINT when set (an S3-compatible store, as the instances' agents use).
+CheckpointReader MakeS3CheckpointReader(const ProviderSpec& spec);
 
 }  // namespace spotdnn::launcher
 

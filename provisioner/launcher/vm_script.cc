@@ -24,17 +24,16 @@ std::string VmStartupScript(const LaunchRequest& request, int index, const std::
     absl::StrAppend(&script, "export ", name, "=", ShellQuote(value), "\n");
   }
   absl::StrAppend(&script, "export SPOTDNN_METADATA_ENDPOINT=\"$MD\"\n");
+  // The command runs under spotdnn-agent, the instance wrapper (see aws_provider.cc).
+  std::string wrapper;
   if (!options.agent_command.empty()) {
-    const std::string agent = absl::StrReplaceAll(
-        options.agent_command,
-        {{"%INSTANCE_ID%", ShellQuote(instance_id)}, {"%JOB_ID%", ShellQuote(request.job_id)}});
-    absl::StrAppend(
-        &script, "nohup ", agent,
-        " --metadata_endpoint=\"$MD\" ${SPOTDNN_DETECTOR:+--detector=\"$SPOTDNN_DETECTOR\"}"
-        " >\"$LOGS/spotdnn-agent.log\" 2>&1 &\n");
+    wrapper = absl::StrCat(
+        absl::StrReplaceAll(options.agent_command, {{"%INSTANCE_ID%", ShellQuote(instance_id)},
+                                                    {"%JOB_ID%", ShellQuote(request.job_id)}}),
+        " --metadata_endpoint=\"$MD\" ${SPOTDNN_DETECTOR:+--detector=\"$SPOTDNN_DETECTOR\"} -- ");
   }
-  absl::StrAppend(&script, "exec /bin/bash -c ", ShellQuote(request.command), " >\"$LOGS/spotdnn-",
-                  RoleName(request.role), ".log\" 2>&1\n");
+  absl::StrAppend(&script, "exec ", wrapper, "/bin/bash -c ", ShellQuote(request.command),
+                  " >\"$LOGS/spotdnn-", RoleName(request.role), ".log\" 2>&1\n");
   return script;
 }
 

@@ -93,7 +93,8 @@ class ProvisionerClient {
   CallPolicy policy_;
 };
 
-// spotdnn.v1.Profiler. Imports, fits and stores are made once (a repeat would store again).
+// spotdnn.v1.Profiler. Imports, fits and stores are made once (a fit or a put would store again; a
+// repeated import stores no sample twice, but answers them as duplicates).
 class ProfilerClient {
  public:
   explicit ProfilerClient(pb::Profiler::StubInterface& stub, CallPolicy policy = {})

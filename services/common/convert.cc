@@ -8,8 +8,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "services/common/limits.h"
 
 namespace spotdnn::services {
 
@@ -137,12 +138,22 @@ absl::StatusOr<predictor::Target> TargetOf(double target_loss, double target_ite
       return absl::InvalidArgumentError(absl::StrFormat(
           "%starget_iterations = %g: must be a whole number >= 1", prefix, target_iterations));
     }
+    if (target_iterations > predictor::kMaxTargetIterations) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%starget_iterations = %g: must be at most %g", prefix, target_iterations,
+                          predictor::kMaxTargetIterations));
+    }
     return predictor::Target::Iterations(target_iterations);
   }
   if (epochs) {
     if (!(std::isfinite(target_epochs) && target_epochs > 0)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%starget_epochs = %g: must be a positive number", prefix, target_epochs));
+    }
+    if (target_epochs > predictor::kMaxTargetEpochs) {
+      return absl::InvalidArgumentError(absl::StrFormat("%starget_epochs = %g: must be at most %g",
+                                                        prefix, target_epochs,
+                                                        predictor::kMaxTargetEpochs));
     }
     if (dataset_size == 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -153,6 +164,11 @@ absl::StatusOr<predictor::Target> TargetOf(double target_loss, double target_ite
           dataset_size == std::floor(dataset_size))) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%sdataset_size = %g: must be a whole number of samples >= 1", prefix, dataset_size));
+    }
+    if (dataset_size > predictor::kMaxDatasetSize) {
+      return absl::InvalidArgumentError(absl::StrFormat("%sdataset_size = %g: must be at most %g",
+                                                        prefix, dataset_size,
+                                                        predictor::kMaxDatasetSize));
     }
     return predictor::Target::Samples(target_epochs * dataset_size);
   }
@@ -236,7 +252,8 @@ pb::Prediction ToProto(const predictor::Prediction& p, const predictor::Instance
 
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      limits::ValidUtf8(status.message(), limits::kMaxStatusMessageBytes));
 }
 
 absl::Status FromGrpc(const grpc::Status& status) {

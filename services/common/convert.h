@@ -39,7 +39,8 @@ pb::ModelVariant ToProto(predictor::ModelVariant variant);
 // passes over dataset_size samples. `prefix` is prepended to the field names in errors ("slo.").
 // target_loss 0 with neither of the others is a loss target of 0 (refused later as below the
 // floor, as before). INVALID_ARGUMENT names the field: two targets, iterations not a whole number
-// >= 1, epochs not positive, dataset_size missing with epochs or given without them.
+// in [1, kMaxTargetIterations], epochs not in (0, kMaxTargetEpochs], dataset_size missing with
+// epochs, given without them or above kMaxDatasetSize (predictor/types.h).
 absl::StatusOr<predictor::Target> TargetOf(double target_loss, double target_iterations,
                                            double target_epochs, double dataset_size,
                                            absl::string_view prefix = "");
@@ -48,7 +49,8 @@ absl::StatusOr<predictor::Target> TargetOf(double target_loss, double target_ite
 void SetTarget(double target_loss, double target_iterations, double target_epochs,
                double dataset_size, pb::Prediction* out);
 
-// absl::Status -> grpc::Status with the same code and message.
+// absl::Status -> grpc::Status with the same code and message; the message made valid UTF-8 and
+// cut to limits::kMaxStatusMessageBytes (gRPC carries it in a header clients bound).
 grpc::Status ToGrpc(const absl::Status& status);
 // grpc::Status -> absl::Status with the same code and message.
 absl::Status FromGrpc(const grpc::Status& status);

@@ -4,7 +4,9 @@
 #ifndef SPOTDNN_SERVICES_COMMON_REGISTRY_FLAGS_H_
 #define SPOTDNN_SERVICES_COMMON_REGISTRY_FLAGS_H_
 
+#include <iostream>
 #include <string>
+#include <utility>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
@@ -30,6 +32,26 @@ int RegistryServiceMain(int argc, char** argv, const std::string& name, const ch
   return ServeWithRegistry<Service>(name, absl::GetFlag(listen), absl::GetFlag(FLAGS_port_file),
                                     absl::GetFlag(FLAGS_catalog_dir),
                                     absl::GetFlag(FLAGS_workload_dir), ServerSecurityFromFlags());
+}
+
+// The same for a service that also takes options from its own flags: `options_from_flags()`,
+// called once the command line is parsed, returns them (absl::StatusOr), or an error naming the
+// flag, which is printed and ends main with status 2.
+template <typename Service, typename OptionsFromFlags>
+int RegistryServiceMain(int argc, char** argv, const std::string& name, const char* usage,
+                        const absl::Flag<std::string>& listen,
+                        OptionsFromFlags options_from_flags) {
+  BlockShutdownSignals();
+  absl::SetProgramUsageMessage(usage);
+  absl::ParseCommandLine(argc, argv);
+  auto options = options_from_flags();
+  if (!options.ok()) {
+    std::cerr << name << ": " << options.status().message() << "\n";
+    return 2;
+  }
+  return ServeWithRegistry<Service>(
+      name, absl::GetFlag(listen), absl::GetFlag(FLAGS_port_file), absl::GetFlag(FLAGS_catalog_dir),
+      absl::GetFlag(FLAGS_workload_dir), ServerSecurityFromFlags(), *std::move(options));
 }
 
 }  // namespace spotdnn::services

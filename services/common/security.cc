@@ -114,6 +114,12 @@ class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           "missing \"authorization: Bearer <token>\" metadata");
     }
+    // One header only: with several, another layer (a proxy, a handler) might read a different
+    // one than the one checked here.
+    if (metadata.count("authorization") > 1) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "more than one \"authorization\" header: send exactly one");
+    }
     absl::string_view value(header->second.data(), header->second.size());
     if (!absl::ConsumePrefix(&value, kBearerPrefix) || !ConstantTimeEquals(value, token_)) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid bearer token");

@@ -56,10 +56,10 @@ bool IsLoopbackAddress(absl::string_view address);
 absl::Status CheckListenSecurity(absl::string_view listen, const ServerSecurity& security);
 
 // Reads the files of `security` and builds the credentials for a port on `listen`, after
-// CheckListenSecurity. With a token, every call but the gRPC health service's must carry it
-// (UNAUTHENTICATED otherwise); on plaintext this needs a loopback `listen`, since a token over a
-// network in clear protects nothing. INVALID_ARGUMENT naming the flag and path for a missing,
-// unreadable or malformed file, or a half-configured pair.
+// CheckListenSecurity. With a token, every call but the gRPC health service's must carry it in
+// exactly one "authorization" header (UNAUTHENTICATED otherwise); on plaintext this needs a
+// loopback `listen`, since a token over a network in clear protects nothing. INVALID_ARGUMENT
+// naming the flag and path for a missing, unreadable or malformed file, or a half-configured pair.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     absl::string_view listen, const ServerSecurity& security);
 

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "services/common/data_registry.h"
 #include "services/common/server.h"
@@ -12,10 +13,11 @@
 
 namespace spotdnn::services {
 
-template <typename Service>
+template <typename Service, typename... Args>
 int ServeWithRegistry(const std::string& service_name, const std::string& listen,
                       const std::string& port_file, const std::string& catalog_dir,
-                      const std::string& workload_dir, const ServerSecurity& security) {
+                      const std::string& workload_dir, const ServerSecurity& security,
+                      Args&&... args) {
   auto logger = spdlog::get(service_name);
   if (!logger) logger = spdlog::stderr_color_mt(service_name);
   auto loaded = DataRegistry::WithBuiltinsAndDirs(catalog_dir, workload_dir);
@@ -26,7 +28,7 @@ int ServeWithRegistry(const std::string& service_name, const std::string& listen
   auto registry = std::make_shared<DataRegistry>(*std::move(loaded));
   logger->info("{} catalogs, {} workloads", registry->catalogs().size(),
                registry->workloads().size());
-  Service service(registry);
+  Service service(registry, std::forward<Args>(args)...);
   return ServeUntilSignal(service_name, listen, port_file, {&service}, security);
 }
 

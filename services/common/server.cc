@@ -1,17 +1,179 @@
 #include "services/common/server.h"
 
+#include <malloc.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "google/protobuf/descriptor.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/support/server_interceptor.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+#include "spotdnn/v1/detector.grpc.pb.h"
+#include "spotdnn/v1/predictor.grpc.pb.h"
+#include "spotdnn/v1/profiler.grpc.pb.h"
+#include "spotdnn/v1/provisioner.grpc.pb.h"
 
 namespace spotdnn::services {
+namespace {
+
+// Turns gRPC's answer to a request it could not parse (INTERNAL with an empty message: the
+// handler never ran, and no handler of ours answers INTERNAL without a message) into
+// INVALID_ARGUMENT naming the message type. Streams read their messages themselves (see the
+// profiler's ReportSamples and the detector's AgentStream), so only unary and server-streaming
+// calls get it.
+class UnparsableRequestInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit UnparsableRequestInterceptor(const char* method) : method_(method) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status status = methods->GetSendStatus();
+      if (status.error_code() == grpc::StatusCode::INTERNAL && status.error_message().empty()) {
+        methods->ModifySendStatus(
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, UnparsableRequestMessage(method_)));
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const char* method_;
+};
+
+class UnparsableRequestInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    using Type = grpc::experimental::ServerRpcInfo::Type;
+    if (info->type() != Type::UNARY && info->type() != Type::SERVER_STREAMING) return nullptr;
+    return new UnparsableRequestInterceptor(info->method());
+  }
+};
+
+// The spotdnn services among `services`, by full name, for per-service health.
+std::vector<std::string> SpotdnnServiceNames(const std::vector<grpc::Service*>& services) {
+  std::vector<std::string> names;
+  for (grpc::Service* s : services) {
+    if (dynamic_cast<v1::Predictor::Service*>(s) != nullptr) {
+      names.push_back(v1::Predictor::service_full_name());
+    } else if (dynamic_cast<v1::Provisioner::Service*>(s) != nullptr) {
+      names.push_back(v1::Provisioner::service_full_name());
+    } else if (dynamic_cast<v1::Profiler::Service*>(s) != nullptr) {
+      names.push_back(v1::Profiler::service_full_name());
+    } else if (dynamic_cast<v1::Detector::Service*>(s) != nullptr) {
+      names.push_back(v1::Detector::service_full_name());
+    }
+  }
+  return names;
+}
+
+// Runs malloc_trim(0) on a background thread shortly after it is asked to (see
+// ReleaseMemorySoon); several requests close together make one trim.
+class MemoryTrimmer {
+ public:
+  MemoryTrimmer() : thread_([this] { Run(); }) {}
+  ~MemoryTrimmer() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Request() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      requested_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return stop_ || requested_; });
+      if (stop_) return;
+      requested_ = false;
+      // Let the call that asked finish sending and freeing its answer first; once more later,
+      // for an answer that took long to send.
+      for (const auto delay : {std::chrono::milliseconds(200), std::chrono::milliseconds(2000)}) {
+        if (cv_.wait_for(lock, delay, [this] { return stop_; })) return;
+        lock.unlock();
+        malloc_trim(0);
+        lock.lock();
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool requested_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::string UnparsableRequestMessage(absl::string_view method) {
+  // "/spotdnn.v1.Profiler/ImportLog" -> "spotdnn.v1.Profiler.ImportLog".
+  std::string name(absl::StripPrefix(method, "/"));
+  std::replace(name.begin(), name.end(), '/', '.');
+  const google::protobuf::MethodDescriptor* descriptor =
+      google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(name);
+  const std::string type =
+      descriptor != nullptr ? descriptor->input_type()->full_name() : std::string("request");
+  return absl::StrCat("the request could not be parsed as a ", type,
+                      " message: malformed protobuf bytes, or a string field that is not valid "
+                      "UTF-8");
+}
+
+std::function<absl::Status()> CallStopCheck(const grpc::ServerContext* context,
+                                            absl::Duration max_duration, std::string work,
+                                            std::string limit_name) {
+  const auto deadline = context->deadline();
+  const absl::Duration call = deadline == std::chrono::system_clock::time_point::max()
+                                  ? absl::InfiniteDuration()
+                                  : absl::FromChrono(deadline - std::chrono::system_clock::now());
+  const bool server_cap = max_duration < call;
+  const absl::Time start = absl::Now();
+  const absl::Time stop_at = start + std::min(call, max_duration);
+  return [=]() -> absl::Status {
+    const absl::Time now = absl::Now();
+    if (now >= stop_at) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "%s was stopped after %.1f s, at %s", work, absl::ToDoubleSeconds(now - start),
+          server_cap ? absl::StrCat("the server's limit on one call's work (", limit_name, " = ",
+                                    absl::FormatDuration(max_duration), ")")
+                     : std::string("the call's deadline")));
+    }
+    if (context->IsCancelled()) {
+      return absl::CancelledError(
+          absl::StrCat(work,
+                       " was stopped: the call was cancelled (the client left, or the server is "
+                       "shutting down)"));
+    }
+    return absl::OkStatus();
+  };
+}
+
+void ReleaseMemorySoon() {
+  static MemoryTrimmer* trimmer = new MemoryTrimmer();  // lives as long as the process
+  trimmer->Request();
+}
 
 absl::StatusOr<StartedServer> StartServer(const std::string& listen,
                                           const std::vector<grpc::Service*>& services,
@@ -31,11 +193,19 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
   }
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<UnparsableRequestInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   for (grpc::Service* service : services) builder.RegisterService(service);
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || (!listen.empty() && started.port == 0)) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on \"", listen, "\": address invalid or in use"));
+  }
+  if (grpc::HealthCheckServiceInterface* health = started.server->GetHealthCheckService()) {
+    for (const std::string& name : SpotdnnServiceNames(services)) {
+      health->SetServingStatus(name, true);
+    }
   }
   return started;
 }

@@ -3,11 +3,14 @@
 #ifndef SPOTDNN_SERVICES_COMMON_SERVER_H_
 #define SPOTDNN_SERVICES_COMMON_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "services/common/security.h"
 
@@ -21,11 +24,32 @@ struct StartedServer {
 
 // Starts a server on `listen` ("host:port"; port 0 picks a free one) with health checking and
 // server reflection, secured as `security` says (see MakeServerCredentials). An empty `listen`
-// starts an in-process server (use server->InProcessChannel). INVALID_ARGUMENT for a bad
-// `security` (nothing is bound then); UNAVAILABLE when the address cannot be bound.
+// starts an in-process server (use server->InProcessChannel). The health service answers
+// SERVING for "" and for each spotdnn service's full name ("spotdnn.v1.Predictor"). A unary or
+// server-streaming request that cannot be parsed answers INVALID_ARGUMENT naming the message
+// type (gRPC alone answers INTERNAL with no message). INVALID_ARGUMENT for a bad `security`
+// (nothing is bound then); UNAVAILABLE when the address cannot be bound.
 absl::StatusOr<StartedServer> StartServer(const std::string& listen,
                                           const std::vector<grpc::Service*>& services,
                                           const ServerSecurity& security = {});
+
+// The stop check long work in a handler polls (a plan search, an import, a large batch):
+// DEADLINE_EXCEEDED once the call's deadline, or `max_duration` from now (the server's own cap on
+// one call's work, whose flag `limit_name` names), has passed; CANCELLED once the call is
+// cancelled (the client left, or the server is shutting down). `work` names the work in the
+// message ("the search"). Cheap enough to call every few thousand steps.
+std::function<absl::Status()> CallStopCheck(const grpc::ServerContext* context,
+                                            absl::Duration max_duration, std::string work,
+                                            std::string limit_name);
+
+// The status message a request that cannot be parsed answers, for the full method name
+// "/spotdnn.v1.Profiler/ImportLog": it names the request's message type.
+std::string UnparsableRequestMessage(absl::string_view method);
+
+// Asks for freed heap memory to go back to the system shortly (after a call with a large answer
+// has finished and freed it; glibc keeps freed memory in per-thread arenas otherwise). Cheap,
+// coalesced; the trim runs on a background thread about 200 ms and again 2 s later.
+void ReleaseMemorySoon();
 
 // Blocks SIGINT and SIGTERM in the calling thread and every thread it starts later; call it first
 // in main so that WaitForShutdownSignal() receives them.
@@ -41,13 +65,14 @@ int ServeUntilSignal(const std::string& service_name, const std::string& listen,
                      const ServerSecurity& security = {});
 
 // The body of a service main whose service is built from the data registry (built-ins plus the
-// JSON files in `catalog_dir` and `workload_dir`): loads it, constructs `Service` from it and
-// serves until SIGTERM with `security`. Returns 2 when a folder cannot be read or `security` is
-// wrong.
-template <typename Service>
+// JSON files in `catalog_dir` and `workload_dir`): loads it, constructs `Service` from it (and
+// `args`, e.g. its options) and serves until SIGTERM with `security`. Returns 2 when a folder
+// cannot be read or `security` is wrong.
+template <typename Service, typename... Args>
 int ServeWithRegistry(const std::string& service_name, const std::string& listen,
                       const std::string& port_file, const std::string& catalog_dir,
-                      const std::string& workload_dir, const ServerSecurity& security = {});
+                      const std::string& workload_dir, const ServerSecurity& security,
+                      Args&&... args);
 
 }  // namespace spotdnn::services
 

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "services/common/limits.h"
 #include "services/common/server.h"
 #include "services/detector/detector_service.h"
 #include "spdlog/spdlog.h"
@@ -28,6 +29,14 @@ absl::Status Agent::Start() {
   }
   if (options_.instance_id.empty()) {
     return absl::InvalidArgumentError("instance_id = \"\": must not be empty");
+  }
+  // The detector refuses longer ones (on every reconnect): fail here, at start.
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string*>{"instance_id", &options_.instance_id},
+        {"job_id", &options_.job_id}}) {
+    if (value->size() > limits::kMaxNameBytes) {
+      return absl::InvalidArgumentError(limits::LengthError(field, *value, limits::kMaxNameBytes));
+    }
   }
   if (options_.metadata_endpoint.empty()) {
     options_.metadata_endpoint = DefaultMetadataEndpoint(options_.cloud);
@@ -139,14 +148,16 @@ void Agent::SendLoop() {
           e->set_job_id(options_.job_id);
           e->set_cloud(ToProto(options_.cloud));
           e->set_kind(static_cast<v1::RevocationEvent::Kind>(n.kind));
-          e->set_action(n.action);
+          // Within the detector's limits, or it would refuse the stream (and again on every
+          // reconnect).
+          e->set_action(limits::ValidUtf8(n.action, limits::kMaxNameBytes));
           e->set_notice_unix_ms(detector::NowUnixMs());
           e->set_effective_unix_ms(n.effective_unix_ms);
-          e->set_detail(n.detail);
-          report.set_notice_key(n.key);
+          e->set_detail(limits::ValidUtf8(n.detail, limits::kMaxTextBytes));
+          report.set_notice_key(limits::BoundedKey(n.key));
         } else {
           report.set_heartbeat(true);
-          report.set_problem(problem_);
+          report.set_problem(limits::ValidUtf8(problem_, limits::kMaxTextBytes));
           next_heartbeat = std::chrono::steady_clock::now() + heartbeat;
         }
       }

@@ -6,7 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "google/protobuf/descriptor.h"
+#include "grpcpp/support/method_handler.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 #include "services/common/convert.h"
+#include "services/common/request_check.h"
 #include "services/common/server.h"
 #include "spdlog/spdlog.h"
 
@@ -119,6 +123,19 @@ absl::StatusOr<std::vector<DetectorPeer>> ParseDetectorPeers(std::string_view fl
 DetectorServiceImpl::DetectorServiceImpl(std::shared_ptr<d::Detector> detector,
                                          std::vector<DetectorPeer> peers)
     : detector_(std::move(detector)) {
+  // AgentStream reads raw messages (see the class comment).
+  const google::protobuf::MethodDescriptor* method =
+      google::protobuf::DescriptorPool::generated_pool()
+          ->FindServiceByName(pb::Detector::service_full_name())
+          ->FindMethodByName("AgentStream");
+  MarkMethodStreamed(
+      method->index(),
+      new grpc::internal::BidiStreamingHandler<DetectorServiceImpl, grpc::ByteBuffer, pb::AgentAck>(
+          [](DetectorServiceImpl* self, grpc::ServerContext* context,
+             grpc::ServerReaderWriter<pb::AgentAck, grpc::ByteBuffer>* stream) {
+            return self->AgentStreamRaw(context, stream);
+          },
+          this));
   for (DetectorPeer& p : peers) {
     PeerState s;
     s.stub = pb::Detector::NewStub(MakeChannel(p.address));
@@ -244,6 +261,7 @@ void DetectorServiceImpl::Forward(
 grpc::Status DetectorServiceImpl::RegisterInstance(grpc::ServerContext*,
                                                    const pb::RegisterInstanceRequest* request,
                                                    pb::RegisterInstanceResponse*) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
   if (!request->has_instance()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "instance: missing");
   }
@@ -262,6 +280,7 @@ grpc::Status DetectorServiceImpl::RegisterInstance(grpc::ServerContext*,
 grpc::Status DetectorServiceImpl::UnregisterInstance(grpc::ServerContext*,
                                                      const pb::UnregisterInstanceRequest* request,
                                                      pb::UnregisterInstanceResponse*) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
   const absl::Status s = detector_->Unregister(request->instance_id());
   if (!request->from_peer()) {
     pb::UnregisterInstanceRequest forwarded = *request;
@@ -274,10 +293,25 @@ grpc::Status DetectorServiceImpl::UnregisterInstance(grpc::ServerContext*,
   return ToGrpc(s);
 }
 
-grpc::Status DetectorServiceImpl::AgentStream(
-    grpc::ServerContext* context, grpc::ServerReaderWriter<pb::AgentAck, pb::AgentReport>* stream) {
+grpc::Status DetectorServiceImpl::AgentStreamRaw(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<pb::AgentAck, grpc::ByteBuffer>* stream) {
   pb::AgentReport report;
-  while (!stopped_ && stream->Read(&report)) {
+  grpc::ByteBuffer buffer;
+  uint64_t index = 0;
+  for (; !stopped_ && stream->Read(&buffer); ++index) {
+    report.Clear();
+    grpc::ProtoBufferReader reader(&buffer);
+    if (!reader.status().ok() || !report.ParseFromZeroCopyStream(&reader)) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+          "reports[", index,
+          "] could not be parsed as a spotdnn.v1.AgentReport (malformed protobuf bytes, or a "
+          "string field that is not valid UTF-8); the ",
+          index, " reports before it were taken and acknowledged")));
+    }
+    if (auto s = CheckRequest(report, absl::StrCat("reports[", index, "]")); !s.ok()) {
+      return ToGrpc(s);
+    }
     const d::Cloud cloud = ToDomain(report.cloud());
     absl::Status s;
     if (report.report_case() == pb::AgentReport::kEvent) {
@@ -307,6 +341,7 @@ grpc::Status DetectorServiceImpl::AgentStream(
 grpc::Status DetectorServiceImpl::WatchEvents(grpc::ServerContext* context,
                                               const pb::WatchEventsRequest* request,
                                               grpc::ServerWriter<pb::RevocationEvent>* writer) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
   StreamCount count(open_streams_);
   uint64_t cursor = request->after_sequence();
   bool opened = false;
@@ -336,6 +371,7 @@ grpc::Status DetectorServiceImpl::WatchEvents(grpc::ServerContext* context,
 grpc::Status DetectorServiceImpl::ListInstances(grpc::ServerContext*,
                                                 const pb::ListInstancesRequest* request,
                                                 pb::ListInstancesResponse* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
   for (const d::WatchedInstance& w : detector_->List(request->job_id())) {
     *response->add_instances() = ToProto(w);
   }
@@ -345,6 +381,7 @@ grpc::Status DetectorServiceImpl::ListInstances(grpc::ServerContext*,
 grpc::Status DetectorServiceImpl::ListLifetimes(grpc::ServerContext*,
                                                 const pb::ListLifetimesRequest* request,
                                                 pb::ListLifetimesResponse* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
   auto lifetimes = detector_->Lifetimes(request->instance_type());
   if (!lifetimes.ok()) return ToGrpc(lifetimes.status());
   for (const d::Lifetime& l : *lifetimes) {

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "detector/detector.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
 
 namespace spotdnn::services {
@@ -44,7 +45,11 @@ struct DetectorPeer {
 absl::StatusOr<std::vector<DetectorPeer>> ParseDetectorPeers(std::string_view flag,
                                                              std::string_view text);
 
-// The Detector service.
+// The Detector service. Every request is checked against the limits of services/common/limits.h
+// (ids and keys at most 256 bytes, detail and problem at most 1,024, known enum values) before
+// the detector sees it. AgentStream reads its stream as raw messages and parses each itself, so
+// that one that cannot be parsed ends the stream with INVALID_ARGUMENT naming it instead of
+// looking like the end of the stream.
 class DetectorServiceImpl final : public pb::Detector::Service {
  public:
   // `peers` are the other replicas (not this one).
@@ -70,9 +75,9 @@ class DetectorServiceImpl final : public pb::Detector::Service {
   grpc::Status UnregisterInstance(grpc::ServerContext* context,
                                   const pb::UnregisterInstanceRequest* request,
                                   pb::UnregisterInstanceResponse* response) override;
-  grpc::Status AgentStream(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<pb::AgentAck, pb::AgentReport>* stream) override;
+  // Serves AgentStream: each report is acknowledged once the detector took it.
+  grpc::Status AgentStreamRaw(grpc::ServerContext* context,
+                              grpc::ServerReaderWriter<pb::AgentAck, grpc::ByteBuffer>* stream);
   // Streams events after request.after_sequence: OUT_OF_RANGE (naming both numbers) when that is
   // past the newest event or was trimmed; otherwise sends kWatchOpenedHeader at once.
   grpc::Status WatchEvents(grpc::ServerContext* context, const pb::WatchEventsRequest* request,

@@ -6,6 +6,7 @@
 // For demos and end-to-end tests of `spotdnn run` on the local provider. Against a secured
 // profiler it takes the agent's client flags (--tls_ca, --tls_cert, --tls_key, --auth_token_file).
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <memory>
@@ -125,7 +126,16 @@ int main(int argc, char** argv) {
   while (!stop) {
     // Sleep until the next report, waking at once on SIGTERM/SIGINT.
     timespec timeout = absl::ToTimespec(interval);
-    if (sigtimedwait(&signals, nullptr, &timeout) > 0) stop = true;
+    if (sigtimedwait(&signals, nullptr, &timeout) > 0) {
+      // A revocation notice (the instance wrapper wrote the file, then signalled): like a
+      // trainer that uses its notice window, go on until the instance goes. Otherwise stop.
+      const std::string notice = Env("SPOTDNN_NOTICE_FILE");
+      if (!notice.empty() && access(notice.c_str(), F_OK) == 0) {
+        spdlog::info("revocation notice ({}): training on until the instance goes", notice);
+      } else {
+        stop = true;
+      }
+    }
     const absl::Time now = absl::Now();
     // Every iteration that has finished by now, at exactly the predicted pace.
     const int64_t done = static_cast<int64_t>(absl::FDivDuration(now - start, per_step));

@@ -1,7 +1,9 @@
 // spotdnn-profiler: sample and log ingestion, profile fitting and the profile store as a gRPC
 // service.
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -19,6 +21,12 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50053",
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
 ABSL_FLAG(std::string, db, "spotdnn-profiles.db",
           "SQLite database of runs, samples and profiles (created if missing; WAL mode)");
+ABSL_FLAG(std::vector<std::string>, import_root, {},
+          "comma-separated absolute folders under which ImportLog may read a path the client "
+          "names (regular files only, no symbolic links below the folder, no \"..\"); none by "
+          "default: clients send the log's content");
+ABSL_FLAG(uint64_t, max_import_bytes, uint64_t{64} << 20,
+          "most bytes one ImportLog may read: its content, or the files under its path");
 
 int main(int argc, char** argv) {
   spotdnn::services::BlockShutdownSignals();
@@ -31,6 +39,18 @@ int main(int argc, char** argv) {
     logger->error("{}", std::string(s.message()));
     return 2;
   }
+  spotdnn::services::ProfilerOptions options;
+  auto roots = spotdnn::profiler::ImportRoots::Create(absl::GetFlag(FLAGS_import_root));
+  if (!roots.ok()) {
+    logger->error("{}", std::string(roots.status().message()));
+    return 2;
+  }
+  options.import_roots = *std::move(roots);
+  options.max_import_bytes = absl::GetFlag(FLAGS_max_import_bytes);
+  if (options.max_import_bytes == 0) {
+    logger->error("--max_import_bytes = 0: must be positive");
+    return 2;
+  }
   const std::string db = absl::GetFlag(FLAGS_db);
   auto store = spotdnn::profiler::ProfileStore::Open(db);
   if (!store.ok()) {
@@ -38,8 +58,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   logger->info("profile store {}", db);
+  if (options.import_roots.empty()) {
+    logger->info("imports by path: none (no --import_root); clients send content");
+  } else {
+    for (const std::string& root : options.import_roots.roots()) {
+      logger->info("imports by path under {}", root);
+    }
+  }
   spotdnn::services::ProfilerServiceImpl service(
-      std::shared_ptr<spotdnn::profiler::ProfileStore>(*std::move(store)));
+      std::shared_ptr<spotdnn::profiler::ProfileStore>(*std::move(store)), std::move(options));
   return spotdnn::services::ServeUntilSignal("spotdnn-profiler", absl::GetFlag(FLAGS_listen),
                                              absl::GetFlag(FLAGS_port_file), {&service}, security);
 }

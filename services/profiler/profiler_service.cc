@@ -1,15 +1,25 @@
 #include "services/profiler/profiler_service.h"
 
+#include <cctype>
 #include <cmath>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.h"
+#include "grpcpp/support/method_handler.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "predictor/types.h"
 #include "profiler/cluster_fit.h"
 #include "services/common/convert.h"
 #include "services/common/data_registry.h"
+#include "services/common/limits.h"
+#include "services/common/request_check.h"
+#include "services/common/server.h"
 
 namespace spotdnn::services {
 namespace {
@@ -35,6 +45,43 @@ void SetCompute(const predictor::ComputeProfile& in, pb::ComputeProfile* out) {
   out->set_batch_per_gpu(in.batch_per_gpu);
   if (in.compute_time_s) out->set_compute_time_s(*in.compute_time_s);
   if (in.measured_samples_per_s) out->set_measured_samples_per_s(*in.measured_samples_per_s);
+}
+
+// Parses one message of a stream read raw; false when it is not a valid `message`.
+bool Parse(grpc::ByteBuffer& buffer, google::protobuf::Message* message) {
+  grpc::ProtoBufferReader reader(&buffer);
+  return reader.status().ok() && message->ParseFromZeroCopyStream(&reader);
+}
+
+// An import error line from a server-side file, without the file's content: every quoted part
+// after "file:line: " becomes "…" (a line of /etc/shadow must not come back in an error).
+std::string WithoutContent(absl::string_view error) {
+  // The reason starts after the first ":<digits>: ".
+  size_t reason = absl::string_view::npos;
+  for (size_t colon = error.find(':'); colon != absl::string_view::npos;
+       colon = error.find(':', colon + 1)) {
+    size_t digits = colon + 1;
+    while (digits < error.size() && std::isdigit(static_cast<unsigned char>(error[digits]))) {
+      ++digits;
+    }
+    if (digits > colon + 1 && error.substr(digits, 2) == ": ") {
+      reason = digits + 2;
+      break;
+    }
+  }
+  if (reason == absl::string_view::npos) return std::string(error);
+  std::string out(error.substr(0, reason));
+  bool quoted = false;
+  for (char c : error.substr(reason)) {
+    if (c == '"') {
+      out += quoted ? "\xE2\x80\xA6\"" : "\"";
+      quoted = !quoted;
+    } else if (!quoted) {
+      out += c;
+    }
+  }
+  if (quoted) out += "\xE2\x80\xA6\"";
+  return out;
 }
 
 // The names a `require` entry may use for each FitQuality parameter.
@@ -122,35 +169,69 @@ pb::WorkloadProfile MergeFit(const pb::WorkloadProfile& base, const profiler::Wo
   return out;
 }
 
-ProfilerServiceImpl::ProfilerServiceImpl(std::shared_ptr<profiler::ProfileStore> store)
-    : store_(std::move(store)) {}
+ProfilerServiceImpl::ProfilerServiceImpl(std::shared_ptr<profiler::ProfileStore> store,
+                                         ProfilerOptions options)
+    : store_(std::move(store)), options_(std::move(options)) {
+  // ReportSamples reads raw messages (see the class comment). The handler stays a client stream
+  // on the wire; gRPC's server only needs it to be one that does not read a message up front.
+  const google::protobuf::MethodDescriptor* method =
+      google::protobuf::DescriptorPool::generated_pool()
+          ->FindServiceByName(pb::Profiler::service_full_name())
+          ->FindMethodByName("ReportSamples");
+  MarkMethodStreamed(
+      method->index(),
+      new grpc::internal::ClientStreamingHandler<ProfilerServiceImpl, grpc::ByteBuffer,
+                                                 pb::ReportSamplesResponse>(
+          [](ProfilerServiceImpl* self, grpc::ServerContext* context,
+             grpc::ServerReader<grpc::ByteBuffer>* reader, pb::ReportSamplesResponse* response) {
+            return self->ReportSamplesRaw(context, reader, response);
+          },
+          this));
+}
 
-grpc::Status ProfilerServiceImpl::ReportSamples(grpc::ServerContext*,
-                                                grpc::ServerReader<pb::Sample>* reader,
-                                                pb::ReportSamplesResponse* response) {
+grpc::Status ProfilerServiceImpl::ReportSamplesRaw(grpc::ServerContext* context,
+                                                   grpc::ServerReader<grpc::ByteBuffer>* reader,
+                                                   pb::ReportSamplesResponse* response) {
   profiler::StepOrderChecker order;
   std::vector<profiler::Sample> batch;
   batch.reserve(kReportBatch);
-  std::uint64_t index = 0, accepted = 0, rejected = 0;
+  std::uint64_t index = 0, accepted = 0, stored = 0, rejected = 0, unparsable = 0;
+  std::uint64_t first_unparsable = 0;
   auto flush = [&]() -> absl::Status {
     if (batch.empty()) return absl::OkStatus();
-    absl::Status s = store_->AddSamples(batch, "grpc");
-    if (s.ok()) accepted += batch.size();
+    absl::StatusOr<std::uint64_t> added = store_->AddSamples(batch, "grpc");
+    if (added.ok()) {
+      accepted += batch.size();
+      stored += *added;
+    }
     batch.clear();
-    return s;
+    return added.status();
   };
+  auto reject = [&](absl::string_view reason) {
+    ++rejected;
+    if (response->errors_size() < kMaxReportedErrors) {
+      response->add_errors(absl::StrCat("samples[", index, "]: ", reason));
+    }
+  };
+  grpc::ByteBuffer buffer;
   pb::Sample message;
-  while (reader->Read(&message)) {
+  while (reader->Read(&buffer)) {
+    message.Clear();
+    if (!Parse(buffer, &message)) {
+      if (unparsable++ == 0) first_unparsable = index;
+      reject(
+          "could not be parsed as a spotdnn.v1.Sample (malformed protobuf bytes, or a string "
+          "field that is not valid UTF-8)");
+      ++index;
+      continue;
+    }
     profiler::Sample sample = ToDomain(message);
     absl::Status s = sample.job_id.empty()
                          ? absl::InvalidArgumentError("job_id is empty: every sample names its job")
                          : profiler::ValidateSample(sample);
     if (s.ok()) s = order.Check(sample);
     if (!s.ok()) {
-      ++rejected;
-      if (response->errors_size() < kMaxReportedErrors) {
-        response->add_errors(absl::StrCat("samples[", index, "]: ", s.message()));
-      }
+      reject(s.message());
     } else {
       batch.push_back(std::move(sample));
       if (batch.size() >= static_cast<size_t>(kReportBatch)) {
@@ -162,12 +243,27 @@ grpc::Status ProfilerServiceImpl::ReportSamples(grpc::ServerContext*,
   if (auto f = flush(); !f.ok()) return ToGrpc(f);
   response->set_accepted(accepted);
   response->set_rejected(rejected);
-  return grpc::Status::OK;
+  response->set_duplicates(accepted - stored);
+  if (stored > (1u << 16)) ReleaseMemorySoon();
+  if (unparsable == 0) return grpc::Status::OK;
+  // The answer's counts are lost with an error status: they go in the message and, for
+  // programs, in trailing metadata.
+  context->AddTrailingMetadata("spotdnn-accepted", absl::StrCat(accepted));
+  context->AddTrailingMetadata("spotdnn-rejected", absl::StrCat(rejected));
+  context->AddTrailingMetadata("spotdnn-duplicates", absl::StrCat(accepted - stored));
+  context->AddTrailingMetadata("spotdnn-unparsable", absl::StrCat(unparsable));
+  return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
+      "samples[%d] could not be parsed as a spotdnn.v1.Sample (malformed protobuf bytes, or a "
+      "string field that is not valid UTF-8); %d of the stream's %d messages could not be "
+      "parsed. The others were read: %d accepted (stored; %d of them already were), %d "
+      "rejected",
+      first_unparsable, unparsable, index, accepted, accepted - stored, rejected - unparsable)));
 }
 
-grpc::Status ProfilerServiceImpl::ImportLog(grpc::ServerContext*,
+grpc::Status ProfilerServiceImpl::ImportLog(grpc::ServerContext* context,
                                             const pb::ImportLogRequest* request,
                                             pb::ImportLogResponse* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
   profiler::ImportOptions options;
   options.format = ToDomain(request->format());
   options.job_id = request->job_id();
@@ -179,32 +275,44 @@ grpc::Status ProfilerServiceImpl::ImportLog(grpc::ServerContext*,
   options.cluster_workers = request->cluster_workers();
   options.parameter_servers = request->parameter_servers();
   options.cluster = request->cluster();
-  if (request->cluster_workers() < 0 || request->gpus() < 0 || request->batch_size() < 0 ||
-      request->parameter_servers() < 0) {
-    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
-        "cluster_workers = ", request->cluster_workers(), ", gpus = ", request->gpus(),
-        ", batch_size = ", request->batch_size(),
-        ", parameter_servers = ", request->parameter_servers(), ": must not be negative")));
+  for (const auto& [field, value, most] :
+       {std::tuple<const char*, int, int>{"cluster_workers", request->cluster_workers(),
+                                          predictor::kMaxClusterSize},
+        {"gpus", request->gpus(), predictor::kMaxGpusPerInstance},
+        {"batch_size", request->batch_size(), 1 << 30},
+        {"parameter_servers", request->parameter_servers(), predictor::kMaxParameterServers}}) {
+    if (value < 0 || value > most) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
+          "%s = %d: must be in [0, %d] (0 = as the log says)", field, value, most)));
+    }
   }
   if (!options.cluster.empty()) {
     auto composition = profiler::ParseComposition(options.cluster);
     if (!composition.ok()) return ToGrpc(composition.status());
     if (!options.instance_type.empty() || !options.gpu_type.empty()) {
-      return ToGrpc(absl::InvalidArgumentError(
-          absl::StrCat("cluster = \"", options.cluster, "\" and instance_type = \"",
-                       options.instance_type, "\", gpu_type = \"", options.gpu_type,
-                       "\": a composition names the types itself; give one or the other")));
+      return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+          "cluster = ", limits::Quote(options.cluster), " and instance_type = ",
+          limits::Quote(options.instance_type), ", gpu_type = ", limits::Quote(options.gpu_type),
+          ": a composition names the types itself; give one or the other")));
     }
     int total = 0;
     for (const auto& [type, n] : *composition) total += n;
     if (options.cluster_workers != 0 && options.cluster_workers != total) {
       return ToGrpc(absl::InvalidArgumentError(
-          absl::StrCat("cluster_workers = ", options.cluster_workers, ": cluster \"",
-                       options.cluster, "\" has ", total, " workers")));
+          absl::StrCat("cluster_workers = ", options.cluster_workers, ": cluster ",
+                       limits::Quote(options.cluster), " has ", total, " workers")));
     }
     options.cluster_workers = total;
     options.cluster = profiler::CompositionText(*composition);
   }
+  if (request->content().size() > options_.max_import_bytes) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
+        "content: %d bytes, above the server's import limit of %d bytes (--max_import_bytes); "
+        "split the log",
+        request->content().size(), options_.max_import_bytes)));
+  }
+  // Errors from files the server read say where, not what: their content is not the caller's.
+  const bool server_files = request->content().empty() && !options_.import_any_path;
   absl::StatusOr<profiler::ImportResult> result;
   if (!request->content().empty()) {
     if (options.job_id.empty()) {
@@ -214,39 +322,63 @@ grpc::Status ProfilerServiceImpl::ImportLog(grpc::ServerContext*,
     result = profiler::ImportText(request->content(),
                                   request->path().empty() ? "content" : request->path(), options);
   } else if (!request->path().empty()) {
-    result = profiler::ImportPath(request->path(), options);
+    profiler::FileAccess access;
+    access.max_bytes = options_.max_import_bytes;
+    access.max_files = options_.max_import_files;
+    access.stop =
+        CallStopCheck(context, options_.max_call_time, "the import", "the server's call limit");
+    std::string path = request->path();
+    if (!options_.import_any_path) {
+      auto resolved = options_.import_roots.Resolve(path);
+      if (!resolved.ok()) return ToGrpc(resolved.status());
+      path = *std::move(resolved);
+      access.follow_symlinks = false;
+    }
+    result = profiler::ImportPath(path, options, access);
   } else {
     return ToGrpc(absl::InvalidArgumentError("set path (a file or folder) or content"));
   }
-  if (!result.ok()) return ToGrpc(result.status());
+  if (!result.ok()) {
+    const absl::Status& s = result.status();
+    return ToGrpc(absl::Status(
+        s.code(), server_files ? WithoutContent(s.message()) : std::string(s.message())));
+  }
   for (profiler::Sample& s : result->samples) {
     if (s.job_id.empty()) {
-      return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
-          "job_id is empty and the log (", request->path(), ") names no job: set job_id")));
+      return ToGrpc(absl::InvalidArgumentError(absl::StrCat("job_id is empty and the log (",
+                                                            limits::Quote(request->path()),
+                                                            ") names no job: set job_id")));
     }
   }
   // One transaction: an import that fails part-way stores nothing.
-  std::int64_t duplicates = 0;
-  if (auto s = store_->AddSamples(
-          result->samples, request->path().empty() ? "content" : request->path(), &duplicates);
-      !s.ok()) {
-    return ToGrpc(s);
-  }
-  response->set_imported(result->samples.size() - duplicates);
-  response->set_duplicates(duplicates);
+  auto stored =
+      store_->AddSamples(result->samples, request->path().empty() ? "content" : request->path());
+  if (!stored.ok()) return ToGrpc(stored.status());
+  response->set_imported(result->samples.size());
+  response->set_duplicates(result->samples.size() - *stored);
   response->set_skipped(result->skipped);
   response->set_files(result->files);
-  for (const std::string& e : result->errors) response->add_errors(e);
+  for (const std::string& e : result->errors) {
+    response->add_errors(
+        limits::ValidUtf8(server_files ? WithoutContent(e) : e, kMaxImportErrorBytes));
+  }
   std::set<std::string> runs;
   for (const profiler::Sample& s : result->samples) runs.insert(s.job_id);
   response->set_runs(runs.size());
-  for (const std::string& n : result->notes) response->add_notes(n);
+  for (const std::string& n : result->notes) {
+    response->add_notes(
+        limits::ValidUtf8(server_files ? WithoutContent(n) : n, kMaxImportErrorBytes));
+  }
+  if (request->content().size() > (16u << 20) || result->samples.size() > (1u << 16)) {
+    ReleaseMemorySoon();
+  }
   return grpc::Status::OK;
 }
 
-grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext*,
+grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext* context,
                                              const pb::FitProfileRequest* request,
                                              pb::FitProfileResponse* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
   if (request->name().empty()) {
     return ToGrpc(absl::InvalidArgumentError("name is empty: name the profile to store"));
   }
@@ -255,6 +387,8 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext*,
       !s.ok()) {
     return ToGrpc(s);
   }
+  // Bounded before it runs (LoadJobs), and stopped at the call's deadline (or the server's limit)
+  // while it runs.
   auto samples = LoadJobs(request->job_ids(), "job_ids");
   if (!samples.ok()) return ToGrpc(samples.status());
   std::set<std::string> seen;
@@ -263,7 +397,9 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext*,
       KnownOf(request->base(), request->parameter_server_bandwidth_mb_per_s(),
               request->pcie_bandwidth_mb_per_s(), request->has_model_variant(),
               request->model_variant(), request->has_base());
-  auto fit = profiler::FitWorkload(*samples, known);
+  auto fit = profiler::FitWorkload(
+      *samples, known,
+      CallStopCheck(context, options_.max_fit_time, "the fit", "the server's fit time limit"));
   if (!fit.ok()) return ToGrpc(fit.status());
   for (const std::string& wanted : request->require()) {
     bool found = false;
@@ -299,6 +435,10 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext*,
         why.empty() ? "" : absl::StrCat(": ", absl::StrJoin(why, "; ")))));
   }
   pb::WorkloadProfile profile = MergeFit(request->base(), *fit);
+  if (auto s = CheckRequest(profile, "profile"); !s.ok()) {
+    return ToGrpc(absl::FailedPreconditionError(
+        absl::StrCat("the fit gave a value that cannot be stored: ", s.message())));
+  }
   profile.set_name(request->name());
   // The base's description was of the base: it no longer holds for the fitted numbers.
   profile.set_description(
@@ -328,6 +468,14 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext*,
 absl::StatusOr<std::vector<profiler::Sample>> ProfilerServiceImpl::LoadJobs(
     const google::protobuf::RepeatedPtrField<std::string>& jobs, absl::string_view field) {
   const std::vector<std::string> ids(jobs.begin(), jobs.end());
+  // Counted before they are read: a fit's memory and time grow with its samples.
+  auto count = store_->CountSamples(ids);
+  if (!count.ok()) return count.status();
+  if (*count > kMaxFitSamples) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s hold %d samples, above the %d one fit may use; fit from fewer jobs", field,
+        ids.empty() ? "all jobs" : "the jobs named", *count, kMaxFitSamples));
+  }
   auto samples = store_->LoadSamples(ids);
   if (!samples.ok()) return samples.status();
   std::set<std::string> seen;
@@ -346,9 +494,10 @@ absl::StatusOr<std::vector<profiler::Sample>> ProfilerServiceImpl::LoadJobs(
   return samples;
 }
 
-grpc::Status ProfilerServiceImpl::ValidateProfile(grpc::ServerContext*,
+grpc::Status ProfilerServiceImpl::ValidateProfile(grpc::ServerContext* context,
                                                   const pb::ValidateProfileRequest* request,
                                                   pb::ValidateProfileResponse* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
   if (request->fit_job_ids().empty() || request->check_job_ids().empty()) {
     return ToGrpc(absl::InvalidArgumentError(
         "fit_job_ids and check_job_ids: name the jobs to fit on and the jobs to predict"));
@@ -356,9 +505,11 @@ grpc::Status ProfilerServiceImpl::ValidateProfile(grpc::ServerContext*,
   if (auto s = CheckBandwidths(request->parameter_server_bandwidth_mb_per_s(), 0); !s.ok()) {
     return ToGrpc(s);
   }
-  if (!(std::isfinite(request->iterations()) && request->iterations() >= 0)) {
-    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
-        "iterations = ", request->iterations(), ": must be a finite number >= 0 (0 = the runs')")));
+  if (!(std::isfinite(request->iterations()) && request->iterations() >= 0 &&
+        request->iterations() <= predictor::kMaxTargetIterations)) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("iterations = ", request->iterations(), ": must be a finite number in [0, ",
+                     predictor::kMaxTargetIterations, "] (0 = the runs')")));
   }
   auto fit = LoadJobs(request->fit_job_ids(), "fit_job_ids");
   if (!fit.ok()) return ToGrpc(fit.status());
@@ -367,7 +518,10 @@ grpc::Status ProfilerServiceImpl::ValidateProfile(grpc::ServerContext*,
   const profiler::KnownParameters known =
       KnownOf(request->base(), request->parameter_server_bandwidth_mb_per_s(), 0,
               request->has_model_variant(), request->model_variant(), request->has_base());
-  auto validation = profiler::ValidateFit(*fit, *check, known, request->iterations());
+  auto validation =
+      profiler::ValidateFit(*fit, *check, known, request->iterations(),
+                            CallStopCheck(context, options_.max_fit_time, "the validation",
+                                          "the server's fit time limit"));
   if (!validation.ok()) return ToGrpc(validation.status());
   *response->mutable_profile() = ToProto(validation->profile);
   for (const profiler::FitQuality& q : validation->quality) {
@@ -414,6 +568,7 @@ absl::StatusOr<pb::WorkloadProfile> ProfilerServiceImpl::Store(pb::WorkloadProfi
 grpc::Status ProfilerServiceImpl::GetProfile(grpc::ServerContext*,
                                              const pb::GetProfileRequest* request,
                                              pb::WorkloadProfile* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
   auto stored = store_->GetProfile(request->name(), request->version());
   if (!stored.ok()) return ToGrpc(stored.status());
   return ToGrpc(
@@ -437,6 +592,7 @@ grpc::Status ProfilerServiceImpl::ListProfiles(grpc::ServerContext*, const pb::L
 grpc::Status ProfilerServiceImpl::DeleteProfile(grpc::ServerContext*,
                                                 const pb::DeleteProfileRequest* request,
                                                 pb::DeleteProfileResponse* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
   auto deleted = store_->DeleteProfile(request->name(), request->version());
   if (!deleted.ok()) return ToGrpc(deleted.status());
   response->set_deleted(*deleted);
@@ -446,6 +602,7 @@ grpc::Status ProfilerServiceImpl::DeleteProfile(grpc::ServerContext*,
 grpc::Status ProfilerServiceImpl::PutProfile(grpc::ServerContext*,
                                              const pb::WorkloadProfile* request,
                                              pb::WorkloadProfile* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
   if (request->name().empty()) {
     return ToGrpc(absl::InvalidArgumentError("name is empty: a profile needs a name"));
   }
@@ -459,6 +616,7 @@ grpc::Status ProfilerServiceImpl::PutProfile(grpc::ServerContext*,
 grpc::Status ProfilerServiceImpl::GetJobProgress(grpc::ServerContext*,
                                                  const pb::GetJobProgressRequest* request,
                                                  pb::GetJobProgressResponse* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
   if (request->job_id().empty()) {
     return ToGrpc(absl::InvalidArgumentError("job_id is empty: name the job"));
   }

@@ -11,9 +11,15 @@
 #include "provisioner/replan.h"
 #include "provisioner/risk_planner.h"
 #include "services/common/convert.h"
+#include "services/common/limits.h"
+#include "services/common/request_check.h"
+#include "services/common/server.h"
 
 namespace spotdnn::services {
 namespace {
+
+// CheckRequest lets a type's lifetimes through up to the limit this service checks itself.
+static_assert(kMaxServiceLifetimesPerType == limits::kMaxLifetimeObservations);
 
 using provisioner::Candidate;
 using provisioner::kInf;
@@ -335,7 +341,8 @@ void RiskToProto(const provisioner::SimulationResult& r, pb::RiskEstimate* out) 
 absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::WorkloadRef& workload,
                                         const pb::CatalogRef& catalog, const pb::Slo& slo,
                                         const pb::PlanOptions& options,
-                                        absl::string_view existing_field) {
+                                        absl::string_view existing_field,
+                                        uint64_t max_exhaustive_limit) {
   const double margin = options.bandwidth_margin();
   if (!(margin >= 0 && margin < 1)) {
     return absl::InvalidArgumentError(
@@ -412,18 +419,36 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
                           options.max_cluster_size(), existing->Workers(), existing_field));
     }
   }
-  if (options.parameter_servers() < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "options.parameter_servers = %d: must be >= 0 (0 = 1)", options.parameter_servers()));
+  if (options.parameter_servers() < 0 ||
+      options.parameter_servers() > predictor::kMaxParameterServers) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("options.parameter_servers = %d: must be in [0, %d] (0 = 1)",
+                        options.parameter_servers(), predictor::kMaxParameterServers));
   }
   in.problem.parameter_servers = std::max(1, options.parameter_servers());
   in.problem.on_demand = options.on_demand_prices();
   in.problem.overhead_s = options.revocation_overhead_s();
   in.problem.max_workers = options.max_cluster_size();
-  if (options.strategy() == pb::PLAN_STRATEGY_SPOTDNN)
-    in.strategy = provisioner::Strategy::kSpotdnn;
-  if (options.strategy() == pb::PLAN_STRATEGY_EXHAUSTIVE) {
-    in.strategy = provisioner::Strategy::kExhaustive;
+  switch (options.strategy()) {
+    case pb::PLAN_STRATEGY_EXACT:
+      in.strategy = provisioner::Strategy::kExact;
+      break;
+    case pb::PLAN_STRATEGY_SPOTDNN:
+      in.strategy = provisioner::Strategy::kSpotdnn;
+      break;
+    case pb::PLAN_STRATEGY_EXHAUSTIVE:
+      in.strategy = provisioner::Strategy::kExhaustive;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.strategy = ", EnumLabel(options.strategy()),
+                       ": not a search strategy; expected exact, spotdnn or exhaustive"));
+  }
+  if (options.exhaustive_limit() > max_exhaustive_limit) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "options.exhaustive_limit = %d: above the server's cap of %d clusters (0 = the default "
+        "%d); use the exact strategy for larger searches",
+        options.exhaustive_limit(), max_exhaustive_limit, provisioner::kDefaultExhaustiveLimit));
   }
   if (options.exhaustive_limit() > 0) in.exhaustive_limit = options.exhaustive_limit();
   for (size_t k = 0; k < types.size(); ++k) {
@@ -435,13 +460,28 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
   return in;
 }
 
-ProvisionerServiceImpl::ProvisionerServiceImpl(std::shared_ptr<const DataRegistry> registry)
-    : models_(std::move(registry)) {}
+ProvisionerServiceImpl::ProvisionerServiceImpl(std::shared_ptr<const DataRegistry> registry,
+                                               ProvisionerOptions options)
+    : models_(std::move(registry)), options_(options) {}
 
-grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRequest* request,
+absl::StatusOr<PlanInputs> ProvisionerServiceImpl::Inputs(
+    const grpc::ServerContext* context, const google::protobuf::Message& request,
+    const pb::WorkloadRef& workload, const pb::CatalogRef& catalog, const pb::Slo& slo,
+    const pb::PlanOptions& options, absl::string_view existing_field) {
+  if (auto s = CheckRequest(request); !s.ok()) return s;
+  auto in = ToPlanInputs(models_, workload, catalog, slo, options, existing_field,
+                         options_.max_exhaustive_limit);
+  if (!in.ok()) return in.status();
+  in->problem.stop =
+      CallStopCheck(context, options_.max_solve_time, "the search", "--max_solve_time");
+  return in;
+}
+
+grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext* context,
+                                          const pb::PlanRequest* request,
                                           pb::PlanResponse* response) {
-  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), request->slo(),
-                         request->options());
+  auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
+                   request->options());
   if (!in.ok()) return ToGrpc(in.status());
   in->problem.objective = request->mode() == pb::PLAN_MODE_BUDGET
                               ? provisioner::Objective::kMinTime
@@ -455,7 +495,9 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRe
     *response->mutable_plan() = ToPlan(*in, result->best, strategy);
   } else {
     const provisioner::PlanResult fastest = Fastest(*in);
+    if (!fastest.stopped.ok()) return ToGrpc(fastest.stopped);
     const provisioner::PlanResult cheapest = Cheapest(*in);
+    if (!cheapest.stopped.ok()) return ToGrpc(cheapest.stopped);
     *response->mutable_plan() = Infeasible(*in, strategy, InfeasibleReason(*in, fastest, cheapest));
     if (fastest.feasible) {
       response->set_fastest_time_s(fastest.best.time_s);
@@ -469,7 +511,9 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRe
   response->mutable_plan()->set_solve_ms(ms);
   response->mutable_plan()->set_clusters_evaluated(result->evaluated);
   if (request->options().include_baselines()) {
+    absl::Status stopped;
     auto baseline = [&](const provisioner::PlanResult& r, pb::PlanStrategy name, pb::Plan* out) {
+      if (!r.stopped.ok()) stopped = r.stopped;
       *out = r.feasible ? ToPlan(*in, r.best, name)
                         : Infeasible(*in, name, "no plan of this kind meets the SLO");
       out->set_clusters_evaluated(r.evaluated);
@@ -485,6 +529,7 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext*, const pb::PlanRe
     }
     baseline(provisioner::CheapestHomogeneous(*in->model, in->problem),
              pb::PLAN_STRATEGY_HOMOGENEOUS, response->mutable_homogeneous_baseline());
+    if (!stopped.ok()) return ToGrpc(stopped);
   }
   if (request->options().confidence() != 0) {
     return ToGrpc(PlanWithConfidence(*request, *in, response));
@@ -572,15 +617,21 @@ absl::Status ProvisionerServiceImpl::PlanWithConfidence(const pb::PlanRequest& r
   return absl::OkStatus();
 }
 
-grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext*, const pb::ReplanRequest* request,
+grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext* context,
+                                            const pb::ReplanRequest* request,
                                             pb::ReplanResponse* response) {
   pb::PlanOptions options = request->options();
   *options.mutable_existing() = request->survivors();
-  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), request->slo(), options,
-                         "survivors");
+  auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
+                   options, "survivors");
   if (!in.ok()) return ToGrpc(in.status());
   const pb::JobProgress& p = request->progress();
   provisioner::JobProgress progress;
+  if (p.elapsed_s() < 0 || p.normalized_iterations_done() < 0) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
+        "progress.elapsed_s = %g, progress.normalized_iterations_done = %g: must be >= 0",
+        p.elapsed_s(), p.normalized_iterations_done())));
+  }
   progress.elapsed_s = p.elapsed_s();
   if (p.current_loss() != 0) {
     if (!std::isfinite(p.current_loss())) {
@@ -630,11 +681,11 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext*, const pb::Repl
   return grpc::Status::OK;
 }
 
-grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext*,
+grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext* context,
                                               const pb::FrontierRequest* request,
                                               pb::FrontierResponse* response) {
-  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), request->slo(),
-                         request->options());
+  auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
+                   request->options());
   if (!in.ok()) return ToGrpc(in.status());
   const pb::PlanStrategy strategy = StrategyOf(in->strategy);
   const auto start = std::chrono::steady_clock::now();
@@ -683,7 +734,9 @@ grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext*,
   if (front->empty()) {
     // As Plan answers an infeasible SLO: why, and what the fastest plan would take.
     const provisioner::PlanResult fastest = Fastest(*in);
+    if (!fastest.stopped.ok()) return ToGrpc(fastest.stopped);
     const provisioner::PlanResult cheapest = Cheapest(*in);
+    if (!cheapest.stopped.ok()) return ToGrpc(cheapest.stopped);
     response->set_reason(InfeasibleReason(*in, fastest, cheapest));
     if (fastest.feasible) {
       response->set_fastest_time_s(fastest.best.time_s);
@@ -697,9 +750,10 @@ grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ProvisionerServiceImpl::Simulate(grpc::ServerContext*,
+grpc::Status ProvisionerServiceImpl::Simulate(grpc::ServerContext* context,
                                               const pb::SimulateRequest* request,
                                               pb::SimulateResponse* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
   pb::Slo slo = request->slo();
   if (request->iterations() != 0) {
     // The job is `iterations` normalized iterations on the cluster: its target loss is the
@@ -728,8 +782,12 @@ grpc::Status ProvisionerServiceImpl::Simulate(grpc::ServerContext*,
         "slo.deadline_s = %g: the simulation needs a deadline (the probability is of meeting it)",
         slo.deadline_s())));
   }
-  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), slo, request->options());
+  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), slo, request->options(),
+                         "options.existing", options_.max_exhaustive_limit);
   if (!in.ok()) return ToGrpc(in.status());
+  // The plan search, the re-plans and the runs stop at the call's deadline or the server's limit.
+  in->problem.stop =
+      CallStopCheck(context, options_.max_solve_time, "the simulation", "--max_solve_time");
   const predictor::PerformanceModel& m = *in->model;
   response->set_target_loss(slo.target_loss());
   std::vector<int> counts;
@@ -750,8 +808,11 @@ grpc::Status ProvisionerServiceImpl::Simulate(grpc::ServerContext*,
     auto plan = provisioner::Solve(m, in->problem, in->strategy, in->exhaustive_limit);
     if (!plan.ok()) return ToGrpc(plan.status());
     if (!plan->feasible) {
-      *response->mutable_plan() =
-          Infeasible(*in, strategy, InfeasibleReason(*in, Fastest(*in), Cheapest(*in)));
+      const provisioner::PlanResult fastest = Fastest(*in);
+      if (!fastest.stopped.ok()) return ToGrpc(fastest.stopped);
+      const provisioner::PlanResult cheapest = Cheapest(*in);
+      if (!cheapest.stopped.ok()) return ToGrpc(cheapest.stopped);
+      *response->mutable_plan() = Infeasible(*in, strategy, InfeasibleReason(*in, fastest, cheapest));
       return grpc::Status::OK;
     }
     counts = plan->best.counts;

@@ -453,6 +453,43 @@ TEST_F(DetectorTest, RegistrationValidation) {
   EXPECT_TRUE(d->List("").empty());
 }
 
+// Ids, keys and texts the detector would keep for good are bounded; what its own poller reads is
+// cut to the same limits instead.
+TEST_F(DetectorTest, StringsAreBoundedBeforeTheyAreKept) {
+  auto d = OpenDetector(ByHand());
+  const std::string long_id(257, 'i');
+  WatchedInstance w;
+  w.instance_id = "x";
+  w.job_id = std::string(10 << 20, 'j');
+  absl::Status s = d->Register(w);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("instance.job_id = \"jjj"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("(10485760 bytes): longer than 256 bytes"));
+  EXPECT_LT(s.message().size(), 200u);
+  EXPECT_THAT(std::string(d->Heartbeat(long_id, "job", Cloud::kAws, 0).message()),
+              HasSubstr("instance_id = \"iii"));
+  EXPECT_THAT(
+      std::string(d->Heartbeat("x", "job", Cloud::kAws, 0, std::string(1025, 'p')).message()),
+      HasSubstr("problem = \"ppp"));
+  Notice n;
+  n.key = std::string(257, 'k');
+  n.detail = "d";
+  EXPECT_THAT(std::string(d->ReportNotice("x", "job", Cloud::kAws, n, 0).message()),
+              HasSubstr("notice_key = \"kkk"));
+  n.key = "k";
+  n.detail = std::string(1025, 'd');
+  EXPECT_THAT(std::string(d->ReportNotice("x", "job", Cloud::kAws, n, 0).message()),
+              HasSubstr("event.detail = \"ddd"));
+  // The instance type main added for lifetimes is a name like the others.
+  WatchedInstance typed;
+  typed.instance_id = "x";
+  typed.instance_type = std::string(257, 't');
+  EXPECT_THAT(std::string(d->Register(typed).message()),
+              HasSubstr("instance.instance_type = \"ttt"));
+  EXPECT_TRUE(d->List("").empty());
+  EXPECT_TRUE(All(*d).empty());
+}
+
 // Lifetimes for revocation models: from registration to the first notice (revoked, at its
 // effective time), or censored when unregistered, lost or registered again; kept across a restart
 // with the instance type.

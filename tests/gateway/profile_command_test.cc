@@ -164,7 +164,9 @@ TEST_F(ProfileCommandTest, BadInputExitsTwoNamingTheFlag) {
 TEST_F(ProfileCommandTest, TalksToARunningProfilerWithServer) {
   auto store = profiler::ProfileStore::Open(db_);
   ASSERT_TRUE(store.ok()) << store.status();
-  services::ProfilerServiceImpl service(std::shared_ptr<profiler::ProfileStore>(*std::move(store)));
+  std::shared_ptr<profiler::ProfileStore> shared(*std::move(store));
+  auto service_store_count = [shared] { return shared->CountSamples(); };
+  services::ProfilerServiceImpl service(shared);
   auto started = services::StartServer("127.0.0.1:0", {&service});
   ASSERT_TRUE(started.ok()) << started.status();
   const std::string server = "127.0.0.1:" + std::to_string(started->port);
@@ -176,6 +178,15 @@ TEST_F(ProfileCommandTest, TalksToARunningProfilerWithServer) {
       Cli({"profile", "import", log, "--job", "remote", "--server", server, "--json"});
   ASSERT_EQ(imported.code, 0) << imported.err;
   EXPECT_THAT(imported.out, HasSubstr("\"imported\":\"2\""));
+  // Sent again: nothing is stored twice.
+  CliRun again = Cli({"profile", "import", log, "--job", "remote", "--server", server});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_THAT(again.out, HasSubstr("samples already stored"));
+  EXPECT_EQ(*service_store_count(), 2);
+  // A folder is imported by path, which a server without --import_root does not read.
+  CliRun folder = Cli({"profile", "import", dir_.string(), "--server", server});
+  EXPECT_EQ(folder.code, kExitBadInput);
+  EXPECT_THAT(folder.err, HasSubstr("no --import_root"));
   CliRun list = Cli({"profile", "list", "--server", server});
   ASSERT_EQ(list.code, 0) << list.err;
   EXPECT_THAT(list.out, HasSubstr("(no profiles stored)"));

@@ -152,7 +152,7 @@ TEST_F(CloudBootTest, GcePreemptionReachesTheDetector) {
   ASSERT_TRUE(fake.Preempt(name, absl::Seconds(3)));
   absl::StatusOr<v1::RevocationEvent> notice = NextNotice();
   ASSERT_TRUE(notice.ok()) << notice.status() << "\nagent log:\n"
-                           << ReadWhenThere(dir_ / "vms" / name / "spotdnn-agent.log", "");
+                           << ReadWhenThere(dir_ / "vms" / name / "spotdnn-worker.log", "");
   EXPECT_EQ(notice->instance_id(), name);
   EXPECT_EQ(notice->job_id(), "boot-job");
   EXPECT_EQ(notice->cloud(), v1::CLOUD_GCE);
@@ -194,7 +194,7 @@ TEST_F(CloudBootTest, AzureEvictionReachesTheDetector) {
   ASSERT_TRUE(fake.Evict(name, absl::Seconds(2)));
   absl::StatusOr<v1::RevocationEvent> notice = NextNotice();
   ASSERT_TRUE(notice.ok()) << notice.status() << "\nagent log:\n"
-                           << ReadWhenThere(dir_ / "vms" / name / "spotdnn-agent.log", "");
+                           << ReadWhenThere(dir_ / "vms" / name / "spotdnn-worker.log", "");
   EXPECT_EQ(notice->instance_id(), name);
   EXPECT_EQ(notice->job_id(), "boot-job");
   EXPECT_EQ(notice->cloud(), v1::CLOUD_AZURE);

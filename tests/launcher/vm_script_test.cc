@@ -30,7 +30,7 @@ std::string ReadWhenThere(const std::string& path) {
   return "";
 }
 
-TEST(VmStartupScriptTest, RunsTheCommandWithTheEnvironmentAndStartsTheAgent) {
+TEST(VmStartupScriptTest, RunsTheCommandUnderTheAgentWithTheEnvironment) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(::testing::TempDir()) / "vm-script";
   fs::remove_all(dir);
@@ -38,7 +38,9 @@ TEST(VmStartupScriptTest, RunsTheCommandWithTheEnvironmentAndStartsTheAgent) {
   fs::create_directories(dir / "logs");
   {
     std::ofstream agent(dir / "bin" / "spotdnn-agent");
-    agent << "#!/bin/sh\nprintf '%s\\n' \"$@\" > " << (dir / "agent-args").string() << "\n";
+    // Like the real agent: records its flags, then runs what follows "--".
+    agent << "#!/bin/sh\nprintf '%s\\n' \"$@\" > " << (dir / "agent-args").string()
+          << "\nwhile [ \"$1\" != -- ]; do shift; done\nshift\nexec \"$@\"\n";
   }
   fs::permissions(dir / "bin" / "spotdnn-agent", fs::perms::owner_all);
   LaunchRequest request{
@@ -76,7 +78,8 @@ TEST(VmStartupScriptTest, RunsTheCommandWithTheEnvironmentAndStartsTheAgent) {
   EXPECT_EQ(args,
             "--cloud=gce\n--instance_id=spotdnn-abc-0\n--job_id=job-7\n"
             "--metadata_endpoint=http://127.0.0.1:9/i/spotdnn-abc-0\n"
-            "--detector=10.0.0.9:50054\n");
+            "--detector=10.0.0.9:50054\n--\n/bin/bash\n-c\n" +
+                request.command + "\n");
   // Without the override the agent polls the cloud's own metadata server.
   EXPECT_THAT(script, HasSubstr("${SPOTDNN_CLOUD_METADATA_URL:-http://metadata.google.internal}"));
 }

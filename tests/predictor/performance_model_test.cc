@@ -313,3 +313,65 @@ TEST(LossCurve, StartsAtTheInitialLossAndReachesTheTargetAtTheTime) {
 
 }  // namespace
 }  // namespace spotdnn::predictor
+
+namespace spotdnn::predictor {
+namespace {
+
+// Integers that overflowed (gpus * batch) or reached the model unbounded are refused naming the
+// field, and no output is infinite.
+TEST(Bounds, GpusBatchAndParameterServersAreBoundedNamingTheField) {
+  InstanceCatalog many_gpus = HandCatalog();
+  many_gpus.types[0].gpus = 2147483647;
+  auto s = PerformanceModel::Create(HandProfile(), many_gpus).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("instance_types[0].gpus = 2147483647 (a.big): must be in "
+                                     "[1, 1024]"));
+  WorkloadProfile big_batch = HandProfile();
+  big_batch.compute[1].batch_per_gpu = 2147483647;
+  s = PerformanceModel::Create(big_batch, HandCatalog()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("compute[1].batch_per_gpu = 2147483647: must be in"));
+  // The largest allowed values make a worker batch that fits an int.
+  InstanceCatalog largest = HandCatalog();
+  largest.types[0].gpus = kMaxGpusPerInstance;
+  WorkloadProfile largest_batch = HandProfile();
+  largest_batch.compute[0].batch_per_gpu = kMaxBatchPerGpu;
+  const PerformanceModel m = MustCreate(largest_batch, largest);
+  EXPECT_EQ(m.types()[0].batch_size, kMaxGpusPerInstance * kMaxBatchPerGpu);
+  // A memory model that would give a batch of 2^30 per GPU is capped.
+  WorkloadProfile huge_memory = HandProfile();
+  huge_memory.compute[1].batch_per_gpu = 0;
+  huge_memory.memory = MemoryModel{.a2 = 1e12, .b2 = 0};
+  EXPECT_EQ(MustCreate(huge_memory, HandCatalog()).types()[1].batch_size, kMaxBatchPerGpu);
+
+  auto cluster = MakeCluster(HandCatalog(), {{"a.big", 1}}, 2147483647);
+  EXPECT_THAT(cluster.status().message(),
+              HasSubstr("cluster.parameter_servers = 2147483647: must be in [1, 1000]"));
+}
+
+TEST(Bounds, LossCurveHorizonIsBoundedAndItsTimesFinite) {
+  const PerformanceModel m = MustCreate(HandProfile(), HandCatalog());
+  const Cluster cluster = *MakeCluster(m.catalog(), {{"a.big", 2}});
+  auto s = m.LossCurve(cluster, 1e308, 50).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("horizon_s = 1e+308"));
+  auto curve = m.LossCurve(cluster, kMaxHorizonS, 50);
+  ASSERT_TRUE(curve.ok()) << curve.status();
+  for (const LossPoint& p : *curve) {
+    EXPECT_TRUE(std::isfinite(p.time_s) && std::isfinite(p.normalized_iterations) &&
+                std::isfinite(p.loss));
+  }
+  EXPECT_EQ(curve->back().time_s, kMaxHorizonS);
+}
+
+TEST(Bounds, AnInfiniteCostIsAnErrorNotAnAnswer) {
+  InstanceCatalog dear = HandCatalog();
+  dear.types[0].spot_price_per_hour = 1e308;
+  const PerformanceModel m = MustCreate(HandProfile(), dear);
+  const Estimate e = m.Evaluate(std::vector<int>{3, 0}, 1.0);
+  EXPECT_EQ(e.error, EstimateError::kNotFinite);
+  EXPECT_THAT(m.ErrorStatus(e, 1.0).message(), HasSubstr("no finite training time or cost"));
+}
+
+}  // namespace
+}  // namespace spotdnn::predictor

@@ -292,6 +292,45 @@ TEST(FitWorkload, ChoosesSharedPsForRunsAndNamesWhatItNeeds) {
   EXPECT_TRUE(paper->parameter_size_mb.has_value());
 }
 
+// The cluster fits poll the fit's stop check at every solver iteration too: a shared-ps fit (and a
+// validation, which fits) ends with the stop's status, and the check is not asked again.
+TEST(FitWorkload, TheClusterFitsStopWhenTheStopCheckSaysSo) {
+  const std::vector<Sample> samples = StudySamples(Truth());
+  auto count_polls = [&](const KnownParameters& known) {
+    int polls = 0;
+    auto fit = FitWorkload(samples, known, [&] {
+      ++polls;
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(fit.ok()) << fit.status();
+    return polls;
+  };
+  // Without B_ps the shared-ps fit is refused before it solves anything.
+  const int without_cluster_fit = count_polls({});
+  KnownParameters known;
+  known.ps_bandwidth_mb_per_s = 1000;
+  const int with_cluster_fit = count_polls(known);
+  EXPECT_GT(with_cluster_fit, without_cluster_fit + 10);
+  const int stop_at = without_cluster_fit + 5;  // inside the shared-ps solves
+  int polls = 0;
+  auto stopped = FitWorkload(samples, known, [&]() -> absl::Status {
+    return ++polls >= stop_at ? absl::DeadlineExceededError("the fit ran past its deadline")
+                              : absl::OkStatus();
+  });
+  EXPECT_EQ(stopped.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(stopped.status().message(), "the fit ran past its deadline");
+  EXPECT_EQ(polls, stop_at);
+  // A validation fits the same way.
+  polls = 0;
+  auto validation = ValidateFit(samples, samples, known, 0, [&]() -> absl::Status {
+    return ++polls >= stop_at ? absl::CancelledError("cancelled") : absl::OkStatus();
+  });
+  EXPECT_EQ(validation.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(polls, stop_at);
+  auto unstopped = ValidateFit(samples, samples, known, 0, [] { return absl::OkStatus(); });
+  EXPECT_TRUE(unstopped.ok()) << unstopped.status();
+}
+
 std::string DataDir() {
   const char* env = std::getenv("SPOTDNN_DATA_DIR");
   return std::string(env != nullptr && *env != '\0' ? env : SPOTDNN_DATA_DIR);

@@ -218,6 +218,53 @@ TEST(FitLoss, RecoversTheLossCurves) {
   EXPECT_THAT(q.note, Not(HasSubstr("not identified")));
 }
 
+// A live run's workers each report their own steps (the instance contract): the global step at a
+// sample is every worker's latest step summed, in wall-time order; one worker's log keeps its own.
+TEST(GlobalSteps, SumsTheWorkersOwnStepsOfALiveRun) {
+  std::vector<Sample> samples;
+  auto add = [&](std::string job, std::string worker, int64_t step, double at) {
+    samples.push_back({.job_id = job, .worker_id = worker, .step = step, .wall_time_s = at});
+  };
+  add("live", "a", 1, 10.0);
+  add("live", "b", 1, 10.5);
+  add("live", "a", 2, 11.0);
+  add("live", "b", 2, 11.2);
+  add("live", "a", 3, 11.4);
+  add("chief", "", 400, 11.0);
+  add("chief", "", 500, 12.0);
+  add("live", "b", 2, 11.9);  // a repeated step adds nothing
+  EXPECT_THAT(GlobalSteps(samples), ::testing::ElementsAre(1, 2, 3, 4, 5, 400, 500, 5));
+}
+
+// The same loss curves (in global steps) reported as each of n workers' own steps, as `spotdnn
+// run` streams them, fit the same model.
+TEST(FitLoss, ALiveRunsWorkerStepsAreSummedIntoTheGlobalStep) {
+  const Workload w;
+  std::vector<Sample> live;
+  for (Sample s : w.Samples({1, 2, 4}, {64, 128}, 0.01)) {
+    const int n = s.cluster_workers;
+    if (s.step % (100 * n) != 0) continue;  // global steps the n workers reach together
+    for (int k = 0; k < n; ++k) {
+      Sample own = s;
+      own.worker_id = "w" + std::to_string(k);
+      own.step = s.step / n;
+      own.wall_time_s = 1000 + own.step + 0.01 * k;
+      live.push_back(own);
+    }
+  }
+  FitQuality q;
+  auto loss = FitLoss(live, &q);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  for (int n : {1, 2, 4}) {
+    const double r = predictor::ConvergenceCoefficient(std::vector<double>(n, 1.0));
+    for (double j : {500.0, 2000.0, 6000.0}) {
+      const double truth = predictor::LossAfter(w.loss, 64, r, n, j);
+      EXPECT_NEAR(predictor::LossAfter(*loss, 64, r, n, j) / truth, 1, 0.03)
+          << n << " workers, j " << j;
+    }
+  }
+}
+
 TEST(FitLoss, FixesWhatOneCurveCannotTell) {
   const Workload w;
   FitQuality q;
@@ -256,6 +303,33 @@ TEST(FitWorkload, FitsEveryParameterFromACompleteProfilingRun) {
   ASSERT_TRUE(fit->loss.has_value());
   for (const FitQuality& q : fit->quality)
     EXPECT_TRUE(q.identified) << q.parameter << ": " << q.note;
+}
+
+// The stop check ends a fit between its parts and inside a solve, and is what the fit returns;
+// one that never stops changes nothing.
+TEST(FitWorkload, StopsWhenItsStopCheckSaysSo) {
+  const Workload w;
+  KnownParameters known;
+  known.ps_bandwidth_mb_per_s = w.ps_mb_per_s;
+  const std::vector<Sample> samples = w.Samples({1, 2, 4, 6, 8}, {64, 128}, 0.01);
+  for (int stop_at : {1, 5}) {  // between the fits; during the contention fit's solves
+    int polls = 0;
+    auto fit = FitWorkload(samples, known, [&]() -> absl::Status {
+      return ++polls >= stop_at ? absl::DeadlineExceededError("deadline") : absl::OkStatus();
+    });
+    EXPECT_EQ(fit.status().code(), absl::StatusCode::kDeadlineExceeded) << stop_at;
+    EXPECT_EQ(polls, stop_at);  // not polled again once it said stop
+  }
+  int polls = 0;
+  auto checked = FitWorkload(samples, known, [&] {
+    ++polls;
+    return absl::OkStatus();
+  });
+  auto plain = FitWorkload(samples, known);
+  ASSERT_TRUE(checked.ok() && plain.ok());
+  EXPECT_GT(polls, 10);  // solver iterations poll too
+  EXPECT_EQ(checked->contention->a1, plain->contention->a1);
+  EXPECT_EQ(checked->loss->g3, plain->loss->g3);
 }
 
 TEST(FitWorkload, ListsWhatTheDataCannotIdentify) {
@@ -333,39 +407,3 @@ TEST(ValidateSpeed, RejectsTooFewFitCounts) {
 }  // namespace
 }  // namespace spotdnn::profiler
 
-namespace spotdnn::profiler {
-namespace {
-
-// Issue 18: `step` is a worker's own step count; the loss fit's j is the job's global iterations
-// then, the sum of its workers' steps as `spotdnn run` counts them (ProfileStore::JobProgress).
-TEST(GlobalIterations, SumsEveryWorkersStepAtThatMoment) {
-  auto sample = [](std::string job, std::string worker, std::int64_t step, double t) {
-    Sample s;
-    s.job_id = std::move(job);
-    s.worker_id = std::move(worker);
-    s.step = step;
-    s.wall_time_s = t;
-    s.loss = 1;
-    return s;
-  };
-  const std::vector<Sample> samples = {
-      sample("j", "0", 1, 100.0), sample("j", "1", 1, 100.5), sample("j", "0", 2, 101.0),
-      sample("j", "1", 2, 101.5), sample("j", "0", 3, 102.0),
-      // Another job does not count; a cluster-level record's step is the global step already.
-      sample("k", "0", 7, 100.0), sample("c", "", 40, 100.0)};
-  const std::vector<double> j = GlobalIterations(samples);
-  ASSERT_EQ(j.size(), samples.size());
-  EXPECT_EQ(j[0], 1);  // worker 1 had not reported yet
-  EXPECT_EQ(j[1], 2);
-  EXPECT_EQ(j[2], 3);
-  EXPECT_EQ(j[3], 4);
-  EXPECT_EQ(j[4], 5);  // 3 + 2: what JobProgress sums at the end
-  EXPECT_EQ(j[5], 7);
-  EXPECT_EQ(j[6], 40);
-  // Without wall times the workers are taken to keep pace: step x workers.
-  std::vector<Sample> untimed = {sample("u", "0", 5, 0), sample("u", "1", 5, 0)};
-  EXPECT_EQ(GlobalIterations(untimed)[0], 10);
-}
-
-}  // namespace
-}  // namespace spotdnn::profiler

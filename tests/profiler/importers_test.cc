@@ -460,5 +460,29 @@ TEST(Composition, ParsesAndPrintsTypeCounts) {
   EXPECT_THAT(ValidateSample(s).message(), HasSubstr("cluster_workers = 4"));
 }
 
+// Compositions, and the sample fields issue 13 added, are bounded like the others.
+TEST(Composition, IsBoundedInWorkersTypesAndBytes) {
+  EXPECT_TRUE(ParseComposition("a=100000").ok());
+  EXPECT_THAT(ParseComposition("a=100001").status().message(),
+              HasSubstr("is not TYPE=N with N in [1, 100000]"));
+  EXPECT_THAT(ParseComposition("a=60000,b=60000").status().message(),
+              HasSubstr("more than 100000 workers in all"));
+  EXPECT_THAT(ParseComposition(std::string(300, 't') + "=1").status().message(),
+              HasSubstr("type = \"tttt"));
+  Sample s;
+  s.job_id = "j";
+  s.wall_time_s = 1;
+  s.parameter_servers = 1000;
+  EXPECT_TRUE(ValidateSample(s).ok());
+  s.parameter_servers = 1001;
+  EXPECT_EQ(ValidateSample(s).message(), "parameter_servers = 1001: must be at most 1000");
+  s.parameter_servers = 1;
+  s.cluster = std::string(1025, 'c');
+  EXPECT_THAT(ValidateSample(s).message(), HasSubstr("(1025 bytes): longer than 1024 bytes"));
+  s.cluster = "";
+  s.accuracy = -1;
+  EXPECT_EQ(ValidateSample(s).message(), "accuracy = -1: must not be negative");
+}
+
 }  // namespace
 }  // namespace spotdnn::profiler

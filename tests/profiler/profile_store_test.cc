@@ -1,5 +1,5 @@
-// The SQLite profile store: round trips, versions, reopening, all-or-nothing batches and
-// concurrent writers.
+// The SQLite profile store: round trips, versions, reopening, all-or-nothing batches, one sample
+// per (job, worker, step), and concurrent writers.
 #include "profiler/profile_store.h"
 
 #include <sqlite3.h>
@@ -140,7 +140,7 @@ TEST_F(ProfileStoreTest, ABatchWithABadSampleStoresNothing) {
   std::vector<Sample> batch;
   for (int i = 0; i < 1000; ++i) batch.push_back(MakeSample("b", i));
   batch[500].loss = std::nan("");
-  const absl::Status s = store->AddSamples(batch, "t");
+  const absl::Status s = store->AddSamples(batch, "t").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "samples[500]: loss = nan: must be finite");
   EXPECT_EQ(*store->CountSamples(), 1);
@@ -160,9 +160,8 @@ TEST_F(ProfileStoreTest, ConcurrentWritersOnTheSameFileLoseNothing) {
       ASSERT_TRUE(store.ok()) << store.status();
       for (int b = 0; b < kBatches; ++b) {
         std::vector<Sample> batch;
-        // Steps go on from batch to batch (the same step again would be the same sample).
         for (int i = 0; i < kBatch; ++i) {
-          batch.push_back(MakeSample("job" + std::to_string(w), b * kBatch + i + 1));
+          batch.push_back(MakeSample("job" + std::to_string(w), b * kBatch + i));
         }
         ASSERT_TRUE((*store)->AddSamples(batch, "t").ok());
         auto v = (*store)->PutProfile("shared", [](int v) { return std::to_string(v); });
@@ -250,27 +249,248 @@ TEST_F(ProfileStoreTest, OpenNamesAnUnusablePath) {
 namespace spotdnn::profiler {
 namespace {
 
-// Issue 18: importing the same samples twice stores them once (a sample is its job, worker and
-// step); samples without a step (0) are never taken for the same one.
-TEST_F(ProfileStoreTest, TheSameJobWorkerAndStepIsStoredOnce) {
+TEST_F(ProfileStoreTest, StoresEachJobWorkerAndStepOnce) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
-  std::vector<Sample> batch = {MakeSample("j", 1), MakeSample("j", 2), MakeSample("j", 3)};
-  std::int64_t duplicates = -1;
-  ASSERT_TRUE(store->AddSamples(batch, "a.log", &duplicates).ok());
-  EXPECT_EQ(duplicates, 0);
-  batch.push_back(MakeSample("j", 4));
-  ASSERT_TRUE(store->AddSamples(batch, "a.log", &duplicates).ok());
-  EXPECT_EQ(duplicates, 3);
-  EXPECT_EQ(*store->CountSamples(), 4);
-  // Another worker, or another job, at the same steps: new samples.
-  Sample other = MakeSample("j", 1);
-  other.worker_id = "w2";
-  ASSERT_TRUE(store->AddSamples({other, MakeSample("k", 1)}, "b.log", &duplicates).ok());
-  EXPECT_EQ(duplicates, 0);
-  // Step 0 (a log without steps): every sample counts.
-  ASSERT_TRUE(store->AddSamples({MakeSample("z", 0), MakeSample("z", 0)}, "c.log").ok());
-  EXPECT_EQ(*store->CountSamples(), 8);
+  std::vector<Sample> batch;
+  for (int step = 1; step <= 100; ++step) batch.push_back(MakeSample("job", step));
+  auto first = store->AddSamples(batch, "t");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, 100u);
+  // A resend of everything plus ten new steps, and a step twice within one batch: only the ten
+  // new ones are stored, the first copy kept.
+  for (int step = 101; step <= 110; ++step) batch.push_back(MakeSample("job", step));
+  Sample again = MakeSample("job", 105);
+  again.loss = 9;
+  batch.push_back(again);
+  auto second = store->AddSamples(batch, "t");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(*second, 10u);
+  EXPECT_EQ(*store->CountSamples(), 110);
+  // The same step of another worker, or of another job, is another sample.
+  Sample other_worker = MakeSample("job", 1);
+  other_worker.worker_id = "w2";
+  EXPECT_EQ(*store->AddSamples(std::vector<Sample>{other_worker, MakeSample("job2", 1)}, "t"), 2u);
+  const std::vector<std::string> job = {"job"};
+  EXPECT_EQ(*store->CountSamples(job), 111);
+  auto progress = store->JobProgress("job");
+  ASSERT_TRUE(progress.ok());
+  ASSERT_EQ(progress->size(), 2u);
+  EXPECT_EQ((*progress)[0].worker_id, "w1");
+  EXPECT_EQ((*progress)[0].samples, 110);
+  EXPECT_EQ((*progress)[0].steps, 110);
+  auto loaded = store->LoadSamples(job);
+  ASSERT_TRUE(loaded.ok());
+  for (const Sample& s : *loaded) {
+    if (s.step == 105) {
+      EXPECT_EQ(s.loss, 3.5);  // the first one stored
+    }
+  }
+}
+
+// Step 0 is a sample without a step number (a memory measurement): those differ by their fields.
+TEST_F(ProfileStoreTest, SamplesWithoutAStepAreToldApartByTheirFields) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::vector<Sample> memory;
+  for (int batch : {32, 64, 128}) {
+    Sample s = MakeSample("memory", 0);
+    s.batch_size = batch;
+    s.gpu_memory_gib = batch / 16.0;
+    memory.push_back(s);
+  }
+  EXPECT_EQ(*store->AddSamples(memory, "t"), 3u);
+  EXPECT_EQ(*store->AddSamples(memory, "t"), 0u);  // the same rows again: a resend
+  EXPECT_EQ(*store->CountSamples(), 3);
+}
+
+TEST_F(ProfileStoreTest, ADatabaseFromBeforeTheKeyLosesItsDuplicatesOnOpen) {
+  std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  // The schema before samples were keyed, with a step stored twice and once.
+  const char* old_schema = R"sql(
+    CREATE TABLE runs (job_id TEXT PRIMARY KEY, source TEXT NOT NULL, created_unix_s REAL NOT NULL);
+    CREATE TABLE samples (job_id TEXT NOT NULL, worker_id TEXT NOT NULL, instance_type TEXT NOT
+      NULL, gpu_type TEXT NOT NULL, gpus INTEGER NOT NULL, batch_size INTEGER NOT NULL, step
+      INTEGER NOT NULL, wall_time_s REAL NOT NULL, iteration_time_s REAL NOT NULL, loss REAL NOT
+      NULL, bytes_sent INTEGER NOT NULL, bytes_received INTEGER NOT NULL, gpu_memory_gib REAL NOT
+      NULL, cluster_workers INTEGER NOT NULL, communication_time_s REAL NOT NULL,
+      cluster_steps_per_s REAL NOT NULL);
+    CREATE INDEX samples_by_job ON samples (job_id);
+    INSERT INTO runs VALUES ('j', 'grpc', 0);
+    INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 1, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
+    INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 1, 1, 1, 2.5, 0, 0, 0, 1, 0, 0);
+    INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 2, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
+    INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 0, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
+    INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 0, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
+    INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 16, 0, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
+  )sql";
+  ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(*store->CountSamples(), 4);  // steps 1 and 2, and two different step-0 rows
+  auto loaded = store->LoadSamples({});
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->size(), 4u);
+  EXPECT_EQ((*loaded)[0].loss, 1.5);  // the first of the two kept
+  Sample resend = MakeSample("j", 2);
+  resend.worker_id = "w";
+  EXPECT_EQ(*store->AddSamples(std::vector<Sample>{resend}, "t"), 0u);
+}
+
+TEST_F(ProfileStoreTest, RefusesIdsLongerThanTheLimitQuotingAPrefix) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Sample s = MakeSample(std::string(10 << 20, 'j'), 1);
+  const absl::Status status = store->AddSamples(std::vector<Sample>{s}, "t").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("samples[0]: job_id = \"jjjj"));
+  EXPECT_THAT(status.message(), HasSubstr("(10485760 bytes): longer than 256 bytes"));
+  EXPECT_LT(status.message().size(), 200u);
+  EXPECT_EQ(*store->CountSamples(), 0);
+}
+
+}  // namespace
+}  // namespace spotdnn::profiler
+
+namespace spotdnn::profiler {
+namespace {
+
+// CountSamples counts what LoadSamples reads: a job with its runs ("J/..."), each sample once
+// however the ids overlap, and nothing of a job that only looks alike ("J-x", "J0", "J2").
+TEST_F(ProfileStoreTest, CountSamplesCountsAJobWithItsRunsOnce) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::vector<Sample> batch;
+  for (const char* job : {"J", "J/run-1", "J/zone/run-2", "J/", "J-x", "J0", "J2", "K/run-1"}) {
+    for (int step = 1; step <= 3; ++step) batch.push_back(MakeSample(job, step));
+    batch.push_back(MakeSample(job, 0));  // and one without a step
+  }
+  ASSERT_TRUE(store->AddSamples(batch, "t").ok());
+  for (const std::vector<std::string>& ids : std::vector<std::vector<std::string>>{
+           {"J"},
+           {"J/run-1"},
+           {"J", "J/run-1"},
+           {"J/zone/run-2", "J", "J"},
+           {"J/zone", "J/zone/run-2"},
+           {"J-x", "J0", "K"},
+           {"nosuch"},
+           {}}) {
+    auto loaded = store->LoadSamples(ids);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    auto counted = store->CountSamples(ids);
+    ASSERT_TRUE(counted.ok()) << counted.status();
+    EXPECT_EQ(*counted, static_cast<std::int64_t>(loaded->size()))
+        << "ids: " << (ids.empty() ? "(all)" : ids[0]);
+  }
+  EXPECT_EQ(*store->CountSamples(std::vector<std::string>{"J"}), 16);  // J, J/, J/run-1, J/zone/…
+  EXPECT_EQ(*store->CountSamples(std::vector<std::string>{"K"}), 4);
+  EXPECT_EQ(*store->CountSamples(), 32);
+}
+
+// A database made by the store before the added columns were in the sample key (its key on all
+// fields of a sample without a step, "samples_without_step", lacked accuracy, parameter_servers
+// and cluster) gets the key on every field: two such samples differing only in a new field are two.
+TEST_F(ProfileStoreTest, ADatabaseWithTheEarlierFieldKeyGetsTheNewOne) {
+  std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    const char* schema = R"sql(
+      CREATE TABLE runs (job_id TEXT PRIMARY KEY, source TEXT NOT NULL,
+        created_unix_s REAL NOT NULL);
+      CREATE TABLE samples (job_id TEXT NOT NULL, worker_id TEXT NOT NULL, instance_type TEXT NOT
+        NULL, gpu_type TEXT NOT NULL, gpus INTEGER NOT NULL, batch_size INTEGER NOT NULL, step
+        INTEGER NOT NULL, wall_time_s REAL NOT NULL, iteration_time_s REAL NOT NULL, loss REAL NOT
+        NULL, bytes_sent INTEGER NOT NULL, bytes_received INTEGER NOT NULL, gpu_memory_gib REAL NOT
+        NULL, cluster_workers INTEGER NOT NULL, communication_time_s REAL NOT NULL,
+        cluster_steps_per_s REAL NOT NULL);
+      CREATE UNIQUE INDEX samples_by_key ON samples (job_id, worker_id, step) WHERE step > 0;
+      CREATE UNIQUE INDEX samples_without_step ON samples (job_id, worker_id, instance_type,
+        gpu_type, gpus, batch_size, wall_time_s, iteration_time_s, loss, bytes_sent,
+        bytes_received, gpu_memory_gib, cluster_workers, communication_time_s,
+        cluster_steps_per_s) WHERE step = 0;
+      INSERT INTO runs VALUES ('j', 'grpc', 0);
+      INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 0, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
+    )sql";
+    ASSERT_EQ(sqlite3_exec(db, schema, nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Sample a = MakeSample("j", 0);
+  a.accuracy = 0.5;
+  Sample b = a;
+  b.accuracy = 0.75;
+  EXPECT_EQ(*store->AddSamples(std::vector<Sample>{a, b}, "t"), 2u);
+  EXPECT_EQ(*store->AddSamples(std::vector<Sample>{a, b}, "t"), 0u);  // a resend
+  EXPECT_EQ(*store->CountSamples(), 3);
+  store.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  std::set<std::string> indexes;
+  sqlite3_stmt* q = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type = 'index'", -1, &q,
+                               nullptr),
+            SQLITE_OK);
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    indexes.insert(reinterpret_cast<const char*>(sqlite3_column_text(q, 0)));
+  }
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  EXPECT_TRUE(indexes.count("samples_by_fields"));
+  EXPECT_TRUE(indexes.count("samples_by_key"));
+  EXPECT_FALSE(indexes.count("samples_without_step"));
+}
+
+// A database with the added columns but no keys yet (as main's store made it) loses its
+// duplicate steps on open, the first kept.
+TEST_F(ProfileStoreTest, ADatabaseWithTheNewColumnsButNoKeyLosesItsDuplicates) {
+  std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    const char* schema = R"sql(
+      CREATE TABLE runs (job_id TEXT PRIMARY KEY, source TEXT NOT NULL,
+        created_unix_s REAL NOT NULL);
+      CREATE TABLE samples (job_id TEXT NOT NULL, worker_id TEXT NOT NULL, instance_type TEXT NOT
+        NULL, gpu_type TEXT NOT NULL, gpus INTEGER NOT NULL, batch_size INTEGER NOT NULL, step
+        INTEGER NOT NULL, wall_time_s REAL NOT NULL, iteration_time_s REAL NOT NULL, loss REAL NOT
+        NULL, bytes_sent INTEGER NOT NULL, bytes_received INTEGER NOT NULL, gpu_memory_gib REAL NOT
+        NULL, cluster_workers INTEGER NOT NULL, communication_time_s REAL NOT NULL,
+        cluster_steps_per_s REAL NOT NULL, accuracy REAL NOT NULL DEFAULT 0, parameter_servers
+        INTEGER NOT NULL DEFAULT 0, cluster TEXT NOT NULL DEFAULT '');
+      CREATE INDEX samples_by_job ON samples (job_id);
+      INSERT INTO runs VALUES ('j', 'grpc', 0);
+      INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 7, 1, 1, 1.5, 0, 0, 0, 1, 0, 0, 0.25,
+        2, 'a=1');
+      INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 7, 1, 1, 2.5, 0, 0, 0, 1, 0, 0, 0.5,
+        2, 'a=1');
+      INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 0, 1, 1, 1.5, 0, 0, 0, 1, 0, 0, 0.25,
+        2, 'a=1');
+      INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 0, 1, 1, 1.5, 0, 0, 0, 1, 0, 0, 0.5,
+        2, 'a=1');
+    )sql";
+    ASSERT_EQ(sqlite3_exec(db, schema, nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  auto loaded = store->LoadSamples(std::vector<std::string>{"j"});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->size(), 3u);  // step 7 once; the two step-0 rows differ in accuracy
+  EXPECT_EQ((*loaded)[0].step, 7);
+  EXPECT_DOUBLE_EQ((*loaded)[0].accuracy, 0.25);  // the first kept
+  EXPECT_EQ((*loaded)[0].cluster, "a=1");
+  Sample resend = MakeSample("j", 7);
+  resend.worker_id = "w";
+  EXPECT_EQ(*store->AddSamples(std::vector<Sample>{resend}, "t"), 0u);
 }
 
 }  // namespace

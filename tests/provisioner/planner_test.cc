@@ -588,3 +588,53 @@ TEST(Replan, ImpossibleSaysSoWithTheBestFinishTime) {
 
 }  // namespace
 }  // namespace spotdnn::provisioner
+
+namespace spotdnn::provisioner {
+namespace {
+
+// The stop hook ends every strategy's search and its status comes back from Solve and Frontier.
+TEST(StopCheck, EndsEverySearchWithItsStatus) {
+  const PerformanceModel model = PrototypeModel();
+  for (Strategy strategy : {Strategy::kExact, Strategy::kSpotdnn, Strategy::kExhaustive}) {
+    PlanProblem p = DefaultProblem(model, 0.9, 1800);
+    int polls = 0;
+    p.stop = [&polls]() -> absl::Status {
+      ++polls;
+      return absl::DeadlineExceededError("stopped by the test");
+    };
+    // Every strategy polls at least once when it has more than a few thousand clusters or search
+    // nodes to try (exact prunes well: it gets the largest quotas).
+    for (int& quota : p.max_counts) quota = strategy == Strategy::kExact ? 10'000 : 40;
+    auto result = Solve(model, p, strategy, /*exhaustive_limit=*/UINT64_MAX);
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded)
+        << static_cast<int>(strategy);
+    EXPECT_EQ(result.status().message(), "stopped by the test");
+    EXPECT_GE(polls, 1);
+  }
+  PlanProblem p = DefaultProblem(model, 0.9, 1800);
+  for (int& quota : p.max_counts) quota = 40;
+  p.stop = [] { return absl::CancelledError("left"); };
+  EXPECT_EQ(Frontier(model, p, Strategy::kExact).status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(Frontier(model, p, Strategy::kExhaustive, UINT64_MAX).status().code(),
+            absl::StatusCode::kCancelled);
+  // A check that never stops changes nothing.
+  PlanProblem q = DefaultProblem(model, 0.9, 1800);
+  const PlanResult plain = SolveExact(model, q);
+  q.stop = [] { return absl::OkStatus(); };
+  const PlanResult checked = SolveExact(model, q);
+  EXPECT_TRUE(checked.stopped.ok());
+  EXPECT_EQ(checked.best.counts, plain.best.counts);
+  EXPECT_EQ(checked.evaluated, plain.evaluated);
+}
+
+TEST(Problem, ParameterServersAreBounded) {
+  const PerformanceModel model = PrototypeModel();
+  PlanProblem p = DefaultProblem(model, 0.9, 1800);
+  p.parameter_servers = 2147483647;
+  const absl::Status s = ValidateProblem(model, p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("parameter_servers = 2147483647: must be in [1, 1000]"));
+}
+
+}  // namespace
+}  // namespace spotdnn::provisioner

@@ -339,6 +339,47 @@ TEST(Simulator, BoundsTheReplansItSolves) {
   EXPECT_THAT(r.status().message(), HasSubstr("simulation.max_replan_solves = 50"));
 }
 
+// The problem's stop check ends a simulation: every few runs, and at a re-plan it stopped (which
+// is not cached as a re-plan that found nothing); a check that never stops changes nothing.
+TEST(Simulator, StopsWhenTheProblemsStopCheckSaysSo) {
+  const PerformanceModel m = TwoTypeModel(3, 3);
+  PlanProblem p = DefaultProblem(m, 1.0);
+  const std::vector<int> plan = {2, 2};
+  p.deadline_s = 1.5 * PlanTime(m, p, plan);
+  const SimulationOptions o{.runs = 2000, .seed = 7, .takeover_delay_s = 30};
+  auto plain = Simulator::Create(m, p, Model({Exp(2), Exp(0)}), o);
+  ASSERT_TRUE(plain.ok());
+  auto expected = (*plain)->Run(plan);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_GT(expected->replans, 0u);
+
+  int polls = 0;
+  p.stop = [&] {
+    ++polls;
+    return absl::OkStatus();
+  };
+  auto checked = Simulator::Create(m, p, Model({Exp(2), Exp(0)}), o);
+  ASSERT_TRUE(checked.ok());
+  auto same = (*checked)->Run(plan);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->met_deadline, expected->met_deadline);
+  EXPECT_EQ(same->replans, expected->replans);
+  EXPECT_GE(polls, 2000 / 16);
+
+  for (int stop_at : {1, 50}) {
+    polls = 0;
+    p.stop = [&]() -> absl::Status {
+      return ++polls >= stop_at ? absl::DeadlineExceededError("past the deadline")
+                                : absl::OkStatus();
+    };
+    auto stopped = Simulator::Create(m, p, Model({Exp(2), Exp(0)}), o);
+    ASSERT_TRUE(stopped.ok());
+    auto r = (*stopped)->Run(plan);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << stop_at;
+    EXPECT_EQ(r.status().message(), "past the deadline");
+  }
+}
+
 TEST(WilsonInterval, ContainsTheEstimateAndNarrowsWithRuns) {
   double lo = 0, hi = 0;
   WilsonInterval(90, 100, &lo, &hi);

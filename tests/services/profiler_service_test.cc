@@ -343,6 +343,64 @@ TEST_F(ProfilerServiceTest, FitsTheSharedPsModelFromCheckpointExportsAndValidate
   const grpc::Status ambiguous = stub_->ImportLog(&c4, both, &response);
   EXPECT_EQ(ambiguous.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(ambiguous.error_message(), HasSubstr("give one or the other"));
+
+  // The request limits cover the new fields: server counts, variants, iterations.
+  pb::ImportLogRequest servers;
+  servers.set_job_id("x");
+  servers.set_content(CheckpointCsv(10));
+  servers.set_gpu_type("V100");
+  servers.set_parameter_servers(1001);
+  grpc::ClientContext c5;
+  const grpc::Status too_many = stub_->ImportLog(&c5, servers, &response);
+  EXPECT_EQ(too_many.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(too_many.error_message(),
+            "parameter_servers = 1001: must be in [0, 1000] (0 = as the log says)");
+  pb::ValidateProfileRequest bad = validate;
+  bad.set_model_variant(static_cast<pb::ModelVariant>(7));
+  grpc::ClientContext c6;
+  const grpc::Status variant = stub_->ValidateProfile(&c6, bad, &checked);
+  EXPECT_EQ(variant.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(variant.error_message(), HasSubstr("model_variant = 7: not a spotdnn.v1.ModelVariant"));
+  bad = validate;
+  bad.set_iterations(1e16);
+  grpc::ClientContext c7;
+  const grpc::Status iterations = stub_->ValidateProfile(&c7, bad, &checked);
+  EXPECT_EQ(iterations.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(iterations.error_message(), HasSubstr("iterations = 1e+16"));
+
+  // A validation stops at the server's limit on a fit.
+  ProfilerOptions options;
+  options.max_fit_time = absl::Nanoseconds(1);
+  ProfilerServiceImpl limited(store_, std::move(options));
+  auto started = StartServer("", {&limited});
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto stub = pb::Profiler::NewStub(started->server->InProcessChannel(DefaultChannelArguments()));
+  validate.mutable_check_job_ids()->RemoveLast();  // "nope"
+  grpc::ClientContext c8;
+  const grpc::Status stopped = stub->ValidateProfile(&c8, validate, &checked);
+  EXPECT_EQ(stopped.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(stopped.error_message(), HasSubstr("the validation was stopped"));
+  started->server->Shutdown();
+}
+
+// Importing the same runs again stores none of their samples twice; the runs are still counted.
+TEST_F(ProfilerServiceTest, ReimportingCheckpointRunsCountsThemAsDuplicates) {
+  pb::ImportLogRequest request;
+  request.set_job_id("again");
+  request.set_content(CheckpointCsv(10));
+  request.set_gpu_type("V100");
+  request.set_cluster_workers(2);
+  pb::ImportLogResponse first, second;
+  grpc::ClientContext c1, c2;
+  ASSERT_TRUE(stub_->ImportLog(&c1, request, &first).ok());
+  ASSERT_TRUE(stub_->ImportLog(&c2, request, &second).ok());
+  EXPECT_EQ(first.runs(), 2u);
+  EXPECT_EQ(first.duplicates(), 0u);
+  EXPECT_EQ(second.runs(), 2u);
+  EXPECT_EQ(second.imported(), first.imported());
+  EXPECT_EQ(second.duplicates(), first.imported());
+  EXPECT_EQ(*store_->CountSamples(std::vector<std::string>{"again"}),
+            static_cast<std::int64_t>(first.imported()));
 }
 
 TEST_F(ProfilerServiceTest, PutListGetDeleteProfiles) {
@@ -386,11 +444,35 @@ TEST_F(ProfilerServiceTest, ImportsTheCmdareFolderFromAPath) {
   request.set_path(dir);
   request.set_job_id("p100");
   pb::ImportLogResponse response;
+  // The fixture's server has no import roots: it reads no path.
+  grpc::ClientContext refused;
+  const grpc::Status status = stub_->ImportLog(&refused, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(), HasSubstr("no --import_root"));
+
+  // A server whose import root holds the folder reads it.
+  ProfilerOptions options;
+  auto roots = profiler::ImportRoots::Create({std::filesystem::path(dir).parent_path().string()});
+  ASSERT_TRUE(roots.ok()) << roots.status();
+  options.import_roots = *std::move(roots);
+  ProfilerServiceImpl rooted(store_, std::move(options));
+  auto started = StartServer("", {&rooted});
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto stub = pb::Profiler::NewStub(started->server->InProcessChannel(DefaultChannelArguments()));
   grpc::ClientContext context;
-  ASSERT_TRUE(stub_->ImportLog(&context, request, &response).ok());
+  const grpc::Status imported = stub->ImportLog(&context, request, &response);
+  ASSERT_TRUE(imported.ok()) << imported.error_message();
   EXPECT_EQ(response.files(), 32u);
   EXPECT_EQ(response.imported(), 1520u);
+  EXPECT_EQ(response.duplicates(), 0u);
   EXPECT_EQ(*store_->CountSamples(), 1520);
+  // Importing it again stores nothing twice.
+  grpc::ClientContext again;
+  ASSERT_TRUE(stub->ImportLog(&again, request, &response).ok());
+  EXPECT_EQ(response.imported(), 1520u);
+  EXPECT_EQ(response.duplicates(), 1520u);
+  EXPECT_EQ(*store_->CountSamples(), 1520);
+  started->server->Shutdown();
 }
 
 // The real binary over one database file, started twice: what the first stored, the second serves.

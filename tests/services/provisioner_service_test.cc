@@ -2,6 +2,7 @@
 #include "services/provisioner/provisioner_service.h"
 
 #include <functional>
+#include <limits>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -554,6 +555,57 @@ TEST_F(RiskServiceTest, SimulateAClusterOrThePlanOrIterations) {
   big->set_count(4);
   const grpc::Status q = simulate(over_quota, &ignored);
   EXPECT_THAT(q.error_message(), HasSubstr("cluster: plan count of p2.xlarge = 4"));
+}
+
+// Simulations and confidence searches are bounded like the other searches: the request's limits
+// first, then the call's deadline or the server's --max_solve_time, through the plan search, the
+// re-plans and the simulated runs.
+TEST_F(RiskServiceTest, SimulationsAreCheckedAndStopAtTheServersLimit) {
+  pb::SimulateRequest r;
+  r.mutable_workload()->set_name("resnet110");
+  r.mutable_catalog()->set_name("aws-spotdnn-prototype");
+  r.mutable_slo()->set_target_loss(0.9);
+  r.mutable_slo()->set_deadline_s(1800);
+  *r.mutable_options()->mutable_simulation() = RiskRequest(0.9).options().simulation();
+  pb::SimulateRequest bad = r;
+  bad.mutable_options()->mutable_simulation()->set_unmatched_types(
+      static_cast<pb::UnmatchedTypes>(7));
+  pb::SimulateResponse ignored;
+  grpc::ClientContext c1;
+  const grpc::Status unknown = stub_->Simulate(&c1, bad, &ignored);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(unknown.error_message(),
+              HasSubstr("options.simulation.unmatched_types = 7: not a spotdnn.v1.UnmatchedTypes"));
+  bad = r;
+  bad.mutable_options()->mutable_simulation()->set_notice_s(
+      std::numeric_limits<double>::infinity());
+  grpc::ClientContext c2;
+  EXPECT_THAT(stub_->Simulate(&c2, bad, &ignored).error_message(),
+              HasSubstr("options.simulation.notice_s = inf: must be a finite number"));
+
+  ProvisionerServiceImpl limited(std::make_shared<DataRegistry>(DataRegistry::WithBuiltins()),
+                                 {.max_solve_time = absl::Nanoseconds(1)});
+  auto started = StartServer("", {&limited});
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto stub =
+      pb::Provisioner::NewStub(started->server->InProcessChannel(DefaultChannelArguments()));
+  grpc::ClientContext c3;
+  const grpc::Status simulated = stub->Simulate(&c3, r, &ignored);
+  EXPECT_EQ(simulated.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(simulated.error_message(), HasSubstr("--max_solve_time"));
+  pb::SimulateRequest given = r;  // a given cluster: no search, the runs stop
+  auto* c = given.mutable_cluster()->add_instances();
+  c->set_instance_type("g3.8xlarge");
+  c->set_count(5);
+  grpc::ClientContext c4;
+  const grpc::Status runs = stub->Simulate(&c4, given, &ignored);
+  EXPECT_EQ(runs.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(runs.error_message(), HasSubstr("the simulation was stopped"));
+  pb::PlanResponse plan;
+  grpc::ClientContext c5;
+  EXPECT_EQ(stub->Plan(&c5, RiskRequest(0.9), &plan).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  started->server->Shutdown();
 }
 
 TEST_F(RiskServiceTest, FrontierPlansCarryTheirProbability) {

@@ -23,7 +23,7 @@ struct Connection {
 };
 
 // Connects to --server when given, else starts `Impl` (constructed from the built-in data
-// registry) in-process.
+// registry and Impl::Options::InProcess(): the caller is this process) in-process.
 template <typename Service, typename Impl>
 absl::StatusOr<Connection<Service, Impl>> Connect(const Args& args) {
   Connection<Service, Impl> c;
@@ -36,7 +36,8 @@ absl::StatusOr<Connection<Service, Impl>> Connect(const Args& args) {
     return c;
   }
   c.impl = std::make_unique<Impl>(
-      std::make_shared<services::DataRegistry>(services::DataRegistry::WithBuiltins()));
+      std::make_shared<services::DataRegistry>(services::DataRegistry::WithBuiltins()),
+      Impl::Options::InProcess());
   auto started = services::StartServer("", {c.impl.get()});
   if (!started.ok()) return started.status();
   c.server = std::move(started->server);

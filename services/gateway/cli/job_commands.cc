@@ -21,6 +21,7 @@
 #include "services/gateway/cli/cli.h"
 #include "services/gateway/cli/command.h"
 #include "services/gateway/cli/job_output.h"
+#include "services/gateway/cli/loss_plot.h"
 #include "services/gateway/cli/output.h"
 #include "services/gateway/cli/stack.h"
 #include "services/gateway/job/job_controller.h"
@@ -166,21 +167,25 @@ int Run(const Args& args, const Io& io) {
                        .bin_dir = SelfDir()});
   if (!provider.ok()) return ReportError(provider.status(), "run", io);
 
-  job::JobController controller({.provisioner = &provisioner,
-                                 .profiler = &profiler,
-                                 .detector = &detector,
-                                 .provider = provider->get(),
-                                 .store = store->get()},
-                                {.profiler_address = endpoints->profiler,
-                                 .detector_address = endpoints->detector,
-                                 .stall_timeout = stall_timeout},
-                                [&io](const job::JobEvent& event) {
-                                  if (io.json) {
-                                    io.out << EventJson(event) << std::endl;
-                                  } else if (std::string line = EventLine(event); !line.empty()) {
-                                    io.out << line << std::endl;
-                                  }
-                                });
+  job::JobController controller(
+      {.provisioner = &provisioner,
+       .profiler = &profiler,
+       .detector = &detector,
+       .provider = provider->get(),
+       .store = store->get(),
+       .read_checkpoint = spec->checkpoint_uri.empty()
+                              ? launcher::CheckpointReader()
+                              : launcher::MakeS3CheckpointReader(spec->provider)},
+      {.profiler_address = endpoints->profiler,
+       .detector_address = endpoints->detector,
+       .stall_timeout = stall_timeout},
+      [&io](const job::JobEvent& event) {
+        if (io.json) {
+          io.out << EventJson(event) << std::endl;
+        } else if (std::string line = EventLine(event); !line.empty()) {
+          io.out << line << std::endl;
+        }
+      });
   const std::string job_id = spec->name;
   if (!resume) {
     auto planned = controller.Plan(*spec_json, services::DataRegistry::WithBuiltins());
@@ -258,6 +263,21 @@ int Status(const Args& args, const Io& io) {
   if (!instances.ok()) return ReportError(instances.status(), "status", io);
   auto events = (*store)->Events(id);
   if (!events.ok()) return ReportError(events.status(), "status", io);
+  std::string plot_file;
+  if (auto file = args.Get("--plot")) {
+    auto progress = (*store)->Progress(id);
+    if (!progress.ok()) return ReportError(progress.status(), "status", io);
+    auto plot = LossPlotOf(*job, *progress);
+    if (!plot.ok()) return ReportError(plot.status(), "status", io);
+    std::ofstream out(*file);
+    out << LossPlotSvg(*plot);
+    if (!out.flush()) {
+      return ReportError(absl::InvalidArgumentError(absl::StrCat(
+                             "--plot = \"", *file, "\": cannot write it: ", std::strerror(errno))),
+                         "status", io);
+    }
+    plot_file = *file;
+  }
   if (io.json) {
     std::vector<std::string> list, log;
     for (const job::InstanceRecord& i : *instances) {
@@ -292,6 +312,7 @@ int Status(const Args& args, const Io& io) {
                   .Raw("summary", SummaryJson(*summary))
                   .Raw("instances", "[" + absl::StrJoin(list, ",") + "]")
                   .Raw("events", "[" + absl::StrJoin(log, ",") + "]")
+                  .String("plot", plot_file)
                   .str()
            << std::endl;
     return kExitOk;
@@ -314,6 +335,7 @@ int Status(const Args& args, const Io& io) {
   log.LeftAlign(2);
   for (const job::JobEventRecord& e : *events) log.AddRow({Ms(e.at_ms), e.kind, e.detail});
   log.Print(io.out);
+  if (!plot_file.empty()) io.out << "\nLoss curves written to " << plot_file << "\n";
   return kExitOk;
 }
 
@@ -364,10 +386,14 @@ std::vector<Command> JobCommands() {
        .run = Jobs},
       {.name = "status",
        .summary = "one job's summary, instances, revocations and event log",
-       .synopsis = "JOB [--json] [--data-dir D]",
+       .synopsis = "JOB [--json] [--data-dir D] [--plot FILE.svg]",
        .description = "Shows one job of DATA_DIR/jobs.db: its summary, instances, revocations "
-                      "(with notice-to-takeover\ntimes) and event log.",
-       .flags = {DataDirFlag()},
+                      "(with notice-to-takeover\ntimes) and event log. --plot also writes the "
+                      "job's predicted loss curve (its first plan's\ncluster, from the workload's "
+                      "loss model) and its actual one (the workers' smoothed loss) side\nby side "
+                      "as an SVG chart, with the target loss and the predicted and actual ends.",
+       .flags = {DataDirFlag(),
+                 {"--plot", "FILE.svg", "write the predicted and actual loss curves to FILE.svg"}},
        .min_positional = 1,
        .max_positional = 1,
        .run = Status},

@@ -13,12 +13,16 @@
 #include "provisioner/launcher/aws_provider.h"
 #include "provisioner/launcher/cluster_launcher.h"
 #include "provisioner/launcher/local_provider.h"
+#include "provisioner/launcher/provider_factory.h"
 #include "services/gateway/cli/cli.h"
 #include "services/gateway/cli/command.h"
 #include "services/gateway/cli/output.h"
+#include "services/gateway/cli/stack.h"
 
 namespace spotdnn::gateway {
 namespace {
+
+namespace fs = std::filesystem;
 
 using launcher::Instance;
 using launcher::InstanceStateName;
@@ -61,6 +65,14 @@ absl::StatusOr<std::unique_ptr<LocalProvider>> OpenLocal(const Args& args, bool 
                                                          const std::string& emulator_url) {
   LocalProvider::Options options{
       .state_dir = (std::filesystem::path(DataDirOf(args)) / "local").string(), .owner = owner};
+  if (owner) {
+    // Launched commands run under the instance wrapper when it is beside this spotdnn (an
+    // installed or built CLI); without it they run alone.
+    options.bin_dir = SelfDir();
+    if (access((fs::path(options.bin_dir) / "spotdnn-agent").c_str(), X_OK) == 0) {
+      options.wrapper = launcher::kDefaultLocalWrapper;
+    }
+  }
   if (!emulator_url.empty()) {
     options.metadata = std::make_shared<launcher::EmulatorMetadataClient>(emulator_url);
   }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -201,9 +202,7 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
   Table table({"quantity", "value"});
   table.AddRow({"files read", absl::StrCat(response.files())});
   table.AddRow({"samples imported", absl::StrCat(response.imported())});
-  if (response.duplicates() > 0) {
-    table.AddRow({"already stored (not again)", absl::StrCat(response.duplicates())});
-  }
+  table.AddRow({"samples already stored", absl::StrCat(response.duplicates())});
   table.AddRow({"runs (jobs)", absl::StrCat(response.runs())});
   table.AddRow({"lines skipped", absl::StrCat(response.skipped())});
   table.Print(io.out);
@@ -552,7 +551,13 @@ FlagHelp DbFlag() {
 Command ProfilerCommand(Command command) {
   command.flags.push_back(DataDirFlag());
   command.flags.push_back(DbFlag());
-  command.flags.push_back(ServerFlag("spotdnn-profiler"));
+  FlagHelp server = ServerFlag("spotdnn-profiler");
+  if (command.name == "profile import") {
+    server.help +=
+        ";\nit is sent a file's content, and a folder's path, which it reads only\n"
+        "under its --import_root";
+  }
+  command.flags.push_back(std::move(server));
   const std::string sub = command.name.substr(std::string("profile ").size());
   command.run = [sub, name = command.name](const Args& args, const Io& io) {
     auto connection = ConnectProfiler(args, "--server", /*create=*/true);

@@ -1,6 +1,7 @@
 #include "services/gateway/cli/stored_profiles.h"
 
 #include <filesystem>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "profiler/profile_store.h"
@@ -33,8 +34,14 @@ absl::StatusOr<ProfilerConnection> ConnectProfiler(const Args& args, absl::strin
   if (!create && !std::filesystem::exists(db, ec)) return c;
   auto store = profiler::ProfileStore::Open(db);
   if (!store.ok()) return store.status();
+  // In-process, the caller is this process: it imports whatever its user can read.
+  services::ProfilerOptions options;
+  options.import_any_path = true;
+  options.max_import_bytes = std::numeric_limits<std::uint64_t>::max();
+  options.max_call_time = absl::InfiniteDuration();
+  options.max_fit_time = absl::InfiniteDuration();
   c.service = std::make_unique<services::ProfilerServiceImpl>(
-      std::shared_ptr<profiler::ProfileStore>(*std::move(store)));
+      std::shared_ptr<profiler::ProfileStore>(*std::move(store)), std::move(options));
   auto started = services::StartServer("", {c.service.get()});
   if (!started.ok()) return started.status();
   c.server = std::move(started->server);

@@ -90,7 +90,9 @@ std::map<std::string, std::string> JobEnvironment(const std::string& job_id, con
                                                   int workers) {
   std::map<std::string, std::string> env = {{"SPOTDNN_PROFILER", options.profiler_address},
                                             {"SPOTDNN_DETECTOR", options.detector_address},
-                                            {"SPOTDNN_WORKERS", absl::StrCat(workers)}};
+                                            {"SPOTDNN_WORKERS", absl::StrCat(workers)},
+                                            {"SPOTDNN_PARAMETER_SERVERS",
+                                             absl::StrCat(spec.parameter_servers)}};
   if (!spec.checkpoint_uri.empty()) {
     // On the instance: a local folder its agent keeps in sync with the URI.
     env["SPOTDNN_CHECKPOINT_URI"] = absl::StrCat(spec.checkpoint_uri, "/", job_id);

@@ -51,11 +51,22 @@ absl::Status JobRun::HandleEvent(const pb::RevocationEvent& event) {
   const bool goes = event.kind() == pb::RevocationEvent::KIND_NOTICE ||
                     event.kind() == pb::RevocationEvent::KIND_REVOKED ||
                     event.kind() == pb::RevocationEvent::KIND_LOST;
-  if (goes && instance.state == InstanceStatus::kRunning) {
-    const bool notice = event.kind() == pb::RevocationEvent::KIND_NOTICE;
-    instance.state = notice ? InstanceStatus::kRevoking : InstanceStatus::kEnded;
-    if (!notice) instance.ended_ms = NowMs();
-    if (auto s = services_.store->PutInstance(instance); !s.ok()) return s;
+  // An instance that went before its notice was handled (a gateway that was down, a command
+  // that stopped at the notice signal) still needs its takeover, once.
+  bool handled = instance.state == InstanceStatus::kRevoking;
+  if (goes && instance.state == InstanceStatus::kEnded) {
+    auto revocations = services_.store->Revocations(job_.id);
+    if (!revocations.ok()) return revocations.status();
+    handled = std::any_of(revocations->begin(), revocations->end(),
+                          [&](const RevocationRecord& r) { return r.instance_id == instance.id; });
+  }
+  if (goes && !handled) {
+    if (instance.state == InstanceStatus::kRunning) {
+      const bool notice = event.kind() == pb::RevocationEvent::KIND_NOTICE;
+      instance.state = notice ? InstanceStatus::kRevoking : InstanceStatus::kEnded;
+      if (!notice) instance.ended_ms = NowMs();
+      if (auto s = services_.store->PutInstance(instance); !s.ok()) return s;
+    }
     RevocationRecord r{.job_id = job_.id,
                        .instance_id = instance.id,
                        .kind = kind,

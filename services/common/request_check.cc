@@ -1,0 +1,149 @@
+#include "services/common/request_check.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.h"
+#include "services/common/convert.h"
+#include "services/common/limits.h"
+
+namespace spotdnn::services {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// Where a field is, as a chain from the request down; the path text is built only for an error.
+struct PathStep {
+  const PathStep* parent;
+  const FieldDescriptor* field;  // nullptr: the prefix
+  int index;                     // -1: not a repeated entry
+};
+
+std::string PathOf(const PathStep* step, absl::string_view prefix) {
+  std::vector<const PathStep*> steps;
+  for (; step != nullptr; step = step->parent) steps.push_back(step);
+  std::string path(prefix);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const PathStep& s = **it;
+    if (s.field != nullptr) absl::StrAppend(&path, path.empty() ? "" : ".", s.field->name());
+    if (s.index >= 0) absl::StrAppend(&path, "[", s.index, "]");
+  }
+  return path;
+}
+
+std::string EnumLabels(const google::protobuf::EnumDescriptor& e) {
+  std::vector<std::string> labels;
+  for (int i = 0; i < e.value_count(); ++i) labels.push_back(EnumLabel(e, e.value(i)->number()));
+  return absl::StrJoin(labels, ", ");
+}
+
+class Checker {
+ public:
+  explicit Checker(absl::string_view prefix) : prefix_(prefix) {}
+
+  absl::Status CheckMessage(const google::protobuf::Message& m, const PathStep* at,
+                            std::initializer_list<absl::string_view> skip) {
+    const Reflection* r = m.GetReflection();
+    std::vector<const FieldDescriptor*> fields;
+    r->ListFields(m, &fields);
+    for (const FieldDescriptor* f : fields) {
+      bool skipped = false;
+      for (absl::string_view name : skip) skipped = skipped || name == f->name();
+      if (skipped) continue;
+      if (f->is_repeated()) {
+        const int n = r->FieldSize(m, f);
+        const size_t most = RepeatedLimit(f->name());
+        if (static_cast<size_t>(n) > most) {
+          const PathStep here{at, f, -1};
+          return absl::InvalidArgumentError(
+              absl::StrFormat("%s: %d entries, at most %d", PathOf(&here, prefix_), n, most));
+        }
+        for (int i = 0; i < n; ++i) {
+          const PathStep here{at, f, i};
+          if (auto s = Value(m, f, i, &here); !s.ok()) return s;
+        }
+      } else {
+        const PathStep here{at, f, -1};
+        if (auto s = Value(m, f, -1, &here); !s.ok()) return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // One value of `f` (entry `i` of a repeated field, or the field when i < 0).
+  absl::Status Value(const google::protobuf::Message& m, const FieldDescriptor* f, int i,
+                     const PathStep* at) {
+    const Reflection* r = m.GetReflection();
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_MESSAGE:
+        return CheckMessage(i < 0 ? r->GetMessage(m, f) : r->GetRepeatedMessage(m, f, i), at, {});
+      case FieldDescriptor::CPPTYPE_STRING: {
+        if (f->type() == FieldDescriptor::TYPE_BYTES) return absl::OkStatus();
+        const std::string& value = i < 0 ? r->GetStringReference(m, f, &scratch_)
+                                         : r->GetRepeatedStringReference(m, f, i, &scratch_);
+        const size_t limit = StringLimit(f->name());
+        if (value.size() > limit) {
+          return absl::InvalidArgumentError(limits::LengthError(PathOf(at, prefix_), value, limit));
+        }
+        return absl::OkStatus();
+      }
+      case FieldDescriptor::CPPTYPE_ENUM: {
+        const int value = i < 0 ? r->GetEnumValue(m, f) : r->GetRepeatedEnumValue(m, f, i);
+        const google::protobuf::EnumDescriptor& e = *f->enum_type();
+        if (e.FindValueByNumber(value) == nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat(PathOf(at, prefix_), " = ", value,
+                                                         ": not a ", e.full_name(),
+                                                         " value; expected ", EnumLabels(e)));
+        }
+        return absl::OkStatus();
+      }
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+      case FieldDescriptor::CPPTYPE_FLOAT: {
+        const double value = f->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE
+                                 ? (i < 0 ? r->GetDouble(m, f) : r->GetRepeatedDouble(m, f, i))
+                                 : (i < 0 ? r->GetFloat(m, f) : r->GetRepeatedFloat(m, f, i));
+        if (!std::isfinite(value)) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("%s = %g: must be a finite number", PathOf(at, prefix_), value));
+        }
+        return absl::OkStatus();
+      }
+      default:
+        return absl::OkStatus();
+    }
+  }
+
+  const absl::string_view prefix_;
+  std::string scratch_;
+};
+
+}  // namespace
+
+size_t StringLimit(absl::string_view field_name) {
+  for (absl::string_view text : {"description", "source", "detail", "problem", "reason",
+                                 "prices_as_of", "metadata_endpoint", "note", "path", "cluster"}) {
+    if (field_name == text) return limits::kMaxTextBytes;
+  }
+  return limits::kMaxNameBytes;
+}
+
+size_t RepeatedLimit(absl::string_view field_name) {
+  return field_name == "observations" ? limits::kMaxLifetimeObservations
+                                      : limits::kMaxRepeatedEntries;
+}
+
+absl::Status CheckRequest(const google::protobuf::Message& message, absl::string_view prefix,
+                          std::initializer_list<absl::string_view> skip) {
+  Checker checker(prefix);
+  return checker.CheckMessage(message, nullptr, skip);
+}
+
+}  // namespace spotdnn::services
