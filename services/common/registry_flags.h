@@ -42,8 +42,7 @@ int RegistryServiceMain(int argc, char** argv, const std::string& name, const ch
                         const absl::Flag<std::string>& listen,
                         OptionsFromFlags options_from_flags) {
   BlockShutdownSignals();
-  absl::SetProgramUsageMessage(usage);
-  absl::ParseCommandLine(argc, argv);
+  ParseProgramCommandLine(argc, argv, name, usage);
   auto options = options_from_flags();
   if (!options.ok()) {
     std::cerr << name << ": " << options.status().message() << "\n";

@@ -104,14 +104,15 @@ struct LineOf {
   }
   std::string operator()(const ProgressEvent& e) const {
     const double fraction = e.target_iterations > 0 ? e.iterations_done / e.target_iterations : 0;
-    std::string of = Fixed(e.target_iterations, 0);
-    if (std::abs(e.first_plan_iterations - e.target_iterations) > 0.5) {
-      of = absl::StrCat(of, " (re-planned; first plan ", Fixed(e.first_plan_iterations, 0), ")");
-    }
+    // The denominator is the current plan's; after a re-plan the first plan's is named beside it.
+    const std::string first =
+        std::abs(e.first_plan_iterations - e.target_iterations) > 0.5
+            ? absl::StrCat("; current plan, first plan ", Fixed(e.first_plan_iterations, 0))
+            : "";
     return absl::StrFormat(
-        "[%6.1fs] %s/%s iterations (%.1f%%)%s, %s running%s%s%s", e.elapsed_s,
-        Fixed(e.iterations_done, 0), of, 100 * std::min(1.0, fraction),
-        e.loss ? absl::StrFormat(", loss %.4g (target %g)", *e.loss, e.target_loss) : "",
+        "[%6.1fs] %s/%s iterations (%.1f%%%s)%s, %s running%s%s%s", e.elapsed_s,
+        Fixed(e.iterations_done, 0), Fixed(e.target_iterations, 0), 100 * std::min(1.0, fraction),
+        first, e.loss ? absl::StrFormat(", loss %.4g (target %g)", *e.loss, e.target_loss) : "",
         Plural(e.workers_running, "worker", "workers"),
         e.workers_revoking > 0 ? absl::StrCat(", ", e.workers_revoking, " revoking") : "",
         e.steps_lost > 0 ? absl::StrFormat(" (%.0f steps lost to takeovers)", e.steps_lost) : "",
