@@ -164,6 +164,12 @@ TEST_F(Newcomer, PredictPlanAndSimulateFindAStoredProfileByName) {
                "--deadline", "2h", "--data-dir", Data()});
   ASSERT_EQ(p.code, 0) << p.err;
   EXPECT_THAT(p.out, HasSubstr("Plan: resnet110-mine (stored profile, version 1)"));
+  // simulate resolves it too: what stops it here is the catalog's missing revocation model,
+  // not the workload.
+  p = Spotdnn({"simulate", "--workload", "resnet110-mine", "--catalog", "aws-paper-2023", "--loss",
+               "1", "--deadline", "2h", "--data-dir", Data()});
+  EXPECT_THAT(p.err, HasSubstr("nothing to simulate"));
+  EXPECT_THAT(p.err, Not(HasSubstr("--workload")));
   // SPOTDNN_HOME the same way.
   env_["SPOTDNN_HOME"] = Data();
   p = Spotdnn({"predict", "--workload", "resnet110-mine", "--catalog", "aws-paper-2023",
