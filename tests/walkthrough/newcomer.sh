@@ -59,6 +59,10 @@ grep -q "Prediction: resnet110-mine (stored profile, version 1)" "$work/output.t
 grep -q "Plan: resnet110-mine (stored profile, version 1)" "$work/output.txt" ||
   fail "plan did not use the stored profile"
 grep -q "Job resnet110-mine-job finished" "$work/output.txt" || fail "the job did not finish"
+# `detector list --data-dir` found the stack's detector (a random port) and the job's instances
+# were unregistered at its end.
+grep -q "The detector at 127.0.0.1:[0-9]* watches no instances" "$work/output.txt" ||
+  fail "detector list did not ask the stack's detector"
 status_json=$("$bin/spotdnn" status resnet110-mine-job --data-dir "$D" --json)
 grep -q '"state":"finished"' <<< "$status_json" || fail "status does not say the job finished"
 # The job has a budget and no deadline: null, as `plan --json` says an absent one.
