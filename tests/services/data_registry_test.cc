@@ -29,7 +29,7 @@ TEST(Builtins, EveryEmbeddedFileParses) {
     EXPECT_TRUE(ToDomain(w).Validate().ok()) << ToDomain(w).Validate();
   }
   const DataRegistry registry = DataRegistry::WithBuiltins();
-  EXPECT_EQ(registry.catalogs().size(), 3u);   // with gce-icac-2019
+  EXPECT_EQ(registry.catalogs().size(), 4u);   // with gce-icac-2019 and local-cpu
   EXPECT_EQ(registry.workloads().size(), 6u);  // with resnet32-cifar10-gce
 }
 
