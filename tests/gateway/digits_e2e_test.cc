@@ -246,9 +246,8 @@ TEST_F(DigitsEndToEnd, ProfilesPlansAndTrainsToTheLossThroughWorkerAndServerRevo
   EXPECT_EQ(w->status, job::RevocationStatus::kLaunched) << w->detail;
   EXPECT_EQ(ps->status, job::RevocationStatus::kLaunched) << ps->detail;
   std::string replacement;
-  const std::vector<std::string> takeovers =
-      absl::StrSplit(ps->takeover_ids, ',', absl::SkipEmpty());
-  for (const std::string& id : takeovers) {
+  const std::vector<std::string> ids = absl::StrSplit(ps->takeover_ids, ',', absl::SkipEmpty());
+  for (const std::string& id : ids) {
     ASSERT_EQ(by_id.count(id), 1u) << id;
     if (by_id[id].role == launcher::Role::kParameterServer) replacement = id;
   }

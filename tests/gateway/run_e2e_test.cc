@@ -267,6 +267,39 @@ TEST_F(RunEndToEnd, AnIterationsTargetRunsUntilTheWorkersStepsReachIt) {
   EXPECT_LE(record->predicted_time_s, 30);
 }
 
+// A worker that is only a shell loop printing SPOTDNN_SAMPLE lines (no gRPC, no library): the
+// instance wrapper streams its lines to the profiler, so the job sees its progress and finishes.
+TEST_F(RunEndToEnd, APlainScriptThatOnlyPrintsSamplesRunsToItsTarget) {
+  const fs::path path = dir_ / "e2e-script.json";
+  const std::string worker =
+      "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo \"SPOTDNN_SAMPLE step=$i "
+      "iteration_time_s=0.05 loss=1.5 batch_size=128\"; sleep 0.05; done";
+  std::ofstream(path) << nlohmann::json{{"name", "e2e-script"},
+                                        {"workload", {{"profile", "resnet110"}}},
+                                        {"slo", {{"iterations", 60}, {"deadline", "60s"}}},
+                                        {"catalog", "aws-spotdnn-prototype"},
+                                        {"provider", {{"name", "local"}}},
+                                        {"commands",
+                                         {{"worker", worker}, {"parameter_server", "sleep 600"}}}}
+                             .dump(2);
+  auto gateway = StartGateway({"run", path.string()}, "script.log");
+  std::optional<int> code = gateway->Wait(std::chrono::seconds(110));
+  ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job (a stall?)";
+  EXPECT_EQ(*code, 0);
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  auto record = store->GetJob("e2e-script");
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
+  EXPECT_GE(record->iterations_done, 60);
+  EXPECT_DOUBLE_EQ(record->loss, 1.5);  // the script's loss, as its lines said
+  auto instances = store->Instances("e2e-script");
+  ASSERT_TRUE(instances.ok());
+  for (const InstanceRecord& i : *instances) {
+    EXPECT_EQ(i.state, job::InstanceStatus::kEnded) << i.id;
+  }
+}
+
 TEST_F(RunEndToEnd, RevocationIsTakenOverBeforeTheInstanceGoes) {
   const std::string spec = WriteJob("e2e-revoke");
   auto gateway = StartGateway({"run", spec}, "run.log");

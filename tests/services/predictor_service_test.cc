@@ -325,7 +325,7 @@ TEST_F(PredictorServiceTest, ListsTheBuiltins) {
   pb::ListCatalogsResponse catalogs;
   grpc::ClientContext c1;
   ASSERT_TRUE(stub_->ListCatalogs(&c1, {}, &catalogs).ok());
-  EXPECT_EQ(catalogs.catalogs_size(), 4);  // with local-cpu
+  EXPECT_EQ(catalogs.catalogs_size(), 4);  // with local-cpu (the digits example)
   pb::ListWorkloadsResponse workloads;
   grpc::ClientContext c2;
   ASSERT_TRUE(stub_->ListWorkloads(&c2, {}, &workloads).ok());

@@ -178,7 +178,8 @@ int Run(const Args& args, const Io& io) {
                               : launcher::MakeS3CheckpointReader(spec->provider)},
       {.profiler_address = endpoints->profiler,
        .detector_address = endpoints->detector,
-       .stall_timeout = stall_timeout},
+       .stall_timeout = stall_timeout,
+       .checkpoint_root = (fs::path(data_dir) / "checkpoints").string()},
       [&io](const job::JobEvent& event) {
         if (io.json) {
           io.out << EventJson(event) << std::endl;

@@ -130,7 +130,7 @@ std::string LossPlotSvg(const LossPlot& plot) {
       "<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.1f)\">"
       "loss</text>\n",
       kLeft + pw / 2, kH - 14, kTop + ph / 2, kTop + ph / 2);
-  // Reference lines: the target, the predicted and the actual end.
+  // Reference lines: the target, the predicted and the actual end (labelled up from the axis).
   if (plot.target_loss > 0) {
     absl::StrAppendFormat(
         &svg,
@@ -152,8 +152,8 @@ std::string LossPlotSvg(const LossPlot& plot) {
                           "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                           "stroke-dasharray=\"4 3\"/>\n<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\" "
                           "transform=\"rotate(-90 %.1f %.1f)\">%s %ss</text>\n",
-                          X(e.at), X(e.at), kTop, kTop + ph, e.colour, X(e.at) - 4, kTop + 4,
-                          e.colour, X(e.at) - 4, kTop + 4, e.label, Num(e.at));
+                          X(e.at), X(e.at), kTop, kTop + ph, e.colour, X(e.at) - 4, kTop + ph - 6,
+                          e.colour, X(e.at) - 4, kTop + ph - 6, e.label, Num(e.at));
   }
   // The curves, then the legend.
   const struct {

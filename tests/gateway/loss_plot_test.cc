@@ -1,0 +1,107 @@
+// `spotdnn status --plot`: the predicted curve comes from the stored workload, catalog and first
+// plan; the actual one from the recorded progress; both end up in the SVG.
+#include "services/gateway/cli/loss_plot.h"
+
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "predictor/performance_model.h"
+#include "services/common/convert.h"
+#include "services/common/data_registry.h"
+
+namespace spotdnn::gateway {
+namespace {
+
+namespace pb = ::spotdnn::v1;
+using ::testing::HasSubstr;
+
+std::string Json(const google::protobuf::Message& m) {
+  std::string out;
+  EXPECT_TRUE(google::protobuf::util::MessageToJsonString(m, &out).ok());
+  return out;
+}
+
+// A finished job of ResNet-110 on the prototype's catalog, first plan 5 p2.8xlarge.
+job::JobRecord Job() {
+  const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
+  auto workload = registry.ResolveWorkload("resnet110");
+  auto catalog = registry.ResolveCatalog("aws-spotdnn-prototype");
+  EXPECT_TRUE(workload.ok() && catalog.ok());
+  pb::Plan plan;
+  plan.set_feasible(true);
+  plan.set_time_s(38.1);
+  pb::InstanceCount* c = plan.mutable_cluster()->add_instances();
+  c->set_instance_type("p2.8xlarge");
+  c->set_count(5);
+  job::JobRecord job;
+  job.id = "plot-me";
+  job.spec_json = R"({"name": "plot-me", "workload": "resnet110", "slo": {"loss": 2.6,
+      "deadline": "60s"}, "catalog": "aws-spotdnn-prototype", "provider": "local",
+      "commands": {"worker": "true"}})";
+  job.workload_json = Json(*workload);
+  job.catalog_json = Json(*catalog);
+  job.plan_json = Json(plan);
+  job.started_ms = 1'000'000;
+  job.finished_ms = 1'030'000;
+  return job;
+}
+
+TEST(LossPlot, ThePredictedCurveIsTheModelsAndTheActualTheRecordedOne) {
+  const job::JobRecord job = Job();
+  std::vector<job::ProgressRecord> progress = {{.at_ms = 1'002'000, .iterations = 5, .loss = 0},
+                                               {.at_ms = 1'004'000, .iterations = 10, .loss = 3.1},
+                                               {.at_ms = 1'020'000, .iterations = 40, .loss = 2.7}};
+  auto plot = LossPlotOf(job, progress);
+  ASSERT_TRUE(plot.ok()) << plot.status();
+  ASSERT_EQ(plot->actual.size(), 2u);  // the point without a loss is left out
+  EXPECT_DOUBLE_EQ(plot->actual[0].time_s, 4);
+  EXPECT_DOUBLE_EQ(plot->actual[1].loss, 2.7);
+  EXPECT_DOUBLE_EQ(plot->target_loss, 2.6);
+  EXPECT_DOUBLE_EQ(plot->predicted_time_s, 38.1);
+  EXPECT_DOUBLE_EQ(plot->finished_s, 30);
+  ASSERT_GT(plot->predicted.size(), 10u);
+  // The model's own curve for the plan's cluster, up to the later of the two ends.
+  const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
+  auto model = predictor::PerformanceModel::Create(
+      services::ToDomain(*registry.ResolveWorkload("resnet110")),
+      services::ToDomain(*registry.ResolveCatalog("aws-spotdnn-prototype")));
+  ASSERT_TRUE(model.ok());
+  pb::Cluster cluster;
+  cluster.add_instances()->set_instance_type("p2.8xlarge");
+  cluster.mutable_instances(0)->set_count(5);
+  auto domain = services::ToDomain(cluster, model->catalog());
+  ASSERT_TRUE(domain.ok());
+  const CurvePoint& mid = plot->predicted[plot->predicted.size() / 2];
+  auto expected = model->LossAtTime(*domain, mid.time_s);
+  ASSERT_TRUE(expected.ok());
+  EXPECT_NEAR(mid.loss, *expected, 1e-9);
+  EXPECT_NEAR(plot->predicted.back().time_s, 38.1, 1e-6);
+
+  const std::string svg = LossPlotSvg(*plot);
+  EXPECT_THAT(svg, HasSubstr("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+  EXPECT_THAT(svg, HasSubstr("class=\"predicted\""));
+  EXPECT_THAT(svg, HasSubstr("class=\"actual\""));
+  EXPECT_THAT(svg, HasSubstr("target 2.6"));
+  EXPECT_THAT(svg, HasSubstr("predicted end 38.1s"));
+  EXPECT_THAT(svg, HasSubstr("actual end 30s"));
+  EXPECT_THAT(svg, HasSubstr("</svg>"));
+}
+
+TEST(LossPlot, AJobWithNothingToPlotSaysWhy) {
+  job::JobRecord job = Job();
+  auto none = LossPlotOf(job, {{.at_ms = 1'002'000, .iterations = 5, .loss = 0}});
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(none.status().message(), HasSubstr("has no reported loss to plot"));
+  job.started_ms = 0;
+  auto unstarted = LossPlotOf(job, {});
+  EXPECT_EQ(unstarted.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(unstarted.status().message(), HasSubstr("has not started"));
+  // A title is escaped.
+  LossPlot plot;
+  plot.title = "a <b> & \"c\"";
+  plot.actual = {{1, 2}, {2, 1}};
+  EXPECT_THAT(LossPlotSvg(plot), HasSubstr("a &lt;b&gt; &amp; &quot;c&quot;"));
+}
+
+}  // namespace
+}  // namespace spotdnn::gateway
