@@ -212,6 +212,15 @@ class RunEndToEnd : public ::testing::Test {
                      (record->finished_ms - record->started_ms) / 1000.0);
     EXPECT_DOUBLE_EQ(summary["iterations_done"].get<double>(), record->iterations_done);
     EXPECT_DOUBLE_EQ(summary["predicted_time_s"].get<double>(), record->predicted_time_s);
+    // After the re-plan the prediction is the current plan's, as its iterations are: the time
+    // until the re-plan, then the re-plan's time (not the first plan's time beside the re-plan's
+    // iterations).
+    const nlohmann::json replan = nlohmann::json::parse(r.replan_json);
+    const double replan_time = replan["plan"].value("time_s", 0.0);
+    ASSERT_GT(replan_time, 0) << r.replan_json;
+    EXPECT_NEAR(summary["predicted_time_s"].get<double>(),
+                (r.replanned_ms - record->started_ms) / 1000.0 + replan_time, 0.05);
+    EXPECT_DOUBLE_EQ(summary["target_iterations"].get<double>(), record->target_iterations);
     double cost = 0;
     for (const InstanceRecord& i : *instances) {
       cost += i.price_per_hour * (i.ended_ms - i.launched_ms) / 3.6e6;

@@ -140,6 +140,17 @@ absl::Status JobRun::Takeover(RevocationRecord& revocation) {
       // iterations still needed depend on the cluster that does them.
       job_.target_iterations =
           job_.iterations_done + replan.plan().prediction().normalized_iterations();
+      // The current plan's prediction for the whole job, beside its iterations: the time and
+      // cost so far, then the re-plan's (the summary shows it next to the first plan's).
+      const int64_t now = NowMs();
+      double spent = 0;
+      for (const auto& [id, i] : instances_) {
+        const int64_t stop = i.ended_ms > 0 ? i.ended_ms : now;
+        spent += i.price_per_hour * std::max<int64_t>(0, stop - i.launched_ms) / 3.6e6;
+      }
+      const double elapsed_s = job_.started_ms > 0 ? (now - job_.started_ms) / 1000.0 : 0;
+      job_.predicted_time_s = elapsed_s + replan.plan().time_s();
+      job_.predicted_cost_usd = spent + replan.plan().cost_usd();
     }
     revocation.replanned_ms = NowMs();
     revocation.replan_json = ToStoredJson(replan);
