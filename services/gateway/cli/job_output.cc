@@ -115,7 +115,9 @@ struct LineOf {
         first, e.loss ? absl::StrFormat(", loss %.4g (target %g)", *e.loss, e.target_loss) : "",
         Plural(e.workers_running, "worker", "workers"),
         e.workers_revoking > 0 ? absl::StrCat(", ", e.workers_revoking, " revoking") : "",
-        e.steps_lost > 0 ? absl::StrFormat(" (%.0f steps lost to takeovers)", e.steps_lost) : "",
+        e.steps_lost > 0 ? absl::StrFormat(" (%.0f step%s lost to takeovers)", e.steps_lost,
+                                           e.steps_lost == 1 ? "" : "s")
+                         : "",
         e.deadline_in_s ? absl::StrFormat(", deadline in %.0f s", *e.deadline_in_s) : "");
   }
   std::string operator()(const WarningEvent& e) const { return "Warning: " + e.message; }

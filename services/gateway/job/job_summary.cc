@@ -77,7 +77,12 @@ absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_
     if (r.takeover_reported_ms > 0) {
       out.notice_to_takeover_training_s = (r.takeover_reported_ms - out.notice_ms) / 1000.0;
     }
-    if (r.takeover_launched_ms > 0 && r.ended_ms > 0) {
+    // A parameter server's replacement starts from the checkpoint it writes as it goes, so by
+    // design after it: the question is a worker's.
+    const bool server = std::any_of(instances->begin(), instances->end(), [&](const auto& i) {
+      return i.id == r.instance_id && i.role == launcher::Role::kParameterServer;
+    });
+    if (r.takeover_launched_ms > 0 && r.ended_ms > 0 && !server) {
       out.takeover_before_revoked_ended = r.takeover_launched_ms < r.ended_ms;
     }
     s.revocations.push_back(std::move(out));

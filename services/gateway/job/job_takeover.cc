@@ -272,8 +272,8 @@ absl::Status JobRun::ServerTakeover(RevocationRecord& revocation) {
     relaunch.mutable_plan()->set_feasible(true);
     *relaunch.mutable_plan()->mutable_prediction() = plan_.prediction();
     revocation.detail = absl::StrFormat(
-        "parameter server %d restored from the checkpoint at step %.0f; %.0f steps lost",
-        server.index, *step, lost);
+        "parameter server %d restored from the checkpoint at step %.0f; %.0f step%s lost",
+        server.index, *step, lost, lost == 1 ? "" : "s");
     revocation.replanned_ms = NowMs();
     revocation.replan_json = ToStoredJson(relaunch);
     revocation.takeover_token = absl::StrCat(job_.id, "-takeover-", ++job_.takeovers);
