@@ -221,7 +221,8 @@ TEST(Cli, HelpUnknownCommandAndListings) {
   const CliRun catalogs = Cli({"catalogs"});
   EXPECT_EQ(catalogs.code, 0);
   EXPECT_THAT(catalogs.out, HasSubstr("aws-paper-2023"));
-  const CliRun workloads = Cli({"workloads", "--json"});
+  // The built-in ones only: a data directory with no stored profiles.
+  const CliRun workloads = Cli({"workloads", "--json", "--data-dir", "/nonexistent/spotdnn-home"});
   EXPECT_EQ(workloads.code, 0);
   EXPECT_EQ(ParseJsonObject(workloads.out).fields().at("workloads").list_value().values_size(), 6);
 }

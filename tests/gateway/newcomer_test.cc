@@ -164,6 +164,11 @@ TEST_F(Newcomer, PredictPlanAndSimulateFindAStoredProfileByName) {
                "--deadline", "2h", "--data-dir", Data()});
   ASSERT_EQ(p.code, 0) << p.err;
   EXPECT_THAT(p.out, HasSubstr("Plan: resnet110-mine (stored profile, version 1)"));
+  // `workloads` lists it beside the built-in ones.
+  p = Spotdnn({"workloads", "--data-dir", Data()});
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_THAT(p.out, ::testing::ContainsRegex("resnet110-mine .*stored, version 1"));
+  EXPECT_THAT(p.out, ::testing::ContainsRegex("resnet110 .*built in"));
   // simulate resolves it too: what stops it here is the catalog's missing revocation model,
   // not the workload.
   p = Spotdnn({"simulate", "--workload", "resnet110-mine", "--catalog", "aws-paper-2023", "--loss",

@@ -108,23 +108,45 @@ int ListCommand(const std::string& what, const Args& args, const Io& io) {
   }
   auto listed = predictor.ListWorkloads();
   if (!listed.ok()) return ReportError(listed.status(), what, io);
-  const pb::ListWorkloadsResponse& response = *listed;
+  pb::ListWorkloadsResponse response = *std::move(listed);
+  // The stored profiles too (DATA_DIR/profiles.db, or --profiler): `predict`, `plan` and a job's
+  // workload find them by name, ahead of a built-in one of the same name. A stored profile has a
+  // version; a built-in one has none.
+  const int builtins = response.workloads_size();
+  auto profiler = ConnectProfiler(args, "--profiler", /*create=*/false);
+  if (!profiler.ok()) return ReportError(profiler.status(), what, io);
+  if (profiler->stub != nullptr) {
+    auto stored = clients::ProfilerClient(*profiler->stub).ListProfiles();
+    if (!stored.ok()) {
+      return ReportError(absl::Status(stored.status().code(),
+                                      absl::StrCat("the stored profiles (", profiler->where,
+                                                   "): ", stored.status().message())),
+                         what, io);
+    }
+    for (const pb::WorkloadProfile& w : stored->profiles()) *response.add_workloads() = w;
+  }
   if (io.json) {
     io.out << services::ToJson(response) << "\n";
     return kExitOk;
   }
   Table table({"workload", "dataset", "S_parm (MB)", "B_req (MB/s)", "compute entries",
-               "loss model", "variant"});
+               "loss model", "variant", "from"});
   table.LeftAlign(1);
   table.LeftAlign(5);
   table.LeftAlign(6);
-  for (const pb::WorkloadProfile& w : response.workloads()) {
+  table.LeftAlign(7);
+  for (int i = 0; i < response.workloads_size(); ++i) {
+    const pb::WorkloadProfile& w = response.workloads(i);
     table.AddRow({w.name(), w.dataset(), Fixed(w.parameter_size_mb(), 2),
                   Fixed(w.required_bandwidth_mb_per_s(), 1), absl::StrCat(w.compute_size()),
                   w.has_loss() ? "yes" : "no (fit one first)",
-                  services::EnumLabel(w.model_variant())});
+                  services::EnumLabel(w.model_variant()),
+                  i < builtins ? "built in" : absl::StrCat("stored, version ", w.version())});
   }
   table.Print(io.out);
+  if (response.workloads_size() > builtins) {
+    io.out << "Stored profiles: " << profiler->where << " (spotdnn profile list).\n";
+  }
   return kExitOk;
 }
 
@@ -259,9 +281,15 @@ std::vector<Command> ModelCommands() {
        .flags = {ServerFlag("spotdnn-predictor")},
        .run = [](const Args& args, const Io& io) { return ListCommand("catalogs", args, io); }},
       {.name = "workloads",
-       .summary = "the workload profiles known by name",
-       .synopsis = "[--json] [--server HOST:PORT]",
-       .flags = {ServerFlag("spotdnn-predictor")},
+       .summary = "the workload profiles known by name: built in, and stored",
+       .synopsis = "[--json] [--server HOST:PORT] [--data-dir D | --profiler H:P]",
+       .description = "The built-in profiles, then the stored ones (the latest version of each): "
+                      "every name\n`predict`, `plan`, `simulate` and a job's workload accept.",
+       .flags = {ServerFlag("spotdnn-predictor"),
+                 DataDirFlag(),
+                 {"--profiler", "H:P",
+                  "a running spotdnn-profiler whose stored profiles to list too\n"
+                  "(default: DATA_DIR/profiles.db)"}},
        .run = [](const Args& args, const Io& io) { return ListCommand("workloads", args, io); }},
   };
 }
