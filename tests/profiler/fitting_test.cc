@@ -406,4 +406,3 @@ TEST(ValidateSpeed, RejectsTooFewFitCounts) {
 
 }  // namespace
 }  // namespace spotdnn::profiler
-
