@@ -464,12 +464,13 @@ TEST_F(InstanceWrapperBinaries, TheCheckpointFolderIsRestoredOnTheNextInstance) 
   EXPECT_EQ(objects.at("jobs/j1/ckpt-5.bin"), "weights");
   std::vector<std::string> flags = sync;
   flags.insert(flags.end(), {"--checkpoint_dir=" + Path("ps-b"), "--", "/bin/sh", "-c",
-                             "cat \"$SPOTDNN_CHECKPOINT_DIR/ps-0.json\"; echo; "
-                             "cat \"$SPOTDNN_CHECKPOINT_DIR/ckpt-5.bin\"; echo"});
+                             // One line: the agent's own log lines share the file.
+                             "printf '%s|%s\\n' \"$(cat \"$SPOTDNN_CHECKPOINT_DIR/ps-0.json\")\" "
+                             "\"$(cat \"$SPOTDNN_CHECKPOINT_DIR/ckpt-5.bin\")\""});
   Process second(Agent("i-ps-b", "j1", flags), credentials, Path("second.log"));
   ASSERT_EQ(second.Wait(std::chrono::seconds(30)), 0) << Slurp(Path("second.log"));
   const std::string log = Slurp(Path("second.log"));
-  EXPECT_THAT(log, HasSubstr("{\"step\": 5, \"file\": \"ckpt-5.bin\"}\nweights\n"));
+  EXPECT_THAT(log, HasSubstr("{\"step\": 5, \"file\": \"ckpt-5.bin\"}|weights\n"));
   EXPECT_THAT(log, HasSubstr("2 files"));
 }
 

@@ -97,6 +97,21 @@ double CpuSeconds(pid_t pid) {
   return ticks / sysconf(_SC_CLK_TCK);
 }
 
+// The CPU seconds process `pid` spends in a 1.5 s window, watched for up to 8 windows until one
+// is under 0.3 s (a search or fit that was told to stop ends at its next stop check; on a loaded
+// machine, or under the sanitizers, that can take a window or two): the last window's figure.
+double SettledCpu(pid_t pid, const std::string& what) {
+  double used = 0;
+  for (int window = 1; window <= 8; ++window) {
+    const double before = CpuSeconds(pid);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    used = CpuSeconds(pid) - before;
+    std::cout << "CPU of " << what << " in 1.5 s (window " << window << "): " << used << " s\n";
+    if (used < 0.3) break;
+  }
+  return used;
+}
+
 // One of the servers, started as its own process.
 struct Server {
   std::string name;
@@ -590,13 +605,8 @@ TEST_F(RobustnessTest, RunawaySearchesStopAtTheDeadlineCancellationAndServerLimi
   request.mutable_slo()->set_target_loss(1.0);
   v1::FrontierResponse response;
   auto expect_idle = [&](const char* after) {
-    // A search still running would take a core: well above 0.3 s of CPU in 1.5 s.
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const double before = CpuSeconds(provisioner_->pid());
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    const double used = CpuSeconds(provisioner_->pid()) - before;
-    std::cout << "provisioner CPU in 1.5 s after " << after << ": " << used << " s\n";
-    EXPECT_LT(used, 0.3) << "still searching after " << after;
+    EXPECT_LT(SettledCpu(provisioner_->pid(), std::string("the provisioner after ") + after), 0.3)
+        << "still searching 12 s after " << after;
   };
 
   auto start = std::chrono::steady_clock::now();
@@ -666,14 +676,11 @@ TEST_F(RobustnessTest, FitProfileStopsAtTheDeadline) {
       [&](grpc::ClientContext* context) { return stub->FitProfile(context, fit, &fitted); },
       std::chrono::milliseconds(1500));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const double before = CpuSeconds(profiler_->pid());
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  const double used = CpuSeconds(profiler_->pid()) - before;
   std::cout << "fit of 100,000 samples with a 1.5 s deadline answered after "
-            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - 2.0
-            << " s; profiler CPU in the 1.5 s after: " << used << " s\n";
-  EXPECT_LT(used, 0.3) << "still fitting after the deadline";
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+            << " s\n";
+  EXPECT_LT(SettledCpu(profiler_->pid(), "the profiler after the fit's deadline"), 0.3)
+      << "still fitting 12 s after the deadline";
   v1::GetProfileRequest get;
   get.set_name("fit-probe");
   v1::WorkloadProfile stored;
