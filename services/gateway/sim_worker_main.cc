@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -67,8 +68,24 @@ void Report(pb::Profiler::Stub& stub, std::vector<pb::Sample>& pending) {
 
 }  // namespace
 
+// Set by a SIGTERM/SIGINT delivered to a thread that does not block them (a sanitizer's runtime
+// starts threads before main blocks them): the loops below take it like one sigtimedwait took.
+std::atomic<int> g_signalled{0};
+void OnSignal(int) { g_signalled.store(1); }
+
+// Waits up to `timeout` for SIGTERM/SIGINT: true when one came.
+bool WaitForSignal(const sigset_t& signals, absl::Duration timeout) {
+  timespec t = absl::ToTimespec(timeout);
+  return sigtimedwait(&signals, nullptr, &t) > 0 || g_signalled.exchange(0) != 0;
+}
+
 int main(int argc, char** argv) {
   spotdnn::services::BlockShutdownSignals();
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
   spotdnn::services::ParseProgramCommandLine(
       argc, argv, "spotdnn-sim-worker",
       "A simulated training worker: iterates at the predicted pace and reports to the profiler.");
@@ -78,8 +95,8 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
 
   if (Env("SPOTDNN_ROLE") == "ps") {
-    int sig = 0;
-    sigwait(&signals, &sig);
+    while (!WaitForSignal(signals, absl::Milliseconds(200))) {
+    }
     return 0;
   }
   double iteration_s = absl::GetFlag(FLAGS_iteration_time_s);
@@ -125,8 +142,7 @@ int main(int argc, char** argv) {
   bool stop = false;
   while (!stop) {
     // Sleep until the next report, waking at once on SIGTERM/SIGINT.
-    timespec timeout = absl::ToTimespec(interval);
-    if (sigtimedwait(&signals, nullptr, &timeout) > 0) {
+    if (WaitForSignal(signals, interval)) {
       // A revocation notice (the instance wrapper wrote the file, then signalled): like a
       // trainer that uses its notice window, go on until the instance goes. Otherwise stop.
       const std::string notice = Env("SPOTDNN_NOTICE_FILE");
