@@ -1123,13 +1123,12 @@ TEST_F(RobustnessTest, PredictBatchRefusesAnswersThatCannotFitAndBoundsMemory) {
             << rss_before / 1024 << " MiB before, peak (VmHWM) " << peak / 1024 << " MiB, "
             << rss_after / 1024 << " MiB after the calls\n";
   EXPECT_LT(peak, int64_t{2} << 20) << "peak above 2 GiB";
-#if defined(__SANITIZE_ADDRESS__)
-  // AddressSanitizer keeps freed memory in its quarantine (256 MiB by default) before reuse.
-  constexpr int64_t kAfterMib = 400 + 256;
-#else
-  constexpr int64_t kAfterMib = 400;
+#if !defined(__SANITIZE_ADDRESS__)
+  // The server hands freed memory back (malloc_trim). AddressSanitizer's allocator replaces
+  // glibc's and keeps freed memory in its quarantine and caches (534-853 MiB seen here), so under
+  // it only the peak is checked.
+  EXPECT_LT(rss_after, int64_t{400} << 10) << "above 400 MiB after the calls";
 #endif
-  EXPECT_LT(rss_after, kAfterMib << 10) << "above " << kAfterMib << " MiB after the calls";
 }
 
 }  // namespace
