@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace spotdnn::gateway {
 
@@ -306,6 +307,22 @@ std::string Fixed(double value, int decimals) { return absl::StrFormat("%.*f", d
 
 std::string Plural(long long n, std::string_view one, std::string_view many) {
   return absl::StrCat(n, " ", std::string(n == 1 ? one : many));
+}
+
+std::string ClusterText(const ::spotdnn::v1::Cluster& cluster) {
+  std::vector<std::string> parts;
+  for (const ::spotdnn::v1::InstanceCount& c : cluster.instances()) {
+    if (c.count() > 0) parts.push_back(absl::StrCat(c.instance_type(), "=", c.count()));
+  }
+  return parts.empty() ? "-" : absl::StrJoin(parts, " ");
+}
+
+std::string ClusterJson(const ::spotdnn::v1::Cluster& cluster) {
+  JsonObject o;
+  for (const ::spotdnn::v1::InstanceCount& c : cluster.instances()) {
+    if (c.count() > 0) o.Integer(c.instance_type(), c.count());
+  }
+  return o.str();
 }
 
 }  // namespace spotdnn::gateway

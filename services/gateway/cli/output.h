@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "spotdnn/v1/common.pb.h"
+
 namespace spotdnn::gateway {
 
 // A plain-text table: a header row, rows of cells, the first column left-aligned and the others
@@ -68,6 +70,11 @@ std::string SvgChart(const std::vector<ChartPoint>& points, std::string_view tit
 
 // printf-style "%.*f".
 std::string Fixed(double value, int decimals);
+
+// A cluster for a table, "TYPE=N TYPE=N" ("-" when it has no instances), and for --json,
+// {"TYPE": N, ...}; types with a count of 0 are left out of both.
+std::string ClusterText(const ::spotdnn::v1::Cluster& cluster);
+std::string ClusterJson(const ::spotdnn::v1::Cluster& cluster);
 
 // "1 worker", "2 workers", "0 workers".
 std::string Plural(long long n, std::string_view one, std::string_view many);

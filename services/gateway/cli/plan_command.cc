@@ -29,22 +29,6 @@
 namespace spotdnn::gateway {
 namespace {
 
-std::string Instances(const pb::Cluster& cluster) {
-  std::vector<std::string> parts;
-  for (const pb::InstanceCount& c : cluster.instances()) {
-    if (c.count() > 0) parts.push_back(absl::StrCat(c.instance_type(), "=", c.count()));
-  }
-  return parts.empty() ? "-" : absl::StrJoin(parts, " ");
-}
-
-std::string ClusterJson(const pb::Cluster& cluster) {
-  JsonObject o;
-  for (const pb::InstanceCount& c : cluster.instances()) {
-    if (c.count() > 0) o.Integer(c.instance_type(), c.count());
-  }
-  return o.str();
-}
-
 // The fields every plan shows in JSON.
 JsonObject PlanJson(const pb::Plan& p) {
   JsonObject o;
@@ -170,7 +154,8 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
     Table compare({"plan", "instances", "time", "cost", "vs this plan"});
     compare.LeftAlign(1);
     compare.AddRow({absl::StrCat(services::EnumLabel(p.strategy()), " (this plan)"),
-                    Instances(p.cluster()), HumanDuration(p.time_s()), Dollars(p.cost_usd()), ""});
+                    ClusterText(p.cluster()), HumanDuration(p.time_s()), Dollars(p.cost_usd()),
+                    ""});
     auto baseline = [&](bool present, const pb::Plan& b, const std::string& name) {
       if (!present) return;
       if (!b.feasible()) {
@@ -179,13 +164,13 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
         return;
       }
       compare.AddRow(
-          {name, Instances(b.cluster()), HumanDuration(b.time_s()), Dollars(b.cost_usd()),
+          {name, ClusterText(b.cluster()), HumanDuration(b.time_s()), Dollars(b.cost_usd()),
            budget ? Excess(b.time_s(), p.time_s()) + " time" : Excess(b.cost_usd(), p.cost_usd())});
     };
     baseline(r.has_spotdnn_baseline(), r.spotdnn_baseline(), "spotdnn heuristic");
     baseline(r.has_homogeneous_baseline(), r.homogeneous_baseline(), "cheapest homogeneous");
     if (!req.options().on_demand_prices()) {
-      compare.AddRow({"this plan at on-demand prices", Instances(p.cluster()),
+      compare.AddRow({"this plan at on-demand prices", ClusterText(p.cluster()),
                       HumanDuration(p.time_s()), Dollars(p.on_demand_cost_usd()),
                       p.on_demand_cost_usd() > 0
                           ? absl::StrFormat("spot saves %.1f%%",
@@ -219,7 +204,7 @@ void PrintRisk(const pb::PlanResponse& r, double confidence, std::ostream& out) 
   t.LeftAlign(1);
   auto row = [&](const std::string& name, const pb::Plan& x) {
     const pb::RiskEstimate& k = x.risk();
-    t.AddRow({name, Instances(x.cluster()), Dollars(x.cost_usd()), Probability(k),
+    t.AddRow({name, ClusterText(x.cluster()), Dollars(x.cost_usd()), Probability(k),
               Dollars(k.expected_cost_usd()), Dollars(k.cost_p90_usd()),
               HumanDuration(k.time_p90_s()), Fixed(k.mean_revocations(), 3)});
   };
@@ -453,7 +438,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
         table.LeftAlign(header.size() - 1);
         for (int i = 0; i < n; ++i) {
           const pb::Plan& p = response.plans(i);
-          std::vector<std::string> row = {absl::StrCat(i + 1), Instances(p.cluster()),
+          std::vector<std::string> row = {absl::StrCat(i + 1), ClusterText(p.cluster()),
                                           Fixed(p.time_s(), 1), HumanDuration(p.time_s()),
                                           Dollars(p.cost_usd())};
           if (simulate) {
@@ -479,7 +464,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
         const pb::Plan& p = response.plans(i);
         ChartPoint point{
             p.time_s() / 60, p.cost_usd(),
-            absl::StrCat("plan: ", Instances(p.cluster()), ", ", Dollars(p.cost_usd())),
+            absl::StrCat("plan: ", ClusterText(p.cluster()), ", ", Dollars(p.cost_usd())),
             i == n - 1};
         if (p.has_risk()) {
           point.shade = p.risk().p_meet_deadline();

@@ -22,22 +22,6 @@
 namespace spotdnn::gateway {
 namespace {
 
-std::string Instances(const pb::Cluster& cluster) {
-  std::vector<std::string> parts;
-  for (const pb::InstanceCount& c : cluster.instances()) {
-    if (c.count() > 0) parts.push_back(absl::StrCat(c.instance_type(), "=", c.count()));
-  }
-  return parts.empty() ? "-" : absl::StrJoin(parts, " ");
-}
-
-std::string ClusterJson(const pb::Cluster& cluster) {
-  JsonObject o;
-  for (const pb::InstanceCount& c : cluster.instances()) {
-    if (c.count() > 0) o.Integer(c.instance_type(), c.count());
-  }
-  return o.str();
-}
-
 void AddCounts(const std::vector<std::pair<std::string, int>>& counts, pb::Cluster* cluster) {
   for (const auto& [type, n] : counts) {
     pb::InstanceCount* c = cluster->add_instances();
@@ -177,7 +161,7 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
   io.out << "Simulation: " << workload << " on " << catalog << ", loss "
          << absl::StrFormat("%g", response.target_loss()) << " by " << HumanDuration(*deadline)
          << ", " << r.runs() << " runs (seed " << r.seed() << ")\n";
-  io.out << "cluster " << Instances(p.cluster()) << " ("
+  io.out << "cluster " << ClusterText(p.cluster()) << " ("
          << (p.strategy() == pb::PLAN_STRATEGY_GIVEN ? "given" : "the cheapest plan")
          << "): predicted " << HumanDuration(p.time_s()) << " and " << Dollars(p.cost_usd())
          << " without revocations\n";
