@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang-14 libclang-rt-14-dev
   libyaml-cpp-dev
+  libpq-dev postgresql
   python3 python3-torch python3-sklearn python3-numpy
 )
 

@@ -1,13 +1,12 @@
 #include "detector/detector_store.h"
 
 #include "absl/strings/str_cat.h"
-#include "services/common/db/sqlite.h"
+#include "services/common/db/database.h"
 
 namespace spotdnn::detector {
 namespace {
 
-using sql::Statement;
-using sql::Transaction;
+using db::Row;
 
 constexpr char kSchema[] =
     "CREATE TABLE IF NOT EXISTS instances (instance_id TEXT PRIMARY KEY, job_id TEXT, "
@@ -22,202 +21,181 @@ constexpr char kSchema[] =
     "instance_id TEXT, job_id TEXT, instance_type TEXT, started_ms INTEGER, "
     "ended_ms INTEGER, revoked INTEGER, how TEXT);";
 
-// Runs a statement that returns no rows.
-absl::Status RunDone(Statement& s, const char* what) {
-  if (!s.status().ok()) return s.status();
-  return s.Run(absl::StrCat("detector store: ", what));
+// Version 1: the schema as of the first versioned release, made from nothing or from a database
+// an earlier release wrote (from before instance types and lifetimes were kept, too).
+absl::Status SchemaV1(db::Database& db) {
+  if (absl::Status s = db.ExecDdl(kSchema); !s.ok()) return s;
+  for (const auto& [column, type] :
+       {std::pair{"instance_type", "TEXT"}, std::pair{"registered_ms", "INTEGER"}}) {
+    if (absl::Status s = db.AddColumnIfMissing("instances", column, type); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+const db::Migration kMigrations[] = {{1, SchemaV1}};
+
+// `status` with what the store was doing.
+absl::Status Doing(const absl::Status& status, const char* what) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("detector store: ", what, ": ", status.message()));
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DetectorStore>> DetectorStore::Open(const std::string& path) {
-  absl::StatusOr<sqlite3*> db = sql::OpenDatabase(path, "db", kSchema);
+DetectorStore::DetectorStore(std::unique_ptr<db::Database> db) : db_(std::move(db)) {}
+
+absl::StatusOr<std::unique_ptr<DetectorStore>> DetectorStore::Open(const std::string& spec) {
+  absl::StatusOr<std::unique_ptr<db::Database>> db =
+      db::OpenStore(spec, "db", "spotdnn_detector", kMigrations);
   if (!db.ok()) return db.status();
-  std::unique_ptr<DetectorStore> store(new DetectorStore(*db));
-  // Databases from before instance types and lifetimes were kept get the new columns.
-  for (const auto& [column, type] :
-       {std::pair{"instance_type", "TEXT"}, std::pair{"registered_ms", "INTEGER"}}) {
-    if (auto s = sql::AddColumnIfMissing(*db, "instances", column, type); !s.ok()) {
-      return absl::UnavailableError(absl::StrCat("db = \"", path, "\": ", s.message()));
-    }
-  }
-  return store;
+  return std::unique_ptr<DetectorStore>(new DetectorStore(*std::move(db)));
 }
 
-DetectorStore::~DetectorStore() { sqlite3_close(db_); }
+DetectorStore::~DetectorStore() = default;
 
 absl::StatusOr<std::vector<StoredInstance>> DetectorStore::LoadInstances() {
-  Statement s(db_,
-              "SELECT instance_id, job_id, cloud, endpoint, state, reason, last_heartbeat_ms, "
-              "notice_effective_ms, instance_type, registered_ms FROM instances");
-  if (!s.status().ok()) return s.status();
+  auto rows = db_->QueryAll(
+      "SELECT instance_id, job_id, cloud, endpoint, state, reason, last_heartbeat_ms, "
+      "notice_effective_ms, instance_type, registered_ms FROM instances");
+  if (!rows.ok()) return Doing(rows.status(), "load instances");
   std::vector<StoredInstance> out;
-  while (true) {
-    absl::StatusOr<bool> row = s.Step("detector store: load instances");
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+  for (const Row& r : *rows) {
     StoredInstance i;
-    i.instance.instance_id = s.ColumnText(0);
-    i.instance.job_id = s.ColumnText(1);
-    i.instance.cloud = static_cast<Cloud>(s.ColumnInt(2));
-    i.instance.metadata_endpoint = s.ColumnText(3);
-    i.instance.state = static_cast<InstanceState>(s.ColumnInt(4));
-    i.instance.reason = s.ColumnText(5);
-    i.instance.last_heartbeat_unix_ms = s.ColumnInt(6);
-    i.notice_effective_unix_ms = s.ColumnInt(7);
-    i.instance.instance_type = s.ColumnText(8);
-    i.instance.registered_unix_ms = s.ColumnInt(9);
+    i.instance.instance_id = r.Text(0);
+    i.instance.job_id = r.Text(1);
+    i.instance.cloud = static_cast<Cloud>(r.Int(2));
+    i.instance.metadata_endpoint = r.Text(3);
+    i.instance.state = static_cast<InstanceState>(r.Int(4));
+    i.instance.reason = r.Text(5);
+    i.instance.last_heartbeat_unix_ms = r.Int(6);
+    i.notice_effective_unix_ms = r.Int(7);
+    i.instance.instance_type = r.Text(8);
+    i.instance.registered_unix_ms = r.Int(9);
     out.push_back(std::move(i));
   }
   return out;
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> DetectorStore::LoadSeen() {
-  Statement s(db_, "SELECT instance_id, key FROM seen");
-  if (!s.status().ok()) return s.status();
+  auto rows = db_->QueryAll("SELECT instance_id, key FROM seen");
+  if (!rows.ok()) return Doing(rows.status(), "load seen");
   std::vector<std::pair<std::string, std::string>> out;
-  while (true) {
-    absl::StatusOr<bool> row = s.Step("detector store: load seen");
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    out.emplace_back(s.ColumnText(0), s.ColumnText(1));
-  }
+  for (const Row& r : *rows) out.emplace_back(r.Text(0), r.Text(1));
   return out;
 }
 
 absl::StatusOr<std::vector<Event>> DetectorStore::LoadEvents(size_t limit) {
-  Statement s(db_,
-              "SELECT sequence, instance_id, job_id, cloud, kind, action, notice_ms, "
-              "effective_ms, detail FROM (SELECT * FROM events ORDER BY sequence DESC LIMIT ?) "
-              "ORDER BY sequence");
-  if (!s.status().ok()) return s.status();
-  s.Int(1, static_cast<int64_t>(limit));
+  auto rows = db_->QueryAll(
+      "SELECT sequence, instance_id, job_id, cloud, kind, action, notice_ms, effective_ms, detail "
+      "FROM (SELECT * FROM events ORDER BY sequence DESC LIMIT ?1) AS newest ORDER BY sequence",
+      {static_cast<int64_t>(limit)});
+  if (!rows.ok()) return Doing(rows.status(), "load events");
   std::vector<Event> out;
-  while (true) {
-    absl::StatusOr<bool> row = s.Step("detector store: load events");
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+  for (const Row& r : *rows) {
     Event e;
-    e.sequence = static_cast<uint64_t>(s.ColumnInt(0));
-    e.instance_id = s.ColumnText(1);
-    e.job_id = s.ColumnText(2);
-    e.cloud = static_cast<Cloud>(s.ColumnInt(3));
-    e.kind = static_cast<EventKind>(s.ColumnInt(4));
-    e.action = s.ColumnText(5);
-    e.notice_unix_ms = s.ColumnInt(6);
-    e.effective_unix_ms = s.ColumnInt(7);
-    e.detail = s.ColumnText(8);
+    e.sequence = static_cast<uint64_t>(r.Int(0));
+    e.instance_id = r.Text(1);
+    e.job_id = r.Text(2);
+    e.cloud = static_cast<Cloud>(r.Int(3));
+    e.kind = static_cast<EventKind>(r.Int(4));
+    e.action = r.Text(5);
+    e.notice_unix_ms = r.Int(6);
+    e.effective_unix_ms = r.Int(7);
+    e.detail = r.Text(8);
     out.push_back(std::move(e));
   }
   return out;
 }
 
 absl::Status DetectorStore::PutInstance(const StoredInstance& i) {
-  Statement s(db_,
-              "INSERT OR REPLACE INTO instances (instance_id, job_id, cloud, endpoint, state, "
-              "reason, last_heartbeat_ms, notice_effective_ms, instance_type, registered_ms) "
-              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  s.Text(1, i.instance.instance_id);
-  s.Text(2, i.instance.job_id);
-  s.Int(3, static_cast<int64_t>(i.instance.cloud));
-  s.Text(4, i.instance.metadata_endpoint);
-  s.Int(5, static_cast<int64_t>(i.instance.state));
-  s.Text(6, i.instance.reason);
-  s.Int(7, i.instance.last_heartbeat_unix_ms);
-  s.Int(8, i.notice_effective_unix_ms);
-  s.Text(9, i.instance.instance_type);
-  s.Int(10, i.instance.registered_unix_ms);
-  return RunDone(s, "store instance");
+  return Doing(
+      db_->Exec("INSERT INTO instances (instance_id, job_id, cloud, endpoint, state, reason, "
+                "last_heartbeat_ms, notice_effective_ms, instance_type, registered_ms) VALUES "
+                "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (instance_id) DO UPDATE "
+                "SET job_id = excluded.job_id, cloud = excluded.cloud, endpoint = "
+                "excluded.endpoint, state = excluded.state, reason = excluded.reason, "
+                "last_heartbeat_ms = excluded.last_heartbeat_ms, notice_effective_ms = "
+                "excluded.notice_effective_ms, instance_type = excluded.instance_type, "
+                "registered_ms = excluded.registered_ms",
+                {i.instance.instance_id, i.instance.job_id,
+                 static_cast<int64_t>(i.instance.cloud), i.instance.metadata_endpoint,
+                 static_cast<int64_t>(i.instance.state), i.instance.reason,
+                 i.instance.last_heartbeat_unix_ms, i.notice_effective_unix_ms,
+                 i.instance.instance_type, i.instance.registered_unix_ms})
+          .status(),
+      "store instance");
 }
 
 absl::Status DetectorStore::ResetInstance(const StoredInstance& instance) {
-  Transaction transaction(db_);
-  if (!transaction.status().ok()) return transaction.status();
-  Statement seen(db_, "DELETE FROM seen WHERE instance_id = ?");
-  seen.Text(1, instance.instance.instance_id);
-  if (auto st = RunDone(seen, "delete seen keys"); !st.ok()) return st;
-  if (auto st = PutInstance(instance); !st.ok()) return st;
-  return transaction.Commit();
+  return db_->Write([&]() -> absl::Status {
+    auto seen =
+        db_->Exec("DELETE FROM seen WHERE instance_id = ?1", {instance.instance.instance_id});
+    if (!seen.ok()) return Doing(seen.status(), "delete seen keys");
+    return PutInstance(instance);
+  });
 }
 
 absl::Status DetectorStore::DeleteInstance(const std::string& instance_id) {
-  Statement a(db_, "DELETE FROM instances WHERE instance_id = ?");
-  a.Text(1, instance_id);
-  if (auto s = RunDone(a, "delete instance"); !s.ok()) return s;
-  Statement b(db_, "DELETE FROM seen WHERE instance_id = ?");
-  b.Text(1, instance_id);
-  return RunDone(b, "delete seen keys");
+  auto a = db_->Exec("DELETE FROM instances WHERE instance_id = ?1", {instance_id});
+  if (!a.ok()) return Doing(a.status(), "delete instance");
+  return Doing(db_->Exec("DELETE FROM seen WHERE instance_id = ?1", {instance_id}).status(),
+               "delete seen keys");
 }
 
 absl::Status DetectorStore::AppendEvent(const Event& e, const StoredInstance& instance,
                                         const std::string& seen_key) {
-  Transaction transaction(db_);
-  if (!transaction.status().ok()) return transaction.status();
-  Statement s(db_,
-              "INSERT INTO events (sequence, instance_id, job_id, cloud, kind, action, "
-              "notice_ms, effective_ms, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  s.Int(1, static_cast<int64_t>(e.sequence));
-  s.Text(2, e.instance_id);
-  s.Text(3, e.job_id);
-  s.Int(4, static_cast<int64_t>(e.cloud));
-  s.Int(5, static_cast<int64_t>(e.kind));
-  s.Text(6, e.action);
-  s.Int(7, e.notice_unix_ms);
-  s.Int(8, e.effective_unix_ms);
-  s.Text(9, e.detail);
-  if (auto st = RunDone(s, "append event"); !st.ok()) return st;
-  if (!seen_key.empty()) {
-    Statement k(db_, "INSERT OR IGNORE INTO seen (instance_id, key) VALUES (?, ?)");
-    k.Text(1, e.instance_id);
-    k.Text(2, seen_key);
-    if (auto st = RunDone(k, "store seen key"); !st.ok()) return st;
-  }
-  if (auto st = PutInstance(instance); !st.ok()) return st;
-  return transaction.Commit();
+  return db_->Write([&]() -> absl::Status {
+    auto appended = db_->Exec(
+        "INSERT INTO events (sequence, instance_id, job_id, cloud, kind, action, notice_ms, "
+        "effective_ms, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        {static_cast<int64_t>(e.sequence), e.instance_id, e.job_id, static_cast<int64_t>(e.cloud),
+         static_cast<int64_t>(e.kind), e.action, e.notice_unix_ms, e.effective_unix_ms, e.detail});
+    if (!appended.ok()) return Doing(appended.status(), "append event");
+    if (!seen_key.empty()) {
+      auto seen = db_->Exec(
+          "INSERT INTO seen (instance_id, key) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+          {e.instance_id, seen_key});
+      if (!seen.ok()) return Doing(seen.status(), "store seen key");
+    }
+    return PutInstance(instance);
+  });
 }
 
 absl::Status DetectorStore::TrimEvents(uint64_t first_kept) {
-  Statement s(db_, "DELETE FROM events WHERE sequence < ?");
-  s.Int(1, static_cast<int64_t>(first_kept));
-  return RunDone(s, "trim events");
+  return Doing(db_->Exec("DELETE FROM events WHERE sequence < ?1",
+                         {static_cast<int64_t>(first_kept)})
+                   .status(),
+               "trim events");
 }
 
 absl::Status DetectorStore::AddLifetime(const Lifetime& l) {
-  Statement s(db_,
-              "INSERT INTO lifetimes (instance_id, job_id, instance_type, started_ms, ended_ms, "
-              "revoked, how) VALUES (?, ?, ?, ?, ?, ?, ?)");
-  s.Text(1, l.instance_id);
-  s.Text(2, l.job_id);
-  s.Text(3, l.instance_type);
-  s.Int(4, l.started_unix_ms);
-  s.Int(5, l.ended_unix_ms);
-  s.Int(6, l.revoked ? 1 : 0);
-  s.Text(7, l.how);
-  return RunDone(s, "store lifetime");
+  return Doing(
+      db_->Exec("INSERT INTO lifetimes (instance_id, job_id, instance_type, started_ms, ended_ms, "
+                "revoked, how) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                {l.instance_id, l.job_id, l.instance_type, l.started_unix_ms, l.ended_unix_ms,
+                 int64_t{l.revoked ? 1 : 0}, l.how})
+          .status(),
+      "store lifetime");
 }
 
 absl::StatusOr<std::vector<Lifetime>> DetectorStore::LoadLifetimes(const std::string& type,
                                                                    size_t limit) {
-  Statement s(db_,
-              "SELECT instance_id, job_id, instance_type, started_ms, ended_ms, revoked, how FROM "
-              "(SELECT * FROM lifetimes WHERE ?1 = '' OR instance_type = ?1 ORDER BY id DESC "
-              "LIMIT ?2) ORDER BY id");
-  if (!s.status().ok()) return s.status();
-  s.Text(1, type);
-  s.Int(2, static_cast<int64_t>(limit));
+  auto rows = db_->QueryAll(
+      "SELECT instance_id, job_id, instance_type, started_ms, ended_ms, revoked, how FROM "
+      "(SELECT * FROM lifetimes WHERE ?1 = '' OR instance_type = ?1 ORDER BY id DESC LIMIT ?2) "
+      "AS newest ORDER BY id",
+      {type, static_cast<int64_t>(limit)});
+  if (!rows.ok()) return Doing(rows.status(), "load lifetimes");
   std::vector<Lifetime> out;
-  while (true) {
-    absl::StatusOr<bool> row = s.Step("detector store: load lifetimes");
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+  for (const Row& r : *rows) {
     Lifetime l;
-    l.instance_id = s.ColumnText(0);
-    l.job_id = s.ColumnText(1);
-    l.instance_type = s.ColumnText(2);
-    l.started_unix_ms = s.ColumnInt(3);
-    l.ended_unix_ms = s.ColumnInt(4);
-    l.revoked = s.ColumnInt(5) != 0;
-    l.how = s.ColumnText(6);
+    l.instance_id = r.Text(0);
+    l.job_id = r.Text(1);
+    l.instance_type = r.Text(2);
+    l.started_unix_ms = r.Int(3);
+    l.ended_unix_ms = r.Int(4);
+    l.revoked = r.Int(5) != 0;
+    l.how = r.Text(6);
     out.push_back(std::move(l));
   }
   return out;

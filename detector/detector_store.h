@@ -1,5 +1,5 @@
-// The detector's SQLite store: registrations (with state), the notice keys already reported, and
-// the event log. A restarted detector reloads all three, so it neither loses nor repeats events.
+// The detector's store (SQLite or PostgreSQL, services/common/db): registrations (with state), the
+// notice keys already reported, and the event log. A restarted detector reloads all three, so it neither loses nor repeats events.
 #ifndef SPOTDNN_DETECTOR_DETECTOR_STORE_H_
 #define SPOTDNN_DETECTOR_DETECTOR_STORE_H_
 
@@ -12,7 +12,9 @@
 #include "absl/status/statusor.h"
 #include "detector/types.h"
 
-struct sqlite3;
+namespace spotdnn::db {
+class Database;
+}  // namespace spotdnn::db
 
 namespace spotdnn::detector {
 
@@ -22,12 +24,13 @@ struct StoredInstance {
   int64_t notice_effective_unix_ms = 0;  // deadline of the outstanding notice
 };
 
-// SQLite persistence (services/common/db). Not thread-safe: the detector calls it under its lock.
+// Persistence (services/common/db). Not thread-safe: the detector calls it under its lock.
 class DetectorStore {
  public:
-  // Opens (creating) the database at `path`; ":memory:" keeps nothing. UNAVAILABLE naming the
-  // path when SQLite cannot open it.
-  static absl::StatusOr<std::unique_ptr<DetectorStore>> Open(const std::string& path);
+  // Opens (creating or migrating its schema) the store at `spec`: a file (PATH or sqlite:PATH;
+  // ":memory:" keeps nothing) or a postgres://… URI (see db::ParseStoreSpec). INVALID_ARGUMENT for
+  // a bad spec; UNAVAILABLE naming it when it cannot be opened.
+  static absl::StatusOr<std::unique_ptr<DetectorStore>> Open(const std::string& spec);
   ~DetectorStore();
   DetectorStore(const DetectorStore&) = delete;
   DetectorStore& operator=(const DetectorStore&) = delete;
@@ -58,8 +61,8 @@ class DetectorStore {
                                                       size_t limit);
 
  private:
-  explicit DetectorStore(sqlite3* db) : db_(db) {}
-  sqlite3* db_;
+  explicit DetectorStore(std::unique_ptr<db::Database> db);
+  std::unique_ptr<db::Database> db_;
 };
 
 }  // namespace spotdnn::detector

@@ -1,5 +1,6 @@
-// The profiler's database: runs (jobs), samples and versioned workload profiles in SQLite (WAL
-// mode, so readers never block the writer and a crash mid-write leaves the last commit intact).
+// The profiler's database: runs (jobs), samples and versioned workload profiles, in SQLite (WAL
+// mode, so readers never block the writer and a crash mid-write leaves the last commit intact) or
+// PostgreSQL (services/common/db).
 // Profiles are kept as the JSON document the CLI's --workload FILE reads; this library does not
 // interpret it.
 #ifndef SPOTDNN_PROFILER_PROFILE_STORE_H_
@@ -18,7 +19,9 @@
 #include "absl/types/span.h"
 #include "profiler/sample.h"
 
-struct sqlite3;
+namespace spotdnn::db {
+class Database;
+}  // namespace spotdnn::db
 
 namespace spotdnn::profiler {
 
@@ -47,12 +50,15 @@ struct StoredRun {
   std::int64_t samples = 0;
 };
 
-// Thread-safe; several processes may open the same file (SQLite locking, busy timeout 10 s).
+// Thread-safe; several processes may open the same store (SQLite locking with a busy timeout of
+// 10 s, or PostgreSQL).
 class ProfileStore {
  public:
-  // Opens (creating if needed) the database at `path`, its folder too; ":memory:" for a private
-  // in-memory store. UNAVAILABLE when the file cannot be opened.
-  static absl::StatusOr<std::unique_ptr<ProfileStore>> Open(const std::string& path);
+  // Opens (creating or migrating its schema) the store at `spec`: a file (PATH or sqlite:PATH, its
+  // folder created too; ":memory:" for a private in-memory store) or a postgres://… URI (see
+  // db::ParseStoreSpec). INVALID_ARGUMENT for a bad spec; UNAVAILABLE naming it when the store
+  // cannot be opened.
+  static absl::StatusOr<std::unique_ptr<ProfileStore>> Open(const std::string& spec);
   ~ProfileStore();
   ProfileStore(const ProfileStore&) = delete;
   ProfileStore& operator=(const ProfileStore&) = delete;
@@ -91,11 +97,10 @@ class ProfileStore {
   absl::StatusOr<int> DeleteProfile(const std::string& name, int version = 0);
 
  private:
-  explicit ProfileStore(sqlite3* db) : db_(db) {}
-  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  explicit ProfileStore(std::unique_ptr<db::Database> db);
 
   absl::Mutex mu_;
-  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<db::Database> db_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace spotdnn::profiler

@@ -1,21 +1,20 @@
 #include "services/gateway/job/job_store.h"
 
-#include <sqlite3.h>
-
 #include <functional>
 #include <tuple>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
-#include "services/common/db/sqlite.h"
+#include "services/common/db/database.h"
 
 namespace spotdnn::job {
 namespace {
 
-using sql::SqlError;
-using sql::Statement;
+using db::Row;
+using db::Value;
 
 // A member stored as the text of its name (an enum): how to write and read it.
 template <typename R>
@@ -49,54 +48,49 @@ std::string ColumnList(const std::vector<Column<R>>& columns) {
                        [](std::string* out, const Column<R>& c) { absl::StrAppend(out, c.name); });
 }
 
-// Binds every column of `r` to ?1..?N in order. Text is copied (SQLITE_TRANSIENT is not needed:
-// the statement runs before `r` goes), names of enums are built here and kept in `names`.
+// Every column of `r`, in order (the parameters ?1..?N).
 template <typename R>
-void Bind(Statement& q, const std::vector<Column<R>>& columns, const R& r,
-          std::vector<std::string>& names) {
-  names.reserve(columns.size());
-  for (size_t i = 0; i < columns.size(); ++i) {
-    const int at = static_cast<int>(i) + 1;
+std::vector<Value> Values(const std::vector<Column<R>>& columns, const R& r) {
+  std::vector<Value> values;
+  values.reserve(columns.size());
+  for (const Column<R>& column : columns) {
     std::visit(
         [&](const auto& member) {
           using M = std::decay_t<decltype(member)>;
           if constexpr (std::is_same_v<M, Named<R>>) {
-            names.push_back(member.get(r));
-            q.Text(at, names.back());
+            values.emplace_back(member.get(r));
           } else {
             using T = std::decay_t<decltype(r.*member)>;
-            if constexpr (std::is_same_v<T, std::string>) {
-              q.Text(at, r.*member);
-            } else if constexpr (std::is_same_v<T, double>) {
-              q.Real(at, r.*member);
+            if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, double>) {
+              values.emplace_back(r.*member);
             } else {
-              q.Int(at, r.*member);
+              values.emplace_back(static_cast<int64_t>(r.*member));
             }
           }
         },
-        columns[i].member);
+        column.member);
   }
+  return values;
 }
 
 template <typename R>
-absl::StatusOr<R> Read(Statement& q, const std::vector<Column<R>>& columns) {
+absl::StatusOr<R> Read(const Row& q, const std::vector<Column<R>>& columns) {
   R r;
   absl::Status status;
   for (size_t i = 0; i < columns.size() && status.ok(); ++i) {
-    const int at = static_cast<int>(i);
     std::visit(
         [&](const auto& member) {
           using M = std::decay_t<decltype(member)>;
           if constexpr (std::is_same_v<M, Named<R>>) {
-            status = member.set(r, q.ColumnText(at));
+            status = member.set(r, q.Text(i));
           } else {
             using T = std::decay_t<decltype(r.*member)>;
             if constexpr (std::is_same_v<T, std::string>) {
-              r.*member = q.ColumnText(at);
+              r.*member = q.Text(i);
             } else if constexpr (std::is_same_v<T, double>) {
-              r.*member = q.ColumnReal(at);
+              r.*member = q.Real(i);
             } else {
-              r.*member = static_cast<T>(q.ColumnInt(at));
+              r.*member = static_cast<T>(q.Int(i));
             }
           }
         },
@@ -184,90 +178,118 @@ CREATE TABLE IF NOT EXISTS jobs (
   started_ms INTEGER, finished_ms INTEGER, workload_json TEXT, catalog_json TEXT, plan_json TEXT,
   target_iterations REAL, predicted_time_s REAL, predicted_cost_usd REAL, iterations_done REAL,
   loss REAL, steps_lost REAL,
-  last_event_seq INTEGER, ps_addresses TEXT, next_worker_index INTEGER, takeovers INTEGER);
+  last_event_seq INTEGER, ps_addresses TEXT, next_worker_index INTEGER, takeovers INTEGER{ROWID});
 CREATE TABLE IF NOT EXISTS instances (
   job_id TEXT NOT NULL REFERENCES jobs(id), id TEXT NOT NULL, role TEXT, instance_type TEXT,
   idx INTEGER, reason TEXT, launch_token TEXT, price_per_hour REAL, predicted_iteration_s REAL,
   metadata_endpoint TEXT, metadata_cloud TEXT, state TEXT, launched_ms INTEGER,
-  ended_ms INTEGER, PRIMARY KEY (job_id, id));
+  ended_ms INTEGER, PRIMARY KEY (job_id, id){ROWID});
 CREATE TABLE IF NOT EXISTS revocations (
   job_id TEXT NOT NULL REFERENCES jobs(id), instance_id TEXT NOT NULL, kind TEXT,
   cloud_notice_ms INTEGER, effective_ms INTEGER, received_ms INTEGER, replanned_ms INTEGER,
   replan_json TEXT, takeover_token TEXT, takeover_ids TEXT, takeover_first_index INTEGER,
   takeover_launched_ms INTEGER,
   takeover_reported_ms INTEGER, ended_ms INTEGER, status TEXT, detail TEXT,
-  PRIMARY KEY (job_id, instance_id));
+  PRIMARY KEY (job_id, instance_id){ROWID});
 CREATE TABLE IF NOT EXISTS events (
-  job_id TEXT NOT NULL REFERENCES jobs(id), at_ms INTEGER, kind TEXT, detail TEXT);
+  job_id TEXT NOT NULL REFERENCES jobs(id), at_ms INTEGER, kind TEXT, detail TEXT{ROWID});
 CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id);
 CREATE TABLE IF NOT EXISTS progress (
-  job_id TEXT NOT NULL REFERENCES jobs(id), at_ms INTEGER, iterations REAL, loss REAL);
+  job_id TEXT NOT NULL REFERENCES jobs(id), at_ms INTEGER, iterations REAL, loss REAL{ROWID});
 CREATE INDEX IF NOT EXISTS progress_by_job ON progress (job_id);
 )sql";
 
-// INSERT [OR REPLACE] of every column.
-template <typename R>
-absl::Status Insert(sqlite3* db, const char* verb, const char* table,
-                    const std::vector<Column<R>>& columns, const R& r) {
-  std::vector<std::string> marks;
-  for (size_t i = 1; i <= columns.size(); ++i) marks.push_back(absl::StrCat("?", i));
-  const std::string sql = absl::StrCat(verb, " INTO ", table, " (", ColumnList(columns),
-                                       ") VALUES (", absl::StrJoin(marks, ", "), ")");
-  Statement q(db, sql.c_str());
-  if (!q.status().ok()) return q.status();
-  std::vector<std::string> names;
-  Bind(q, columns, r, names);
-  return q.Run(absl::StrCat("writing ", table));
+// Version 1: the schema as of the first versioned release, made from nothing or from a job store
+// an earlier release wrote (the columns it lacks added).
+absl::Status SchemaV1(db::Database& db) {
+  if (absl::Status s = db.ExecDdl(kSchema); !s.ok()) return s;
+  for (const auto& [table, column, type] :
+       {std::tuple{"instances", "metadata_cloud", "TEXT"}, std::tuple{"jobs", "loss", "REAL"},
+        std::tuple{"jobs", "steps_lost", "REAL"}}) {
+    if (absl::Status s = db.AddColumnIfMissing(table, column, type); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
-// Every row of `table` for a job, in insertion order.
+const db::Migration kMigrations[] = {{1, SchemaV1}};
+
+// An INSERT of every column; with `key` (its key columns), one that replaces the row with that
+// key (an upsert: the row keeps its place in insertion order).
 template <typename R>
-absl::StatusOr<std::vector<R>> SelectForJob(sqlite3* db, const char* table, const char* job_column,
-                                            const std::vector<Column<R>>& columns,
-                                            const std::string& job_id) {
-  const std::string sql = absl::StrCat("SELECT ", ColumnList(columns), " FROM ", table, " WHERE ",
-                                       job_column, " = ?1 ORDER BY rowid");
-  Statement q(db, sql.c_str());
-  if (!q.status().ok()) return q.status();
-  q.Text(1, job_id);
-  std::vector<R> out;
-  while (true) {
-    auto row = q.Step(absl::StrCat("reading ", table));
-    if (!row.ok()) return row.status();
-    if (!*row) return out;
-    absl::StatusOr<R> record = Read(q, columns);
-    if (!record.ok()) return record.status();
-    out.push_back(*std::move(record));
+absl::Status Insert(db::Database& db, const char* table, const std::vector<Column<R>>& columns,
+                    const R& r, absl::string_view key = {}) {
+  std::vector<std::string> marks, updates;
+  for (size_t i = 1; i <= columns.size(); ++i) marks.push_back(absl::StrCat("?", i));
+  for (const Column<R>& c : columns) {
+    if (!absl::StrContains(absl::StrCat(", ", key, ", "), absl::StrCat(", ", c.name, ", "))) {
+      updates.push_back(absl::StrCat(c.name, " = excluded.", c.name));
+    }
   }
+  std::string sql = absl::StrCat("INSERT INTO ", table, " (", ColumnList(columns), ") VALUES (",
+                                 absl::StrJoin(marks, ", "), ")");
+  if (!key.empty()) {
+    absl::StrAppend(&sql, " ON CONFLICT (", key, ") DO UPDATE SET ",
+                    absl::StrJoin(updates, ", "));
+  }
+  absl::StatusOr<int64_t> done = db.Exec(sql, Values(columns, r));
+  if (!done.ok()) {
+    return absl::Status(done.status().code(),
+                        absl::StrCat("writing ", table, ": ", done.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+// Rows of `table` (for a job, or all with `job_column` null), in insertion order unless `order`
+// says another.
+template <typename R>
+absl::StatusOr<std::vector<R>> Select(db::Database& db, const char* table, const char* job_column,
+                                      const std::vector<Column<R>>& columns,
+                                      const std::string& job_id, const char* order = "rowid") {
+  const std::string sql =
+      absl::StrCat("SELECT ", ColumnList(columns), " FROM ", table,
+                   job_column == nullptr ? "" : absl::StrCat(" WHERE ", job_column, " = ?1"),
+                   " ORDER BY ", order);
+  std::vector<R> out;
+  absl::Status status = db.Query(
+      sql, job_column == nullptr ? std::vector<Value>{} : std::vector<Value>{job_id},
+      [&](const Row& row) -> absl::Status {
+        absl::StatusOr<R> record = Read(row, columns);
+        if (!record.ok()) return record.status();
+        out.push_back(*std::move(record));
+        return absl::OkStatus();
+      });
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("reading ", table, ": ", status.message()));
+  }
+  return out;
+}
+
+const std::vector<Column<JobEventRecord>>& EventColumns() {
+  static const auto* columns =
+      new std::vector<Column<JobEventRecord>>{{"at_ms", &JobEventRecord::at_ms},
+                                              {"kind", &JobEventRecord::kind},
+                                              {"detail", &JobEventRecord::detail}};
+  return *columns;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
-  absl::StatusOr<sqlite3*> db = sql::OpenDatabase(path, "job db", kSchema);
+JobStore::JobStore(std::unique_ptr<db::Database> db) : db_(std::move(db)) {}
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& spec) {
+  absl::StatusOr<std::unique_ptr<db::Database>> db =
+      db::OpenStore(spec, "job db", "spotdnn_jobs", kMigrations);
   if (!db.ok()) return db.status();
-  // A job store from an earlier version: the columns it lacks are added.
-  for (const auto& [table, column, type] :
-       {std::tuple{"instances", "metadata_cloud", "TEXT"}, std::tuple{"jobs", "loss", "REAL"},
-        std::tuple{"jobs", "steps_lost", "REAL"}}) {
-    if (absl::Status s = sql::AddColumnIfMissing(*db, table, column, type); !s.ok()) {
-      sqlite3_close(*db);
-      return s;
-    }
-  }
-  return std::unique_ptr<JobStore>(new JobStore(*db));
+  return std::unique_ptr<JobStore>(new JobStore(*std::move(db)));
 }
 
-JobStore::~JobStore() {
-  absl::MutexLock lock(&mu_);
-  sqlite3_close(db_);
-}
+JobStore::~JobStore() = default;
 
 absl::Status JobStore::CreateJob(const JobRecord& job) {
   if (job.id.empty()) return absl::InvalidArgumentError("job id is empty");
   absl::MutexLock lock(&mu_);
-  absl::Status s = Insert(db_, "INSERT", "jobs", JobColumns(), job);
-  if (absl::IsInvalidArgument(s)) {  // the primary key
+  absl::Status s = Insert(*db_, "jobs", JobColumns(), job);
+  if (absl::IsAlreadyExists(s)) {  // the primary key
     return absl::AlreadyExistsError(
         absl::StrCat("job \"", job.id, "\" already exists: resume it with `spotdnn run --resume ",
                      job.id, "` or give the job another name"));
@@ -277,7 +299,7 @@ absl::Status JobStore::CreateJob(const JobRecord& job) {
 
 absl::StatusOr<JobRecord> JobStore::GetJob(const std::string& id) {
   absl::MutexLock lock(&mu_);
-  auto rows = SelectForJob(db_, "jobs", "id", JobColumns(), id);
+  auto rows = Select(*db_, "jobs", "id", JobColumns(), id);
   if (!rows.ok()) return rows.status();
   if (rows->empty()) {
     return absl::NotFoundError(absl::StrCat("job \"", id, "\" is not in the job store"));
@@ -287,100 +309,68 @@ absl::StatusOr<JobRecord> JobStore::GetJob(const std::string& id) {
 
 absl::StatusOr<std::vector<JobRecord>> JobStore::ListJobs() {
   absl::MutexLock lock(&mu_);
-  const std::string sql =
-      absl::StrCat("SELECT ", ColumnList(JobColumns()), " FROM jobs ORDER BY created_ms, id");
-  Statement q(db_, sql.c_str());
-  if (!q.status().ok()) return q.status();
-  std::vector<JobRecord> out;
-  while (true) {
-    auto row = q.Step("reading jobs");
-    if (!row.ok()) return row.status();
-    if (!*row) return out;
-    absl::StatusOr<JobRecord> record = Read(q, JobColumns());
-    if (!record.ok()) return record.status();
-    out.push_back(*std::move(record));
-  }
+  return Select(*db_, "jobs", nullptr, JobColumns(), "", "created_ms, id");
 }
 
 absl::Status JobStore::UpdateJob(const JobRecord& job) {
   absl::MutexLock lock(&mu_);
-  {
-    Statement q(db_, "SELECT 1 FROM jobs WHERE id = ?1");
-    if (!q.status().ok()) return q.status();
-    q.Text(1, job.id);
-    auto row = q.Step("reading jobs");
-    if (!row.ok()) return row.status();
-    if (!*row) return absl::NotFoundError(absl::StrCat("job \"", job.id, "\" is not stored"));
-  }
-  return Insert(db_, "INSERT OR REPLACE", "jobs", JobColumns(), job);
+  auto row = db_->QueryOne("SELECT 1 FROM jobs WHERE id = ?1", {job.id});
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::NotFoundError(absl::StrCat("job \"", job.id, "\" is not stored"));
+  return Insert(*db_, "jobs", JobColumns(), job, "id");
 }
 
 absl::Status JobStore::PutInstance(const InstanceRecord& instance) {
   absl::MutexLock lock(&mu_);
-  return Insert(db_, "INSERT OR REPLACE", "instances", InstanceColumns(), instance);
+  return Insert(*db_, "instances", InstanceColumns(), instance, "job_id, id");
 }
 
 absl::StatusOr<std::vector<InstanceRecord>> JobStore::Instances(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  return SelectForJob(db_, "instances", "job_id", InstanceColumns(), job_id);
+  return Select(*db_, "instances", "job_id", InstanceColumns(), job_id);
 }
 
 absl::Status JobStore::PutRevocation(const RevocationRecord& revocation) {
   absl::MutexLock lock(&mu_);
-  return Insert(db_, "INSERT OR REPLACE", "revocations", RevocationColumns(), revocation);
+  return Insert(*db_, "revocations", RevocationColumns(), revocation, "job_id, instance_id");
 }
 
 absl::StatusOr<std::vector<RevocationRecord>> JobStore::Revocations(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  return SelectForJob(db_, "revocations", "job_id", RevocationColumns(), job_id);
+  return Select(*db_, "revocations", "job_id", RevocationColumns(), job_id);
 }
 
 absl::Status JobStore::AddEvent(const std::string& job_id, const std::string& kind,
                                 const std::string& detail, int64_t at_ms) {
   absl::MutexLock lock(&mu_);
-  Statement q(db_, "INSERT INTO events (job_id, at_ms, kind, detail) VALUES (?1, ?2, ?3, ?4)");
-  if (!q.status().ok()) return q.status();
-  q.Text(1, job_id);
-  q.Int(2, at_ms);
-  q.Text(3, kind);
-  q.Text(4, detail);
-  return q.Run("writing events");
+  auto done = db_->Exec("INSERT INTO events (job_id, at_ms, kind, detail) VALUES (?1, ?2, ?3, ?4)",
+                        {job_id, at_ms, kind, detail});
+  return done.ok() ? absl::OkStatus() : done.status();
 }
 
 absl::StatusOr<std::vector<JobEventRecord>> JobStore::Events(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  static const auto* columns =
-      new std::vector<Column<JobEventRecord>>{{"at_ms", &JobEventRecord::at_ms},
-                                              {"kind", &JobEventRecord::kind},
-                                              {"detail", &JobEventRecord::detail}};
-  return SelectForJob(db_, "events", "job_id", *columns, job_id);
+  return Select(*db_, "events", "job_id", EventColumns(), job_id);
 }
 
 absl::Status JobStore::AddProgress(const std::string& job_id, const ProgressRecord& point) {
   absl::MutexLock lock(&mu_);
-  Statement q(db_,
-              "INSERT INTO progress (job_id, at_ms, iterations, loss) VALUES (?1, ?2, ?3, ?4)");
-  if (!q.status().ok()) return q.status();
-  q.Text(1, job_id);
-  q.Int(2, point.at_ms);
-  q.Real(3, point.iterations);
-  q.Real(4, point.loss);
-  return q.Run("writing progress");
+  auto done = db_->Exec(
+      "INSERT INTO progress (job_id, at_ms, iterations, loss) VALUES (?1, ?2, ?3, ?4)",
+      {job_id, point.at_ms, point.iterations, point.loss});
+  return done.ok() ? absl::OkStatus() : done.status();
 }
 
 absl::StatusOr<std::vector<ProgressRecord>> JobStore::Progress(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  Statement q(db_, "SELECT at_ms, iterations, loss FROM progress WHERE job_id = ?1 ORDER BY rowid");
-  if (!q.status().ok()) return q.status();
-  q.Text(1, job_id);
+  auto rows = db_->QueryAll(
+      "SELECT at_ms, iterations, loss FROM progress WHERE job_id = ?1 ORDER BY rowid", {job_id});
+  if (!rows.ok()) return rows.status();
   std::vector<ProgressRecord> out;
-  while (true) {
-    auto row = q.Step("reading progress");
-    if (!row.ok()) return row.status();
-    if (!*row) return out;
-    out.push_back(
-        {.at_ms = q.ColumnInt(0), .iterations = q.ColumnReal(1), .loss = q.ColumnReal(2)});
+  for (const Row& r : *rows) {
+    out.push_back({.at_ms = r.Int(0), .iterations = r.Real(1), .loss = r.Real(2)});
   }
+  return out;
 }
 
 }  // namespace spotdnn::job

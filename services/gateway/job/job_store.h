@@ -1,4 +1,4 @@
-// The gateway's job state, in SQLite: each job's spec, plan and progress; every instance
+// The gateway's job state, in SQLite or PostgreSQL (services/common/db): each job's spec, plan and progress; every instance
 // it launched (and why); every revocation it handled, with the times that measure the handling;
 // and a log of what happened. `spotdnn run --resume` rebuilds a job from here after the gateway
 // died, so every decision is written before it is acted on (launch intents carry the client token
@@ -18,7 +18,9 @@
 #include "provisioner/launcher/cloud_provider.h"
 #include "services/gateway/job/job_types.h"
 
-struct sqlite3;
+namespace spotdnn::db {
+class Database;
+}  // namespace spotdnn::db
 
 namespace spotdnn::job {
 
@@ -98,11 +100,13 @@ struct JobEventRecord {
   std::string detail;
 };
 
-// Thread-safe. Several processes may open the same file (SQLite locking, WAL).
+// Thread-safe. Several processes may open the same store (SQLite locking and WAL, or PostgreSQL).
 class JobStore {
  public:
-  // Opens or creates the database (and its folder). UNAVAILABLE naming the path when it cannot.
-  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
+  // Opens (creating or migrating its schema) the store at `spec`: a file (PATH or sqlite:PATH, its
+  // folder created too) or a postgres://… URI (see db::ParseStoreSpec). INVALID_ARGUMENT for a
+  // bad spec; UNAVAILABLE naming it when it cannot be opened.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& spec);
   ~JobStore();
   JobStore(const JobStore&) = delete;
   JobStore& operator=(const JobStore&) = delete;
@@ -132,10 +136,10 @@ class JobStore {
   absl::StatusOr<std::vector<ProgressRecord>> Progress(const std::string& job_id);
 
  private:
-  explicit JobStore(sqlite3* db) : db_(db) {}
+  explicit JobStore(std::unique_ptr<db::Database> db);
 
   absl::Mutex mu_;
-  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<db::Database> db_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace spotdnn::job

@@ -1,0 +1,24 @@
+// The two backends of services/common/db/database.h, opened by OpenStore.
+#ifndef SPOTDNN_SERVICES_COMMON_DB_BACKENDS_H_
+#define SPOTDNN_SERVICES_COMMON_DB_BACKENDS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "services/common/db/database.h"
+
+namespace spotdnn::db {
+
+// The SQLite file at `path` (":memory:" for a private database), its folder created as needed.
+absl::StatusOr<std::unique_ptr<Database>> OpenSqlite(const std::string& path,
+                                                     absl::string_view field);
+// The PostgreSQL database at libpq URI `uri`, the store's tables in schema `name` (created).
+absl::StatusOr<std::unique_ptr<Database>> OpenPostgres(const std::string& uri,
+                                                       absl::string_view field,
+                                                       absl::string_view name);
+
+}  // namespace spotdnn::db
+
+#endif  // SPOTDNN_SERVICES_COMMON_DB_BACKENDS_H_

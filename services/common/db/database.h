@@ -1,0 +1,174 @@
+// The database layer every store uses (profiles, jobs, the detector), on two backends: SQLite (the
+// embedded default: a file on this machine) and PostgreSQL through libpq (a database several hosts
+// share). A store writes each statement once, in the SQL both speak, with `?N` positional
+// parameters; the few differences are the dialect's (see Database::Ddl). Errors are absl::Status
+// with a code for the kind of failure (UNAVAILABLE and ABORTED may be retried: IsRetryable), and
+// transactions are retried whole by one helper (Retry). No gRPC: domain stores use it too.
+#ifndef SPOTDNN_SERVICES_COMMON_DB_DATABASE_H_
+#define SPOTDNN_SERVICES_COMMON_DB_DATABASE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace spotdnn::db {
+
+enum class Backend { kSqlite, kPostgres };
+
+// Where a store lives, parsed from a store spec.
+struct StoreSpec {
+  Backend backend = Backend::kSqlite;
+  // The SQLite file (":memory:" for a private one), or the libpq URI.
+  std::string target;
+};
+
+// Parses a store spec given as `field` (a flag such as "--store", named in every error with the
+// value): `PATH` or `sqlite:PATH` (SQLite), `postgres://…` or `postgresql://…` (a libpq URI).
+// INVALID_ARGUMENT for an empty spec or path, an unknown scheme, or a password inside the URI (it
+// would show in `ps`; libpq reads it from PGPASSFILE, PGPASSWORD or ~/.pgpass instead).
+absl::StatusOr<StoreSpec> ParseStoreSpec(absl::string_view spec, absl::string_view field);
+
+// A value bound to a parameter or read from a column.
+using Value = std::variant<std::nullptr_t, std::int64_t, double, std::string>;
+
+// One result row. Columns convert as SQL would: a missing or NULL value reads as 0 or "".
+class Row {
+ public:
+  explicit Row(std::vector<Value> values) : values_(std::move(values)) {}
+  std::string Text(size_t i) const;
+  std::int64_t Int(size_t i) const;
+  double Real(size_t i) const;
+  bool IsNull(size_t i) const;
+  size_t size() const { return values_.size(); }
+
+ private:
+  std::vector<Value> values_;
+};
+
+// UNAVAILABLE (the database busy, unreachable or its connection lost) and ABORTED (a
+// serialization failure or deadlock): the same work may succeed when tried again.
+bool IsRetryable(const absl::Status& status);
+
+// How often and how patiently Retry tries.
+struct RetryPolicy {
+  int max_attempts = 1;  // 1: no retry
+  absl::Duration initial_backoff = absl::Milliseconds(50);
+  absl::Duration max_backoff = absl::Seconds(2);
+};
+
+// Runs `attempt` until it succeeds, fails with an error that is not retryable, or has been tried
+// `policy.max_attempts` times, sleeping between tries (doubling from initial_backoff, jittered).
+// `before_retry` runs before each further try (a backend reconnecting). The last status.
+absl::Status Retry(const RetryPolicy& policy, const std::function<absl::Status()>& attempt,
+                   const std::function<void()>& before_retry = nullptr);
+
+// A connection to one store's database. Not thread-safe: the stores serialize their calls.
+class Database {
+ public:
+  using RowFn = std::function<absl::Status(const Row&)>;
+  using Body = std::function<absl::Status()>;
+
+  virtual ~Database() = default;
+  Database(const Database&) = delete;
+  Database& operator=(const Database&) = delete;
+
+  virtual Backend backend() const = 0;
+  // What the store is opened from (the path, or the URI), for messages.
+  const std::string& where() const { return where_; }
+
+  // Runs one statement with `params` bound to ?1..?N; the number of rows it changed. Outside a
+  // transaction a retryable failure is retried (see Retry).
+  absl::StatusOr<std::int64_t> Exec(absl::string_view sql, absl::Span<const Value> params = {});
+  // Runs one query, calling `row` for each row (its error ends the query and is returned).
+  absl::Status Query(absl::string_view sql, absl::Span<const Value> params, const RowFn& row);
+  // Every row of a query.
+  absl::StatusOr<std::vector<Row>> QueryAll(absl::string_view sql,
+                                            absl::Span<const Value> params = {});
+  // The first row of a query, or nullopt when it has none.
+  absl::StatusOr<std::optional<Row>> QueryOne(absl::string_view sql,
+                                              absl::Span<const Value> params = {});
+  // Runs DDL (several statements, no parameters) as rendered by Ddl.
+  absl::Status ExecDdl(absl::string_view ddl);
+
+  // Runs `body` in a write transaction: one writer at a time per store (SQLite BEGIN IMMEDIATE;
+  // PostgreSQL a transaction holding the store's advisory lock). Committed when `body` returns
+  // OK, rolled back otherwise; tried again whole on a retryable failure, so `body` must start
+  // from scratch each time.
+  absl::Status Write(const Body& body);
+  // Runs `body` in a read-only transaction that sees one snapshot while writers carry on.
+  absl::Status Read(const Body& body);
+
+  // The dialect hook for schemas. A schema is written as SQLite would have it; on PostgreSQL
+  // TEXT compares bytewise (COLLATE "C", as SQLite does), INTEGER is BIGINT, REAL is DOUBLE
+  // PRECISION, BLOB is BYTEA, "INTEGER PRIMARY KEY AUTOINCREMENT" an identity column, and the
+  // marker {ROWID} (left out on SQLite, where every table has one) adds a `rowid` column that
+  // numbers rows in insertion order, so `ORDER BY rowid` reads the same on both.
+  virtual std::string Ddl(absl::string_view schema) const = 0;
+  // The columns `table` has (empty when it does not exist).
+  virtual absl::StatusOr<std::set<std::string>> Columns(absl::string_view table) = 0;
+  // Adds `column` of SQL `type` (rendered by Ddl) to `table` unless it has it: a store migrating
+  // a database an earlier version wrote.
+  absl::Status AddColumnIfMissing(absl::string_view table, absl::string_view column,
+                                  absl::string_view type);
+
+ protected:
+  enum class TxKind { kWrite, kRead };
+  Database(std::string where, RetryPolicy retry) : where_(std::move(where)), retry_(retry) {}
+
+  virtual absl::StatusOr<std::int64_t> DoExec(absl::string_view sql,
+                                              absl::Span<const Value> params) = 0;
+  virtual absl::Status DoQuery(absl::string_view sql, absl::Span<const Value> params,
+                               const RowFn& row) = 0;
+  virtual absl::Status DoScript(const std::string& sql) = 0;
+  virtual absl::Status Begin(TxKind kind) = 0;
+  virtual absl::Status Commit() = 0;
+  virtual void Rollback() = 0;
+  // Before a retry: whatever makes the next try possible (reconnecting). Nothing by default.
+  virtual void Recover() {}
+
+ private:
+  absl::Status Transact(TxKind kind, const Body& body);
+  // Retries `attempt` unless a transaction is open (its owner retries the whole transaction).
+  absl::Status Retried(const std::function<absl::Status()>& attempt);
+
+  std::string where_;
+  RetryPolicy retry_;
+  bool in_transaction_ = false;
+};
+
+// One step of a store's schema: version `version` made by `apply` (in the migration's
+// transaction).
+struct Migration {
+  int version;
+  std::function<absl::Status(Database&)> apply;
+};
+
+// Opens the store at `spec` (see ParseStoreSpec; `field` names it in errors) and brings its schema
+// to the last of `migrations` (ascending versions), recorded in its schema_version table. SQLite:
+// the file (and its folder) created as needed, a 10 s busy timeout, WAL, foreign keys. PostgreSQL:
+// the store's tables live in the schema named `name` (so several stores share one database), and
+// the migration runs under an advisory lock so processes starting together do not race.
+// UNAVAILABLE naming `field` and the spec when it cannot connect or migrate; FAILED_PRECONDITION
+// when a newer version wrote the schema.
+absl::StatusOr<std::unique_ptr<Database>> OpenStore(absl::string_view spec, absl::string_view field,
+                                                    absl::string_view name,
+                                                    absl::Span<const Migration> migrations);
+
+// The schema version recorded in `db` (0 when none is).
+absl::StatusOr<int> SchemaVersion(Database& db);
+
+}  // namespace spotdnn::db
+
+#endif  // SPOTDNN_SERVICES_COMMON_DB_DATABASE_H_
