@@ -34,7 +34,9 @@ namespace spotdnn::detector {
 
 // How a detector runs.
 struct DetectorOptions {
-  std::string db_path = ":memory:";  // SQLite file; ":memory:" keeps nothing across restarts
+  // The store (db::ParseStoreSpec): a SQLite file (":memory:" keeps nothing across restarts) or a
+  // postgres://… URI.
+  std::string db_path = ":memory:";
   PollerOptions poller;              // for instances with a metadata endpoint
   absl::Duration heartbeat_interval = absl::Seconds(1);  // agents' heartbeat interval
   int lost_after_intervals = 3;  // missed heartbeat intervals before an instance is lost

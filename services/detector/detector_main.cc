@@ -7,6 +7,7 @@
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "detector/detector.h"
+#include "services/common/db/database.h"
 #include "services/common/program.h"
 #include "services/common/security_flags.h"
 #include "services/common/server.h"
@@ -18,7 +19,12 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50054",
           "host:port to serve on; port 0 picks a free port (logged, and written to --port_file)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
 ABSL_FLAG(std::string, db, "spotdnn-detector.db",
-          "SQLite file of registrations and events (\":memory:\" keeps nothing)");
+          "SQLite file of registrations and events (\":memory:\" keeps nothing), unless --store "
+          "names the store");
+ABSL_FLAG(std::string, store, "",
+          "the store of registrations and events: sqlite:PATH or postgres://USER@HOST/DB (a libpq "
+          "URI; the password from PGPASSFILE, ~/.pgpass or PGPASSWORD, never in the URI); "
+          "default: --db");
 ABSL_FLAG(absl::Duration, poll_interval, absl::Seconds(1),
           "interval of the AWS and Azure metadata polls this replica makes");
 ABSL_FLAG(absl::Duration, request_timeout, absl::Milliseconds(800),
@@ -62,7 +68,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   spotdnn::detector::DetectorOptions options;
-  options.db_path = absl::GetFlag(FLAGS_db);
+  auto store =
+      spotdnn::db::ChosenStoreSpec(absl::GetFlag(FLAGS_store), "--store", absl::GetFlag(FLAGS_db));
+  if (!store.ok()) {
+    logger->error("{}", std::string(store.status().message()));
+    return 2;
+  }
+  options.db_path = *store;
   options.poller.interval = absl::GetFlag(FLAGS_poll_interval);
   options.poller.request_timeout = absl::GetFlag(FLAGS_request_timeout);
   options.poller.gce_long_poll_timeout_s = absl::GetFlag(FLAGS_gce_long_poll_timeout_s);

@@ -9,6 +9,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "profiler/profile_store.h"
+#include "services/common/db/database.h"
 #include "services/common/program.h"
 #include "services/common/security_flags.h"
 #include "services/common/server.h"
@@ -20,7 +21,12 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50053",
           "host:port to serve on; port 0 picks a free port (logged, and written to --port_file)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
 ABSL_FLAG(std::string, db, "spotdnn-profiles.db",
-          "SQLite database of runs, samples and profiles (created if missing; WAL mode)");
+          "SQLite database of runs, samples and profiles (created if missing; WAL mode), unless "
+          "--store names the store");
+ABSL_FLAG(std::string, store, "",
+          "the store of runs, samples and profiles: sqlite:PATH or postgres://USER@HOST/DB (a "
+          "libpq URI; the password from PGPASSFILE, ~/.pgpass or PGPASSWORD, never in the URI); "
+          "default: --db");
 ABSL_FLAG(std::vector<std::string>, import_root, {},
           "comma-separated absolute folders under which ImportLog may read a path the client "
           "names (regular files only, no symbolic links below the folder, no \"..\"); none by "
@@ -51,13 +57,19 @@ int main(int argc, char** argv) {
     logger->error("--max_import_bytes = 0: must be positive");
     return 2;
   }
-  const std::string db = absl::GetFlag(FLAGS_db);
-  auto store = spotdnn::profiler::ProfileStore::Open(db);
-  if (!store.ok()) {
-    logger->error("--db: {}", std::string(store.status().message()));
+  auto db =
+      spotdnn::db::ChosenStoreSpec(absl::GetFlag(FLAGS_store), "--store", absl::GetFlag(FLAGS_db));
+  if (!db.ok()) {
+    logger->error("{}", std::string(db.status().message()));
     return 2;
   }
-  logger->info("profile store {}", db);
+  auto store = spotdnn::profiler::ProfileStore::Open(*db);
+  if (!store.ok()) {
+    logger->error("{}: {}", absl::GetFlag(FLAGS_store).empty() ? "--db" : "--store",
+                  std::string(store.status().message()));
+    return 2;
+  }
+  logger->info("profile store {}", *db);
   if (options.import_roots.empty()) {
     logger->info("imports by path: none (no --import_root); clients send content");
   } else {

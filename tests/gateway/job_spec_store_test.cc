@@ -21,6 +21,7 @@
 #include "spotdnn/v1/profiler_mock.grpc.pb.h"
 #include "spotdnn/v1/provisioner_mock.grpc.pb.h"
 #include "tests/gateway/cli_runner.h"
+#include "tests/testing/postgres_server.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -188,9 +189,27 @@ class JobStoreTest : public ::testing::Test {
   fs::path dir_;
 };
 
-TEST_F(JobStoreTest, JobsInstancesRevocationsAndEventsSurviveAReopen) {
+// The job store itself, on SQLite and PostgreSQL.
+class JobStoreBackendTest : public JobStoreTest,
+                            public ::testing::WithParamInterface<testing_util::StoreBackend> {
+ protected:
+  void SetUp() override {
+    JobStoreTest::SetUp();
+    auto spec = testing_util::FreshStoreSpec(GetParam(), (dir_ / "jobs.db").string());
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec_ = *spec;
+  }
+  std::string spec_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, JobStoreBackendTest,
+                         ::testing::Values(testing_util::StoreBackend::kSqlite,
+                                           testing_util::StoreBackend::kPostgres),
+                         testing_util::StoreBackendName);
+
+TEST_P(JobStoreBackendTest, JobsInstancesRevocationsAndEventsSurviveAReopen) {
   {
-    auto store = JobStore::Open((dir_ / "jobs.db").string());
+    auto store = JobStore::Open(spec_);
     ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE(
         (*store)->CreateJob({.id = "j", .state = JobState::kLaunching, .created_ms = 1}).ok());
@@ -220,7 +239,7 @@ TEST_F(JobStoreTest, JobsInstancesRevocationsAndEventsSurviveAReopen) {
             .ok());
     ASSERT_TRUE((*store)->AddEvent("j", "notice", "i-1", 77).ok());
   }
-  auto store = JobStore::Open((dir_ / "jobs.db").string());
+  auto store = JobStore::Open(spec_);
   ASSERT_TRUE(store.ok());
   auto job = (*store)->GetJob("j");
   ASSERT_TRUE(job.ok());
@@ -240,6 +259,41 @@ TEST_F(JobStoreTest, JobsInstancesRevocationsAndEventsSurviveAReopen) {
   EXPECT_EQ((*store)->Events("j")->front().at_ms, 77);
   EXPECT_EQ((*store)->GetJob("nope").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*store)->ListJobs()->size(), 1u);
+}
+
+// Rows come back per job in the order they were first written (a replaced instance keeps its
+// place), jobs by creation time, and the training curve point by point.
+TEST_P(JobStoreBackendTest, RowsKeepTheirOrderAndJobsStayApart) {
+  auto store = JobStore::Open(spec_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->CreateJob({.id = "late", .created_ms = 20}).ok());
+  ASSERT_TRUE((*store)->CreateJob({.id = "early", .created_ms = 10}).ok());
+  for (const char* id : {"i-b", "i-a", "i-c"}) {
+    ASSERT_TRUE((*store)->PutInstance({.job_id = "early", .id = id, .index = 1}).ok());
+  }
+  ASSERT_TRUE((*store)->PutInstance({.job_id = "late", .id = "i-a", .index = 9}).ok());
+  ASSERT_TRUE((*store)->PutInstance({.job_id = "early", .id = "i-b", .index = 2}).ok());
+  auto instances = (*store)->Instances("early");
+  ASSERT_TRUE(instances.ok()) << instances.status();
+  ASSERT_EQ(instances->size(), 3u);
+  EXPECT_EQ((*instances)[0].id, "i-b");
+  EXPECT_EQ((*instances)[0].index, 2);
+  EXPECT_EQ((*instances)[1].id, "i-a");
+  EXPECT_EQ((*instances)[1].index, 1);  // the other job's i-a is its own
+  EXPECT_EQ((*instances)[2].id, "i-c");
+  auto jobs = (*store)->ListJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].id, "early");
+  for (int i = 3; i >= 1; --i) {
+    ASSERT_TRUE((*store)->AddProgress("late", {.at_ms = i, .iterations = i * 1.5, .loss = 0.1}).ok());
+  }
+  auto progress = (*store)->Progress("late");
+  ASSERT_TRUE(progress.ok());
+  ASSERT_EQ(progress->size(), 3u);
+  EXPECT_EQ((*progress)[0].at_ms, 3);
+  EXPECT_DOUBLE_EQ((*progress)[2].iterations, 1.5);
+  EXPECT_TRUE((*store)->Progress("early")->empty());
 }
 
 // After a reboot or a crash, a pid in stack.json may belong to another program: `spotdnn down`
@@ -266,6 +320,30 @@ TEST_F(JobStoreTest, DownNeverSignalsAProcessThatIsNotTheStacks) {
   EXPECT_EQ(waitpid(stranger, &status, WNOHANG), 0) << "spotdnn down signalled a stranger";
   kill(stranger, SIGKILL);
   waitpid(stranger, &status, 0);
+}
+
+// --store picks the job store; a bad spec (or a password in the URI) is bad input naming the flag.
+TEST_P(JobStoreBackendTest, TheCliReadsTheStoreNamedByStore) {
+  {
+    auto store = JobStore::Open(spec_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->CreateJob({.id = "elsewhere", .created_ms = 1}).ok());
+  }
+  CliRun jobs = Cli({"jobs", "--json", "--store", spec_, "--data-dir", dir_.string()});
+  EXPECT_EQ(jobs.code, kExitOk) << jobs.err;
+  EXPECT_THAT(jobs.out, HasSubstr("\"elsewhere\""));
+  CliRun data_dir = Cli({"jobs", "--json", "--data-dir", dir_.string() + "/other"});
+  EXPECT_EQ(data_dir.code, kExitOk) << data_dir.err;
+  EXPECT_THAT(data_dir.out, ::testing::Not(HasSubstr("elsewhere")));
+}
+
+TEST_F(JobStoreTest, ABadStoreSpecIsBadInputNamingTheFlag) {
+  for (const char* bad : {"mysql://db/jobs", "postgres://me:secret@db/jobs"}) {
+    CliRun status = Cli({"status", "j", "--store", bad, "--data-dir", dir_.string()});
+    EXPECT_EQ(status.code, kExitBadInput) << bad;
+    EXPECT_THAT(status.err, HasSubstr("--store = \""));
+    EXPECT_THAT(status.err, ::testing::Not(HasSubstr("secret")));
+  }
 }
 
 TEST_F(JobStoreTest, CliExplainsWhatIsMissing) {

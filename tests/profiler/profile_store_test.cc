@@ -1,10 +1,11 @@
-// The SQLite profile store: round trips, versions, reopening, all-or-nothing batches, one sample
+// The profile store on SQLite and PostgreSQL: round trips, versions, reopening, all-or-nothing batches, one sample
 // per (job, worker, step), and concurrent writers.
 #include "profiler/profile_store.h"
 
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -12,20 +13,29 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/postgres_server.h"
 
 namespace spotdnn::profiler {
 namespace {
 
 using ::testing::HasSubstr;
 
-class ProfileStoreTest : public ::testing::Test {
+using testing_util::StoreBackend;
+
+// SQLite files (the tests of databases earlier releases wrote); ProfileStoreTest below runs on
+// both backends.
+class SqliteProfileStoreTest : public ::testing::Test {
  protected:
+  virtual StoreBackend backend() const { return StoreBackend::kSqlite; }
   void SetUp() override {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');
     dir_ = std::filesystem::temp_directory_path() /
-           ("spotdnn-store-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+           ("spotdnn-store-" + std::to_string(getpid()) + "-" + name);
     std::filesystem::remove_all(dir_);
-    path_ = (dir_ / "sub" / "profiles.db").string();
+    auto spec = testing_util::FreshStoreSpec(backend(), (dir_ / "sub" / "profiles.db").string());
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    path_ = *spec;
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -57,10 +67,20 @@ class ProfileStoreTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
-  std::string path_;
+  std::string path_;  // the store's spec: a file, or a fresh PostgreSQL database
 };
 
-TEST_F(ProfileStoreTest, ProfilesAreVersionedByName) {
+class ProfileStoreTest : public SqliteProfileStoreTest,
+                         public ::testing::WithParamInterface<StoreBackend> {
+ protected:
+  StoreBackend backend() const override { return GetParam(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, ProfileStoreTest,
+                         ::testing::Values(StoreBackend::kSqlite, StoreBackend::kPostgres),
+                         testing_util::StoreBackendName);
+
+TEST_P(ProfileStoreTest, ProfilesAreVersionedByName) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
   auto doc = [](const std::string& body) {
@@ -90,7 +110,7 @@ TEST_F(ProfileStoreTest, ProfilesAreVersionedByName) {
   EXPECT_EQ(store->DeleteProfile("resnet").status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(ProfileStoreTest, SamplesAndProfilesSurviveAReopen) {
+TEST_P(ProfileStoreTest, SamplesAndProfilesSurviveAReopen) {
   {
     auto store = OpenStore();
     ASSERT_NE(store, nullptr);
@@ -133,7 +153,7 @@ TEST_F(ProfileStoreTest, SamplesAndProfilesSurviveAReopen) {
   EXPECT_EQ((*runs)[0].source, "test");
 }
 
-TEST_F(ProfileStoreTest, ABatchWithABadSampleStoresNothing) {
+TEST_P(ProfileStoreTest, ABatchWithABadSampleStoresNothing) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->AddSamples(std::vector<Sample>{MakeSample("a", 1)}, "t").ok());
@@ -147,7 +167,7 @@ TEST_F(ProfileStoreTest, ABatchWithABadSampleStoresNothing) {
   EXPECT_EQ(store->ListRuns()->size(), 1u);
 }
 
-TEST_F(ProfileStoreTest, ConcurrentWritersOnTheSameFileLoseNothing) {
+TEST_P(ProfileStoreTest, ConcurrentWritersOnTheSameFileLoseNothing) {
   auto first = OpenStore();
   ASSERT_NE(first, nullptr);
   constexpr int kWriters = 4, kBatches = 25, kBatch = 200;
@@ -179,7 +199,7 @@ TEST_F(ProfileStoreTest, ConcurrentWritersOnTheSameFileLoseNothing) {
   EXPECT_EQ(first->GetProfile("shared")->version, kWriters * kBatches);
 }
 
-TEST_F(ProfileStoreTest, NewSampleFieldsRoundTripAndAJobNamesItsRuns) {
+TEST_P(ProfileStoreTest, NewSampleFieldsRoundTripAndAJobNamesItsRuns) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
   Sample s = MakeSample("icac/v100-4/run-1", 0);
@@ -203,7 +223,7 @@ TEST_F(ProfileStoreTest, NewSampleFieldsRoundTripAndAJobNamesItsRuns) {
   EXPECT_EQ(both->size(), 3u);
 }
 
-TEST_F(ProfileStoreTest, ADatabaseFromBeforeTheNewColumnsIsMigrated) {
+TEST_F(SqliteProfileStoreTest, ADatabaseFromBeforeTheNewColumnsIsMigrated) {
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
   {
     // The samples table as the first release made it.
@@ -237,7 +257,7 @@ TEST_F(ProfileStoreTest, ADatabaseFromBeforeTheNewColumnsIsMigrated) {
   EXPECT_EQ((*all)[1].parameter_servers, 2);
 }
 
-TEST_F(ProfileStoreTest, OpenNamesAnUnusablePath) {
+TEST_F(SqliteProfileStoreTest, OpenNamesAnUnusablePath) {
   auto store = ProfileStore::Open("/proc/no-such-dir/x.db");
   EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(store.status().message(), HasSubstr("/proc/no-such-dir/x.db"));
@@ -249,7 +269,7 @@ TEST_F(ProfileStoreTest, OpenNamesAnUnusablePath) {
 namespace spotdnn::profiler {
 namespace {
 
-TEST_F(ProfileStoreTest, StoresEachJobWorkerAndStepOnce) {
+TEST_P(ProfileStoreTest, StoresEachJobWorkerAndStepOnce) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
   std::vector<Sample> batch;
@@ -289,7 +309,7 @@ TEST_F(ProfileStoreTest, StoresEachJobWorkerAndStepOnce) {
 }
 
 // Step 0 is a sample without a step number (a memory measurement): those differ by their fields.
-TEST_F(ProfileStoreTest, SamplesWithoutAStepAreToldApartByTheirFields) {
+TEST_P(ProfileStoreTest, SamplesWithoutAStepAreToldApartByTheirFields) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
   std::vector<Sample> memory;
@@ -304,7 +324,7 @@ TEST_F(ProfileStoreTest, SamplesWithoutAStepAreToldApartByTheirFields) {
   EXPECT_EQ(*store->CountSamples(), 3);
 }
 
-TEST_F(ProfileStoreTest, ADatabaseFromBeforeTheKeyLosesItsDuplicatesOnOpen) {
+TEST_F(SqliteProfileStoreTest, ADatabaseFromBeforeTheKeyLosesItsDuplicatesOnOpen) {
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
@@ -342,7 +362,7 @@ TEST_F(ProfileStoreTest, ADatabaseFromBeforeTheKeyLosesItsDuplicatesOnOpen) {
   EXPECT_EQ(*store->AddSamples(std::vector<Sample>{resend}, "t"), 0u);
 }
 
-TEST_F(ProfileStoreTest, RefusesIdsLongerThanTheLimitQuotingAPrefix) {
+TEST_P(ProfileStoreTest, RefusesIdsLongerThanTheLimitQuotingAPrefix) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
   Sample s = MakeSample(std::string(10 << 20, 'j'), 1);
@@ -362,7 +382,7 @@ namespace {
 
 // CountSamples counts what LoadSamples reads: a job with its runs ("J/..."), each sample once
 // however the ids overlap, and nothing of a job that only looks alike ("J-x", "J0", "J2").
-TEST_F(ProfileStoreTest, CountSamplesCountsAJobWithItsRunsOnce) {
+TEST_P(ProfileStoreTest, CountSamplesCountsAJobWithItsRunsOnce) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
   std::vector<Sample> batch;
@@ -395,7 +415,7 @@ TEST_F(ProfileStoreTest, CountSamplesCountsAJobWithItsRunsOnce) {
 // A database made by the store before the added columns were in the sample key (its key on all
 // fields of a sample without a step, "samples_without_step", lacked accuracy, parameter_servers
 // and cluster) gets the key on every field: two such samples differing only in a new field are two.
-TEST_F(ProfileStoreTest, ADatabaseWithTheEarlierFieldKeyGetsTheNewOne) {
+TEST_F(SqliteProfileStoreTest, ADatabaseWithTheEarlierFieldKeyGetsTheNewOne) {
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
   {
     sqlite3* db = nullptr;
@@ -450,7 +470,7 @@ TEST_F(ProfileStoreTest, ADatabaseWithTheEarlierFieldKeyGetsTheNewOne) {
 
 // A database with the added columns but no keys yet (as main's store made it) loses its
 // duplicate steps on open, the first kept.
-TEST_F(ProfileStoreTest, ADatabaseWithTheNewColumnsButNoKeyLosesItsDuplicates) {
+TEST_F(SqliteProfileStoreTest, ADatabaseWithTheNewColumnsButNoKeyLosesItsDuplicates) {
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
   {
     sqlite3* db = nullptr;

@@ -68,6 +68,14 @@ absl::StatusOr<StoreSpec> ParseStoreSpec(absl::string_view spec, absl::string_vi
   return StoreSpec{Backend::kSqlite, std::string(spec)};
 }
 
+absl::StatusOr<std::string> ChosenStoreSpec(absl::string_view store, absl::string_view store_flag,
+                                            absl::string_view default_path) {
+  if (store.empty()) return std::string(default_path);
+  absl::StatusOr<StoreSpec> spec = ParseStoreSpec(store, store_flag);
+  if (!spec.ok()) return spec.status();
+  return std::string(store);
+}
+
 std::string Row::Text(size_t i) const {
   if (i >= values_.size()) return "";
   const Value& v = values_[i];

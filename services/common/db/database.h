@@ -40,6 +40,11 @@ struct StoreSpec {
 // would show in `ps`; libpq reads it from PGPASSFILE, PGPASSWORD or ~/.pgpass instead).
 absl::StatusOr<StoreSpec> ParseStoreSpec(absl::string_view spec, absl::string_view field);
 
+// The store a program opens: `store` (a --store flag's value, checked by ParseStoreSpec and named
+// `store_flag` in its errors) when given, else the SQLite file `default_path` (an older path flag).
+absl::StatusOr<std::string> ChosenStoreSpec(absl::string_view store, absl::string_view store_flag,
+                                            absl::string_view default_path);
+
 // A value bound to a parameter or read from a column.
 using Value = std::variant<std::nullptr_t, std::int64_t, double, std::string>;
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "provisioner/launcher/provider_factory.h"
 #include "services/clients/service_clients.h"
+#include "services/common/db/database.h"
 #include "services/common/server.h"
 #include "services/gateway/cli/cli.h"
 #include "services/gateway/cli/command.h"
@@ -124,6 +125,20 @@ absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
   return buffer.str();
 }
 
+// The job store: --store SPEC (sqlite:PATH or postgres://…) or DATA_DIR/jobs.db.
+absl::StatusOr<std::unique_ptr<JobStore>> OpenJobStore(const Args& args) {
+  auto spec = db::ChosenStoreSpec(args.Get("--store").value_or(""), "--store",
+                                  (fs::path(DataDirOf(args)) / "jobs.db").string());
+  if (!spec.ok()) return spec.status();
+  return JobStore::Open(*spec);
+}
+
+FlagHelp StoreFlag() {
+  return {"--store", "SPEC",
+          "the job store: sqlite:PATH or postgres://USER@HOST/DB (a libpq URI; the\npassword "
+          "from PGPASSFILE, ~/.pgpass or PGPASSWORD; default DATA_DIR/jobs.db)"};
+}
+
 int Run(const Args& args, const Io& io) {
   const std::string data_dir = DataDirOf(args);
   const auto resume = args.Get("--resume");
@@ -131,7 +146,7 @@ int Run(const Args& args, const Io& io) {
     return ReportError(absl::InvalidArgumentError("give a job spec file, or --resume JOB"), "run",
                        io);
   }
-  auto store = JobStore::Open((fs::path(data_dir) / "jobs.db").string());
+  auto store = OpenJobStore(args);
   if (!store.ok()) return ReportError(store.status(), "run", io);
   absl::StatusOr<std::string> spec_json;
   if (resume) {
@@ -219,7 +234,7 @@ int Run(const Args& args, const Io& io) {
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
 int Jobs(const Args& args, const Io& io) {
-  auto store = JobStore::Open((fs::path(DataDirOf(args)) / "jobs.db").string());
+  auto store = OpenJobStore(args);
   if (!store.ok()) return ReportError(store.status(), "jobs", io);
   auto jobs = (*store)->ListJobs();
   if (!jobs.ok()) return ReportError(jobs.status(), "jobs", io);
@@ -254,7 +269,7 @@ int Jobs(const Args& args, const Io& io) {
 
 int Status(const Args& args, const Io& io) {
   const std::string id = args.positional()[0];
-  auto store = JobStore::Open((fs::path(DataDirOf(args)) / "jobs.db").string());
+  auto store = OpenJobStore(args);
   if (!store.ok()) return ReportError(store.status(), "status", io);
   auto job = (*store)->GetJob(id);
   if (!job.ok()) return ReportError(job.status(), "status", io);
@@ -346,8 +361,8 @@ std::vector<Command> JobCommands() {
   return {
       {.name = "run",
        .summary = "run a job end to end: plan, launch, watch, take over revoked instances, summary",
-       .synopsis = "JOB.json [--json] [--data-dir D] [--provisioner H:P] [--profiler H:P]\n"
-                   "[--detector H:P] [--metadata-emulator URL] [--stall-timeout T]\n"
+       .synopsis = "JOB.json [--json] [--data-dir D] [--store SPEC] [--provisioner H:P]\n"
+                   "[--profiler H:P] [--detector H:P] [--metadata-emulator URL] [--stall-timeout T]\n"
                    "--resume JOB [--json] [--data-dir D] ...",
        .description =
            "Runs a job end to end: profiles it if its spec says so, plans the cheapest cluster "
@@ -363,6 +378,7 @@ std::vector<Command> JobCommands() {
            "their metadata (revocation\nnotices) from the stack's emulator or "
            "--metadata-emulator.",
        .flags = {DataDirFlag(),
+                 StoreFlag(),
                  {"--resume", "JOB", "take a stored job up again where it is"},
                  {"--provisioner", "H:P", "the spotdnn-provisioner (default: the stack's)"},
                  {"--profiler", "H:P", "the spotdnn-profiler (default: the stack's)"},
@@ -381,19 +397,19 @@ std::vector<Command> JobCommands() {
        .run = Run},
       {.name = "jobs",
        .summary = "the jobs run so far; status JOB shows one",
-       .synopsis = "[--json] [--data-dir D]",
-       .description = "Lists the jobs in DATA_DIR/jobs.db.",
-       .flags = {DataDirFlag()},
+       .synopsis = "[--json] [--data-dir D] [--store SPEC]",
+       .description = "Lists the jobs in DATA_DIR/jobs.db (or the --store).",
+       .flags = {DataDirFlag(), StoreFlag()},
        .run = Jobs},
       {.name = "status",
        .summary = "one job's summary, instances, revocations and event log",
-       .synopsis = "JOB [--json] [--data-dir D] [--plot FILE.svg]",
+       .synopsis = "JOB [--json] [--data-dir D] [--store SPEC] [--plot FILE.svg]",
        .description = "Shows one job of DATA_DIR/jobs.db: its summary, instances, revocations "
                       "(with notice-to-takeover\ntimes) and event log. --plot also writes the "
                       "job's predicted loss curve (its first plan's\ncluster, from the workload's "
                       "loss model) and its actual one (the workers' smoothed loss) side\nby side "
                       "as an SVG chart, with the target loss and the predicted and actual ends.",
-       .flags = {DataDirFlag(),
+       .flags = {DataDirFlag(), StoreFlag(),
                  {"--plot", "FILE.svg", "write the predicted and actual loss curves to FILE.svg"}},
        .min_positional = 1,
        .max_positional = 1,

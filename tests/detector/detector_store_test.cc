@@ -1,0 +1,134 @@
+// The detector's store on SQLite and PostgreSQL: registrations, seen notice keys, the event log
+// and lifetimes survive a reopen; events trim and load newest-last.
+#include "detector/detector_store.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/testing/postgres_server.h"
+
+namespace spotdnn::detector {
+namespace {
+
+using testing_util::StoreBackend;
+
+class DetectorStoreTest : public ::testing::TestWithParam<StoreBackend> {
+ protected:
+  void SetUp() override {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("spotdnn-detector-store-", getpid(), "-", name);
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    auto spec = testing_util::FreshStoreSpec(GetParam(), (dir_ / "detector.db").string());
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec_ = *spec;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  static StoredInstance Instance(const std::string& id, InstanceState state) {
+    StoredInstance i;
+    i.instance.instance_id = id;
+    i.instance.job_id = "job";
+    i.instance.cloud = Cloud::kAws;
+    i.instance.metadata_endpoint = "http://127.0.0.1:1/" + id;
+    i.instance.state = state;
+    i.instance.instance_type = "p3.2xlarge";
+    i.instance.registered_unix_ms = 1'700'000'000'000;
+    return i;
+  }
+
+  std::filesystem::path dir_;
+  std::string spec_;
+};
+
+TEST_P(DetectorStoreTest, StateSurvivesAReopen) {
+  {
+    auto store = DetectorStore::Open(spec_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->PutInstance(Instance("i-1", InstanceState::kHealthy)).ok());
+    ASSERT_TRUE((*store)->PutInstance(Instance("i-2", InstanceState::kHealthy)).ok());
+    StoredInstance noticed = Instance("i-1", InstanceState::kNotice);
+    noticed.notice_effective_unix_ms = 1'700'000'120'000;
+    for (uint64_t seq = 1; seq <= 4; ++seq) {
+      Event e{.sequence = seq,
+              .instance_id = "i-1",
+              .job_id = "job",
+              .cloud = Cloud::kAws,
+              .kind = EventKind::kNotice,
+              .action = "terminate",
+              .notice_unix_ms = static_cast<int64_t>(seq),
+              .detail = absl::StrCat("event ", seq)};
+      ASSERT_TRUE((*store)->AppendEvent(e, noticed, absl::StrCat("key-", seq % 2)).ok());
+    }
+    ASSERT_TRUE((*store)->TrimEvents(2).ok());
+    ASSERT_TRUE((*store)->DeleteInstance("i-2").ok());
+    ASSERT_TRUE((*store)
+                    ->AddLifetime({.instance_id = "i-9", .instance_type = "p3.2xlarge",
+                                   .started_unix_ms = 1, .ended_unix_ms = 5, .revoked = true,
+                                   .how = "notice"})
+                    .ok());
+    ASSERT_TRUE((*store)
+                    ->AddLifetime({.instance_id = "i-8", .instance_type = "g4dn.xlarge",
+                                   .started_unix_ms = 2, .ended_unix_ms = 9, .how = "lost"})
+                    .ok());
+  }
+  auto store = DetectorStore::Open(spec_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto instances = (*store)->LoadInstances();
+  ASSERT_TRUE(instances.ok()) << instances.status();
+  ASSERT_EQ(instances->size(), 1u);
+  EXPECT_EQ((*instances)[0].instance.instance_id, "i-1");
+  EXPECT_EQ((*instances)[0].instance.state, InstanceState::kNotice);
+  EXPECT_EQ((*instances)[0].instance.cloud, Cloud::kAws);
+  EXPECT_EQ((*instances)[0].instance.instance_type, "p3.2xlarge");
+  EXPECT_EQ((*instances)[0].instance.registered_unix_ms, 1'700'000'000'000);
+  EXPECT_EQ((*instances)[0].notice_effective_unix_ms, 1'700'000'120'000);
+  auto seen = (*store)->LoadSeen();
+  ASSERT_TRUE(seen.ok());
+  EXPECT_EQ(seen->size(), 2u);  // key-0 and key-1, each once
+  auto events = (*store)->LoadEvents(2);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 2u);  // the newest two, oldest first
+  EXPECT_EQ((*events)[0].sequence, 3u);
+  EXPECT_EQ((*events)[1].detail, "event 4");
+  EXPECT_EQ((*store)->LoadEvents(100)->size(), 3u);  // 1 was trimmed
+  auto lifetimes = (*store)->LoadLifetimes("", 10);
+  ASSERT_TRUE(lifetimes.ok()) << lifetimes.status();
+  ASSERT_EQ(lifetimes->size(), 2u);
+  EXPECT_EQ((*lifetimes)[0].instance_id, "i-9");
+  EXPECT_TRUE((*lifetimes)[0].revoked);
+  auto of_type = (*store)->LoadLifetimes("g4dn.xlarge", 10);
+  ASSERT_EQ(of_type->size(), 1u);
+  EXPECT_EQ((*of_type)[0].how, "lost");
+}
+
+TEST_P(DetectorStoreTest, ANewLifetimeForgetsTheSeenKeysAndAnEventIsStoredOnce) {
+  auto store = DetectorStore::Open(spec_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const StoredInstance i = Instance("i-1", InstanceState::kHealthy);
+  Event e{.sequence = 7, .instance_id = "i-1", .kind = EventKind::kNotice};
+  ASSERT_TRUE((*store)->AppendEvent(e, i, "k").ok());
+  // The same sequence again is refused, and nothing of it is kept.
+  Event again = e;
+  again.detail = "again";
+  EXPECT_EQ((*store)->AppendEvent(again, Instance("i-1", InstanceState::kLost), "other").code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ((*store)->LoadSeen()->size(), 1u);
+  EXPECT_EQ((*store)->LoadInstances()->front().instance.state, InstanceState::kHealthy);
+  ASSERT_TRUE((*store)->ResetInstance(i).ok());
+  EXPECT_TRUE((*store)->LoadSeen()->empty());
+  EXPECT_EQ((*store)->LoadInstances()->size(), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, DetectorStoreTest,
+                         ::testing::Values(StoreBackend::kSqlite, StoreBackend::kPostgres),
+                         testing_util::StoreBackendName);
+
+}  // namespace
+}  // namespace spotdnn::detector
