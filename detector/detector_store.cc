@@ -37,7 +37,8 @@ const db::Migration kMigrations[] = {{1, SchemaV1}};
 // `status` with what the store was doing.
 absl::Status Doing(const absl::Status& status, const char* what) {
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat("detector store: ", what, ": ", status.message()));
+  return absl::Status(status.code(),
+                      absl::StrCat("detector store: ", what, ": ", status.message()));
 }
 
 }  // namespace
@@ -117,10 +118,9 @@ absl::Status DetectorStore::PutInstance(const StoredInstance& i) {
                 "last_heartbeat_ms = excluded.last_heartbeat_ms, notice_effective_ms = "
                 "excluded.notice_effective_ms, instance_type = excluded.instance_type, "
                 "registered_ms = excluded.registered_ms",
-                {i.instance.instance_id, i.instance.job_id,
-                 static_cast<int64_t>(i.instance.cloud), i.instance.metadata_endpoint,
-                 static_cast<int64_t>(i.instance.state), i.instance.reason,
-                 i.instance.last_heartbeat_unix_ms, i.notice_effective_unix_ms,
+                {i.instance.instance_id, i.instance.job_id, static_cast<int64_t>(i.instance.cloud),
+                 i.instance.metadata_endpoint, static_cast<int64_t>(i.instance.state),
+                 i.instance.reason, i.instance.last_heartbeat_unix_ms, i.notice_effective_unix_ms,
                  i.instance.instance_type, i.instance.registered_unix_ms})
           .status(),
       "store instance");
@@ -152,9 +152,9 @@ absl::Status DetectorStore::AppendEvent(const Event& e, const StoredInstance& in
          static_cast<int64_t>(e.kind), e.action, e.notice_unix_ms, e.effective_unix_ms, e.detail});
     if (!appended.ok()) return Doing(appended.status(), "append event");
     if (!seen_key.empty()) {
-      auto seen = db_->Exec(
-          "INSERT INTO seen (instance_id, key) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
-          {e.instance_id, seen_key});
+      auto seen =
+          db_->Exec("INSERT INTO seen (instance_id, key) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+                    {e.instance_id, seen_key});
       if (!seen.ok()) return Doing(seen.status(), "store seen key");
     }
     return PutInstance(instance);
@@ -162,10 +162,10 @@ absl::Status DetectorStore::AppendEvent(const Event& e, const StoredInstance& in
 }
 
 absl::Status DetectorStore::TrimEvents(uint64_t first_kept) {
-  return Doing(db_->Exec("DELETE FROM events WHERE sequence < ?1",
-                         {static_cast<int64_t>(first_kept)})
-                   .status(),
-               "trim events");
+  return Doing(
+      db_->Exec("DELETE FROM events WHERE sequence < ?1", {static_cast<int64_t>(first_kept)})
+          .status(),
+      "trim events");
 }
 
 absl::Status DetectorStore::AddLifetime(const Lifetime& l) {

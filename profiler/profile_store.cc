@@ -376,10 +376,9 @@ absl::StatusOr<int> ProfileStore::DeleteProfile(const std::string& name, int ver
     return absl::InvalidArgumentError(absl::StrCat("version = ", version, ": must be >= 0"));
   }
   absl::MutexLock lock(&mu_);
-  auto deleted = version == 0
-                     ? db_->Exec("DELETE FROM profiles WHERE name = ?1", {name})
-                     : db_->Exec("DELETE FROM profiles WHERE name = ?1 AND version = ?2",
-                                 {name, version});
+  auto deleted = version == 0 ? db_->Exec("DELETE FROM profiles WHERE name = ?1", {name})
+                              : db_->Exec("DELETE FROM profiles WHERE name = ?1 AND version = ?2",
+                                          {name, version});
   if (!deleted.ok()) return deleted.status();
   if (*deleted == 0) return NoSuchProfile(name, version);
   return static_cast<int>(*deleted);

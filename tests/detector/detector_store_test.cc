@@ -69,13 +69,19 @@ TEST_P(DetectorStoreTest, StateSurvivesAReopen) {
     ASSERT_TRUE((*store)->TrimEvents(2).ok());
     ASSERT_TRUE((*store)->DeleteInstance("i-2").ok());
     ASSERT_TRUE((*store)
-                    ->AddLifetime({.instance_id = "i-9", .instance_type = "p3.2xlarge",
-                                   .started_unix_ms = 1, .ended_unix_ms = 5, .revoked = true,
+                    ->AddLifetime({.instance_id = "i-9",
+                                   .instance_type = "p3.2xlarge",
+                                   .started_unix_ms = 1,
+                                   .ended_unix_ms = 5,
+                                   .revoked = true,
                                    .how = "notice"})
                     .ok());
     ASSERT_TRUE((*store)
-                    ->AddLifetime({.instance_id = "i-8", .instance_type = "g4dn.xlarge",
-                                   .started_unix_ms = 2, .ended_unix_ms = 9, .how = "lost"})
+                    ->AddLifetime({.instance_id = "i-8",
+                                   .instance_type = "g4dn.xlarge",
+                                   .started_unix_ms = 2,
+                                   .ended_unix_ms = 9,
+                                   .how = "lost"})
                     .ok());
   }
   auto store = DetectorStore::Open(spec_);

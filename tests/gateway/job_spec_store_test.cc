@@ -286,7 +286,8 @@ TEST_P(JobStoreBackendTest, RowsKeepTheirOrderAndJobsStayApart) {
   ASSERT_EQ(jobs->size(), 2u);
   EXPECT_EQ((*jobs)[0].id, "early");
   for (int i = 3; i >= 1; --i) {
-    ASSERT_TRUE((*store)->AddProgress("late", {.at_ms = i, .iterations = i * 1.5, .loss = 0.1}).ok());
+    ASSERT_TRUE(
+        (*store)->AddProgress("late", {.at_ms = i, .iterations = i * 1.5, .loss = 0.1}).ok());
   }
   auto progress = (*store)->Progress("late");
   ASSERT_TRUE(progress.ok());

@@ -1,5 +1,5 @@
-// The profile store on SQLite and PostgreSQL: round trips, versions, reopening, all-or-nothing batches, one sample
-// per (job, worker, step), and concurrent writers.
+// The profile store on SQLite and PostgreSQL: round trips, versions, reopening, all-or-nothing
+// batches, one sample per (job, worker, step), and concurrent writers.
 #include "profiler/profile_store.h"
 
 #include <sqlite3.h>
@@ -391,15 +391,15 @@ TEST_P(ProfileStoreTest, CountSamplesCountsAJobWithItsRunsOnce) {
     batch.push_back(MakeSample(job, 0));  // and one without a step
   }
   ASSERT_TRUE(store->AddSamples(batch, "t").ok());
-  for (const std::vector<std::string>& ids : std::vector<std::vector<std::string>>{
-           {"J"},
-           {"J/run-1"},
-           {"J", "J/run-1"},
-           {"J/zone/run-2", "J", "J"},
-           {"J/zone", "J/zone/run-2"},
-           {"J-x", "J0", "K"},
-           {"nosuch"},
-           {}}) {
+  for (const std::vector<std::string>& ids :
+       std::vector<std::vector<std::string>>{{"J"},
+                                             {"J/run-1"},
+                                             {"J", "J/run-1"},
+                                             {"J/zone/run-2", "J", "J"},
+                                             {"J/zone", "J/zone/run-2"},
+                                             {"J-x", "J0", "K"},
+                                             {"nosuch"},
+                                             {}}) {
     auto loaded = store->LoadSamples(ids);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     auto counted = store->CountSamples(ids);
@@ -437,8 +437,7 @@ TEST_F(SqliteProfileStoreTest, ADatabaseWithTheEarlierFieldKeyGetsTheNewOne) {
       INSERT INTO runs VALUES ('j', 'grpc', 0);
       INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 0, 1, 1, 1.5, 0, 0, 0, 1, 0, 0);
     )sql";
-    ASSERT_EQ(sqlite3_exec(db, schema, nullptr, nullptr, nullptr), SQLITE_OK)
-        << sqlite3_errmsg(db);
+    ASSERT_EQ(sqlite3_exec(db, schema, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
     sqlite3_close(db);
   }
   auto store = OpenStore();
@@ -496,8 +495,7 @@ TEST_F(SqliteProfileStoreTest, ADatabaseWithTheNewColumnsButNoKeyLosesItsDuplica
       INSERT INTO samples VALUES ('j', 'w', 't', 'g', 1, 8, 0, 1, 1, 1.5, 0, 0, 0, 1, 0, 0, 0.5,
         2, 'a=1');
     )sql";
-    ASSERT_EQ(sqlite3_exec(db, schema, nullptr, nullptr, nullptr), SQLITE_OK)
-        << sqlite3_errmsg(db);
+    ASSERT_EQ(sqlite3_exec(db, schema, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
     sqlite3_close(db);
   }
   auto store = OpenStore();

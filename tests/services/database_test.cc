@@ -115,8 +115,8 @@ TEST_P(DatabaseTest, ValuesRoundTrip) {
   const std::int64_t big = std::numeric_limits<std::int64_t>::max();
   const double tricky = 0.1 + 0.2;
   const std::string text = "it's \"quoted\" ? $1 ünïcode";
-  auto inserted = db->Exec("INSERT INTO v (i, r, t, n) VALUES (?1, ?2, ?3, ?4)",
-                           {big, tricky, text, nullptr});
+  auto inserted =
+      db->Exec("INSERT INTO v (i, r, t, n) VALUES (?1, ?2, ?3, ?4)", {big, tricky, text, nullptr});
   ASSERT_TRUE(inserted.ok()) << inserted.status();
   EXPECT_EQ(*inserted, 1);
   auto row = db->QueryOne("SELECT i, r, t, n FROM v WHERE t = ?1", {text});
@@ -174,9 +174,9 @@ TEST_P(DatabaseTest, TheDialectKeepsInsertionOrderAndBytewiseText) {
                           "CREATE TABLE a (id INTEGER PRIMARY KEY AUTOINCREMENT, b BLOB)")
                   .ok());
   for (const char* k : {"a0", "B", "a/", "a"}) {
-    ASSERT_TRUE(db->Exec("INSERT INTO o (k, v) VALUES (?1, 1) ON CONFLICT DO NOTHING",
-                         {std::string(k)})
-                    .ok());
+    ASSERT_TRUE(
+        db->Exec("INSERT INTO o (k, v) VALUES (?1, 1) ON CONFLICT DO NOTHING", {std::string(k)})
+            .ok());
   }
   // An upsert keeps the row's place.
   ASSERT_TRUE(db->Exec("INSERT INTO o (k, v) VALUES ('a0', 2) ON CONFLICT (k) DO UPDATE SET v = "
@@ -203,9 +203,8 @@ TEST_P(DatabaseTest, TheDialectKeepsInsertionOrderAndBytewiseText) {
 
 TEST_P(DatabaseTest, MigrationsRunOnceInOrderAndANewerSchemaIsRefused) {
   int applied_v2 = 0;
-  const Migration v1{1, [](Database& db) {
-                       return db.ExecDdl("CREATE TABLE IF NOT EXISTS m (a TEXT)");
-                     }};
+  const Migration v1{
+      1, [](Database& db) { return db.ExecDdl("CREATE TABLE IF NOT EXISTS m (a TEXT)"); }};
   const Migration v2{2, [&](Database& db) {
                        ++applied_v2;
                        return db.AddColumnIfMissing("m", "b", "INTEGER NOT NULL DEFAULT 7");
@@ -239,7 +238,8 @@ TEST_P(DatabaseTest, AnUnversionedSchemaIsMigrated) {
   {
     auto db = Open();
     ASSERT_NE(db, nullptr);
-    ASSERT_TRUE(db->ExecDdl("CREATE TABLE legacy (a TEXT); INSERT INTO legacy VALUES ('old')").ok());
+    ASSERT_TRUE(
+        db->ExecDdl("CREATE TABLE legacy (a TEXT); INSERT INTO legacy VALUES ('old')").ok());
     EXPECT_EQ(*SchemaVersion(*db), 0);
   }
   const Migration v1{1, [](Database& db) {

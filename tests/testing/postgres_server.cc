@@ -36,9 +36,8 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log, uid_t 
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const std::string home_env = "HOME=" + home;
-  std::vector<char*> env = {const_cast<char*>("PATH=/usr/bin:/bin"),
-                            const_cast<char*>("LC_ALL=C"), const_cast<char*>(home_env.c_str()),
-                            nullptr};
+  std::vector<char*> env = {const_cast<char*>("PATH=/usr/bin:/bin"), const_cast<char*>("LC_ALL=C"),
+                            const_cast<char*>(home_env.c_str()), nullptr};
   const bool change_user = geteuid() != uid;
   const pid_t pid = fork();
   if (pid != 0) return pid;
@@ -91,7 +90,8 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Create() {
   gid_t gid = getegid();
   if (uid == 0) {
     const passwd* nobody = getpwnam("nobody");
-    if (nobody == nullptr) return absl::FailedPreconditionError("running as root and no user nobody");
+    if (nobody == nullptr)
+      return absl::FailedPreconditionError("running as root and no user nobody");
     uid = nobody->pw_uid;
     gid = nobody->pw_gid;
   }
@@ -129,11 +129,11 @@ PostgresServer::~PostgresServer() {
 absl::Status PostgresServer::StartOn(int port) {
   if (pid_ > 0) return absl::FailedPreconditionError("the PostgreSQL server is running");
   const std::string log = dir_ + "/server.log";
-  pid_ = Spawn({(fs::path(bin_) / "postgres").string(), "-D", dir_ + "/data", "-k", dir_, "-p",
-                absl::StrCat(port), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c",
-                "synchronous_commit=off", "-c", "full_page_writes=off", "-c",
-                "max_connections=200"},
-               log, uid_, gid_, dir_);
+  pid_ =
+      Spawn({(fs::path(bin_) / "postgres").string(), "-D", dir_ + "/data", "-k", dir_, "-p",
+             absl::StrCat(port), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c",
+             "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200"},
+            log, uid_, gid_, dir_);
   if (pid_ < 0) return absl::InternalError("cannot start postgres");
   const std::string conninfo = Conninfo(port, "postgres");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -185,8 +185,8 @@ absl::StatusOr<std::string> PostgresServer::CreateDatabase() {
   } else {
     PGresult* res = PQexec(conn, absl::StrCat("CREATE DATABASE ", name).c_str());
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-      status = absl::InternalError(absl::StrCat("CREATE DATABASE ", name, ": ",
-                                                PQresultErrorMessage(res)));
+      status = absl::InternalError(
+          absl::StrCat("CREATE DATABASE ", name, ": ", PQresultErrorMessage(res)));
     }
     PQclear(res);
   }

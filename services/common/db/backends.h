@@ -6,10 +6,17 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "services/common/db/database.h"
 
 namespace spotdnn::db {
+
+// The statement's start, to say in an error which one failed.
+inline std::string Abbreviated(absl::string_view sql) {
+  constexpr size_t kShown = 60;
+  return sql.size() <= kShown ? std::string(sql) : absl::StrCat(sql.substr(0, kShown), "…");
+}
 
 // The SQLite file at `path` (":memory:" for a private database), its folder created as needed.
 absl::StatusOr<std::unique_ptr<Database>> OpenSqlite(const std::string& path,

@@ -139,8 +139,7 @@ absl::Status Database::Retried(const std::function<absl::Status()>& attempt) {
   return Retry(retry_, attempt, [this] { Recover(); });
 }
 
-absl::StatusOr<std::int64_t> Database::Exec(absl::string_view sql,
-                                            absl::Span<const Value> params) {
+absl::StatusOr<std::int64_t> Database::Exec(absl::string_view sql, absl::Span<const Value> params) {
   std::int64_t changed = 0;
   absl::Status status = Retried([&]() -> absl::Status {
     absl::StatusOr<std::int64_t> n = DoExec(sql, params);
@@ -241,8 +240,8 @@ absl::Status Migrate(Database& db, absl::Span<const Migration> migrations) {
     for (const Migration& m : migrations) {
       if (m.version <= *version) continue;
       if (absl::Status s = m.apply(db); !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("migrating to schema version ", m.version,
-                                                   ": ", s.message()));
+        return absl::Status(
+            s.code(), absl::StrCat("migrating to schema version ", m.version, ": ", s.message()));
       }
     }
     if (latest == *version) return absl::OkStatus();
@@ -263,9 +262,9 @@ absl::StatusOr<std::unique_ptr<Database>> OpenStore(absl::string_view spec, absl
                                                     absl::Span<const Migration> migrations) {
   absl::StatusOr<StoreSpec> parsed = ParseStoreSpec(spec, field);
   if (!parsed.ok()) return parsed.status();
-  absl::StatusOr<std::unique_ptr<Database>> db =
-      parsed->backend == Backend::kSqlite ? OpenSqlite(parsed->target, field)
-                                          : OpenPostgres(parsed->target, field, name);
+  absl::StatusOr<std::unique_ptr<Database>> db = parsed->backend == Backend::kSqlite
+                                                     ? OpenSqlite(parsed->target, field)
+                                                     : OpenPostgres(parsed->target, field, name);
   if (!db.ok()) return db.status();
   if (absl::Status s = Migrate(**db, migrations); !s.ok()) {
     return absl::Status(absl::IsFailedPrecondition(s) ? s.code() : absl::StatusCode::kUnavailable,

@@ -12,12 +12,6 @@
 namespace spotdnn::db {
 namespace {
 
-// The statement's start, to say which one failed.
-std::string Abbreviated(absl::string_view sql) {
-  constexpr size_t kShown = 60;
-  return sql.size() <= kShown ? std::string(sql) : absl::StrCat(sql.substr(0, kShown), "…");
-}
-
 // SQLite's last error on `db` with a status code for its kind.
 absl::Status SqliteError(sqlite3* db, absl::string_view sql) {
   const int code = sqlite3_extended_errcode(db);
@@ -71,11 +65,11 @@ class SqliteDatabase final : public Database {
 
   absl::StatusOr<std::set<std::string>> Columns(absl::string_view table) override {
     std::set<std::string> out;
-    absl::Status s = DoQuery(absl::StrCat("PRAGMA table_info(", table, ")"), {},
-                             [&](const Row& row) {
-                               out.insert(row.Text(1));
-                               return absl::OkStatus();
-                             });
+    absl::Status s =
+        DoQuery(absl::StrCat("PRAGMA table_info(", table, ")"), {}, [&](const Row& row) {
+          out.insert(row.Text(1));
+          return absl::OkStatus();
+        });
     if (!s.ok()) return s;
     return out;
   }
@@ -115,9 +109,8 @@ class SqliteDatabase final : public Database {
   // Prepares (once per text) and steps `sql`, calling `row` for each row when given.
   absl::Status Run(absl::string_view sql, absl::Span<const Value> params, const RowFn* row) {
     sqlite3_stmt*& stmt = statements_[std::string(sql)];
-    if (stmt == nullptr &&
-        sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr) !=
-            SQLITE_OK) {
+    if (stmt == nullptr && sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt,
+                                              nullptr) != SQLITE_OK) {
       absl::Status s = SqliteError(db_, sql);
       statements_.erase(std::string(sql));
       return s;
@@ -160,10 +153,9 @@ class SqliteDatabase final : public Database {
             break;
           default: {
             const void* bytes = sqlite3_column_blob(stmt, i);
-            values.emplace_back(bytes == nullptr
-                                    ? std::string()
-                                    : std::string(static_cast<const char*>(bytes),
-                                                  sqlite3_column_bytes(stmt, i)));
+            values.emplace_back(bytes == nullptr ? std::string()
+                                                 : std::string(static_cast<const char*>(bytes),
+                                                               sqlite3_column_bytes(stmt, i)));
           }
         }
       }

@@ -361,9 +361,10 @@ std::vector<Command> JobCommands() {
   return {
       {.name = "run",
        .summary = "run a job end to end: plan, launch, watch, take over revoked instances, summary",
-       .synopsis = "JOB.json [--json] [--data-dir D] [--store SPEC] [--provisioner H:P]\n"
-                   "[--profiler H:P] [--detector H:P] [--metadata-emulator URL] [--stall-timeout T]\n"
-                   "--resume JOB [--json] [--data-dir D] ...",
+       .synopsis =
+           "JOB.json [--json] [--data-dir D] [--store SPEC] [--provisioner H:P]\n"
+           "[--profiler H:P] [--detector H:P] [--metadata-emulator URL] [--stall-timeout T]\n"
+           "--resume JOB [--json] [--data-dir D] ...",
        .description =
            "Runs a job end to end: profiles it if its spec says so, plans the cheapest cluster "
            "that meets its\nSLO, launches it, registers every instance with the detector and "
@@ -409,7 +410,8 @@ std::vector<Command> JobCommands() {
                       "job's predicted loss curve (its first plan's\ncluster, from the workload's "
                       "loss model) and its actual one (the workers' smoothed loss) side\nby side "
                       "as an SVG chart, with the target loss and the predicted and actual ends.",
-       .flags = {DataDirFlag(), StoreFlag(),
+       .flags = {DataDirFlag(),
+                 StoreFlag(),
                  {"--plot", "FILE.svg", "write the predicted and actual loss curves to FILE.svg"}},
        .min_positional = 1,
        .max_positional = 1,

@@ -4,8 +4,8 @@
 #include <tuple>
 #include <variant>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "services/common/db/database.h"
@@ -228,8 +228,7 @@ absl::Status Insert(db::Database& db, const char* table, const std::vector<Colum
   std::string sql = absl::StrCat("INSERT INTO ", table, " (", ColumnList(columns), ") VALUES (",
                                  absl::StrJoin(marks, ", "), ")");
   if (!key.empty()) {
-    absl::StrAppend(&sql, " ON CONFLICT (", key, ") DO UPDATE SET ",
-                    absl::StrJoin(updates, ", "));
+    absl::StrAppend(&sql, " ON CONFLICT (", key, ") DO UPDATE SET ", absl::StrJoin(updates, ", "));
   }
   absl::StatusOr<int64_t> done = db.Exec(sql, Values(columns, r));
   if (!done.ok()) {
@@ -250,14 +249,14 @@ absl::StatusOr<std::vector<R>> Select(db::Database& db, const char* table, const
                    job_column == nullptr ? "" : absl::StrCat(" WHERE ", job_column, " = ?1"),
                    " ORDER BY ", order);
   std::vector<R> out;
-  absl::Status status = db.Query(
-      sql, job_column == nullptr ? std::vector<Value>{} : std::vector<Value>{job_id},
-      [&](const Row& row) -> absl::Status {
-        absl::StatusOr<R> record = Read(row, columns);
-        if (!record.ok()) return record.status();
-        out.push_back(*std::move(record));
-        return absl::OkStatus();
-      });
+  absl::Status status =
+      db.Query(sql, job_column == nullptr ? std::vector<Value>{} : std::vector<Value>{job_id},
+               [&](const Row& row) -> absl::Status {
+                 absl::StatusOr<R> record = Read(row, columns);
+                 if (!record.ok()) return record.status();
+                 out.push_back(*std::move(record));
+                 return absl::OkStatus();
+               });
   if (!status.ok()) {
     return absl::Status(status.code(), absl::StrCat("reading ", table, ": ", status.message()));
   }
@@ -355,9 +354,9 @@ absl::StatusOr<std::vector<JobEventRecord>> JobStore::Events(const std::string& 
 
 absl::Status JobStore::AddProgress(const std::string& job_id, const ProgressRecord& point) {
   absl::MutexLock lock(&mu_);
-  auto done = db_->Exec(
-      "INSERT INTO progress (job_id, at_ms, iterations, loss) VALUES (?1, ?2, ?3, ?4)",
-      {job_id, point.at_ms, point.iterations, point.loss});
+  auto done =
+      db_->Exec("INSERT INTO progress (job_id, at_ms, iterations, loss) VALUES (?1, ?2, ?3, ?4)",
+                {job_id, point.at_ms, point.iterations, point.loss});
   return done.ok() ? absl::OkStatus() : done.status();
 }
 
