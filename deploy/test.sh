@@ -24,7 +24,7 @@ if [ "${SPOTDNN_SKIP_SANITIZE:-0}" != 1 ]; then
   # The parser fuzz target (its own clang ASan build) already ran in the normal build.
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPOTDNN_SANITIZE=ON \
     -DSPOTDNN_BUILD_BENCH=OFF -DSPOTDNN_BUILD_FUZZ=OFF -DSPOTDNN_DATA_DIR="$data_dir" \
-    -DCMAKE_CXX_FLAGS_DEBUG="-g1"
+    -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1"
   cmake --build build-asan -j "$jobs"
   echo "== tests (ASan + UBSan)"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

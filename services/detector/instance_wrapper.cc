@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -85,8 +86,19 @@ void CloseAllBut(int keep_a, int keep_b) {
   close_from_to(b + 1, ~0U);
 }
 
+// What the agent writes to the guard's socket: it signalled the command's group (written before
+// the signal, so the guard has it when it sees the command end of that signal).
+constexpr char kSignalledByte = 's';
+
 // The guard, in the forked child: only async-signal-safe calls from here on (the agent has
 // threads). Never returns.
+//
+// It reports the command's wait status when the command has ended. After the agent signalled the
+// group (a revocation notice, a stop), that is when every process the command started has ended
+// too: a shell running the trainer (`sh -c "python3 train.py"` does not exec) dies of the notice's
+// SIGTERM while the trainer goes on using its notice window, and the agent must keep forwarding
+// its output and syncing its checkpoints until it ends. The guard is their child subreaper, so
+// it can wait for them. Without a signal, leftovers (a daemon the command started) do not keep it.
 [[noreturn]] void GuardMain(const char* path, char* const* argv, char* const* envp, int out_write,
                             int control, int64_t grace_ms) {
   setpgid(0, 0);
@@ -109,6 +121,7 @@ void CloseAllBut(int keep_a, int keep_b) {
   sigemptyset(&child_only);
   sigaddset(&child_only, SIGCHLD);
   sigprocmask(SIG_SETMASK, &child_only, nullptr);
+  prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 
   const pid_t command = fork();
   if (command == 0) {
@@ -127,18 +140,46 @@ void CloseAllBut(int keep_a, int keep_b) {
     WriteAll(control, reinterpret_cast<const char*>(&status), sizeof(status));
     _exit(127);
   }
+  bool signalled = false;
+  bool command_ended = false;
+  int command_status = 0;
+  // Reads what the agent wrote; false when the agent is gone.
+  auto read_agent = [&] {
+    char bytes[64];
+    while (true) {
+      const ssize_t n = recv(control, bytes, sizeof bytes, MSG_DONTWAIT);
+      if (n > 0) {
+        for (ssize_t i = 0; i < n; ++i) signalled = signalled || bytes[i] == kSignalledByte;
+        continue;
+      }
+      if (n == 0) return false;
+      return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK;
+    }
+  };
   while (true) {
-    int status = 0;
-    if (waitpid(command, &status, WNOHANG) == command) {
-      WriteAll(control, reinterpret_cast<const char*>(&status), sizeof(status));
+    // Reap: the command, and the processes it started that were handed to this subreaper.
+    bool children_left = true;
+    while (true) {
+      int status = 0;
+      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid > 0) {
+        if (pid == command) {
+          command_ended = true;
+          command_status = status;
+        }
+        continue;
+      }
+      if (pid < 0 && errno == EINTR) continue;
+      children_left = pid == 0;  // -1 (ECHILD): none left
+      break;
+    }
+    if (!read_agent()) break;  // the agent is gone
+    if (command_ended && (!signalled || !children_left)) {
+      WriteAll(control, reinterpret_cast<const char*>(&command_status), sizeof(command_status));
       _exit(0);
     }
     pollfd p{control, POLLIN, 0};
-    if (ppoll(&p, 1, nullptr, &none) > 0) {
-      char byte = 0;
-      const ssize_t n = read(control, &byte, 1);
-      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) break;  // the agent is gone
-    }
+    ppoll(&p, 1, nullptr, &none);
   }
   // The agent died while the command ran: stop the group, as the agent would have.
   sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -146,7 +187,7 @@ void CloseAllBut(int keep_a, int keep_b) {
   const int64_t until = MonotonicMs() + grace_ms;
   while (MonotonicMs() < until) {
     int status = 0;
-    if (waitpid(command, &status, WNOHANG) == command) break;
+    if (command_ended || waitpid(command, &status, WNOHANG) == command) break;
     poll(nullptr, 0, 50);
   }
   kill(-getpid(), SIGKILL);  // what is left, this guard included
@@ -308,6 +349,8 @@ WrappedCommand::~WrappedCommand() {
 
 absl::Status WrappedCommand::Signal(int signal) {
   if (signal == 0) return absl::OkStatus();
+  // First the guard hears of it: it then waits for every process the command started.
+  (void)send(control_fd_, &kSignalledByte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (kill(-guard_pid_, signal) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("signal ", signal, " to process group ", guard_pid_, ": ", strerror(errno)));

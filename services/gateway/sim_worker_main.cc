@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -140,14 +142,22 @@ int main(int argc, char** argv) {
   std::vector<pb::Sample> pending;
   int64_t step = 0;
   bool stop = false;
+  std::string taken_notice;  // the notice file's content at the notice already taken
   while (!stop) {
     // Sleep until the next report, waking at once on SIGTERM/SIGINT.
     if (WaitForSignal(signals, interval)) {
       // A revocation notice (the instance wrapper wrote the file, then signalled): like a
-      // trainer that uses its notice window, go on until the instance goes. Otherwise stop.
-      const std::string notice = Env("SPOTDNN_NOTICE_FILE");
-      if (!notice.empty() && access(notice.c_str(), F_OK) == 0) {
-        spdlog::info("revocation notice ({}): training on until the instance goes", notice);
+      // trainer that uses its notice window, go on until the instance goes. Otherwise (no
+      // notice, or the signal of the instance's stop after the notice already taken) stop.
+      const std::string file = Env("SPOTDNN_NOTICE_FILE");
+      std::string notice;
+      if (!file.empty()) {
+        std::ifstream in(file);
+        notice.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      }
+      if (!notice.empty() && notice != taken_notice) {
+        spdlog::info("revocation notice ({}): training on until the instance goes", file);
+        taken_notice = notice;
       } else {
         stop = true;
       }

@@ -145,6 +145,37 @@ TEST_F(WrappedCommandTest, ASignalReachesEveryProcessOfTheGroupButNotTheGuard) {
   EXPECT_FALSE(Alive(sleeper));
 }
 
+// A revocation notice's SIGTERM kills a shell that runs the trainer (`sh -c "python3 train.py"`
+// does not always exec), while the trainer uses its notice window: the command has ended only
+// when the trainer has, so that the agent forwards its output until then.
+TEST_F(WrappedCommandTest, AfterASignalTheCommandEndsWhenEveryProcessItStartedHasEnded) {
+  Lines lines;
+  const fs::path pid_file = dir_ / "pid";
+  auto c = StartShell("sh -c 'echo $$ > " + pid_file.string() +
+                          "; trap \"sleep 1; echo checkpoint saved; exit 0\" TERM; echo ready; "
+                          "while :; do sleep 0.05; done'; echo the shell went on",
+                      lines);
+  for (int i = 0; i < 500 && (lines.Get().empty() || Slurp(pid_file).empty()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_THAT(lines.Get(), ElementsAre("ready"));
+  const pid_t trainer = std::stoi(Slurp(pid_file));
+  ASSERT_TRUE(c->Signal(SIGTERM).ok());
+  auto exit = c->Wait(absl::Seconds(10));
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_FALSE(Alive(trainer)) << "the command was reported ended while the trainer ran";
+  // The shell's own status: it died of the signal.
+  EXPECT_TRUE(exit->signaled);
+  EXPECT_EQ(exit->code, SIGTERM);
+  EXPECT_TRUE(c->FinishOutput(absl::Seconds(5)));
+  // (The trainer's shell may say its sleep was "Terminated" in between.)
+  const std::vector<std::string> got = lines.Get();
+  ASSERT_GE(got.size(), 2u);
+  EXPECT_EQ(got.front(), "ready");
+  EXPECT_EQ(got.back(), "checkpoint saved");
+  EXPECT_THAT(got, ::testing::Not(::testing::Contains("the shell went on")));
+}
+
 TEST_F(WrappedCommandTest, TheGuardHoldsNoDescriptorOfTheAgent) {
   // A descriptor the agent holds open (no close-on-exec, as a socket or file might be).
   const int held = ::open((dir_ / "held").c_str(), O_WRONLY | O_CREAT, 0644);

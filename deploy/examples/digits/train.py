@@ -260,13 +260,20 @@ def main():
     torch.set_num_threads(1)
     stop = threading.Event()
 
+    taken = {"notice": None}  # the notice file's content at the notice already taken
+
     def on_notice(signum, _frame):
         notice = env("SPOTDNN_NOTICE_FILE")
+        content = None
         if notice and os.path.exists(notice):
             with open(notice) as f:
-                log("revocation notice (signal %d): %s" % (signum, f.read().strip()))
+                content = f.read().strip()
+        if content and content != taken["notice"]:
+            taken["notice"] = content
+            log("revocation notice (signal %d): %s" % (signum, content))
             if args.role == "worker":
-                # A worker keeps nothing: it trains on until the instance goes.
+                # A worker keeps nothing: it trains on until the instance goes (a later signal
+                # with no new notice is the instance's stop).
                 return
             # A parameter server writes its last checkpoint now, for its replacement.
         else:
