@@ -47,7 +47,7 @@ DetectorStore::DetectorStore(std::unique_ptr<db::Database> db) : db_(std::move(d
 
 absl::StatusOr<std::unique_ptr<DetectorStore>> DetectorStore::Open(const std::string& spec) {
   absl::StatusOr<std::unique_ptr<db::Database>> db =
-      db::OpenStore(spec, "db", "spotdnn_detector", kMigrations);
+      db::OpenStore(spec, "store", "spotdnn_detector", kMigrations);
   if (!db.ok()) return db.status();
   return std::unique_ptr<DetectorStore>(new DetectorStore(*std::move(db)));
 }

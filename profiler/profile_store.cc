@@ -148,7 +148,7 @@ ProfileStore::ProfileStore(std::unique_ptr<db::Database> db) : db_(std::move(db)
 
 absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::string& spec) {
   absl::StatusOr<std::unique_ptr<db::Database>> db =
-      db::OpenStore(spec, "db", "spotdnn_profiler", kMigrations);
+      db::OpenStore(spec, "store", "spotdnn_profiler", kMigrations);
   if (!db.ok()) return db.status();
   return std::unique_ptr<ProfileStore>(new ProfileStore(*std::move(db)));
 }

@@ -277,7 +277,7 @@ JobStore::JobStore(std::unique_ptr<db::Database> db) : db_(std::move(db)) {}
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& spec) {
   absl::StatusOr<std::unique_ptr<db::Database>> db =
-      db::OpenStore(spec, "job db", "spotdnn_jobs", kMigrations);
+      db::OpenStore(spec, "job store", "spotdnn_jobs", kMigrations);
   if (!db.ok()) return db.status();
   return std::unique_ptr<JobStore>(new JobStore(*std::move(db)));
 }
