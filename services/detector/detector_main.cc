@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "detector/detector.h"
 #include "services/common/db/database.h"
+#include "services/common/metrics_flags.h"
 #include "services/common/program.h"
 #include "services/common/security_flags.h"
 #include "services/common/server.h"
@@ -93,9 +94,9 @@ int main(int argc, char** argv) {
                shared->List("").size(), shared->last_sequence(), peers->size());
   spotdnn::services::DetectorServiceImpl service(shared, *peers);
   service.StartPeerMonitor();
-  const int code =
-      spotdnn::services::ServeUntilSignal("spotdnn-detector", absl::GetFlag(FLAGS_listen),
-                                          absl::GetFlag(FLAGS_port_file), {&service}, security);
+  const int code = spotdnn::services::ServeUntilSignal(
+      "spotdnn-detector", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_port_file),
+      absl::GetFlag(FLAGS_metrics_listen), {&service}, security);
   service.Stop();
   shared->Shutdown();
   return code;
