@@ -13,8 +13,10 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "spotdnn/v1/detector.grpc.pb.h"
 #include "spotdnn/v1/predictor.grpc.pb.h"
 #include "tests/testing/child_process.h"
+#include "tests/testing/metrics_sample.h"
 
 namespace spotdnn::services {
 namespace {
@@ -22,6 +24,7 @@ namespace {
 using ::testing::HasSubstr;
 using testing_util::Child;
 using testing_util::ReadPort;
+using testing_util::SampleSum;
 
 std::string Binary(const std::string& name) { return std::string(SPOTDNN_BINARY_DIR) + "/" + name; }
 
@@ -43,15 +46,6 @@ int LoggedMetricsPort(const std::string& log) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return 0;
-}
-
-// The value of the sample line `series` ("name{labels}") in a scrape, or -1 when absent.
-double Sample(const std::string& scrape, const std::string& series) {
-  std::istringstream lines(scrape);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  }
-  return -1;
 }
 
 class MetricsBinaryTest : public ::testing::Test {
@@ -97,32 +91,69 @@ TEST_F(MetricsBinaryTest, CountsCallsByMethodAndCode) {
   const std::string& scrape = got->body;
   EXPECT_THAT(scrape, HasSubstr("# TYPE spotdnn_rpc_requests_total counter\n"));
   EXPECT_THAT(scrape, HasSubstr("# TYPE spotdnn_rpc_duration_seconds histogram\n"));
-  EXPECT_EQ(Sample(scrape,
-                   "spotdnn_rpc_requests_total{method=\"/spotdnn.v1.Predictor/"
-                   "ListCatalogs\",code=\"OK\"}"),
+  EXPECT_EQ(SampleSum(scrape,
+                      "spotdnn_rpc_requests_total{method=\"/spotdnn.v1.Predictor/"
+                      "ListCatalogs\",code=\"OK\"}"),
             2)
       << scrape;
-  EXPECT_EQ(Sample(scrape,
-                   "spotdnn_rpc_requests_total{method=\"/spotdnn.v1.Predictor/Predict\","
-                   "code=\"INVALID_ARGUMENT\"}"),
+  EXPECT_EQ(SampleSum(scrape,
+                      "spotdnn_rpc_requests_total{method=\"/spotdnn.v1.Predictor/Predict\","
+                      "code=\"INVALID_ARGUMENT\"}"),
             1)
       << scrape;
-  EXPECT_EQ(Sample(scrape,
-                   "spotdnn_rpc_requests_total{method=\"/spotdnn.v1.Predictor/Predict\","
-                   "code=\"OK\"}"),
+  EXPECT_EQ(SampleSum(scrape,
+                      "spotdnn_rpc_requests_total{method=\"/spotdnn.v1.Predictor/Predict\","
+                      "code=\"OK\"}"),
             -1)
       << scrape;
-  EXPECT_EQ(Sample(scrape,
-                   "spotdnn_rpc_duration_seconds_count{method=\"/spotdnn.v1.Predictor/"
-                   "ListCatalogs\"}"),
+  EXPECT_EQ(SampleSum(scrape,
+                      "spotdnn_rpc_duration_seconds_count{method=\"/spotdnn.v1.Predictor/"
+                      "ListCatalogs\"}"),
             2)
       << scrape;
-  EXPECT_EQ(Sample(scrape,
-                   "spotdnn_rpc_duration_seconds_bucket{method=\"/spotdnn.v1.Predictor/"
-                   "ListCatalogs\",le=\"+Inf\"}"),
+  EXPECT_EQ(SampleSum(scrape,
+                      "spotdnn_rpc_duration_seconds_bucket{method=\"/spotdnn.v1.Predictor/"
+                      "ListCatalogs\",le=\"+Inf\"}"),
             2)
       << scrape;
   stub.reset();  // no open channel to wait for at shutdown
+  EXPECT_TRUE(server.Stop());
+}
+
+TEST_F(MetricsBinaryTest, DetectorServesItsInstanceGauges) {
+  Child server({Binary("spotdnn-detector"), "--listen=127.0.0.1:0", "--port_file=" + port_file_,
+                "--metrics_listen=127.0.0.1:0", "--db=:memory:"},
+               log_);
+  const int port = ReadPort(port_file_);
+  ASSERT_GT(port, 0) << ReadAll(log_);
+  const int metrics_port = LoggedMetricsPort(log_);
+  ASSERT_GT(metrics_port, 0) << ReadAll(log_);
+  httplib::Client client("127.0.0.1", metrics_port);
+  const auto scrape = [&] {
+    auto got = client.Get("/metrics");
+    return got && got->status == 200 ? got->body : std::string();
+  };
+  EXPECT_EQ(SampleSum(scrape(), "spotdnn_detector_instances_watched"), 0);
+
+  // An agent-fed instance (no endpoint): watched, not polled.
+  auto stub = v1::Detector::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  v1::RegisterInstanceRequest request;
+  request.mutable_instance()->set_instance_id("i-1");
+  request.mutable_instance()->set_cloud(v1::CLOUD_AWS);
+  grpc::ClientContext context;
+  v1::RegisterInstanceResponse response;
+  const grpc::Status s = stub->RegisterInstance(&context, request, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const std::string text = scrape();
+  EXPECT_EQ(SampleSum(text, "spotdnn_detector_instances_watched"), 1) << text;
+  EXPECT_EQ(SampleSum(text, "spotdnn_detector_instances_polled"), 0) << text;
+  EXPECT_EQ(SampleSum(text,
+                      "spotdnn_rpc_requests_total{method=\"/spotdnn.v1.Detector/"
+                      "RegisterInstance\",code=\"OK\"}"),
+            1)
+      << text;
+  stub.reset();
   EXPECT_TRUE(server.Stop());
 }
 
