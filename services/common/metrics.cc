@@ -38,11 +38,15 @@ std::vector<double> LatencyBuckets() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 }
 
-std::string EscapeHelp(absl::string_view help) {
+namespace {
+
+// Backslash and newline escaped, and the double quote when `quote`.
+std::string Escaped(absl::string_view text, bool quote) {
   std::string out;
-  for (char c : help) {
-    if (c == '\\') {
-      out += "\\\\";
+  for (char c : text) {
+    if (c == '\\' || (quote && c == '"')) {
+      out += '\\';
+      out += c;
     } else if (c == '\n') {
       out += "\\n";
     } else {
@@ -52,21 +56,11 @@ std::string EscapeHelp(absl::string_view help) {
   return out;
 }
 
-std::string EscapeLabelValue(absl::string_view value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+}  // namespace
+
+std::string EscapeHelp(absl::string_view help) { return Escaped(help, false); }
+
+std::string EscapeLabelValue(absl::string_view value) { return Escaped(value, true); }
 
 std::string FormatValue(double v) {
   if (std::isnan(v)) return "NaN";

@@ -1,5 +1,7 @@
 // --metrics_listen on a real service binary: spotdnn-predictor serving 127.0.0.1:0 with metrics on
 // 127.0.0.1:0, a few calls made, then GET /metrics scraped and its RPC counters and histogram read.
+#include <unistd.h>
+
 #include <chrono>
 #include <fstream>
 #include <optional>
@@ -11,6 +13,8 @@
 
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
@@ -51,10 +55,17 @@ int LoggedMetricsPort(const std::string& log) {
 class MetricsBinaryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string dir = ::testing::TempDir();
-    port_file_ = dir + "/metrics_predictor.port";
-    log_ = dir + "/metrics_predictor.log";
+    // One pair of files per test and process: CTest runs the tests in parallel.
+    const std::string base = ::testing::TempDir() + "/metrics_binaries_" +
+                             std::to_string(getpid()) + "_" +
+                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    port_file_ = base + ".port";
+    log_ = base + ".log";
     std::remove(port_file_.c_str());
+  }
+  void TearDown() override {
+    std::remove(port_file_.c_str());
+    std::remove(log_.c_str());
   }
 
   std::string port_file_;
@@ -70,8 +81,9 @@ TEST_F(MetricsBinaryTest, CountsCallsByMethodAndCode) {
   const int metrics_port = LoggedMetricsPort(log_);
   ASSERT_GT(metrics_port, 0) << ReadAll(log_);
 
-  auto stub = v1::Predictor::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+  auto stub = v1::Predictor::NewStub(channel);
   for (int i = 0; i < 2; ++i) {
     grpc::ClientContext context;
     v1::ListCatalogsResponse catalogs;
@@ -81,6 +93,21 @@ TEST_F(MetricsBinaryTest, CountsCallsByMethodAndCode) {
     grpc::ClientContext context;
     v1::PredictResponse response;
     const grpc::Status s = stub->Predict(&context, v1::PredictRequest(), &response);
+    ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  }
+
+  {
+    // Bytes that are no ListWorkloadsRequest: gRPC's INTERNAL becomes INVALID_ARGUMENT, and the
+    // code counted is the one sent.
+    grpc::ClientContext context;
+    const std::string junk = "\xff\xff\xff";
+    grpc::Slice slice(junk);
+    grpc::ByteBuffer response;
+    const grpc::Status s = grpc::internal::BlockingUnaryCall(
+        channel.get(),
+        grpc::internal::RpcMethod("/spotdnn.v1.Predictor/ListWorkloads",
+                                  grpc::internal::RpcMethod::NORMAL_RPC),
+        &context, grpc::ByteBuffer(&slice, 1), &response);
     ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
   }
 
@@ -116,7 +143,18 @@ TEST_F(MetricsBinaryTest, CountsCallsByMethodAndCode) {
                       "ListCatalogs\",le=\"+Inf\"}"),
             2)
       << scrape;
+  EXPECT_EQ(SampleSum(scrape,
+                      "spotdnn_rpc_requests_total{method=\"/spotdnn.v1.Predictor/ListWorkloads\","
+                      "code=\"INVALID_ARGUMENT\"}"),
+            1)
+      << scrape;
+  EXPECT_EQ(SampleSum(scrape,
+                      "spotdnn_rpc_requests_total{method=\"/spotdnn.v1.Predictor/ListWorkloads\","
+                      "code=\"INTERNAL\"}"),
+            -1)
+      << scrape;
   stub.reset();  // no open channel to wait for at shutdown
+  channel.reset();
   EXPECT_TRUE(server.Stop());
 }
 
