@@ -37,7 +37,7 @@ struct DetectorOptions {
   // The store (db::ParseStoreSpec): a SQLite file (":memory:" keeps nothing across restarts) or a
   // postgres://… URI.
   std::string db_path = ":memory:";
-  PollerOptions poller;              // for instances with a metadata endpoint
+  PollerOptions poller;                                  // for instances with a metadata endpoint
   absl::Duration heartbeat_interval = absl::Seconds(1);  // agents' heartbeat interval
   int lost_after_intervals = 3;  // missed heartbeat intervals before an instance is lost
   std::string replica_id = "replica-0";
@@ -126,6 +126,8 @@ class Detector {
   const std::string& replica_id() const { return options_.replica_id; }
   // Instances this replica polls now.
   size_t polled() const;
+  // Instances registered (polled here, by another replica, or fed by agents).
+  size_t watched() const;
   // Writes to the SQLite store that failed (the state and events stay in memory and are served;
   // a restart would not see them). The last failure's message is in last_store_error().
   uint64_t store_errors() const;

@@ -1,6 +1,7 @@
 // The main of a service built from the data registry (the predictor and the provisioner): their
-// shared flags (--port_file, --catalog_dir, --workload_dir, the server security flags) defined
-// once, and the body of main. Each main keeps only its own --listen default and usage line.
+// shared flags (--port_file, --metrics_listen, --catalog_dir, --workload_dir, the server security
+// flags) defined once, and the body of main. Each main keeps only its own --listen default and
+// usage line.
 #ifndef SPOTDNN_SERVICES_COMMON_REGISTRY_FLAGS_H_
 #define SPOTDNN_SERVICES_COMMON_REGISTRY_FLAGS_H_
 
@@ -12,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "services/common/metrics_flags.h"
 #include "services/common/program.h"
 #include "services/common/security_flags.h"
 #include "services/common/serve_with_registry.h"
@@ -30,6 +32,7 @@ int RegistryServiceMain(int argc, char** argv, const std::string& name, const ch
   BlockShutdownSignals();
   ParseProgramCommandLine(argc, argv, name, usage);
   return ServeWithRegistry<Service>(name, absl::GetFlag(listen), absl::GetFlag(FLAGS_port_file),
+                                    absl::GetFlag(FLAGS_metrics_listen),
                                     absl::GetFlag(FLAGS_catalog_dir),
                                     absl::GetFlag(FLAGS_workload_dir), ServerSecurityFromFlags());
 }
@@ -49,7 +52,8 @@ int RegistryServiceMain(int argc, char** argv, const std::string& name, const ch
     return 2;
   }
   return ServeWithRegistry<Service>(
-      name, absl::GetFlag(listen), absl::GetFlag(FLAGS_port_file), absl::GetFlag(FLAGS_catalog_dir),
+      name, absl::GetFlag(listen), absl::GetFlag(FLAGS_port_file),
+      absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_catalog_dir),
       absl::GetFlag(FLAGS_workload_dir), ServerSecurityFromFlags(), *std::move(options));
 }
 

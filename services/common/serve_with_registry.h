@@ -15,9 +15,9 @@ namespace spotdnn::services {
 
 template <typename Service, typename... Args>
 int ServeWithRegistry(const std::string& service_name, const std::string& listen,
-                      const std::string& port_file, const std::string& catalog_dir,
-                      const std::string& workload_dir, const ServerSecurity& security,
-                      Args&&... args) {
+                      const std::string& port_file, const std::string& metrics_listen,
+                      const std::string& catalog_dir, const std::string& workload_dir,
+                      const ServerSecurity& security, Args&&... args) {
   auto logger = spdlog::get(service_name);
   if (!logger) logger = spdlog::stderr_color_mt(service_name);
   auto loaded = DataRegistry::WithBuiltinsAndDirs(catalog_dir, workload_dir);
@@ -29,7 +29,7 @@ int ServeWithRegistry(const std::string& service_name, const std::string& listen
   logger->info("{} catalogs, {} workloads", registry->catalogs().size(),
                registry->workloads().size());
   Service service(registry, std::forward<Args>(args)...);
-  return ServeUntilSignal(service_name, listen, port_file, {&service}, security);
+  return ServeUntilSignal(service_name, listen, port_file, metrics_listen, {&service}, security);
 }
 
 }  // namespace spotdnn::services

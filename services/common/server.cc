@@ -13,10 +13,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/support/server_interceptor.h"
+#include "services/common/metrics.h"
+#include "services/common/metrics_server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
@@ -60,6 +63,46 @@ class UnparsableRequestInterceptorFactory final
     using Type = grpc::experimental::ServerRpcInfo::Type;
     if (info->type() != Type::UNARY && info->type() != Type::SERVER_STREAMING) return nullptr;
     return new UnparsableRequestInterceptor(info->method());
+  }
+};
+
+// Counts every call by method and status code and observes its duration by method, into the
+// default registry: spotdnn_rpc_requests_total{method,code} and spotdnn_rpc_duration_seconds
+// {method}. A call is timed from the interceptor's creation (the call's start) to its status
+// being sent.
+class RpcMetricsInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit RpcMetricsInterceptor(const char* method) : method_(method), start_(absl::Now()) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const absl::StatusCode code =
+          static_cast<absl::StatusCode>(methods->GetSendStatus().error_code());
+      static auto& requests = metrics::DefaultRegistry().Counters(
+          "spotdnn_rpc_requests_total", "gRPC calls answered, by method and status code",
+          {"method", "code"});
+      static auto& durations = metrics::DefaultRegistry().Histograms(
+          "spotdnn_rpc_duration_seconds",
+          "gRPC call durations from the call's start to its status, by method", {"method"},
+          metrics::LatencyBuckets());
+      requests.WithLabels({method_, absl::StatusCodeToString(code)}).Increment();
+      durations.WithLabels({method_}).Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+    }
+    methods->Proceed();
+  }
+
+ private:
+  std::string method_;
+  absl::Time start_;
+};
+
+class RpcMetricsInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new RpcMetricsInterceptor(info->method());
   }
 };
 
@@ -195,6 +238,8 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<UnparsableRequestInterceptorFactory>());
+  // After the one above, so that it counts the status that one rewrites.
+  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   for (grpc::Service* service : services) builder.RegisterService(service);
   started.server = builder.BuildAndStart();
@@ -230,10 +275,21 @@ int WaitForShutdownSignal() {
 }
 
 int ServeUntilSignal(const std::string& service_name, const std::string& listen,
-                     const std::string& port_file, const std::vector<grpc::Service*>& services,
-                     const ServerSecurity& security) {
+                     const std::string& port_file, const std::string& metrics_listen,
+                     const std::vector<grpc::Service*>& services, const ServerSecurity& security) {
   auto logger = spdlog::get(service_name);
   if (!logger) logger = spdlog::stderr_color_mt(service_name);
+  std::unique_ptr<MetricsServer> metrics_server;
+  if (!metrics_listen.empty()) {
+    auto started =
+        MetricsServer::Start("--metrics_listen", metrics_listen, metrics::DefaultRegistry());
+    if (!started.ok()) {
+      logger->error("{}", std::string(started.status().message()));
+      return absl::IsInvalidArgument(started.status()) ? 2 : 1;
+    }
+    metrics_server = *std::move(started);
+    logger->info("metrics on http://{}:{}/metrics", metrics_server->host(), metrics_server->port());
+  }
   auto started = StartServer(listen, services, security);
   if (!started.ok()) {
     logger->error("{}", std::string(started.status().message()));

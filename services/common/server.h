@@ -24,7 +24,8 @@ struct StartedServer {
 
 // Starts a server on `listen` ("host:port"; port 0 picks a free one) with health checking and
 // server reflection, secured as `security` says (see MakeServerCredentials). An empty `listen`
-// starts an in-process server (use server->InProcessChannel). The health service answers
+// starts an in-process server (use server->InProcessChannel). Every call is counted, and timed,
+// by method and status code in the default metrics registry (metrics.h). The health service answers
 // SERVING for "" and for each spotdnn service's full name ("spotdnn.v1.Predictor"). A unary or
 // server-streaming request that cannot be parsed answers INVALID_ARGUMENT naming the message
 // type (gRPC alone answers INTERNAL with no message). INVALID_ARGUMENT for a bad `security`
@@ -58,21 +59,25 @@ void BlockShutdownSignals();
 int WaitForShutdownSignal();
 
 // The body of a service main: starts the server, logs the bound address (and writes the port to
-// `port_file` when set), serves until SIGTERM/SIGINT, then shuts down gracefully. Returns the exit
-// status for main: 2 when `security` is wrong (before binding), 1 when serving fails.
+// `port_file` when set), serves until SIGTERM/SIGINT, then shuts down gracefully. With a
+// `metrics_listen` ("HOST:PORT", port 0 picks one) it first serves the default metrics registry
+// there on GET /metrics and logs the address. Returns the exit status for main: 2 when `security`
+// or `metrics_listen` is wrong (before binding), 1 when serving fails.
 int ServeUntilSignal(const std::string& service_name, const std::string& listen,
-                     const std::string& port_file, const std::vector<grpc::Service*>& services,
+                     const std::string& port_file, const std::string& metrics_listen,
+                     const std::vector<grpc::Service*>& services,
                      const ServerSecurity& security = {});
 
 // The body of a service main whose service is built from the data registry (built-ins plus the
 // JSON files in `catalog_dir` and `workload_dir`): loads it, constructs `Service` from it (and
-// `args`, e.g. its options) and serves until SIGTERM with `security`. Returns 2 when a folder
-// cannot be read or `security` is wrong.
+// `args`, e.g. its options) and serves until SIGTERM with `security` (and metrics on
+// `metrics_listen`, as ServeUntilSignal). Returns 2 when a folder cannot be read or `security` or
+// `metrics_listen` is wrong.
 template <typename Service, typename... Args>
 int ServeWithRegistry(const std::string& service_name, const std::string& listen,
-                      const std::string& port_file, const std::string& catalog_dir,
-                      const std::string& workload_dir, const ServerSecurity& security,
-                      Args&&... args);
+                      const std::string& port_file, const std::string& metrics_listen,
+                      const std::string& catalog_dir, const std::string& workload_dir,
+                      const ServerSecurity& security, Args&&... args);
 
 }  // namespace spotdnn::services
 

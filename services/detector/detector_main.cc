@@ -8,6 +8,8 @@
 #include "absl/time/time.h"
 #include "detector/detector.h"
 #include "services/common/db/database.h"
+#include "services/common/metrics.h"
+#include "services/common/metrics_flags.h"
 #include "services/common/program.h"
 #include "services/common/security_flags.h"
 #include "services/common/server.h"
@@ -91,11 +93,24 @@ int main(int argc, char** argv) {
   std::shared_ptr<spotdnn::detector::Detector> shared = *std::move(detector);
   logger->info("replica {}: {} instances, last event {}, {} peers", options.replica_id,
                shared->List("").size(), shared->last_sequence(), peers->size());
+  // Read when scraped; nothing once the detector is gone.
+  std::weak_ptr<spotdnn::detector::Detector> weak = shared;
+  spotdnn::metrics::DefaultRegistry().GaugeFunction(
+      "spotdnn_detector_instances_watched", "instances registered with this replica", [weak] {
+        auto d = weak.lock();
+        return d ? static_cast<double>(d->watched()) : 0.0;
+      });
+  spotdnn::metrics::DefaultRegistry().GaugeFunction(
+      "spotdnn_detector_instances_polled",
+      "instances whose metadata service this replica polls (those it owns)", [weak] {
+        auto d = weak.lock();
+        return d ? static_cast<double>(d->polled()) : 0.0;
+      });
   spotdnn::services::DetectorServiceImpl service(shared, *peers);
   service.StartPeerMonitor();
-  const int code =
-      spotdnn::services::ServeUntilSignal("spotdnn-detector", absl::GetFlag(FLAGS_listen),
-                                          absl::GetFlag(FLAGS_port_file), {&service}, security);
+  const int code = spotdnn::services::ServeUntilSignal(
+      "spotdnn-detector", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_port_file),
+      absl::GetFlag(FLAGS_metrics_listen), {&service}, security);
   service.Stop();
   shared->Shutdown();
   return code;

@@ -10,6 +10,7 @@
 #include "absl/flags/usage.h"
 #include "profiler/profile_store.h"
 #include "services/common/db/database.h"
+#include "services/common/metrics_flags.h"
 #include "services/common/program.h"
 #include "services/common/security_flags.h"
 #include "services/common/server.h"
@@ -79,6 +80,7 @@ int main(int argc, char** argv) {
   }
   spotdnn::services::ProfilerServiceImpl service(
       std::shared_ptr<spotdnn::profiler::ProfileStore>(*std::move(store)), std::move(options));
-  return spotdnn::services::ServeUntilSignal("spotdnn-profiler", absl::GetFlag(FLAGS_listen),
-                                             absl::GetFlag(FLAGS_port_file), {&service}, security);
+  return spotdnn::services::ServeUntilSignal(
+      "spotdnn-profiler", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_port_file),
+      absl::GetFlag(FLAGS_metrics_listen), {&service}, security);
 }

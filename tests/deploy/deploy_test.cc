@@ -243,7 +243,7 @@ TEST(K8sManifests, ImagesAreTheOneTheContainerFilesBuild) {
   }
 }
 
-TEST(K8sManifests, ListenContainerProbeAndServicePortsAgree) {
+TEST(K8sManifests, ListenMetricsContainerProbeAndServicePortsAgree) {
   const std::vector<K8sObject> objects = LoadManifests();
   std::set<std::string> served;
   for (const PodContainer& c : Containers(objects)) {
@@ -256,9 +256,21 @@ TEST(K8sManifests, ListenContainerProbeAndServicePortsAgree) {
     EXPECT_EQ(port, DefaultListenPort(c.program))
         << c.Where() << ": --listen port differs from " << c.program << "'s default";
     const YAML::Node ports = At(c.container, {"ports"});
-    ASSERT_EQ(ports.size(), 1u) << c.Where() << ": ports should list the one gRPC port";
+    ASSERT_EQ(ports.size(), 2u) << c.Where() << ": ports should list the gRPC and metrics ports";
     EXPECT_EQ(IntAt(ports[0], {"containerPort"}), port)
         << c.Where() << ": ports[0].containerPort differs from --listen=" << *listen;
+    // Metrics: served on every address, named, and where the scrape annotations say.
+    const std::optional<std::string> metrics = FlagValue(c.words, "metrics_listen");
+    ASSERT_TRUE(metrics.has_value()) << c.Where() << ": no --metrics_listen";
+    EXPECT_TRUE(absl::StartsWith(*metrics, "0.0.0.0:"))
+        << c.Where() << ": --metrics_listen=" << *metrics << " is not reachable from Prometheus";
+    EXPECT_EQ(ScalarAt(ports[1], {"name"}), "metrics") << c.Where() << ": ports[1].name";
+    EXPECT_EQ(IntAt(ports[1], {"containerPort"}), PortOf(*metrics))
+        << c.Where() << ": ports[1].containerPort differs from --metrics_listen=" << *metrics;
+    auto annotations = StringMap(At(c.pod, {"metadata", "annotations"}));
+    EXPECT_EQ(annotations["prometheus.io/scrape"], "true") << c.Where() << ": prometheus.io/scrape";
+    EXPECT_EQ(annotations["prometheus.io/port"], std::to_string(PortOf(*metrics)))
+        << c.Where() << ": prometheus.io/port differs from --metrics_listen=" << *metrics;
     const std::string port_name = ScalarAt(ports[0], {"name"});
     for (const char* probe : {"readinessProbe", "livenessProbe"}) {
       const YAML::Node grpc = At(c.container, {probe, "grpc"});

@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -12,6 +13,8 @@
 #include "detector/metadata_emulator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/common/metrics.h"
+#include "tests/testing/metrics_sample.h"
 
 namespace spotdnn::detector {
 namespace {
@@ -80,6 +83,10 @@ class DetectorTest : public ::testing::Test {
     auto w = d.Get(id);
     return w.ok() ? w->state : InstanceState::kUnknown;
   }
+  // A sample (or the sum of those it starts) in the process's metrics; -1 when there is none.
+  static double Metric(const std::string& series) {
+    return testing_util::SampleSum(metrics::DefaultRegistry().Render(), series);
+  }
   static std::vector<Event> All(const Detector& d) {
     auto events = d.EventsAfter(0, "", 100000);
     EXPECT_TRUE(events.ok());
@@ -118,6 +125,7 @@ TEST_F(DetectorTest, PolledNoticeBecomesOneEvent) {
   }
   EXPECT_EQ(notices, 1);
   EXPECT_EQ(StateOf(*d, "a"), InstanceState::kNotice);
+  EXPECT_GE(Metric("spotdnn_detector_polls_total{cloud=\"aws\",result=\"healthy\"}"), 1);
 }
 
 TEST_F(DetectorTest, FaultyEndpointIsUnknownAndOthersAreServed) {
@@ -205,8 +213,14 @@ TEST_F(DetectorTest, AgentNoticeThenRevokedAtItsDeadline) {
   auto d = OpenDetector(ByHand());
   const int64_t now = NowUnixMs();
   Notice n{EventKind::kNotice, "Preempt", 0, now + 30000, "azure:1", "evicted"};
+  const std::string notices = "spotdnn_detector_notices_total{cloud=\"azure\",kind=\"notice\"}";
+  const std::string latencies = "spotdnn_detector_notice_latency_seconds_count";
+  const double notices_before = std::max(0.0, Metric(notices));
+  const double latencies_before = std::max(0.0, Metric(latencies));
   ASSERT_TRUE(d->ReportNotice("z", "job", Cloud::kAzure, n, now).ok());
   ASSERT_TRUE(d->ReportNotice("z", "job", Cloud::kAzure, n, now).ok());  // repeated: once
+  EXPECT_EQ(Metric(notices), notices_before + 1);
+  EXPECT_EQ(Metric(latencies), latencies_before + 1);
   EXPECT_EQ(StateOf(*d, "z"), InstanceState::kNotice);
   d->CheckDeadlines(now + 30001);
   EXPECT_EQ(StateOf(*d, "z"), InstanceState::kRevoked);
@@ -427,8 +441,11 @@ TEST_F(DetectorTest, StoreFailuresAreCountedAndEventsStillServed) {
   ASSERT_EQ(sqlite3_exec(other, "DROP TABLE events", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(other);
   Notice n{EventKind::kNotice, "stop", 0, 0, "k", ""};
+  const std::string errors = "spotdnn_store_errors_total{store=\"spotdnn_detector\"";
+  const double errors_before = std::max(0.0, Metric(errors));
   ASSERT_TRUE(d->ReportNotice("i", "", Cloud::kAws, n, 0).ok());
   EXPECT_EQ(d->store_errors(), 1u);
+  EXPECT_GE(Metric(errors), errors_before + 1);
   EXPECT_THAT(d->last_store_error(), HasSubstr("events"));
   EXPECT_EQ(All(*d).size(), 1u);
 }

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <future>
@@ -13,6 +14,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/common/metrics.h"
+#include "tests/testing/metrics_sample.h"
 #include "tests/testing/ports.h"
 #include "tests/testing/postgres_server.h"
 
@@ -139,6 +142,15 @@ TEST_P(DatabaseTest, ErrorsMapToCodesByKind) {
       db->ExecDdl("CREATE TABLE k (name TEXT PRIMARY KEY, n INTEGER NOT NULL CHECK (n >= 0))")
           .ok());
   ASSERT_TRUE(db->Exec("INSERT INTO k (name, n) VALUES (?1, ?2)", {std::string("a"), 1}).ok());
+  const auto errors = [](const std::string& code) {
+    return std::max(0.0,
+                    testing_util::SampleSum(
+                        metrics::DefaultRegistry().Render(),
+                        "spotdnn_store_errors_total{store=\"test_store\",code=\"" + code + "\"}"));
+  };
+  const double already_exists = errors("ALREADY_EXISTS");
+  const double invalid_argument = errors("INVALID_ARGUMENT");
+  const double internal = errors("INTERNAL");
   auto duplicate = db->Exec("INSERT INTO k (name, n) VALUES (?1, ?2)", {std::string("a"), 2});
   EXPECT_EQ(duplicate.status().code(), absl::StatusCode::kAlreadyExists) << duplicate.status();
   auto negative = db->Exec("INSERT INTO k (name, n) VALUES (?1, ?2)", {std::string("b"), -1});
@@ -149,6 +161,10 @@ TEST_P(DatabaseTest, ErrorsMapToCodesByKind) {
   EXPECT_EQ(syntax.status().code(), absl::StatusCode::kInternal) << syntax.status();
   EXPECT_FALSE(IsRetryable(syntax.status()));
   EXPECT_THAT(syntax.status().message(), HasSubstr("SELEKT"));
+  // Each failure counted once, by store and code (none of them is retried).
+  EXPECT_EQ(errors("ALREADY_EXISTS"), already_exists + 1);
+  EXPECT_EQ(errors("INVALID_ARGUMENT"), invalid_argument + 2);
+  EXPECT_EQ(errors("INTERNAL"), internal + 1);
 }
 
 TEST_P(DatabaseTest, AWriteIsAllOrNothing) {
@@ -339,6 +355,14 @@ TEST_F(PostgresDatabaseTest, AStatementOutlivesARestartOfTheServer) {
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   ASSERT_TRUE(server_->Start().ok());
   EXPECT_TRUE(insert.get().ok());
+  // The failed tries were counted, and the retries with their cause.
+  const std::string scrape = metrics::DefaultRegistry().Render();
+  EXPECT_GE(testing_util::SampleSum(scrape, "spotdnn_store_retries_total{store=\"restart\""), 1)
+      << scrape;
+  EXPECT_GE(testing_util::SampleSum(
+                scrape, "spotdnn_store_errors_total{store=\"restart\",code=\"UNAVAILABLE\"}"),
+            1)
+      << scrape;
   auto rows = (*db)->QueryAll("SELECT x FROM r");
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->size(), 1u);

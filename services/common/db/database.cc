@@ -11,9 +11,29 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "services/common/db/backends.h"
+#include "services/common/metrics.h"
 
 namespace spotdnn::db {
 namespace {
+
+// The database layer's metrics in the process's registry.
+struct StoreMetrics {
+  metrics::Family<metrics::Counter>& errors = metrics::DefaultRegistry().Counters(
+      "spotdnn_store_errors_total",
+      "statements and transaction steps the database failed, each try counted, by store and "
+      "status code (UNAVAILABLE: unreachable or busy, ABORTED: a serialization failure, ...)",
+      {"store", "code"});
+  metrics::Family<metrics::Counter>& retries = metrics::DefaultRegistry().Counters(
+      "spotdnn_store_retries_total",
+      "operations or transactions tried again after a retryable failure, by store and the "
+      "failure's status code",
+      {"store", "code"});
+};
+
+StoreMetrics& Metrics() {
+  static StoreMetrics* m = new StoreMetrics();  // lives as long as the process
+  return *m;
+}
 
 // The URI with its password (if any) replaced by "***", for messages.
 std::string WithoutPassword(absl::string_view uri, size_t colon, size_t at) {
@@ -136,14 +156,35 @@ absl::Status Retry(const RetryPolicy& policy, const std::function<absl::Status()
 
 absl::Status Database::Retried(const std::function<absl::Status()>& attempt) {
   if (in_transaction_) return attempt();
-  return Retry(retry_, attempt, [this] { Recover(); });
+  return RetriedWithRecovery(attempt);
+}
+
+absl::Status Database::RetriedWithRecovery(const std::function<absl::Status()>& attempt) {
+  absl::Status last;
+  return Retry(
+      retry_,
+      [&] {
+        last = attempt();
+        return last;
+      },
+      [&] {
+        Metrics().retries.WithLabels({name_, absl::StatusCodeToString(last.code())}).Increment();
+        Recover();
+      });
+}
+
+absl::Status Database::Counted(absl::Status status) const {
+  if (!status.ok()) {
+    Metrics().errors.WithLabels({name_, absl::StatusCodeToString(status.code())}).Increment();
+  }
+  return status;
 }
 
 absl::StatusOr<std::int64_t> Database::Exec(absl::string_view sql, absl::Span<const Value> params) {
   std::int64_t changed = 0;
   absl::Status status = Retried([&]() -> absl::Status {
     absl::StatusOr<std::int64_t> n = DoExec(sql, params);
-    if (!n.ok()) return n.status();
+    if (!n.ok()) return Counted(n.status());
     changed = *n;
     return absl::OkStatus();
   });
@@ -153,7 +194,16 @@ absl::StatusOr<std::int64_t> Database::Exec(absl::string_view sql, absl::Span<co
 
 absl::Status Database::Query(absl::string_view sql, absl::Span<const Value> params,
                              const RowFn& row) {
-  return Retried([&] { return DoQuery(sql, params, row); });
+  return Retried([&] {
+    // An error of `row` is the caller's, not the database's.
+    bool row_failed = false;
+    absl::Status status = DoQuery(sql, params, [&](const Row& r) {
+      absl::Status s = row(r);
+      row_failed = !s.ok();
+      return s;
+    });
+    return row_failed ? status : Counted(status);
+  });
 }
 
 absl::StatusOr<std::vector<Row>> Database::QueryAll(absl::string_view sql,
@@ -161,10 +211,10 @@ absl::StatusOr<std::vector<Row>> Database::QueryAll(absl::string_view sql,
   std::vector<Row> rows;
   absl::Status status = Retried([&] {
     rows.clear();
-    return DoQuery(sql, params, [&](const Row& r) {
+    return Counted(DoQuery(sql, params, [&](const Row& r) {
       rows.push_back(r);
       return absl::OkStatus();
-    });
+    }));
   });
   if (!status.ok()) return status;
   return rows;
@@ -180,23 +230,20 @@ absl::StatusOr<std::optional<Row>> Database::QueryOne(absl::string_view sql,
 
 absl::Status Database::ExecDdl(absl::string_view ddl) {
   const std::string sql = Ddl(ddl);
-  return Retried([&] { return DoScript(sql); });
+  return Retried([&] { return Counted(DoScript(sql)); });
 }
 
 absl::Status Database::Transact(TxKind kind, const Body& body) {
   if (in_transaction_) return body();  // a nested call joins the transaction it is in
-  return Retry(
-      retry_,
-      [&]() -> absl::Status {
-        if (absl::Status s = Begin(kind); !s.ok()) return s;
-        in_transaction_ = true;
-        absl::Status status = body();
-        if (status.ok()) status = Commit();
-        in_transaction_ = false;
-        if (!status.ok()) Rollback();
-        return status;
-      },
-      [this] { Recover(); });
+  return RetriedWithRecovery([&]() -> absl::Status {
+    if (absl::Status s = Begin(kind); !s.ok()) return Counted(s);
+    in_transaction_ = true;
+    absl::Status status = body();
+    if (status.ok()) status = Counted(Commit());
+    in_transaction_ = false;
+    if (!status.ok()) Rollback();
+    return status;
+  });
 }
 
 absl::Status Database::Write(const Body& body) { return Transact(TxKind::kWrite, body); }
@@ -266,6 +313,7 @@ absl::StatusOr<std::unique_ptr<Database>> OpenStore(absl::string_view spec, absl
                                                      ? OpenSqlite(parsed->target, field)
                                                      : OpenPostgres(parsed->target, field, name);
   if (!db.ok()) return db.status();
+  (*db)->name_ = std::string(name);
   if (absl::Status s = Migrate(**db, migrations); !s.ok()) {
     return absl::Status(absl::IsFailedPrecondition(s) ? s.code() : absl::StatusCode::kUnavailable,
                         absl::StrCat(field, " = \"", (*db)->where(), "\": ", s.message()));

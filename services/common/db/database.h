@@ -79,6 +79,8 @@ struct RetryPolicy {
 absl::Status Retry(const RetryPolicy& policy, const std::function<absl::Status()>& attempt,
                    const std::function<void()>& before_retry = nullptr);
 
+struct Migration;
+
 // A connection to one store's database. Not thread-safe: the stores serialize their calls.
 class Database {
  public:
@@ -92,6 +94,9 @@ class Database {
   virtual Backend backend() const = 0;
   // What the store is opened from (the path, or the URI), for messages.
   const std::string& where() const { return where_; }
+  // The store's name (OpenStore's `name`), labelling its metrics: spotdnn_store_errors_total
+  // and spotdnn_store_retries_total{store,code} in the default registry.
+  const std::string& name() const { return name_; }
 
   // Runs one statement with `params` bound to ?1..?N; the number of rows it changed. Outside a
   // transaction a retryable failure is retried (see Retry).
@@ -147,8 +152,17 @@ class Database {
   absl::Status Transact(TxKind kind, const Body& body);
   // Retries `attempt` unless a transaction is open (its owner retries the whole transaction).
   absl::Status Retried(const std::function<absl::Status()>& attempt);
+  // Retry with this store's policy, Recover() and a counted retry before each further try.
+  absl::Status RetriedWithRecovery(const std::function<absl::Status()>& attempt);
+  // Counts a failure the database answered; returns `status`.
+  absl::Status Counted(absl::Status status) const;
+
+  friend absl::StatusOr<std::unique_ptr<Database>> OpenStore(absl::string_view, absl::string_view,
+                                                             absl::string_view,
+                                                             absl::Span<const Migration>);
 
   std::string where_;
+  std::string name_ = "unnamed";
   RetryPolicy retry_;
   bool in_transaction_ = false;
 };
