@@ -34,5 +34,14 @@ fi
 
 echo "setup.sh: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# The PostgreSQL server is for the tests, which start their own in a temporary folder: installing
+# it must not also create (and on systemd start) a system cluster on port 5432. An existing
+# cluster is left as it is; `pg_createcluster 15 main --start` makes one for `--store`.
+if [ ! -d /etc/postgresql ]; then
+  "${sudo_cmd[@]}" mkdir -p /etc/postgresql-common/createcluster.d
+  echo "create_main_cluster = false" |
+    "${sudo_cmd[@]}" tee /etc/postgresql-common/createcluster.d/50-spotdnn-no-main-cluster.conf \
+      >/dev/null
+fi
 "${sudo_cmd[@]}" apt-get update -q
 "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
