@@ -46,6 +46,17 @@ ceres::Solver::Options SolverOptions() {
   return options;
 }
 
+// Solves `problem`; true when its solution is usable and cheaper than `best_cost`, which then
+// becomes its cost. The fit's stop (deadline, cancellation) as an error.
+absl::StatusOr<bool> SolveImproves(ceres::Problem& problem, double& best_cost) {
+  ceres::Solver::Summary summary;
+  ceres::Solve(SolverOptions(), &problem, &summary);
+  if (absl::Status stopped = FitStopStatus(); !stopped.ok()) return stopped;
+  if (!summary.IsSolutionUsable() || summary.final_cost >= best_cost) return false;
+  best_cost = summary.final_cost;
+  return true;
+}
+
 std::string Configurations(absl::Span<const ClusterObservation> observations) {
   std::set<int> sizes, servers;
   for (const ClusterObservation& o : observations) {
@@ -394,11 +405,9 @@ absl::StatusOr<SharedPsFitResult> FitSharedPs(absl::Span<const ClusterObservatio
         problem.SetParameterLowerBound(&log_kappa, 0, std::log(1e-4));
         problem.SetParameterUpperBound(&log_kappa, 0, std::log(20.0));
       }
-      ceres::Solver::Summary summary;
-      ceres::Solve(SolverOptions(), &problem, &summary);
-      if (auto stopped = FitStopStatus(); !stopped.ok()) return stopped;
-      if (summary.IsSolutionUsable() && summary.final_cost < best_cost) {
-        best_cost = summary.final_cost;
+      absl::StatusOr<bool> better = SolveImproves(problem, best_cost);
+      if (!better.ok()) return better.status();
+      if (*better) {
         best.compute_time_s.clear();
         for (int i = 0; i < types; ++i) best.compute_time_s[names[i]] = std::exp(log_z[i]);
         // Known values stay exactly as given (exp(log(x)) need not be x).
@@ -562,11 +571,9 @@ absl::StatusOr<PaperFormFitResult> FitPaperForm(absl::Span<const ClusterObservat
         cost->SetNumResiduals(1);
         problem.AddResidualBlock(cost, nullptr, blocks);
       }
-      ceres::Solver::Summary summary;
-      ceres::Solve(SolverOptions(), &problem, &summary);
-      if (auto stopped = FitStopStatus(); !stopped.ok()) return stopped;
-      if (summary.IsSolutionUsable() && summary.final_cost < best_cost) {
-        best_cost = summary.final_cost;
+      absl::StatusOr<bool> better = SolveImproves(problem, best_cost);
+      if (!better.ok()) return better.status();
+      if (*better) {
         best.compute_time_s.clear();
         best.gpus.clear();
         for (size_t i = 0; i < names.size(); ++i) {

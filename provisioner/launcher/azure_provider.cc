@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "provisioner/launcher/http_retry.h"
 #include "provisioner/launcher/vm_script.h"
 
 namespace spotdnn::launcher {
@@ -129,6 +130,13 @@ bool ValidSegment(absl::string_view text, absl::string_view extra) {
 }
 
 std::string Lower(absl::string_view text) { return absl::AsciiStrToLower(text); }
+
+RetryPolicy RetryOf(const AzureProvider::Options& options) {
+  return {.max_attempts = options.max_attempts,
+          .backoff_base = options.backoff_base,
+          .backoff_cap = options.backoff_cap,
+          .sleep = options.sleep};
+}
 
 InstanceState StateOf(const std::string& provisioning_state) {
   if (provisioning_state == "Succeeded") return InstanceState::kRunning;
@@ -269,58 +277,26 @@ absl::StatusOr<HttpResponse> AzureProvider::Call(const std::string& method, cons
                                                  const json* body, const std::string& action,
                                                  const std::string& instance_type) {
   const std::string what = absl::StrCat("Azure ", action);
-  absl::Status last;
-  bool refreshed = false;
-  absl::Duration wait;
-  for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
-    if (attempt > 0 && wait > absl::ZeroDuration()) options_.sleep(wait);
-    wait = FullJitterBackoff(options_.backoff_base, options_.backoff_cap, attempt + 1);
-    absl::StatusOr<std::string> token = options_.token_source->Token();
-    if (!token.ok()) {
-      if (!absl::IsUnavailable(token.status())) return token.status();
-      last = token.status();
-      continue;
-    }
-    HttpRequest request{.method = method,
-                        .url = url,
-                        .headers = {{"Authorization", "Bearer " + *token}},
-                        .timeout = options_.request_timeout};
-    if (body != nullptr) {
-      request.headers.emplace_back("Content-Type", "application/json");
-      request.body = body->dump();
-    }
-    absl::StatusOr<HttpResponse> response = HttpSend(request);
-    if (!response.ok()) {
-      last = response.status();
-      continue;
-    }
-    if (response->status >= 200 && response->status < 300) return response;
-    ArmError error = ParseArmError(response->status, response->body);
-    absl::Status status =
-        ArmErrorToStatus(what, error, action, instance_type, options_.resource_group);
-    if (response->status == 401) {
-      if (!refreshed) {
-        // An expired or revoked token: fetch a fresh one and try again at once.
-        options_.token_source->Invalidate();
-        refreshed = true;
-        wait = absl::ZeroDuration();
-        last = status;
-        continue;
-      }
-      return absl::UnauthenticatedError(absl::StrCat(status.message(), "; a fresh token from ",
-                                                     options_.token_source->Describe(),
-                                                     " was refused too"));
-    }
-    if (!IsRetryable(error)) return status;
-    last = status;
-    // Throttling says how long to wait.
-    double retry_after = 0;
-    if (absl::SimpleAtod(response->Header("retry-after"), &retry_after) && retry_after > 0) {
-      wait = std::max(wait, std::min(absl::Seconds(retry_after), 2 * options_.backoff_cap));
-    }
+  HttpRequest request{.method = method, .url = url, .timeout = options_.request_timeout};
+  if (body != nullptr) {
+    request.headers.emplace_back("Content-Type", "application/json");
+    request.body = body->dump();
   }
-  return absl::UnavailableError(absl::StrCat(what, ": gave up after ", options_.max_attempts,
-                                             " attempts; last error: ", last.message()));
+  return SendWithRetries(
+      request, what, RetryOf(options_), options_.token_source.get(),
+      [&](const HttpResponse& response) -> std::optional<HttpFailure> {
+        if (response.status >= 200 && response.status < 300) return std::nullopt;
+        ArmError error = ParseArmError(response.status, response.body);
+        HttpFailure failure{
+            .status = ArmErrorToStatus(what, error, action, instance_type, options_.resource_group),
+            .retryable = IsRetryable(error)};
+        // Throttling says how long to wait.
+        double retry_after = 0;
+        if (absl::SimpleAtod(response.Header("retry-after"), &retry_after) && retry_after > 0) {
+          failure.retry_after = std::min(absl::Seconds(retry_after), 2 * options_.backoff_cap);
+        }
+        return failure;
+      });
 }
 
 absl::StatusOr<json> AzureProvider::VirtualMachineResource(const LaunchRequest& request, int index,
@@ -698,33 +674,21 @@ absl::StatusOr<std::vector<SpotPrice>> AzureProvider::SpotPrices(
     SpotPrice best{.instance_type = type, .availability_zone = region, .price_per_hour = -1};
     for (int page = 0; !url.empty(); ++page) {
       if (page >= 1000) return absl::InternalError("Azure Retail Prices: more than 1000 pages");
-      absl::StatusOr<HttpResponse> response;
-      absl::Status last;
-      for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
-        if (attempt > 0) {
-          options_.sleep(FullJitterBackoff(options_.backoff_base, options_.backoff_cap, attempt));
-        }
-        response = HttpSend({.url = url, .timeout = options_.request_timeout});
-        if (!response.ok()) {
-          last = response.status();
-          continue;
-        }
-        if (response->status == 200) break;
-        last = absl::Status(
-            response->status == 429 || response->status >= 500
-                ? absl::StatusCode::kUnavailable
-                : (response->status == 400 ? absl::StatusCode::kInvalidArgument
-                                           : absl::StatusCode::kFailedPrecondition),
-            absl::StrCat("Azure Retail Prices ", UrlForMessages(url), ": HTTP ", response->status,
-                         " ", ParseArmError(response->status, response->body).message));
-        response = last;
-        if (!absl::IsUnavailable(last)) return last;
-      }
-      if (!response.ok()) {
-        return absl::UnavailableError(absl::StrCat("Azure Retail Prices: gave up after ",
-                                                   options_.max_attempts,
-                                                   " attempts; last error: ", last.message()));
-      }
+      absl::StatusOr<HttpResponse> response = SendWithRetries(
+          {.url = url, .timeout = options_.request_timeout}, "Azure Retail Prices",
+          RetryOf(options_), /*tokens=*/nullptr,
+          [&](const HttpResponse& answer) -> std::optional<HttpFailure> {
+            if (answer.status == 200) return std::nullopt;
+            absl::Status status(
+                answer.status == 429 || answer.status >= 500
+                    ? absl::StatusCode::kUnavailable
+                    : (answer.status == 400 ? absl::StatusCode::kInvalidArgument
+                                            : absl::StatusCode::kFailedPrecondition),
+                absl::StrCat("Azure Retail Prices ", UrlForMessages(url), ": HTTP ", answer.status,
+                             " ", ParseArmError(answer.status, answer.body).message));
+            return HttpFailure{.status = status, .retryable = absl::IsUnavailable(status)};
+          });
+      if (!response.ok()) return response.status();
       json doc = json::parse(response->body, nullptr, /*allow_exceptions=*/false);
       if (!doc.is_object()) {
         return absl::InternalError("Azure Retail Prices: the response is not a JSON object");

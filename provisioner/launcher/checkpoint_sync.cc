@@ -22,19 +22,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool WriteAll(int fd, absl::string_view data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 // Whether a relative path names a file the sync leaves alone (temporary files).
 bool Ignored(const fs::path& relative) {
   const std::string name = relative.filename().string();
@@ -128,6 +115,19 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> MakeRefreshingS3ObjectStore(
                                                    std::move(resolve));
   if (absl::Status s = store->Build(); !s.ok()) return s;
   return std::unique_ptr<ObjectStore>(std::move(store));
+}
+
+bool WriteAll(int fd, absl::string_view data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view content) {

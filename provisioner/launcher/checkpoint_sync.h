@@ -21,6 +21,10 @@
 
 namespace spotdnn::launcher {
 
+// Writes all of `data` to `fd`, retrying short writes and EINTR; false on another error (errno
+// says which).
+bool WriteAll(int fd, absl::string_view data);
+
 // Writes `content` to a temporary file beside `path` (a dot file), syncs it and renames it over
 // `path`, creating the parent folders: a reader sees the old file or the whole new one. The error
 // names the path.

@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "provisioner/launcher/google_auth.h"
 #include "provisioner/launcher/http.h"
+#include "provisioner/launcher/http_retry.h"
 #include "provisioner/launcher/vm_script.h"
 
 namespace spotdnn::launcher {
@@ -156,6 +157,31 @@ bool IsRetryable(const GoogleApiError& error) {
   return error.http_status == 429 || error.http_status >= 500 ||
          (error.http_status == 403 &&
           (error.reason == "rateLimitExceeded" || error.reason == "userRateLimitExceeded"));
+}
+
+RetryPolicy RetryOf(const GceProvider::Options& options) {
+  return {.max_attempts = options.max_attempts,
+          .backoff_base = options.backoff_base,
+          .backoff_cap = options.backoff_cap,
+          .sleep = options.sleep};
+}
+
+// A Cloud Billing Catalog error that is not worth retrying as a status; `text` describes it.
+absl::Status BillingErrorToStatus(long http_status, const GoogleApiError& error,
+                                  const std::string& text) {
+  if (http_status == 400 && absl::StrContains(absl::AsciiStrToLower(error.message), "api key")) {
+    return absl::UnauthenticatedError(absl::StrCat(text, "; check the API key"));
+  }
+  if (http_status == 400) return absl::InvalidArgumentError(text);
+  if (http_status == 401) return absl::UnauthenticatedError(text);
+  if (http_status == 403) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        text,
+        "; enable the Cloud Billing API (cloudbilling.googleapis.com) in the API "
+        "key's project and allow the key to call it"));
+  }
+  if (http_status == 404) return absl::NotFoundError(text);
+  return absl::FailedPreconditionError(text);
 }
 
 // A price from a Google Money-like object ({"units": "1", "nanos": 500000000}).
@@ -355,63 +381,28 @@ absl::StatusOr<json> GceProvider::Call(const std::string& method, const std::str
                                        const json* body, const std::string& api_method,
                                        const std::string& instance_type) {
   const std::string what = absl::StrCat("GCE ", api_method);
-  absl::Status last;
-  bool refreshed = false;
-  bool skip_sleep = false;
-  for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
-    if (attempt > 0 && !skip_sleep) {
-      options_.sleep(FullJitterBackoff(options_.backoff_base, options_.backoff_cap, attempt));
-    }
-    skip_sleep = false;
-    absl::StatusOr<std::string> token = options_.token_source->Token();
-    if (!token.ok()) {
-      if (!absl::IsUnavailable(token.status())) return token.status();
-      last = token.status();
-      continue;
-    }
-    HttpRequest request{.method = method,
-                        .url = url,
-                        .headers = {{"Authorization", "Bearer " + *token}},
-                        .timeout = options_.request_timeout};
-    if (body != nullptr) {
-      request.headers.emplace_back("Content-Type", "application/json");
-      request.body = body->dump();
-    }
-    absl::StatusOr<HttpResponse> response = HttpSend(request);
-    if (!response.ok()) {
-      last = response.status();
-      continue;
-    }
-    if (response->status >= 200 && response->status < 300) {
-      if (response->body.empty()) return json::object();
-      json doc = json::parse(response->body, nullptr, /*allow_exceptions=*/false);
-      if (doc.is_discarded()) {
-        return absl::InternalError(
-            absl::StrCat(what, ": the response is not JSON (", response->body.size(), " bytes)"));
-      }
-      return doc;
-    }
-    GoogleApiError error = ParseGoogleApiError(response->status, response->body);
-    if (response->status == 401 && !refreshed) {
-      // An expired or revoked token: fetch a fresh one and try again at once.
-      options_.token_source->Invalidate();
-      refreshed = true;
-      skip_sleep = true;
-      last = GoogleErrorToStatus(what, error, PermissionFor(api_method), instance_type);
-      continue;
-    }
-    absl::Status status =
-        GoogleErrorToStatus(what, error, PermissionFor(api_method), instance_type);
-    if (response->status == 401) {
-      return absl::UnauthenticatedError(absl::StrCat(status.message(), "; a fresh token from ",
-                                                     options_.token_source->Describe(),
-                                                     " was refused too"));
-    }
-    if (!IsRetryable(error)) return status;
-    last = status;
+  HttpRequest request{.method = method, .url = url, .timeout = options_.request_timeout};
+  if (body != nullptr) {
+    request.headers.emplace_back("Content-Type", "application/json");
+    request.body = body->dump();
   }
-  return absl::UnavailableError(absl::StrCat(what, ": gave up after ", options_.max_attempts,
-                                             " attempts; last error: ", last.message()));
+  absl::StatusOr<HttpResponse> response = SendWithRetries(
+      request, what, RetryOf(options_), options_.token_source.get(),
+      [&](const HttpResponse& answer) -> std::optional<HttpFailure> {
+        if (answer.status >= 200 && answer.status < 300) return std::nullopt;
+        GoogleApiError error = ParseGoogleApiError(answer.status, answer.body);
+        return HttpFailure{
+            .status = GoogleErrorToStatus(what, error, PermissionFor(api_method), instance_type),
+            .retryable = IsRetryable(error)};
+      });
+  if (!response.ok()) return response.status();
+  if (response->body.empty()) return json::object();
+  json doc = json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return absl::InternalError(
+        absl::StrCat(what, ": the response is not JSON (", response->body.size(), " bytes)"));
+  }
+  return doc;
 }
 
 absl::Status GceProvider::WaitForOperation(const std::string& zone, const json& operation,
@@ -792,48 +783,23 @@ absl::StatusOr<std::vector<SpotPrice>> GceProvider::SpotPrices(
     if (!page_token.empty()) query.emplace_back("pageToken", page_token);
     const std::string url = absl::StrCat(billing_url_, "/services/", kComputeEngineService,
                                          "/skus?", QueryString(query));
-    absl::StatusOr<HttpResponse> response;
-    absl::Status last;
-    for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
-      if (attempt > 0) {
-        options_.sleep(FullJitterBackoff(options_.backoff_base, options_.backoff_cap, attempt));
-      }
-      response = HttpSend({.url = url,
-                           .headers = {{"X-Goog-Api-Key", options_.api_key}},
-                           .timeout = options_.request_timeout});
-      if (!response.ok()) {
-        last = response.status();
-        continue;
-      }
-      if (response->status == 200) break;
-      GoogleApiError error = ParseGoogleApiError(response->status, response->body);
-      std::string text =
-          absl::StrCat("Cloud Billing Catalog services.skus.list: HTTP ", response->status, " ",
-                       error.status, error.message.empty() ? "" : ": ", error.message);
-      if (!IsRetryable(error)) {
-        if (response->status == 400 &&
-            absl::StrContains(absl::AsciiStrToLower(error.message), "api key")) {
-          return absl::UnauthenticatedError(absl::StrCat(text, "; check the API key"));
-        }
-        if (response->status == 400) return absl::InvalidArgumentError(text);
-        if (response->status == 401) return absl::UnauthenticatedError(text);
-        if (response->status == 403) {
-          return absl::PermissionDeniedError(absl::StrCat(
-              text,
-              "; enable the Cloud Billing API (cloudbilling.googleapis.com) in the API "
-              "key's project and allow the key to call it"));
-        }
-        if (response->status == 404) return absl::NotFoundError(text);
-        return absl::FailedPreconditionError(text);
-      }
-      last = absl::UnavailableError(text);
-      response = last;
-    }
-    if (!response.ok()) {
-      return absl::UnavailableError(absl::StrCat("Cloud Billing Catalog: gave up after ",
-                                                 options_.max_attempts,
-                                                 " attempts; last error: ", last.message()));
-    }
+    absl::StatusOr<HttpResponse> response = SendWithRetries(
+        {.url = url,
+         .headers = {{"X-Goog-Api-Key", options_.api_key}},
+         .timeout = options_.request_timeout},
+        "Cloud Billing Catalog", RetryOf(options_), /*tokens=*/nullptr,
+        [&](const HttpResponse& answer) -> std::optional<HttpFailure> {
+          if (answer.status == 200) return std::nullopt;
+          GoogleApiError error = ParseGoogleApiError(answer.status, answer.body);
+          std::string text =
+              absl::StrCat("Cloud Billing Catalog services.skus.list: HTTP ", answer.status, " ",
+                           error.status, error.message.empty() ? "" : ": ", error.message);
+          if (IsRetryable(error)) {
+            return HttpFailure{.status = absl::UnavailableError(text), .retryable = true};
+          }
+          return HttpFailure{.status = BillingErrorToStatus(answer.status, error, text)};
+        });
+    if (!response.ok()) return response.status();
     json doc = json::parse(response->body, nullptr, /*allow_exceptions=*/false);
     if (!doc.is_object()) {
       return absl::InternalError("Cloud Billing Catalog: the response is not a JSON object");

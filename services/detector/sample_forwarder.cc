@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "provisioner/launcher/checkpoint_sync.h"
 #include "services/common/convert.h"
 #include "services/common/security.h"
 #include "spdlog/spdlog.h"
@@ -35,20 +36,6 @@ std::shared_ptr<spdlog::logger> Logger() {
 
 Clock::duration ToChrono(absl::Duration d) {
   return std::chrono::duration_cast<Clock::duration>(absl::ToChronoNanoseconds(d));
-}
-
-// Writes all of `data` to `fd`, retrying short writes and EINTR.
-bool WriteAll(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 std::string Encode(char kind, const v1::Sample& sample) {
@@ -250,7 +237,7 @@ absl::Status SampleForwarder::CompactSpoolLocked() {
     return absl::UnavailableError(
         absl::StrCat("spool = \"", path, "\": cannot write ", tmp, ": ", std::strerror(errno)));
   }
-  const bool written = WriteAll(fd, data) && ::fsync(fd) == 0;
+  const bool written = launcher::WriteAll(fd, data) && ::fsync(fd) == 0;
   const int saved = errno;
   ::close(fd);
   if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -274,7 +261,7 @@ void SampleForwarder::AppendSpoolLocked(const std::string& line) {
   if (options_.spool_path.empty()) return;
   // A spool that missed a line no longer lines up with pending_: the next compaction (which runs
   // after the next acknowledgement) rewrites it from memory.
-  if (spool_fd_ < 0 || !WriteAll(spool_fd_, line)) {
+  if (spool_fd_ < 0 || !launcher::WriteAll(spool_fd_, line)) {
     if (stats_.spool_errors++ == 0) {
       Logger()->error("spool {}: write failed ({}); samples are kept in memory",
                       options_.spool_path, std::strerror(errno));

@@ -126,6 +126,21 @@ absl::Status CheckBandwidths(double ps, double pcie) {
   return absl::OkStatus();
 }
 
+// A fit's quality per parameter, as the responses carry it.
+void AddQuality(const std::vector<profiler::FitQuality>& quality,
+                google::protobuf::RepeatedPtrField<pb::FitQuality>* out) {
+  for (const profiler::FitQuality& q : quality) {
+    pb::FitQuality* p = out->Add();
+    p->set_parameter(q.parameter);
+    p->set_rmse(q.rmse);
+    p->set_r_squared(q.r_squared);
+    p->set_mape(q.mape);
+    p->set_identified(q.identified);
+    p->set_note(q.note);
+    p->set_points(q.points);
+  }
+}
+
 }  // namespace
 
 pb::WorkloadProfile MergeFit(const pb::WorkloadProfile& base, const profiler::WorkloadFit& fit) {
@@ -452,16 +467,7 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext* context,
   auto stored = Store(std::move(profile));
   if (!stored.ok()) return ToGrpc(stored.status());
   *response->mutable_profile() = *std::move(stored);
-  for (const profiler::FitQuality& q : fit->quality) {
-    pb::FitQuality* out = response->add_quality();
-    out->set_parameter(q.parameter);
-    out->set_rmse(q.rmse);
-    out->set_r_squared(q.r_squared);
-    out->set_mape(q.mape);
-    out->set_identified(q.identified);
-    out->set_note(q.note);
-    out->set_points(q.points);
-  }
+  AddQuality(fit->quality, response->mutable_quality());
   return grpc::Status::OK;
 }
 
@@ -524,16 +530,7 @@ grpc::Status ProfilerServiceImpl::ValidateProfile(grpc::ServerContext* context,
                                           "the server's fit time limit"));
   if (!validation.ok()) return ToGrpc(validation.status());
   *response->mutable_profile() = ToProto(validation->profile);
-  for (const profiler::FitQuality& q : validation->quality) {
-    pb::FitQuality* out = response->add_quality();
-    out->set_parameter(q.parameter);
-    out->set_rmse(q.rmse);
-    out->set_r_squared(q.r_squared);
-    out->set_mape(q.mape);
-    out->set_identified(q.identified);
-    out->set_note(q.note);
-    out->set_points(q.points);
-  }
+  AddQuality(validation->quality, response->mutable_quality());
   for (const profiler::ClusterCheck& c : validation->clusters) {
     pb::ClusterValidation* out = response->add_clusters();
     for (const auto& [type, n] : c.observed.composition) {

@@ -143,6 +143,25 @@ std::string InfeasibleReason(const PlanInputs& in, const provisioner::PlanResult
                                            : std::string("none"));
 }
 
+// An infeasible SLO, as Plan and Frontier answer it: why (returned), and in `response` what the
+// fastest plan would take and, when the budget binds, what the cheapest would.
+template <typename Response>
+absl::StatusOr<std::string> ExplainInfeasible(const PlanInputs& in, Response* response) {
+  const provisioner::PlanResult fastest = Fastest(in);
+  if (!fastest.stopped.ok()) return fastest.stopped;
+  const provisioner::PlanResult cheapest = Cheapest(in);
+  if (!cheapest.stopped.ok()) return cheapest.stopped;
+  if (fastest.feasible) {
+    response->set_fastest_time_s(fastest.best.time_s);
+    response->set_fastest_cost_usd(fastest.best.cost_usd);
+  }
+  if (BudgetBinds(in, cheapest)) {
+    response->set_cheapest_time_s(cheapest.best.time_s);
+    response->set_cheapest_cost_usd(cheapest.best.cost_usd);
+  }
+  return InfeasibleReason(in, fastest, cheapest);
+}
+
 // "TYPE: model, source" for each catalog type.
 std::vector<std::string> Describe(const predictor::InstanceCatalog& catalog,
                                   const provisioner::RevocationModel& model) {
@@ -494,19 +513,9 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext* context,
   if (result->feasible) {
     *response->mutable_plan() = ToPlan(*in, result->best, strategy);
   } else {
-    const provisioner::PlanResult fastest = Fastest(*in);
-    if (!fastest.stopped.ok()) return ToGrpc(fastest.stopped);
-    const provisioner::PlanResult cheapest = Cheapest(*in);
-    if (!cheapest.stopped.ok()) return ToGrpc(cheapest.stopped);
-    *response->mutable_plan() = Infeasible(*in, strategy, InfeasibleReason(*in, fastest, cheapest));
-    if (fastest.feasible) {
-      response->set_fastest_time_s(fastest.best.time_s);
-      response->set_fastest_cost_usd(fastest.best.cost_usd);
-    }
-    if (BudgetBinds(*in, cheapest)) {
-      response->set_cheapest_time_s(cheapest.best.time_s);
-      response->set_cheapest_cost_usd(cheapest.best.cost_usd);
-    }
+    auto reason = ExplainInfeasible(*in, response);
+    if (!reason.ok()) return ToGrpc(reason.status());
+    *response->mutable_plan() = Infeasible(*in, strategy, *reason);
   }
   response->mutable_plan()->set_solve_ms(ms);
   response->mutable_plan()->set_clusters_evaluated(result->evaluated);
@@ -733,19 +742,9 @@ grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext* context,
   }
   if (front->empty()) {
     // As Plan answers an infeasible SLO: why, and what the fastest plan would take.
-    const provisioner::PlanResult fastest = Fastest(*in);
-    if (!fastest.stopped.ok()) return ToGrpc(fastest.stopped);
-    const provisioner::PlanResult cheapest = Cheapest(*in);
-    if (!cheapest.stopped.ok()) return ToGrpc(cheapest.stopped);
-    response->set_reason(InfeasibleReason(*in, fastest, cheapest));
-    if (fastest.feasible) {
-      response->set_fastest_time_s(fastest.best.time_s);
-      response->set_fastest_cost_usd(fastest.best.cost_usd);
-    }
-    if (BudgetBinds(*in, cheapest)) {
-      response->set_cheapest_time_s(cheapest.best.time_s);
-      response->set_cheapest_cost_usd(cheapest.best.cost_usd);
-    }
+    auto reason = ExplainInfeasible(*in, response);
+    if (!reason.ok()) return ToGrpc(reason.status());
+    response->set_reason(*reason);
   }
   return grpc::Status::OK;
 }

@@ -290,27 +290,15 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     return fail(absl::InvalidArgumentError(
         "missing required flag --deadline (or use --mode budget or --mode frontier)"));
   }
-  if (auto b = args.Get("--budget")) {
-    auto budget = ParseNumber("--budget", *b);
-    if (!budget.ok()) return fail(budget.status());
-    if (!(*budget > 0)) {
-      return fail(absl::InvalidArgumentError(
-          absl::StrCat("--budget = \"", *b, "\": must be a positive number of US dollars")));
-    }
+  auto budget = ParseBudgetFlag(args);
+  if (!budget.ok()) return fail(budget.status());
+  if (*budget > 0) {
     request.mutable_slo()->set_budget_usd(*budget);
   } else if (mode == "budget") {
     return fail(absl::InvalidArgumentError("missing required flag --budget (with --mode budget)"));
   }
   pb::PlanOptions& options = *request.mutable_options();
-  const std::string strategy = args.Get("--strategy").value_or("exact");
-  if (strategy == "spotdnn") {
-    options.set_strategy(pb::PLAN_STRATEGY_SPOTDNN);
-  } else if (strategy == "exhaustive") {
-    options.set_strategy(pb::PLAN_STRATEGY_EXHAUSTIVE);
-  } else if (strategy != "exact") {
-    return fail(absl::InvalidArgumentError(
-        absl::StrCat("--strategy = \"", strategy, "\": expected exact, spotdnn or exhaustive")));
-  }
+  if (auto s = ParsePlanOptionFlags(args, &options); !s.ok()) return fail(s);
   if (auto q = args.Get("--quota")) {
     auto counts = ParseCounts("--quota", *q);
     if (!counts.ok()) return fail(counts.status());
@@ -331,26 +319,10 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
       c->set_count(n);
     }
   }
-  options.set_on_demand_prices(args.Switch("--on-demand"));
-  if (auto m = args.Get("--margin")) {
-    auto margin = ParseNumber("--margin", *m);
-    if (!margin.ok()) return fail(margin.status());
-    options.set_bandwidth_margin(*margin);
-  }
-  if (auto o = args.Get("--overhead")) {
-    auto overhead = ParseDuration("--overhead", *o, /*allow_zero=*/true);
-    if (!overhead.ok()) return fail(overhead.status());
-    options.set_revocation_overhead_s(*overhead);
-  }
   if (auto n = args.Get("--max-size")) {
     auto size = ParseInt("--max-size", *n, 1, predictor::kMaxClusterSize);
     if (!size.ok()) return fail(size.status());
     options.set_max_cluster_size(*size);
-  }
-  if (auto n = args.Get("--parameter-servers")) {
-    auto ps = ParseInt("--parameter-servers", *n, 1, 1000);
-    if (!ps.ok()) return fail(ps.status());
-    options.set_parameter_servers(*ps);
   }
   if (auto n = args.Get("--exhaustive-limit")) {
     auto limit = ParseExhaustiveLimit(*n);

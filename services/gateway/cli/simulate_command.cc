@@ -17,6 +17,7 @@
 #include "services/gateway/cli/output.h"
 #include "services/gateway/cli/risk_options.h"
 #include "services/gateway/cli/stored_profiles.h"
+#include "services/gateway/cli/target_flags.h"
 #include "services/provisioner/provisioner_service.h"
 
 namespace spotdnn::gateway {
@@ -74,30 +75,16 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
   auto deadline = ParseDuration("--deadline", *args.Get("--deadline"));
   if (!deadline.ok()) return fail(deadline.status());
   request.mutable_slo()->set_deadline_s(*deadline);
-  if (auto b = args.Get("--budget")) {
-    auto budget = ParseNumber("--budget", *b);
-    if (!budget.ok()) return fail(budget.status());
-    if (!(*budget > 0)) {
-      return fail(absl::InvalidArgumentError(
-          absl::StrCat("--budget = \"", *b, "\": must be a positive number of US dollars")));
-    }
-    request.mutable_slo()->set_budget_usd(*budget);
-  }
+  auto budget = ParseBudgetFlag(args);
+  if (!budget.ok()) return fail(budget.status());
+  if (*budget > 0) request.mutable_slo()->set_budget_usd(*budget);
   if (auto c = args.Get("--cluster")) {
     auto counts = ParseCounts("--cluster", *c);
     if (!counts.ok()) return fail(counts.status());
     AddCounts(*counts, request.mutable_cluster());
   }
   pb::PlanOptions& options = *request.mutable_options();
-  const std::string strategy = args.Get("--strategy").value_or("exact");
-  if (strategy == "spotdnn") {
-    options.set_strategy(pb::PLAN_STRATEGY_SPOTDNN);
-  } else if (strategy == "exhaustive") {
-    options.set_strategy(pb::PLAN_STRATEGY_EXHAUSTIVE);
-  } else if (strategy != "exact") {
-    return fail(absl::InvalidArgumentError(
-        absl::StrCat("--strategy = \"", strategy, "\": expected exact, spotdnn or exhaustive")));
-  }
+  if (auto s = ParsePlanOptionFlags(args, &options); !s.ok()) return fail(s);
   if (auto q = args.Get("--quota")) {
     auto counts = ParseCounts("--quota", *q);
     if (!counts.ok()) return fail(counts.status());
@@ -107,22 +94,8 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
       c->set_count(n);
     }
   }
-  options.set_on_demand_prices(args.Switch("--on-demand"));
-  if (auto m = args.Get("--margin")) {
-    auto margin = ParseNumber("--margin", *m);
-    if (!margin.ok()) return fail(margin.status());
-    options.set_bandwidth_margin(*margin);
-  }
-  if (auto o = args.Get("--overhead")) {
-    auto overhead = ParseDuration("--overhead", *o, /*allow_zero=*/true);
-    if (!overhead.ok()) return fail(overhead.status());
-    options.set_revocation_overhead_s(*overhead);
-  }
-  if (auto n = args.Get("--parameter-servers")) {
-    auto ps = ParseInt("--parameter-servers", *n, 1, 1000);
-    if (!ps.ok()) return fail(ps.status());
-    options.set_parameter_servers(*ps);
-    request.mutable_cluster()->set_parameter_servers(*ps);
+  if (options.parameter_servers() > 0) {
+    request.mutable_cluster()->set_parameter_servers(options.parameter_servers());
   }
   if (auto s = SimulationFlags(args, options.mutable_simulation()); !s.ok()) return fail(s);
 

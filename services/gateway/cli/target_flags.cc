@@ -78,4 +78,45 @@ absl::StatusOr<TargetFlags> ParseTargetFlags(const Args& args) {
   return t;
 }
 
+absl::StatusOr<double> ParseBudgetFlag(const Args& args) {
+  auto b = args.Get("--budget");
+  if (!b) return 0.0;
+  auto budget = ParseNumber("--budget", *b);
+  if (!budget.ok()) return budget.status();
+  if (!(*budget > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--budget = \"", *b, "\": must be a positive number of US dollars"));
+  }
+  return *budget;
+}
+
+absl::Status ParsePlanOptionFlags(const Args& args, v1::PlanOptions* options) {
+  const std::string strategy = args.Get("--strategy").value_or("exact");
+  if (strategy == "spotdnn") {
+    options->set_strategy(v1::PLAN_STRATEGY_SPOTDNN);
+  } else if (strategy == "exhaustive") {
+    options->set_strategy(v1::PLAN_STRATEGY_EXHAUSTIVE);
+  } else if (strategy != "exact") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--strategy = \"", strategy, "\": expected exact, spotdnn or exhaustive"));
+  }
+  options->set_on_demand_prices(args.Switch("--on-demand"));
+  if (auto m = args.Get("--margin")) {
+    auto margin = ParseNumber("--margin", *m);
+    if (!margin.ok()) return margin.status();
+    options->set_bandwidth_margin(*margin);
+  }
+  if (auto o = args.Get("--overhead")) {
+    auto overhead = ParseDuration("--overhead", *o, /*allow_zero=*/true);
+    if (!overhead.ok()) return overhead.status();
+    options->set_revocation_overhead_s(*overhead);
+  }
+  if (auto n = args.Get("--parameter-servers")) {
+    auto ps = ParseInt("--parameter-servers", *n, 1, 1000);
+    if (!ps.ok()) return ps.status();
+    options->set_parameter_servers(*ps);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace spotdnn::gateway

@@ -1,5 +1,5 @@
-// The training target `spotdnn predict` and `spotdnn plan` take: a loss, a number of global
-// iterations, or epochs of a dataset.
+// The training target `spotdnn predict` and `spotdnn plan` take (a loss, a number of global
+// iterations, or epochs of a dataset), and the SLO and planning flags `plan` and `simulate` share.
 #ifndef SPOTDNN_SERVICES_GATEWAY_TARGET_FLAGS_H_
 #define SPOTDNN_SERVICES_GATEWAY_TARGET_FLAGS_H_
 
@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "services/gateway/cli/args.h"
+#include "spotdnn/v1/provisioner.pb.h"
 
 namespace spotdnn::gateway {
 
@@ -25,6 +26,13 @@ struct TargetFlags {
 // a whole number >= 1, --epochs not positive, --dataset-size missing with --epochs (or given
 // without it) or not a whole number >= 1.
 absl::StatusOr<TargetFlags> ParseTargetFlags(const Args& args);
+
+// --budget USD: a positive number of US dollars; 0 when not given.
+absl::StatusOr<double> ParseBudgetFlag(const Args& args);
+
+// The planning options `plan` and `simulate` share: --strategy (exact, spotdnn, exhaustive),
+// --on-demand, --margin, --overhead and --parameter-servers. INVALID_ARGUMENT names the flag.
+absl::Status ParsePlanOptionFlags(const Args& args, v1::PlanOptions* options);
 
 }  // namespace spotdnn::gateway
 

@@ -127,6 +127,10 @@ class JobRun {
   // A revoked parameter server: once it has ended (its final checkpoint written), a replacement
   // with its index restores the checkpoint, and the workers are relaunched against it.
   absl::Status ServerTakeover(RevocationRecord& revocation);
+  // Records a takeover's launch (`ids`, now, `status`) in the revocation, then the job record when
+  // `save_job`, logs and emits it.
+  absl::Status RecordTakeover(RevocationRecord& revocation, const std::vector<std::string>& ids,
+                              RevocationStatus status, bool save_job);
   // The global step of parameter server `index`'s latest checkpoint (0: none).
   absl::StatusOr<double> CheckpointStep(int index);
   // A takeover worker's first report: the revocation it answers is training again.

@@ -182,10 +182,21 @@ absl::Status JobRun::Takeover(RevocationRecord& revocation) {
   if (!launched->exhausted_types.empty()) {
     return launched->capacity_errors[launched->exhausted_types.front()];
   }
+  return RecordTakeover(revocation, ids,
+                        ids.empty() ? RevocationStatus::kNoneNeeded : RevocationStatus::kLaunched,
+                        /*save_job=*/false);
+}
+
+absl::Status JobRun::RecordTakeover(RevocationRecord& revocation,
+                                    const std::vector<std::string>& ids, RevocationStatus status,
+                                    bool save_job) {
   revocation.takeover_ids = absl::StrJoin(ids, ",");
   revocation.takeover_launched_ms = NowMs();
-  revocation.status = ids.empty() ? RevocationStatus::kNoneNeeded : RevocationStatus::kLaunched;
+  revocation.status = status;
   if (auto st = services_.store->PutRevocation(revocation); !st.ok()) return st;
+  if (save_job) {
+    if (auto st = Save(); !st.ok()) return st;
+  }
   if (auto st =
           Log("takeover", absl::StrCat(revocation.instance_id, " -> ", revocation.takeover_ids));
       !st.ok()) {
@@ -338,22 +349,7 @@ absl::Status JobRun::ServerTakeover(RevocationRecord& revocation) {
   if (!launched.ok()) return launched.status();
   for (const launcher::Instance& i : launched->instances) ids.push_back(i.id);
   if (!launched->error.ok()) return launched->error;
-  revocation.takeover_ids = absl::StrJoin(ids, ",");
-  revocation.takeover_launched_ms = NowMs();
-  revocation.status = RevocationStatus::kLaunched;
-  if (auto st = services_.store->PutRevocation(revocation); !st.ok()) return st;
-  if (auto st = Save(); !st.ok()) return st;
-  if (auto st =
-          Log("takeover", absl::StrCat(revocation.instance_id, " -> ", revocation.takeover_ids));
-      !st.ok()) {
-    return st;
-  }
-  const int64_t notice =
-      revocation.cloud_notice_ms > 0 ? revocation.cloud_notice_ms : revocation.received_ms;
-  Emit(TakeoverEvent{.instance = revocation.instance_id,
-                     .takeover = ids,
-                     .notice_to_running_ms = revocation.takeover_launched_ms - notice});
-  return absl::OkStatus();
+  return RecordTakeover(revocation, ids, RevocationStatus::kLaunched, /*save_job=*/true);
 }
 
 }  // namespace spotdnn::job
