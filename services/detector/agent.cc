@@ -64,6 +64,14 @@ void Agent::Stop() {
   if (poller_) poller_->Stop();
 }
 
+bool Agent::Flush(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!sender_.joinable()) return true;
+  cv_.wait_for(lock, std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)),
+               [this] { return unacked_.empty() || stopping_; });
+  return unacked_.empty();
+}
+
 std::string Agent::replica() const {
   std::lock_guard<std::mutex> lock(mu_);
   return replica_;
@@ -86,7 +94,10 @@ void Agent::OnPoll(const detector::PollResult& r) {
     }
     problem_ = problem;
     for (const detector::Notice& n : r.notices) {
-      if (notices_.emplace(n.key, n).second) fresh.push_back(n);
+      if (notices_.emplace(n.key, n).second) {
+        fresh.push_back(n);
+        unacked_.insert(n.key);  // before the callback: a Flush after it must wait for it
+      }
     }
   }
   if (fresh.empty()) return;
@@ -131,6 +142,7 @@ void Agent::SendLoop() {
     };
     auto next_heartbeat = std::chrono::steady_clock::now();
     while (ok) {
+      std::string notice_key;  // the notice this report carries, if any
       v1::AgentReport report;
       report.set_instance_id(options_.instance_id);
       report.set_job_id(options_.job_id);
@@ -142,6 +154,7 @@ void Agent::SendLoop() {
         if (stopping_) break;
         if (!pending_.empty()) {
           const detector::Notice& n = notices_.at(pending_.front());
+          notice_key = n.key;
           pending_.pop_front();
           v1::RevocationEvent* e = report.mutable_event();
           e->set_instance_id(options_.instance_id);
@@ -162,6 +175,13 @@ void Agent::SendLoop() {
         }
       }
       ok = send(report);
+      if (ok && !notice_key.empty()) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          unacked_.erase(notice_key);
+        }
+        cv_.notify_all();
+      }
     }
     stream->WritesDone();
     const grpc::Status status = stream->Finish();

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,6 +59,10 @@ class Agent {
   absl::Status Start();
   // Stops both. Idempotent.
   void Stop();
+  // Waits up to `timeout` until every notice read so far has been acknowledged by a detector
+  // (true), so that stopping right after a notice (the command ended at its signal) does not
+  // lose it. True at once without detectors.
+  bool Flush(absl::Duration timeout);
   // The replica that acknowledged the last report ("" before the first).
   std::string replica() const;
   // Reports the detector acknowledged.
@@ -75,6 +80,7 @@ class Agent {
   std::string problem_;                              // why local polling fails ("" = fine)
   std::map<std::string, detector::Notice> notices_;  // every notice read, by key
   std::deque<std::string> pending_;                  // keys not yet sent on the current stream
+  std::set<std::string> unacked_;                    // keys no detector has acknowledged yet
   std::string replica_;
   grpc::ClientContext* context_ = nullptr;  // of the open stream, for Stop()
   std::atomic<uint64_t> acked_{0};

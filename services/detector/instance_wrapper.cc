@@ -772,6 +772,11 @@ int RunInstanceWrapper(InstanceWrapperOptions options) {
     logger->warn("processes the command started still hold its output; stopped reading it");
   }
   notices.SetCommand(nullptr);
+  // A notice read just now (the command ended at its signal) still reaches the detector.
+  if (!agent.Flush(options.flush_timeout)) {
+    logger->warn("a revocation notice was not acknowledged by a detector within {} s",
+                 absl::ToDoubleSeconds(options.flush_timeout));
+  }
   agent.Stop();
   const auto flush_start = std::chrono::steady_clock::now();
   (*forwarder)->Close(options.flush_timeout);

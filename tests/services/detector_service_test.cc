@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include "detector/hash_ring.h"
@@ -352,6 +353,26 @@ TEST_F(DetectorServiceTest, AgentStreamsNoticesAndHeartbeatLossIsLost) {
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].kind(), pb::RevocationEvent::KIND_LOST);
   EXPECT_EQ(StateOf(r, "i-1"), pb::INSTANCE_STATE_LOST);
+}
+
+// A command that ends at the notice's signal ends the agent right away: a notice read just then
+// still reaches the detector (Flush), rather than being dropped with the stream.
+TEST_F(DetectorServiceTest, AgentStoppedRightAfterANoticeStillDeliversIt) {
+  Replica& r = StartReplica(Options());
+  std::promise<void> noticed;
+  AgentOptions o = AgentFor("i-4", d::Cloud::kAws, emulator_->EndpointFor("i-4"), {r.address()});
+  o.on_notice = [&noticed](const d::Notice&) { noticed.set_value(); };
+  Agent agent(o);
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_TRUE(Eventually([&] { return StateOf(r, "i-4") == pb::INSTANCE_STATE_HEALTHY; }));
+  emulator_->ScheduleNotice("i-4", {.cloud = d::Cloud::kAws});
+  ASSERT_EQ(noticed.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_TRUE(agent.Flush(absl::Seconds(10)));
+  agent.Stop();
+  auto events = Watch(r, 0, 1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].instance_id(), "i-4");
+  EXPECT_EQ(events[0].kind(), pb::RevocationEvent::KIND_NOTICE);
 }
 
 TEST_F(DetectorServiceTest, AgentReportsMetadataProblemsAsUnknown) {
