@@ -143,23 +143,34 @@ std::string InfeasibleReason(const PlanInputs& in, const provisioner::PlanResult
                                            : std::string("none"));
 }
 
-// An infeasible SLO, as Plan and Frontier answer it: why (returned), and in `response` what the
-// fastest plan would take and, when the budget binds, what the cheapest would.
+// Why no plan meets an SLO, with the fastest and cheapest plans that show it.
+struct Infeasibility {
+  std::string reason;
+  provisioner::PlanResult fastest;
+  provisioner::PlanResult cheapest;
+};
+
+absl::StatusOr<Infeasibility> ExplainInfeasible(const PlanInputs& in) {
+  Infeasibility why{.fastest = Fastest(in)};
+  if (!why.fastest.stopped.ok()) return why.fastest.stopped;
+  why.cheapest = Cheapest(in);
+  if (!why.cheapest.stopped.ok()) return why.cheapest.stopped;
+  why.reason = InfeasibleReason(in, why.fastest, why.cheapest);
+  return why;
+}
+
+// As Plan and Frontier answer an infeasible SLO: what the fastest plan would take and, when the
+// budget binds, what the cheapest would.
 template <typename Response>
-absl::StatusOr<std::string> ExplainInfeasible(const PlanInputs& in, Response* response) {
-  const provisioner::PlanResult fastest = Fastest(in);
-  if (!fastest.stopped.ok()) return fastest.stopped;
-  const provisioner::PlanResult cheapest = Cheapest(in);
-  if (!cheapest.stopped.ok()) return cheapest.stopped;
-  if (fastest.feasible) {
-    response->set_fastest_time_s(fastest.best.time_s);
-    response->set_fastest_cost_usd(fastest.best.cost_usd);
+void SetFastestAndCheapest(const PlanInputs& in, const Infeasibility& why, Response* response) {
+  if (why.fastest.feasible) {
+    response->set_fastest_time_s(why.fastest.best.time_s);
+    response->set_fastest_cost_usd(why.fastest.best.cost_usd);
   }
-  if (BudgetBinds(in, cheapest)) {
-    response->set_cheapest_time_s(cheapest.best.time_s);
-    response->set_cheapest_cost_usd(cheapest.best.cost_usd);
+  if (BudgetBinds(in, why.cheapest)) {
+    response->set_cheapest_time_s(why.cheapest.best.time_s);
+    response->set_cheapest_cost_usd(why.cheapest.best.cost_usd);
   }
-  return InfeasibleReason(in, fastest, cheapest);
 }
 
 // "TYPE: model, source" for each catalog type.
@@ -513,9 +524,10 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext* context,
   if (result->feasible) {
     *response->mutable_plan() = ToPlan(*in, result->best, strategy);
   } else {
-    auto reason = ExplainInfeasible(*in, response);
-    if (!reason.ok()) return ToGrpc(reason.status());
-    *response->mutable_plan() = Infeasible(*in, strategy, *reason);
+    auto why = ExplainInfeasible(*in);
+    if (!why.ok()) return ToGrpc(why.status());
+    *response->mutable_plan() = Infeasible(*in, strategy, why->reason);
+    SetFastestAndCheapest(*in, *why, response);
   }
   response->mutable_plan()->set_solve_ms(ms);
   response->mutable_plan()->set_clusters_evaluated(result->evaluated);
@@ -742,9 +754,10 @@ grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext* context,
   }
   if (front->empty()) {
     // As Plan answers an infeasible SLO: why, and what the fastest plan would take.
-    auto reason = ExplainInfeasible(*in, response);
-    if (!reason.ok()) return ToGrpc(reason.status());
-    response->set_reason(*reason);
+    auto why = ExplainInfeasible(*in);
+    if (!why.ok()) return ToGrpc(why.status());
+    response->set_reason(why->reason);
+    SetFastestAndCheapest(*in, *why, response);
   }
   return grpc::Status::OK;
 }
@@ -807,11 +820,9 @@ grpc::Status ProvisionerServiceImpl::Simulate(grpc::ServerContext* context,
     auto plan = provisioner::Solve(m, in->problem, in->strategy, in->exhaustive_limit);
     if (!plan.ok()) return ToGrpc(plan.status());
     if (!plan->feasible) {
-      const provisioner::PlanResult fastest = Fastest(*in);
-      if (!fastest.stopped.ok()) return ToGrpc(fastest.stopped);
-      const provisioner::PlanResult cheapest = Cheapest(*in);
-      if (!cheapest.stopped.ok()) return ToGrpc(cheapest.stopped);
-      *response->mutable_plan() = Infeasible(*in, strategy, InfeasibleReason(*in, fastest, cheapest));
+      auto why = ExplainInfeasible(*in);
+      if (!why.ok()) return ToGrpc(why.status());
+      *response->mutable_plan() = Infeasible(*in, strategy, why->reason);
       return grpc::Status::OK;
     }
     counts = plan->best.counts;
