@@ -1,5 +1,6 @@
 // The detector's store (SQLite or PostgreSQL, services/common/db): registrations (with state), the
-// notice keys already reported, and the event log. A restarted detector reloads all three, so it neither loses nor repeats events.
+// notice keys already reported, and the event log. A restarted detector reloads all three, so it
+// neither loses nor repeats events.
 #ifndef SPOTDNN_DETECTOR_DETECTOR_STORE_H_
 #define SPOTDNN_DETECTOR_DETECTOR_STORE_H_
 

@@ -175,10 +175,10 @@ absl::Status BillingErrorToStatus(long http_status, const GoogleApiError& error,
   if (http_status == 400) return absl::InvalidArgumentError(text);
   if (http_status == 401) return absl::UnauthenticatedError(text);
   if (http_status == 403) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        text,
-        "; enable the Cloud Billing API (cloudbilling.googleapis.com) in the API "
-        "key's project and allow the key to call it"));
+    return absl::PermissionDeniedError(
+        absl::StrCat(text,
+                     "; enable the Cloud Billing API (cloudbilling.googleapis.com) in the API "
+                     "key's project and allow the key to call it"));
   }
   if (http_status == 404) return absl::NotFoundError(text);
   return absl::FailedPreconditionError(text);

@@ -36,7 +36,6 @@ const std::set<std::string> kImagePrograms = {
     "spotdnn",          "spotdnn-predictor", "spotdnn-provisioner",
     "spotdnn-profiler", "spotdnn-detector",  "spotdnn-agent"};
 
-
 // The ConfigMaps generated from deploy/<folder>/*.json by deploy/k8s/update-configmaps.sh.
 const std::map<std::string, std::string> kDataConfigMaps = {{"spotdnn-catalogs", "catalogs"},
                                                             {"spotdnn-workloads", "workloads"}};

@@ -177,7 +177,8 @@ TEST_F(DetectorServiceTest, RegisterListAndValidate) {
 TEST_F(DetectorServiceTest, UnreachableMetadataIsUnknownWithReason) {
   Replica& r = StartReplica(Options());
   auto req = Polled("down", pb::CLOUD_AZURE);
-  req.mutable_instance()->set_metadata_endpoint("http://127.0.0.1:" + std::to_string(FreeLoopbackPort()));
+  req.mutable_instance()->set_metadata_endpoint("http://127.0.0.1:" +
+                                                std::to_string(FreeLoopbackPort()));
   ASSERT_TRUE(Register(r, req).ok());
   ASSERT_TRUE(Eventually([&] {
     auto l = List(r);

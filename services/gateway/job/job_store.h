@@ -1,8 +1,8 @@
-// The gateway's job state, in SQLite or PostgreSQL (services/common/db): each job's spec, plan and progress; every instance
-// it launched (and why); every revocation it handled, with the times that measure the handling;
-// and a log of what happened. `spotdnn run --resume` rebuilds a job from here after the gateway
-// died, so every decision is written before it is acted on (launch intents carry the client token
-// the cloud deduplicates on).
+// The gateway's job state, in SQLite or PostgreSQL (services/common/db): each job's spec, plan and
+// progress; every instance it launched (and why); every revocation it handled, with the times that
+// measure the handling; and a log of what happened. `spotdnn run --resume` rebuilds a job from here
+// after the gateway died, so every decision is written before it is acted on (launch intents carry
+// the client token the cloud deduplicates on).
 #ifndef SPOTDNN_SERVICES_GATEWAY_JOB_JOB_STORE_H_
 #define SPOTDNN_SERVICES_GATEWAY_JOB_JOB_STORE_H_
 
