@@ -6,8 +6,10 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "services/common/limits.h"
 #include "services/common/metrics.h"
+#include "spdlog/spdlog.h"
 
 namespace spotdnn::detector {
 
@@ -24,6 +26,9 @@ struct DetectorMetrics {
       "spotdnn_detector_notices_total",
       "notices recorded as events (each once), by cloud and kind (notice, rebalance, maintenance)",
       {"cloud", "kind"});
+  metrics::Family<metrics::Counter>& lease_changes = metrics::DefaultRegistry().Counters(
+      "spotdnn_detector_lease_changes_total",
+      "a shared replica joining (taking a lease) or losing its lease", {"change"});
   metrics::Histogram& notice_latency =
       metrics::DefaultRegistry()
           .Histograms("spotdnn_detector_notice_latency_seconds",
@@ -32,6 +37,23 @@ struct DetectorMetrics {
                       {}, {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 5, 10, 30})
           .WithLabels({});
 };
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::shared_ptr<spdlog::logger> Log() {
+  auto logger = spdlog::get("spotdnn-detector");
+  return logger ? logger : spdlog::default_logger();
+}
+
+// A shared store's refusal, as agents and callers see it: try again (elsewhere).
+absl::Status Unavailable(const absl::Status& s) {
+  if (s.ok() || absl::IsUnavailable(s) || absl::IsInvalidArgument(s)) return s;
+  return absl::UnavailableError(s.message());
+}
 
 DetectorMetrics& Metrics() {
   static DetectorMetrics* m = new DetectorMetrics();  // lives as long as the process
@@ -75,6 +97,29 @@ absl::StatusOr<std::unique_ptr<Detector>> Detector::Open(DetectorOptions options
   auto store = DetectorStore::Open(d->options_.db_path);
   if (!store.ok()) return store.status();
   d->store_ = *std::move(store);
+  d->shared_ = d->store_->shared();
+  if (d->shared_) {
+    if (d->options_.lease < absl::Milliseconds(300)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "lease = ", absl::FormatDuration(d->options_.lease), ": must be at least 300ms"));
+    }
+    auto second = DetectorStore::Open(d->options_.db_path);
+    if (!second.ok()) return second.status();
+    d->shared_store_ = *std::move(second);
+    const int64_t now = SteadyMs();
+    auto epoch = d->store_->JoinLease(d->options_.replica_id,
+                                      absl::ToInt64Milliseconds(d->options_.lease));
+    if (!epoch.ok()) return epoch.status();
+    d->epoch_ = *epoch;
+    d->lease_changes_ = 1;
+    d->renewed_at_ms_ = now;
+    Metrics().lease_changes.WithLabels({"joined"}).Increment();
+    auto leases = d->store_->LiveLeases(absl::ToInt64Milliseconds(d->options_.lease) * 20);
+    if (!leases.ok()) return leases.status();
+    std::vector<std::string> live;
+    for (const Lease& l : *leases) live.push_back(l.replica_id);
+    d->ring_ = HashRing(live);
+  }
   if (d->options_.run_poller) {
     Detector* self = d.get();
     d->poller_ = std::make_unique<MetadataPoller>(
@@ -83,6 +128,7 @@ absl::StatusOr<std::unique_ptr<Detector>> Detector::Open(DetectorOptions options
   }
   if (auto s = d->Load(); !s.ok()) return s;
   d->monitor_ = std::thread([self = d.get()] { self->MonitorLoop(); });
+  if (d->shared_) d->shared_loop_ = std::thread([self = d.get()] { self->SharedLoop(); });
   return d;
 }
 
@@ -110,7 +156,12 @@ absl::Status Detector::Load() {
   events_.assign(events->begin(), events->end());
   if (!events_.empty()) {
     next_sequence_ = events_.back().sequence + 1;
-    first_retained_ = events_.front().sequence;
+    tail_cursor_ = events_.back().sequence;
+    // A shared log's numbers have gaps (a sequence value a refused append took): only a full
+    // load says that older events were trimmed.
+    if (!shared_ || events_.size() >= options_.event_retention) {
+      first_retained_ = events_.front().sequence;
+    }
   }
   for (auto& [id, e] : entries_) ReconcilePollingLocked(e);
   return absl::OkStatus();
@@ -126,9 +177,20 @@ void Detector::Shutdown() {
   stop_cv_.notify_all();
   if (poller_) poller_->Stop();  // not under mu_: the poller's sink takes it
   if (monitor_.joinable()) monitor_.join();
+  if (shared_loop_.joinable()) shared_loop_.join();
+  if (shared_store_) {
+    // The others take this replica's instances at once instead of when the lease expires.
+    int64_t epoch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      epoch = fenced_ ? 0 : epoch_;
+    }
+    if (epoch > 0) (void)shared_store_->LeaveLease(options_.replica_id, epoch);
+  }
 }
 
 bool Detector::HoldsLocked(const std::string& instance_id) const {
+  if (shared_ && fenced_) return false;
   return ring_.empty() || ring_.Owner(instance_id) == options_.replica_id;
 }
 
@@ -171,9 +233,20 @@ absl::Status Detector::Register(const WatchedInstance& instance) {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
+  unregistered_.erase(instance.instance_id);
   auto [it, inserted] = entries_.try_emplace(instance.instance_id);
   Entry& e = it->second;
   WatchedInstance& w = e.stored.instance;
+  if (shared_) {
+    // Decide on the registration as the database has it (another replica may have changed it).
+    if (inserted) w.instance_id = instance.instance_id;
+    absl::StatusOr<bool> found = RefreshLocked(e);
+    if (!found.ok()) {
+      if (inserted) entries_.erase(it);
+      return Unavailable(found.status());
+    }
+    inserted = !*found;
+  }
   // See the header: only a new lifetime resets; an idempotent re-registration must not make an
   // already reported notice reportable again.
   const InstanceState was = w.state;
@@ -214,18 +287,73 @@ absl::Status Detector::Register(const WatchedInstance& instance) {
   if (instance.cloud != Cloud::kUnspecified) w.cloud = instance.cloud;
   if (!instance.instance_type.empty()) w.instance_type = instance.instance_type;
   w.metadata_endpoint = instance.metadata_endpoint;
-  if (reset) {
-    StoreResultLocked(store_->ResetInstance(e.stored));
-  } else {
-    PersistLocked(e);
-  }
+  const absl::Status stored =
+      reset ? store_->ResetInstance(e.stored) : store_->PutInstance(e.stored);
+  StoreResultLocked(stored);
+  e.written_ms = NowUnixMs();
   ReconcilePollingLocked(e);
-  return absl::OkStatus();
+  // A shared store is the registry: a registration it did not take is not acknowledged.
+  return shared_ ? Unavailable(stored) : absl::OkStatus();
+}
+
+absl::StatusOr<bool> Detector::RefreshLocked(Entry& e) {
+  auto row = store_->LoadInstance(e.stored.instance.instance_id);
+  if (!row.ok()) return row.status();
+  if (!row->has_value()) {
+    // Not registered (any more): a fresh entry.
+    const std::string id = e.stored.instance.instance_id;
+    if (e.polled) {
+      poller_->Remove(id);
+      e.polled = false;
+    }
+    e.stored = StoredInstance();
+    e.stored.instance.instance_id = id;
+    e.seen.clear();
+    return false;
+  }
+  MergeLocked(e, **row);
+  return true;
+}
+
+void Detector::MergeLocked(Entry& e, const StoredInstance& row) {
+  WatchedInstance& w = e.stored.instance;
+  const WatchedInstance& r = row.instance;
+  if (r.registered_unix_ms != w.registered_unix_ms || r.metadata_endpoint != w.metadata_endpoint ||
+      r.cloud != w.cloud) {
+    // A new lifetime (or machine) registered through another replica.
+    if (e.polled) {
+      poller_->Remove(w.instance_id);
+      e.polled = false;
+    }
+    if (r.registered_unix_ms != w.registered_unix_ms) e.seen.clear();
+    e.stored = row;
+    return;
+  }
+  w.job_id = r.job_id;
+  w.instance_type = r.instance_type;
+  w.last_heartbeat_unix_ms = std::max(w.last_heartbeat_unix_ms, r.last_heartbeat_unix_ms);
+  const bool ended_there = r.state == InstanceState::kNotice || r.state == InstanceState::kRevoked;
+  const bool ended_here = w.state == InstanceState::kNotice || w.state == InstanceState::kRevoked;
+  if (!HoldsLocked(w.instance_id) || (ended_there && !ended_here) ||
+      (r.state == InstanceState::kRevoked && w.state == InstanceState::kNotice)) {
+    // Another replica's view (its owner's, or a notice an agent reported elsewhere).
+    w.state = r.state;
+    w.reason = r.reason;
+    e.stored.notice_effective_unix_ms = row.notice_effective_unix_ms;
+  }
 }
 
 absl::Status Detector::Unregister(const std::string& instance_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(instance_id);
+  if (it == entries_.end() && shared_) {
+    // Registered through another replica and not read back here yet?
+    Entry fresh;
+    fresh.stored.instance.instance_id = instance_id;
+    absl::StatusOr<bool> found = RefreshLocked(fresh);
+    if (!found.ok()) return Unavailable(found.status());
+    if (*found) it = entries_.emplace(instance_id, std::move(fresh)).first;
+  }
   if (it == entries_.end()) {
     return absl::NotFoundError(absl::StrCat("instance_id = \"", instance_id, "\": not registered"));
   }
@@ -236,14 +364,23 @@ absl::Status Detector::Unregister(const std::string& instance_id) {
     EndLifetimeLocked(it->second, lost ? w.last_heartbeat_unix_ms : NowUnixMs(), false,
                       lost ? "lost" : "unregistered");
   }
-  StoreResultLocked(store_->DeleteInstance(instance_id));
+  const absl::Status deleted = store_->DeleteInstance(instance_id);
+  StoreResultLocked(deleted);
   entries_.erase(it);
-  return absl::OkStatus();
+  pending_heartbeats_.erase(instance_id);
+  if (shared_) unregistered_[instance_id] = NowUnixMs();
+  return shared_ ? Unavailable(deleted) : absl::OkStatus();
 }
 
 Detector::Entry& Detector::EnsureLocked(const std::string& instance_id, const std::string& job_id,
                                         Cloud cloud) {
   auto [it, inserted] = entries_.try_emplace(instance_id);
+  if (inserted && shared_) {
+    // Registered through another replica and not read back here yet?
+    it->second.stored.instance.instance_id = instance_id;
+    absl::StatusOr<bool> found = RefreshLocked(it->second);
+    if (found.ok() && *found) return it->second;
+  }
   if (inserted) {
     WatchedInstance& w = it->second.stored.instance;
     w.instance_id = instance_id;
@@ -252,7 +389,8 @@ Detector::Entry& Detector::EnsureLocked(const std::string& instance_id, const st
     w.state = InstanceState::kUnknown;
     w.last_heartbeat_unix_ms = NowUnixMs();
     w.registered_unix_ms = w.last_heartbeat_unix_ms;
-    PersistLocked(it->second);
+    StoreResultLocked(store_->PutInstance(it->second.stored));
+    it->second.written_ms = w.registered_unix_ms;
   }
   return it->second;
 }
@@ -297,7 +435,12 @@ absl::StatusOr<std::vector<Lifetime>> Detector::Lifetimes(const std::string& ins
   return out;
 }
 
-void Detector::PersistLocked(const Entry& e) { StoreResultLocked(store_->PutInstance(e.stored)); }
+void Detector::PersistLocked(const Entry& e) {
+  // Shared: only the state, and only while the registration is the same lifetime (one deleted or
+  // registered again through another replica meanwhile is left alone).
+  StoreResultLocked(shared_ ? store_->UpdateInstanceState(e.stored)
+                            : store_->PutInstance(e.stored));
+}
 
 void Detector::StoreResultLocked(const absl::Status& status) {
   if (status.ok()) return;
@@ -315,11 +458,12 @@ std::string Detector::last_store_error() const {
   return last_store_error_;
 }
 
-void Detector::AppendLocked(Entry& e, EventKind kind, const std::string& action,
-                            int64_t notice_unix_ms, int64_t effective_unix_ms,
-                            const std::string& detail, const std::string& seen_key) {
+absl::StatusOr<bool> Detector::AppendLocked(Entry& e, EventKind kind, const std::string& action,
+                                            int64_t notice_unix_ms, int64_t effective_unix_ms,
+                                            const std::string& detail,
+                                            const std::string& seen_key) {
   Event event;
-  event.sequence = next_sequence_++;
+  event.sequence = shared_ ? 0 : next_sequence_++;
   event.instance_id = e.stored.instance.instance_id;
   event.job_id = e.stored.instance.job_id;
   event.cloud = e.stored.instance.cloud;
@@ -328,6 +472,20 @@ void Detector::AppendLocked(Entry& e, EventKind kind, const std::string& action,
   event.notice_unix_ms = notice_unix_ms;
   event.effective_unix_ms = effective_unix_ms;
   event.detail = detail;
+  if (shared_) {
+    // The database numbers it and keeps it once; every replica reads it back (TailEvents).
+    std::string dedupe = seen_key;
+    if (kind == EventKind::kRevoked) dedupe = "revoked";
+    if (kind == EventKind::kLost) dedupe = absl::StrCat("lost@", e.stored.instance.last_heartbeat_unix_ms);
+    auto appended = store_->AppendSharedEvent(event, e.stored.instance.registered_unix_ms, dedupe,
+                                              e.stored, options_.replica_id, epoch_);
+    StoreResultLocked(appended.status());
+    if (!appended.ok()) return appended.status();
+    if (!seen_key.empty()) e.seen.insert(seen_key);
+    wake_tail_ = true;
+    stop_cv_.notify_all();
+    return *appended;
+  }
   if (!seen_key.empty()) e.seen.insert(seen_key);
   // Persisted before any subscriber can see it: a restart cannot lose a delivered event.
   StoreResultLocked(store_->AppendEvent(event, e.stored, seen_key));
@@ -338,27 +496,37 @@ void Detector::AppendLocked(Entry& e, EventKind kind, const std::string& action,
     if (first_retained_ % 1024 == 0) StoreResultLocked(store_->TrimEvents(first_retained_));
   }
   event_cv_.notify_all();
+  return true;
 }
 
-void Detector::NoticeLocked(Entry& e, const Notice& n, int64_t seen_unix_ms) {
-  if (n.key.empty() || e.seen.count(n.key)) return;  // reported once
+absl::Status Detector::NoticeLocked(Entry& e, const Notice& n, int64_t seen_unix_ms) {
+  if (n.key.empty() || e.seen.count(n.key)) return absl::OkStatus();  // reported once
   WatchedInstance& w = e.stored.instance;
-  if (n.kind == EventKind::kNotice && w.state != InstanceState::kRevoked &&
-      w.state != InstanceState::kNotice) {
-    // The lifetime ends with this revocation: when the cloud takes it back, else now.
-    EndLifetimeLocked(e, n.effective_unix_ms > 0 ? n.effective_unix_ms : seen_unix_ms, true,
-                      "notice");
-  }
+  const bool ends_lifetime = n.kind == EventKind::kNotice && w.state != InstanceState::kRevoked &&
+                             w.state != InstanceState::kNotice;
+  const StoredInstance before = e.stored;
   if (n.kind == EventKind::kNotice && w.state != InstanceState::kRevoked) {
     w.state = InstanceState::kNotice;
     w.reason = n.detail;
     e.stored.notice_effective_unix_ms = n.effective_unix_ms;
   }
-  AppendLocked(e, n.kind, n.action, seen_unix_ms, n.effective_unix_ms, n.detail, n.key);
+  absl::StatusOr<bool> recorded =
+      AppendLocked(e, n.kind, n.action, seen_unix_ms, n.effective_unix_ms, n.detail, n.key);
+  if (!recorded.ok()) {
+    e.stored = before;  // tried again (a poll's notice) or refused (an agent's)
+    return recorded.status();
+  }
+  if (!*recorded) return absl::OkStatus();  // another replica recorded it
+  if (ends_lifetime) {
+    // The lifetime ends with this revocation: when the cloud takes it back, else now.
+    EndLifetimeLocked(e, n.effective_unix_ms > 0 ? n.effective_unix_ms : seen_unix_ms, true,
+                      "notice");
+  }
   Metrics()
       .notices.WithLabels({std::string(CloudName(w.cloud)), std::string(EventKindName(n.kind))})
       .Increment();
   Metrics().notice_latency.Observe(std::max<int64_t>(0, NowUnixMs() - seen_unix_ms) / 1000.0);
+  return absl::OkStatus();
 }
 
 void Detector::HeartbeatLocked(Entry& e, int64_t unix_ms, const std::string& problem) {
@@ -368,7 +536,7 @@ void Detector::HeartbeatLocked(Entry& e, int64_t unix_ms, const std::string& pro
   if (w.state == InstanceState::kLost) {
     w.state = next;
     w.reason = problem;
-    AppendLocked(e, EventKind::kRecovered, "", unix_ms, 0, "heartbeats resumed", "");
+    (void)AppendLocked(e, EventKind::kRecovered, "", unix_ms, 0, "heartbeats resumed", "");
   } else if ((w.state == InstanceState::kUnknown || w.state == InstanceState::kHealthy) &&
              (w.state != next || w.reason != problem)) {
     w.state = next;
@@ -394,6 +562,11 @@ absl::Status Detector::Heartbeat(const std::string& instance_id, const std::stri
   // The detector's clock decides deadlines: an agent's clock may be off.
   (void)unix_ms;
   HeartbeatLocked(e, NowUnixMs(), problem);
+  if (shared_) {
+    // Written in batches; the instance's owner applies the deadline.
+    int64_t& pending = pending_heartbeats_[instance_id];
+    pending = std::max(pending, e.stored.instance.last_heartbeat_unix_ms);
+  }
   return absl::OkStatus();
 }
 
@@ -424,8 +597,8 @@ absl::Status Detector::ReportNotice(const std::string& instance_id, const std::s
   Entry& e = EnsureLocked(instance_id, job_id, cloud);
   e.agent = true;
   HeartbeatLocked(e, NowUnixMs());
-  NoticeLocked(e, notice, seen_unix_ms > 0 ? seen_unix_ms : NowUnixMs());
-  return absl::OkStatus();
+  // Not acknowledged unless recorded: the agent sends it again, here or to another replica.
+  return Unavailable(NoticeLocked(e, notice, seen_unix_ms > 0 ? seen_unix_ms : NowUnixMs()));
 }
 
 void Detector::HandlePollResult(const PollResult& r) {
@@ -443,7 +616,17 @@ void Detector::HandlePollResult(const PollResult& r) {
     n.key = limits::BoundedKey(n.key);
     n.action = limits::ValidUtf8(n.action, limits::kMaxNameBytes);
     n.detail = limits::ValidUtf8(n.detail, limits::kMaxTextBytes);
-    NoticeLocked(e, n, r.observed_unix_ms);
+    if (!NoticeLocked(e, n, r.observed_unix_ms).ok() && shared_) {
+      // The metadata service may not say it again (a GCE long poll answers changes only).
+      bool queued = false;
+      for (const PendingNotice& p : pending_notices_) {
+        queued |= p.instance_id == r.instance_id && p.notice.key == n.key;
+      }
+      if (!queued) {
+        pending_notices_.push_back(
+            {r.instance_id, e.stored.instance.registered_unix_ms, n, r.observed_unix_ms});
+      }
+    }
   }
   WatchedInstance& w = e.stored.instance;
   if (r.healthy) {
@@ -468,28 +651,38 @@ void Detector::CheckDeadlines(int64_t now) {
       absl::ToInt64Milliseconds(options_.heartbeat_interval) * options_.lost_after_intervals;
   for (auto& [id, e] : entries_) {
     WatchedInstance& w = e.stored.instance;
+    // Shared: the instance's owner applies its deadlines (each is recorded once all the same).
+    if (shared_ && !HoldsLocked(id)) continue;
     if (w.state == InstanceState::kNotice && e.stored.notice_effective_unix_ms > 0 &&
         now >= e.stored.notice_effective_unix_ms) {
+      const StoredInstance before = e.stored;
       w.state = InstanceState::kRevoked;
       w.reason = "the notice's deadline passed";
-      AppendLocked(e, EventKind::kRevoked, "", now, e.stored.notice_effective_unix_ms,
-                   "notice deadline passed", "");
+      if (!AppendLocked(e, EventKind::kRevoked, "", now, e.stored.notice_effective_unix_ms,
+                        "notice deadline passed", "")
+               .ok()) {
+        e.stored = before;  // tried again at the next check
+        continue;
+      }
       ReconcilePollingLocked(e);
       continue;
     }
     // Heartbeat deadlines apply to agent-fed instances: those whose agents report here, or, on a
-    // single replica, every instance without a metadata endpoint.
-    const bool agent_fed = e.agent || (ring_.replicas().size() <= 1 && w.metadata_endpoint.empty());
+    // single replica (or to a shared replica's owner, whatever replica the agent reports to),
+    // every instance without a metadata endpoint.
+    const bool agent_fed =
+        e.agent || ((shared_ || ring_.replicas().size() <= 1) && w.metadata_endpoint.empty());
     if (!agent_fed || w.state == InstanceState::kLost || w.state == InstanceState::kRevoked) {
       continue;
     }
     if (now - w.last_heartbeat_unix_ms > lost_after_ms) {
       const int64_t silent = now - w.last_heartbeat_unix_ms;
+      const StoredInstance before = e.stored;
       w.state = InstanceState::kLost;
       w.reason = absl::StrCat("no heartbeat for ", silent, " ms (lost after ",
                               options_.lost_after_intervals, " intervals of ",
                               absl::FormatDuration(options_.heartbeat_interval), ")");
-      AppendLocked(e, EventKind::kLost, "", now, 0, w.reason, "");
+      if (!AppendLocked(e, EventKind::kLost, "", now, 0, w.reason, "").ok()) e.stored = before;
     }
   }
 }
@@ -501,6 +694,12 @@ void Detector::MonitorLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (stop_cv_.wait_for(lock, tick, [this] { return shutdown_; })) return;
+      // Shared: stop holding anything before the lease can expire unrenewed (the database slow
+      // or unreachable, this process paused): another replica may own the instances then.
+      if (shared_ && !fenced_ &&
+          SteadyMs() - renewed_at_ms_.load() > absl::ToInt64Milliseconds(options_.lease) * 2 / 3) {
+        FenceLocked("its lease was not renewed for 2/3 of its length");
+      }
     }
     CheckDeadlines(NowUnixMs());
   }
@@ -531,7 +730,12 @@ absl::StatusOr<WatchedInstance> Detector::Get(const std::string& instance_id) co
 
 absl::StatusOr<std::vector<Event>> Detector::EventsAfter(uint64_t after, const std::string& job_id,
                                                          size_t max, uint64_t* scanned) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (shared_ && after > next_sequence_ - 1) {
+    // A sequence number another replica handed out that this one has not read back yet.
+    event_cv_.wait_for(lock, std::chrono::seconds(2),
+                       [&] { return shutdown_ || next_sequence_ - 1 >= after; });
+  }
   if (after + 1 < first_retained_) {
     return absl::OutOfRangeError(absl::StrCat("after_sequence = ", after, ": events before ",
                                               first_retained_, " were trimmed by the retention of ",
@@ -592,6 +796,248 @@ size_t Detector::polled() const {
 size_t Detector::watched() const {
   std::lock_guard<std::mutex> lock(mu_);
   return entries_.size();
+}
+
+std::vector<std::string> Detector::LiveReplicas() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ring_.replicas();
+}
+
+bool Detector::serving() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !shared_ || (!fenced_ && store_ok_ && !shutdown_);
+}
+
+uint64_t Detector::lease_changes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lease_changes_;
+}
+
+void Detector::FenceLocked(const std::string& why) {
+  if (fenced_) return;
+  fenced_ = true;
+  ++lease_changes_;
+  Metrics().lease_changes.WithLabels({"lost"}).Increment();
+  Log()->warn("replica {}: lease of epoch {} lost ({}); polling nothing until it joins again",
+              options_.replica_id, epoch_, why);
+  for (auto& [id, e] : entries_) ReconcilePollingLocked(e);
+}
+
+void Detector::SharedLoop() {
+  const int64_t lease_ms = absl::ToInt64Milliseconds(options_.lease);
+  const int64_t sync_ms = absl::ToInt64Milliseconds(options_.sync_interval);
+  const auto tail = std::chrono::milliseconds(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.tail_interval)));
+  int64_t next_renew = SteadyMs() + lease_ms / 3, next_live = 0, next_sync = 0;
+  uint64_t rounds = 0;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      stop_cv_.wait_for(lock, tail, [this] { return shutdown_ || wake_tail_; });
+      if (shutdown_) return;
+      wake_tail_ = false;
+    }
+    TailEvents();
+    const int64_t now = SteadyMs();
+    bool fenced;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fenced = fenced_;
+    }
+    if (now >= next_renew || fenced) {
+      RenewLease();
+      next_renew = now + lease_ms / 3;
+      next_live = 0;
+    }
+    if (now >= next_live) {
+      UpdateLiveReplicas();
+      next_live = now + std::max<int64_t>(50, lease_ms / 10);
+    }
+    if (now >= next_sync) {
+      SyncRegistry();
+      RetryPending();
+      next_sync = now + sync_ms;
+      if (++rounds % 1000 == 0) {
+        // Each replica trims to the same bound: the newest event_retention sequence numbers.
+        uint64_t first_kept;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          first_kept = tail_cursor_ > options_.event_retention
+                           ? tail_cursor_ - options_.event_retention + 1
+                           : 0;
+        }
+        if (first_kept > 0) (void)shared_store_->TrimEvents(first_kept);
+      }
+    }
+  }
+}
+
+void Detector::RenewLease() {
+  const int64_t lease_ms = absl::ToInt64Milliseconds(options_.lease);
+  bool fenced;
+  int64_t epoch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fenced = fenced_;
+    epoch = epoch_;
+  }
+  const int64_t sent = SteadyMs();
+  if (!fenced) {
+    absl::StatusOr<bool> renewed = shared_store_->RenewLease(options_.replica_id, epoch, lease_ms);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!renewed.ok()) {
+      store_ok_ = false;
+      StoreResultLocked(renewed.status());
+      return;  // the monitor fences if it stays so
+    }
+    if (*renewed) {
+      renewed_at_ms_ = sent;
+      return;
+    }
+    FenceLocked("another replica took it, or it expired");
+  }
+  // Join again with a new epoch: whatever this replica wrote under the old one is fenced off.
+  absl::StatusOr<int64_t> joined = shared_store_->JoinLease(options_.replica_id, lease_ms);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!joined.ok()) {
+    store_ok_ = false;
+    StoreResultLocked(joined.status());
+    return;
+  }
+  epoch_ = *joined;
+  renewed_at_ms_ = sent;
+  fenced_ = false;
+  ++lease_changes_;
+  Metrics().lease_changes.WithLabels({"joined"}).Increment();
+  Log()->info("replica {}: joined again with lease epoch {}", options_.replica_id, epoch_);
+  // Its view of the instances is stale: read them back before polling them.
+  for (auto& [id, e] : entries_) e.seen.clear();
+  for (auto& [id, e] : entries_) ReconcilePollingLocked(e);
+}
+
+void Detector::UpdateLiveReplicas() {
+  absl::StatusOr<std::vector<Lease>> leases =
+      shared_store_->LiveLeases(absl::ToInt64Milliseconds(options_.lease) * 20);
+  if (!leases.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    store_ok_ = false;
+    StoreResultLocked(leases.status());
+    return;
+  }
+  std::vector<std::string> live;
+  for (const Lease& l : *leases) live.push_back(l.replica_id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    store_ok_ = true;
+    const HashRing ring(live);
+    if (ring.replicas() != ring_.replicas()) {
+      Log()->info("replica {}: live replicas now {}", options_.replica_id,
+                  absl::StrJoin(ring.replicas(), ","));
+    }
+  }
+  SetLiveReplicas(live);
+}
+
+void Detector::SyncRegistry() {
+  // Heartbeats this replica took, for the owners to judge.
+  std::vector<std::pair<std::string, int64_t>> beats;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    beats.assign(pending_heartbeats_.begin(), pending_heartbeats_.end());
+    pending_heartbeats_.clear();
+  }
+  if (absl::Status s = shared_store_->FlushHeartbeats(beats); !s.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, ms] : beats) {
+      int64_t& pending = pending_heartbeats_[id];
+      pending = std::max(pending, ms);
+    }
+    store_ok_ = false;
+    StoreResultLocked(s);
+    return;
+  }
+  const int64_t read_at = NowUnixMs();
+  absl::StatusOr<std::vector<StoredInstance>> rows = shared_store_->LoadInstances();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = unregistered_.begin(); it != unregistered_.end();) {
+    it = read_at - it->second > 10000 ? unregistered_.erase(it) : std::next(it);
+  }
+  if (!rows.ok()) {
+    store_ok_ = false;
+    StoreResultLocked(rows.status());
+    return;
+  }
+  std::set<std::string> present;
+  for (StoredInstance& row : *rows) {
+    const std::string id = row.instance.instance_id;
+    present.insert(id);
+    if (auto gone = unregistered_.find(id); gone != unregistered_.end() && gone->second >= read_at) {
+      continue;  // unregistered here after this read began
+    }
+    auto [it, inserted] = entries_.try_emplace(id);
+    if (inserted) {
+      it->second.stored = std::move(row);
+    } else {
+      MergeLocked(it->second, row);
+    }
+    ReconcilePollingLocked(it->second);
+  }
+  // Unregistered through another replica. One registered here since the read began is kept.
+  const int64_t now = NowUnixMs();
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (present.count(it->first) || now - it->second.written_ms < 10000) {
+      ++it;
+      continue;
+    }
+    if (it->second.polled) poller_->Remove(it->first);
+    it = entries_.erase(it);
+  }
+}
+
+void Detector::TailEvents() {
+  uint64_t cursor;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cursor = tail_cursor_;
+  }
+  constexpr size_t kBatch = 1000;
+  absl::StatusOr<std::vector<Event>> events = shared_store_->EventsAfter(cursor, kBatch);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!events.ok()) {
+    store_ok_ = false;
+    StoreResultLocked(events.status());
+    return;
+  }
+  if (events->empty()) return;
+  for (Event& e : *events) {
+    if (e.sequence <= tail_cursor_) continue;
+    tail_cursor_ = e.sequence;
+    next_sequence_ = e.sequence + 1;
+    events_.push_back(std::move(e));
+    if (events_.size() > options_.event_retention) {
+      events_.pop_front();
+      first_retained_ = events_.front().sequence;
+    }
+  }
+  if (events->size() == kBatch) wake_tail_ = true;  // more to read
+  event_cv_.notify_all();
+}
+
+void Detector::RetryPending() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<PendingNotice> pending;
+  pending.swap(pending_notices_);
+  for (PendingNotice& p : pending) {
+    auto it = entries_.find(p.instance_id);
+    // Gone, a new lifetime, or another replica's now (it polls the notice itself).
+    if (it == entries_.end() || it->second.stored.instance.registered_unix_ms != p.lifetime_ms ||
+        !HoldsLocked(p.instance_id)) {
+      continue;
+    }
+    if (!NoticeLocked(it->second, p.notice, p.seen_unix_ms).ok()) {
+      pending_notices_.push_back(std::move(p));
+    }
+  }
 }
 
 }  // namespace spotdnn::detector

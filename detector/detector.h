@@ -1,6 +1,28 @@
 // The detector core: the registry of watched instances, their state machine, the event log with
-// sequence numbers, SQLite persistence, heartbeat deadlines and (with replicas) which instances
-// this replica holds. Fed by its own MetadataPoller and by agents' reports.
+// sequence numbers, persistence, heartbeat deadlines and (with replicas) which instances this
+// replica holds. Fed by its own MetadataPoller and by agents' reports.
+//
+// On a SQLite store it is the one replica: the registry and event log live in this process and
+// its file. On a PostgreSQL store it is one of any number of identical replicas sharing that
+// database (DetectorStore):
+//   - Membership by leases in the database: each replica holds a lease row with an epoch, renewed
+//     every lease/3 and judged on the database's clock. The live replicas (unexpired leases) share
+//     the instances by consistent hashing of their ids; a dead replica's instances move once its
+//     lease expires (within lease + lease/10). A replica that cannot renew in time (paused,
+//     partitioned, the database unreachable) stops polling everything before its lease can
+//     expire, and every event it writes is checked against its epoch in the same transaction, so
+//     a replica resumed after its lease expired records nothing until it has joined again.
+//   - The registry is the database's: any replica takes registrations and writes them there;
+//     every replica reads it back every `sync_interval`.
+//   - One event log numbered by the database. Every replica tails it into memory, so WatchEvents
+//     on any replica streams every event in order and resumes from any sequence number. A notice
+//     is recorded once per instance lifetime and notice key (and a revocation once per lifetime)
+//     by a uniqueness rule, however many replicas (an old owner and a new one) report it.
+//   - Agents may report to any replica: heartbeats are written to the database in batches, and
+//     the instance's owner applies the heartbeat deadline.
+//   - A write the database refuses is not acknowledged: a registration or an agent's report
+//     fails (UNAVAILABLE, the caller retries), and a polled notice is tried again until it is
+//     recorded.
 //
 // States: unknown -> healthy (a poll or heartbeat succeeded); healthy/unknown -> unknown + reason
 // (a poll failed); any -> notice (a revocation notice; event KIND_NOTICE once per notice);
@@ -12,6 +34,7 @@
 #ifndef SPOTDNN_DETECTOR_DETECTOR_H_
 #define SPOTDNN_DETECTOR_DETECTOR_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -43,6 +66,10 @@ struct DetectorOptions {
   std::string replica_id = "replica-0";
   size_t event_retention = 100000;  // newest events kept (memory and database)
   bool run_poller = true;           // false: only agents' reports feed it (tests)
+  // Shared (PostgreSQL) stores only:
+  absl::Duration lease = absl::Seconds(3);  // a replica's lease; renewed every lease/3
+  absl::Duration sync_interval = absl::Milliseconds(500);  // registry read-back, heartbeat writes
+  absl::Duration tail_interval = absl::Milliseconds(25);   // event log read-back
 };
 
 // The detector. Thread-safe.
@@ -119,8 +146,18 @@ class Detector {
   void CheckDeadlines(int64_t now_unix_ms);
 
   // Scale-out: the replicas alive now (this one included). This replica polls the instances the
-  // consistent-hash ring gives it; an empty list means it holds every instance.
+  // consistent-hash ring gives it; an empty list means it holds every instance. A shared detector
+  // sets it itself from the leases.
   void SetLiveReplicas(const std::vector<std::string>& replicas);
+  // The replicas on the ring now (empty: this one holds every instance).
+  std::vector<std::string> LiveReplicas() const;
+  // True when the store is shared by replicas (PostgreSQL).
+  bool shared() const { return shared_; }
+  // False while a shared replica holds no lease (it polls nothing and records nothing) or its
+  // last database round failed; always true for a SQLite store.
+  bool serving() const;
+  // Times this replica joined (1 at start) and lost its lease.
+  uint64_t lease_changes() const;
   // The replica that holds `instance_id` under the current ring.
   std::string OwnerOf(const std::string& instance_id) const;
   const std::string& replica_id() const { return options_.replica_id; }
@@ -142,18 +179,45 @@ class Detector {
     std::set<std::string> seen;  // notice keys already reported
     bool agent = false;          // heartbeats arrive here
     bool polled = false;         // in this replica's poller
+    int64_t written_ms = 0;      // when this replica last registered it (shared)
+  };
+  // A polled notice a shared store did not take yet.
+  struct PendingNotice {
+    std::string instance_id;
+    int64_t lifetime_ms;
+    Notice notice;
+    int64_t seen_unix_ms;
   };
   explicit Detector(DetectorOptions options);
   absl::Status Load();
   // Appends an event for `entry` (persisted before it is visible). Caller holds mu_.
-  void AppendLocked(Entry& entry, EventKind kind, const std::string& action, int64_t notice_unix_ms,
+  // Shared: whether it was recorded (false: another replica had recorded it), or the store's
+  // error. A single replica always records it (a failed write is counted in store_errors).
+  absl::StatusOr<bool> AppendLocked(Entry& entry, EventKind kind, const std::string& action, int64_t notice_unix_ms,
                     int64_t effective_unix_ms, const std::string& detail,
                     const std::string& seen_key);
   void PersistLocked(const Entry& entry);
   // Counts a failed store write. Caller holds mu_.
   void StoreResultLocked(const absl::Status& status);
-  // Applies a notice to an entry. Caller holds mu_.
-  void NoticeLocked(Entry& entry, const Notice& notice, int64_t seen_unix_ms);
+  // Applies a notice to an entry. Caller holds mu_. OK, or (shared) the store's error: nothing
+  // changed then.
+  absl::Status NoticeLocked(Entry& entry, const Notice& notice, int64_t seen_unix_ms);
+  // Shared: the registration as the database has it now, merged into `entry` (a new lifetime
+  // there replaces this replica's view; none there leaves a fresh entry). Whether it has one.
+  // Caller holds mu_.
+  absl::StatusOr<bool> RefreshLocked(Entry& entry);
+  // Shared: the background loop (leases, registry and event read-back, heartbeat writes,
+  // pending notices) and its steps, on its own connection (shared_store_).
+  void SharedLoop();
+  void RenewLease();
+  void UpdateLiveReplicas();
+  // Stops holding anything until the lease is taken again. Caller holds mu_.
+  void FenceLocked(const std::string& why);
+  // Adopts a registration read back from the database. Caller holds mu_.
+  void MergeLocked(Entry& entry, const StoredInstance& row);
+  void SyncRegistry();
+  void TailEvents();
+  void RetryPending();
   void HeartbeatLocked(Entry& entry, int64_t unix_ms, const std::string& problem = "");
   // Records the end of an entry's current lifetime (when its start is known). Caller holds mu_.
   void EndLifetimeLocked(const Entry& entry, int64_t ended_unix_ms, bool revoked,
@@ -179,6 +243,23 @@ class Detector {
   std::string last_store_error_;
   HashRing ring_;
   std::thread monitor_;
+
+  // Shared stores.
+  bool shared_ = false;
+  std::unique_ptr<DetectorStore> shared_store_;  // the background loop's connection
+  std::thread shared_loop_;
+  bool wake_tail_ = false;     // guarded by mu_: an event was appended
+  bool fenced_ = false;        // guarded by mu_: no valid lease; holds nothing
+  int64_t epoch_ = 0;          // guarded by mu_
+  uint64_t tail_cursor_ = 0;   // guarded by mu_: newest sequence read back
+  bool store_ok_ = true;       // guarded by mu_: the background loop's last round
+  uint64_t lease_changes_ = 0;  // guarded by mu_
+  // When the lease was last renewed (steady clock, ms); the monitor fences past 2/3 of a lease.
+  std::atomic<int64_t> renewed_at_ms_{0};
+  std::map<std::string, int64_t> pending_heartbeats_;  // guarded by mu_
+  // Unregistered here, and when (a registry read that began earlier must not bring them back).
+  std::map<std::string, int64_t> unregistered_;  // guarded by mu_
+  std::vector<PendingNotice> pending_notices_;         // guarded by mu_
 };
 
 }  // namespace spotdnn::detector

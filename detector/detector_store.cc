@@ -32,7 +32,72 @@ absl::Status SchemaV1(db::Database& db) {
   return absl::OkStatus();
 }
 
-const db::Migration kMigrations[] = {{1, SchemaV1}};
+// Version 2: what replicas sharing a PostgreSQL store need. The events a store numbers itself
+// (a sequence, on PostgreSQL; SQLite numbers a row it is not given a number for), each with the
+// lifetime it belongs to and its dedupe key, unique per instance and lifetime; and the leases.
+absl::Status SchemaV2(db::Database& db) {
+  for (const auto& [column, type] :
+       {std::pair{"lifetime_ms", "INTEGER"}, std::pair{"dedupe", "TEXT"}}) {
+    if (absl::Status s = db.AddColumnIfMissing("events", column, type); !s.ok()) return s;
+  }
+  if (absl::Status s = db.ExecDdl(
+          "CREATE UNIQUE INDEX IF NOT EXISTS events_once ON events (instance_id, lifetime_ms, "
+          "dedupe) WHERE dedupe IS NOT NULL;"
+          "CREATE TABLE IF NOT EXISTS replicas (replica_id TEXT PRIMARY KEY, epoch INTEGER, "
+          "expires_ms INTEGER);");
+      !s.ok()) {
+    return s;
+  }
+  if (db.backend() != db::Backend::kPostgres) return absl::OkStatus();
+  if (absl::Status s = db.ExecDdl(
+          "CREATE SEQUENCE IF NOT EXISTS events_sequence OWNED BY events.sequence;"
+          "ALTER TABLE events ALTER COLUMN sequence SET DEFAULT nextval('events_sequence');");
+      !s.ok()) {
+    return s;
+  }
+  return db
+      .QueryAll(
+          "SELECT setval('events_sequence', COALESCE(MAX(sequence), 0) + 1, false) FROM events")
+      .status();
+}
+
+const db::Migration kMigrations[] = {{1, SchemaV1}, {2, SchemaV2}};
+
+constexpr char kInstanceColumns[] =
+    "SELECT instance_id, job_id, cloud, endpoint, state, reason, last_heartbeat_ms, "
+    "notice_effective_ms, instance_type, registered_ms FROM instances";
+
+StoredInstance InstanceOf(const Row& r) {
+  StoredInstance i;
+  i.instance.instance_id = r.Text(0);
+  i.instance.job_id = r.Text(1);
+  i.instance.cloud = static_cast<Cloud>(r.Int(2));
+  i.instance.metadata_endpoint = r.Text(3);
+  i.instance.state = static_cast<InstanceState>(r.Int(4));
+  i.instance.reason = r.Text(5);
+  i.instance.last_heartbeat_unix_ms = r.Int(6);
+  i.notice_effective_unix_ms = r.Int(7);
+  i.instance.instance_type = r.Text(8);
+  i.instance.registered_unix_ms = r.Int(9);
+  return i;
+}
+
+constexpr char kEventColumns[] =
+    "SELECT sequence, instance_id, job_id, cloud, kind, action, notice_ms, effective_ms, detail ";
+
+Event EventOf(const Row& r) {
+  Event e;
+  e.sequence = static_cast<uint64_t>(r.Int(0));
+  e.instance_id = r.Text(1);
+  e.job_id = r.Text(2);
+  e.cloud = static_cast<Cloud>(r.Int(3));
+  e.kind = static_cast<EventKind>(r.Int(4));
+  e.action = r.Text(5);
+  e.notice_unix_ms = r.Int(6);
+  e.effective_unix_ms = r.Int(7);
+  e.detail = r.Text(8);
+  return e;
+}
 
 // `status` with what the store was doing.
 absl::Status Doing(const absl::Status& status, const char* what) {
@@ -54,27 +119,29 @@ absl::StatusOr<std::unique_ptr<DetectorStore>> DetectorStore::Open(const std::st
 
 DetectorStore::~DetectorStore() = default;
 
+bool DetectorStore::shared() const { return db_->backend() == db::Backend::kPostgres; }
+
+const char* DetectorStore::NowMs() const {
+  return shared() ? "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
+                  : "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+}
+
 absl::StatusOr<std::vector<StoredInstance>> DetectorStore::LoadInstances() {
-  auto rows = db_->QueryAll(
-      "SELECT instance_id, job_id, cloud, endpoint, state, reason, last_heartbeat_ms, "
-      "notice_effective_ms, instance_type, registered_ms FROM instances");
+  auto rows = db_->QueryAll(kInstanceColumns);
   if (!rows.ok()) return Doing(rows.status(), "load instances");
   std::vector<StoredInstance> out;
-  for (const Row& r : *rows) {
-    StoredInstance i;
-    i.instance.instance_id = r.Text(0);
-    i.instance.job_id = r.Text(1);
-    i.instance.cloud = static_cast<Cloud>(r.Int(2));
-    i.instance.metadata_endpoint = r.Text(3);
-    i.instance.state = static_cast<InstanceState>(r.Int(4));
-    i.instance.reason = r.Text(5);
-    i.instance.last_heartbeat_unix_ms = r.Int(6);
-    i.notice_effective_unix_ms = r.Int(7);
-    i.instance.instance_type = r.Text(8);
-    i.instance.registered_unix_ms = r.Int(9);
-    out.push_back(std::move(i));
-  }
+  out.reserve(rows->size());
+  for (const Row& r : *rows) out.push_back(InstanceOf(r));
   return out;
+}
+
+absl::StatusOr<std::optional<StoredInstance>> DetectorStore::LoadInstance(
+    const std::string& instance_id) {
+  auto row = db_->QueryOne(absl::StrCat(kInstanceColumns, " WHERE instance_id = ?1"),
+                           {instance_id});
+  if (!row.ok()) return Doing(row.status(), "load instance");
+  if (!row->has_value()) return std::optional<StoredInstance>();
+  return std::optional<StoredInstance>(InstanceOf(**row));
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> DetectorStore::LoadSeen() {
@@ -87,24 +154,132 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> DetectorStore::
 
 absl::StatusOr<std::vector<Event>> DetectorStore::LoadEvents(size_t limit) {
   auto rows = db_->QueryAll(
-      "SELECT sequence, instance_id, job_id, cloud, kind, action, notice_ms, effective_ms, detail "
-      "FROM (SELECT * FROM events ORDER BY sequence DESC LIMIT ?1) AS newest ORDER BY sequence",
+      absl::StrCat(kEventColumns,
+                   "FROM (SELECT * FROM events ORDER BY sequence DESC LIMIT ?1) AS newest "
+                   "ORDER BY sequence"),
       {static_cast<int64_t>(limit)});
   if (!rows.ok()) return Doing(rows.status(), "load events");
   std::vector<Event> out;
-  for (const Row& r : *rows) {
-    Event e;
-    e.sequence = static_cast<uint64_t>(r.Int(0));
-    e.instance_id = r.Text(1);
-    e.job_id = r.Text(2);
-    e.cloud = static_cast<Cloud>(r.Int(3));
-    e.kind = static_cast<EventKind>(r.Int(4));
-    e.action = r.Text(5);
-    e.notice_unix_ms = r.Int(6);
-    e.effective_unix_ms = r.Int(7);
-    e.detail = r.Text(8);
-    out.push_back(std::move(e));
-  }
+  for (const Row& r : *rows) out.push_back(EventOf(r));
+  return out;
+}
+
+absl::StatusOr<std::vector<Event>> DetectorStore::EventsAfter(uint64_t after, size_t limit) {
+  auto rows = db_->QueryAll(
+      absl::StrCat(kEventColumns, "FROM events WHERE sequence > ?1 ORDER BY sequence LIMIT ?2"),
+      {static_cast<int64_t>(after), static_cast<int64_t>(limit)});
+  if (!rows.ok()) return Doing(rows.status(), "read events");
+  std::vector<Event> out;
+  for (const Row& r : *rows) out.push_back(EventOf(r));
+  return out;
+}
+
+absl::StatusOr<bool> DetectorStore::AppendSharedEvent(const Event& e, int64_t lifetime_ms,
+                                                      const std::string& dedupe,
+                                                      const StoredInstance& instance,
+                                                      const std::string& replica_id,
+                                                      int64_t epoch) {
+  bool appended = false;
+  absl::Status s = db_->Write([&]() -> absl::Status {
+    appended = false;
+    auto held = db_->QueryOne(
+        absl::StrCat("SELECT epoch FROM replicas WHERE replica_id = ?1 AND epoch = ?2 AND "
+                     "expires_ms > ",
+                     NowMs()),
+        {replica_id, epoch});
+    if (!held.ok()) return Doing(held.status(), "check lease");
+    if (!held->has_value()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("detector store: replica \"", replica_id, "\" no longer holds its lease of "
+                       "epoch ", epoch, "; it records nothing until it joins again"));
+    }
+    const db::Value key = dedupe.empty() ? db::Value(nullptr) : db::Value(dedupe);
+    auto inserted = db_->Exec(
+        "INSERT INTO events (instance_id, job_id, cloud, kind, action, notice_ms, effective_ms, "
+        "detail, lifetime_ms, dedupe) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
+        "ON CONFLICT DO NOTHING",
+        {e.instance_id, e.job_id, static_cast<int64_t>(e.cloud), static_cast<int64_t>(e.kind),
+         e.action, e.notice_unix_ms, e.effective_unix_ms, e.detail, lifetime_ms, key});
+    if (!inserted.ok()) return Doing(inserted.status(), "append event");
+    appended = *inserted > 0;
+    if (!appended) return absl::OkStatus();
+    return UpdateInstanceState(instance);
+  });
+  if (!s.ok()) return s;
+  return appended;
+}
+
+absl::Status DetectorStore::UpdateInstanceState(const StoredInstance& i) {
+  return Doing(
+      db_->Exec("UPDATE instances SET state = ?2, reason = ?3, last_heartbeat_ms = CASE WHEN "
+                "last_heartbeat_ms > ?4 THEN last_heartbeat_ms ELSE ?4 END, "
+                "notice_effective_ms = ?5 WHERE instance_id = ?1 AND registered_ms = ?6",
+                {i.instance.instance_id, static_cast<int64_t>(i.instance.state), i.instance.reason,
+                 i.instance.last_heartbeat_unix_ms, i.notice_effective_unix_ms,
+                 i.instance.registered_unix_ms})
+          .status(),
+      "store instance state");
+}
+
+absl::Status DetectorStore::FlushHeartbeats(
+    const std::vector<std::pair<std::string, int64_t>>& heartbeats) {
+  if (heartbeats.empty()) return absl::OkStatus();
+  return db_->Write([&]() -> absl::Status {
+    for (const auto& [id, ms] : heartbeats) {
+      auto updated = db_->Exec(
+          "UPDATE instances SET last_heartbeat_ms = ?2 WHERE instance_id = ?1 AND "
+          "(last_heartbeat_ms IS NULL OR last_heartbeat_ms < ?2)",
+          {id, ms});
+      if (!updated.ok()) return Doing(updated.status(), "store heartbeats");
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<int64_t> DetectorStore::JoinLease(const std::string& replica_id, int64_t lease_ms) {
+  int64_t epoch = 0;
+  absl::Status s = db_->Write([&]() -> absl::Status {
+    auto row = db_->QueryOne(
+        absl::StrCat("INSERT INTO replicas (replica_id, epoch, expires_ms) VALUES (?1, 1, ", NowMs(),
+                     " + ?2) ON CONFLICT (replica_id) DO UPDATE SET epoch = replicas.epoch + 1, "
+                     "expires_ms = excluded.expires_ms RETURNING epoch"),
+        {replica_id, lease_ms});
+    if (!row.ok()) return Doing(row.status(), "join");
+    if (!row->has_value()) return absl::InternalError("detector store: join returned no epoch");
+    epoch = (*row)->Int(0);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return epoch;
+}
+
+absl::StatusOr<bool> DetectorStore::RenewLease(const std::string& replica_id, int64_t epoch,
+                                               int64_t lease_ms) {
+  auto renewed = db_->Exec(
+      absl::StrCat("UPDATE replicas SET expires_ms = ", NowMs(),
+                   " + ?3 WHERE replica_id = ?1 AND epoch = ?2 AND expires_ms > ", NowMs()),
+      {replica_id, epoch, lease_ms});
+  if (!renewed.ok()) return Doing(renewed.status(), "renew lease");
+  return *renewed > 0;
+}
+
+absl::Status DetectorStore::LeaveLease(const std::string& replica_id, int64_t epoch) {
+  return Doing(db_->Exec("DELETE FROM replicas WHERE replica_id = ?1 AND epoch = ?2",
+                         {replica_id, epoch})
+                   .status(),
+               "leave");
+}
+
+absl::StatusOr<std::vector<Lease>> DetectorStore::LiveLeases(int64_t forget_ms) {
+  auto forgot = db_->Exec(absl::StrCat("DELETE FROM replicas WHERE expires_ms < ", NowMs(), " - ?1"),
+                          {forget_ms});
+  if (!forgot.ok()) return Doing(forgot.status(), "forget expired leases");
+  auto rows = db_->QueryAll(absl::StrCat(
+      "SELECT replica_id, epoch, expires_ms FROM replicas WHERE expires_ms > ", NowMs(),
+      " ORDER BY replica_id"));
+  if (!rows.ok()) return Doing(rows.status(), "read leases");
+  std::vector<Lease> out;
+  for (const Row& r : *rows) out.push_back({r.Text(0), r.Int(1), r.Int(2)});
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,7 +26,21 @@ struct StoredInstance {
   int64_t notice_effective_unix_ms = 0;  // deadline of the outstanding notice
 };
 
-// Persistence (services/common/db). Not thread-safe: the detector calls it under its lock.
+// One row of the replicas table: a replica's lease.
+struct Lease {
+  std::string replica_id;
+  int64_t epoch = 0;
+  int64_t expires_unix_ms = 0;  // on the database's clock
+};
+
+// Persistence (services/common/db). Not thread-safe: the detector calls it under its lock (a
+// shared detector opens a second one for its background work).
+//
+// On PostgreSQL the store is shared by every replica (see Detector): the registry, one event log
+// numbered by the database (a sequence; writers append under the store's lock, so sequence order
+// is commit order and a reader that sees N has seen everything below N), a uniqueness rule that
+// records a notice once per instance lifetime however many replicas report it, and the replicas'
+// leases, judged on the database's clock so that replicas' clocks do not matter.
 class DetectorStore {
  public:
   // Opens (creating or migrating its schema) the store at `spec`: a file (PATH or sqlite:PATH;
@@ -36,7 +51,12 @@ class DetectorStore {
   DetectorStore(const DetectorStore&) = delete;
   DetectorStore& operator=(const DetectorStore&) = delete;
 
+  // True on PostgreSQL: several replicas share this store.
+  bool shared() const;
+
   absl::StatusOr<std::vector<StoredInstance>> LoadInstances();
+  // One registration; nullopt when it is not registered.
+  absl::StatusOr<std::optional<StoredInstance>> LoadInstance(const std::string& instance_id);
   // (instance_id, key) pairs of notices already reported.
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> LoadSeen();
   // The newest `limit` events, oldest first.
@@ -53,6 +73,32 @@ class DetectorStore {
   // transaction.
   absl::Status AppendEvent(const Event& event, const StoredInstance& instance,
                            const std::string& seen_key);
+  // Shared: appends `event` (its sequence is the database's) unless an event with the same
+  // `dedupe` key (when not empty) was recorded for the instance's lifetime `lifetime_ms`, and
+  // stores the instance's new state (an update: a registration deleted meanwhile stays deleted),
+  // in one transaction that first checks that `replica_id` still holds its lease of `epoch`
+  // (FAILED_PRECONDITION naming both when not: a replica that was paused past its lease writes
+  // nothing). True when appended, false when the key was taken.
+  absl::StatusOr<bool> AppendSharedEvent(const Event& event, int64_t lifetime_ms,
+                                         const std::string& dedupe, const StoredInstance& instance,
+                                         const std::string& replica_id, int64_t epoch);
+  // Shared: stores an instance's state if its lifetime (registered_unix_ms) is still the
+  // registered one; the heartbeat time only moves forward.
+  absl::Status UpdateInstanceState(const StoredInstance& instance);
+  // Shared: moves heartbeat times forward, in one transaction.
+  absl::Status FlushHeartbeats(const std::vector<std::pair<std::string, int64_t>>& heartbeats);
+  // Up to `limit` events with a sequence above `after`, oldest first.
+  absl::StatusOr<std::vector<Event>> EventsAfter(uint64_t after, size_t limit);
+
+  // Leases. Join takes (or takes over) `replica_id`'s row with a new epoch, valid for
+  // `lease_ms`; Renew extends it while it is still held with `epoch` and unexpired (false when
+  // it was lost); Leave ends it at once (the others take its instances without waiting).
+  absl::StatusOr<int64_t> JoinLease(const std::string& replica_id, int64_t lease_ms);
+  absl::StatusOr<bool> RenewLease(const std::string& replica_id, int64_t epoch, int64_t lease_ms);
+  absl::Status LeaveLease(const std::string& replica_id, int64_t epoch);
+  // The unexpired leases, by replica id (expired ones older than `forget_ms` are deleted).
+  absl::StatusOr<std::vector<Lease>> LiveLeases(int64_t forget_ms);
+
   // Deletes events with a sequence below `first_kept`.
   absl::Status TrimEvents(uint64_t first_kept);
   // Records a lifetime that ended (revoked, or censored when unregistered or lost).
@@ -63,6 +109,8 @@ class DetectorStore {
 
  private:
   explicit DetectorStore(std::unique_ptr<db::Database> db);
+  // The database's clock in Unix milliseconds, as an SQL expression.
+  const char* NowMs() const;
   std::unique_ptr<db::Database> db_;
 };
 

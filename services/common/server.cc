@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <atomic>
+#include <optional>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -276,7 +278,8 @@ int WaitForShutdownSignal() {
 
 int ServeUntilSignal(const std::string& service_name, const std::string& listen,
                      const std::string& port_file, const std::string& metrics_listen,
-                     const std::vector<grpc::Service*>& services, const ServerSecurity& security) {
+                     const std::vector<grpc::Service*>& services, const ServerSecurity& security,
+                     const std::function<bool()>& serving) {
   auto logger = spdlog::get(service_name);
   if (!logger) logger = spdlog::stderr_color_mt(service_name);
   std::unique_ptr<MetricsServer> metrics_server;
@@ -309,7 +312,32 @@ int ServeUntilSignal(const std::string& service_name, const std::string& listen,
       return 1;
     }
   }
+  std::atomic<bool> stop_health{false};
+  std::thread health_thread;
+  grpc::HealthCheckServiceInterface* health = started->server->GetHealthCheckService();
+  if (serving && health != nullptr) {
+    health_thread = std::thread([&] {
+      std::vector<std::string> names = SpotdnnServiceNames(services);
+      names.push_back("");
+      std::optional<bool> was;
+      while (!stop_health) {
+        const bool now = serving();
+        if (was != now) {
+          for (const std::string& name : names) health->SetServingStatus(name, now);
+          if (was.has_value()) {
+            logger->warn("health: {}", now ? "SERVING again" : "NOT_SERVING");
+          }
+          was = now;
+        }
+        for (int i = 0; i < 10 && !stop_health; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      }
+    });
+  }
   const int signal = WaitForShutdownSignal();
+  stop_health = true;
+  if (health_thread.joinable()) health_thread.join();
   logger->info("signal {} received; shutting down", signal);
   started->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   started->server->Wait();

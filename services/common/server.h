@@ -61,12 +61,15 @@ int WaitForShutdownSignal();
 // The body of a service main: starts the server, logs the bound address (and writes the port to
 // `port_file` when set), serves until SIGTERM/SIGINT, then shuts down gracefully. With a
 // `metrics_listen` ("HOST:PORT", port 0 picks one) it first serves the default metrics registry
-// there on GET /metrics and logs the address. Returns the exit status for main: 2 when `security`
-// or `metrics_listen` is wrong (before binding), 1 when serving fails.
+// there on GET /metrics and logs the address. With `serving`, the health service follows it
+// (checked every 500 ms): NOT_SERVING for "" and every service while it says false. Returns the
+// exit status for main: 2 when `security` or `metrics_listen` is wrong (before binding), 1 when
+// serving fails.
 int ServeUntilSignal(const std::string& service_name, const std::string& listen,
                      const std::string& port_file, const std::string& metrics_listen,
                      const std::vector<grpc::Service*>& services,
-                     const ServerSecurity& security = {});
+                     const ServerSecurity& security = {},
+                     const std::function<bool()>& serving = nullptr);
 
 // The body of a service main whose service is built from the data registry (built-ins plus the
 // JSON files in `catalog_dir` and `workload_dir`): loads it, constructs `Service` from it (and

@@ -24,9 +24,9 @@ ABSL_FLAG(std::string, db, "spotdnn-detector.db",
           "SQLite file of registrations and events (\":memory:\" keeps nothing), unless --store "
           "names the store");
 ABSL_FLAG(std::string, store, "",
-          "the store of registrations and events: sqlite:PATH or postgres://USER@HOST/DB (a libpq "
-          "URI; the password from PGPASSFILE, ~/.pgpass or PGPASSWORD, never in the URI); "
-          "default: --db");
+          "the store of registrations and events: sqlite:PATH (one replica) or "
+          "postgres://USER@HOST/DB (a libpq URI; the password from PGPASSFILE, ~/.pgpass or "
+          "PGPASSWORD, never in the URI): any number of replicas share it; default: --db");
 ABSL_FLAG(absl::Duration, poll_interval, absl::Seconds(1),
           "interval of the AWS and Azure metadata polls this replica makes");
 ABSL_FLAG(absl::Duration, request_timeout, absl::Milliseconds(800),
@@ -37,10 +37,12 @@ ABSL_FLAG(int, lost_after_intervals, 3,
           "an agent-fed instance missing this many heartbeat intervals is lost");
 ABSL_FLAG(bool, azure_ack, false,
           "acknowledge Azure Preempt events (POST StartRequests) once reported");
-ABSL_FLAG(std::string, replica_id, "replica-0", "this replica's id on the consistent-hash ring");
-ABSL_FLAG(std::string, peers, "",
-          "the other replicas, ID=HOST:PORT[,ID=HOST:PORT...]; instances are shared among the "
-          "live ones by consistent hashing of their ids");
+ABSL_FLAG(std::string, replica_id, "replica-0",
+          "this replica's id, unique among the replicas sharing a PostgreSQL store (on Kubernetes: "
+          "the pod's name); its lease and its place on the consistent-hash ring");
+ABSL_FLAG(absl::Duration, lease, absl::Seconds(3),
+          "with a PostgreSQL store: how long a replica's lease lasts (renewed every third of it); "
+          "a dead replica's instances move to the others within about this long");
 ABSL_FLAG(int, event_retention, 100000, "newest events kept for WatchEvents resumes");
 
 int main(int argc, char** argv) {
@@ -54,19 +56,6 @@ int main(int argc, char** argv) {
   if (auto s = spotdnn::services::ValidateServerSecurity(absl::GetFlag(FLAGS_listen), security);
       !s.ok()) {
     logger->error("{}", std::string(s.message()));
-    return 2;
-  }
-  // Calls to peers present this replica's --tls_cert and trust --tls_ca, else --tls_client_ca
-  // (one CA signs every replica in the usual set-up).
-  spotdnn::services::ClientSecurity peer_security = spotdnn::services::ClientSecurityFromFlags();
-  if (peer_security.ca_file.empty()) peer_security.ca_file = security.tls_client_ca_file;
-  if (auto s = spotdnn::services::SetDefaultClientSecurity(peer_security); !s.ok()) {
-    logger->error("{}", std::string(s.message()));
-    return 2;
-  }
-  auto peers = spotdnn::services::ParseDetectorPeers("--peers", absl::GetFlag(FLAGS_peers));
-  if (!peers.ok()) {
-    logger->error("{}", std::string(peers.status().message()));
     return 2;
   }
   spotdnn::detector::DetectorOptions options;
@@ -84,6 +73,7 @@ int main(int argc, char** argv) {
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.lost_after_intervals = absl::GetFlag(FLAGS_lost_after_intervals);
   options.replica_id = absl::GetFlag(FLAGS_replica_id);
+  options.lease = absl::GetFlag(FLAGS_lease);
   options.event_retention = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_event_retention)));
   auto detector = spotdnn::detector::Detector::Open(options);
   if (!detector.ok()) {
@@ -91,8 +81,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::shared_ptr<spotdnn::detector::Detector> shared = *std::move(detector);
-  logger->info("replica {}: {} instances, last event {}, {} peers", options.replica_id,
-               shared->List("").size(), shared->last_sequence(), peers->size());
+  logger->info("replica {}: {} instances, last event {}{}", options.replica_id,
+               shared->List("").size(), shared->last_sequence(),
+               shared->shared() ? ", sharing a PostgreSQL store with the replicas holding leases"
+                                : "");
   // Read when scraped; nothing once the detector is gone.
   std::weak_ptr<spotdnn::detector::Detector> weak = shared;
   spotdnn::metrics::DefaultRegistry().GaugeFunction(
@@ -106,11 +98,14 @@ int main(int argc, char** argv) {
         auto d = weak.lock();
         return d ? static_cast<double>(d->polled()) : 0.0;
       });
-  spotdnn::services::DetectorServiceImpl service(shared, *peers);
-  service.StartPeerMonitor();
+  spotdnn::services::DetectorServiceImpl service(shared);
+  // NOT_SERVING while a shared replica holds no lease or cannot reach its database.
   const int code = spotdnn::services::ServeUntilSignal(
       "spotdnn-detector", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_port_file),
-      absl::GetFlag(FLAGS_metrics_listen), {&service}, security);
+      absl::GetFlag(FLAGS_metrics_listen), {&service}, security, [weak] {
+        auto d = weak.lock();
+        return d && d->serving();
+      });
   service.Stop();
   shared->Shutdown();
   return code;

@@ -99,29 +99,7 @@ pb::RevocationEvent ToProto(const d::Event& e) {
   return p;
 }
 
-absl::StatusOr<std::vector<DetectorPeer>> ParseDetectorPeers(std::string_view flag,
-                                                             std::string_view text) {
-  std::vector<DetectorPeer> peers;
-  if (text.empty()) return peers;
-  for (absl::string_view entry : absl::StrSplit(absl::string_view(text.data(), text.size()), ',')) {
-    std::vector<std::string> parts = absl::StrSplit(entry, absl::MaxSplits('=', 1));
-    if (parts.size() != 2 || parts[0].empty() || parts[1].find(':') == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          std::string(flag), " entry \"", std::string(entry), "\": expected ID=HOST:PORT"));
-    }
-    for (const DetectorPeer& p : peers) {
-      if (p.id == parts[0]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            std::string(flag), " entry \"", std::string(entry), "\": replica id named twice"));
-      }
-    }
-    peers.push_back({parts[0], parts[1]});
-  }
-  return peers;
-}
-
-DetectorServiceImpl::DetectorServiceImpl(std::shared_ptr<d::Detector> detector,
-                                         std::vector<DetectorPeer> peers)
+DetectorServiceImpl::DetectorServiceImpl(std::shared_ptr<d::Detector> detector)
     : detector_(std::move(detector)) {
   // AgentStream reads raw messages (see the class comment).
   const google::protobuf::MethodDescriptor* method =
@@ -136,126 +114,16 @@ DetectorServiceImpl::DetectorServiceImpl(std::shared_ptr<d::Detector> detector,
             return self->AgentStreamRaw(context, stream);
           },
           this));
-  for (DetectorPeer& p : peers) {
-    PeerState s;
-    s.stub = pb::Detector::NewStub(MakeChannel(p.address));
-    s.peer = std::move(p);
-    peers_.push_back(std::move(s));
-  }
-  if (!peers_.empty()) detector_->SetLiveReplicas(LiveReplicas());
 }
 
 DetectorServiceImpl::~DetectorServiceImpl() { Stop(); }
 
-void DetectorServiceImpl::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  stopped_ = true;
-  stop_cv_.notify_all();
-  if (monitor_.joinable()) monitor_.join();
-}
+void DetectorServiceImpl::Stop() { stopped_ = true; }
 
 std::vector<std::string> DetectorServiceImpl::LiveReplicas() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::string> live = {detector_->replica_id()};
-  for (const PeerState& p : peers_) {
-    if (p.alive) live.push_back(p.peer.id);
-  }
-  std::sort(live.begin(), live.end());
+  std::vector<std::string> live = detector_->LiveReplicas();
+  if (live.empty()) live.push_back(detector_->replica_id());
   return live;
-}
-
-void DetectorServiceImpl::StartPeerMonitor(absl::Duration period, int failures_to_dead) {
-  if (peers_.empty() || monitor_.joinable()) return;
-  monitor_ = std::thread([=, this] { MonitorPeers(period, failures_to_dead); });
-}
-
-void DetectorServiceImpl::MonitorPeers(absl::Duration period, int failures_to_dead) {
-  auto logger = Logger();
-  while (true) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (stop_cv_.wait_for(lock, std::chrono::milliseconds(absl::ToInt64Milliseconds(period)),
-                            [this] { return stopping_; })) {
-        return;
-      }
-    }
-    bool changed = false;
-    for (size_t i = 0; i < peers_.size(); ++i) {
-      grpc::ClientContext context;
-      context.set_deadline(In(std::max(period, absl::Milliseconds(200))));
-      pb::ReplicaStatusResponse status;
-      const bool ok = peers_[i].stub->ReplicaStatus(&context, {}, &status).ok();
-      bool push = false;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        PeerState& p = peers_[i];
-        if (ok) {
-          p.failures = 0;
-          if (!p.alive) {
-            logger->info("replica {} is back", p.peer.id);
-            p.alive = true;
-            changed = true;
-          }
-          // A peer that (re)started may lack registrations made meanwhile: send them all.
-          push = !p.synced || status.instances() < detector_->List("").size();
-          p.synced = true;
-        } else if (++p.failures >= failures_to_dead && p.alive) {
-          logger->warn("replica {} missed {} checks; its instances move to the others", p.peer.id,
-                       p.failures);
-          p.alive = false;
-          p.synced = false;
-          changed = true;
-        }
-      }
-      if (push) {
-        // Only what the peer lacks: a registration it already has would be an idempotent no-op
-        // at best, and it must not start a new lifetime there (reset a revoked instance, so that
-        // a notice is reported again) because this replica has a stale view of its state.
-        std::set<std::string> has;
-        {
-          grpc::ClientContext c;
-          c.set_deadline(In(absl::Seconds(2)));
-          pb::ListInstancesResponse listed;
-          if (!peers_[i].stub->ListInstances(&c, {}, &listed).ok()) {
-            std::lock_guard<std::mutex> lock(mu_);
-            peers_[i].synced = false;  // try again next round
-            continue;
-          }
-          for (const pb::WatchedInstance& w : listed.instances()) has.insert(w.instance_id());
-        }
-        for (const d::WatchedInstance& w : detector_->List("")) {
-          if (has.count(w.instance_id)) continue;
-          grpc::ClientContext c;
-          c.set_deadline(In(absl::Seconds(2)));
-          pb::RegisterInstanceRequest request;
-          *request.mutable_instance() = ToProto(w);
-          request.set_from_peer(true);
-          pb::RegisterInstanceResponse response;
-          if (!peers_[i].stub->RegisterInstance(&c, request, &response).ok()) break;
-        }
-      }
-    }
-    if (changed) detector_->SetLiveReplicas(LiveReplicas());
-  }
-}
-
-void DetectorServiceImpl::Forward(
-    const std::function<grpc::Status(pb::Detector::Stub&, grpc::ClientContext&)>& call) {
-  for (PeerState& p : peers_) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!p.alive) continue;  // it is sent everything when it comes back
-    }
-    grpc::ClientContext context;
-    context.set_deadline(In(absl::Seconds(2)));
-    const grpc::Status s = call(*p.stub, context);
-    if (!s.ok() && s.error_code() != grpc::StatusCode::NOT_FOUND) {
-      Logger()->warn("forwarding to replica {} failed: {}", p.peer.id, s.error_message());
-    }
-  }
 }
 
 grpc::Status DetectorServiceImpl::RegisterInstance(grpc::ServerContext*,
@@ -265,32 +133,14 @@ grpc::Status DetectorServiceImpl::RegisterInstance(grpc::ServerContext*,
   if (!request->has_instance()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "instance: missing");
   }
-  if (auto s = detector_->Register(ToDomain(request->instance())); !s.ok()) return ToGrpc(s);
-  if (!request->from_peer()) {
-    pb::RegisterInstanceRequest forwarded = *request;
-    forwarded.set_from_peer(true);
-    Forward([&](pb::Detector::Stub& stub, grpc::ClientContext& c) {
-      pb::RegisterInstanceResponse r;
-      return stub.RegisterInstance(&c, forwarded, &r);
-    });
-  }
-  return grpc::Status::OK;
+  return ToGrpc(detector_->Register(ToDomain(request->instance())));
 }
 
 grpc::Status DetectorServiceImpl::UnregisterInstance(grpc::ServerContext*,
                                                      const pb::UnregisterInstanceRequest* request,
                                                      pb::UnregisterInstanceResponse*) {
   if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
-  const absl::Status s = detector_->Unregister(request->instance_id());
-  if (!request->from_peer()) {
-    pb::UnregisterInstanceRequest forwarded = *request;
-    forwarded.set_from_peer(true);
-    Forward([&](pb::Detector::Stub& stub, grpc::ClientContext& c) {
-      pb::UnregisterInstanceResponse r;
-      return stub.UnregisterInstance(&c, forwarded, &r);
-    });
-  }
-  return ToGrpc(s);
+  return ToGrpc(detector_->Unregister(request->instance_id()));
 }
 
 grpc::Status DetectorServiceImpl::AgentStreamRaw(
@@ -408,6 +258,9 @@ grpc::Status DetectorServiceImpl::ReplicaStatus(grpc::ServerContext*,
   for (const std::string& r : LiveReplicas()) response->add_live_replicas(r);
   response->set_store_errors(detector_->store_errors());
   response->set_last_store_error(detector_->last_store_error());
+  response->set_shared(detector_->shared());
+  response->set_serving(detector_->serving());
+  response->set_lease_changes(detector_->lease_changes());
   return grpc::Status::OK;
 }
 

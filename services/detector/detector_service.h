@@ -1,6 +1,6 @@
 // The gRPC edge of the revocation detector: converts spotdnn.v1 messages to the detector core's
-// types, streams events to subscribers and takes agents' streams, and (with peers) forwards
-// registrations to the other replicas and tracks which replicas are alive.
+// types, streams events to subscribers and takes agents' streams. Replicas share nothing here:
+// on a PostgreSQL store they share the database (see detector::Detector).
 #ifndef SPOTDNN_SERVICES_DETECTOR_DETECTOR_SERVICE_H_
 #define SPOTDNN_SERVICES_DETECTOR_DETECTOR_SERVICE_H_
 
@@ -34,17 +34,6 @@ detector::Cloud ToDomain(pb::Cloud cloud);
 // detector's newest sequence then. A subscriber that got it reached the detector.
 inline constexpr std::string_view kWatchOpenedHeader = "spotdnn-watch-last-sequence";
 
-// Another detector replica.
-struct DetectorPeer {
-  std::string id;
-  std::string address;  // host:port
-};
-
-// Parses "--peers" text: "ID=HOST:PORT[,ID=HOST:PORT...]" (empty = none). INVALID_ARGUMENT
-// naming `flag` and the bad entry.
-absl::StatusOr<std::vector<DetectorPeer>> ParseDetectorPeers(std::string_view flag,
-                                                             std::string_view text);
-
 // The Detector service. Every request is checked against the limits of services/common/limits.h
 // (ids and keys at most 256 bytes, detail and problem at most 1,024, known enum values) before
 // the detector sees it. AgentStream reads its stream as raw messages and parses each itself, so
@@ -52,19 +41,12 @@ absl::StatusOr<std::vector<DetectorPeer>> ParseDetectorPeers(std::string_view fl
 // looking like the end of the stream.
 class DetectorServiceImpl final : public pb::Detector::Service {
  public:
-  // `peers` are the other replicas (not this one).
-  explicit DetectorServiceImpl(std::shared_ptr<detector::Detector> detector,
-                               std::vector<DetectorPeer> peers = {});
+  explicit DetectorServiceImpl(std::shared_ptr<detector::Detector> detector);
   ~DetectorServiceImpl() override;
 
-  // Starts asking every peer's ReplicaStatus each `period`; a peer that fails `failures_to_dead`
-  // checks in a row is dead and its instances move to the live replicas; a peer that comes
-  // (back) up is sent every registration this replica holds that it lacks (never one it has:
-  // see Detector::Register on re-registration). No-op without peers.
-  void StartPeerMonitor(absl::Duration period = absl::Milliseconds(500), int failures_to_dead = 3);
-  // Stops the peer monitor and ends open WatchEvents streams. Idempotent.
+  // Ends open WatchEvents and AgentStream streams. Idempotent.
   void Stop();
-  // Replicas alive now (this one included), sorted.
+  // Replicas alive now (this one included), sorted: the leases' holders on a shared store.
   std::vector<std::string> LiveReplicas() const;
   // WatchEvents and AgentStream calls being served now.
   int open_streams() const { return open_streams_.load(); }
@@ -90,24 +72,9 @@ class DetectorServiceImpl final : public pb::Detector::Service {
                              pb::ListLifetimesResponse* response) override;
 
  private:
-  struct PeerState {
-    DetectorPeer peer;
-    std::unique_ptr<pb::Detector::Stub> stub;
-    bool alive = true;  // assumed up until it fails its checks
-    bool synced = false;
-    int failures = 0;
-  };
-  void MonitorPeers(absl::Duration period, int failures_to_dead);
-  void Forward(const std::function<grpc::Status(pb::Detector::Stub&, grpc::ClientContext&)>& call);
-
   std::shared_ptr<detector::Detector> detector_;
-  mutable std::mutex mu_;
-  std::condition_variable stop_cv_;
-  bool stopping_ = false;
   std::atomic<bool> stopped_{false};
   std::atomic<int> open_streams_{0};
-  std::vector<PeerState> peers_;
-  std::thread monitor_;
 };
 
 }  // namespace spotdnn::services

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -130,6 +132,79 @@ TEST_P(DetectorStoreTest, ANewLifetimeForgetsTheSeenKeysAndAnEventIsStoredOnce) 
   ASSERT_TRUE((*store)->ResetInstance(i).ok());
   EXPECT_TRUE((*store)->LoadSeen()->empty());
   EXPECT_EQ((*store)->LoadInstances()->size(), 1u);
+}
+
+TEST_P(DetectorStoreTest, ANoticeIsRecordedOncePerLifetimeAndKeyWhateverReplicaReportsIt) {
+  auto a = DetectorStore::Open(spec_);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = DetectorStore::Open(spec_);  // another replica's connection
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto epoch_a = (*a)->JoinLease("a", 60000);
+  auto epoch_b = (*b)->JoinLease("b", 60000);
+  ASSERT_TRUE(epoch_a.ok()) << epoch_a.status();
+  ASSERT_TRUE(epoch_b.ok()) << epoch_b.status();
+  StoredInstance i = Instance("i-1", InstanceState::kHealthy);
+  ASSERT_TRUE((*a)->PutInstance(i).ok());
+  i.instance.state = InstanceState::kNotice;
+  const int64_t lifetime = i.instance.registered_unix_ms;
+  Event e{.instance_id = "i-1", .job_id = "job", .kind = EventKind::kNotice, .action = "stop"};
+  EXPECT_EQ((*a)->AppendSharedEvent(e, lifetime, "k1", i, "a", *epoch_a).value_or(false), true);
+  // The same notice from the other replica, and again from the first: kept once.
+  EXPECT_EQ((*b)->AppendSharedEvent(e, lifetime, "k1", i, "b", *epoch_b).value_or(true), false);
+  EXPECT_EQ((*a)->AppendSharedEvent(e, lifetime, "k1", i, "a", *epoch_a).value_or(true), false);
+  // Another notice, and the same key in a new lifetime, are new events.
+  EXPECT_EQ((*b)->AppendSharedEvent(e, lifetime, "k2", i, "b", *epoch_b).value_or(false), true);
+  EXPECT_EQ((*b)->AppendSharedEvent(e, lifetime + 1, "k1", i, "b", *epoch_b).value_or(false),
+            true);
+  // Events without a key (lost, recovered) are never merged.
+  Event lost{.instance_id = "i-1", .kind = EventKind::kRecovered};
+  EXPECT_EQ((*a)->AppendSharedEvent(lost, lifetime, "", i, "a", *epoch_a).value_or(false), true);
+  EXPECT_EQ((*a)->AppendSharedEvent(lost, lifetime, "", i, "a", *epoch_a).value_or(false), true);
+  auto events = (*b)->EventsAfter(0, 100);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 5u);
+  for (size_t k = 1; k < events->size(); ++k) {
+    EXPECT_GT((*events)[k].sequence, (*events)[k - 1].sequence);
+  }
+  EXPECT_EQ((*a)->EventsAfter((*events)[2].sequence, 100)->size(), 2u);
+  // The state went with the first report.
+  EXPECT_EQ((*b)->LoadInstance("i-1")->value().instance.state, InstanceState::kNotice);
+}
+
+TEST_P(DetectorStoreTest, ALeaseTakenOverOrExpiredFencesItsHolder) {
+  auto a = DetectorStore::Open(spec_);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto first = (*a)->JoinLease("a", 60000);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE((*a)->RenewLease("a", *first, 60000).value_or(false));
+  // The same replica id joins again (a restart, or a paused process's successor): a new epoch,
+  // and the old one can neither renew nor write.
+  auto second = (*a)->JoinLease("a", 60000);
+  ASSERT_TRUE(second.ok());
+  EXPECT_GT(*second, *first);
+  EXPECT_FALSE((*a)->RenewLease("a", *first, 60000).value_or(true));
+  const StoredInstance i = Instance("i-1", InstanceState::kNotice);
+  ASSERT_TRUE((*a)->PutInstance(i).ok());
+  Event e{.instance_id = "i-1", .kind = EventKind::kNotice};
+  auto stale = (*a)->AppendSharedEvent(e, 1, "k", i, "a", *first);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+  EXPECT_NE(std::string(stale.status().message()).find("epoch " + std::to_string(*first)),
+            std::string::npos)
+      << stale.status();
+  EXPECT_TRUE((*a)->EventsAfter(0, 10)->empty());
+  // An expired lease is not live, cannot be renewed, and is forgotten later.
+  auto b = (*a)->JoinLease("b", 1);
+  ASSERT_TRUE(b.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE((*a)->RenewLease("b", *b, 60000).value_or(true));
+  auto live = (*a)->LiveLeases(60000);
+  ASSERT_TRUE(live.ok()) << live.status();
+  ASSERT_EQ(live->size(), 1u);
+  EXPECT_EQ(live->front().replica_id, "a");
+  EXPECT_EQ(live->front().epoch, *second);
+  // Leaving ends a lease at once.
+  ASSERT_TRUE((*a)->LeaveLease("a", *second).ok());
+  EXPECT_TRUE((*a)->LiveLeases(60000)->empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DetectorStoreTest,

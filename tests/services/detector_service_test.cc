@@ -1,5 +1,6 @@
 // The detector service on 127.0.0.1:0 with the metadata emulator: registration, watch streams
-// and their resume, restarts, agents (and their failover), and replicas sharing instances.
+// and their resume, restarts, agents (and their failover), and replicas sharing a PostgreSQL
+// store (the test binary's throwaway server, tests/testing/postgres_server.h).
 #include "services/detector/detector_service.h"
 
 #include <netinet/in.h>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <set>
 #include <thread>
 
 #include "detector/hash_ring.h"
@@ -19,6 +21,7 @@
 #include "services/common/server.h"
 #include "services/detector/agent.h"
 #include "tests/testing/ports.h"
+#include "tests/testing/postgres_server.h"
 
 namespace spotdnn::services {
 namespace {
@@ -86,14 +89,25 @@ class DetectorServiceTest : public ::testing::Test {
     if (persistent) o.db_path = db_.string();
     return o;
   }
-  Replica& StartReplica(d::DetectorOptions options, std::vector<DetectorPeer> peers = {},
-                        int port = 0) {
+  // Options of a replica sharing this test's PostgreSQL database.
+  d::DetectorOptions Shared(const std::string& replica) {
+    if (pg_spec_.empty()) {
+      auto spec = testing_util::FreshStoreSpec(testing_util::StoreBackend::kPostgres, "");
+      EXPECT_TRUE(spec.ok()) << spec.status();
+      pg_spec_ = spec.value_or("");
+    }
+    d::DetectorOptions o = Options(replica);
+    o.db_path = pg_spec_;
+    o.lease = absl::Milliseconds(900);
+    o.sync_interval = absl::Milliseconds(100);
+    return o;
+  }
+  Replica& StartReplica(d::DetectorOptions options, int port = 0) {
     auto r = std::make_unique<Replica>();
     auto detector = d::Detector::Open(std::move(options));
     EXPECT_TRUE(detector.ok()) << detector.status();
     r->detector = *std::move(detector);
-    r->service = std::make_unique<DetectorServiceImpl>(r->detector, std::move(peers));
-    r->service->StartPeerMonitor(absl::Milliseconds(100), 2);
+    r->service = std::make_unique<DetectorServiceImpl>(r->detector);
     auto started = StartServer("127.0.0.1:" + std::to_string(port), {r->service.get()});
     EXPECT_TRUE(started.ok()) << started.status();
     r->server = std::move(started->server);
@@ -148,6 +162,7 @@ class DetectorServiceTest : public ::testing::Test {
 
   std::unique_ptr<d::MetadataEmulator> emulator_;
   std::filesystem::path db_;
+  std::string pg_spec_;
   std::vector<std::unique_ptr<Replica>> replicas_;
 };
 
@@ -404,65 +419,113 @@ TEST_F(DetectorServiceTest, AgentFailsOverToTheNextReplica) {
   EXPECT_EQ(events[0].instance_id(), "i-3");
 }
 
-TEST_F(DetectorServiceTest, ReplicasShareRegistrationsAndTakeOver) {
-  const int port_a = FreeLoopbackPort();
-  const int port_b = FreeLoopbackPort();
-  const std::string addr_a = "127.0.0.1:" + std::to_string(port_a);
-  const std::string addr_b = "127.0.0.1:" + std::to_string(port_b);
-  Replica& a = StartReplica(Options("a"), {{"b", addr_b}}, port_a);
-  Replica& b = StartReplica(Options("b"), {{"a", addr_a}}, port_b);
+TEST_F(DetectorServiceTest, ReplicasOnPostgresShareRegistrationsAndTakeOver) {
+  Replica& a = StartReplica(Shared("a"));
+  Replica& b = StartReplica(Shared("b"));
+  ASSERT_TRUE(Eventually([&] { return a.service->LiveReplicas().size() == 2; }));
   for (int i = 0; i < 12; ++i) {
     ASSERT_TRUE(Register(a, Polled("s" + std::to_string(i), pb::CLOUD_AWS)).ok());
   }
-  // Forwarded: both hold every registration and share the polling.
-  EXPECT_EQ(List(b).size(), 12u);
-  EXPECT_EQ(a.detector->polled() + b.detector->polled(), 12u);
-  EXPECT_GT(b.detector->polled(), 0u);
+  // Both read the registry back and share the polling, each instance polled by one.
+  ASSERT_TRUE(Eventually([&] { return List(b).size() == 12u; }));
+  ASSERT_TRUE(Eventually([&] {
+    return a.detector->polled() + b.detector->polled() == 12u && b.detector->polled() > 0;
+  }));
+  for (const auto& w : List(b)) EXPECT_TRUE(w.replica() == "a" || w.replica() == "b");
+  // A replica that stops leaves its lease: the other takes every instance.
   b.Kill();
   ASSERT_TRUE(Eventually([&] { return a.detector->polled() == 12u; }));
   EXPECT_EQ(a.service->LiveReplicas(), std::vector<std::string>{"a"});
   for (const auto& w : List(a)) EXPECT_EQ(w.replica(), "a");
+  // Unregistered through a: gone from a's list.
+  grpc::ClientContext c;
+  pb::UnregisterInstanceRequest request;
+  request.set_instance_id("s0");
+  pb::UnregisterInstanceResponse response;
+  ASSERT_TRUE(a.stub->UnregisterInstance(&c, request, &response).ok());
+  EXPECT_EQ(List(a).size(), 11u);
 }
 
-TEST_F(DetectorServiceTest, RestartedPeerDoesNotResetARevokedInstance) {
-  const int port_a = FreeLoopbackPort();
-  const int port_b = FreeLoopbackPort();
-  const std::string addr_a = "127.0.0.1:" + std::to_string(port_a);
-  const std::string addr_b = "127.0.0.1:" + std::to_string(port_b);
+TEST_F(DetectorServiceTest, ReplicasOnPostgresStreamOneLogAndRecordANoticeOnce) {
+  Replica& a = StartReplica(Shared("a"));
+  Replica& b = StartReplica(Shared("b"));
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(Register(a, Polled("n" + std::to_string(i), pb::CLOUD_AWS)).ok());
+    emulator_->ScheduleNotice("n" + std::to_string(i), {.cloud = d::Cloud::kAws});
+  }
+  // The same notice reported by agents to both replicas, twice each: one event.
+  const d::Notice notice{.kind = d::EventKind::kNotice, .action = "terminate", .key = "agent-k"};
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_TRUE(a.detector->ReportNotice("m-1", "job", d::Cloud::kAws, notice, 0).ok());
+    EXPECT_TRUE(b.detector->ReportNotice("m-1", "job", d::Cloud::kAws, notice, 0).ok());
+  }
+  // Every replica streams the same log: each notice once, in one order.
+  const auto from_a = Watch(a, 0, 5);
+  const auto from_b = Watch(b, 0, 5);
+  ASSERT_EQ(from_a.size(), 5u);
+  ASSERT_EQ(from_b.size(), 5u);
+  std::set<std::string> instances;
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(from_a[i].sequence(), from_b[i].sequence());
+    EXPECT_EQ(from_a[i].instance_id(), from_b[i].instance_id());
+    EXPECT_EQ(from_a[i].kind(), pb::RevocationEvent::KIND_NOTICE);
+    if (i > 0) EXPECT_GT(from_a[i].sequence(), from_a[i - 1].sequence());
+    instances.insert(from_a[i].instance_id());
+  }
+  EXPECT_EQ(instances.size(), 5u);
+  // A subscriber that moves replica resumes after the sequence the other gave it.
+  const auto resumed = Watch(b, from_a[2].sequence(), 2);
+  ASSERT_EQ(resumed.size(), 2u);
+  EXPECT_EQ(resumed[0].sequence(), from_a[3].sequence());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // polls go on: nothing again
+  for (const d::Event& e : *a.detector->EventsAfter(from_a[4].sequence(), "", 100)) {
+    EXPECT_NE(e.kind, d::EventKind::kNotice) << e.instance_id;  // m-1 goes lost, no more
+  }
+}
+
+TEST_F(DetectorServiceTest, RestartedReplicaDoesNotReportARevokedInstanceAgain) {
   // An instance that replica a holds while both are up.
   d::HashRing ring({"a", "b"});
   std::string id;
   for (int i = 0; id.empty(); ++i) {
     if (ring.Owner("x" + std::to_string(i)) == "a") id = "x" + std::to_string(i);
   }
-  Replica& a = StartReplica(Options("a"), {{"b", addr_b}}, port_a);
-  Replica* b = &StartReplica(Options("b", true), {{"a", addr_a}}, port_b);
-  ASSERT_TRUE(Register(a, Polled(id, pb::CLOUD_AWS)).ok());
-  ASSERT_EQ(List(*b).size(), 1u);  // forwarded, and stored in b's database
+  Replica& a = StartReplica(Shared("a"));
+  Replica* b = &StartReplica(Shared("b"));
+  ASSERT_TRUE(Eventually([&] { return a.service->LiveReplicas().size() == 2; }));
+  ASSERT_TRUE(Register(*b, Polled(id, pb::CLOUD_AWS)).ok());
   const int64_t effective = (d::NowUnixMs() / 1000 + 2) * 1000;
   emulator_->ScheduleNotice(id, {.cloud = d::Cloud::kAws, .effective_unix_ms = effective});
   ASSERT_TRUE(Eventually([&] { return StateOf(a, id) == pb::INSTANCE_STATE_REVOKED; }));
-  // b restarts and, meeting a again, sends a the registrations a lacks: not this one, which a
-  // would otherwise take for a new lifetime and report (the notice is still visible) again.
+  ASSERT_TRUE(Eventually([&] { return a.detector->last_sequence() >= 2u; }));
+  const uint64_t last = a.detector->last_sequence();
+  // b restarts; the notice is still visible; a restart of a would change nothing either.
   b->Kill();
-  ASSERT_TRUE(Eventually([&] { return a.service->LiveReplicas().size() == 1; }));
-  b = &StartReplica(Options("b", true), {{"a", addr_a}}, port_b);
+  b = &StartReplica(Shared("b"));
   ASSERT_TRUE(Eventually([&] { return a.service->LiveReplicas().size() == 2; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // several peer rounds
-  EXPECT_EQ(StateOf(a, id), pb::INSTANCE_STATE_REVOKED);
-  EXPECT_EQ(a.detector->last_sequence(), 2u);  // notice, revoked: nothing reported again
-  EXPECT_EQ(List(*b).size(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // many polls and syncs
+  EXPECT_EQ(StateOf(*b, id), pb::INSTANCE_STATE_REVOKED);
+  EXPECT_EQ(a.detector->last_sequence(), last);  // notice, revoked: nothing reported again
+  EXPECT_EQ(b->detector->EventsAfter(0, "", 10)->size(), 2u);
 }
 
-TEST(DetectorPeers, Parse) {
-  auto peers = ParseDetectorPeers("--peers", "b=127.0.0.1:1,c=127.0.0.1:2");
-  ASSERT_TRUE(peers.ok());
-  ASSERT_EQ(peers->size(), 2u);
-  EXPECT_EQ((*peers)[1].id, "c");
-  EXPECT_TRUE(ParseDetectorPeers("--peers", "")->empty());
-  EXPECT_THAT(std::string(ParseDetectorPeers("--peers", "b").status().message()),
-              HasSubstr("--peers entry \"b\""));
-  EXPECT_FALSE(ParseDetectorPeers("--peers", "b=h:1,b=h:2").ok());
+TEST_F(DetectorServiceTest, AReplicaWhoseLeaseIsTakenStopsPollingAndJoinsAgain) {
+  Replica& a = StartReplica(Shared("a"));
+  ASSERT_TRUE(Register(a, Polled("f0", pb::CLOUD_AWS)).ok());
+  ASSERT_TRUE(Eventually([&] { return a.detector->polled() == 1u; }));
+  EXPECT_EQ(a.detector->lease_changes(), 1u);
+  // Another process joins as "a" (what a replica paused past its lease meets when it resumes):
+  // a's renewal fails, it is fenced (lease lost) and joins again with a newer epoch.
+  auto other = d::DetectorStore::Open(pg_spec_);
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_TRUE((*other)->JoinLease("a", 60000).ok());
+  ASSERT_TRUE(Eventually([&] { return a.detector->lease_changes() >= 3u; }));
+  ASSERT_TRUE(Eventually([&] { return a.detector->polled() == 1u && a.detector->serving(); }));
+  // Still one event per notice.
+  emulator_->ScheduleNotice("f0", {.cloud = d::Cloud::kAws});
+  ASSERT_EQ(Watch(a, 0, 1).size(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(a.detector->EventsAfter(0, "", 10)->size(), 1u);
 }
 
 }  // namespace
