@@ -106,6 +106,10 @@ absl::StatusOr<std::unique_ptr<Detector>> Detector::Open(DetectorOptions options
     auto second = DetectorStore::Open(d->options_.db_path);
     if (!second.ok()) return second.status();
     d->shared_store_ = *std::move(second);
+    // A database that is down fails a call in about 0.1 s (not acknowledged; pending notices are
+    // tried again by the background loop) instead of holding every request for seconds.
+    d->store_->RetryBriefly();
+    d->shared_store_->RetryBriefly();
     const int64_t now = SteadyMs();
     auto epoch = d->store_->JoinLease(d->options_.replica_id,
                                       absl::ToInt64Milliseconds(d->options_.lease));
@@ -1025,6 +1029,7 @@ void Detector::TailEvents() {
 
 void Detector::RetryPending() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (fenced_) return;  // kept until this replica holds a lease again
   std::vector<PendingNotice> pending;
   pending.swap(pending_notices_);
   for (PendingNotice& p : pending) {

@@ -119,6 +119,12 @@ absl::StatusOr<std::unique_ptr<DetectorStore>> DetectorStore::Open(const std::st
 
 DetectorStore::~DetectorStore() = default;
 
+void DetectorStore::RetryBriefly() {
+  db_->set_retry_policy({.max_attempts = 2,
+                         .initial_backoff = absl::Milliseconds(50),
+                         .max_backoff = absl::Milliseconds(100)});
+}
+
 bool DetectorStore::shared() const { return db_->backend() == db::Backend::kPostgres; }
 
 const char* DetectorStore::NowMs() const {

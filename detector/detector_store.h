@@ -51,6 +51,10 @@ class DetectorStore {
   DetectorStore(const DetectorStore&) = delete;
   DetectorStore& operator=(const DetectorStore&) = delete;
 
+  // Retries a failed statement once, after reconnecting (about 0.1 s), instead of for seconds:
+  // the detector calls its store under the lock every request takes.
+  void RetryBriefly();
+
   // True on PostgreSQL: several replicas share this store.
   bool shared() const;
 

@@ -478,7 +478,8 @@ TEST_F(DetectorServiceTest, ReplicasOnPostgresStreamOneLogAndRecordANoticeOnce) 
   ASSERT_EQ(resumed.size(), 2u);
   EXPECT_EQ(resumed[0].sequence(), from_a[3].sequence());
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // polls go on: nothing again
-  for (const d::Event& e : *a.detector->EventsAfter(from_a[4].sequence(), "", 100)) {
+  const auto later = a.detector->EventsAfter(from_a[4].sequence(), "", 100);
+  for (const d::Event& e : *later) {
     EXPECT_NE(e.kind, d::EventKind::kNotice) << e.instance_id;  // m-1 goes lost, no more
   }
 }

@@ -120,6 +120,11 @@ class Database {
   // Runs `body` in a read-only transaction that sees one snapshot while writers carry on.
   absl::Status Read(const Body& body);
 
+  // How patiently a statement or transaction is retried (the backend's default until set): a
+  // caller that holds others up while it waits (a lock shared with request handlers) retries
+  // briefly and fails over, or tries again later, itself.
+  void set_retry_policy(const RetryPolicy& policy) { retry_ = policy; }
+
   // The dialect hook for schemas. A schema is written as SQLite would have it; on PostgreSQL
   // TEXT compares bytewise (COLLATE "C", as SQLite does), INTEGER is BIGINT, REAL is DOUBLE
   // PRECISION, BLOB is BYTEA, "INTEGER PRIMARY KEY AUTOINCREMENT" an identity column, and the

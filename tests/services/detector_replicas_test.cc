@@ -1,0 +1,273 @@
+// Detector replicas sharing a PostgreSQL store, as processes and through faults: three
+// spotdnn-detector replicas, one killed with SIGKILL and one stopped with SIGSTOP past its lease
+// and resumed, while notices arrive (every notice exactly once on one WatchEvents stream); and a
+// detector whose database is stopped for 5 s mid-run (nothing acknowledged is lost, nothing is
+// recorded twice).
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "detector/detector.h"
+#include "detector/metadata_emulator.h"
+#include "gtest/gtest.h"
+#include "services/common/server.h"
+#include "spotdnn/v1/detector.grpc.pb.h"
+#include "tests/testing/child_process.h"
+#include "tests/testing/postgres_server.h"
+
+namespace spotdnn::services {
+namespace {
+
+namespace d = ::spotdnn::detector;
+namespace pb = ::spotdnn::v1;
+using ::spotdnn::testing_util::Child;
+using ::spotdnn::testing_util::ReadPort;
+
+bool Eventually(const std::function<bool()>& pred, int seconds = 20) {
+  for (int i = 0; i < seconds * 20; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
+
+pb::ReplicaStatusResponse StatusOf(pb::Detector::Stub& stub) {
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  pb::ReplicaStatusResponse status;
+  (void)stub.ReplicaStatus(&c, {}, &status);
+  return status;
+}
+
+// Counts the notice events of one WatchEvents stream, by instance.
+class Subscriber {
+ public:
+  explicit Subscriber(pb::Detector::Stub& stub) : stub_(stub) {
+    thread_ = std::thread([this] {
+      pb::WatchEventsRequest request;
+      auto reader = stub_.WatchEvents(&context_, request);
+      pb::RevocationEvent e;
+      while (reader->Read(&e)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (e.sequence() <= last_) out_of_order_ = true;
+        last_ = e.sequence();
+        if (e.kind() == pb::RevocationEvent::KIND_NOTICE) ++notices_[e.instance_id()];
+      }
+      ended_ = true;
+    });
+  }
+  ~Subscriber() {
+    context_.TryCancel();
+    thread_.join();
+  }
+  std::map<std::string, int> notices() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return notices_;
+  }
+  bool out_of_order() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return out_of_order_;
+  }
+  bool ended() const { return ended_; }
+
+ private:
+  pb::Detector::Stub& stub_;
+  grpc::ClientContext context_;
+  mutable std::mutex mu_;
+  std::map<std::string, int> notices_;
+  uint64_t last_ = 0;
+  bool out_of_order_ = false;
+  std::atomic<bool> ended_{false};
+  std::thread thread_;
+};
+
+TEST(DetectorReplicas, KilledAndPausedReplicasLoseAndRepeatNoNotice) {
+  auto server = testing_util::SharedPostgresServer();
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto dsn = (*server)->CreateDatabase();
+  ASSERT_TRUE(dsn.ok()) << dsn.status();
+  auto emulator = d::MetadataEmulator::Start({});
+  ASSERT_TRUE(emulator.ok()) << emulator.status();
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("detector_replicas_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+
+  std::vector<std::unique_ptr<Child>> replicas;
+  std::vector<std::unique_ptr<pb::Detector::Stub>> stubs;
+  for (int i = 0; i < 3; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    replicas.push_back(std::make_unique<Child>(
+        std::vector<std::string>{SPOTDNN_BINARY_DIR "/spotdnn-detector", "--listen=127.0.0.1:0",
+                                 "--port_file=" + (dir / id).string(), "--store=" + *dsn,
+                                 "--replica_id=" + id, "--lease=1s", "--poll_interval=100ms",
+                                 "--request_timeout=300ms", "--gce_long_poll_timeout_s=5",
+                                 "--heartbeat_interval=200ms", "--lost_after_intervals=5"},
+        (dir / (id + ".log")).string()));
+    const int port = ReadPort((dir / id).string());
+    ASSERT_GT(port, 0) << id;
+    stubs.push_back(pb::Detector::NewStub(MakeChannel("127.0.0.1:" + std::to_string(port))));
+  }
+  ASSERT_TRUE(Eventually([&] { return StatusOf(*stubs[2]).live_replicas_size() == 3; }));
+
+  // Instances registered through r0, on all three clouds; a notice for each over 6 s.
+  constexpr int kInstances = 30;
+  const d::Cloud clouds[3] = {d::Cloud::kAws, d::Cloud::kAzure, d::Cloud::kGce};
+  const pb::Cloud pb_clouds[3] = {pb::CLOUD_AWS, pb::CLOUD_AZURE, pb::CLOUD_GCE};
+  for (int i = 0; i < kInstances; ++i) {
+    pb::RegisterInstanceRequest request;
+    const std::string id = "i-" + std::to_string(i);
+    request.mutable_instance()->set_instance_id(id);
+    request.mutable_instance()->set_job_id("job");
+    request.mutable_instance()->set_cloud(pb_clouds[i % 3]);
+    request.mutable_instance()->set_metadata_endpoint((*emulator)->EndpointFor(id));
+    grpc::ClientContext c;
+    pb::RegisterInstanceResponse response;
+    ASSERT_TRUE(stubs[0]->RegisterInstance(&c, request, &response).ok()) << id;
+  }
+  Subscriber subscriber(*stubs[2]);
+  const int64_t start = d::NowUnixMs();
+  for (int i = 0; i < kInstances; ++i) {
+    (*emulator)->ScheduleNotice("i-" + std::to_string(i),
+                                {.cloud = clouds[i % 3], .visible_at_unix_ms = start + 1500 + 200 * i});
+  }
+  // r0 crashes; r1 is paused for 2.5 s (its 1 s lease expires) and resumed.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  replicas[0]->Kill();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  ASSERT_EQ(kill(replicas[1]->pid(), SIGSTOP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  ASSERT_EQ(kill(replicas[1]->pid(), SIGCONT), 0);
+
+  EXPECT_TRUE(Eventually([&] { return subscriber.notices().size() == kInstances; }, 30));
+  // r1 found its lease gone, was fenced and joined again with a new epoch.
+  EXPECT_TRUE(Eventually([&] { return StatusOf(*stubs[1]).lease_changes() >= 3u; }));
+  EXPECT_TRUE(Eventually([&] { return StatusOf(*stubs[2]).live_replicas_size() == 2; }));
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // polls go on: nothing is repeated
+  const auto notices = subscriber.notices();
+  int lost = 0, duplicated = 0;
+  for (int i = 0; i < kInstances; ++i) {
+    auto it = notices.find("i-" + std::to_string(i));
+    if (it == notices.end()) {
+      ++lost;
+      ADD_FAILURE() << "i-" << i << ": no notice event";
+    } else if (it->second != 1) {
+      duplicated += it->second - 1;
+      ADD_FAILURE() << "i-" << i << ": " << it->second << " notice events";
+    }
+  }
+  EXPECT_EQ(lost, 0);
+  EXPECT_EQ(duplicated, 0);
+  EXPECT_EQ(notices.size(), static_cast<size_t>(kInstances));
+  EXPECT_FALSE(subscriber.out_of_order());
+  EXPECT_FALSE(subscriber.ended());
+  for (auto& r : replicas) r->Stop();
+  (*emulator)->Stop();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DetectorReplicas, ADatabaseStoppedForFiveSecondsLosesNothingAcknowledged) {
+  auto server = testing_util::PostgresServer::Create();  // its own: this test stops it
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto dsn = (*server)->CreateDatabase();
+  ASSERT_TRUE(dsn.ok()) << dsn.status();
+  auto emulator = d::MetadataEmulator::Start({});
+  ASSERT_TRUE(emulator.ok()) << emulator.status();
+  d::DetectorOptions options;
+  options.db_path = *dsn;
+  options.replica_id = "only";
+  options.poller.interval = absl::Milliseconds(100);
+  options.poller.request_timeout = absl::Milliseconds(300);
+  options.poller.max_backoff = absl::Milliseconds(300);
+  options.lease = absl::Seconds(1);
+  options.sync_interval = absl::Milliseconds(100);
+  auto opened = d::Detector::Open(options);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::unique_ptr<d::Detector> detector = *std::move(opened);
+  auto Instance = [&](const std::string& id) {
+    d::WatchedInstance w;
+    w.instance_id = id;
+    w.job_id = "job";
+    w.cloud = d::Cloud::kAws;
+    w.metadata_endpoint = (*emulator)->EndpointFor(id);
+    return w;
+  };
+  std::set<std::string> acknowledged;
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(detector->Register(Instance("a-" + std::to_string(i))).ok());
+    acknowledged.insert("a-" + std::to_string(i));
+  }
+  // Notices that show while the database is down, and one before.
+  const int64_t now = d::NowUnixMs();
+  (*emulator)->ScheduleNotice("a-0", {.cloud = d::Cloud::kAws});
+  for (int i = 1; i < 6; ++i) {
+    (*emulator)->ScheduleNotice("a-" + std::to_string(i),
+                                {.cloud = d::Cloud::kAws, .visible_at_unix_ms = now + 1500 + 500 * i});
+  }
+  ASSERT_TRUE(Eventually([&] { return detector->last_sequence() >= 1; }));
+  ASSERT_TRUE((*server)->Stop().ok());
+  const auto stopped = std::chrono::steady_clock::now();
+  // Registrations while it is down: each either acknowledged (kept) or refused (UNAVAILABLE).
+  int refused = 0;
+  bool reported_not_serving = false;
+  for (int i = 0; std::chrono::steady_clock::now() - stopped < std::chrono::seconds(5); ++i) {
+    const std::string id = "b-" + std::to_string(i);
+    const absl::Status s = detector->Register(Instance(id));
+    if (s.ok()) {
+      acknowledged.insert(id);
+    } else {
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+      ++refused;
+    }
+    reported_not_serving |= !detector->serving();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_TRUE((*server)->Start().ok());
+  EXPECT_GT(refused, 0) << "the database was down for 5 s: some registration must have failed";
+  EXPECT_TRUE(reported_not_serving);
+  ASSERT_TRUE(Eventually([&] { return detector->serving(); }, 30));
+  // Every notice recorded once, the ones that showed during the outage too.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        std::set<std::string> with_notice;
+        const auto events = detector->EventsAfter(0, "", 1000);
+        for (const d::Event& e : *events) {
+          if (e.kind == d::EventKind::kNotice) with_notice.insert(e.instance_id);
+        }
+        return with_notice.size() == 6;
+      },
+      30));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  std::map<std::string, int> notices;
+  const auto events = detector->EventsAfter(0, "", 1000);
+  for (const d::Event& e : *events) {
+    if (e.kind == d::EventKind::kNotice) ++notices[e.instance_id];
+  }
+  for (const auto& [id, n] : notices) EXPECT_EQ(n, 1) << id;
+  detector.reset();
+  // What a fresh replica reads from the database: every acknowledged registration, and the same
+  // notices.
+  options.replica_id = "fresh";
+  auto fresh = d::Detector::Open(options);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  std::set<std::string> stored;
+  for (const d::WatchedInstance& w : (*fresh)->List("")) stored.insert(w.instance_id);
+  for (const std::string& id : acknowledged) EXPECT_TRUE(stored.count(id)) << id << " was lost";
+  std::map<std::string, int> fresh_notices;
+  const auto fresh_events = (*fresh)->EventsAfter(0, "", 1000);
+  for (const d::Event& e : *fresh_events) {
+    if (e.kind == d::EventKind::kNotice) ++fresh_notices[e.instance_id];
+  }
+  EXPECT_EQ(fresh_notices, notices);
+  (*fresh)->Shutdown();
+  (*emulator)->Stop();
+}
+
+}  // namespace
+}  // namespace spotdnn::services
