@@ -6,9 +6,17 @@
 // events, and this process's CPU use over the window (detector + subscriber; the emulator's CPU
 // is not counted).
 //
+// With --replicas N (N > 1) or a PostgreSQL --store, the detectors are N spotdnn-detector
+// processes sharing one PostgreSQL database (a throwaway server the bench starts itself, like the
+// tests, when --store is just "postgres"): instances are registered through the first replica,
+// the subscriber streams from the last one, and --kill_replica_at_s kills the first one with
+// SIGKILL that many seconds into the window. CPU is then the replicas' together.
+//
 // Usage: detector_load_bench [--instances 1000] [--interval_ms 1000] [--window_s 30]
 //          [--cloud aws|azure|gce|mixed] [--notice_fraction 1.0] [--connections 128]
 //          [--emulator_threads 300] [--seed 1] [--emulator PATH]
+//          [--replicas 1] [--store sqlite|postgres|postgres://USER@HOST/DB]
+//          [--kill_replica_at_s 0] [--lease_ms 1000] [--detector PATH]
 #include <curl/curl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -22,15 +30,23 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <mutex>
+#include <sstream>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "detector/detector.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "spotdnn/v1/detector.grpc.pb.h"
+#include "tests/testing/postgres_server.h"
 
 namespace d = ::spotdnn::detector;
+namespace pb = ::spotdnn::v1;
 
 namespace {
 
@@ -44,6 +60,11 @@ struct Flags {
   int emulator_threads = 300;
   unsigned seed = 1;
   std::string emulator = SPOTDNN_BINARY_DIR "/spotdnn-metadata-emulator";
+  int replicas = 1;
+  std::string store = "sqlite";
+  double kill_replica_at_s = 0;
+  int lease_ms = 1000;
+  std::string detector = SPOTDNN_BINARY_DIR "/spotdnn-detector";
 };
 
 Flags ParseFlags(int argc, char** argv) {
@@ -68,6 +89,16 @@ Flags ParseFlags(int argc, char** argv) {
       f.seed = static_cast<unsigned>(std::stoul(v));
     else if (k == "--emulator")
       f.emulator = v;
+    else if (k == "--replicas")
+      f.replicas = std::stoi(v);
+    else if (k == "--store")
+      f.store = v;
+    else if (k == "--kill_replica_at_s")
+      f.kill_replica_at_s = std::stod(v);
+    else if (k == "--lease_ms")
+      f.lease_ms = std::stoi(v);
+    else if (k == "--detector")
+      f.detector = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       std::exit(2);
@@ -91,6 +122,285 @@ double Percentile(std::vector<double> v, double p) {
 }
 
 size_t Discard(char*, size_t size, size_t n, void*) { return size * n; }
+
+// CPU seconds a child process used so far (utime + stime from /proc).
+double ChildCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; fields >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) {
+      stime = std::stod(field);
+      break;
+    }
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// Prints the summary lines every mode prints.
+void PrintSummary(const std::map<std::string, int64_t>& visible_at,
+                  const std::map<std::string, int>& notices_per_instance,
+                  const std::vector<double>& latency_ms, int other_events, double cpu,
+                  double wall) {
+  int lost = 0, duplicated = 0, unexpected = 0;
+  for (const auto& [id, at] : visible_at) {
+    if (!notices_per_instance.count(id)) ++lost;
+  }
+  for (const auto& [id, n] : notices_per_instance) {
+    if (n > 1) duplicated += n - 1;
+    if (!visible_at.count(id)) unexpected += n;
+  }
+  std::printf(
+      "notices scheduled %zu, events %zu, lost %d, duplicated %d, unexpected %d, "
+      "other events %d\n",
+      visible_at.size(), latency_ms.size(), lost, duplicated, unexpected, other_events);
+  std::printf("notice-to-event latency ms: p50 %.0f  p90 %.0f  p99 %.0f  max %.0f\n",
+              Percentile(latency_ms, 0.5), Percentile(latency_ms, 0.9),
+              Percentile(latency_ms, 0.99), Percentile(latency_ms, 1.0));
+  std::printf("detector process CPU: %.3f cores (%.2f s over %.1f s)\n", cpu / wall, cpu, wall);
+}
+
+// Schedules a notice at a random time of the window for a `notice_fraction` of `ids` on the
+// emulator at `base`; when each becomes visible. Empty on failure (printed).
+std::map<std::string, int64_t> ScheduleNotices(const Flags& f, const std::string& base,
+                                               const std::vector<std::string>& ids,
+                                               const std::vector<d::Cloud>& clouds, int64_t t0,
+                                               bool* ok) {
+  std::mt19937 rng(f.seed);
+  std::uniform_int_distribution<int64_t> when(t0 + 2000, t0 + f.window_s * 1000 - 4000);
+  std::bernoulli_distribution pick(f.notice_fraction);
+  std::map<std::string, int64_t> visible_at;
+  CURL* curl = curl_easy_init();
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Discard);
+  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, "");
+  curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");
+  *ok = true;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!pick(rng)) continue;
+    const int64_t at = when(rng);
+    const std::string url = base + "/emulator/notice?instance=" + ids[i] +
+                            "&cloud=" + std::string(d::CloudName(clouds[i])) +
+                            "&at_ms=" + std::to_string(at);
+    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+    long code = 0;
+    if (curl_easy_perform(curl) != CURLE_OK ||
+        (curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code), code != 200)) {
+      std::fprintf(stderr, "scheduling a notice failed (HTTP %ld)\n", code);
+      *ok = false;
+      break;
+    }
+    visible_at[ids[i]] = at;
+  }
+  curl_easy_cleanup(curl);
+  return visible_at;
+}
+
+// The replicas mode (see the file comment).
+int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::path& tmp,
+                const std::vector<std::string>& ids, const std::vector<d::Cloud>& clouds) {
+  std::unique_ptr<spotdnn::testing_util::PostgresServer> server;
+  std::string dsn = f.store;
+  std::string where = "the PostgreSQL at " + f.store;
+  if (f.store == "postgres") {
+    auto created = spotdnn::testing_util::PostgresServer::Create();
+    if (!created.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(created.status().message()).c_str());
+      return 1;
+    }
+    server = *std::move(created);
+    auto db = server->CreateDatabase();
+    if (!db.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(db.status().message()).c_str());
+      return 1;
+    }
+    dsn = *db;
+    where = "a throwaway PostgreSQL on 127.0.0.1:" + std::to_string(server->port());
+  } else if (f.store.rfind("postgres://", 0) != 0 && f.store.rfind("postgresql://", 0) != 0) {
+    std::fprintf(stderr, "--store %s: replicas share a PostgreSQL store (postgres or a URI)\n",
+                 f.store.c_str());
+    return 2;
+  }
+  std::vector<pid_t> pids;
+  std::vector<std::unique_ptr<pb::Detector::Stub>> stubs;
+  struct StopAll {
+    std::vector<pid_t>* pids;
+    ~StopAll() {
+      for (pid_t p : *pids) {
+        if (p > 0) kill(p, SIGTERM);
+      }
+      for (pid_t p : *pids) {
+        if (p > 0) waitpid(p, nullptr, 0);
+      }
+    }
+  } stop_all{&pids};
+  for (int r = 0; r < f.replicas; ++r) {
+    const std::string id = "r" + std::to_string(r);
+    const std::string port_file = (tmp / ("port-" + id)).string();
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const std::string log = (tmp / (id + ".log")).string();
+      FILE* out = std::fopen(log.c_str(), "w");
+      if (out != nullptr) dup2(fileno(out), 2);
+      std::vector<std::string> args = {
+          f.detector,
+          "--listen=127.0.0.1:0",
+          "--port_file=" + port_file,
+          "--store=" + dsn,
+          "--replica_id=" + id,
+          "--poll_interval=" + std::to_string(f.interval_ms) + "ms",
+          "--request_timeout=800ms",
+          "--gce_long_poll_timeout_s=30",
+          "--lease=" + std::to_string(f.lease_ms) + "ms"};
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      std::perror("exec spotdnn-detector");
+      _exit(127);
+    }
+    pids.push_back(pid);
+    int port = 0;
+    for (int i = 0; i < 400 && port == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      std::ifstream in(port_file);
+      in >> port;
+    }
+    if (port == 0) {
+      std::fprintf(stderr, "replica %s did not start (see %s)\n", id.c_str(),
+                   (tmp / (id + ".log")).c_str());
+      return 1;
+    }
+    stubs.push_back(pb::Detector::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials())));
+  }
+  auto status_of = [&](int r) {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    pb::ReplicaStatusResponse status;
+    (void)stubs[r]->ReplicaStatus(&c, {}, &status);
+    return status;
+  };
+  const int watcher = f.replicas - 1;
+  for (int i = 0; i < 200 && status_of(watcher).live_replicas_size() < f.replicas; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const auto register_start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    pb::RegisterInstanceRequest request;
+    request.mutable_instance()->set_instance_id(ids[i]);
+    request.mutable_instance()->set_job_id("bench");
+    request.mutable_instance()->set_cloud(static_cast<pb::Cloud>(clouds[i]));
+    request.mutable_instance()->set_metadata_endpoint(base + "/i/" + ids[i]);
+    grpc::ClientContext c;
+    pb::RegisterInstanceResponse response;
+    const grpc::Status s = stubs[0]->RegisterInstance(&c, request, &response);
+    if (!s.ok()) {
+      std::fprintf(stderr, "registering %s: %s\n", ids[i].c_str(), s.error_message().c_str());
+      return 1;
+    }
+  }
+  const double register_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - register_start).count();
+  // Warm-up: every instance answered once (as the watching replica reads the registry).
+  const auto warm_start = std::chrono::steady_clock::now();
+  size_t healthy = 0;
+  while (std::chrono::steady_clock::now() - warm_start < std::chrono::seconds(60)) {
+    grpc::ClientContext c;
+    pb::ListInstancesResponse listed;
+    (void)stubs[watcher]->ListInstances(&c, {}, &listed);
+    healthy = 0;
+    for (const auto& w : listed.instances()) healthy += w.state() == pb::INSTANCE_STATE_HEALTHY;
+    if (healthy == ids.size()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  std::string names;
+  for (int r = 0; r < f.replicas; ++r) names += (r ? " r" : "r") + std::to_string(r);
+  std::printf("instances %zu (%s), interval %d ms, registered in %.1f s, healthy after warm-up %zu "
+              "(%.1f s)\n",
+              ids.size(), f.cloud.c_str(), f.interval_ms, register_s, healthy,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_start).count());
+
+  const int64_t t0 = d::NowUnixMs() + 3000 + 5 * static_cast<int64_t>(ids.size());
+  bool scheduled = false;
+  const std::map<std::string, int64_t> visible_at =
+      ScheduleNotices(f, base, ids, clouds, t0, &scheduled);
+  if (!scheduled) return 1;
+  if (d::NowUnixMs() > t0) {
+    std::fprintf(stderr, "scheduling the notices overran the window start\n");
+    return 1;
+  }
+  // The subscriber: one WatchEvents stream on the last replica, from the newest event on.
+  std::mutex mu;
+  std::map<std::string, int> notices_per_instance;
+  std::vector<double> latency_ms;
+  int other_events = 0;
+  grpc::ClientContext watch_context;
+  pb::WatchEventsRequest watch_request;
+  watch_request.set_after_sequence(status_of(watcher).last_sequence());
+  std::thread subscriber([&] {
+    auto reader = stubs[watcher]->WatchEvents(&watch_context, watch_request);
+    pb::RevocationEvent e;
+    while (reader->Read(&e)) {
+      const int64_t now = d::NowUnixMs();
+      std::lock_guard<std::mutex> lock(mu);
+      if (e.kind() != pb::RevocationEvent::KIND_NOTICE) {
+        ++other_events;
+        continue;
+      }
+      const int n = ++notices_per_instance[e.instance_id()];
+      auto it = visible_at.find(e.instance_id());
+      if (it != visible_at.end() && n == 1) latency_ms.push_back(static_cast<double>(now - it->second));
+    }
+  });
+  while (d::NowUnixMs() < t0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::vector<double> cpu0;
+  for (pid_t p : pids) cpu0.push_back(ChildCpuSeconds(p));
+  std::vector<double> cpu1(pids.size(), -1);
+  const auto wall0 = std::chrono::steady_clock::now();
+  const int64_t end = t0 + f.window_s * 1000;
+  const int64_t kill_at = f.kill_replica_at_s > 0
+                              ? t0 + static_cast<int64_t>(f.kill_replica_at_s * 1000)
+                              : std::numeric_limits<int64_t>::max();
+  bool killed = false;
+  while (d::NowUnixMs() < end) {
+    if (!killed && d::NowUnixMs() >= kill_at) {
+      cpu1[0] = ChildCpuSeconds(pids[0]);
+      kill(pids[0], SIGKILL);
+      waitpid(pids[0], nullptr, 0);
+      pids[0] = -1;
+      killed = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  double cpu = 0;
+  for (size_t r = 0; r < pids.size(); ++r) {
+    if (cpu1[r] < 0) cpu1[r] = ChildCpuSeconds(pids[r]);
+    cpu += cpu1[r] - cpu0[r];
+  }
+  // As in the single-process mode: one more poll interval and 2 s for late events.
+  std::this_thread::sleep_for(std::chrono::milliseconds(f.interval_ms + 2000));
+  watch_context.TryCancel();
+  subscriber.join();
+  const auto status = status_of(watcher);
+  std::string live;
+  for (const std::string& r : status.live_replicas()) live += (live.empty() ? "" : ",") + r;
+  std::printf("replicas %d (%s) on %s, lease %d ms; %s; live at the end: %s\n", f.replicas,
+              names.c_str(), where.c_str(), f.lease_ms,
+              killed ? ("r0 killed -9 at " + std::to_string(f.kill_replica_at_s).substr(0, 4) +
+                        " s into the window")
+                           .c_str()
+                     : "none killed",
+              live.c_str());
+  std::lock_guard<std::mutex> lock(mu);
+  PrintSummary(visible_at, notices_per_instance, latency_ms, other_events, cpu, wall);
+  return 0;
+}
 
 }  // namespace
 
@@ -134,6 +444,21 @@ int main(int argc, char** argv) {
     }
   } stop_emulator{emulator};
 
+  std::vector<std::string> ids;
+  std::vector<d::Cloud> clouds;
+  const d::Cloud mix[3] = {d::Cloud::kAws, d::Cloud::kAzure, d::Cloud::kGce};
+  for (int i = 0; i < f.instances; ++i) {
+    char id[32];
+    std::snprintf(id, sizeof(id), "i-%06d", i);
+    ids.push_back(id);
+    clouds.push_back(f.cloud == "mixed" ? mix[i % 3] : *d::ParseCloud("--cloud", f.cloud));
+  }
+  if (f.replicas > 1 || f.store != "sqlite") {
+    const int code = RunReplicas(f, base, tmp, ids, clouds);
+    std::filesystem::remove_all(tmp);
+    return code;
+  }
+
   d::DetectorOptions options;
   options.db_path = (tmp / "detector.db").string();
   options.poller.interval = absl::Milliseconds(f.interval_ms);
@@ -150,15 +475,9 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<d::Detector> detector = *std::move(opened);
 
-  std::vector<std::string> ids;
-  std::vector<d::Cloud> clouds;
-  const d::Cloud mix[3] = {d::Cloud::kAws, d::Cloud::kAzure, d::Cloud::kGce};
-  for (int i = 0; i < f.instances; ++i) {
-    char id[32];
-    std::snprintf(id, sizeof(id), "i-%06d", i);
-    ids.push_back(id);
-    d::Cloud cloud = f.cloud == "mixed" ? mix[i % 3] : *d::ParseCloud("--cloud", f.cloud);
-    clouds.push_back(cloud);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string& id = ids[i];
+    const d::Cloud cloud = clouds[i];
     d::WatchedInstance w;
     w.instance_id = id;
     w.job_id = "bench";
@@ -189,32 +508,12 @@ int main(int argc, char** argv) {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_start).count());
 
   // Notices at random times within the window.
-  std::mt19937 rng(f.seed);
   // The window starts once every notice is scheduled (allowing 5 ms per notice for that).
   const int64_t t0 = d::NowUnixMs() + 3000 + 5 * static_cast<int64_t>(ids.size());
-  std::uniform_int_distribution<int64_t> when(t0 + 2000, t0 + f.window_s * 1000 - 4000);
-  std::bernoulli_distribution pick(f.notice_fraction);
-  std::map<std::string, int64_t> visible_at;
-  CURL* curl = curl_easy_init();
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Discard);
-  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, "");
-  curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (!pick(rng)) continue;
-    const int64_t at = when(rng);
-    const std::string url = base + "/emulator/notice?instance=" + ids[i] +
-                            "&cloud=" + std::string(d::CloudName(clouds[i])) +
-                            "&at_ms=" + std::to_string(at);
-    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-    long code = 0;
-    if (curl_easy_perform(curl) != CURLE_OK ||
-        (curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code), code != 200)) {
-      std::fprintf(stderr, "scheduling a notice failed (HTTP %ld)\n", code);
-      return 1;
-    }
-    visible_at[ids[i]] = at;
-  }
-  curl_easy_cleanup(curl);
+  bool scheduled = false;
+  const std::map<std::string, int64_t> visible_at =
+      ScheduleNotices(f, base, ids, clouds, t0, &scheduled);
+  if (!scheduled) return 1;
 
   // The subscriber, and the measurement window.
   std::map<std::string, int> notices_per_instance;
@@ -257,23 +556,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  int lost = 0, duplicated = 0, unexpected = 0;
-  for (const auto& [id, at] : visible_at) {
-    auto it = notices_per_instance.find(id);
-    if (it == notices_per_instance.end()) ++lost;
-  }
-  for (const auto& [id, n] : notices_per_instance) {
-    if (n > 1) duplicated += n - 1;
-    if (!visible_at.count(id)) unexpected += n;
-  }
-  std::printf(
-      "notices scheduled %zu, events %zu, lost %d, duplicated %d, unexpected %d, "
-      "other events %d\n",
-      visible_at.size(), latency_ms.size(), lost, duplicated, unexpected, other_events);
-  std::printf("notice-to-event latency ms: p50 %.0f  p90 %.0f  p99 %.0f  max %.0f\n",
-              Percentile(latency_ms, 0.5), Percentile(latency_ms, 0.9),
-              Percentile(latency_ms, 0.99), Percentile(latency_ms, 1.0));
-  std::printf("detector process CPU: %.3f cores (%.2f s over %.1f s)\n", cpu / wall, cpu, wall);
+  PrintSummary(visible_at, notices_per_instance, latency_ms, other_events, cpu, wall);
 
   detector->Shutdown();
   detector.reset();
