@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates catalogs-configmap.yaml and workloads-configmap.yaml from deploy/catalogs/*.json and
-# deploy/workloads/*.json (the deploy_test checks that they agree). Run after editing those files.
+# Regenerates base/catalogs-configmap.yaml and base/workloads-configmap.yaml from
+# deploy/catalogs/*.json and deploy/workloads/*.json (the deploy_test checks that they agree). Run
+# after editing those files.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -24,5 +25,5 @@ write_configmap() {
   } > "$output"
 }
 
-write_configmap spotdnn-catalogs catalogs catalogs-configmap.yaml
-write_configmap spotdnn-workloads workloads workloads-configmap.yaml
+write_configmap spotdnn-catalogs catalogs base/catalogs-configmap.yaml
+write_configmap spotdnn-workloads workloads base/workloads-configmap.yaml

@@ -11,11 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "services/common/db/database.h"
 #include "tests/deploy/deploy_files.h"
 
 namespace spotdnn::deploy_test {
@@ -25,7 +27,16 @@ namespace fs = std::filesystem;
 
 const std::string kSourceDir = SPOTDNN_SOURCE_DIR;
 const std::string kBinaryDir = SPOTDNN_BINARY_DIR;
-const std::string kK8sDir = kSourceDir + "/deploy/k8s";
+// deploy/k8s renders base/ (the services, on a database of the user's); deploy/k8s/dev adds a
+// PostgreSQL of its own and the profiler on it.
+const std::string kK8sTopDir = kSourceDir + "/deploy/k8s";
+const std::string kK8sDir = kK8sTopDir + "/base";
+const std::string kK8sDevDir = kK8sTopDir + "/dev";
+const std::string kExampleSecret = kK8sTopDir + "/examples/spotdnn-postgres-secret.yaml";
+const std::string kProfilerPostgresPatch =
+    kK8sTopDir + "/components/profiler-postgres/profiler-store.yaml";
+// The Secret naming the database (keys "store" and "password").
+const std::string kStoreSecret = "spotdnn-postgres";
 const std::string kUnitDir = kSourceDir + "/deploy/systemd";
 const std::string kDockerfile = kSourceDir + "/deploy/container/Dockerfile";
 
@@ -40,25 +51,41 @@ const std::set<std::string> kImagePrograms = {
 const std::map<std::string, std::string> kDataConfigMaps = {{"spotdnn-catalogs", "catalogs"},
                                                             {"spotdnn-workloads", "workloads"}};
 
-std::vector<std::string> KustomizationResources() {
-  std::vector<std::string> resources;
-  const YAML::Node k = YAML::LoadFile(kK8sDir + "/kustomization.yaml");
-  for (const auto& r : At(k, {"resources"})) resources.push_back(r.as<std::string>());
-  return resources;
+// The `key` list of the kustomization.yaml in `dir` (resources, components).
+std::vector<std::string> KustomizationList(const std::string& dir, const std::string& key) {
+  std::vector<std::string> items;
+  try {
+    const YAML::Node k = YAML::LoadFile(dir + "/kustomization.yaml");
+    for (const auto& r : At(k, {key})) items.push_back(r.as<std::string>());
+  } catch (const YAML::Exception& e) {
+    ADD_FAILURE() << dir << "/kustomization.yaml: " << e.what();
+  }
+  return items;
 }
 
+std::vector<std::string> KustomizationResources() {
+  return KustomizationList(kK8sDir, "resources");
+}
+
+// The objects of one manifest file (`shown` names it in messages).
+std::vector<K8sObject> LoadManifestFile(const std::string& path, const std::string& shown) {
+  std::vector<K8sObject> objects;
+  try {
+    for (const YAML::Node& doc : YAML::LoadAllFromFile(path)) {
+      if (doc.IsNull()) continue;
+      objects.push_back({shown, ScalarAt(doc, {"kind"}), ScalarAt(doc, {"metadata", "name"}), doc});
+    }
+  } catch (const YAML::Exception& e) {
+    ADD_FAILURE() << path << ": YAML does not parse: " << e.what();
+  }
+  return objects;
+}
+
+// The objects of deploy/k8s/base, as its kustomization lists them.
 std::vector<K8sObject> LoadManifests() {
   std::vector<K8sObject> objects;
   for (const std::string& file : KustomizationResources()) {
-    try {
-      for (const YAML::Node& doc : YAML::LoadAllFromFile(kK8sDir + "/" + file)) {
-        if (doc.IsNull()) continue;
-        objects.push_back(
-            {file, ScalarAt(doc, {"kind"}), ScalarAt(doc, {"metadata", "name"}), doc});
-      }
-    } catch (const YAML::Exception& e) {
-      ADD_FAILURE() << "deploy/k8s/" << file << ": YAML does not parse: " << e.what();
-    }
+    for (K8sObject& o : LoadManifestFile(kK8sDir + "/" + file, file)) objects.push_back(o);
   }
   return objects;
 }
@@ -184,13 +211,26 @@ TEST(K8sManifests, KustomizationListsEveryManifestFile) {
   for (const std::string& r : KustomizationResources()) {
     EXPECT_TRUE(listed.insert(r).second) << "kustomization.yaml: resource " << r << " twice";
     EXPECT_TRUE(fs::exists(kK8sDir + "/" + r))
-        << "kustomization.yaml: resource " << r << " is not a file in deploy/k8s";
+        << "kustomization.yaml: resource " << r << " is not a file in deploy/k8s/base";
   }
   for (const std::string& file : FilesIn(kK8sDir, ".yaml")) {
     if (file == "kustomization.yaml") continue;
     EXPECT_EQ(listed.count(file), 1u)
-        << "deploy/k8s/" << file << " is not in kustomization.yaml's resources";
+        << "deploy/k8s/base/" << file << " is not in kustomization.yaml's resources";
   }
+  // `kubectl apply -k deploy/k8s` is the base and nothing else (no example Secret, no dev server).
+  EXPECT_EQ(KustomizationList(kK8sTopDir, "resources"), std::vector<std::string>{"base"})
+      << "deploy/k8s/kustomization.yaml: resources";
+  EXPECT_TRUE(FilesIn(kK8sTopDir, ".yaml") == std::set<std::string>{"kustomization.yaml"})
+      << "deploy/k8s: manifests belong in base/, dev/, components/ or examples/";
+  // The dev overlay: the base, its PostgreSQL, the profiler on it.
+  const std::vector<std::string> dev = KustomizationList(kK8sDevDir, "resources");
+  EXPECT_TRUE(std::set<std::string>(dev.begin(), dev.end()) ==
+              std::set<std::string>({"../base", "postgres.yaml"}))
+      << "deploy/k8s/dev/kustomization.yaml: resources should be ../base and postgres.yaml";
+  EXPECT_EQ(KustomizationList(kK8sDevDir, "components"),
+            std::vector<std::string>{"../components/profiler-postgres"})
+      << "deploy/k8s/dev/kustomization.yaml: components";
 }
 
 // kustomize (in kubectl) renders the folder as `kubectl apply -k` would; it needs no cluster.
@@ -198,11 +238,23 @@ TEST(K8sManifests, KustomizeRendersThem) {
   if (RunCommand("kubectl version --client").exit_code != 0) {
     GTEST_SKIP() << "no kubectl here: kustomize rendering not checked";
   }
-  const CommandResult render = RunCommand("kubectl kustomize '" + kK8sDir + "'");
-  ASSERT_EQ(render.exit_code, 0) << "kubectl kustomize deploy/k8s:\n" << render.output;
-  size_t rendered = 0;
-  for (const YAML::Node& doc : YAML::LoadAll(render.output)) rendered += doc.IsMap() ? 1 : 0;
-  EXPECT_EQ(rendered, LoadManifests().size()) << "kubectl kustomize rendered another object count";
+  const size_t base = LoadManifests().size();
+  const size_t dev_server = LoadManifestFile(kK8sDevDir + "/postgres.yaml", "postgres.yaml").size();
+  for (const auto& [dir, expected] : std::vector<std::pair<std::string, size_t>>{
+           {kK8sTopDir, base}, {kK8sDir, base}, {kK8sDevDir, base + dev_server}}) {
+    const CommandResult render = RunCommand("kubectl kustomize '" + dir + "'");
+    ASSERT_EQ(render.exit_code, 0) << "kubectl kustomize " << dir << ":\n" << render.output;
+    size_t rendered = 0;
+    for (const YAML::Node& doc : YAML::LoadAll(render.output)) rendered += doc.IsMap() ? 1 : 0;
+    EXPECT_EQ(rendered, expected) << "kubectl kustomize " << dir
+                                  << " rendered another object count";
+    if (dir != kK8sDevDir) continue;
+    // The component put the profiler on the Secret's store.
+    EXPECT_TRUE(absl::StrContains(render.output, "--store=$(SPOTDNN_PROFILER_STORE)"))
+        << "kubectl kustomize deploy/k8s/dev: the profiler is not on the PostgreSQL store";
+    EXPECT_FALSE(absl::StrContains(render.output, "--db=/var/lib/spotdnn/profiles.db"))
+        << "kubectl kustomize deploy/k8s/dev: the profiler still has its SQLite --db";
+  }
 }
 
 TEST(K8sManifests, EveryObjectIsNamedAndInTheNamespace) {
@@ -271,11 +323,17 @@ TEST(K8sManifests, ListenMetricsContainerProbeAndServicePortsAgree) {
     EXPECT_EQ(annotations["prometheus.io/port"], std::to_string(PortOf(*metrics)))
         << c.Where() << ": prometheus.io/port differs from --metrics_listen=" << *metrics;
     const std::string port_name = ScalarAt(ports[0], {"name"});
-    for (const char* probe : {"readinessProbe", "livenessProbe"}) {
-      const YAML::Node grpc = At(c.container, {probe, "grpc"});
-      ASSERT_TRUE(grpc.IsMap()) << c.Where() << ": " << probe << " is not a grpc probe";
-      EXPECT_EQ(IntAt(grpc, {"port"}), port) << c.Where() << ": " << probe << ".grpc.port";
-    }
+    // Ready when its gRPC health says SERVING; alive by the same, or (the detector, whose health
+    // follows the database) while it accepts connections.
+    const YAML::Node ready = At(c.container, {"readinessProbe", "grpc"});
+    ASSERT_TRUE(ready.IsMap()) << c.Where() << ": readinessProbe is not a grpc probe";
+    EXPECT_EQ(IntAt(ready, {"port"}), port) << c.Where() << ": readinessProbe.grpc.port";
+    const YAML::Node alive_grpc = At(c.container, {"livenessProbe", "grpc"});
+    const YAML::Node alive_tcp = At(c.container, {"livenessProbe", "tcpSocket"});
+    ASSERT_TRUE(alive_grpc.IsMap() || alive_tcp.IsMap())
+        << c.Where() << ": livenessProbe is neither a grpc nor a tcpSocket probe";
+    EXPECT_EQ(IntAt(alive_grpc.IsMap() ? alive_grpc : alive_tcp, {"port"}), port)
+        << c.Where() << ": livenessProbe port";
     const auto labels = StringMap(At(c.pod, {"metadata", "labels"}));
     int services = 0;
     for (const K8sObject& s : objects) {
@@ -335,7 +393,9 @@ TEST(K8sManifests, AutoscalerTargetsAWorkloadItCanScale) {
     const std::string name = ScalarAt(hpa.node, {"spec", "scaleTargetRef", "name"});
     const K8sObject* target = Find(objects, kind, name);
     ASSERT_NE(target, nullptr) << hpa.Where() << ": scaleTargetRef " << kind << "/" << name
-                               << " is not in deploy/k8s";
+                               << " is not in deploy/k8s/base";
+    // Replicas are interchangeable (state and leases in the database): no stable identities.
+    EXPECT_EQ(kind, "Deployment") << hpa.Where() << ": scaleTargetRef.kind";
     EXPECT_EQ(ScalarAt(hpa.node, {"spec", "scaleTargetRef", "apiVersion"}),
               ScalarAt(target->node, {"apiVersion"}))
         << hpa.Where() << ": scaleTargetRef.apiVersion";
@@ -351,14 +411,11 @@ TEST(K8sManifests, AutoscalerTargetsAWorkloadItCanScale) {
       if (c.workload != target) continue;
       EXPECT_FALSE(ScalarAt(c.container, {"resources", "requests", "cpu"}).empty())
           << c.Where() << ": a CPU autoscaler needs resources.requests.cpu";
-      // Detector replicas know each other from a peer list that covers maxReplicas.
-      for (const auto& env : At(c.container, {"env"})) {
-        if (ScalarAt(env, {"name"}) == "DETECTOR_MAX_REPLICAS") {
-          EXPECT_EQ(ScalarAt(env, {"value"}), std::to_string(max))
-              << c.Where() << ": env DETECTOR_MAX_REPLICAS differs from " << hpa.Where()
-              << "'s maxReplicas";
-        }
-      }
+      // Every replica it adds must share the others' store: a SQLite file would be a pod's own.
+      const std::optional<std::string> store = FlagValue(c.words, "store");
+      EXPECT_TRUE(store.has_value() && absl::StartsWith(*store, "$("))
+          << c.Where() << ": scaled replicas need --store from the Secret, not "
+          << store.value_or("(none)");
     }
   }
   EXPECT_EQ(autoscalers, 1) << "deploy/k8s should have one HorizontalPodAutoscaler";
@@ -414,13 +471,229 @@ TEST(K8sManifests, DataFlagsPointAtMountedVolumes) {
         const std::string name = flag == "catalog_dir" ? "spotdnn-catalogs" : "spotdnn-workloads";
         EXPECT_EQ(mounts[value], "configMap " + name)
             << c.Where() << ": --" << flag << "=" << value << " is not a mount of " << name;
-      } else if (flag == "db") {
-        const std::string dir = fs::path(value).parent_path().string();
+      } else if (flag == "db" || (flag == "store" && !absl::StartsWith(value, "$("))) {
+        // A SQLite file must outlive the pod ($(VAR) stores come from a Secret: see below).
+        auto spec = db::ParseStoreSpec(value, "--" + flag);
+        ASSERT_TRUE(spec.ok()) << c.Where() << ": " << spec.status().message();
+        if (spec->backend != db::Backend::kSqlite) continue;
+        const std::string dir = fs::path(spec->target).parent_path().string();
         EXPECT_TRUE(absl::StartsWith(mounts[dir], "claim"))
-            << c.Where() << ": --db=" << value << " is not on a PersistentVolumeClaim";
+            << c.Where() << ": --" << flag << "=" << value << " is not on a PersistentVolumeClaim";
       }
     }
   }
+}
+
+// A postgres:// URI taken apart: user@host[:port]/db (port 5432 when not given).
+struct Dsn {
+  std::string user, host, db;
+  int port = -1;
+};
+std::optional<Dsn> ParseDsn(const std::string& uri) {
+  static const std::regex kUri(R"(^postgres(?:ql)?://([^@/?:]+)@([^:/?]+)(?::([0-9]+))?/([^?]+))");
+  std::smatch m;
+  if (!std::regex_search(uri, m, kUri)) return std::nullopt;
+  return Dsn{m[1], m[2], m[4], m[3].matched ? std::stoi(m[3]) : 5432};
+}
+
+// The env entries of a container by name.
+std::map<std::string, YAML::Node> EnvOf(const YAML::Node& container) {
+  std::map<std::string, YAML::Node> env;
+  for (const auto& e : At(container, {"env"})) env[ScalarAt(e, {"name"})] = YAML::Node(e);
+  return env;
+}
+
+// The Secret named `name` among `objects`, as its stringData.
+std::map<std::string, std::string> SecretData(const std::vector<K8sObject>& objects,
+                                              const std::string& name) {
+  const K8sObject* secret = Find(objects, "Secret", name);
+  return secret == nullptr ? std::map<std::string, std::string>{}
+                           : StringMap(At(secret->node, {"stringData"}));
+}
+
+// Checks that `env_name` of `c` is read from key `key` of the store Secret.
+void ExpectFromStoreSecret(const PodContainer& c, const std::string& env_name,
+                           const std::string& key) {
+  const auto env = EnvOf(c.container);
+  auto it = env.find(env_name);
+  ASSERT_NE(it, env.end()) << c.Where() << ": no env " << env_name;
+  EXPECT_EQ(ScalarAt(it->second, {"valueFrom", "secretKeyRef", "name"}), kStoreSecret)
+      << c.Where() << ": env " << env_name << " is not from the Secret " << kStoreSecret;
+  EXPECT_EQ(ScalarAt(it->second, {"valueFrom", "secretKeyRef", "key"}), key)
+      << c.Where() << ": env " << env_name << " secretKeyRef.key";
+  EXPECT_TRUE(ScalarAt(it->second, {"value"}).empty())
+      << c.Where() << ": env " << env_name << " has a literal value beside its secretKeyRef";
+}
+
+// The detector: a Deployment of identical replicas on the database the Secret names, each with the
+// pod name as its replica id; no peer list, no volume of its own.
+TEST(K8sManifests, DetectorReplicasShareTheStoreFromASecret) {
+  const std::vector<K8sObject> objects = LoadManifests();
+  for (const K8sObject& o : objects) {
+    EXPECT_NE(o.kind, "StatefulSet") << o.Where() << ": no service needs stable pod identities";
+  }
+  const K8sObject* detector = Find(objects, "Deployment", "spotdnn-detector");
+  ASSERT_NE(detector, nullptr) << "deploy/k8s/base has no Deployment spotdnn-detector";
+  EXPECT_GT(IntAt(detector->node, {"spec", "replicas"}), 1) << detector->Where() << ": replicas";
+  int containers = 0;
+  for (const PodContainer& c : Containers(objects)) {
+    if (c.workload != detector) continue;
+    ++containers;
+    EXPECT_EQ(c.program, "spotdnn-detector") << c.Where();
+    EXPECT_EQ(FlagValue(c.words, "store").value_or(""), "$(SPOTDNN_DETECTOR_STORE)")
+        << c.Where() << ": --store";
+    ExpectFromStoreSecret(c, "SPOTDNN_DETECTOR_STORE", "store");
+    ExpectFromStoreSecret(c, "PGPASSWORD", "password");
+    EXPECT_EQ(FlagValue(c.words, "replica_id").value_or(""), "$(POD_NAME)")
+        << c.Where() << ": --replica_id should be the pod name";
+    EXPECT_EQ(ScalarAt(EnvOf(c.container)["POD_NAME"], {"valueFrom", "fieldRef", "fieldPath"}),
+              "metadata.name")
+        << c.Where() << ": env POD_NAME should be the downward API's metadata.name";
+    for (const char* gone : {"peers", "db"}) {
+      EXPECT_FALSE(FlagValue(c.words, gone).has_value())
+          << c.Where() << ": --" << gone << " (replicas share the database now)";
+    }
+    for (const auto& m : At(c.container, {"volumeMounts"})) {
+      EXPECT_NE(ScalarAt(m, {"mountPath"}), "/var/lib/spotdnn")
+          << c.Where() << ": a data volume of its own (the state is in the database)";
+    }
+  }
+  EXPECT_EQ(containers, 1) << detector->Where() << ": containers";
+}
+
+// Every $(VAR) in a container's command and args is one of its env entries (Kubernetes passes an
+// unknown one through as the literal text), and no password is on a command line or in a literal
+// env value. Checked in the base, the dev server and the profiler's PostgreSQL patch.
+TEST(K8sManifests, ArgumentVariablesAreDefinedAndPasswordsStayInSecrets) {
+  std::vector<K8sObject> objects = LoadManifests();
+  for (const std::string& file : {kK8sDevDir + "/postgres.yaml", kProfilerPostgresPatch}) {
+    for (K8sObject& o : LoadManifestFile(file, fs::relative(file, kK8sTopDir).string())) {
+      objects.push_back(o);
+    }
+  }
+  static const std::regex kReference(R"(\$\(([A-Za-z_][A-Za-z0-9_]*)\))");
+  int checked = 0;
+  for (const PodContainer& c : Containers(objects)) {
+    const auto env = EnvOf(c.container);
+    for (const std::string& word : c.words) {
+      ++checked;
+      for (auto it = std::sregex_iterator(word.begin(), word.end(), kReference);
+           it != std::sregex_iterator(); ++it) {
+        EXPECT_EQ(env.count((*it)[1]), 1u)
+            << c.Where() << ": " << word << " names $(" << (*it)[1] << "), which is not in env";
+      }
+      EXPECT_FALSE(absl::StrContains(absl::AsciiStrToLower(word), "password"))
+          << c.Where() << ": a password on the command line: " << word;
+      if (absl::StrContains(word, "postgres://") || absl::StrContains(word, "postgresql://")) {
+        const std::string uri = word.substr(word.find("postgres"));
+        EXPECT_TRUE(db::ParseStoreSpec(uri, "store").ok())
+            << c.Where() << ": " << db::ParseStoreSpec(uri, "store").status().message();
+      }
+    }
+    for (const auto& [name, e] : env) {
+      if (absl::StrContains(name, "PASSWORD")) {
+        EXPECT_FALSE(ScalarAt(e, {"valueFrom", "secretKeyRef", "name"}).empty())
+            << c.Where() << ": env " << name << " should come from a Secret";
+      }
+      const std::string value = ScalarAt(e, {"value"});
+      if (absl::StartsWith(value, "postgres")) {
+        EXPECT_TRUE(db::ParseStoreSpec(value, name).ok())
+            << c.Where() << ": " << db::ParseStoreSpec(value, name).status().message();
+      }
+    }
+  }
+  EXPECT_GT(checked, 0) << "no container command lines found";
+}
+
+// The example Secret and the dev one hold the keys the pods read; their store is a postgres://
+// URI without a password.
+TEST(K8sManifests, StoreSecretsHaveTheKeysThePodsRead) {
+  std::vector<K8sObject> objects = LoadManifests();
+  for (K8sObject& o : LoadManifestFile(kProfilerPostgresPatch, "profiler-store.yaml")) {
+    objects.push_back(o);
+  }
+  std::set<std::string> keys_read;
+  for (const PodContainer& c : Containers(objects)) {
+    for (const auto& [name, e] : EnvOf(c.container)) {
+      const std::string secret = ScalarAt(e, {"valueFrom", "secretKeyRef", "name"});
+      if (secret.empty()) continue;
+      EXPECT_EQ(secret, kStoreSecret) << c.Where() << ": env " << name << " names Secret " << secret
+                                      << ", which deploy/k8s does not describe";
+      keys_read.insert(ScalarAt(e, {"valueFrom", "secretKeyRef", "key"}));
+    }
+  }
+  EXPECT_EQ(keys_read, (std::set<std::string>{"store", "password"}));
+  for (const auto& [path, shown] : std::vector<std::pair<std::string, std::string>>{
+           {kExampleSecret, "example"}, {kK8sDevDir + "/postgres.yaml", "dev"}}) {
+    const std::vector<K8sObject> file = LoadManifestFile(path, shown);
+    const K8sObject* secret = Find(file, "Secret", kStoreSecret);
+    ASSERT_NE(secret, nullptr) << path << ": no Secret " << kStoreSecret;
+    EXPECT_EQ(ScalarAt(secret->node, {"metadata", "namespace"}), "spotdnn") << secret->Where();
+    const auto data = StringMap(At(secret->node, {"stringData"}));
+    for (const std::string& key : keys_read) {
+      EXPECT_FALSE(data.count(key) == 0 || data.at(key).empty())
+          << secret->Where() << ": stringData." << key;
+    }
+    const std::string store = data.count("store") ? data.at("store") : "";
+    auto spec = db::ParseStoreSpec(store, "stringData.store");
+    ASSERT_TRUE(spec.ok()) << secret->Where() << ": " << spec.status().message();
+    EXPECT_EQ(spec->backend, db::Backend::kPostgres) << secret->Where() << ": store " << store;
+    EXPECT_TRUE(ParseDsn(store).has_value())
+        << secret->Where() << ": store " << store << " is not postgres://USER@HOST[:PORT]/DB";
+  }
+  EXPECT_EQ(SecretData(LoadManifestFile(kExampleSecret, "example"), kStoreSecret)["password"],
+            "CHANGE-ME")
+      << "the example Secret's password should be the obvious placeholder";
+}
+
+// deploy/k8s/dev/postgres.yaml: one PostgreSQL whose Service is where the Secrets' store points
+// and whose user, database and password are the ones the store names.
+TEST(K8sDevPostgres, ServiceMatchesTheStoreTheServicesRead) {
+  const std::vector<K8sObject> objects =
+      LoadManifestFile(kK8sDevDir + "/postgres.yaml", "dev/postgres.yaml");
+  const K8sObject* service = nullptr;
+  const K8sObject* server = nullptr;
+  for (const K8sObject& o : objects) {
+    EXPECT_EQ(ScalarAt(o.node, {"metadata", "namespace"}), "spotdnn") << o.Where();
+    if (o.kind == "Service") service = &o;
+    if (IsWorkload(o)) server = &o;
+  }
+  ASSERT_NE(service, nullptr) << "dev/postgres.yaml: no Service";
+  ASSERT_NE(server, nullptr) << "dev/postgres.yaml: no Deployment or StatefulSet";
+  EXPECT_EQ(IntAt(server->node, {"spec", "replicas"}), 1) << server->Where() << ": replicas";
+  EXPECT_TRUE(Selects(StringMap(At(service->node, {"spec", "selector"})),
+                      StringMap(At(server->node, {"spec", "template", "metadata", "labels"}))))
+      << service->Where() << ": does not select " << server->Where();
+  ASSERT_EQ(At(service->node, {"spec", "ports"}).size(), 1u) << service->Where() << ": ports";
+  const int port = IntAt(At(service->node, {"spec", "ports"})[0], {"port"});
+  const YAML::Node container = At(server->node, {"spec", "template", "spec", "containers"})[0];
+  EXPECT_TRUE(absl::StartsWith(ScalarAt(container, {"image"}), "postgres:"))
+      << server->Where() << ": image " << ScalarAt(container, {"image"});
+  EXPECT_EQ(IntAt(At(container, {"ports"})[0], {"containerPort"}), port)
+      << server->Where() << ": containerPort differs from " << service->Where() << "'s port";
+  auto env = EnvOf(container);
+  EXPECT_EQ(ScalarAt(env["POSTGRES_PASSWORD"], {"valueFrom", "secretKeyRef", "name"}), kStoreSecret)
+      << server->Where() << ": POSTGRES_PASSWORD should be the password the services use";
+  EXPECT_EQ(ScalarAt(env["POSTGRES_PASSWORD"], {"valueFrom", "secretKeyRef", "key"}), "password");
+
+  const std::string dev_store = SecretData(objects, kStoreSecret)["store"];
+  const std::optional<Dsn> dev = ParseDsn(dev_store);
+  ASSERT_TRUE(dev.has_value()) << "dev/postgres.yaml: Secret store " << dev_store;
+  EXPECT_TRUE(dev->host == service->name || absl::StartsWith(dev->host, service->name + "."))
+      << "dev/postgres.yaml: the store's host " << dev->host << " is not the Service "
+      << service->name;
+  EXPECT_EQ(dev->port, port) << "dev/postgres.yaml: the store's port differs from the Service's";
+  EXPECT_EQ(dev->user, ScalarAt(env["POSTGRES_USER"], {"value"}))
+      << "dev/postgres.yaml: the store's user is not the server's POSTGRES_USER";
+  EXPECT_EQ(dev->db, ScalarAt(env["POSTGRES_DB"], {"value"}))
+      << "dev/postgres.yaml: the store's database is not the server's POSTGRES_DB";
+
+  const std::string example_store =
+      SecretData(LoadManifestFile(kExampleSecret, "example"), kStoreSecret)["store"];
+  const std::optional<Dsn> example = ParseDsn(example_store);
+  ASSERT_TRUE(example.has_value()) << "examples/: Secret store " << example_store;
+  EXPECT_EQ(example->port, port)
+      << "examples/spotdnn-postgres-secret.yaml: the store's port differs from the dev Service's";
 }
 
 TEST(K8sManifests, PodsRunAsTheImageUserWithResourceLimits) {
@@ -672,11 +945,17 @@ TEST(SystemdUnits, OnePerServiceRestartedHardenedAndUnprivileged) {
       EXPECT_TRUE(!values.empty() && values.back() == value)
           << u.file << ": " << key << " should be \"" << value << "\"";
     }
-    if (const auto db = FlagValue(u.exec, "db")) {
+    for (const char* flag : {"db", "store"}) {
+      const auto value = FlagValue(u.exec, flag);
+      if (!value) continue;
+      auto spec = db::ParseStoreSpec(*value, absl::StrCat("--", flag));
+      ASSERT_TRUE(spec.ok()) << u.file << ": " << spec.status().message();
+      if (spec->backend != db::Backend::kSqlite) continue;
       const std::string state = First(u.unit, "StateDirectory");
-      EXPECT_FALSE(state.empty()) << u.file << ": --db without a StateDirectory";
-      EXPECT_EQ(fs::path(*db).parent_path().string(), "/var/lib/" + state)
-          << u.file << ": --db=" << *db << " is not in its StateDirectory";
+      EXPECT_FALSE(state.empty()) << u.file << ": a SQLite --" << flag
+                                  << " without a StateDirectory";
+      EXPECT_EQ(fs::path(spec->target).parent_path().string(), "/var/lib/" + state)
+          << u.file << ": --" << flag << "=" << *value << " is not in its StateDirectory";
     }
   }
   EXPECT_EQ(programs, kServices) << "deploy/systemd should have one unit per service";
@@ -691,6 +970,48 @@ TEST(SystemdUnits, FlagsAndPortsMatchThePrograms) {
     EXPECT_EQ(PortOf(*listen), DefaultListenPort(u.program))
         << where << ": --listen=" << *listen << " differs from " << u.program << "'s default port";
   }
+}
+
+// The profiler and detector take --store from an overridable variable whose default is the SQLite
+// file they have always used (an upgrade keeps its data); the detector has no peer list and a
+// replica id unique per host.
+TEST(SystemdUnits, StoresDefaultToTodaysSqliteFilesAndCanBePostgres) {
+  const std::map<std::string, std::pair<std::string, std::string>> expected = {
+      {"spotdnn-detector",
+       {"SPOTDNN_DETECTOR_STORE", "sqlite:/var/lib/spotdnn/detector/detector.db"}},
+      {"spotdnn-profiler",
+       {"SPOTDNN_PROFILER_STORE", "sqlite:/var/lib/spotdnn/profiler/profiles.db"}}};
+  int found = 0;
+  for (const Unit& u : LoadUnits(kUnitDir)) {
+    auto it = expected.find(u.program);
+    if (it == expected.end()) continue;
+    ++found;
+    const auto& [variable, default_store] = it->second;
+    const std::string exec = UnitValues(u.unit, "Service", "ExecStart").back();
+    EXPECT_TRUE(absl::StrContains(exec, "--store=${" + variable + "}"))
+        << u.file << ": ExecStart should pass --store=${" << variable << "} (one word)";
+    EXPECT_EQ(FlagValue(u.exec, "store").value_or(""), default_store)
+        << u.file << ": the default --store (Environment=" << variable << "=...)";
+    EXPECT_FALSE(FlagValue(u.exec, "db").has_value()) << u.file << ": --db beside --store";
+    // Overridable: the default is set before the EnvironmentFile lines (later lines win).
+    int default_at = -1, first_file_at = -1;
+    const auto& lines = u.unit.at("Service");
+    for (int i = 0; i < static_cast<int>(lines.size()); ++i) {
+      if (lines[i].first == "Environment" && absl::StartsWith(lines[i].second, variable + "=")) {
+        default_at = i;
+      }
+      if (lines[i].first == "EnvironmentFile" && first_file_at < 0) first_file_at = i;
+    }
+    EXPECT_TRUE(default_at >= 0 && first_file_at > default_at)
+        << u.file << ": Environment=" << variable << "=... should come before EnvironmentFile=";
+    if (u.program == "spotdnn-detector") {
+      EXPECT_FALSE(FlagValue(u.exec, "peers").has_value())
+          << u.file << ": --peers (replicas share the database now)";
+      EXPECT_EQ(FlagValue(u.exec, "replica_id").value_or(""), "%H")
+          << u.file << ": --replica_id should default to the host name (%H), unique per VM";
+    }
+  }
+  EXPECT_EQ(found, 2) << "deploy/systemd: the detector and profiler units";
 }
 
 // `cmake --install` into a scratch prefix: the units' programs and data folders must be there.

@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -18,6 +21,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "services/common/db/backends.h"
+#include "services/common/db/database.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -132,16 +137,73 @@ absl::StatusOr<Stack> ReadStack(const std::string& data_dir) {
                : stack.emulator) = address;
     stack.pids[part.binary] = entry["pid"].get<pid_t>();
   }
+  if (doc.contains("store") && doc["store"].is_string()) stack.store = doc["store"];
   return stack;
 }
 
+std::string StackReplicaId(const std::string& data_dir) {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::strcpy(host, "localhost");
+  std::error_code ec;
+  const std::string dir = fs::weakly_canonical(fs::absolute(data_dir), ec).string();
+  std::uint32_t digest = 2166136261u;  // FNV-1a: the same on every build, unlike std::hash
+  for (unsigned char c : dir) digest = (digest ^ c) * 16777619u;
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%08x", digest);
+  return absl::StrCat(host, "-", hex);
+}
+
+absl::StatusOr<std::string> StackStoreUri(const std::string& store) {
+  if (store.empty()) {
+    return absl::InvalidArgumentError(
+        "--store = \"\": empty: give the postgres://USER@HOST:PORT/DB URI of an existing "
+        "database");
+  }
+  absl::StatusOr<db::StoreSpec> spec = db::ParseStoreSpec(store, "--store");
+  if (!spec.ok()) return spec.status();
+  // Two programs on one SQLite file would both own its schema_version: `up` shares only a
+  // database server.
+  if (spec->backend != db::Backend::kPostgres) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--store = \"", store,
+        "\": `up` puts the profiler and the detector on one store, which must be an existing "
+        "PostgreSQL database (postgres://USER@HOST:PORT/DB); without --store each keeps its "
+        "own SQLite file in the data directory"));
+  }
+  return spec->target;
+}
+
 absl::StatusOr<Stack> StartStack(const std::string& data_dir, const std::string& bin_dir,
-                                 std::ostream* progress) {
+                                 std::ostream* progress, const StackOptions& options) {
+  const std::string& store = options.store;
+  std::string store_uri;  // the libpq URI, when store is given
+  if (!store.empty()) {
+    absl::StatusOr<std::string> uri = StackStoreUri(store);
+    if (!uri.ok()) return uri.status();
+    store_uri = *uri;
+  }
   if (auto up = ReadStack(data_dir); up.ok()) {
     bool all = true;
     for (const auto& [name, pid] : up->pids) all = all && OfThisStack(pid, data_dir);
-    if (all) return up;
+    if (all) {
+      if (!store.empty() && up->store != store) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--store = \"", store, "\": the stack in ", data_dir, " is already up on ",
+            up->store.empty() ? "its SQLite files" : absl::StrCat("\"", up->store, "\""),
+            "; stop it with `spotdnn down` first"));
+      }
+      return up;
+    }
     (void)StopStack(data_dir);  // a partly dead stack: start afresh
+  }
+  if (!store_uri.empty()) {
+    // Reach the database (and have the rights the stores need: CREATE on it for their schemas)
+    // before starting anything, rather than leave a service that cannot record a thing. The
+    // schema "public" is in every database PostgreSQL makes: this connects and changes nothing.
+    // It waits a few seconds for a database that is starting.
+    absl::StatusOr<std::unique_ptr<db::Database>> reached =
+        db::OpenPostgres(store_uri, "--store", "public");
+    if (!reached.ok()) return reached.status();
   }
   // Absolute: the services' command lines name it, and `down` recognises them by it.
   const fs::path dir = fs::absolute(data_dir);
@@ -174,10 +236,16 @@ absl::StatusOr<Stack> StartStack(const std::string& data_dir, const std::string&
     } else {
       argv.insert(argv.end(), {"--host=127.0.0.1", "--port=0", "--threads=64"});
     }
+    // The services inherit this environment: PGPASSFILE or PGPASSWORD reach libpq.
     if (std::string(part.key) == "profiler") {
-      argv.push_back("--db=" + (dir / "profiles.db").string());
+      argv.push_back(store.empty() ? "--db=" + (dir / "profiles.db").string() : "--store=" + store);
     } else if (std::string(part.key) == "detector") {
-      argv.push_back("--db=" + (dir / "detector.db").string());
+      if (store.empty()) {
+        argv.push_back("--db=" + (dir / "detector.db").string());
+      } else {
+        argv.push_back("--store=" + store);
+        argv.push_back("--replica_id=" + StackReplicaId(dir.string()));
+      }
     }
     const fs::path log = dir / "logs" / absl::StrCat(part.binary, ".log");
     absl::StatusOr<pid_t> pid = Spawn(argv, log);
@@ -210,6 +278,7 @@ absl::StatusOr<Stack> StartStack(const std::string& data_dir, const std::string&
       *progress << "  " << part.binary << " on " << address << " (pid " << *pid << ")" << std::endl;
     }
   }
+  if (!store.empty()) doc["store"] = store;
   const fs::path path = dir / "stack.json";
   {
     std::ofstream out(path.string() + ".tmp");
