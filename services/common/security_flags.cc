@@ -6,7 +6,7 @@
 
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) of this process: a service serves TLS with it; a client (the "
-          "agent, a detector calling its peers) presents it for mutual TLS. Needs --tls_key");
+          "agent) presents it for mutual TLS. Needs --tls_key");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, auth_token_file, "",
           "file holding a bearer token: a service requires \"authorization: Bearer TOKEN\" on "

@@ -1,6 +1,6 @@
 // Command-line flags for transport security, defined once for every service main and the agent.
 // Services get --tls_cert, --tls_key, --tls_client_ca, --auth_token_file and --insecure
-// (ServerSecurityFromFlags); clients (the agent, the detector's calls to its peers) get --tls_ca,
+// (ServerSecurityFromFlags); clients (the agent, the simulated worker) get --tls_ca,
 // --tls_cert, --tls_key, --tls_server_name and --auth_token_file (ClientSecurityFromFlags). A
 // binary has only the flags of the functions it calls.
 #ifndef SPOTDNN_SERVICES_COMMON_SECURITY_FLAGS_H_
