@@ -81,6 +81,22 @@ absl::Status Retry(const RetryPolicy& policy, const std::function<absl::Status()
 
 struct Migration;
 
+// A named lock of a store, held until this object is destroyed or its holder dies (see
+// Database::TryHoldLock).
+class HeldLock {
+ public:
+  virtual ~HeldLock() = default;
+  // OK while the lock is still held; UNAVAILABLE naming the lock once it may have been lost
+  // (PostgreSQL: its connection dropped, and with it the server's lock).
+  virtual absl::Status Check() = 0;
+};
+
+// What Database::TryHoldLock got: the lock, or who holds it.
+struct LockAttempt {
+  std::unique_ptr<HeldLock> lock;  // null: another session holds it
+  std::string holder;              // then: the `holder` it gave ("" when it cannot be read)
+};
+
 // A connection to one store's database. Not thread-safe: the stores serialize their calls.
 class Database {
  public:
@@ -119,6 +135,19 @@ class Database {
   absl::Status Write(const Body& body);
   // Runs `body` in a read-only transaction that sees one snapshot while writers carry on.
   absl::Status Read(const Body& body);
+
+  // Takes the lock `name` (any text) of this store unless another session holds it; `holder`
+  // says who takes it (e.g. "pid 42 on host-a"), to be read by a session that is refused.
+  // PostgreSQL: a session-level advisory lock (pg_try_advisory_lock) on a 64-bit key made from
+  // the store's schema and `name`, on a connection of its own kept open while the HeldLock lives
+  // (its application_name is `holder`): the server releases it when that connection closes, so
+  // a holder killed with kill -9 loses it at once, and one whose host vanished once TCP
+  // keepalives give up (about 30 s). SQLite: flock on PATH.locks/NAME.lock beside the database
+  // file (the holder written in it), released by the kernel when the holder dies; as local as the
+  // file. A private ":memory:" database: always granted (nothing else can see it).
+  // UNAVAILABLE naming the store when the lock cannot be asked for.
+  virtual absl::StatusOr<LockAttempt> TryHoldLock(absl::string_view name,
+                                                  absl::string_view holder) = 0;
 
   // The dialect hook for schemas. A schema is written as SQLite would have it; on PostgreSQL
   // TEXT compares bytewise (COLLATE "C", as SQLite does), INTEGER is BIGINT, REAL is DOUBLE
