@@ -214,6 +214,11 @@ absl::StatusOr<std::unique_ptr<Database>> OpenStore(absl::string_view spec, absl
                                                     absl::string_view name,
                                                     absl::Span<const Migration> migrations);
 
+// The VALUES list of a multi-row INSERT: `rows` groups of `columns` parameters numbered in order
+// ("(?1, ?2), (?3, ?4)" for 2 columns and 2 rows), so that one statement, on either backend,
+// stores many rows in one round trip. Keep rows * columns under 32,766 (SQLite's limit).
+std::string ValuesRows(size_t columns, size_t rows);
+
 // The schema version recorded in `db` (0 when none is).
 absl::StatusOr<int> SchemaVersion(Database& db);
 

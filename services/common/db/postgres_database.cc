@@ -143,8 +143,8 @@ absl::StatusOr<std::vector<std::vector<std::string>>> QueryText(
   PGresult* res = PQexecParams(conn, sql, static_cast<int>(values.size()), nullptr, values.data(),
                                nullptr, nullptr, 0);
   if (res == nullptr || PQresultStatus(res) != PGRES_TUPLES_OK) {
-    const std::string error(absl::StripAsciiWhitespace(
-        res != nullptr ? PQresultErrorMessage(res) : PQerrorMessage(conn)));
+    const std::string error(absl::StripAsciiWhitespace(res != nullptr ? PQresultErrorMessage(res)
+                                                                      : PQerrorMessage(conn)));
     PQclear(res);
     return absl::UnavailableError(absl::StrCat(what, ": ", error));
   }
@@ -230,11 +230,12 @@ class PostgresDatabase final : public Database {
     // Later keywords win over earlier ones: the URI's own settings over the defaults, and the
     // holder's name over the URI's application_name (a refused session reads it). Keepalives
     // both ways: a client whose host vanished loses the lock in about 30 s, not hours.
-    const char* keywords[] = {"connect_timeout", "fallback_application_name", "keepalives_idle",
-                              "keepalives_interval", "keepalives_count", "dbname",
+    const char* keywords[] = {"connect_timeout",  "fallback_application_name",
+                              "keepalives_idle",  "keepalives_interval",
+                              "keepalives_count", "dbname",
                               "application_name", nullptr};
-    const char* values[] = {"10", "spotdnn", "10", "5", "3", where().c_str(),
-                            holder_text.c_str(), nullptr};
+    const char* values[] = {"10",   "spotdnn", "10", "5", "3", where().c_str(), holder_text.c_str(),
+                            nullptr};
     PGconn* conn = PQconnectdbParams(keywords, values, /*expand_dbname=*/1);
     if (conn == nullptr) return absl::ResourceExhaustedError("libpq: out of memory");
     if (PQstatus(conn) != CONNECTION_OK) {

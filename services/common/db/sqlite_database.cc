@@ -118,12 +118,12 @@ class SqliteDatabase final : public Database {
       close(fd);
       if (error != EWOULDBLOCK) {
         return absl::UnavailableError(absl::StrCat("lock \"", name, "\" of store ", where(), ": ",
-                                                   path.string(), " cannot be locked: ",
-                                                   std::strerror(error)));
+                                                   path.string(),
+                                                   " cannot be locked: ", std::strerror(error)));
       }
-      return LockAttempt{.holder = n > 0 ? std::string(absl::StripAsciiWhitespace(
-                                               absl::string_view(buffer, n)))
-                                         : ""};
+      return LockAttempt{
+          .holder =
+              n > 0 ? std::string(absl::StripAsciiWhitespace(absl::string_view(buffer, n))) : ""};
     }
     // The holder is only read by a refused session: a failed write leaves the lock held.
     const std::string text = absl::StrCat(holder, "\n");
