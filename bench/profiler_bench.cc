@@ -63,11 +63,15 @@ class BenchStore {
         return;
       }
       absl::StatusOr<std::string> uri = (*server)->CreateDatabase();
-      if (uri.ok()) spec_ = *uri;
-      else error_ = std::string(uri.status().message());
+      if (uri.ok()) {
+        spec_ = *uri;
+      } else {
+        error_ = std::string(uri.status().message());
+      }
 #else
-      error_ = "--store = \"postgres\": this build has no throwaway server (tests are off); give "
-               "a postgres:// URI";
+      error_ =
+          "--store = \"postgres\": this build has no throwaway server (tests are off); give "
+          "a postgres:// URI";
 #endif
     } else {
       spec_ = flag;
@@ -82,9 +86,8 @@ class BenchStore {
 #ifdef SPOTDNN_BENCH_POSTGRES
   // One server for the whole run, stopped at exit.
   static absl::StatusOr<testing_util::PostgresServer*> Server() {
-    static auto* server =
-        new absl::StatusOr<std::unique_ptr<testing_util::PostgresServer>>(
-            testing_util::PostgresServer::Create());
+    static auto* server = new absl::StatusOr<std::unique_ptr<testing_util::PostgresServer>>(
+        testing_util::PostgresServer::Create());
     if (!server->ok()) return server->status();
     return server->value().get();
   }
@@ -256,8 +259,7 @@ int main(int argc, char** argv) {
   const std::string& store = spotdnn::StoreFlag();
   if (store != "sqlite" && store != "postgres" && store.rfind("postgres://", 0) != 0 &&
       store.rfind("postgresql://", 0) != 0) {
-    std::cerr << "--store = \"" << store
-              << "\": expected sqlite, postgres or a postgres:// URI\n";
+    std::cerr << "--store = \"" << store << "\": expected sqlite, postgres or a postgres:// URI\n";
     return 2;
   }
   int rest_argc = static_cast<int>(rest.size());
