@@ -6,11 +6,21 @@
 //                                ReportSamples and stored (target >= 100,000/s)
 //   BM_ImportAndFitCmdare:       import every CM-DARE export into a fresh store, fit the speed
 //                                curve of every series and the workload fit (target < 5 s)
+//
+// Usage: profiler_bench [--store sqlite|postgres|postgres://…] [Google Benchmark flags]
+//   --store sqlite (default): a fresh SQLite file under the temp folder for each benchmark.
+//   --store postgres: a throwaway PostgreSQL server (tests/testing/postgres_server.h: the Debian
+//     binaries in a temporary folder on a free 127.0.0.1 port), a fresh database per benchmark.
+//   --store postgres://USER@HOST:PORT/DB: that database (the profiler's schema in it is reused;
+//     each run's job ids carry this process's id so runs do not collide).
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <memory>
+#include <optional>
 
 #include "benchmark/benchmark.h"
 #include "profiler/fitting.h"
@@ -18,30 +28,83 @@
 #include "profiler/profile_store.h"
 #include "services/common/server.h"
 #include "services/profiler/profiler_service.h"
+#ifdef SPOTDNN_BENCH_POSTGRES
+#include "tests/testing/postgres_server.h"
+#endif
 
 namespace spotdnn {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh database file under the temp folder, removed with its WAL on destruction.
-class TempDb {
+// The --store flag's value: "sqlite", "postgres" or a postgres:// URI.
+std::string& StoreFlag() {
+  static std::string flag = "sqlite";
+  return flag;
+}
+
+// A fresh store for one benchmark, as --store says: a SQLite file under the temp folder (removed
+// with its WAL on destruction), a new database on the throwaway server, or the given URI.
+class BenchStore {
  public:
-  explicit TempDb(const std::string& tag)
-      : path_((fs::temp_directory_path() /
+  explicit BenchStore(const std::string& tag) {
+    const std::string& flag = StoreFlag();
+    if (flag == "sqlite") {
+      path_ = (fs::temp_directory_path() /
                ("spotdnn-bench-" + tag + "-" + std::to_string(getpid()) + ".db"))
-                  .string()) {
-    Remove();
+                  .string();
+      Remove();
+      spec_ = path_;
+    } else if (flag == "postgres") {
+#ifdef SPOTDNN_BENCH_POSTGRES
+      absl::StatusOr<testing_util::PostgresServer*> server = Server();
+      if (!server.ok()) {
+        error_ = std::string(server.status().message());
+        return;
+      }
+      absl::StatusOr<std::string> uri = (*server)->CreateDatabase();
+      if (uri.ok()) {
+        spec_ = *uri;
+      } else {
+        error_ = std::string(uri.status().message());
+      }
+#else
+      error_ =
+          "--store = \"postgres\": this build has no throwaway server (tests are off); give "
+          "a postgres:// URI";
+#endif
+    } else {
+      spec_ = flag;
+    }
   }
-  ~TempDb() { Remove(); }
-  const std::string& path() const { return path_; }
+  ~BenchStore() { Remove(); }
+  // The store spec, or empty with error() saying why there is none.
+  const std::string& spec() const { return spec_; }
+  const std::string& error() const { return error_; }
 
  private:
+#ifdef SPOTDNN_BENCH_POSTGRES
+  // One server for the whole run, stopped at exit.
+  static absl::StatusOr<testing_util::PostgresServer*> Server() {
+    static auto* server = new absl::StatusOr<std::unique_ptr<testing_util::PostgresServer>>(
+        testing_util::PostgresServer::Create());
+    if (!server->ok()) return server->status();
+    return server->value().get();
+  }
+#endif
   void Remove() {
+    if (path_.empty()) return;
     for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(path_ + suffix);
   }
   std::string path_;
+  std::string spec_;
+  std::string error_;
 };
+
+// Job ids unique to this process: a shared --store URI keeps the rows of earlier runs.
+std::string JobId(const std::string& prefix, std::int64_t round) {
+  return prefix + "-" + std::to_string(getpid()) + "-" + std::to_string(round);
+}
 
 profiler::Sample MakeSample(std::int64_t step) {
   profiler::Sample s;
@@ -64,8 +127,12 @@ profiler::Sample MakeSample(std::int64_t step) {
 }
 
 void BM_StoreSamples(benchmark::State& state) {
-  TempDb db("store");
-  auto store = profiler::ProfileStore::Open(db.path());
+  BenchStore db("store");
+  if (db.spec().empty()) {
+    state.SkipWithError(db.error().c_str());
+    return;
+  }
+  auto store = profiler::ProfileStore::Open(db.spec());
   if (!store.ok()) {
     state.SkipWithError(std::string(store.status().message()).c_str());
     return;
@@ -78,7 +145,7 @@ void BM_StoreSamples(benchmark::State& state) {
     // same batch again would store nothing.
     state.PauseTiming();
     ++round;
-    for (profiler::Sample& s : batch) s.job_id = "bench-job-" + std::to_string(round);
+    for (profiler::Sample& s : batch) s.job_id = JobId("bench-job", round);
     state.ResumeTiming();
     if (auto s = (*store)->AddSamples(batch, "bench"); !s.ok()) {
       state.SkipWithError(std::string(s.status().message()).c_str());
@@ -90,8 +157,12 @@ void BM_StoreSamples(benchmark::State& state) {
 BENCHMARK(BM_StoreSamples)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_ReportSamplesLoopback(benchmark::State& state) {
-  TempDb db("stream");
-  auto store = profiler::ProfileStore::Open(db.path());
+  BenchStore db("stream");
+  if (db.spec().empty()) {
+    state.SkipWithError(db.error().c_str());
+    return;
+  }
+  auto store = profiler::ProfileStore::Open(db.spec());
   if (!store.ok()) {
     state.SkipWithError(std::string(store.status().message()).c_str());
     return;
@@ -114,7 +185,7 @@ void BM_ReportSamplesLoopback(benchmark::State& state) {
     auto writer = stub->ReportSamples(&context, &response);
     ++round;
     for (services::pb::Sample& s : samples) {
-      s.set_job_id("stream-" + std::to_string(round));  // steps restart per job
+      s.set_job_id(JobId("stream", round));  // steps restart per job
       writer->Write(s, grpc::WriteOptions().set_buffer_hint());
     }
     writer->WritesDone();
@@ -141,8 +212,12 @@ void BM_ImportAndFitCmdare(benchmark::State& state) {
   }
   std::int64_t samples = 0;
   for (auto _ : state) {
-    TempDb db("cmdare");
-    auto store = profiler::ProfileStore::Open(db.path());
+    BenchStore db("cmdare");
+    if (db.spec().empty()) {
+      state.SkipWithError(db.error().c_str());
+      return;
+    }
+    auto store = profiler::ProfileStore::Open(db.spec());
     auto imported = profiler::ImportPath(CmdareDir(), {});
     if (!store.ok() || !imported.ok()) {
       state.SkipWithError("open or import failed");
@@ -168,4 +243,29 @@ BENCHMARK(BM_ImportAndFitCmdare)->Unit(benchmark::kMillisecond)->UseRealTime();
 }  // namespace
 }  // namespace spotdnn
 
-BENCHMARK_MAIN();
+// Takes --store (see the header) out of the arguments; the rest are Google Benchmark's.
+int main(int argc, char** argv) {
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const char* arg = argv[i];
+    if (std::strncmp(arg, "--store=", 8) == 0) {
+      spotdnn::StoreFlag() = arg + 8;
+    } else if (std::strcmp(arg, "--store") == 0 && i + 1 < argc) {
+      spotdnn::StoreFlag() = argv[++i];
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  const std::string& store = spotdnn::StoreFlag();
+  if (store != "sqlite" && store != "postgres" && store.rfind("postgres://", 0) != 0 &&
+      store.rfind("postgresql://", 0) != 0) {
+    std::cerr << "--store = \"" << store << "\": expected sqlite, postgres or a postgres:// URI\n";
+    return 2;
+  }
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

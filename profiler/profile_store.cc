@@ -108,6 +108,52 @@ constexpr char kSampleColumns[] =
     "iteration_time_s, loss, bytes_sent, bytes_received, gpu_memory_gib, cluster_workers, "
     "communication_time_s, cluster_steps_per_s, accuracy, parameter_servers, cluster";
 
+constexpr size_t kSampleColumnCount = 19;
+
+// Samples go in with multi-row INSERTs of kRowsPerInsert rows, then halves of it down to one for
+// the rest of a batch: one round trip per 256 samples, and at most nine statement texts for a
+// connection to prepare. 256 rows of 19 columns stay under both backends' parameter limits.
+constexpr size_t kRowsPerInsert = 256;
+
+// The INSERT of `rows` samples (a power of two up to kRowsPerInsert), made once per size.
+const std::string& InsertSamples(size_t rows) {
+  static const auto* const statements = [] {
+    auto* out = new std::vector<std::string>;
+    for (size_t n = 1; n <= kRowsPerInsert; n *= 2) {
+      out->push_back(absl::StrCat("INSERT INTO samples (", kSampleColumns, ") VALUES ",
+                                  db::ValuesRows(kSampleColumnCount, n),
+                                  " ON CONFLICT DO NOTHING"));
+    }
+    return out;
+  }();
+  size_t index = 0;
+  while ((size_t{1} << index) < rows) ++index;
+  return (*statements)[index];
+}
+
+// A sample's values in kSampleColumns' order.
+void AppendColumns(const Sample& s, std::vector<Value>& out) {
+  out.emplace_back(s.job_id);
+  out.emplace_back(s.worker_id);
+  out.emplace_back(s.instance_type);
+  out.emplace_back(s.gpu_type);
+  out.emplace_back(std::int64_t{s.gpus});
+  out.emplace_back(std::int64_t{s.batch_size});
+  out.emplace_back(s.step);
+  out.emplace_back(s.wall_time_s);
+  out.emplace_back(s.iteration_time_s);
+  out.emplace_back(s.loss);
+  out.emplace_back(s.bytes_sent);
+  out.emplace_back(s.bytes_received);
+  out.emplace_back(s.gpu_memory_gib);
+  out.emplace_back(std::int64_t{s.cluster_workers});
+  out.emplace_back(s.communication_time_s);
+  out.emplace_back(s.cluster_steps_per_s);
+  out.emplace_back(s.accuracy);
+  out.emplace_back(std::int64_t{s.parameter_servers});
+  out.emplace_back(s.cluster);
+}
+
 Sample SampleOf(const Row& r) {
   Sample s;
   s.job_id = r.Text(0);
@@ -164,18 +210,16 @@ absl::StatusOr<std::uint64_t> ProfileStore::AddSamples(absl::Span<const Sample> 
   }
   if (samples.empty()) return 0;
   absl::MutexLock lock(&mu_);
-  static const std::string kInsert = absl::StrCat(
-      "INSERT INTO samples (", kSampleColumns,
-      ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
-      "?19) ON CONFLICT DO NOTHING");
   const double now = NowUnixSeconds();
   std::uint64_t stored = 0;
+  std::vector<Value> params;
+  params.reserve(std::min(samples.size(), kRowsPerInsert) * kSampleColumnCount);
   absl::Status status = db_->Write([&]() -> absl::Status {
     stored = 0;
-    const std::string* last_job = nullptr;
+    // Each job's run first (the samples' foreign key), once per job.
     std::set<std::string> jobs;
-    for (size_t i = 0; i < samples.size(); ++i) {
-      const Sample& s = samples[i];
+    const std::string* last_job = nullptr;
+    for (const Sample& s : samples) {
       if ((last_job == nullptr || *last_job != s.job_id) && jobs.insert(s.job_id).second) {
         auto done = db_->Exec(
             "INSERT INTO runs (job_id, source, created_unix_s) VALUES (?1, ?2, ?3) "
@@ -184,16 +228,27 @@ absl::StatusOr<std::uint64_t> ProfileStore::AddSamples(absl::Span<const Sample> 
         if (!done.ok()) return done.status();
       }
       last_job = &s.job_id;
-      auto done = db_->Exec(
-          kInsert, {s.job_id, s.worker_id, s.instance_type, s.gpu_type, s.gpus, s.batch_size,
-                    s.step, s.wall_time_s, s.iteration_time_s, s.loss, s.bytes_sent,
-                    s.bytes_received, s.gpu_memory_gib, s.cluster_workers, s.communication_time_s,
-                    s.cluster_steps_per_s, s.accuracy, s.parameter_servers, s.cluster});
+    }
+    // Then the samples, up to kRowsPerInsert in a statement, in their order: a repeat within
+    // the batch conflicts with the row stored before it in the same statement or an earlier one,
+    // so the first is kept, as row by row.
+    for (size_t begin = 0; begin < samples.size();) {
+      size_t rows = kRowsPerInsert;
+      while (rows > samples.size() - begin) rows /= 2;
+      params.clear();
+      for (size_t i = begin; i < begin + rows; ++i) {
+        AppendColumns(samples[i], params);
+      }
+      auto done = db_->Exec(InsertSamples(rows), params);
       if (!done.ok()) {
-        return absl::Status(done.status().code(),
-                            absl::StrCat("samples[", i, "]: ", done.status().message()));
+        return absl::Status(
+            done.status().code(),
+            absl::StrCat(rows == 1 ? absl::StrCat("samples[", begin, "]")
+                                   : absl::StrCat("samples[", begin, "..", begin + rows - 1, "]"),
+                         ": ", done.status().message()));
       }
       stored += static_cast<std::uint64_t>(*done);
+      begin += rows;
     }
     return absl::OkStatus();
   });

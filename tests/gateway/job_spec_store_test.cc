@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -336,6 +337,77 @@ TEST_P(JobStoreBackendTest, TheCliReadsTheStoreNamedByStore) {
   CliRun data_dir = Cli({"jobs", "--data-dir", dir_.string() + "/other"});
   EXPECT_EQ(data_dir.code, kExitOk) << data_dir.err;
   EXPECT_THAT(data_dir.out, ::testing::Not(HasSubstr("elsewhere")));
+}
+
+// One gateway per job: a second is refused naming the job and the first, until the first lets go
+// (on PostgreSQL an advisory lock, so this holds across hosts; see db::Database::TryHoldLock).
+TEST_P(JobStoreBackendTest, OneGatewayHoldsAJobAtATime) {
+  auto a = JobStore::Open(spec_), b = JobStore::Open(spec_);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto held = (*a)->HoldJob("j", "pid 1 on host-a");
+  ASSERT_TRUE(held.ok()) << held.status();
+  auto refused = (*b)->HoldJob("j", "pid 2 on host-b");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("job \"j\" is being run by another gateway (pid 1 on host-a)"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("spotdnn run --resume j"));
+  auto other = (*b)->HoldJob("k", "pid 2 on host-b");
+  EXPECT_TRUE(other.ok()) << other.status();
+  held->reset();
+  EXPECT_TRUE((*b)->HoldJob("j", "pid 2 on host-b").ok());
+}
+
+// The example job, stored as `spotdnn run` stores it before it launches, with `instances`.
+void StoreExampleJob(JobStore& store, const std::vector<InstanceRecord>& instances) {
+  std::ifstream in(std::string(SPOTDNN_SOURCE_DIR) + "/deploy/examples/job.json");
+  std::stringstream spec;
+  spec << in.rdbuf();
+  ASSERT_TRUE(store
+                  .CreateJob({.id = "resnet110-demo",
+                              .spec_json = spec.str(),
+                              .state = JobState::kRunning,
+                              .created_ms = 1})
+                  .ok());
+  for (const InstanceRecord& i : instances) ASSERT_TRUE(store.PutInstance(i).ok());
+}
+
+// `spotdnn run --resume` of a job another gateway holds is refused before it touches anything.
+TEST_P(JobStoreBackendTest, ResumingAJobAnotherGatewayRunsIsRefused) {
+  auto store = JobStore::Open(spec_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  StoreExampleJob(**store, {});
+  auto held = (*store)->HoldJob("resnet110-demo", "pid 1 on host-a");
+  ASSERT_TRUE(held.ok()) << held.status();
+  CliRun second = Cli(
+      {"run", "--resume", "resnet110-demo", "--store", spec_, "--data-dir", (dir_ / "b").string()});
+  EXPECT_EQ(second.code, kExitBadInput) << second.err;
+  EXPECT_THAT(second.err, HasSubstr("job \"resnet110-demo\" is being run by another gateway "
+                                    "(pid 1 on host-a)"));
+}
+
+// A job on the local provider resumed where its instances are not (another host sharing the
+// PostgreSQL store, or another --data-dir): refused, saying where they are, instead of taking
+// them all for lost and launching them again.
+TEST_P(JobStoreBackendTest, ALocalJobIsResumedOnlyWhereItsInstancesRun) {
+  auto store = JobStore::Open(spec_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  StoreExampleJob(**store, {{.job_id = "resnet110-demo", .id = "local-w0", .launched_ms = 5},
+                            {.job_id = "resnet110-demo",
+                             .id = "local-w1",
+                             .state = InstanceStatus::kEnded,
+                             .launched_ms = 5}});
+  const std::string elsewhere = (dir_ / "other-host").string();
+  CliRun resumed = Cli({"run", "--resume", "resnet110-demo", "--store", spec_, "--data-dir",
+                        elsewhere, "--provisioner", "127.0.0.1:1", "--profiler", "127.0.0.1:1",
+                        "--detector", "127.0.0.1:1"});
+  EXPECT_EQ(resumed.code, kExitBadInput) << resumed.err;
+  EXPECT_THAT(resumed.err, HasSubstr("job \"resnet110-demo\" runs on the local provider"));
+  EXPECT_THAT(resumed.err, HasSubstr("(local-w0)"));  // the running one, not the ended one
+  EXPECT_THAT(resumed.err, HasSubstr(elsewhere + "/local here has none of them"));
+  // Nothing was launched or written in the job's name.
+  auto instances = (*store)->Instances("resnet110-demo");
+  ASSERT_TRUE(instances.ok());
+  EXPECT_EQ(instances->size(), 2u);
 }
 
 TEST_F(JobStoreTest, ABadStoreSpecIsBadInputNamingTheFlag) {

@@ -308,6 +308,34 @@ TEST_P(ProfileStoreTest, StoresEachJobWorkerAndStepOnce) {
   }
 }
 
+// A batch larger than one multi-row INSERT (256 rows, then halves: 602 samples go in 6
+// statements): repeats within one statement and across statements keep the first copy, the
+// samples keep their order, and a resend of the whole batch stores nothing.
+TEST_P(ProfileStoreTest, ABatchOfSeveralStatementsKeepsItsOrderAndFirstCopies) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::vector<Sample> batch;
+  std::int64_t step = 0;
+  for (int i = 0; i < 602; ++i) {
+    Sample s = MakeSample("big", i == 100 ? 50 : i == 601 ? 1 : ++step);
+    if (i == 100 || i == 601) s.loss = 9;  // a repeat within the first statement, and the last
+    batch.push_back(s);
+  }
+  ASSERT_EQ(step, 600);
+  auto stored = store->AddSamples(batch, "t");
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(*stored, 600u);
+  auto loaded = store->LoadSamples({});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->size(), 600u);
+  for (size_t i = 0; i < loaded->size(); ++i) {
+    EXPECT_EQ((*loaded)[i].step, static_cast<std::int64_t>(i) + 1);
+    EXPECT_EQ((*loaded)[i].loss, 3.5) << "step " << (*loaded)[i].step;
+  }
+  EXPECT_EQ(*store->AddSamples(batch, "t"), 0u);
+  EXPECT_EQ(*store->CountSamples(), 600);
+}
+
 // Step 0 is a sample without a step number (a memory measurement): those differ by their fields.
 TEST_P(ProfileStoreTest, SamplesWithoutAStepAreToldApartByTheirFields) {
   auto store = OpenStore();

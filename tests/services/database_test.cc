@@ -278,6 +278,28 @@ TEST_P(DatabaseTest, AnUnversionedSchemaIsMigrated) {
   EXPECT_EQ((*row)->Text(1), "x");
 }
 
+// Many rows in one statement: ValuesRows numbers the parameters row after row.
+TEST_P(DatabaseTest, AMultiRowInsertStoresEveryRowInOrder) {
+  auto db = Open();
+  ASSERT_TRUE(db->ExecDdl("CREATE TABLE m (a INTEGER, b TEXT{ROWID})").ok());
+  EXPECT_EQ(ValuesRows(2, 3), "(?1, ?2), (?3, ?4), (?5, ?6)");
+  std::vector<Value> params;
+  for (std::int64_t i = 0; i < 3; ++i) {
+    params.emplace_back(i);
+    params.emplace_back(absl::StrCat("row ", i));
+  }
+  auto inserted = db->Exec(absl::StrCat("INSERT INTO m (a, b) VALUES ", ValuesRows(2, 3)), params);
+  ASSERT_TRUE(inserted.ok()) << inserted.status();
+  EXPECT_EQ(*inserted, 3);
+  auto rows = db->QueryAll("SELECT a, b FROM m ORDER BY rowid");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ((*rows)[i].Int(0), static_cast<std::int64_t>(i));
+    EXPECT_EQ((*rows)[i].Text(1), absl::StrCat("row ", i));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, DatabaseTest,
                          ::testing::Values(StoreBackend::kSqlite, StoreBackend::kPostgres),
                          testing_util::StoreBackendName);

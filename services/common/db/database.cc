@@ -258,6 +258,18 @@ absl::Status Database::AddColumnIfMissing(absl::string_view table, absl::string_
   return ExecDdl(absl::StrCat("ALTER TABLE ", table, " ADD COLUMN ", column, " ", type));
 }
 
+std::string ValuesRows(size_t columns, size_t rows) {
+  std::string out;
+  out.reserve(rows * columns * 6);
+  size_t n = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    out += r == 0 ? "(" : ", (";
+    for (size_t c = 0; c < columns; ++c) absl::StrAppend(&out, c == 0 ? "?" : ", ?", ++n);
+    out += ")";
+  }
+  return out;
+}
+
 absl::StatusOr<int> SchemaVersion(Database& db) {
   absl::StatusOr<std::set<std::string>> columns = db.Columns("schema_version");
   if (!columns.ok()) return columns.status();

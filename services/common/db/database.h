@@ -81,6 +81,22 @@ absl::Status Retry(const RetryPolicy& policy, const std::function<absl::Status()
 
 struct Migration;
 
+// A named lock of a store, held until this object is destroyed or its holder dies (see
+// Database::TryHoldLock).
+class HeldLock {
+ public:
+  virtual ~HeldLock() = default;
+  // OK while the lock is still held; UNAVAILABLE naming the lock once it may have been lost
+  // (PostgreSQL: its connection dropped, and with it the server's lock).
+  virtual absl::Status Check() = 0;
+};
+
+// What Database::TryHoldLock got: the lock, or who holds it.
+struct LockAttempt {
+  std::unique_ptr<HeldLock> lock;  // null: another session holds it
+  std::string holder;              // then: the `holder` it gave ("" when it cannot be read)
+};
+
 // A connection to one store's database. Not thread-safe: the stores serialize their calls.
 class Database {
  public:
@@ -124,6 +140,19 @@ class Database {
   // caller that holds others up while it waits (a lock shared with request handlers) retries
   // briefly and fails over, or tries again later, itself.
   void set_retry_policy(const RetryPolicy& policy) { retry_ = policy; }
+
+  // Takes the lock `name` (any text) of this store unless another session holds it; `holder`
+  // says who takes it (e.g. "pid 42 on host-a"), to be read by a session that is refused.
+  // PostgreSQL: a session-level advisory lock (pg_try_advisory_lock) on a 64-bit key made from
+  // the store's schema and `name`, on a connection of its own kept open while the HeldLock lives
+  // (its application_name is `holder`): the server releases it when that connection closes, so
+  // a holder killed with kill -9 loses it at once, and one whose host vanished once TCP
+  // keepalives give up (about 30 s). SQLite: flock on PATH.locks/NAME.lock beside the database
+  // file (the holder written in it), released by the kernel when the holder dies; as local as the
+  // file. A private ":memory:" database: always granted (nothing else can see it).
+  // UNAVAILABLE naming the store when the lock cannot be asked for.
+  virtual absl::StatusOr<LockAttempt> TryHoldLock(absl::string_view name,
+                                                  absl::string_view holder) = 0;
 
   // The dialect hook for schemas. A schema is written as SQLite would have it; on PostgreSQL
   // TEXT compares bytewise (COLLATE "C", as SQLite does), INTEGER is BIGINT, REAL is DOUBLE
@@ -189,6 +218,11 @@ struct Migration {
 absl::StatusOr<std::unique_ptr<Database>> OpenStore(absl::string_view spec, absl::string_view field,
                                                     absl::string_view name,
                                                     absl::Span<const Migration> migrations);
+
+// The VALUES list of a multi-row INSERT: `rows` groups of `columns` parameters numbered in order
+// ("(?1, ?2), (?3, ?4)" for 2 columns and 2 rows), so that one statement, on either backend,
+// stores many rows in one round trip. Keep rows * columns under 32,766 (SQLite's limit).
+std::string ValuesRows(size_t columns, size_t rows);
 
 // The schema version recorded in `db` (0 when none is).
 absl::StatusOr<int> SchemaVersion(Database& db);

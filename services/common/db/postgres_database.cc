@@ -121,6 +121,69 @@ std::string PostgresDdl(absl::string_view schema) {
   return out;
 }
 
+// The key of a store's named lock (see Database::TryHoldLock): FNV-1a over the schema and the
+// name. Session locks take one bigint key, a key space apart from the (int, int) keys of the
+// transactions' locks.
+std::int64_t SessionLockKey(absl::string_view schema, absl::string_view name) {
+  std::uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](absl::string_view text) {
+    for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  };
+  mix(schema);
+  mix(absl::string_view("\0", 1));
+  mix(name);
+  return static_cast<std::int64_t>(h);
+}
+
+// Runs `sql` with text parameters on `conn`; the result, or the error naming `what`.
+absl::StatusOr<std::vector<std::vector<std::string>>> QueryText(
+    PGconn* conn, const char* sql, const std::vector<std::string>& params, absl::string_view what) {
+  std::vector<const char*> values;
+  for (const std::string& p : params) values.push_back(p.c_str());
+  PGresult* res = PQexecParams(conn, sql, static_cast<int>(values.size()), nullptr, values.data(),
+                               nullptr, nullptr, 0);
+  if (res == nullptr || PQresultStatus(res) != PGRES_TUPLES_OK) {
+    const std::string error(absl::StripAsciiWhitespace(res != nullptr ? PQresultErrorMessage(res)
+                                                                      : PQerrorMessage(conn)));
+    PQclear(res);
+    return absl::UnavailableError(absl::StrCat(what, ": ", error));
+  }
+  std::vector<std::vector<std::string>> rows(PQntuples(res));
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (int c = 0; c < PQnfields(res); ++c) {
+      rows[r].emplace_back(PQgetvalue(res, static_cast<int>(r), c));
+    }
+  }
+  PQclear(res);
+  return rows;
+}
+
+// A session-level advisory lock, held by keeping its connection open.
+class PostgresLock final : public HeldLock {
+ public:
+  PostgresLock(PGconn* conn, std::string what, std::int64_t key)
+      : conn_(conn), what_(std::move(what)), key_(key) {}
+  ~PostgresLock() override { PQfinish(conn_); }  // the server releases the lock with the session
+
+  absl::Status Check() override {
+    if (PQstatus(conn_) == CONNECTION_OK) {
+      auto rows = QueryText(conn_,
+                            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND "
+                            "pid = pg_backend_pid() AND objsubid = 1 AND "
+                            "((classid::bigint << 32) | objid::bigint) = $1::bigint",
+                            {absl::StrCat(key_)}, what_);
+      if (rows.ok() && !rows->empty()) return absl::OkStatus();
+    }
+    return absl::UnavailableError(
+        absl::StrCat(what_, " is no longer held: its connection to the database was lost"));
+  }
+
+ private:
+  PGconn* conn_;
+  std::string what_;
+  std::int64_t key_;
+};
+
 std::string QuotedName(absl::string_view name) {
   return absl::StrCat("\"", absl::StrReplaceAll(name, {{"\"", "\"\""}}), "\"");
 }
@@ -158,6 +221,57 @@ class PostgresDatabase final : public Database {
   absl::Status CreateSchema() {
     return Write(
         [&] { return DoScript(absl::StrCat("CREATE SCHEMA IF NOT EXISTS ", QuotedName(name_))); });
+  }
+
+  absl::StatusOr<LockAttempt> TryHoldLock(absl::string_view name,
+                                          absl::string_view holder) override {
+    const std::string what = absl::StrCat("lock \"", name, "\" of store ", name_, " at ", where());
+    const std::string holder_text(holder);
+    // Later keywords win over earlier ones: the URI's own settings over the defaults, and the
+    // holder's name over the URI's application_name (a refused session reads it). Keepalives
+    // both ways: a client whose host vanished loses the lock in about 30 s, not hours.
+    const char* keywords[] = {"connect_timeout",  "fallback_application_name",
+                              "keepalives_idle",  "keepalives_interval",
+                              "keepalives_count", "dbname",
+                              "application_name", nullptr};
+    const char* values[] = {"10",   "spotdnn", "10", "5", "3", where().c_str(), holder_text.c_str(),
+                            nullptr};
+    PGconn* conn = PQconnectdbParams(keywords, values, /*expand_dbname=*/1);
+    if (conn == nullptr) return absl::ResourceExhaustedError("libpq: out of memory");
+    if (PQstatus(conn) != CONNECTION_OK) {
+      const std::string error(absl::StripAsciiWhitespace(PQerrorMessage(conn)));
+      PQfinish(conn);
+      return absl::UnavailableError(absl::StrCat(what, ": cannot connect: ", error));
+    }
+    const std::int64_t key = SessionLockKey(name_, name);
+    auto granted = QueryText(conn,
+                             "SELECT set_config('tcp_keepalives_idle', '10', false), "
+                             "set_config('tcp_keepalives_interval', '5', false), "
+                             "set_config('tcp_keepalives_count', '3', false), "
+                             "pg_try_advisory_lock($1::bigint)",
+                             {absl::StrCat(key)}, what);
+    if (!granted.ok()) {
+      PQfinish(conn);
+      return granted.status();
+    }
+    if (granted->size() == 1 && (*granted)[0][3] == "t") {
+      return LockAttempt{.lock = std::make_unique<PostgresLock>(conn, what, key)};
+    }
+    // Who holds it: the application_name of the session holding the key (best effort: it may
+    // have let go since, or be hidden from this role).
+    auto held_by = QueryText(conn,
+                             "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a "
+                             "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted AND "
+                             "l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint) = "
+                             "$1::bigint AND l.database = (SELECT oid FROM pg_database WHERE "
+                             "datname = current_database())",
+                             {absl::StrCat(key)}, what);
+    PQfinish(conn);
+    LockAttempt refused;
+    if (held_by.ok() && !held_by->empty() && (*held_by)[0][0] != "<insufficient privilege>") {
+      refused.holder = (*held_by)[0][0];
+    }
+    return refused;
   }
 
   // Connects (again) when the connection is gone; the statements prepared on it go with it.

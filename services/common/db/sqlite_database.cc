@@ -1,11 +1,18 @@
 // The SQLite backend: one connection (serialized mode), prepared statements kept by their text.
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <unordered_map>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "services/common/db/backends.h"
 
@@ -48,6 +55,34 @@ absl::Status SqliteError(sqlite3* db, absl::string_view sql) {
   }
 }
 
+// A lock name as a file name: letters, digits, '.', '_' and '-' kept, other bytes as %XX (and a
+// leading '.' too, so no name is hidden or "..").
+std::string LockFileName(absl::string_view name) {
+  std::string out;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const unsigned char c = name[i];
+    if (absl::ascii_isalnum(c) || c == '_' || c == '-' || (c == '.' && i > 0)) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppendFormat(&out, "%%%02X", c);
+    }
+  }
+  return out + ".lock";
+}
+
+// A lock file held with flock; closing it (or the holder dying) lets go.
+class FileLock final : public HeldLock {
+ public:
+  explicit FileLock(int fd) : fd_(fd) {}
+  ~FileLock() override {
+    if (fd_ >= 0) close(fd_);
+  }
+  absl::Status Check() override { return absl::OkStatus(); }  // held while the file is open
+
+ private:
+  int fd_;
+};
+
 class SqliteDatabase final : public Database {
  public:
   SqliteDatabase(sqlite3* db, std::string path)
@@ -61,6 +96,40 @@ class SqliteDatabase final : public Database {
 
   std::string Ddl(absl::string_view schema) const override {
     return absl::StrReplaceAll(schema, {{"{ROWID}", ""}});
+  }
+
+  absl::StatusOr<LockAttempt> TryHoldLock(absl::string_view name,
+                                          absl::string_view holder) override {
+    if (where() == ":memory:") return LockAttempt{.lock = std::make_unique<FileLock>(-1)};
+    const std::filesystem::path dir = where() + ".locks";
+    const std::filesystem::path path = dir / LockFileName(name);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      return absl::UnavailableError(absl::StrCat("lock \"", name, "\" of store ", where(), ": ",
+                                                 path.string(),
+                                                 " cannot be opened: ", std::strerror(errno)));
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;
+      char buffer[256] = {0};
+      const ssize_t n = pread(fd, buffer, sizeof buffer - 1, 0);
+      close(fd);
+      if (error != EWOULDBLOCK) {
+        return absl::UnavailableError(absl::StrCat("lock \"", name, "\" of store ", where(), ": ",
+                                                   path.string(),
+                                                   " cannot be locked: ", std::strerror(error)));
+      }
+      return LockAttempt{
+          .holder =
+              n > 0 ? std::string(absl::StripAsciiWhitespace(absl::string_view(buffer, n))) : ""};
+    }
+    // The holder is only read by a refused session: a failed write leaves the lock held.
+    const std::string text = absl::StrCat(holder, "\n");
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) < 0) {
+    }
+    return LockAttempt{.lock = std::make_unique<FileLock>(fd)};
   }
 
   absl::StatusOr<std::set<std::string>> Columns(absl::string_view table) override {

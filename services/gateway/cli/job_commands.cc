@@ -1,8 +1,7 @@
 // `spotdnn run`, `spotdnn jobs` and `spotdnn status`: the job controller's front end.
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -11,7 +10,6 @@
 #include <memory>
 #include <sstream>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -40,45 +38,40 @@ std::string Ms(int64_t unix_ms) {
              : "-";
 }
 
-// Holds DATA_DIR/locks/JOB.lock (flock) for as long as this gateway runs the job: a second
-// gateway on the same job (a --resume while the first still runs) would re-plan and launch
-// takeovers of its own. The kernel drops the lock when the process dies, even by kill -9.
-class JobLock {
- public:
-  static absl::StatusOr<std::unique_ptr<JobLock>> Acquire(const std::string& data_dir,
-                                                          const std::string& job_id) {
-    const fs::path dir = fs::path(data_dir) / "locks";
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    const fs::path path = dir / (job_id + ".lock");
-    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      return absl::UnavailableError(
-          absl::StrCat(path.string(), ": cannot be opened: ", std::strerror(errno)));
-    }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      char buffer[32] = {0};
-      const ssize_t n = pread(fd, buffer, sizeof buffer - 1, 0);
-      close(fd);
-      return absl::FailedPreconditionError(
-          absl::StrCat("job \"", job_id, "\" is being run by another gateway",
-                       n > 0 ? absl::StrCat(" (pid ", absl::StripAsciiWhitespace(buffer), ")") : "",
-                       ": wait for it, or stop it before `spotdnn run --resume ", job_id, "`"));
-    }
-    const std::string pid = absl::StrCat(getpid(), "\n");
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
-      // The lock holds without the pid; the pid only makes the message friendlier.
-    }
-    return std::unique_ptr<JobLock>(new JobLock(fd));
-  }
-  ~JobLock() { close(fd_); }
-  JobLock(const JobLock&) = delete;
-  JobLock& operator=(const JobLock&) = delete;
+// Who this gateway is, for a second one refused the job: "pid 42 on host-a".
+std::string GatewayName() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return absl::StrCat("pid ", getpid(), host[0] != '\0' ? absl::StrCat(" on ", host) : "");
+}
 
- private:
-  explicit JobLock(int fd) : fd_(fd) {}
-  int fd_;
-};
+// A resumed job whose instances are local processes (the local provider) can only be taken up
+// where they run: from another host (or another --data-dir) the provider knows none of them and
+// the gateway would take them all for lost and launch them again. FAILED_PRECONDITION saying
+// so; OK when the job has no running instance or the provider knows one of them.
+absl::Status CheckLocalInstancesAreHere(JobStore& store, launcher::CloudProvider& provider,
+                                        const std::string& job_id, const std::string& data_dir) {
+  if (!provider.SharesFilesWithCaller()) return absl::OkStatus();  // a cloud's: any host
+  auto recorded = store.Instances(job_id);
+  if (!recorded.ok()) return recorded.status();
+  std::vector<std::string> running;
+  for (const job::InstanceRecord& i : *recorded) {
+    if (!i.id.empty() && i.state != job::InstanceStatus::kEnded) running.push_back(i.id);
+  }
+  if (running.empty()) return absl::OkStatus();
+  auto here = provider.Describe(job_id);
+  if (!here.ok()) return here.status();
+  for (const launcher::Instance& i : *here) {
+    if (std::find(running.begin(), running.end(), i.id) != running.end()) return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("job \"", job_id, "\" runs on the local provider, and its running instances (",
+                   absl::StrJoin(running, ", "),
+                   ") are processes of the host that launched them, recorded in "
+                   "its DATA_DIR/local; ",
+                   (fs::path(data_dir) / "local").string(),
+                   " here has none of them: resume it on that host with the same --data-dir"));
+}
 
 // The services a job runs against: named with flags, else the stack's (`spotdnn up`).
 struct Endpoints {
@@ -159,7 +152,8 @@ int Run(const Args& args, const Io& io) {
   if (!spec_json.ok()) return ReportError(spec_json.status(), "run", io);
   auto spec = job::ParseJobSpec(*spec_json);
   if (!spec.ok()) return ReportError(spec.status(), "run", io);
-  auto lock = JobLock::Acquire(data_dir, spec->name);
+  // One gateway per job, held in the store (so across hosts on PostgreSQL) until this returns.
+  auto lock = (*store)->HoldJob(spec->name, GatewayName());
   if (!lock.ok()) return ReportError(lock.status(), "run", io);
   absl::Duration stall_timeout = absl::Minutes(10);
   if (auto v = args.Get("--stall-timeout")) {
@@ -181,6 +175,12 @@ int Run(const Args& args, const Io& io) {
                        .metadata_emulator = endpoints->emulator,
                        .bin_dir = SelfDir()});
   if (!provider.ok()) return ReportError(provider.status(), "run", io);
+  if (resume) {
+    if (absl::Status s = CheckLocalInstancesAreHere(**store, **provider, spec->name, data_dir);
+        !s.ok()) {
+      return ReportError(s, "run", io);
+    }
+  }
 
   job::JobController controller(
       {.provisioner = &provisioner,
@@ -371,9 +371,11 @@ std::vector<Command> JobCommands() {
            "follows its events and the\nworkers' progress; on a revocation notice it re-plans "
            "with the survivors and the progress so far\nand launches the takeover instances "
            "while the revoked one still runs. It ends with a summary:\npredicted vs actual time "
-           "and cost, revocations handled, SLO met. The job's state is kept in\nDATA_DIR/jobs.db: "
-           "after the gateway dies, `spotdnn run --resume JOB` reattaches to the running\n"
-           "instances and launches nothing twice. See deploy/examples/job.json for the spec.\n\n"
+           "and cost, revocations handled, SLO met. The job's state is kept in\nDATA_DIR/jobs.db "
+           "(or --store): after the gateway dies, `spotdnn run --resume JOB` reattaches to the\n"
+           "running instances and launches nothing twice; one gateway runs a job at a time (a "
+           "lock in the\nstore: with a PostgreSQL store, across hosts). "
+           "See deploy/examples/job.json for the spec.\n\n"
            "The services come from `spotdnn up` (DATA_DIR/stack.json) unless named with "
            "--provisioner,\n--profiler and --detector; the local provider's instances read "
            "their metadata (revocation\nnotices) from the stack's emulator or "

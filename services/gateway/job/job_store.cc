@@ -284,6 +284,23 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& spec
 
 JobStore::~JobStore() = default;
 
+absl::StatusOr<std::unique_ptr<db::HeldLock>> JobStore::HoldJob(const std::string& id,
+                                                                const std::string& holder) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<db::LockAttempt> attempt = db_->TryHoldLock(absl::StrCat("job/", id), holder);
+  if (!attempt.ok()) return attempt.status();
+  if (attempt->lock == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job \"", id, "\" is being run by another gateway",
+                     attempt->holder.empty() ? "" : absl::StrCat(" (", attempt->holder, ")"),
+                     " that holds its lock in ", db_->where(),
+                     ": wait for it, or stop it before `spotdnn run "
+                     "--resume ",
+                     id, "`"));
+  }
+  return std::move(attempt->lock);
+}
+
 absl::Status JobStore::CreateJob(const JobRecord& job) {
   if (job.id.empty()) return absl::InvalidArgumentError("job id is empty");
   absl::MutexLock lock(&mu_);

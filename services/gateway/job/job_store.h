@@ -16,11 +16,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "provisioner/launcher/cloud_provider.h"
+#include "services/common/db/database.h"  // db::HeldLock, which HoldJob returns
 #include "services/gateway/job/job_types.h"
-
-namespace spotdnn::db {
-class Database;
-}  // namespace spotdnn::db
 
 namespace spotdnn::job {
 
@@ -110,6 +107,14 @@ class JobStore {
   ~JobStore();
   JobStore(const JobStore&) = delete;
   JobStore& operator=(const JobStore&) = delete;
+
+  // Holds job `id` for this gateway until the returned lock is destroyed or the process dies: one
+  // gateway runs a job at a time (db::Database::TryHoldLock: an advisory lock on PostgreSQL, so
+  // across hosts; a file lock beside a SQLite store). `holder` says who this gateway is
+  // ("pid 42 on host-a"). FAILED_PRECONDITION naming the job and the holding gateway when another
+  // holds it; UNAVAILABLE when the store cannot be asked.
+  absl::StatusOr<std::unique_ptr<db::HeldLock>> HoldJob(const std::string& id,
+                                                        const std::string& holder);
 
   // ALREADY_EXISTS when a job with the id is stored.
   absl::Status CreateJob(const JobRecord& job);
