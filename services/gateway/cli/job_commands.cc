@@ -24,6 +24,7 @@
 #include "services/gateway/cli/output.h"
 #include "services/gateway/cli/stack.h"
 #include "services/gateway/job/job_controller.h"
+#include "services/gateway/job/job_lock_keeper.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -203,6 +204,14 @@ int Run(const Args& args, const Io& io) {
         }
       });
   const std::string job_id = spec->name;
+  job::JobLockKeeper keeper(
+      *std::move(lock),
+      [&]() -> absl::StatusOr<std::unique_ptr<db::HeldLock>> {
+        auto own = OpenJobStore(args);
+        if (!own.ok()) return own.status();
+        return (*own)->HoldJob(job_id, GatewayName());
+      },
+      [&controller] { controller.Detach(); }, absl::Seconds(5));
   if (!resume) {
     auto planned = controller.Plan(*spec_json, services::DataRegistry::WithBuiltins());
     if (!planned.ok()) {
@@ -214,6 +223,12 @@ int Run(const Args& args, const Io& io) {
     }
   }
   auto done = controller.Run(job_id);
+  if (std::string lost = keeper.lost(); !lost.empty()) {
+    ReportError(absl::AbortedError(absl::StrCat("this gateway lost job \"", job_id,
+                                                "\"'s lock and stopped: ", lost)),
+                "run", io);
+    return kExitFailure;
+  }
   if (!done.ok()) {
     ReportError(done.status(), "run", io);
     if (!io.json) {
