@@ -33,8 +33,8 @@
 #include <limits>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -246,16 +246,15 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
       const std::string log = (tmp / (id + ".log")).string();
       FILE* out = std::fopen(log.c_str(), "w");
       if (out != nullptr) dup2(fileno(out), 2);
-      std::vector<std::string> args = {
-          f.detector,
-          "--listen=127.0.0.1:0",
-          "--port_file=" + port_file,
-          "--store=" + dsn,
-          "--replica_id=" + id,
-          "--poll_interval=" + std::to_string(f.interval_ms) + "ms",
-          "--request_timeout=800ms",
-          "--gce_long_poll_timeout_s=30",
-          "--lease=" + std::to_string(f.lease_ms) + "ms"};
+      std::vector<std::string> args = {f.detector,
+                                       "--listen=127.0.0.1:0",
+                                       "--port_file=" + port_file,
+                                       "--store=" + dsn,
+                                       "--replica_id=" + id,
+                                       "--poll_interval=" + std::to_string(f.interval_ms) + "ms",
+                                       "--request_timeout=800ms",
+                                       "--gce_long_poll_timeout_s=30",
+                                       "--lease=" + std::to_string(f.lease_ms) + "ms"};
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -275,8 +274,8 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
                    (tmp / (id + ".log")).c_str());
       return 1;
     }
-    stubs.push_back(pb::Detector::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials())));
+    stubs.push_back(pb::Detector::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                              grpc::InsecureChannelCredentials())));
   }
   auto status_of = [&](int r) {
     grpc::ClientContext c;
@@ -320,10 +319,11 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
   }
   std::string names;
   for (int r = 0; r < f.replicas; ++r) names += (r ? " r" : "r") + std::to_string(r);
-  std::printf("instances %zu (%s), interval %d ms, registered in %.1f s, healthy after warm-up %zu "
-              "(%.1f s)\n",
-              ids.size(), f.cloud.c_str(), f.interval_ms, register_s, healthy,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_start).count());
+  std::printf(
+      "instances %zu (%s), interval %d ms, registered in %.1f s, healthy after warm-up %zu "
+      "(%.1f s)\n",
+      ids.size(), f.cloud.c_str(), f.interval_ms, register_s, healthy,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_start).count());
 
   const int64_t t0 = d::NowUnixMs() + 3000 + 5 * static_cast<int64_t>(ids.size());
   bool scheduled = false;
@@ -354,7 +354,8 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
       }
       const int n = ++notices_per_instance[e.instance_id()];
       auto it = visible_at.find(e.instance_id());
-      if (it != visible_at.end() && n == 1) latency_ms.push_back(static_cast<double>(now - it->second));
+      if (it != visible_at.end() && n == 1)
+        latency_ms.push_back(static_cast<double>(now - it->second));
     }
   });
   while (d::NowUnixMs() < t0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -377,7 +378,8 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   double cpu = 0;
   for (size_t r = 0; r < pids.size(); ++r) {
     if (cpu1[r] < 0) cpu1[r] = ChildCpuSeconds(pids[r]);

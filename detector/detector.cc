@@ -111,8 +111,8 @@ absl::StatusOr<std::unique_ptr<Detector>> Detector::Open(DetectorOptions options
     d->store_->RetryBriefly();
     d->shared_store_->RetryBriefly();
     const int64_t now = SteadyMs();
-    auto epoch = d->store_->JoinLease(d->options_.replica_id,
-                                      absl::ToInt64Milliseconds(d->options_.lease));
+    auto epoch =
+        d->store_->JoinLease(d->options_.replica_id, absl::ToInt64Milliseconds(d->options_.lease));
     if (!epoch.ok()) return epoch.status();
     d->epoch_ = *epoch;
     d->lease_changes_ = 1;
@@ -480,7 +480,8 @@ absl::StatusOr<bool> Detector::AppendLocked(Entry& e, EventKind kind, const std:
     // The database numbers it and keeps it once; every replica reads it back (TailEvents).
     std::string dedupe = seen_key;
     if (kind == EventKind::kRevoked) dedupe = "revoked";
-    if (kind == EventKind::kLost) dedupe = absl::StrCat("lost@", e.stored.instance.last_heartbeat_unix_ms);
+    if (kind == EventKind::kLost)
+      dedupe = absl::StrCat("lost@", e.stored.instance.last_heartbeat_unix_ms);
     auto appended = store_->AppendSharedEvent(event, e.stored.instance.registered_unix_ms, dedupe,
                                               e.stored, options_.replica_id, epoch_);
     StoreResultLocked(appended.status());
@@ -975,7 +976,8 @@ void Detector::SyncRegistry() {
   for (StoredInstance& row : *rows) {
     const std::string id = row.instance.instance_id;
     present.insert(id);
-    if (auto gone = unregistered_.find(id); gone != unregistered_.end() && gone->second >= read_at) {
+    if (auto gone = unregistered_.find(id);
+        gone != unregistered_.end() && gone->second >= read_at) {
       continue;  // unregistered here after this read began
     }
     auto [it, inserted] = entries_.try_emplace(id);

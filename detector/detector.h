@@ -193,9 +193,9 @@ class Detector {
   // Appends an event for `entry` (persisted before it is visible). Caller holds mu_.
   // Shared: whether it was recorded (false: another replica had recorded it), or the store's
   // error. A single replica always records it (a failed write is counted in store_errors).
-  absl::StatusOr<bool> AppendLocked(Entry& entry, EventKind kind, const std::string& action, int64_t notice_unix_ms,
-                    int64_t effective_unix_ms, const std::string& detail,
-                    const std::string& seen_key);
+  absl::StatusOr<bool> AppendLocked(Entry& entry, EventKind kind, const std::string& action,
+                                    int64_t notice_unix_ms, int64_t effective_unix_ms,
+                                    const std::string& detail, const std::string& seen_key);
   void PersistLocked(const Entry& entry);
   // Counts a failed store write. Caller holds mu_.
   void StoreResultLocked(const absl::Status& status);
@@ -248,18 +248,18 @@ class Detector {
   bool shared_ = false;
   std::unique_ptr<DetectorStore> shared_store_;  // the background loop's connection
   std::thread shared_loop_;
-  bool wake_tail_ = false;     // guarded by mu_: an event was appended
-  bool fenced_ = false;        // guarded by mu_: no valid lease; holds nothing
-  int64_t epoch_ = 0;          // guarded by mu_
-  uint64_t tail_cursor_ = 0;   // guarded by mu_: newest sequence read back
-  bool store_ok_ = true;       // guarded by mu_: the background loop's last round
+  bool wake_tail_ = false;      // guarded by mu_: an event was appended
+  bool fenced_ = false;         // guarded by mu_: no valid lease; holds nothing
+  int64_t epoch_ = 0;           // guarded by mu_
+  uint64_t tail_cursor_ = 0;    // guarded by mu_: newest sequence read back
+  bool store_ok_ = true;        // guarded by mu_: the background loop's last round
   uint64_t lease_changes_ = 0;  // guarded by mu_
   // When the lease was last renewed (steady clock, ms); the monitor fences past 2/3 of a lease.
   std::atomic<int64_t> renewed_at_ms_{0};
   std::map<std::string, int64_t> pending_heartbeats_;  // guarded by mu_
   // Unregistered here, and when (a registry read that began earlier must not bring them back).
   std::map<std::string, int64_t> unregistered_;  // guarded by mu_
-  std::vector<PendingNotice> pending_notices_;         // guarded by mu_
+  std::vector<PendingNotice> pending_notices_;   // guarded by mu_
 };
 
 }  // namespace spotdnn::detector

@@ -143,8 +143,8 @@ absl::StatusOr<std::vector<StoredInstance>> DetectorStore::LoadInstances() {
 
 absl::StatusOr<std::optional<StoredInstance>> DetectorStore::LoadInstance(
     const std::string& instance_id) {
-  auto row = db_->QueryOne(absl::StrCat(kInstanceColumns, " WHERE instance_id = ?1"),
-                           {instance_id});
+  auto row =
+      db_->QueryOne(absl::StrCat(kInstanceColumns, " WHERE instance_id = ?1"), {instance_id});
   if (!row.ok()) return Doing(row.status(), "load instance");
   if (!row->has_value()) return std::optional<StoredInstance>();
   return std::optional<StoredInstance>(InstanceOf(**row));
@@ -196,8 +196,10 @@ absl::StatusOr<bool> DetectorStore::AppendSharedEvent(const Event& e, int64_t li
     if (!held.ok()) return Doing(held.status(), "check lease");
     if (!held->has_value()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("detector store: replica \"", replica_id, "\" no longer holds its lease of "
-                       "epoch ", epoch, "; it records nothing until it joins again"));
+          absl::StrCat("detector store: replica \"", replica_id,
+                       "\" no longer holds its lease of "
+                       "epoch ",
+                       epoch, "; it records nothing until it joins again"));
     }
     const db::Value key = dedupe.empty() ? db::Value(nullptr) : db::Value(dedupe);
     auto inserted = db_->Exec(
@@ -246,7 +248,8 @@ absl::StatusOr<int64_t> DetectorStore::JoinLease(const std::string& replica_id, 
   int64_t epoch = 0;
   absl::Status s = db_->Write([&]() -> absl::Status {
     auto row = db_->QueryOne(
-        absl::StrCat("INSERT INTO replicas (replica_id, epoch, expires_ms) VALUES (?1, 1, ", NowMs(),
+        absl::StrCat("INSERT INTO replicas (replica_id, epoch, expires_ms) VALUES (?1, 1, ",
+                     NowMs(),
                      " + ?2) ON CONFLICT (replica_id) DO UPDATE SET epoch = replicas.epoch + 1, "
                      "expires_ms = excluded.expires_ms RETURNING epoch"),
         {replica_id, lease_ms});
@@ -270,19 +273,19 @@ absl::StatusOr<bool> DetectorStore::RenewLease(const std::string& replica_id, in
 }
 
 absl::Status DetectorStore::LeaveLease(const std::string& replica_id, int64_t epoch) {
-  return Doing(db_->Exec("DELETE FROM replicas WHERE replica_id = ?1 AND epoch = ?2",
-                         {replica_id, epoch})
-                   .status(),
-               "leave");
+  return Doing(
+      db_->Exec("DELETE FROM replicas WHERE replica_id = ?1 AND epoch = ?2", {replica_id, epoch})
+          .status(),
+      "leave");
 }
 
 absl::StatusOr<std::vector<Lease>> DetectorStore::LiveLeases(int64_t forget_ms) {
-  auto forgot = db_->Exec(absl::StrCat("DELETE FROM replicas WHERE expires_ms < ", NowMs(), " - ?1"),
-                          {forget_ms});
+  auto forgot = db_->Exec(
+      absl::StrCat("DELETE FROM replicas WHERE expires_ms < ", NowMs(), " - ?1"), {forget_ms});
   if (!forgot.ok()) return Doing(forgot.status(), "forget expired leases");
-  auto rows = db_->QueryAll(absl::StrCat(
-      "SELECT replica_id, epoch, expires_ms FROM replicas WHERE expires_ms > ", NowMs(),
-      " ORDER BY replica_id"));
+  auto rows = db_->QueryAll(
+      absl::StrCat("SELECT replica_id, epoch, expires_ms FROM replicas WHERE expires_ms > ",
+                   NowMs(), " ORDER BY replica_id"));
   if (!rows.ok()) return Doing(rows.status(), "read leases");
   std::vector<Lease> out;
   for (const Row& r : *rows) out.push_back({r.Text(0), r.Int(1), r.Int(2)});

@@ -81,10 +81,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::shared_ptr<spotdnn::detector::Detector> shared = *std::move(detector);
-  logger->info("replica {}: {} instances, last event {}{}", options.replica_id,
-               shared->List("").size(), shared->last_sequence(),
-               shared->shared() ? ", sharing a PostgreSQL store with the replicas holding leases"
-                                : "");
+  logger->info(
+      "replica {}: {} instances, last event {}{}", options.replica_id, shared->List("").size(),
+      shared->last_sequence(),
+      shared->shared() ? ", sharing a PostgreSQL store with the replicas holding leases" : "");
   // Read when scraped; nothing once the detector is gone.
   std::weak_ptr<spotdnn::detector::Detector> weak = shared;
   spotdnn::metrics::DefaultRegistry().GaugeFunction(

@@ -154,8 +154,7 @@ TEST_P(DetectorStoreTest, ANoticeIsRecordedOncePerLifetimeAndKeyWhateverReplicaR
   EXPECT_EQ((*a)->AppendSharedEvent(e, lifetime, "k1", i, "a", *epoch_a).value_or(true), false);
   // Another notice, and the same key in a new lifetime, are new events.
   EXPECT_EQ((*b)->AppendSharedEvent(e, lifetime, "k2", i, "b", *epoch_b).value_or(false), true);
-  EXPECT_EQ((*b)->AppendSharedEvent(e, lifetime + 1, "k1", i, "b", *epoch_b).value_or(false),
-            true);
+  EXPECT_EQ((*b)->AppendSharedEvent(e, lifetime + 1, "k1", i, "b", *epoch_b).value_or(false), true);
   // Events without a key (lost, recovered) are never merged.
   Event lost{.instance_id = "i-1", .kind = EventKind::kRecovered};
   EXPECT_EQ((*a)->AppendSharedEvent(lost, lifetime, "", i, "a", *epoch_a).value_or(false), true);

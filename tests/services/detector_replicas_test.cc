@@ -134,8 +134,9 @@ TEST(DetectorReplicas, KilledAndPausedReplicasLoseAndRepeatNoNotice) {
   Subscriber subscriber(*stubs[2]);
   const int64_t start = d::NowUnixMs();
   for (int i = 0; i < kInstances; ++i) {
-    (*emulator)->ScheduleNotice("i-" + std::to_string(i),
-                                {.cloud = clouds[i % 3], .visible_at_unix_ms = start + 1500 + 200 * i});
+    (*emulator)->ScheduleNotice(
+        "i-" + std::to_string(i),
+        {.cloud = clouds[i % 3], .visible_at_unix_ms = start + 1500 + 200 * i});
   }
   // r0 crashes; r1 is paused for 2.5 s (its 1 s lease expires) and resumed.
   std::this_thread::sleep_for(std::chrono::milliseconds(2000));
@@ -207,8 +208,9 @@ TEST(DetectorReplicas, ADatabaseStoppedForFiveSecondsLosesNothingAcknowledged) {
   const int64_t now = d::NowUnixMs();
   (*emulator)->ScheduleNotice("a-0", {.cloud = d::Cloud::kAws});
   for (int i = 1; i < 6; ++i) {
-    (*emulator)->ScheduleNotice("a-" + std::to_string(i),
-                                {.cloud = d::Cloud::kAws, .visible_at_unix_ms = now + 1500 + 500 * i});
+    (*emulator)->ScheduleNotice(
+        "a-" + std::to_string(i),
+        {.cloud = d::Cloud::kAws, .visible_at_unix_ms = now + 1500 + 500 * i});
   }
   ASSERT_TRUE(Eventually([&] { return detector->last_sequence() >= 1; }));
   ASSERT_TRUE((*server)->Stop().ok());
