@@ -18,21 +18,8 @@ namespace {
 
 using testing_util::StoreBackend;
 
-class DetectorStoreTest : public ::testing::TestWithParam<StoreBackend> {
+class DetectorStoreTest : public testing_util::StoreBackendTest {
  protected:
-  void SetUp() override {
-    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::replace(name.begin(), name.end(), '/', '-');
-    dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("spotdnn-detector-store-", getpid(), "-", name);
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    auto spec = testing_util::FreshStoreSpec(GetParam(), (dir_ / "detector.db").string());
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    spec_ = *spec;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   static StoredInstance Instance(const std::string& id, InstanceState state) {
     StoredInstance i;
     i.instance.instance_id = id;
@@ -44,9 +31,6 @@ class DetectorStoreTest : public ::testing::TestWithParam<StoreBackend> {
     i.instance.registered_unix_ms = 1'700'000'000'000;
     return i;
   }
-
-  std::filesystem::path dir_;
-  std::string spec_;
 };
 
 TEST_P(DetectorStoreTest, StateSurvivesAReopen) {

@@ -38,28 +38,14 @@ std::unique_ptr<HeldLock> HoldWithin(Database& db, const std::string& name,
   }
 }
 
-class DatabaseLockTest : public ::testing::TestWithParam<StoreBackend> {
+class DatabaseLockTest : public testing_util::StoreBackendTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("spotdnn-dblock-", getpid(), "-",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    auto spec = testing_util::FreshStoreSpec(GetParam(), (dir_ / "test.db").string());
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    spec_ = *spec;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   // A session of its own (another gateway, as far as the lock goes).
   std::unique_ptr<Database> Open(const std::string& name = "lock_store") {
     auto db = OpenStore(spec_, "--store", name, {});
     EXPECT_TRUE(db.ok()) << db.status();
     return db.ok() ? *std::move(db) : nullptr;
   }
-
-  std::filesystem::path dir_;
-  std::string spec_;
 };
 
 TEST_P(DatabaseLockTest, ASecondSessionIsRefusedAndToldWhoHoldsItUntilTheHolderLetsGo) {

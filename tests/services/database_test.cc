@@ -88,27 +88,13 @@ TEST(RetryTest, RetriesOnlyRetryableErrorsUpToTheLimit) {
   EXPECT_EQ(tries, 1);
 }
 
-class DatabaseTest : public ::testing::TestWithParam<StoreBackend> {
+class DatabaseTest : public testing_util::StoreBackendTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("spotdnn-db-", getpid(), "-",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    auto spec = testing_util::FreshStoreSpec(GetParam(), (dir_ / "test.db").string());
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    spec_ = *spec;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   std::unique_ptr<Database> Open(absl::Span<const Migration> migrations = {}) {
     auto db = OpenStore(spec_, "--store", "test_store", migrations);
     EXPECT_TRUE(db.ok()) << db.status();
     return db.ok() ? *std::move(db) : nullptr;
   }
-
-  std::filesystem::path dir_;
-  std::string spec_;
 };
 
 TEST_P(DatabaseTest, ValuesRoundTrip) {

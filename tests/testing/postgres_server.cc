@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -247,5 +248,19 @@ absl::StatusOr<std::string> FreshStoreSpec(StoreBackend backend, const std::stri
   if (!server.ok()) return server.status();
   return (*server)->CreateDatabase();
 }
+
+void StoreBackendTest::SetUp() {
+  std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::replace(name.begin(), name.end(), '/', '-');
+  dir_ = std::filesystem::temp_directory_path() /
+         absl::StrCat("spotdnn-store-test-", getpid(), "-", name);
+  std::filesystem::remove_all(dir_);
+  std::filesystem::create_directories(dir_);
+  auto spec = FreshStoreSpec(GetParam(), (dir_ / "store.db").string());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec_ = *spec;
+}
+
+void StoreBackendTest::TearDown() { std::filesystem::remove_all(dir_); }
 
 }  // namespace spotdnn::testing_util

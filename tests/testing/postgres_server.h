@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -63,6 +64,17 @@ std::string StoreBackendName(const ::testing::TestParamInfo<StoreBackend>& info)
 // A spec for a fresh store of `backend`: `sqlite_path` itself, or a new database on the shared
 // server.
 absl::StatusOr<std::string> FreshStoreSpec(StoreBackend backend, const std::string& sqlite_path);
+
+// A test run on each backend: a new temporary folder (dir_, removed afterwards) and a fresh store
+// (spec_: dir_/store.db, or a new database on the shared server) per test.
+class StoreBackendTest : public ::testing::TestWithParam<StoreBackend> {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  std::filesystem::path dir_;
+  std::string spec_;
+};
 
 }  // namespace spotdnn::testing_util
 
