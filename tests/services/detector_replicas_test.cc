@@ -1,8 +1,8 @@
 // Detector replicas sharing a PostgreSQL store, as processes and through faults: three
 // spotdnn-detector replicas, one killed with SIGKILL and one stopped with SIGSTOP past its lease
 // and resumed, while notices arrive (every notice exactly once on one WatchEvents stream); and a
-// detector whose database is stopped for 5 s mid-run (nothing acknowledged is lost, nothing is
-// recorded twice).
+// detector and a profiler store whose database is stopped for 5 s mid-run (no acknowledged
+// registration, event or sample is lost, nothing is recorded twice).
 #include <signal.h>
 #include <unistd.h>
 
@@ -17,6 +17,7 @@
 #include "detector/detector.h"
 #include "detector/metadata_emulator.h"
 #include "gtest/gtest.h"
+#include "profiler/profile_store.h"
 #include "services/common/server.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
 #include "tests/testing/child_process.h"
@@ -173,11 +174,44 @@ TEST(DetectorReplicas, KilledAndPausedReplicasLoseAndRepeatNoNotice) {
   std::filesystem::remove_all(dir);
 }
 
+// One step's sample of worker w1 of job "restart".
+profiler::Sample SampleAt(int64_t step) {
+  profiler::Sample s;
+  s.job_id = "restart";
+  s.worker_id = "w1";
+  s.instance_type = "p3.2xlarge";
+  s.gpu_type = "V100";
+  s.gpus = 1;
+  s.batch_size = 128;
+  s.step = step;
+  s.wall_time_s = 1.7e9 + static_cast<double>(step);
+  s.iteration_time_s = 0.25;
+  s.loss = 3.5;
+  return s;
+}
+
 TEST(DetectorReplicas, ADatabaseStoppedForFiveSecondsLosesNothingAcknowledged) {
   auto server = testing_util::PostgresServer::Create();  // its own: this test stops it
   ASSERT_TRUE(server.ok()) << server.status();
   auto dsn = (*server)->CreateDatabase();
   ASSERT_TRUE(dsn.ok()) << dsn.status();
+  auto samples_dsn = (*server)->CreateDatabase();
+  ASSERT_TRUE(samples_dsn.ok()) << samples_dsn.status();
+  auto samples = profiler::ProfileStore::Open(*samples_dsn);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  // Batches of 5 samples (a ReportSamples call each), and which were acknowledged.
+  std::vector<std::vector<profiler::Sample>> batches;
+  std::set<int64_t> acknowledged_steps;
+  auto Report = [&] {
+    std::vector<profiler::Sample> batch;
+    for (int k = 0; k < 5; ++k)
+      batch.push_back(SampleAt(static_cast<int64_t>(batches.size()) * 5 + k + 1));
+    batches.push_back(batch);
+    if ((*samples)->AddSamples(batch, "test").ok()) {
+      for (const profiler::Sample& s : batch) acknowledged_steps.insert(s.step);
+    }
+  };
+  Report();
   auto emulator = d::MetadataEmulator::Start({});
   ASSERT_TRUE(emulator.ok()) << emulator.status();
   d::DetectorOptions options;
@@ -228,9 +262,11 @@ TEST(DetectorReplicas, ADatabaseStoppedForFiveSecondsLosesNothingAcknowledged) {
       ++refused;
     }
     reported_not_serving |= !detector->serving();
+    Report();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   ASSERT_TRUE((*server)->Start().ok());
+  Report();
   EXPECT_GT(refused, 0) << "the database was down for 5 s: some registration must have failed";
   EXPECT_TRUE(reported_not_serving);
   ASSERT_TRUE(Eventually([&] { return detector->serving(); }, 30));
@@ -269,6 +305,18 @@ TEST(DetectorReplicas, ADatabaseStoppedForFiveSecondsLosesNothingAcknowledged) {
   EXPECT_EQ(fresh_notices, notices);
   (*fresh)->Shutdown();
   (*emulator)->Stop();
+
+  // Every acknowledged sample is stored; every batch sent again (a reporter retrying what failed,
+  // and what it is unsure of) is stored once.
+  auto stored_samples = (*samples)->LoadSamples({});
+  ASSERT_TRUE(stored_samples.ok()) << stored_samples.status();
+  std::set<int64_t> stored_steps;
+  for (const profiler::Sample& s : *stored_samples) stored_steps.insert(s.step);
+  for (int64_t step : acknowledged_steps) EXPECT_TRUE(stored_steps.count(step)) << "step " << step;
+  EXPECT_EQ(stored_samples->size(), stored_steps.size());
+  for (const auto& batch : batches) ASSERT_TRUE((*samples)->AddSamples(batch, "test").ok());
+  EXPECT_EQ((*samples)->CountSamples().value_or(-1), static_cast<int64_t>(batches.size() * 5));
+  EXPECT_GE(batches.size(), 3u);  // before, while (each call retries for seconds) and after
 }
 
 }  // namespace
