@@ -415,9 +415,14 @@ class PostgresDatabase final : public Database {
 absl::StatusOr<std::unique_ptr<Database>> OpenPostgres(const std::string& uri,
                                                        absl::string_view field,
                                                        absl::string_view name) {
-  // Later keywords win over earlier ones, so the URI's own connect_timeout wins over this one.
-  const char* keywords[] = {"connect_timeout", "fallback_application_name", "dbname", nullptr};
-  const char* values[] = {"10", "spotdnn", uri.c_str(), nullptr};
+  // Later keywords win over earlier ones, so the URI's own settings win over these defaults: a
+  // 10 s connect timeout, keepalives on an idle connection, and a send that stays unacknowledged
+  // for 10 s (a database that drops packets instead of refusing them) failing the call, so that
+  // none hangs for TCP's many minutes.
+  const char* keywords[] = {
+      "connect_timeout",  "fallback_application_name", "keepalives_idle", "keepalives_interval",
+      "keepalives_count", "tcp_user_timeout",          "dbname",          nullptr};
+  const char* values[] = {"10", "spotdnn", "10", "5", "3", "10000", uri.c_str(), nullptr};
   PGconn* conn = PQconnectdbParams(keywords, values, /*expand_dbname=*/1);
   if (conn == nullptr) return absl::ResourceExhaustedError("libpq: out of memory");
   auto db = std::make_unique<PostgresDatabase>(conn, uri, std::string(name));
