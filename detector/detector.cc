@@ -110,19 +110,8 @@ absl::StatusOr<std::unique_ptr<Detector>> Detector::Open(DetectorOptions options
     // tried again by the background loop) instead of holding every request for seconds.
     d->store_->RetryBriefly();
     d->shared_store_->RetryBriefly();
-    const int64_t now = SteadyMs();
-    auto epoch =
-        d->store_->JoinLease(d->options_.replica_id, absl::ToInt64Milliseconds(d->options_.lease));
-    if (!epoch.ok()) return epoch.status();
-    d->epoch_ = *epoch;
-    d->lease_changes_ = 1;
-    d->renewed_at_ms_ = now;
-    Metrics().lease_changes.WithLabels({"joined"}).Increment();
-    auto leases = d->store_->LiveLeases(absl::ToInt64Milliseconds(d->options_.lease) * 20);
-    if (!leases.ok()) return leases.status();
-    std::vector<std::string> live;
-    for (const Lease& l : *leases) live.push_back(l.replica_id);
-    d->ring_ = HashRing(live);
+    if (absl::Status s = d->Join(); !s.ok()) return s;
+    if (absl::Status s = d->UpdateLiveReplicas(); !s.ok()) return s;
   }
   if (d->options_.run_poller) {
     Detector* self = d.get();
@@ -494,13 +483,19 @@ absl::StatusOr<bool> Detector::AppendLocked(Entry& e, EventKind kind, const std:
   if (!seen_key.empty()) e.seen.insert(seen_key);
   // Persisted before any subscriber can see it: a restart cannot lose a delivered event.
   StoreResultLocked(store_->AppendEvent(event, e.stored, seen_key));
-  events_.push_back(std::move(event));
-  if (events_.size() > options_.event_retention) {
-    events_.pop_front();
-    first_retained_ = events_.front().sequence;
-    if (first_retained_ % 1024 == 0) StoreResultLocked(store_->TrimEvents(first_retained_));
+  // A single replica trims its database now and then; shared ones in SharedLoop.
+  if (KeepLocked(std::move(event)) && first_retained_ % 1024 == 0) {
+    StoreResultLocked(store_->TrimEvents(first_retained_));
   }
   event_cv_.notify_all();
+  return true;
+}
+
+bool Detector::KeepLocked(Event event) {
+  events_.push_back(std::move(event));
+  if (events_.size() <= options_.event_retention) return false;
+  events_.pop_front();
+  first_retained_ = events_.front().sequence;
   return true;
 }
 
@@ -780,10 +775,17 @@ uint64_t Detector::last_sequence() const {
 
 void Detector::SetLiveReplicas(const std::vector<std::string>& replicas) {
   std::lock_guard<std::mutex> lock(mu_);
-  HashRing ring(replicas);
-  if (ring.replicas() == ring_.replicas()) return;
-  ring_ = std::move(ring);
+  SetLiveReplicasLocked(replicas);
+}
+
+bool Detector::SetLiveReplicasLocked(std::vector<std::string> replicas) {
+  // The ring (virtual nodes hashed) is built only when the set changed.
+  std::sort(replicas.begin(), replicas.end());
+  replicas.erase(std::unique(replicas.begin(), replicas.end()), replicas.end());
+  if (replicas == ring_.replicas()) return false;
+  ring_ = HashRing(replicas);
   for (auto& [id, e] : entries_) ReconcilePollingLocked(e);
+  return true;
 }
 
 std::string Detector::OwnerOf(const std::string& instance_id) const {
@@ -855,7 +857,7 @@ void Detector::SharedLoop() {
       next_live = 0;
     }
     if (now >= next_live) {
-      UpdateLiveReplicas();
+      (void)UpdateLiveReplicas();  // failed: counted; the monitor fences if it lasts
       next_live = now + std::max<int64_t>(50, lease_ms / 10);
     }
     if (now >= next_sync) {
@@ -902,45 +904,47 @@ void Detector::RenewLease() {
     FenceLocked("another replica took it, or it expired");
   }
   // Join again with a new epoch: whatever this replica wrote under the old one is fenced off.
-  absl::StatusOr<int64_t> joined = shared_store_->JoinLease(options_.replica_id, lease_ms);
+  (void)Join();  // failed: tried again at the next round
+}
+
+absl::Status Detector::Join() {
+  const int64_t sent = SteadyMs();
+  absl::StatusOr<int64_t> joined =
+      shared_store_->JoinLease(options_.replica_id, absl::ToInt64Milliseconds(options_.lease));
   std::lock_guard<std::mutex> lock(mu_);
   if (!joined.ok()) {
     store_ok_ = false;
     StoreResultLocked(joined.status());
-    return;
+    return joined.status();
   }
   epoch_ = *joined;
   renewed_at_ms_ = sent;
   fenced_ = false;
   ++lease_changes_;
   Metrics().lease_changes.WithLabels({"joined"}).Increment();
-  Log()->info("replica {}: joined again with lease epoch {}", options_.replica_id, epoch_);
-  // Its view of the instances is stale: read them back before polling them.
+  Log()->info("replica {}: joined with lease epoch {}", options_.replica_id, epoch_);
+  // After a loss its view of the instances is stale: read them back before polling them.
   for (auto& [id, e] : entries_) e.seen.clear();
   for (auto& [id, e] : entries_) ReconcilePollingLocked(e);
+  return absl::OkStatus();
 }
 
-void Detector::UpdateLiveReplicas() {
+absl::Status Detector::UpdateLiveReplicas() {
   absl::StatusOr<std::vector<Lease>> leases =
       shared_store_->LiveLeases(absl::ToInt64Milliseconds(options_.lease) * 20);
+  std::lock_guard<std::mutex> lock(mu_);
+  store_ok_ = leases.ok();
   if (!leases.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    store_ok_ = false;
     StoreResultLocked(leases.status());
-    return;
+    return leases.status();
   }
   std::vector<std::string> live;
   for (const Lease& l : *leases) live.push_back(l.replica_id);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    store_ok_ = true;
-    const HashRing ring(live);
-    if (ring.replicas() != ring_.replicas()) {
-      Log()->info("replica {}: live replicas now {}", options_.replica_id,
-                  absl::StrJoin(ring.replicas(), ","));
-    }
+  if (SetLiveReplicasLocked(live)) {
+    Log()->info("replica {}: live replicas now {}", options_.replica_id,
+                absl::StrJoin(ring_.replicas(), ","));
   }
-  SetLiveReplicas(live);
+  return absl::OkStatus();
 }
 
 void Detector::SyncRegistry() {
@@ -1019,11 +1023,7 @@ void Detector::TailEvents() {
     if (e.sequence <= tail_cursor_) continue;
     tail_cursor_ = e.sequence;
     next_sequence_ = e.sequence + 1;
-    events_.push_back(std::move(e));
-    if (events_.size() > options_.event_retention) {
-      events_.pop_front();
-      first_retained_ = events_.front().sequence;
-    }
+    (void)KeepLocked(std::move(e));
   }
   if (events->size() == kBatch) wake_tail_ = true;  // more to read
   event_cv_.notify_all();

@@ -196,6 +196,9 @@ class Detector {
   absl::StatusOr<bool> AppendLocked(Entry& entry, EventKind kind, const std::string& action,
                                     int64_t notice_unix_ms, int64_t effective_unix_ms,
                                     const std::string& detail, const std::string& seen_key);
+  // Adds an event to the in-memory log, dropping the oldest past the retention (true when it
+  // dropped one). Caller holds mu_.
+  bool KeepLocked(Event event);
   void PersistLocked(const Entry& entry);
   // Counts a failed store write. Caller holds mu_.
   void StoreResultLocked(const absl::Status& status);
@@ -210,7 +213,12 @@ class Detector {
   // pending notices) and its steps, on its own connection (shared_store_).
   void SharedLoop();
   void RenewLease();
-  void UpdateLiveReplicas();
+  // Takes the lease with a new epoch (at start, and after a loss). The store's error, counted.
+  absl::Status Join();
+  // Puts the replicas holding leases on the ring. The store's error, counted.
+  absl::Status UpdateLiveReplicas();
+  // SetLiveReplicas under mu_: whether the set changed.
+  bool SetLiveReplicasLocked(std::vector<std::string> replicas);
   // Stops holding anything until the lease is taken again. Caller holds mu_.
   void FenceLocked(const std::string& why);
   // Adopts a registration read back from the database. Caller holds mu_.
