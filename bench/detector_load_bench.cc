@@ -43,6 +43,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
+#include "tests/testing/child_process.h"
 #include "tests/testing/postgres_server.h"
 
 namespace d = ::spotdnn::detector;
@@ -203,72 +204,37 @@ std::map<std::string, int64_t> ScheduleNotices(const Flags& f, const std::string
 // The replicas mode (see the file comment).
 int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::path& tmp,
                 const std::vector<std::string>& ids, const std::vector<d::Cloud>& clouds) {
-  std::unique_ptr<spotdnn::testing_util::PostgresServer> server;
+  namespace tu = ::spotdnn::testing_util;
   std::string dsn = f.store;
   std::string where = "the PostgreSQL at " + f.store;
   if (f.store == "postgres") {
-    auto created = spotdnn::testing_util::PostgresServer::Create();
-    if (!created.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(created.status().message()).c_str());
-      return 1;
-    }
-    server = *std::move(created);
-    auto db = server->CreateDatabase();
+    // The tests' throwaway server (stopped when this process ends).
+    auto db = tu::FreshStoreSpec(tu::StoreBackend::kPostgres, "");
     if (!db.ok()) {
       std::fprintf(stderr, "%s\n", std::string(db.status().message()).c_str());
       return 1;
     }
     dsn = *db;
-    where = "a throwaway PostgreSQL on 127.0.0.1:" + std::to_string(server->port());
+    where = "a throwaway PostgreSQL on 127.0.0.1:" +
+            std::to_string(tu::SharedPostgresServer().value()->port());
   } else if (f.store.rfind("postgres://", 0) != 0 && f.store.rfind("postgresql://", 0) != 0) {
     std::fprintf(stderr, "--store %s: replicas share a PostgreSQL store (postgres or a URI)\n",
                  f.store.c_str());
     return 2;
   }
-  std::vector<pid_t> pids;
+  std::vector<std::unique_ptr<tu::Child>> replicas;  // killed on an early return
   std::vector<std::unique_ptr<pb::Detector::Stub>> stubs;
-  struct StopAll {
-    std::vector<pid_t>* pids;
-    ~StopAll() {
-      for (pid_t p : *pids) {
-        if (p > 0) kill(p, SIGTERM);
-      }
-      for (pid_t p : *pids) {
-        if (p > 0) waitpid(p, nullptr, 0);
-      }
-    }
-  } stop_all{&pids};
   for (int r = 0; r < f.replicas; ++r) {
     const std::string id = "r" + std::to_string(r);
     const std::string port_file = (tmp / ("port-" + id)).string();
-    const pid_t pid = fork();
-    if (pid == 0) {
-      const std::string log = (tmp / (id + ".log")).string();
-      FILE* out = std::fopen(log.c_str(), "w");
-      if (out != nullptr) dup2(fileno(out), 2);
-      std::vector<std::string> args = {f.detector,
-                                       "--listen=127.0.0.1:0",
-                                       "--port_file=" + port_file,
-                                       "--store=" + dsn,
-                                       "--replica_id=" + id,
-                                       "--poll_interval=" + std::to_string(f.interval_ms) + "ms",
-                                       "--request_timeout=800ms",
-                                       "--gce_long_poll_timeout_s=30",
-                                       "--lease=" + std::to_string(f.lease_ms) + "ms"};
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      std::perror("exec spotdnn-detector");
-      _exit(127);
-    }
-    pids.push_back(pid);
-    int port = 0;
-    for (int i = 0; i < 400 && port == 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-      std::ifstream in(port_file);
-      in >> port;
-    }
+    replicas.push_back(std::make_unique<tu::Child>(
+        std::vector<std::string>{f.detector, "--listen=127.0.0.1:0", "--port_file=" + port_file,
+                                 "--store=" + dsn, "--replica_id=" + id,
+                                 "--poll_interval=" + std::to_string(f.interval_ms) + "ms",
+                                 "--request_timeout=800ms", "--gce_long_poll_timeout_s=30",
+                                 "--lease=" + std::to_string(f.lease_ms) + "ms"},
+        (tmp / (id + ".log")).string()));
+    const int port = tu::ReadPort(port_file);
     if (port == 0) {
       std::fprintf(stderr, "replica %s did not start (see %s)\n", id.c_str(),
                    (tmp / (id + ".log")).c_str());
@@ -360,8 +326,8 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
   });
   while (d::NowUnixMs() < t0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::vector<double> cpu0;
-  for (pid_t p : pids) cpu0.push_back(ChildCpuSeconds(p));
-  std::vector<double> cpu1(pids.size(), -1);
+  for (const auto& r : replicas) cpu0.push_back(ChildCpuSeconds(r->pid()));
+  std::vector<double> cpu1(replicas.size(), -1);
   const auto wall0 = std::chrono::steady_clock::now();
   const int64_t end = t0 + f.window_s * 1000;
   const int64_t kill_at = f.kill_replica_at_s > 0
@@ -370,10 +336,8 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
   bool killed = false;
   while (d::NowUnixMs() < end) {
     if (!killed && d::NowUnixMs() >= kill_at) {
-      cpu1[0] = ChildCpuSeconds(pids[0]);
-      kill(pids[0], SIGKILL);
-      waitpid(pids[0], nullptr, 0);
-      pids[0] = -1;
+      cpu1[0] = ChildCpuSeconds(replicas[0]->pid());
+      replicas[0]->Kill();
       killed = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -381,8 +345,8 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   double cpu = 0;
-  for (size_t r = 0; r < pids.size(); ++r) {
-    if (cpu1[r] < 0) cpu1[r] = ChildCpuSeconds(pids[r]);
+  for (size_t r = 0; r < replicas.size(); ++r) {
+    if (cpu1[r] < 0) cpu1[r] = ChildCpuSeconds(replicas[r]->pid());
     cpu += cpu1[r] - cpu0[r];
   }
   // As in the single-process mode: one more poll interval and 2 s for late events.
@@ -401,6 +365,7 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
               live.c_str());
   std::lock_guard<std::mutex> lock(mu);
   PrintSummary(visible_at, notices_per_instance, latency_ms, other_events, cpu, wall);
+  for (auto& r : replicas) r->Stop();  // SIGTERM: each gives its lease up
   return 0;
 }
 

@@ -57,12 +57,9 @@ class BenchStore {
       spec_ = path_;
     } else if (flag == "postgres") {
 #ifdef SPOTDNN_BENCH_POSTGRES
-      absl::StatusOr<testing_util::PostgresServer*> server = Server();
-      if (!server.ok()) {
-        error_ = std::string(server.status().message());
-        return;
-      }
-      absl::StatusOr<std::string> uri = (*server)->CreateDatabase();
+      // A new database on the tests' throwaway server (one for the whole run).
+      absl::StatusOr<std::string> uri =
+          testing_util::FreshStoreSpec(testing_util::StoreBackend::kPostgres, "");
       if (uri.ok()) {
         spec_ = *uri;
       } else {
@@ -83,15 +80,6 @@ class BenchStore {
   const std::string& error() const { return error_; }
 
  private:
-#ifdef SPOTDNN_BENCH_POSTGRES
-  // One server for the whole run, stopped at exit.
-  static absl::StatusOr<testing_util::PostgresServer*> Server() {
-    static auto* server = new absl::StatusOr<std::unique_ptr<testing_util::PostgresServer>>(
-        testing_util::PostgresServer::Create());
-    if (!server->ok()) return server->status();
-    return server->value().get();
-  }
-#endif
   void Remove() {
     if (path_.empty()) return;
     for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(path_ + suffix);
