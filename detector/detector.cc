@@ -931,7 +931,7 @@ absl::Status Detector::Join() {
 
 absl::Status Detector::UpdateLiveReplicas() {
   absl::StatusOr<std::vector<Lease>> leases =
-      shared_store_->LiveLeases(absl::ToInt64Milliseconds(options_.lease) * 20);
+      shared_store_->LiveLeases();
   std::lock_guard<std::mutex> lock(mu_);
   store_ok_ = leases.ok();
   if (!leases.ok()) {

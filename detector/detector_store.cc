@@ -247,11 +247,18 @@ absl::Status DetectorStore::FlushHeartbeats(
 absl::StatusOr<int64_t> DetectorStore::JoinLease(const std::string& replica_id, int64_t lease_ms) {
   int64_t epoch = 0;
   absl::Status s = db_->Write([&]() -> absl::Status {
+    auto forgot =
+        db_->Exec(absl::StrCat("DELETE FROM replicas WHERE expires_ms < ", NowMs(), " - 20 * ?1"),
+                  {lease_ms});
+    if (!forgot.ok()) return Doing(forgot.status(), "forget expired leases");
+    // Epochs never repeat for an id, even once its row was forgotten: the database's clock in ms,
+    // or one more than the row's, whichever is larger (an old holder's epoch stays fenced off).
     auto row = db_->QueryOne(
-        absl::StrCat("INSERT INTO replicas (replica_id, epoch, expires_ms) VALUES (?1, 1, ",
-                     NowMs(),
-                     " + ?2) ON CONFLICT (replica_id) DO UPDATE SET epoch = replicas.epoch + 1, "
-                     "expires_ms = excluded.expires_ms RETURNING epoch"),
+        absl::StrCat("INSERT INTO replicas (replica_id, epoch, expires_ms) VALUES (?1, ", NowMs(),
+                     ", ", NowMs(),
+                     " + ?2) ON CONFLICT (replica_id) DO UPDATE SET epoch = CASE WHEN "
+                     "replicas.epoch >= excluded.epoch THEN replicas.epoch + 1 ELSE "
+                     "excluded.epoch END, expires_ms = excluded.expires_ms RETURNING epoch"),
         {replica_id, lease_ms});
     if (!row.ok()) return Doing(row.status(), "join");
     if (!row->has_value()) return absl::InternalError("detector store: join returned no epoch");
@@ -279,10 +286,7 @@ absl::Status DetectorStore::LeaveLease(const std::string& replica_id, int64_t ep
       "leave");
 }
 
-absl::StatusOr<std::vector<Lease>> DetectorStore::LiveLeases(int64_t forget_ms) {
-  auto forgot = db_->Exec(
-      absl::StrCat("DELETE FROM replicas WHERE expires_ms < ", NowMs(), " - ?1"), {forget_ms});
-  if (!forgot.ok()) return Doing(forgot.status(), "forget expired leases");
+absl::StatusOr<std::vector<Lease>> DetectorStore::LiveLeases() {
   auto rows = db_->QueryAll(
       absl::StrCat("SELECT replica_id, epoch, expires_ms FROM replicas WHERE expires_ms > ",
                    NowMs(), " ORDER BY replica_id"));

@@ -94,14 +94,17 @@ class DetectorStore {
   // Up to `limit` events with a sequence above `after`, oldest first.
   absl::StatusOr<std::vector<Event>> EventsAfter(uint64_t after, size_t limit);
 
-  // Leases. Join takes (or takes over) `replica_id`'s row with a new epoch, valid for
-  // `lease_ms`; Renew extends it while it is still held with `epoch` and unexpired (false when
-  // it was lost); Leave ends it at once (the others take its instances without waiting).
+  // Leases. Join takes (or takes over) `replica_id`'s row with a new epoch (larger than any that
+  // id had, its row forgotten or not), valid for
+  // `lease_ms`, and deletes the rows of leases expired 20 leases ago (replicas that are gone:
+  // pods come with new ids); Renew extends it while it is still held with `epoch` and unexpired
+  // (false when it was lost); Leave ends it at once (the others take its instances without
+  // waiting).
   absl::StatusOr<int64_t> JoinLease(const std::string& replica_id, int64_t lease_ms);
   absl::StatusOr<bool> RenewLease(const std::string& replica_id, int64_t epoch, int64_t lease_ms);
   absl::Status LeaveLease(const std::string& replica_id, int64_t epoch);
-  // The unexpired leases, by replica id (expired ones older than `forget_ms` are deleted).
-  absl::StatusOr<std::vector<Lease>> LiveLeases(int64_t forget_ms);
+  // The unexpired leases, by replica id.
+  absl::StatusOr<std::vector<Lease>> LiveLeases();
 
   // Deletes events with a sequence below `first_kept`.
   absl::Status TrimEvents(uint64_t first_kept);
