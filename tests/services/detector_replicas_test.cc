@@ -249,6 +249,14 @@ TEST(DetectorReplicas, ADatabaseStoppedForFiveSecondsLosesNothingAcknowledged) {
   ASSERT_TRUE(Eventually([&] { return detector->last_sequence() >= 1; }));
   ASSERT_TRUE((*server)->Stop().ok());
   const auto stopped = std::chrono::steady_clock::now();
+  // Samples reported meanwhile, on a thread of their own: each call retries for seconds.
+  std::atomic<bool> outage{true};
+  std::thread reporter([&] {
+    while (outage) {
+      Report();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
   // Registrations while it is down: each either acknowledged (kept) or refused (UNAVAILABLE).
   int refused = 0;
   bool reported_not_serving = false;
@@ -262,10 +270,11 @@ TEST(DetectorReplicas, ADatabaseStoppedForFiveSecondsLosesNothingAcknowledged) {
       ++refused;
     }
     reported_not_serving |= !detector->serving();
-    Report();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   ASSERT_TRUE((*server)->Start().ok());
+  outage = false;
+  reporter.join();
   Report();
   EXPECT_GT(refused, 0) << "the database was down for 5 s: some registration must have failed";
   EXPECT_TRUE(reported_not_serving);
