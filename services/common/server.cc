@@ -317,13 +317,11 @@ int ServeUntilSignal(const std::string& service_name, const std::string& listen,
   grpc::HealthCheckServiceInterface* health = started->server->GetHealthCheckService();
   if (serving && health != nullptr) {
     health_thread = std::thread([&] {
-      std::vector<std::string> names = SpotdnnServiceNames(services);
-      names.push_back("");
       std::optional<bool> was;
       while (!stop_health) {
         const bool now = serving();
         if (was != now) {
-          for (const std::string& name : names) health->SetServingStatus(name, now);
+          health->SetServingStatus(now);  // "" and every service
           if (was.has_value()) {
             logger->warn("health: {}", now ? "SERVING again" : "NOT_SERVING");
           }

@@ -21,6 +21,7 @@
 #include "services/common/server.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
 #include "tests/testing/child_process.h"
+#include "tests/testing/health_check.h"
 #include "tests/testing/postgres_server.h"
 
 namespace spotdnn::services {
@@ -326,6 +327,42 @@ TEST(DetectorReplicas, ADatabaseStoppedForFiveSecondsLosesNothingAcknowledged) {
   for (const auto& batch : batches) ASSERT_TRUE((*samples)->AddSamples(batch, "test").ok());
   EXPECT_EQ((*samples)->CountSamples().value_or(-1), static_cast<int64_t>(batches.size() * 5));
   EXPECT_GE(batches.size(), 3u);  // before, while (each call retries for seconds) and after
+}
+
+TEST(DetectorReplicas, HealthIsNotServingWhileTheDatabaseIsAway) {
+  auto server = testing_util::PostgresServer::Create();  // its own: this test stops it
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto dsn = (*server)->CreateDatabase();
+  ASSERT_TRUE(dsn.ok()) << dsn.status();
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("detector_health_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  Child replica(
+      {SPOTDNN_BINARY_DIR "/spotdnn-detector", "--listen=127.0.0.1:0",
+       "--port_file=" + (dir / "port").string(), "--store=" + *dsn, "--replica_id=h", "--lease=1s"},
+      (dir / "h.log").string());
+  const int port = ReadPort((dir / "port").string());
+  ASSERT_GT(port, 0);
+  auto channel = MakeChannel("127.0.0.1:" + std::to_string(port));
+  // The whole server and the Detector service by name, as probes ask.
+  auto health = [&](const std::string& service) {
+    std::string answer;
+    return testing_util::HealthCheck(*channel, service, &answer).ok() ? answer : "unreachable";
+  };
+  ASSERT_TRUE(Eventually([&] { return health("") == testing_util::kServing; }));
+  EXPECT_EQ(health("spotdnn.v1.Detector"), testing_util::kServing);
+  ASSERT_TRUE((*server)->Stop().ok());
+  EXPECT_TRUE(Eventually([&] {
+    return health("") == testing_util::kNotServing &&
+           health("spotdnn.v1.Detector") == testing_util::kNotServing;
+  }));
+  ASSERT_TRUE((*server)->Start().ok());
+  EXPECT_TRUE(Eventually([&] {
+    return health("") == testing_util::kServing &&
+           health("spotdnn.v1.Detector") == testing_util::kServing;
+  }));
+  EXPECT_TRUE(replica.Stop());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -38,6 +38,7 @@
 #include "spotdnn/v1/profiler.grpc.pb.h"
 #include "spotdnn/v1/provisioner.grpc.pb.h"
 #include "tests/testing/child_process.h"
+#include "tests/testing/health_check.h"
 
 namespace spotdnn::services {
 namespace {
@@ -58,19 +59,8 @@ std::chrono::system_clock::time_point In(std::chrono::milliseconds d) {
 
 std::string Binary(const std::string& name) { return std::string(SPOTDNN_BINARY_DIR) + "/" + name; }
 
-grpc::ByteBuffer Bytes(const std::string& data) {
-  grpc::Slice slice(data);
-  return grpc::ByteBuffer(&slice, 1);
-}
-
-std::string Text(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  if (!buffer.Dump(&slices).ok()) return "";
-  std::string out;
-  for (const grpc::Slice& s : slices)
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return out;
-}
+using testing_util::Bytes;
+using testing_util::Text;
 
 bool IsValidUtf8(const std::string& s) { return limits::ValidUtf8(s) == s; }
 
@@ -149,18 +139,7 @@ std::unique_ptr<Server> StartServer(const std::string& program, const fs::path& 
 
 // The health service's answer for `service` ("" = the whole server): SERVING is "08 01".
 grpc::Status HealthCheck(const Server& server, const std::string& service, std::string* answer) {
-  std::string request;
-  if (!service.empty()) request = std::string("\x0a", 1) + char(service.size()) + service;
-  grpc::ClientContext context;
-  context.set_deadline(In(std::chrono::seconds(5)));
-  grpc::ByteBuffer response;
-  const grpc::Status s = grpc::internal::BlockingUnaryCall(
-      server.channel.get(),
-      grpc::internal::RpcMethod("/grpc.health.v1.Health/Check",
-                                grpc::internal::RpcMethod::NORMAL_RPC),
-      &context, Bytes(request), &response);
-  *answer = Text(response);
-  return s;
+  return testing_util::HealthCheck(*server.channel, service, answer);
 }
 
 // A raw unary (or server-streaming: the first answer only) call of `method` with `request`.
