@@ -206,11 +206,8 @@ int Run(const Args& args, const Io& io) {
   const std::string job_id = spec->name;
   job::JobLockKeeper keeper(
       *std::move(lock),
-      [&]() -> absl::StatusOr<std::unique_ptr<db::HeldLock>> {
-        auto own = OpenJobStore(args);
-        if (!own.ok()) return own.status();
-        return (*own)->HoldJob(job_id, GatewayName());
-      },
+      // JobStore is thread-safe, and the lock takes a connection of its own.
+      [&] { return (*store)->HoldJob(job_id, GatewayName()); },
       [&controller] { controller.Detach(); }, absl::Seconds(5));
   if (!resume) {
     auto planned = controller.Plan(*spec_json, services::DataRegistry::WithBuiltins());

@@ -25,9 +25,9 @@ class JobLockKeeper {
  public:
   using TakeAgain = std::function<absl::StatusOr<std::unique_ptr<db::HeldLock>>()>;
 
-  // `take_again` is HoldJob on a store of the keeper's own: FAILED_PRECONDITION when another
-  // gateway holds the job (then `on_taken_by_another` runs once and the keeper stops), any other
-  // error (the database unreachable) is tried again next period.
+  // `take_again` is JobStore::HoldJob (thread-safe; the lock has its own connection):
+  // FAILED_PRECONDITION when another gateway holds the job (then `on_taken_by_another` runs once
+  // and the keeper stops), any other error (the database unreachable) is tried again next period.
   JobLockKeeper(std::unique_ptr<db::HeldLock> lock, TakeAgain take_again,
                 std::function<void()> on_taken_by_another, absl::Duration period)
       : lock_(std::move(lock)),
