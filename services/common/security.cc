@@ -93,8 +93,52 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
-// Checks "authorization: Bearer <token>" on every call but the health service's. gRPC runs it
-// for every call on a port with secure (TLS or local) credentials, before the handler.
+}  // namespace
+
+grpc::Status CheckBearerToken(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                              absl::string_view token, std::string* header_name) {
+  auto path = metadata.find(":path");
+  if (path != metadata.end() &&
+      absl::StartsWith(absl::string_view(path->second.data(), path->second.size()),
+                       kHealthServicePrefix)) {
+    return grpc::Status::OK;
+  }
+  // Header names are case-insensitive (RFC 9110); gRPC passes an upper-case name through as it
+  // came, so "Authorization" and "authorization" are two spellings of one header.
+  int found = 0;
+  absl::string_view value;
+  for (const auto& [key, header_value] : metadata) {
+    if (!absl::EqualsIgnoreCase(absl::string_view(key.data(), key.size()), "authorization")) {
+      continue;
+    }
+    if (++found == 1) {
+      value = absl::string_view(header_value.data(), header_value.size());
+      if (header_name != nullptr) header_name->assign(key.data(), key.size());
+    }
+  }
+  if (found == 0) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing \"authorization: Bearer <token>\" metadata");
+  }
+  // One header only: with several, another layer (a proxy, a handler) might read a different
+  // one than the one checked.
+  if (found > 1) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        absl::StrCat(found,
+                                     " \"authorization\" headers (names compared without regard "
+                                     "to case): send exactly one"));
+  }
+  if (!absl::ConsumePrefix(&value, kBearerPrefix) || !ConstantTimeEquals(value, token)) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid bearer token");
+  }
+  return grpc::Status::OK;
+}
+
+namespace {
+
+// Checks "authorization: Bearer <token>" on every call but the health service's (CheckBearerToken).
+// gRPC runs it for every call on a port with secure (TLS or local) credentials, before the
+// handler.
 class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
  public:
   explicit BearerTokenProcessor(std::string token) : token_(std::move(token)) {}
@@ -103,29 +147,14 @@ class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
 
   grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext*, OutputMetadata* consumed,
                        OutputMetadata*) override {
-    auto path = metadata.find(":path");
-    if (path != metadata.end() &&
-        absl::StartsWith(absl::string_view(path->second.data(), path->second.size()),
-                         kHealthServicePrefix)) {
-      return grpc::Status::OK;
-    }
-    auto header = metadata.find("authorization");
-    if (header == metadata.end()) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "missing \"authorization: Bearer <token>\" metadata");
-    }
-    // One header only: with several, another layer (a proxy, a handler) might read a different
-    // one than the one checked here.
-    if (metadata.count("authorization") > 1) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "more than one \"authorization\" header: send exactly one");
-    }
-    absl::string_view value(header->second.data(), header->second.size());
-    if (!absl::ConsumePrefix(&value, kBearerPrefix) || !ConstantTimeEquals(value, token_)) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid bearer token");
-    }
+    std::string name;
+    grpc::Status status = CheckBearerToken(metadata, token_, &name);
+    if (!status.ok() || name.empty()) return status;
     // The handlers have no use for the secret.
-    consumed->emplace("authorization", std::string(header->second.data(), header->second.size()));
+    auto header = metadata.find(name);
+    if (header != metadata.end()) {
+      consumed->emplace(name, std::string(header->second.data(), header->second.size()));
+    }
     return grpc::Status::OK;
   }
 

@@ -4,6 +4,7 @@
 #ifndef SPOTDNN_SERVICES_COMMON_SECURITY_H_
 #define SPOTDNN_SERVICES_COMMON_SECURITY_H_
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -62,6 +63,14 @@ absl::Status CheckListenSecurity(absl::string_view listen, const ServerSecurity&
 // naming the flag and path for a missing, unreadable or malformed file, or a half-configured pair.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     absl::string_view listen, const ServerSecurity& security);
+
+// The bearer-token check a server with --auth_token_file runs on every call's metadata (gRPC's
+// InputMetadata): OK for the health service's calls; otherwise exactly one "authorization" header,
+// its name compared without regard to case ("Authorization" and "authorization" count as two),
+// holding "Bearer <token>". UNAUTHENTICATED otherwise. `header_name`, when given, receives the
+// header's name as sent (empty for a health call).
+grpc::Status CheckBearerToken(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                              absl::string_view token, std::string* header_name = nullptr);
 
 // MakeServerCredentials' checks alone, for a main to fail (exit 2) before it opens its state.
 absl::Status ValidateServerSecurity(absl::string_view listen, const ServerSecurity& security);

@@ -314,5 +314,47 @@ TEST(CliSecurityOptions, EnvironmentDefaultsAndErrors) {
               AllOf(HasSubstr("--tls-ca"), HasSubstr(SecurityFiles::Get().missing_file)));
 }
 
+// ---- The bearer-token check on one call's metadata ----
+
+class BearerTokenCheckTest : public ::testing::Test {
+ protected:
+  grpc::Status Check(std::vector<std::pair<std::string, std::string>> headers) {
+    storage_ = std::move(headers);
+    std::multimap<grpc::string_ref, grpc::string_ref> metadata;
+    for (const auto& [name, value] : storage_) metadata.emplace(name, value);
+    return CheckBearerToken(metadata, "RIGHT");
+  }
+  std::vector<std::pair<std::string, std::string>> storage_;
+};
+
+TEST_F(BearerTokenCheckTest, OneHeaderWithTheTokenPasses) {
+  EXPECT_TRUE(
+      Check({{":path", "/spotdnn.v1.Predictor/Predict"}, {"authorization", "Bearer RIGHT"}}).ok());
+}
+
+TEST_F(BearerTokenCheckTest, TwoHeadersInAnyCaseAreRefused) {
+  // The probe's case: the wrong token under an upper-case name, the right one in lower case.
+  for (const std::string& upper : {"Authorization", "AUTHORIZATION", "aUtHoRiZaTiOn"}) {
+    for (const std::string& first : {"Bearer WRONG", "Bearer RIGHT"}) {
+      const grpc::Status s = Check({{upper, first}, {"authorization", "Bearer RIGHT"}});
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << upper << ": " << first;
+      EXPECT_THAT(s.error_message(), HasSubstr("2 \"authorization\" headers")) << upper;
+    }
+  }
+}
+
+TEST_F(BearerTokenCheckTest, AWrongOrMissingTokenIsRefusedWhateverTheNamesCase) {
+  EXPECT_EQ(Check({{"Authorization", "Bearer WRONG"}}).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Check({{"x-other", "Bearer RIGHT"}}).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Check({}).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // One header, spelled with capitals, holding the right token: one header, so it passes.
+  EXPECT_TRUE(Check({{"Authorization", "Bearer RIGHT"}}).ok());
+}
+
+TEST_F(BearerTokenCheckTest, HealthCallsNeedNoToken) {
+  EXPECT_TRUE(Check({{":path", "/grpc.health.v1.Health/Check"}}).ok());
+}
+
 }  // namespace
 }  // namespace spotdnn::services
