@@ -11,6 +11,7 @@
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "services/common/convert.h"
 #include "services/common/request_check.h"
+#include "services/common/request_size.h"
 #include "services/common/server.h"
 #include "spdlog/spdlog.h"
 
@@ -114,6 +115,17 @@ DetectorServiceImpl::DetectorServiceImpl(std::shared_ptr<d::Detector> detector)
             return self->AgentStreamRaw(context, stream);
           },
           this));
+  // The unary methods refuse a request larger than their limits allow before parsing it.
+  for (auto [index, handler] :
+       RequestSizeLimits<pb::Detector::Service>(this, pb::Detector::service_full_name())
+           .Unary("RegisterInstance", &pb::Detector::Service::RegisterInstance)
+           .Unary("UnregisterInstance", &pb::Detector::Service::UnregisterInstance)
+           .Unary("ListInstances", &pb::Detector::Service::ListInstances)
+           .Unary("ReplicaStatus", &pb::Detector::Service::ReplicaStatus)
+           .Unary("ListLifetimes", &pb::Detector::Service::ListLifetimes)
+           .Take()) {
+    MarkMethodStreamed(index, handler);
+  }
 }
 
 DetectorServiceImpl::~DetectorServiceImpl() { Stop(); }

@@ -16,6 +16,7 @@
 #include "services/common/convert.h"
 #include "services/common/limits.h"
 #include "services/common/request_check.h"
+#include "services/common/request_size.h"
 #include "services/common/server.h"
 
 namespace spotdnn::services {
@@ -69,6 +70,19 @@ PredictorServiceImpl::PredictorServiceImpl(std::shared_ptr<const DataRegistry> r
                  grpc::ServerUnaryStreamer<grpc::ByteBuffer, pb::PredictBatchResponse>* stream) {
             return PredictBatchRaw(context, stream);
           }));
+  // The other methods refuse a request larger than their limits allow before parsing it. The
+  // predictor does not read a catalog's lifetimes (the provisioner's risk model does): they do
+  // not raise its limits.
+  for (auto [index, handler] :
+       RequestSizeLimits<pb::Predictor::Service>(this, pb::Predictor::service_full_name())
+           .Unused({"spotdnn.v1.InstanceType.lifetimes"})
+           .Unary("Predict", &pb::Predictor::Service::Predict)
+           .Unary("LossCurve", &pb::Predictor::Service::LossCurve)
+           .Unary("ListCatalogs", &pb::Predictor::Service::ListCatalogs)
+           .Unary("ListWorkloads", &pb::Predictor::Service::ListWorkloads)
+           .Take()) {
+    MarkMethodStreamed(index, handler);
+  }
 }
 
 grpc::Status PredictorServiceImpl::Predict(grpc::ServerContext*, const pb::PredictRequest* request,

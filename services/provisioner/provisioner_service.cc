@@ -13,6 +13,7 @@
 #include "services/common/convert.h"
 #include "services/common/limits.h"
 #include "services/common/request_check.h"
+#include "services/common/request_size.h"
 #include "services/common/server.h"
 
 namespace spotdnn::services {
@@ -492,7 +493,18 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
 
 ProvisionerServiceImpl::ProvisionerServiceImpl(std::shared_ptr<const DataRegistry> registry,
                                                ProvisionerOptions options)
-    : models_(std::move(registry)), options_(options) {}
+    : models_(std::move(registry)), options_(options) {
+  // Each method refuses a request larger than its limits allow before parsing it.
+  for (auto [index, handler] :
+       RequestSizeLimits<pb::Provisioner::Service>(this, pb::Provisioner::service_full_name())
+           .Unary("Plan", &pb::Provisioner::Service::Plan)
+           .Unary("Replan", &pb::Provisioner::Service::Replan)
+           .Unary("Frontier", &pb::Provisioner::Service::Frontier)
+           .Unary("Simulate", &pb::Provisioner::Service::Simulate)
+           .Take()) {
+    MarkMethodStreamed(index, handler);
+  }
+}
 
 absl::StatusOr<PlanInputs> ProvisionerServiceImpl::Inputs(
     const grpc::ServerContext* context, const google::protobuf::Message& request,

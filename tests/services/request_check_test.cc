@@ -3,6 +3,7 @@
 #include "services/common/request_check.h"
 
 #include <cmath>
+#include <iostream>
 #include <limits>
 #include <string>
 
@@ -10,6 +11,9 @@
 #include "gtest/gtest.h"
 #include "services/common/convert.h"
 #include "services/common/limits.h"
+#include "services/common/request_size.h"
+#include "services/common/security.h"
+#include "spotdnn/v1/detector.pb.h"
 #include "spotdnn/v1/predictor.pb.h"
 #include "spotdnn/v1/profiler.pb.h"
 #include "spotdnn/v1/provisioner.pb.h"
@@ -188,6 +192,75 @@ TEST(ToGrpc, CutsLongMessagesToValidUtf8) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_LE(s.error_message().size(), limits::kMaxStatusMessageBytes);
   EXPECT_EQ(limits::ValidUtf8(s.error_message()), s.error_message());
+}
+
+// ---- Request sizes (request_size.h) ----
+
+TEST(MaxMessageBytes, APredictWithinTheLimitsFitsAndTheProbesDoesNot) {
+  // As the predictor counts it: without a catalog's lifetimes, which it does not read.
+  const size_t limit = MaxMessageBytes(v1::PredictRequest::descriptor(), kMaxMessageBytes,
+                                       {"spotdnn.v1.InstanceType.lifetimes"});
+  // The largest cluster the limits allow: 10,000 instances with 256-byte type names.
+  v1::PredictRequest request;
+  request.mutable_workload()->set_name(std::string(limits::kMaxNameBytes, 'w'));
+  request.mutable_catalog()->set_name(std::string(limits::kMaxNameBytes, 'c'));
+  for (size_t i = 0; i < limits::kMaxRepeatedEntries; ++i) {
+    auto* instance = request.mutable_cluster()->add_instances();
+    instance->set_instance_type(std::string(limits::kMaxNameBytes, 'a'));
+    instance->set_count(std::numeric_limits<int32_t>::max());
+  }
+  request.set_target_loss(1e300);
+  EXPECT_LE(request.ByteSizeLong(), limit);
+  // The probe's: 40,000,000 empty instances, 80,000,005 bytes.
+  EXPECT_LT(limit, 80'000'005u);
+}
+
+TEST(MaxMessageBytes, CountsStringsRepeatedFieldsAndNestingAndCapsTheRest) {
+  // Every message type of the spotdnn requests has a finite bound at most the cap.
+  for (const google::protobuf::Descriptor* type :
+       {v1::PredictRequest::descriptor(), v1::LossCurveRequest::descriptor(),
+        v1::PlanRequest::descriptor(), v1::FitProfileRequest::descriptor(),
+        v1::GetJobProgressRequest::descriptor()}) {
+    const size_t limit = MaxMessageBytes(type);
+    EXPECT_GT(limit, 0u) << type->full_name();
+    EXPECT_LE(limit, static_cast<size_t>(kMaxMessageBytes)) << type->full_name();
+  }
+  // One string field (job_id: 256 bytes, its tag and length, 266 in all): the floor of 4 KiB.
+  EXPECT_EQ(MaxMessageBytes(v1::GetJobProgressRequest::descriptor()), kMinRequestLimit);
+  // A WorkloadProfile: 10,000 compute entries dominate (each a few strings of 256 bytes).
+  const size_t profile = MaxMessageBytes(v1::WorkloadProfile::descriptor());
+  EXPECT_GT(profile, limits::kMaxRepeatedEntries * limits::kMaxNameBytes);
+  EXPECT_LT(profile, 10 * limits::kMaxRepeatedEntries * limits::kMaxNameBytes);
+  // With lifetimes (100,000 observations for each of 10,000 types) a catalog is capped; without
+  // them it is bounded by its types.
+  EXPECT_EQ(MaxMessageBytes(v1::PredictRequest::descriptor()),
+            static_cast<size_t>(kMaxMessageBytes));
+  EXPECT_LT(MaxMessageBytes(v1::PredictRequest::descriptor(), kMaxMessageBytes,
+                            {"spotdnn.v1.InstanceType.lifetimes"}),
+            static_cast<size_t>(kMaxMessageBytes));
+  // A bytes field is bounded by its handler: the message counts as the cap.
+  EXPECT_EQ(MaxMessageBytes(v1::ImportLogRequest::descriptor()),
+            static_cast<size_t>(kMaxMessageBytes));
+  EXPECT_EQ(MaxMessageBytes(v1::ImportLogRequest::descriptor(), 1000), 1000u);
+}
+
+// The limits the README's "Limits on requests" table gives, printed so that it can be checked.
+TEST(MaxMessageBytes, PrintsEachMethodsLimit) {
+  for (const char* service : {"spotdnn.v1.Predictor", "spotdnn.v1.Provisioner",
+                              "spotdnn.v1.Profiler", "spotdnn.v1.Detector"}) {
+    const google::protobuf::ServiceDescriptor* d =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(service);
+    ASSERT_NE(d, nullptr) << service;
+    const std::vector<std::string> unused =
+        std::string(service) == "spotdnn.v1.Predictor"
+            ? std::vector<std::string>{"spotdnn.v1.InstanceType.lifetimes"}
+            : std::vector<std::string>{};
+    for (int i = 0; i < d->method_count(); ++i) {
+      const size_t limit = MaxMessageBytes(d->method(i)->input_type(), kMaxMessageBytes, unused);
+      std::cout << "[limit] " << service << "/" << d->method(i)->name() << " "
+                << d->method(i)->input_type()->full_name() << " " << limit << std::endl;
+    }
+  }
 }
 
 }  // namespace
