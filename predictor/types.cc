@@ -172,14 +172,15 @@ std::string Target::Describe() const {
   return absl::StrFormat("loss %g", value);
 }
 
-absl::Status WorkloadProfile::Validate() const {
+absl::Status WorkloadProfile::Validate(Completeness completeness) const {
   const std::string where = absl::StrCat("workload \"", name, "\": ");
-  if (auto s = RequirePositive(absl::StrCat(where, "parameter_size_mb"), parameter_size_mb);
-      !s.ok()) {
+  const auto size_check =
+      completeness == Completeness::kComplete ? RequirePositive : RequireNonNegative;
+  if (auto s = size_check(absl::StrCat(where, "parameter_size_mb"), parameter_size_mb); !s.ok()) {
     return s;
   }
-  if (auto s = RequirePositive(absl::StrCat(where, "required_bandwidth_mb_per_s"),
-                               required_bandwidth_mb_per_s);
+  if (auto s = size_check(absl::StrCat(where, "required_bandwidth_mb_per_s"),
+                          required_bandwidth_mb_per_s);
       !s.ok()) {
     return s;
   }

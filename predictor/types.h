@@ -137,8 +137,12 @@ struct WorkloadProfile {
   std::optional<SharedPsModel> shared_ps;     // kappa of the kSharedPs variant
   ModelVariant variant = ModelVariant::kPaper;
 
+  // How complete a profile must be: a profile to predict with needs S_parm and B_req
+  // (kComplete); one a fit stores may leave what its samples did not determine at 0 (kPartial).
+  // Every value that is set passes the same checks either way.
+  enum class Completeness { kComplete, kPartial };
   // OK when the profile's numbers are usable; otherwise INVALID_ARGUMENT naming the field.
-  absl::Status Validate() const;
+  absl::Status Validate(Completeness completeness = Completeness::kComplete) const;
 };
 
 // What a prediction or a plan trains for: a loss (eq. 3 gives the iterations), a number of global

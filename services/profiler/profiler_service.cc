@@ -1,7 +1,9 @@
 #include "services/profiler/profiler_service.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -10,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/support/method_handler.h"
 #include "grpcpp/support/proto_buffer_reader.h"
@@ -19,6 +22,7 @@
 #include "services/common/data_registry.h"
 #include "services/common/limits.h"
 #include "services/common/request_check.h"
+#include "services/common/request_size.h"
 #include "services/common/server.h"
 
 namespace spotdnn::services {
@@ -202,6 +206,23 @@ ProfilerServiceImpl::ProfilerServiceImpl(std::shared_ptr<profiler::ProfileStore>
             return self->ReportSamplesRaw(context, reader, response);
           },
           this));
+  // The other methods refuse a request larger than their limits allow before parsing it; an
+  // import carries its content, up to --max_import_bytes.
+  const size_t import_limit = static_cast<size_t>(std::min<std::uint64_t>(
+      options_.max_import_bytes + (1u << 20), static_cast<std::uint64_t>(kMaxMessageBytes)));
+  for (auto [index, handler] :
+       RequestSizeLimits<pb::Profiler::Service>(this, pb::Profiler::service_full_name())
+           .Unary("ImportLog", &pb::Profiler::Service::ImportLog, import_limit)
+           .Unary("FitProfile", &pb::Profiler::Service::FitProfile)
+           .Unary("GetProfile", &pb::Profiler::Service::GetProfile)
+           .Unary("ListProfiles", &pb::Profiler::Service::ListProfiles)
+           .Unary("DeleteProfile", &pb::Profiler::Service::DeleteProfile)
+           .Unary("PutProfile", &pb::Profiler::Service::PutProfile)
+           .Unary("GetJobProgress", &pb::Profiler::Service::GetJobProgress)
+           .Unary("ValidateProfile", &pb::Profiler::Service::ValidateProfile)
+           .Take()) {
+    MarkMethodStreamed(index, handler);
+  }
 }
 
 grpc::Status ProfilerServiceImpl::ReportSamplesRaw(grpc::ServerContext* context,
@@ -402,6 +423,17 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext* context,
       !s.ok()) {
     return ToGrpc(s);
   }
+  if (request->has_base()) {
+    // The base's values go into the stored profile as they are: they pass the store's check
+    // before any work, named as the request names them ("base.compute[0].batch_per_gpu").
+    const predictor::WorkloadProfile base = ToDomain(request->base());
+    if (absl::Status s = base.Validate(predictor::WorkloadProfile::Completeness::kPartial);
+        !s.ok()) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+          "base.",
+          absl::StripPrefix(s.message(), absl::StrCat("workload \"", base.name, "\": ")))));
+    }
+  }
   // Bounded before it runs (LoadJobs), and stopped at the call's deadline (or the server's limit)
   // while it runs.
   auto samples = LoadJobs(request->job_ids(), "job_ids");
@@ -553,6 +585,13 @@ grpc::Status ProfilerServiceImpl::ValidateProfile(grpc::ServerContext* context,
 }
 
 absl::StatusOr<pb::WorkloadProfile> ProfilerServiceImpl::Store(pb::WorkloadProfile profile) {
+  // Every way into the store (PutProfile, FitProfile) passes this one check: what a fit did not
+  // determine may be 0, every value that is set must be usable.
+  if (absl::Status s =
+          ToDomain(profile).Validate(predictor::WorkloadProfile::Completeness::kPartial);
+      !s.ok()) {
+    return s;
+  }
   auto version = store_->PutProfile(profile.name(), [&profile](int v) {
     profile.set_version(v);
     return ToJson(profile, /*pretty=*/true);
@@ -629,7 +668,10 @@ grpc::Status ProfilerServiceImpl::GetJobProgress(grpc::ServerContext*,
     out->set_samples(w.samples);
     out->set_last_wall_time_s(w.last_wall_time_s);
     out->set_last_loss(w.last_loss);
-    total += w.steps;
+    // Steps are int64 each (a sample may say step 2^63-1): the sum saturates instead of wrapping.
+    total = w.steps > std::numeric_limits<std::int64_t>::max() - total
+                ? std::numeric_limits<std::int64_t>::max()
+                : total + std::max<std::int64_t>(w.steps, 0);
   }
   response->set_total_steps(total);
   return grpc::Status::OK;

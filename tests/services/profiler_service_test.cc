@@ -8,6 +8,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +20,7 @@
 #include "services/common/convert.h"
 #include "services/common/data_registry.h"
 #include "services/common/server.h"
+#include "services/detector/sample_forwarder.h"
 
 namespace spotdnn::services {
 namespace {
@@ -39,7 +42,8 @@ class ProfilerServiceTest : public ::testing::Test {
     ASSERT_TRUE(started.ok()) << started.status();
     server_ = std::move(started->server);
     ASSERT_GT(started->port, 0);
-    stub_ = pb::Profiler::NewStub(MakeChannel("127.0.0.1:" + std::to_string(started->port)));
+    target_ = "127.0.0.1:" + std::to_string(started->port);
+    stub_ = pb::Profiler::NewStub(MakeChannel(target_));
   }
   void TearDown() override {
     server_->Shutdown();
@@ -94,6 +98,7 @@ class ProfilerServiceTest : public ::testing::Test {
   }
 
   std::filesystem::path db_;
+  std::string target_;
   std::shared_ptr<profiler::ProfileStore> store_;
   std::unique_ptr<ProfilerServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -144,6 +149,83 @@ TEST_F(ProfilerServiceTest, StreamsSamplesAndFitsAProfileFromThem) {
   EXPECT_EQ(response.profile().version(), 2);
 }
 
+TEST_F(ProfilerServiceTest, FitProfileRefusesABaseThatPutProfileRefuses) {
+  Stream();
+  struct Case {
+    std::function<void(pb::WorkloadProfile*)> set;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {[](pb::WorkloadProfile* b) { b->mutable_compute(0)->set_batch_per_gpu((1 << 20) + 1); },
+       "base.compute[0].batch_per_gpu = 1048577"},
+      {[](pb::WorkloadProfile* b) { b->mutable_compute(0)->set_batch_per_gpu(-5); },
+       "base.compute[0].batch_per_gpu = -5"},
+      {[](pb::WorkloadProfile* b) { b->set_parameter_size_mb(-1); }, "base.parameter_size_mb = -1"},
+  };
+  for (const Case& c : cases) {
+    pb::FitProfileRequest request;
+    request.set_name("bad-base");
+    request.set_parameter_server_bandwidth_mb_per_s(1200);
+    pb::WorkloadProfile* base = request.mutable_base();
+    base->set_name("b");
+    base->set_parameter_size_mb(100);
+    base->set_required_bandwidth_mb_per_s(500);
+    pb::ComputeProfile* compute = base->add_compute();
+    compute->set_instance_type("g4dn.xlarge");
+    compute->set_batch_per_gpu(64);
+    compute->set_measured_samples_per_s(100);
+    c.set(base);
+    // PutProfile refuses the same values.
+    grpc::ClientContext put_context;
+    pb::WorkloadProfile put_response;
+    EXPECT_EQ(stub_->PutProfile(&put_context, *base, &put_response).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT)
+        << c.says;
+    grpc::ClientContext context;
+    pb::FitProfileResponse response;
+    const grpc::Status s = stub_->FitProfile(&context, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.says;
+    EXPECT_THAT(s.error_message(), HasSubstr(c.says));
+  }
+  // Nothing was stored.
+  grpc::ClientContext list_context;
+  pb::ListProfilesResponse listed;
+  ASSERT_TRUE(stub_->ListProfiles(&list_context, {}, &listed).ok());
+  for (const pb::WorkloadProfile& p : listed.profiles()) {
+    EXPECT_NE(p.name(), "bad-base");
+    EXPECT_NE(p.name(), "b");
+  }
+}
+
+// The agent's sink: a batch the profiler answers for with INVALID_ARGUMENT because one message
+// could not be parsed (a string that is not UTF-8) is an answer for the whole batch (its valid
+// samples stored, the bad one rejected), not a failure to retry.
+TEST_F(ProfilerServiceTest, TheAgentsSinkTakesARefusalWithCountsAsTheAnswer) {
+  std::unique_ptr<SampleSink> sink = MakeProfilerSink(target_);
+  std::vector<pb::Sample> batch(3);
+  for (int i = 0; i < 3; ++i) {
+    batch[i].set_job_id("sink-utf8");
+    batch[i].set_worker_id("w0");
+    batch[i].set_step(i + 1);
+    batch[i].set_iteration_time_s(0.1);
+  }
+  batch[1].set_instance_type("\xc3\x28");  // not UTF-8: the profiler cannot parse it
+  absl::StatusOr<SinkReply> reply = sink->Send(batch);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->accepted, 2u);
+  EXPECT_EQ(reply->rejected, 1u);
+  ASSERT_FALSE(reply->errors.empty());
+  EXPECT_THAT(reply->errors[0], HasSubstr("samples[1]"));
+  grpc::ClientContext context;
+  pb::GetJobProgressRequest request;
+  request.set_job_id("sink-utf8");
+  pb::GetJobProgressResponse progress;
+  ASSERT_TRUE(stub_->GetJobProgress(&context, request, &progress).ok());
+  ASSERT_EQ(progress.workers_size(), 1);
+  EXPECT_EQ(progress.workers(0).samples(), 2);
+  EXPECT_EQ(progress.workers(0).steps(), 3);
+}
+
 TEST_F(ProfilerServiceTest, JobProgressSumsEachWorkersHighestStep) {
   Stream();  // job prof-n4: workers w0..w3 at steps 0..39
   grpc::ClientContext context;
@@ -169,6 +251,31 @@ TEST_F(ProfilerServiceTest, JobProgressSumsEachWorkersHighestStep) {
   grpc::Status empty = stub_->GetJobProgress(&empty_context, request, &progress);
   EXPECT_EQ(empty.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(empty.error_message(), HasSubstr("job_id"));
+}
+
+TEST_F(ProfilerServiceTest, JobProgressSaturatesInsteadOfWrapping) {
+  // Two workers at step 2^63-1: the sum is not representable and must not wrap to -2.
+  grpc::ClientContext context;
+  pb::ReportSamplesResponse response;
+  auto writer = stub_->ReportSamples(&context, &response);
+  for (const char* worker : {"w0", "w1"}) {
+    pb::Sample s;
+    s.set_job_id("huge-steps");
+    s.set_worker_id(worker);
+    s.set_step(std::numeric_limits<std::int64_t>::max());
+    s.set_iteration_time_s(0.5);
+    ASSERT_TRUE(writer->Write(s));
+  }
+  writer->WritesDone();
+  ASSERT_TRUE(writer->Finish().ok());
+  ASSERT_EQ(response.accepted(), 2u);
+  grpc::ClientContext progress_context;
+  pb::GetJobProgressRequest request;
+  request.set_job_id("huge-steps");
+  pb::GetJobProgressResponse progress;
+  ASSERT_TRUE(stub_->GetJobProgress(&progress_context, request, &progress).ok());
+  ASSERT_EQ(progress.workers_size(), 2);
+  EXPECT_EQ(progress.total_steps(), std::numeric_limits<std::int64_t>::max());
 }
 
 TEST_F(ProfilerServiceTest, RejectsBadSamplesWithTheirReason) {
@@ -360,7 +467,8 @@ TEST_F(ProfilerServiceTest, FitsTheSharedPsModelFromCheckpointExportsAndValidate
   grpc::ClientContext c6;
   const grpc::Status variant = stub_->ValidateProfile(&c6, bad, &checked);
   EXPECT_EQ(variant.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(variant.error_message(), HasSubstr("model_variant = 7: not a spotdnn.v1.ModelVariant"));
+  EXPECT_THAT(variant.error_message(),
+              HasSubstr("model_variant = 7: not a spotdnn.v1.ModelVariant"));
   bad = validate;
   bad.set_iterations(1e16);
   grpc::ClientContext c7;
