@@ -37,18 +37,23 @@ absl::Status CheckCount(const char* field, std::int64_t value) {
 }  // namespace
 
 absl::Status ValidateSample(const Sample& s) {
-  for (const auto& [field, value] :
-       {std::pair<const char*, const std::string*>{"job_id", &s.job_id},
-        {"worker_id", &s.worker_id},
-        {"instance_type", &s.instance_type},
-        {"gpu_type", &s.gpu_type}}) {
-    if (value->size() > limits::kMaxNameBytes) {
-      return absl::InvalidArgumentError(limits::LengthError(field, *value, limits::kMaxNameBytes));
+  for (const auto& [field, value, limit] :
+       {std::tuple<const char*, const std::string*, size_t>{"job_id", &s.job_id,
+                                                            limits::kMaxNameBytes},
+        {"worker_id", &s.worker_id, limits::kMaxNameBytes},
+        {"instance_type", &s.instance_type, limits::kMaxNameBytes},
+        {"gpu_type", &s.gpu_type, limits::kMaxNameBytes},
+        {"cluster", &s.cluster, limits::kMaxTextBytes}}) {
+    if (value->size() > limit) {
+      return absl::InvalidArgumentError(limits::LengthError(field, *value, limit));
     }
-  }
-  if (s.cluster.size() > limits::kMaxTextBytes) {
-    return absl::InvalidArgumentError(
-        limits::LengthError("cluster", s.cluster, limits::kMaxTextBytes));
+    // The sample's strings travel as protobuf strings, which must be UTF-8: a sample that could
+    // not be sent (or stored) is refused here, wherever it came from.
+    if (!limits::IsValidUtf8(*value)) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " = ", limits::Quote(*value),
+                                                     ": not valid UTF-8 (invalid bytes shown as "
+                                                     "U+FFFD)"));
+    }
   }
   for (const auto& [field, value] : {std::pair<const char*, double>{"wall_time_s", s.wall_time_s},
                                      {"iteration_time_s", s.iteration_time_s},

@@ -85,6 +85,10 @@ inline std::string ValidUtf8(absl::string_view text, size_t max_bytes = SIZE_MAX
   return out;
 }
 
+// Whether `text` is valid UTF-8 (no overlong forms, no UTF-16 surrogates), as protobuf requires
+// of a string field.
+inline bool IsValidUtf8(absl::string_view text) { return ValidUtf8(text) == text; }
+
 // A caller's value for an error message: in double quotes, valid UTF-8, at most kMaxQuotedBytes
 // of it; a longer value is cut and its length given ("abc…" (8000 bytes)).
 inline std::string Quote(absl::string_view value) {

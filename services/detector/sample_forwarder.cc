@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/escaping.h"
@@ -52,6 +53,31 @@ std::pair<std::string, std::string> KeyOf(const v1::Sample& s) {
   return {s.job_id(), s.worker_id()};
 }
 
+// The reply an INVALID_ARGUMENT answer of ReportSamples stands for when it carries the stream's
+// counts (spotdnn-accepted, spotdnn-rejected in trailing metadata); nullopt for any other error.
+std::optional<SinkReply> AnsweredWithRefusals(const grpc::ClientContext& context,
+                                              const grpc::Status& status) {
+  if (status.error_code() != grpc::StatusCode::INVALID_ARGUMENT) return std::nullopt;
+  const auto& trailers = context.GetServerTrailingMetadata();
+  const auto count = [&](const char* key) -> std::optional<uint64_t> {
+    auto it = trailers.find(key);
+    uint64_t n = 0;
+    if (it == trailers.end() ||
+        !absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &n)) {
+      return std::nullopt;
+    }
+    return n;
+  };
+  const std::optional<uint64_t> accepted = count("spotdnn-accepted");
+  const std::optional<uint64_t> rejected = count("spotdnn-rejected");
+  if (!accepted || !rejected) return std::nullopt;
+  SinkReply reply;
+  reply.accepted = *accepted;
+  reply.rejected = *rejected;
+  reply.errors.push_back(status.error_message());
+  return reply;
+}
+
 class ProfilerSink final : public SampleSink {
  public:
   ProfilerSink(const std::string& target, absl::Duration deadline)
@@ -77,6 +103,12 @@ class ProfilerSink final : public SampleSink {
       context_ = nullptr;
     }
     if (!status.ok()) {
+      // The profiler read the whole stream and answers for every message, but refuses some it
+      // could not parse (it says so with INVALID_ARGUMENT and its counts in trailing metadata):
+      // an answer for the whole batch, not a failure to send it again and again.
+      if (std::optional<SinkReply> answered = AnsweredWithRefusals(context, status)) {
+        return *answered;
+      }
       // A fresh channel for the next attempt: gRPC's own reconnect backoff (up to minutes) must
       // not delay the first batch after the profiler is back; the forwarder paces the retries.
       stub_ = v1::Profiler::NewStub(MakeChannel(target_));

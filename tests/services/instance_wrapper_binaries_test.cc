@@ -254,6 +254,45 @@ TEST_F(InstanceWrapperBinaries, SamplesReachTheProfilerThroughAFiveSecondOutage)
             << std::endl;
 }
 
+// Issue 23: lines the profiler could not take (strings that are not UTF-8) are refused at the
+// agent, counted and logged, and never poison a batch: every valid step after them arrives, at
+// once (not after --flush_timeout).
+TEST_F(InstanceWrapperBinaries, AnInvalidLineCostsNoValidSample) {
+  StartEmulator();
+  const int port = FreeLoopbackPort();
+  ASSERT_GT(port, 0);
+  auto profiler = StartProfiler(port);
+  const std::string script =
+      "printf 'SPOTDNN_SAMPLE step=1 iteration_time_s=0.1\\n'; "
+      "printf 'SPOTDNN_SAMPLE step=2 iteration_time_s=0.1 instance_type=\\303\\050\\n'; "
+      "printf 'SPOTDNN_SAMPLE step=2 iteration_time_s=0.1\\n'; "
+      "printf 'SPOTDNN_SAMPLE step=3 iteration_time_s=0.1 worker_id=w\\377\\376\\n'; "
+      "printf 'SPOTDNN_SAMPLE step=3 iteration_time_s=0.1\\n'";
+  const auto start = Clock::now();
+  Process agent(Agent("i-utf8", "job-utf8",
+                      {absl::StrCat("--profiler=127.0.0.1:", port), "--flush_timeout=20s", "--",
+                       "/bin/sh", "-c", script}),
+                {}, Path("agent.log"));
+  const std::optional<int> status = agent.Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(status.has_value()) << Slurp(Path("agent.log"));
+  EXPECT_EQ(*status, 0) << Slurp(Path("agent.log"));
+  const double took_s = SecondsSince(start);
+  const v1::GetJobProgressResponse progress = Progress(port, "job-utf8");
+  ASSERT_EQ(progress.workers_size(), 1) << Slurp(Path("agent.log"));
+  EXPECT_EQ(progress.workers(0).worker_id(), "i-utf8");
+  EXPECT_EQ(progress.workers(0).steps(), 3);
+  EXPECT_EQ(progress.workers(0).samples(), 3);  // steps 1, 2 and 3: none lost
+  const std::string log = Slurp(Path("agent.log"));
+  EXPECT_THAT(log, HasSubstr("2 malformed"));
+  EXPECT_THAT(log, HasSubstr("instance_type = "));
+  EXPECT_THAT(log, HasSubstr("not valid UTF-8"));
+  EXPECT_THAT(log, HasSubstr("3 acknowledged"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("already reported")));
+  // No batch was refused and retried until the flush timeout.
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("did not take")));
+  std::cout << "[measured] agent with 2 invalid lines exited after " << took_s << " s" << std::endl;
+}
+
 // The spool outlives the agent: samples the profiler never took are sent by the next agent on
 // the instance, and a step already queued before the restart is not queued again.
 TEST_F(InstanceWrapperBinaries, TheSpoolCarriesSamplesAcrossAnAgentRestart) {
