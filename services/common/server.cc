@@ -7,9 +7,11 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/descriptor.h"
+#include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/support/server_interceptor.h"
@@ -31,6 +34,14 @@
 
 namespace spotdnn::services {
 namespace {
+
+// Calls being answered (created, not yet destroyed) but for the streams that only wait.
+std::atomic<int> g_calls_in_flight{0};
+
+// Streams a client holds open to be told things: shutdown does not wait for them.
+const std::set<std::string, std::less<>> kWaitingStreams = {"/grpc.health.v1.Health/Watch",
+                                                            "/spotdnn.v1.Detector/WatchEvents",
+                                                            "/spotdnn.v1.Detector/AgentStream"};
 
 // Turns gRPC's answer to a request it could not parse (INTERNAL with an empty message: the
 // handler never ran, and no handler of ours answers INTERNAL without a message) into
@@ -71,10 +82,16 @@ class UnparsableRequestInterceptorFactory final
 // Counts every call by method and status code and observes its duration by method, into the
 // default registry: spotdnn_rpc_requests_total{method,code} and spotdnn_rpc_duration_seconds
 // {method}. A call is timed from the interceptor's creation (the call's start) to its status
-// being sent.
+// being sent. The method label is one of the server's own methods or "unknown": a client must
+// not be able to make a label (and memory in every scrape) per name it makes up.
+// It also counts the calls in flight that shutdown waits for (CallsInFlight).
 class RpcMetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
-  explicit RpcMetricsInterceptor(const char* method) : method_(method), start_(absl::Now()) {}
+  RpcMetricsInterceptor(std::string method, bool in_flight)
+      : method_(std::move(method)), start_(absl::Now()), in_flight_(in_flight) {
+    if (in_flight_) g_calls_in_flight.fetch_add(1);
+  }
+  ~RpcMetricsInterceptor() override { Done(); }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
@@ -90,22 +107,42 @@ class RpcMetricsInterceptor final : public grpc::experimental::Interceptor {
           metrics::LatencyBuckets());
       requests.WithLabels({method_, absl::StatusCodeToString(code)}).Increment();
       durations.WithLabels({method_}).Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+      // Answered: no longer work in flight (gRPC may destroy the call a little later).
+      Done();
     }
     methods->Proceed();
   }
 
  private:
+  void Done() {
+    if (in_flight_) g_calls_in_flight.fetch_sub(1);
+    in_flight_ = false;
+  }
+
   std::string method_;
   absl::Time start_;
+  bool in_flight_;
 };
 
 class RpcMetricsInterceptorFactory final
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
+  explicit RpcMetricsInterceptorFactory(std::set<std::string, std::less<>> methods)
+      : methods_(std::move(methods)) {}
+
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    return new RpcMetricsInterceptor(info->method());
+    const char* method = info->method();
+    const bool known = method != nullptr && methods_.count(absl::string_view(method)) > 0;
+    // Streams that only wait for something to tell (health Watch, WatchEvents, AgentStream) are
+    // not work in flight: shutdown ends them at once.
+    const bool waits = known && kWaitingStreams.count(absl::string_view(method)) > 0;
+    return new RpcMetricsInterceptor(known ? std::string(method) : std::string(kUnknownMethod),
+                                     !waits);
   }
+
+ private:
+  const std::set<std::string, std::less<>> methods_;
 };
 
 // The spotdnn services among `services`, by full name, for per-service health.
@@ -123,6 +160,24 @@ std::vector<std::string> SpotdnnServiceNames(const std::vector<grpc::Service*>& 
     }
   }
   return names;
+}
+
+// The full method names ("/spotdnn.v1.Predictor/Predict") a server with `services` answers: the
+// spotdnn services' methods, the health service's and reflection's. The closed set of values of
+// the metrics' method label.
+std::set<std::string, std::less<>> ServedMethods(const std::vector<grpc::Service*>& services) {
+  std::set<std::string, std::less<>> methods = {
+      "/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch",
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"};
+  for (const std::string& name : SpotdnnServiceNames(services)) {
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
+    if (service == nullptr) continue;
+    for (int i = 0; i < service->method_count(); ++i) {
+      methods.insert(absl::StrCat("/", name, "/", service->method(i)->name()));
+    }
+  }
+  return methods;
 }
 
 // Runs malloc_trim(0) on a background thread shortly after it is asked to (see
@@ -236,12 +291,15 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
   if (!listen.empty()) {
     builder.AddListeningPort(listen, credentials, &started.port);
   }
+  // The sync server's polling threads wait this long for work before looking again; gRPC's 10 s
+  // default held a shutdown that long after the last call had ended.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 200);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<UnparsableRequestInterceptorFactory>());
   // After the one above, so that it counts the status that one rewrites.
-  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>());
+  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(ServedMethods(services)));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   for (grpc::Service* service : services) builder.RegisterService(service);
   started.server = builder.BuildAndStart();
@@ -255,6 +313,28 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
     }
   }
   return started;
+}
+
+int CallsInFlight() { return g_calls_in_flight.load(); }
+
+void ShutdownWithin(grpc::Server& server, absl::Duration grace) {
+  const auto deadline = std::chrono::system_clock::now() + absl::ToChronoNanoseconds(grace);
+  std::atomic<bool> begun{false};
+  std::atomic<bool> done{false};
+  std::thread stopper([&] {
+    begun = true;
+    server.Shutdown(deadline);  // refuses new calls; cancels what is left at the deadline
+    done = true;
+  });
+  // gRPC's Shutdown also waits, up to its deadline, for clients to close their connections, even
+  // with no call in flight: once none is, end the connections (again every 20 ms, for one that
+  // came in while Shutdown was starting).
+  while (!done && std::chrono::system_clock::now() < deadline) {
+    if (begun && CallsInFlight() == 0) grpc_server_cancel_all_calls(server.c_server());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stopper.join();
+  server.Wait();
 }
 
 void BlockShutdownSignals() {
@@ -282,6 +362,14 @@ int ServeUntilSignal(const std::string& service_name, const std::string& listen,
                      const std::function<bool()>& serving) {
   auto logger = spdlog::get(service_name);
   if (!logger) logger = spdlog::stderr_color_mt(service_name);
+  // gRPC shuts its library down when its last object goes, joining its executor threads, one of
+  // which may be waiting in epoll for up to 10 s: the process keeps one reference to the library
+  // for its life, so that exiting never waits for that.
+  static const bool kept = [] {
+    grpc_init();
+    return true;
+  }();
+  (void)kept;
   std::unique_ptr<MetricsServer> metrics_server;
   if (!metrics_listen.empty()) {
     auto started =
@@ -336,9 +424,24 @@ int ServeUntilSignal(const std::string& service_name, const std::string& listen,
   const int signal = WaitForShutdownSignal();
   stop_health = true;
   if (health_thread.joinable()) health_thread.join();
-  logger->info("signal {} received; shutting down", signal);
-  started->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  started->server->Wait();
+  logger->info("signal {} received; shutting down ({} calls in flight, {} s for them to finish)",
+               signal, CallsInFlight(), absl::ToDoubleSeconds(kShutdownGrace));
+  // Whatever happens in the handlers, the process is gone shortly after the grace: a handler that
+  // does not stop when its call is cancelled must not hold SIGTERM.
+  static std::atomic<bool> stopped{false};
+  std::thread([logger] {
+    const absl::Time give_up = absl::Now() + kShutdownGrace + absl::Seconds(1);
+    while (!stopped && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(20));
+    if (stopped) return;
+    logger->warn("{} calls still running 1 s after the {} s grace; exiting without them",
+                 CallsInFlight(), absl::ToDoubleSeconds(kShutdownGrace));
+    logger->flush();
+    std::_Exit(0);
+  }).detach();
+  ShutdownWithin(*started->server, kShutdownGrace);
+  started->server.reset();  // its teardown is bounded by the watchdog too
+  metrics_server.reset();
+  stopped = true;
   logger->info("stopped");
   return 0;
 }

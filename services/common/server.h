@@ -22,10 +22,15 @@ struct StartedServer {
   int port = 0;
 };
 
+// The method label of calls to a method the server does not have (metrics: the label's values are
+// the server's methods and this one).
+inline constexpr absl::string_view kUnknownMethod = "unknown";
+
 // Starts a server on `listen` ("host:port"; port 0 picks a free one) with health checking and
 // server reflection, secured as `security` says (see MakeServerCredentials). An empty `listen`
 // starts an in-process server (use server->InProcessChannel). Every call is counted, and timed,
-// by method and status code in the default metrics registry (metrics.h). The health service answers
+// by method and status code in the default metrics registry (metrics.h); a method the server does
+// not have is counted as kUnknownMethod. The health service answers
 // SERVING for "" and for each spotdnn service's full name ("spotdnn.v1.Predictor"). A unary or
 // server-streaming request that cannot be parsed answers INVALID_ARGUMENT naming the message
 // type (gRPC alone answers INTERNAL with no message). INVALID_ARGUMENT for a bad `security`
@@ -52,6 +57,19 @@ std::string UnparsableRequestMessage(absl::string_view method);
 // coalesced; the trim runs on a background thread about 200 ms and again 2 s later.
 void ReleaseMemorySoon();
 
+// How long calls in flight get to finish after SIGTERM; the README promises it.
+inline constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
+
+// Calls this process's servers are answering now, but for the streams that only wait to be told
+// something (health Watch, Detector.WatchEvents, Detector.AgentStream), which shutdown ends at
+// once.
+int CallsInFlight();
+
+// Stops `server`: new calls are refused at once, calls in flight get up to `grace` to finish and
+// are cancelled then. With nothing in flight it returns at once, whatever connections clients
+// hold open (gRPC alone waits for them until the deadline).
+void ShutdownWithin(grpc::Server& server, absl::Duration grace);
+
 // Blocks SIGINT and SIGTERM in the calling thread and every thread it starts later; call it first
 // in main so that WaitForShutdownSignal() receives them.
 void BlockShutdownSignals();
@@ -59,7 +77,8 @@ void BlockShutdownSignals();
 int WaitForShutdownSignal();
 
 // The body of a service main: starts the server, logs the bound address (and writes the port to
-// `port_file` when set), serves until SIGTERM/SIGINT, then shuts down gracefully. With a
+// `port_file` when set), serves until SIGTERM/SIGINT, then shuts down (ShutdownWithin
+// kShutdownGrace; a handler still running 1 s after the grace does not hold the exit). With a
 // `metrics_listen` ("HOST:PORT", port 0 picks one) it first serves the default metrics registry
 // there on GET /metrics and logs the address. With `serving`, the health service follows it
 // (checked every 500 ms): NOT_SERVING for "" and every service while it says false. Returns the
