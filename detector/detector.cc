@@ -106,10 +106,16 @@ absl::StatusOr<std::unique_ptr<Detector>> Detector::Open(DetectorOptions options
     auto second = DetectorStore::Open(d->options_.db_path);
     if (!second.ok()) return second.status();
     d->shared_store_ = *std::move(second);
+    // The lease has a connection and a thread of its own: a slow read of the event log or the
+    // registry (a busy host, a long transaction) must not delay its renewal past the fence.
+    auto third = DetectorStore::Open(d->options_.db_path);
+    if (!third.ok()) return third.status();
+    d->lease_store_ = *std::move(third);
     // A database that is down fails a call in about 0.1 s (not acknowledged; pending notices are
     // tried again by the background loop) instead of holding every request for seconds.
     d->store_->RetryBriefly();
     d->shared_store_->RetryBriefly();
+    d->lease_store_->RetryBriefly();
     if (absl::Status s = d->Join(); !s.ok()) return s;
     if (absl::Status s = d->UpdateLiveReplicas(); !s.ok()) return s;
   }
@@ -121,7 +127,10 @@ absl::StatusOr<std::unique_ptr<Detector>> Detector::Open(DetectorOptions options
   }
   if (auto s = d->Load(); !s.ok()) return s;
   d->monitor_ = std::thread([self = d.get()] { self->MonitorLoop(); });
-  if (d->shared_) d->shared_loop_ = std::thread([self = d.get()] { self->SharedLoop(); });
+  if (d->shared_) {
+    d->shared_loop_ = std::thread([self = d.get()] { self->SharedLoop(); });
+    d->lease_loop_ = std::thread([self = d.get()] { self->LeaseLoop(); });
+  }
   return d;
 }
 
@@ -171,14 +180,15 @@ void Detector::Shutdown() {
   if (poller_) poller_->Stop();  // not under mu_: the poller's sink takes it
   if (monitor_.joinable()) monitor_.join();
   if (shared_loop_.joinable()) shared_loop_.join();
-  if (shared_store_) {
+  if (lease_loop_.joinable()) lease_loop_.join();
+  if (lease_store_) {
     // The others take this replica's instances at once instead of when the lease expires.
     int64_t epoch;
     {
       std::lock_guard<std::mutex> lock(mu_);
       epoch = fenced_ ? 0 : epoch_;
     }
-    if (epoch > 0) (void)shared_store_->LeaveLease(options_.replica_id, epoch);
+    if (epoch > 0) (void)lease_store_->LeaveLease(options_.replica_id, epoch);
   }
 }
 
@@ -830,12 +840,35 @@ void Detector::FenceLocked(const std::string& why) {
   for (auto& [id, e] : entries_) ReconcilePollingLocked(e);
 }
 
-void Detector::SharedLoop() {
+void Detector::LeaseLoop() {
   const int64_t lease_ms = absl::ToInt64Milliseconds(options_.lease);
+  const auto tick = std::chrono::milliseconds(std::max<int64_t>(10, lease_ms / 20));
+  int64_t next_renew = SteadyMs() + lease_ms / 3, next_live = 0;
+  while (true) {
+    bool fenced;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stop_cv_.wait_for(lock, tick, [this] { return shutdown_; })) return;
+      fenced = fenced_;
+    }
+    const int64_t now = SteadyMs();
+    if (now >= next_renew || fenced) {
+      RenewLease();  // fenced: joins again, every tick until it can
+      next_renew = now + lease_ms / 3;
+      next_live = 0;
+    }
+    if (now >= next_live) {
+      (void)UpdateLiveReplicas();  // failed: counted; the monitor fences if it lasts
+      next_live = now + std::max<int64_t>(50, lease_ms / 10);
+    }
+  }
+}
+
+void Detector::SharedLoop() {
   const int64_t sync_ms = absl::ToInt64Milliseconds(options_.sync_interval);
   const auto tail = std::chrono::milliseconds(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.tail_interval)));
-  int64_t next_renew = SteadyMs() + lease_ms / 3, next_live = 0, next_sync = 0;
+  int64_t next_sync = 0;
   uint64_t rounds = 0;
   while (true) {
     {
@@ -846,20 +879,6 @@ void Detector::SharedLoop() {
     }
     TailEvents();
     const int64_t now = SteadyMs();
-    bool fenced;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      fenced = fenced_;
-    }
-    if (now >= next_renew || fenced) {
-      RenewLease();
-      next_renew = now + lease_ms / 3;
-      next_live = 0;
-    }
-    if (now >= next_live) {
-      (void)UpdateLiveReplicas();  // failed: counted; the monitor fences if it lasts
-      next_live = now + std::max<int64_t>(50, lease_ms / 10);
-    }
     if (now >= next_sync) {
       SyncRegistry();
       RetryPending();
@@ -890,7 +909,7 @@ void Detector::RenewLease() {
   }
   const int64_t sent = SteadyMs();
   if (!fenced) {
-    absl::StatusOr<bool> renewed = shared_store_->RenewLease(options_.replica_id, epoch, lease_ms);
+    absl::StatusOr<bool> renewed = lease_store_->RenewLease(options_.replica_id, epoch, lease_ms);
     std::lock_guard<std::mutex> lock(mu_);
     if (!renewed.ok()) {
       store_ok_ = false;
@@ -910,7 +929,7 @@ void Detector::RenewLease() {
 absl::Status Detector::Join() {
   const int64_t sent = SteadyMs();
   absl::StatusOr<int64_t> joined =
-      shared_store_->JoinLease(options_.replica_id, absl::ToInt64Milliseconds(options_.lease));
+      lease_store_->JoinLease(options_.replica_id, absl::ToInt64Milliseconds(options_.lease));
   std::lock_guard<std::mutex> lock(mu_);
   if (!joined.ok()) {
     store_ok_ = false;
@@ -930,8 +949,7 @@ absl::Status Detector::Join() {
 }
 
 absl::Status Detector::UpdateLiveReplicas() {
-  absl::StatusOr<std::vector<Lease>> leases =
-      shared_store_->LiveLeases();
+  absl::StatusOr<std::vector<Lease>> leases = lease_store_->LiveLeases();
   std::lock_guard<std::mutex> lock(mu_);
   store_ok_ = leases.ok();
   if (!leases.ok()) {

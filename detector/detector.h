@@ -209,9 +209,12 @@ class Detector {
   // there replaces this replica's view; none there leaves a fresh entry). Whether it has one.
   // Caller holds mu_.
   absl::StatusOr<bool> RefreshLocked(Entry& entry);
-  // Shared: the background loop (leases, registry and event read-back, heartbeat writes,
-  // pending notices) and its steps, on its own connection (shared_store_).
+  // Shared: the background loop (registry and event read-back, heartbeat writes, pending
+  // notices) and its steps, on its own connection (shared_store_).
   void SharedLoop();
+  // Shared: the lease loop (renew every lease/3, the live set every lease/10, join again after a
+  // loss), on a connection of its own (lease_store_).
+  void LeaseLoop();
   void RenewLease();
   // Takes the lease with a new epoch (at start, and after a loss). The store's error, counted.
   absl::Status Join();
@@ -256,6 +259,10 @@ class Detector {
   bool shared_ = false;
   std::unique_ptr<DetectorStore> shared_store_;  // the background loop's connection
   std::thread shared_loop_;
+  // The lease's own connection and thread (join, renew, the live set), so that nothing else the
+  // replica asks of the database can hold a renewal up.
+  std::unique_ptr<DetectorStore> lease_store_;
+  std::thread lease_loop_;
   bool wake_tail_ = false;      // guarded by mu_: an event was appended
   bool fenced_ = false;         // guarded by mu_: no valid lease; holds nothing
   int64_t epoch_ = 0;           // guarded by mu_
