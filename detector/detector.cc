@@ -80,6 +80,10 @@ absl::StatusOr<std::unique_ptr<Detector>> Detector::Open(DetectorOptions options
     return absl::InvalidArgumentError(absl::StrCat(
         "lost_after_intervals = ", options.lost_after_intervals, ": must be at least 1"));
   }
+  if (options.boot_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "boot_grace = ", absl::FormatDuration(options.boot_grace), ": must not be negative"));
+  }
   if (options.heartbeat_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("heartbeat_interval = ", absl::FormatDuration(options.heartbeat_interval),
@@ -148,9 +152,12 @@ absl::Status Detector::Load() {
   for (StoredInstance& i : *instances) {
     Entry& e = entries_[i.instance.instance_id];
     e.stored = std::move(i);
-    // Agents get a full lost-after period to reconnect to a restarted detector.
-    e.stored.instance.last_heartbeat_unix_ms =
-        std::max(e.stored.instance.last_heartbeat_unix_ms, now);
+    // Agents get a full lost-after period to reconnect to a restarted detector (those that never
+    // reported keep their boot grace).
+    if (e.stored.instance.last_heartbeat_unix_ms > 0) {
+      e.stored.instance.last_heartbeat_unix_ms =
+          std::max(e.stored.instance.last_heartbeat_unix_ms, now);
+    }
   }
   for (auto& [id, key] : *seen) {
     if (auto it = entries_.find(id); it != entries_.end()) it->second.seen.insert(key);
@@ -274,7 +281,8 @@ absl::Status Detector::Register(const WatchedInstance& instance) {
                    ? "registered; no poll or heartbeat yet"
                    : absl::StrCat("registered again (was ", std::string(InstanceStateName(was)),
                                   "); no poll or heartbeat yet");
-    w.last_heartbeat_unix_ms = NowUnixMs();
+    // None yet: the instance may still be booting (see CheckDeadlines).
+    w.last_heartbeat_unix_ms = 0;
     e.stored.notice_effective_unix_ms = 0;
     e.seen.clear();
   }
@@ -685,13 +693,19 @@ void Detector::CheckDeadlines(int64_t now) {
     if (!agent_fed || w.state == InstanceState::kLost || w.state == InstanceState::kRevoked) {
       continue;
     }
-    if (now - w.last_heartbeat_unix_ms > lost_after_ms) {
-      const int64_t silent = now - w.last_heartbeat_unix_ms;
+    // Registered at launch, a VM boots for seconds (a loaded host) to minutes (a cloud) before
+    // its agent reports: lost_after_intervals counts from the first heartbeat, boot_grace before.
+    const bool heard = w.last_heartbeat_unix_ms > 0;
+    const int64_t silent = now - (heard ? w.last_heartbeat_unix_ms : w.registered_unix_ms);
+    if (silent > (heard ? lost_after_ms : absl::ToInt64Milliseconds(options_.boot_grace))) {
       const StoredInstance before = e.stored;
       w.state = InstanceState::kLost;
-      w.reason = absl::StrCat("no heartbeat for ", silent, " ms (lost after ",
-                              options_.lost_after_intervals, " intervals of ",
-                              absl::FormatDuration(options_.heartbeat_interval), ")");
+      w.reason = heard ? absl::StrCat("no heartbeat for ", silent, " ms (lost after ",
+                                      options_.lost_after_intervals, " intervals of ",
+                                      absl::FormatDuration(options_.heartbeat_interval), ")")
+                       : absl::StrCat("no heartbeat in the ", silent,
+                                      " ms since its registration (boot grace ",
+                                      absl::FormatDuration(options_.boot_grace), ")");
       if (!AppendLocked(e, EventKind::kLost, "", now, 0, w.reason, "").ok()) e.stored = before;
     }
   }

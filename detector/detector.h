@@ -28,9 +28,10 @@
 // (a poll failed); any -> notice (a revocation notice; event KIND_NOTICE once per notice);
 // notice -> revoked (its deadline passed; KIND_REVOKED); agent-fed instances whose heartbeats stop
 // for lost_after_intervals intervals -> lost (KIND_LOST), and back to healthy (KIND_RECOVERED)
-// when they resume. Rebalance and maintenance notices are events that leave the state alone.
-// A re-registration that starts a new lifetime (see Register) puts a revoked or lost instance
-// back to unknown, without an event.
+// when they resume. An instance registered before its VM has booted has no heartbeat yet: it is
+// lost only if none comes within boot_grace of its registration. Rebalance and maintenance notices
+// are events that leave the state alone. A re-registration that starts a new lifetime (see
+// Register) puts a revoked or lost instance back to unknown, without an event.
 #ifndef SPOTDNN_DETECTOR_DETECTOR_H_
 #define SPOTDNN_DETECTOR_DETECTOR_H_
 
@@ -63,6 +64,9 @@ struct DetectorOptions {
   PollerOptions poller;                                  // for instances with a metadata endpoint
   absl::Duration heartbeat_interval = absl::Seconds(1);  // agents' heartbeat interval
   int lost_after_intervals = 3;  // missed heartbeat intervals before an instance is lost
+  // How long a registered agent-fed instance may go without its first heartbeat (its VM boots
+  // and starts the agent) before it is lost.
+  absl::Duration boot_grace = absl::Minutes(10);
   std::string replica_id = "replica-0";
   size_t event_retention = 100000;  // newest events kept (memory and database)
   bool run_poller = true;           // false: only agents' reports feed it (tests)

@@ -45,8 +45,6 @@ struct MetadataEmulator::Instance {
   std::string fault_path;  // empty: every path
   int slow_ms = 0;
   std::map<std::string, int64_t> tokens;  // token -> expiry (unix ms)
-  int azure_ack_count = 0;
-  int clears = 0;
   EmulatorStats stats;
 
   // The fault injected into answers on `path`.
@@ -72,6 +70,10 @@ struct MetadataEmulator::Instance {
     return next;
   }
 };
+
+std::string EmulatedAzureVmName(const std::string& instance_id) {
+  return instance_id.empty() ? "vm-emulated" : instance_id;
+}
 
 absl::StatusOr<EmulatorFault> ParseEmulatorFault(std::string_view text) {
   if (text == "none") return EmulatorFault::kNone;
@@ -177,7 +179,7 @@ void MetadataEmulator::ClearNotices(const std::string& instance_id) {
     std::lock_guard<std::mutex> lock(mu_);
     Instance& instance = InstanceLocked(instance_id);
     instance.notices.clear();
-    ++instance.clears;
+    ++clears_;
   }
   changed_.notify_all();
 }
@@ -232,8 +234,8 @@ void MetadataEmulator::Handle(const httplib::Request& request, httplib::Response
     HandleAws(instance, path, request, response, lock);
   } else if (path.rfind("/computeMetadata/v1/", 0) == 0) {
     HandleGce(instance, instance_id, path, request, response, lock);
-  } else if (path == "/metadata/scheduledevents") {
-    HandleAzure(instance, path, request, response);
+  } else if (path == "/metadata/scheduledevents" || path == "/metadata/instance/compute") {
+    HandleAzure(instance, instance_id, path, request, response);
   } else {
     response.status = 404;
     response.set_content("Not Found", "text/plain");
@@ -364,8 +366,9 @@ void MetadataEmulator::HandleGce(Instance& instance, const std::string& instance
   response.set_content(value, "application/text");
 }
 
-void MetadataEmulator::HandleAzure(Instance& instance, const std::string& /*path*/,
-                                   const httplib::Request& request, httplib::Response& response) {
+void MetadataEmulator::HandleAzure(Instance& instance, const std::string& instance_id,
+                                   const std::string& path, const httplib::Request& request,
+                                   httplib::Response& response) {
   if (request.get_header_value("Metadata") != "true") {
     response.status = 400;
     response.set_content(R"({"error":"Bad request. Required metadata header not specified"})",
@@ -378,7 +381,35 @@ void MetadataEmulator::HandleAzure(Instance& instance, const std::string& /*path
                          "application/json");
     return;
   }
+  const std::string vm_name = EmulatedAzureVmName(instance_id);
+  if (path == "/metadata/instance/compute") {
+    if (request.method != "GET") {
+      response.status = 405;
+      return;
+    }
+    response.set_content(Json{{"name", vm_name},
+                              {"location", "eastus"},
+                              {"resourceGroupName", "spotdnn-emulated"},
+                              {"vmSize", "Standard_NC6s_v3"},
+                              {"priority", "Spot"},
+                              {"osType", "Linux"},
+                              {"vmScaleSetName", ""}}
+                             .dump(),
+                         "application/json");
+    return;
+  }
   const int64_t now = NowUnixMs();
+  // The Azure events this instance's document shows: its own, and those scheduled for every
+  // instance (one availability set); each with the name of the instance it is for.
+  std::vector<std::pair<Instance::Scheduled*, std::string>> shown;
+  for (auto& [id, other] : instances_) {
+    for (Instance::Scheduled& s : other->notices) {
+      if (s.notice.cloud != Cloud::kAzure || s.notice.visible_at_unix_ms > now) continue;
+      if (other.get() == &instance || s.notice.azure_all_instances) {
+        shown.emplace_back(&s, EmulatedAzureVmName(id));
+      }
+    }
+  }
   if (request.method == "POST") {
     auto ids = ParseAzureStartRequests(request.body);
     if (!ids.ok()) {
@@ -387,11 +418,11 @@ void MetadataEmulator::HandleAzure(Instance& instance, const std::string& /*path
                            "application/json");
       return;
     }
+    // Any VM that sees an event may approve it (which starts it for every VM it names).
     for (const std::string& id : *ids) {
-      for (Instance::Scheduled& s : instance.notices) {
-        if (s.azure_event_id == id && !s.acked) {
-          s.acked = true;
-          ++instance.azure_ack_count;
+      for (auto& [s, name] : shown) {
+        if (s->azure_event_id == id && !s->acked) {
+          s->acked = true;
           instance.stats.azure_acks.push_back(id);
         }
       }
@@ -400,23 +431,23 @@ void MetadataEmulator::HandleAzure(Instance& instance, const std::string& /*path
     return;
   }
   Json events = Json::array();
-  int visible = 0;
-  for (const Instance::Scheduled& s : instance.notices) {
-    if (s.notice.cloud != Cloud::kAzure || s.notice.visible_at_unix_ms > now) continue;
-    ++visible;
-    events.push_back(Json{{"EventId", s.azure_event_id},
-                          {"EventType", s.notice.action},
+  int acked = 0;
+  for (const auto& [s, name] : shown) {
+    acked += s->acked ? 1 : 0;
+    events.push_back(Json{{"EventId", s->azure_event_id},
+                          {"EventType", s->notice.action},
                           {"ResourceType", "VirtualMachine"},
-                          {"Resources", Json::array({"vm-emulated"})},
-                          {"EventStatus", s.acked ? "Started" : "Scheduled"},
-                          {"NotBefore", s.acked ? "" : HttpDate(s.notice.effective_unix_ms)},
-                          {"Description", s.notice.kind == EventKind::kNotice
+                          {"Resources", Json::array({name})},
+                          {"EventStatus", s->acked ? "Started" : "Scheduled"},
+                          {"NotBefore", s->acked ? "" : HttpDate(s->notice.effective_unix_ms)},
+                          {"Description", s->notice.kind == EventKind::kNotice
                                               ? "The virtual machine is being evicted."
                                               : "Planned maintenance."},
                           {"EventSource", "Platform"},
                           {"DurationInSeconds", -1}});
   }
-  const int64_t incarnation = 1 + visible + instance.azure_ack_count + instance.clears;
+  // Changes with every event shown, started or cleared.
+  const int64_t incarnation = 1 + static_cast<int64_t>(shown.size()) + acked + clears_;
   response.set_content(Json{{"DocumentIncarnation", incarnation}, {"Events", events}}.dump(),
                        "application/json");
 }
@@ -457,6 +488,11 @@ void MetadataEmulator::HandleControl(const httplib::Request& request, httplib::R
     const int64_t now = NowUnixMs();
     notice.visible_at_unix_ms = at_ms > 0 ? at_ms : now + in_ms;
     if (effective_in_ms > 0) notice.effective_unix_ms = now + effective_in_ms;
+    const std::string all = request.get_param_value("all_instances");
+    if (all != "" && all != "true" && all != "false") {
+      return fail("all_instances = \"" + all + "\": expected true or false");
+    }
+    notice.azure_all_instances = all == "true";
     ScheduleNotice(instance_id, notice);
     response.set_content("scheduled\n", "text/plain");
     return;

@@ -2,10 +2,15 @@
 // local HTTP port. Every instance has its own endpoint, http://HOST:PORT/i/INSTANCE_ID, under
 // which each cloud's exact paths answer (paths without the /i/ prefix speak for instance "").
 // Notices are scheduled per instance and appear at their time; faults can be injected.
+// Azure: /metadata/instance/compute answers the instance's name (its id; "vm-emulated" for
+// instance ""), and each event's Resources name the instance it was scheduled for. An Azure
+// notice scheduled with all_instances shows in every instance's Scheduled Events, as Azure shows
+// an event to every VM of an availability set or scale-set placement group.
 //
 // Control routes (for the emulator binary and scripts), all under /emulator/:
 //   POST /emulator/notice?instance=I&cloud=aws|gce|azure&kind=notice|rebalance|maintenance
 //        &action=A&in_ms=N&effective_in_ms=M   (or at_ms=UNIX_MS instead of in_ms)
+//        &all_instances=true   (Azure: every instance's document shows it)
 //   POST /emulator/fault?instance=I&fault=none|500|401|garbage|truncated|slow&slow_ms=N
 //        &path=P   (optional: only that metadata path, e.g. /latest/meta-data/spot/instance-action)
 //   POST /emulator/clear?instance=I
@@ -43,7 +48,14 @@ struct EmulatedNotice {
   std::string action;
   int64_t visible_at_unix_ms = 0;  // when the metadata service starts showing it (0 = now)
   int64_t effective_unix_ms = 0;   // AWS "time", Azure NotBefore (0 = visible + 2 min / 30 s)
+  // Azure: shown in the Scheduled Events of every instance of the emulator (one availability
+  // set), its Resources still naming only the instance it is scheduled for; any of them may
+  // acknowledge it.
+  bool azure_all_instances = false;
 };
+
+// The Azure VM name (IMDS compute.name, and an event's Resources) of an emulated instance.
+std::string EmulatedAzureVmName(const std::string& instance_id);
 
 // A fault injected into every metadata answer of one instance.
 enum class EmulatorFault {
@@ -113,8 +125,8 @@ class MetadataEmulator {
   void HandleGce(Instance& instance, const std::string& instance_id, const std::string& path,
                  const httplib::Request& request, httplib::Response& response,
                  std::unique_lock<std::mutex>& lock);
-  void HandleAzure(Instance& instance, const std::string& path, const httplib::Request& request,
-                   httplib::Response& response);
+  void HandleAzure(Instance& instance, const std::string& instance_id, const std::string& path,
+                   const httplib::Request& request, httplib::Response& response);
   Instance& InstanceLocked(const std::string& instance_id);
 
   Options options_;
@@ -127,6 +139,7 @@ class MetadataEmulator {
   std::map<std::string, std::unique_ptr<Instance>> instances_;
   uint64_t next_token_ = 1;
   uint64_t next_event_ = 1;
+  int clears_ = 0;  // ClearNotices calls (each changes some Azure document)
 };
 
 }  // namespace spotdnn::detector

@@ -1,5 +1,7 @@
 #include "detector/metadata_parsers.h"
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -233,9 +235,32 @@ absl::StatusOr<AzureScheduledEvents> ParseAzureScheduledEvents(std::string_view 
   return document;
 }
 
-std::vector<Notice> AzureNotices(const AzureScheduledEvents& document) {
+absl::StatusOr<std::string> ParseAzureComputeName(std::string_view body) {
+  constexpr std::string_view kWhat = "instance/compute";
+  auto json = ParseObject(kWhat, body);
+  if (!json.ok()) return json.status();
+  auto name = StringField(kWhat, *json, "name");
+  if (!name.ok()) return name.status();
+  const bool allowed = std::all_of(name->begin(), name->end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+  if (name->empty() || name->size() > 128 || !allowed) {
+    return Invalid("instance/compute.name", *name,
+                   "expected a VM name of 1 to 128 letters, digits, '-', '_' or '.'");
+  }
+  return *std::move(name);
+}
+
+bool AzureEventNamesVm(const AzureScheduledEvent& event, std::string_view vm_name) {
+  if (vm_name.empty()) return false;
+  return std::find(event.resources.begin(), event.resources.end(), vm_name) !=
+         event.resources.end();
+}
+
+std::vector<Notice> AzureNotices(const AzureScheduledEvents& document, std::string_view vm_name) {
   std::vector<Notice> notices;
   for (const AzureScheduledEvent& e : document.events) {
+    if (!AzureEventNamesVm(e, vm_name)) continue;
     Notice n;
     n.kind = (e.event_type == "Preempt" || e.event_type == "Terminate") ? EventKind::kNotice
                                                                         : EventKind::kMaintenance;
@@ -247,6 +272,17 @@ std::vector<Notice> AzureNotices(const AzureScheduledEvents& document) {
     notices.push_back(std::move(n));
   }
   return notices;
+}
+
+std::vector<std::string> AzurePreemptsToAcknowledge(const AzureScheduledEvents& document,
+                                                    std::string_view vm_name) {
+  std::vector<std::string> ids;
+  for (const AzureScheduledEvent& e : document.events) {
+    if (e.event_type == "Preempt" && e.event_status != "Started" && AzureEventNamesVm(e, vm_name)) {
+      ids.push_back(e.event_id);
+    }
+  }
+  return ids;
 }
 
 std::string AzureStartRequestsBody(const std::vector<std::string>& event_ids) {

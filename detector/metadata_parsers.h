@@ -63,9 +63,25 @@ struct AzureScheduledEvents {
 // named in `malformed`, so that one bad event cannot hide a valid Preempt beside it (and is never
 // a notice itself).
 absl::StatusOr<AzureScheduledEvents> ParseAzureScheduledEvents(std::string_view body);
-// The notices in an Azure document: Preempt (and Terminate) as kNotice, the rest as kMaintenance;
-// keyed by EventId.
-std::vector<Notice> AzureNotices(const AzureScheduledEvents& document);
+// Azure /metadata/instance/compute (api-version 2021-02-01): this VM's name, "name", the name
+// Scheduled Events put in an event's Resources. It must be 1 to 128 letters, digits, '-', '_' or
+// '.' (what Azure allows in VM and scale-set instance names), so that a garbled answer can never
+// become a name that some other VM's events would match.
+absl::StatusOr<std::string> ParseAzureComputeName(std::string_view body);
+// True when the event concerns the VM named `vm_name`: one of its Resources is that name, compared
+// exactly as Azure writes both. Azure shows every VM of an availability set or scale-set placement
+// group the events of all of them, so an event that does not name this VM (an empty Resources
+// list included: it names no VM) is another VM's, and never this one's notice or acknowledgement.
+bool AzureEventNamesVm(const AzureScheduledEvent& event, std::string_view vm_name);
+// The notices for the VM `vm_name` in an Azure document (the events that name it, see
+// AzureEventNamesVm): Preempt (and Terminate) as kNotice, the rest as kMaintenance; keyed by
+// EventId. An empty `vm_name` names no VM: no notices.
+std::vector<Notice> AzureNotices(const AzureScheduledEvents& document, std::string_view vm_name);
+// The EventIds to acknowledge for the VM `vm_name`: its Preempt events not yet Started. (Any VM of
+// a set may approve an event, and approving starts it for every VM it names: a VM must approve
+// only its own.)
+std::vector<std::string> AzurePreemptsToAcknowledge(const AzureScheduledEvents& document,
+                                                    std::string_view vm_name);
 // The POST body acknowledging `event_ids`: {"StartRequests": [{"EventId": "…"}, …]}.
 std::string AzureStartRequestsBody(const std::vector<std::string>& event_ids);
 // Parses a StartRequests body into its event ids (used by the emulator).

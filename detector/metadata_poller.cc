@@ -31,6 +31,7 @@ enum class Channel {
   kAwsRebalance,
   kGcePreempted,
   kGceMaintenance,
+  kAzureName,
   kAzureEvents,
   kAzureAck
 };
@@ -47,6 +48,8 @@ const char* ChannelPath(Channel c) {
       return "/computeMetadata/v1/instance/preempted";
     case Channel::kGceMaintenance:
       return "/computeMetadata/v1/instance/maintenance-event";
+    case Channel::kAzureName:
+      return "/metadata/instance/compute";
     case Channel::kAzureEvents:
     case Channel::kAzureAck:
       return "/metadata/scheduledevents";
@@ -104,7 +107,8 @@ struct MetadataPoller::Impl {
     // GCE: per channel (0 preempted, 1 maintenance).
     std::string etag[2];
     int gce_failures[2] = {0, 0};
-    // Azure.
+    // Azure: this VM's name (IMDS compute.name), read once before the first scheduled events.
+    std::string azure_vm_name;
     std::unordered_set<std::string> acked;
     bool ack_inflight = false;
   };
@@ -288,6 +292,7 @@ struct MetadataPoller::Impl {
         r->headers = curl_slist_append(r->headers, "Metadata-Flavor: Google");
         r->sent_etag = t->etag[channel == Channel::kGcePreempted ? 0 : 1];
         break;
+      case Channel::kAzureName:
       case Channel::kAzureEvents:
         r->headers = curl_slist_append(r->headers, "Metadata: true");
         break;
@@ -325,7 +330,14 @@ struct MetadataPoller::Impl {
         break;
       case Cloud::kAzure:
         t->inflight = 1;
-        Issue(t, Channel::kAzureEvents, "?api-version=2020-07-01");
+        // Scheduled Events list the events of every VM in the availability set or placement
+        // group; which are this VM's is known only from its name, so nothing is read (and no
+        // notice reported) until the name is.
+        if (t->azure_vm_name.empty()) {
+          Issue(t, Channel::kAzureName, "?api-version=2021-02-01");
+        } else {
+          Issue(t, Channel::kAzureEvents, "?api-version=2020-07-01");
+        }
         break;
       default:
         break;
@@ -453,6 +465,25 @@ struct MetadataPoller::Impl {
         if (--t->inflight == 0) FinishRound(t);
         return;
       }
+      case Channel::kAzureName: {
+        if (problem.empty() && status == 200) {
+          auto name = ParseAzureComputeName(r->body);
+          if (name.ok()) {
+            t->azure_vm_name = *std::move(name);
+            t->errors.erase(ch);
+            Issue(t, Channel::kAzureEvents, "?api-version=2020-07-01");
+            return;
+          }
+          t->errors[ch] = std::string(name.status().message());
+        } else {
+          t->errors[ch] =
+              problem.empty() ? absl::StrCat(ChannelPath(ch), ": HTTP ", status) : problem;
+        }
+        absl::StrAppend(&t->errors[ch], " (this VM's name is unknown: no scheduled event is read)");
+        t->inflight = 0;
+        FinishRound(t);
+        return;
+      }
       case Channel::kAzureEvents: {
         std::vector<std::string> to_ack;
         if (problem.empty() && status == 200) {
@@ -465,12 +496,10 @@ struct MetadataPoller::Impl {
             } else {
               t->errors[ch] = absl::StrJoin(document->malformed, "; ");
             }
-            t->notices = AzureNotices(*document);
-            for (const AzureScheduledEvent& e : document->events) {
-              if (e.event_type == "Preempt" && e.event_status != "Started" &&
-                  !t->acked.count(e.event_id)) {
-                to_ack.push_back(e.event_id);
-              }
+            // Only the events whose Resources name this VM: the others are its neighbours'.
+            t->notices = AzureNotices(*document, t->azure_vm_name);
+            for (std::string& id : AzurePreemptsToAcknowledge(*document, t->azure_vm_name)) {
+              if (!t->acked.count(id)) to_ack.push_back(std::move(id));
             }
           } else {
             t->errors[ch] = std::string(document.status().message());

@@ -7,7 +7,11 @@
 //         interval GET spot/instance-action and events/recommendations/rebalance (404 = none).
 //   GCE   instance/preempted and instance/maintenance-event, long-polled with
 //         wait_for_change=true&last_etag=… (answers the moment the value flips).
-//   Azure /metadata/scheduledevents every interval; optionally acknowledges Preempt events.
+//   Azure /metadata/instance/compute once, for this VM's name (retried until it answers; no
+//         event is read before), then /metadata/scheduledevents every interval. Only the events
+//         whose Resources name this VM are its notices (Azure shows every VM of an availability
+//         set or placement group the events of all of them); optionally acknowledges this VM's
+//         Preempt events, and only those.
 // Failures (connect errors, timeouts, non-200/404 codes, 401 loops, unparsable bodies, a
 // malformed event in an Azure document) make the round unhealthy with the reason and are retried
 // with exponential backoff; they never produce a notice, and a notice read in the same round (on
@@ -46,7 +50,8 @@ struct PollerOptions {
   absl::Duration aws_token_refresh_margin = absl::Seconds(60);  // refresh this long before expiry
   bool gce_long_poll = true;                                    // wait_for_change; false = poll
   int gce_long_poll_timeout_s = 30;                             // timeout_sec of one long poll
-  bool azure_ack = false;  // acknowledge Preempt events (POST StartRequests) once reported
+  bool azure_ack =
+      false;  // acknowledge this VM's Preempt events (POST StartRequests) once reported
   // Most connections to one host:port (0 = no limit). Real instances each have their own
   // metadata host; an emulator serving thousands of instances on one port wants a cap.
   int max_connections_per_host = 0;

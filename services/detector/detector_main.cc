@@ -35,6 +35,9 @@ ABSL_FLAG(int, gce_long_poll_timeout_s, 30, "timeout_sec of one GCE wait_for_cha
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "agents' heartbeat interval");
 ABSL_FLAG(int, lost_after_intervals, 3,
           "an agent-fed instance missing this many heartbeat intervals is lost");
+ABSL_FLAG(absl::Duration, boot_grace, absl::Minutes(10),
+          "an agent-fed instance with no heartbeat this long after its registration (its VM "
+          "booting) is lost");
 ABSL_FLAG(bool, azure_ack, false,
           "acknowledge Azure Preempt events (POST StartRequests) once reported");
 ABSL_FLAG(std::string, replica_id, "replica-0",
@@ -72,6 +75,7 @@ int main(int argc, char** argv) {
   options.poller.azure_ack = absl::GetFlag(FLAGS_azure_ack);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.lost_after_intervals = absl::GetFlag(FLAGS_lost_after_intervals);
+  options.boot_grace = absl::GetFlag(FLAGS_boot_grace);
   options.replica_id = absl::GetFlag(FLAGS_replica_id);
   options.lease = absl::GetFlag(FLAGS_lease);
   options.event_retention = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_event_retention)));

@@ -201,6 +201,45 @@ TEST_F(DetectorTest, HeartbeatLossIsLostThenRecovered) {
   EXPECT_EQ(StateOf(*d, "h"), InstanceState::kHealthy);
 }
 
+TEST_F(DetectorTest, RegisteredInstanceHasItsBootGraceBeforeItsFirstHeartbeat) {
+  // The gateway registers a VM when it launches it; its agent reports once the VM has booted.
+  // Losing it after lost_after_intervals (30 s here) would take over every VM that boots slower
+  // than that (on a loaded host, seconds; in a cloud, minutes).
+  DetectorOptions o = ByHand();
+  o.boot_grace = absl::Minutes(5);
+  auto d = OpenDetector(o);
+  WatchedInstance booting;
+  booting.instance_id = "booting";
+  booting.job_id = "job";
+  booting.cloud = Cloud::kAzure;
+  ASSERT_TRUE(d->Register(booting).ok());
+  const int64_t now = NowUnixMs();
+  d->CheckDeadlines(now + 120000);
+  EXPECT_EQ(StateOf(*d, "booting"), InstanceState::kUnknown);
+  EXPECT_TRUE(All(*d).empty());
+  // Its first heartbeat (the detector's clock decides): from then on the usual deadline.
+  ASSERT_TRUE(d->Heartbeat("booting", "job", Cloud::kAzure, NowUnixMs()).ok());
+  const int64_t heard = NowUnixMs();
+  d->CheckDeadlines(heard + 20000);
+  EXPECT_EQ(StateOf(*d, "booting"), InstanceState::kHealthy);
+  d->CheckDeadlines(heard + 31000);
+  EXPECT_EQ(StateOf(*d, "booting"), InstanceState::kLost);
+  // One that never reports is lost once its boot grace is over.
+  WatchedInstance never;
+  never.instance_id = "never";
+  never.job_id = "job";
+  never.cloud = Cloud::kAzure;
+  ASSERT_TRUE(d->Register(never).ok());
+  const int64_t registered = NowUnixMs();
+  d->CheckDeadlines(registered + 299000);
+  EXPECT_EQ(StateOf(*d, "never"), InstanceState::kUnknown);
+  d->CheckDeadlines(registered + 301000);
+  auto w = d->Get("never");
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->state, InstanceState::kLost);
+  EXPECT_THAT(w->reason, HasSubstr("boot grace"));
+}
+
 TEST_F(DetectorTest, MonitorMarksSilentAgentsLost) {
   DetectorOptions o = Options();
   o.run_poller = false;

@@ -83,6 +83,7 @@ TEST_F(EmulatorTest, AzureScheduledEventsAndAck) {
   ASSERT_EQ(parsed->events.size(), 1u);
   EXPECT_EQ(parsed->events[0].event_type, "Preempt");
   EXPECT_GT(parsed->events[0].not_before_unix_ms, 0);
+  EXPECT_EQ(parsed->events[0].resources, std::vector<std::string>{"z"});
   auto ack =
       client_->Post("/i/z/metadata/scheduledevents?api-version=2020-07-01", md,
                     AzureStartRequestsBody({parsed->events[0].event_id}), "application/json");
@@ -93,6 +94,54 @@ TEST_F(EmulatorTest, AzureScheduledEventsAndAck) {
   ASSERT_TRUE(after.ok());
   EXPECT_GT(after->document_incarnation, parsed->document_incarnation);
   EXPECT_EQ(after->events[0].event_status, "Started");
+}
+
+TEST_F(EmulatorTest, AzureComputeNameAndAvailabilitySet) {
+  const httplib::Headers md = {{"Metadata", "true"}};
+  EXPECT_EQ(client_->Get("/i/a/metadata/instance/compute?api-version=2021-02-01")->status, 400);
+  auto compute = client_->Get("/i/a/metadata/instance/compute?api-version=2021-02-01", md);
+  ASSERT_EQ(compute->status, 200);
+  auto name = ParseAzureComputeName(compute->body);
+  ASSERT_TRUE(name.ok()) << name.status();
+  EXPECT_EQ(*name, "a");
+  auto unprefixed = client_->Get("/metadata/instance/compute?api-version=2021-02-01", md);
+  EXPECT_EQ(*ParseAzureComputeName(unprefixed->body), "vm-emulated");
+
+  // a's eviction shows to every instance (one availability set), b's only to b.
+  ASSERT_EQ(
+      client_->Post("/emulator/notice?instance=a&cloud=azure&all_instances=true", "", "text/plain")
+          ->status,
+      200);
+  emulator_->ScheduleNotice("b", {.cloud = Cloud::kAzure});
+  EXPECT_EQ(
+      client_->Post("/emulator/notice?instance=a&cloud=azure&all_instances=yes", "", "text/plain")
+          ->status,
+      400);
+  auto document = [&](const std::string& id) {
+    auto parsed = ParseAzureScheduledEvents(
+        client_->Get("/i/" + id + "/metadata/scheduledevents?api-version=2020-07-01", md)->body);
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    return parsed.ok() ? *parsed : AzureScheduledEvents{};
+  };
+  const AzureScheduledEvents c = document("c");
+  ASSERT_EQ(c.events.size(), 1u);
+  EXPECT_EQ(c.events[0].resources, std::vector<std::string>{"a"});
+  EXPECT_TRUE(AzureNotices(c, "c").empty());
+  const AzureScheduledEvents b = document("b");
+  ASSERT_EQ(b.events.size(), 2u);
+  EXPECT_EQ(AzureNotices(b, "b").size(), 1u);
+  ASSERT_EQ(document("a").events.size(), 1u);
+  // Whoever sees an event may approve it: it starts for the VM it names.
+  auto ack = client_->Post("/i/c/metadata/scheduledevents?api-version=2020-07-01", md,
+                           AzureStartRequestsBody({c.events[0].event_id}), "application/json");
+  EXPECT_EQ(ack->status, 200);
+  EXPECT_THAT(emulator_->Stats("c").azure_acks, ::testing::ElementsAre(c.events[0].event_id));
+  const AzureScheduledEvents a = document("a");
+  ASSERT_EQ(a.events.size(), 1u);
+  EXPECT_EQ(a.events[0].event_status, "Started");
+  EXPECT_GT(document("c").document_incarnation, c.document_incarnation);
+  emulator_->ClearNotices("a");
+  EXPECT_TRUE(document("c").events.empty());
 }
 
 TEST_F(EmulatorTest, FaultsAndControlRoutes) {

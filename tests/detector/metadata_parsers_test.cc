@@ -1,5 +1,6 @@
 #include "detector/metadata_parsers.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -92,7 +93,7 @@ TEST(Azure, ParsesScheduledEvents) {
   EXPECT_EQ(d->events[0].not_before_unix_ms, 1474309787000);
   EXPECT_EQ(d->events[1].not_before_unix_ms, 0);
   EXPECT_EQ(d->events[1].duration_s, 15);
-  auto notices = AzureNotices(*d);
+  auto notices = AzureNotices(*d, "vm1");
   ASSERT_EQ(notices.size(), 2u);
   EXPECT_EQ(notices[0].kind, EventKind::kNotice);
   EXPECT_EQ(notices[0].effective_unix_ms, 1474309787000);
@@ -124,7 +125,7 @@ TEST(Azure, MalformedEventsAreNamedAndNeverNotices) {
     EXPECT_TRUE(d->events.empty()) << body;
     ASSERT_EQ(d->malformed.size(), 1u) << body;
     EXPECT_THAT(d->malformed[0], HasSubstr("scheduledevents.Events[0]")) << body;
-    EXPECT_TRUE(AzureNotices(*d).empty()) << body;
+    EXPECT_TRUE(AzureNotices(*d, "vm1").empty()) << body;
   }
 }
 
@@ -143,11 +144,85 @@ TEST(Azure, MalformedEventDoesNotHideAValidPreempt) {
   ASSERT_EQ(d->malformed.size(), 2u);
   EXPECT_THAT(d->malformed[0], HasSubstr("scheduledevents.Events[0].NotBefore = \"soon\""));
   EXPECT_THAT(d->malformed[1], HasSubstr("scheduledevents.Events[2].Resources"));
-  auto notices = AzureNotices(*d);
+  auto notices = AzureNotices(*d, "vm1");
   ASSERT_EQ(notices.size(), 1u);
   EXPECT_EQ(notices[0].kind, EventKind::kNotice);
   EXPECT_EQ(notices[0].key, "azure:P");
   EXPECT_EQ(notices[0].effective_unix_ms, 1474309787000);
+}
+
+// What every VM of an availability set sees: one neighbour's eviction, another's maintenance, an
+// event for this VM among others, and one that names no VM.
+constexpr char kAvailabilitySetDocument[] = R"({"DocumentIncarnation": 7, "Events": [
+  {"EventId": "other-evicted", "EventType": "Preempt", "ResourceType": "VirtualMachine",
+   "Resources": ["vm2"], "EventStatus": "Scheduled", "NotBefore": "Mon, 19 Sep 2016 18:29:47 GMT"},
+  {"EventId": "other-freeze", "EventType": "Freeze", "ResourceType": "VirtualMachine",
+   "Resources": ["vm3"], "EventStatus": "Scheduled", "NotBefore": "Mon, 19 Sep 2016 18:29:47 GMT"},
+  {"EventId": "mine", "EventType": "Preempt", "ResourceType": "VirtualMachine",
+   "Resources": ["vm0", "vm1"], "EventStatus": "Scheduled",
+   "NotBefore": "Mon, 19 Sep 2016 18:30:47 GMT"},
+  {"EventId": "nobody", "EventType": "Preempt", "ResourceType": "VirtualMachine",
+   "Resources": [], "EventStatus": "Scheduled", "NotBefore": "Mon, 19 Sep 2016 18:29:47 GMT"},
+  {"EventId": "no-list", "EventType": "Preempt", "EventStatus": "Scheduled"}
+]})";
+
+TEST(Azure, OnlyEventsNamingThisVmAreItsNotices) {
+  auto d = ParseAzureScheduledEvents(kAvailabilitySetDocument);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->events.size(), 5u);
+  EXPECT_TRUE(d->malformed.empty());
+  auto mine = AzureNotices(*d, "vm1");
+  ASSERT_EQ(mine.size(), 1u);
+  EXPECT_EQ(mine[0].key, "azure:mine");
+  EXPECT_EQ(mine[0].kind, EventKind::kNotice);
+  EXPECT_EQ(mine[0].effective_unix_ms, 1474309847000);
+  EXPECT_EQ(AzurePreemptsToAcknowledge(*d, "vm1"), std::vector<std::string>{"mine"});
+  // The neighbours each see theirs, and only theirs.
+  auto vm2 = AzureNotices(*d, "vm2");
+  ASSERT_EQ(vm2.size(), 1u);
+  EXPECT_EQ(vm2[0].key, "azure:other-evicted");
+  auto vm3 = AzureNotices(*d, "vm3");
+  ASSERT_EQ(vm3.size(), 1u);
+  EXPECT_EQ(vm3[0].kind, EventKind::kMaintenance);
+  EXPECT_TRUE(AzurePreemptsToAcknowledge(*d, "vm3").empty());  // a Freeze is not acknowledged
+  // A VM the document does not name has no notice: not from a neighbour's event, not from one
+  // with an empty (or no) Resources list.
+  EXPECT_TRUE(AzureNotices(*d, "vm4").empty());
+  EXPECT_TRUE(AzurePreemptsToAcknowledge(*d, "vm4").empty());
+  // Exactly as Azure writes the names: no case folding, no prefix or substring match.
+  EXPECT_TRUE(AzureNotices(*d, "VM1").empty());
+  EXPECT_TRUE(AzureNotices(*d, "vm").empty());
+  EXPECT_TRUE(AzureNotices(*d, "vm1 ").empty());
+  // An unknown name (empty) names no VM.
+  EXPECT_TRUE(AzureNotices(*d, "").empty());
+  EXPECT_TRUE(AzurePreemptsToAcknowledge(*d, "").empty());
+}
+
+TEST(Azure, StartedPreemptIsNotAcknowledgedAgain) {
+  auto d = ParseAzureScheduledEvents(kAzureDocument);
+  ASSERT_TRUE(d.ok());
+  d->events[0].event_status = "Started";
+  EXPECT_TRUE(AzurePreemptsToAcknowledge(*d, "vm1").empty());
+  EXPECT_EQ(AzureNotices(*d, "vm1").size(), 2u);  // still this VM's notice
+}
+
+TEST(Azure, ComputeName) {
+  auto name = ParseAzureComputeName(
+      R"({"name": "spotdnn-0a1b2c3d4e5f6a7b-3", "location": "eastus", "vmSize": "Standard_NC6"})");
+  ASSERT_TRUE(name.ok()) << name.status();
+  EXPECT_EQ(*name, "spotdnn-0a1b2c3d4e5f6a7b-3");
+  auto scale_set = ParseAzureComputeName(R"({"name": "myScaleSet_4", "vmScaleSetName": "x"})");
+  ASSERT_TRUE(scale_set.ok());
+  EXPECT_EQ(*scale_set, "myScaleSet_4");
+  for (const char* body :
+       {"", "vm1", "{\"name\": \"vm1\"", "[]", "{}", R"({"name": 3})", R"({"name": ""})",
+        R"({"name": "vm 1"})", R"({"name": "<html>"})", R"({"name": "vm1\n"})"}) {
+    auto bad = ParseAzureComputeName(body);
+    EXPECT_FALSE(bad.ok()) << body;
+    EXPECT_THAT(bad.status().message(), HasSubstr("instance/compute")) << body;
+  }
+  EXPECT_FALSE(
+      ParseAzureComputeName(absl::StrCat(R"({"name": ")", std::string(129, 'a'), "\"}")).ok());
 }
 
 TEST(Azure, StartRequestsRoundTrip) {

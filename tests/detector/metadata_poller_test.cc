@@ -359,6 +359,54 @@ TEST_F(PollerTest, AzurePreemptWithNotBeforeAndAck) {
       "z", [this](const PollResult&) { return emulator_->Stats("z").azure_acks.size() == 1; }));
 }
 
+TEST_F(PollerTest, AzureActsOnlyOnEventsNamingItsVm) {
+  // Azure shows every VM of an availability set the events of all of them: "mine" sees its
+  // neighbour's eviction (Resources ["other"]), which is neither its notice nor its to approve.
+  PollerOptions options;
+  options.azure_ack = true;
+  StartPoller(options);
+  emulator_->ScheduleNotice("other", {.cloud = Cloud::kAzure, .azure_all_instances = true});
+  Watch("mine", Cloud::kAzure);
+  ASSERT_TRUE(results_.WaitFor("mine", [](const PollResult& r) { return r.healthy; }));
+  const size_t seen = results_.size();
+  ASSERT_TRUE(results_.WaitFor(
+      "mine", [](const PollResult& r) { return r.healthy; }, seen + 5));
+  for (const PollResult& r : results_.For("mine")) {
+    EXPECT_TRUE(r.notices.empty()) << "a notice from another VM's event: " << r.notices[0].detail;
+  }
+  EXPECT_TRUE(emulator_->Stats("mine").azure_acks.empty()) << "approved another VM's eviction";
+  // Its own eviction is its notice, and the only event it approves.
+  emulator_->ScheduleNotice("mine", {.cloud = Cloud::kAzure});
+  auto r = results_.WaitFor("mine", [](const PollResult& r) { return !r.notices.empty(); });
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->notices.size(), 1u);
+  EXPECT_EQ(r->notices[0].kind, EventKind::kNotice);
+  ASSERT_TRUE(results_.WaitFor("mine", [this](const PollResult&) {
+    return emulator_->Stats("mine").azure_acks.size() == 1;
+  }));
+  EXPECT_EQ("azure:" + emulator_->Stats("mine").azure_acks[0], r->notices[0].key);
+}
+
+TEST_F(PollerTest, AzureReadsNoEventUntilItKnowsItsName) {
+  StartPoller();
+  emulator_->SetFault("z", EmulatorFault::kServerError, 0, "/metadata/instance/compute");
+  emulator_->ScheduleNotice("z", {.cloud = Cloud::kAzure});
+  Watch("z", Cloud::kAzure);
+  auto r = results_.WaitFor("z", [](const PollResult& r) { return !r.healthy; });
+  ASSERT_TRUE(r);
+  EXPECT_THAT(r->reason, HasSubstr("/metadata/instance/compute: HTTP 500"));
+  EXPECT_THAT(r->reason, HasSubstr("name is unknown"));
+  const size_t failed = results_.size();
+  ASSERT_TRUE(results_.WaitFor(
+      "z", [](const PollResult&) { return true; }, failed + 2));
+  for (const PollResult& each : results_.For("z")) EXPECT_TRUE(each.notices.empty());
+  // Once the name answers, the notice that was there all along comes through.
+  emulator_->SetFault("z", EmulatorFault::kNone);
+  auto notice = results_.WaitFor("z", [](const PollResult& r) { return !r.notices.empty(); });
+  ASSERT_TRUE(notice);
+  EXPECT_TRUE(notice->healthy) << notice->reason;
+}
+
 TEST_F(PollerTest, AzureNotAcknowledgedUnlessAsked) {
   StartPoller();
   Watch("z", Cloud::kAzure);

@@ -29,7 +29,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           *m == "TERMINATE_ON_HOST_MAINTENANCE");
   }
   if (auto doc = ParseAzureScheduledEvents(body); doc.ok()) {
-    for (const Notice& n : AzureNotices(*doc)) Check(n.key.size() > 6 && !n.action.empty());
+    // Every event's notice for the first VM it names, and none for a name no event carries.
+    for (const AzureScheduledEvent& e : doc->events) {
+      if (e.resources.empty()) continue;
+      for (const Notice& n : AzureNotices(*doc, e.resources[0])) {
+        Check(n.key.size() > 6 && !n.action.empty());
+      }
+    }
+    Check(AzureNotices(*doc, "").empty());
+    (void)AzurePreemptsToAcknowledge(*doc, "vm1");
+  }
+  if (auto name = ParseAzureComputeName(body); name.ok()) {
+    Check(!name->empty() && name->size() <= 128);
   }
   (void)ParseAzureStartRequests(body);
   (void)ParseRfc3339Ms("t", body);

@@ -104,7 +104,9 @@ class CloudEndToEnd : public ::testing::TestWithParam<std::string> {
   }
 
   // VMs boot with this build's binaries on their PATH, their metadata on the stack's emulator; a
-  // preemption publishes the cloud's notice there.
+  // preemption publishes the cloud's notice there. An Azure eviction shows in the Scheduled Events
+  // of every VM (as in an availability set or scale-set placement group), naming the victim in
+  // its Resources: only the victim's agent may take it as its notice.
   launcher::testing::BootOptions Boot(const std::string& cloud) {
     return {.bin_dir = bin_,
             .log_dir = (dir_ / "vms").string(),
@@ -116,7 +118,8 @@ class CloudEndToEnd : public ::testing::TestWithParam<std::string> {
                   auto sent = launcher::HttpSend(
                       {.method = "POST",
                        .url = absl::StrCat(emulator_, "/emulator/notice?instance=", name,
-                                           "&cloud=", cloud, "&effective_in_ms=", in_ms)});
+                                           "&cloud=", cloud, "&effective_in_ms=", in_ms,
+                                           cloud == "azure" ? "&all_instances=true" : "")});
                   EXPECT_TRUE(sent.ok() && sent->status == 200);
                 }};
   }

@@ -5,6 +5,8 @@
 
 #include <filesystem>
 
+#include "detector/metadata_parsers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "services/common/server.h"
@@ -57,6 +59,79 @@ TEST(DetectorBinaries, NoticeFromAgentToWatcher) {
   EXPECT_GT(event.effective_unix_ms(), 0);
   context.TryCancel();
   reader->Finish();
+
+  EXPECT_TRUE(agent.Stop());
+  EXPECT_TRUE(detector.Stop());
+  EXPECT_TRUE(emulator.Stop());
+  std::filesystem::remove_all(dir);
+}
+
+// Azure shows every VM of an availability set the events of all of them. spotdnn-agent on VM
+// "vm-mine" sees its neighbour "vm-other"'s eviction first: it must neither report it nor approve
+// it; its own eviction, a second later, is the first event the detector streams.
+TEST(DetectorBinaries, AzureAgentActsOnlyOnEventsNamingItsVm) {
+  const std::string bin = SPOTDNN_BINARY_DIR;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("detector_binaries_azure_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  Child emulator({bin + "/spotdnn-metadata-emulator", "--port_file=" + (dir / "emu").string(),
+                  "--threads=16"});
+  const int emulator_port = ReadPort((dir / "emu").string());
+  ASSERT_GT(emulator_port, 0);
+  Child detector({bin + "/spotdnn-detector", "--listen=127.0.0.1:0",
+                  "--port_file=" + (dir / "det").string(), "--db=" + (dir / "d.db").string(),
+                  "--heartbeat_interval=200ms"});
+  const int detector_port = ReadPort((dir / "det").string());
+  ASSERT_GT(detector_port, 0);
+  httplib::Client control("127.0.0.1", emulator_port);
+  const httplib::Headers md = {{"Metadata", "true"}};
+  auto scheduled = control.Post("/emulator/notice?instance=vm-other&cloud=azure&all_instances=true",
+                                "", "text/plain");
+  ASSERT_TRUE(scheduled);
+  ASSERT_EQ(scheduled->status, 200);
+  // What vm-mine's agent will read: one event, naming only vm-other.
+  auto document = control.Get("/i/vm-mine/metadata/scheduledevents?api-version=2020-07-01", md);
+  ASSERT_TRUE(document);
+  auto others = detector::ParseAzureScheduledEvents(document->body);
+  ASSERT_TRUE(others.ok()) << document->body;
+  ASSERT_EQ(others->events.size(), 1u) << document->body;
+  ASSERT_EQ(others->events[0].resources, std::vector<std::string>{"vm-other"});
+  const std::string other_event = others->events[0].event_id;
+
+  Child agent(
+      {bin + "/spotdnn-agent", "--detector=127.0.0.1:" + std::to_string(detector_port),
+       "--instance_id=vm-mine", "--job_id=j", "--cloud=azure", "--azure_ack",
+       "--metadata_endpoint=http://127.0.0.1:" + std::to_string(emulator_port) + "/i/vm-mine",
+       "--heartbeat_interval=100ms", "--poll_interval=100ms"});
+  scheduled =
+      control.Post("/emulator/notice?instance=vm-mine&cloud=azure&in_ms=1000", "", "text/plain");
+  ASSERT_TRUE(scheduled);
+  ASSERT_EQ(scheduled->status, 200);
+
+  auto stub = v1::Detector::NewStub(MakeChannel("127.0.0.1:" + std::to_string(detector_port)));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));
+  auto reader = stub->WatchEvents(&context, v1::WatchEventsRequest());
+  v1::RevocationEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_EQ(event.instance_id(), "vm-mine");
+  EXPECT_EQ(event.kind(), v1::RevocationEvent::KIND_NOTICE);
+  EXPECT_EQ(event.action(), "Preempt");
+  EXPECT_THAT(event.detail(), ::testing::Not(::testing::HasSubstr(other_event)))
+      << "vm-mine reported vm-other's eviction";
+  context.TryCancel();
+  reader->Finish();
+  // The neighbour's eviction was not approved (it would start it at once): it is still
+  // Scheduled; vm-mine's own is Started.
+  document = control.Get("/i/vm-mine/metadata/scheduledevents?api-version=2020-07-01", md);
+  ASSERT_TRUE(document);
+  auto after = detector::ParseAzureScheduledEvents(document->body);
+  ASSERT_TRUE(after.ok()) << document->body;
+  ASSERT_EQ(after->events.size(), 2u) << document->body;
+  for (const detector::AzureScheduledEvent& e : after->events) {
+    EXPECT_EQ(e.event_status, e.event_id == other_event ? "Scheduled" : "Started")
+        << document->body;
+  }
 
   EXPECT_TRUE(agent.Stop());
   EXPECT_TRUE(detector.Stop());
