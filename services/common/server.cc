@@ -300,6 +300,10 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
   interceptors.push_back(std::make_unique<UnparsableRequestInterceptorFactory>());
   // After the one above, so that it counts the status that one rewrites.
   interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(ServedMethods(services)));
+  metrics::DefaultRegistry().GaugeFunction(
+      "spotdnn_rpc_calls_in_flight",
+      "gRPC calls being answered now (streams that only wait to be told something excluded)",
+      [] { return static_cast<double>(CallsInFlight()); });
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   for (grpc::Service* service : services) builder.RegisterService(service);
   started.server = builder.BuildAndStart();

@@ -798,6 +798,18 @@ TEST_F(RobustnessTest, LongStringsAreRefusedAtTheEdgeWithShortMessages) {
   s = WithDeadline([&](grpc::ClientContext* context) {
     return detector->RegisterInstance(context, reg, &registered);
   });
+  // 10 MB is more than a RegisterInstanceRequest can be within its fields' limits: refused before
+  // it is parsed, naming the method and the sizes.
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("/spotdnn.v1.Detector/RegisterInstance is 10485778 bytes: more than the "
+                        "4096 bytes"));
+  EXPECT_THAT(s.error_message(), HasSubstr("refused unread"));
+  // Just over the job_id limit: the edge check names the field.
+  reg.mutable_instance()->set_job_id(std::string(300, 'x'));
+  s = WithDeadline([&](grpc::ClientContext* context) {
+    return detector->RegisterInstance(context, reg, &registered);
+  });
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("instance.job_id = \"xxx"));
   for (int field = 0; field < 2; ++field) {
