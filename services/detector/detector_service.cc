@@ -30,19 +30,10 @@ class StreamCount {
   std::atomic<int>& counter_;
 };
 
-std::shared_ptr<spdlog::logger> Logger() {
-  auto logger = spdlog::get("spotdnn-detector");
-  return logger ? logger : spdlog::default_logger();
-}
-
 pb::InstanceState ToProto(d::InstanceState s) { return static_cast<pb::InstanceState>(s); }
 
 pb::RevocationEvent::Kind ToProto(d::EventKind k) {
   return static_cast<pb::RevocationEvent::Kind>(k);
-}
-
-std::chrono::system_clock::time_point In(absl::Duration d) {
-  return std::chrono::system_clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
 }  // namespace
