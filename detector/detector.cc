@@ -857,7 +857,9 @@ void Detector::FenceLocked(const std::string& why) {
 void Detector::LeaseLoop() {
   const int64_t lease_ms = absl::ToInt64Milliseconds(options_.lease);
   const auto tick = std::chrono::milliseconds(std::max<int64_t>(10, lease_ms / 20));
-  int64_t next_renew = SteadyMs() + lease_ms / 3, next_live = 0;
+  // Renewed every sixth of the lease: a renewal delayed by up to half a lease (a starved thread
+  // on a busy host, a slow database round) still lands before the fence at two thirds.
+  int64_t next_renew = SteadyMs() + lease_ms / 6, next_live = 0;
   while (true) {
     bool fenced;
     {
@@ -868,7 +870,7 @@ void Detector::LeaseLoop() {
     const int64_t now = SteadyMs();
     if (now >= next_renew || fenced) {
       RenewLease();  // fenced: joins again, every tick until it can
-      next_renew = now + lease_ms / 3;
+      next_renew = now + lease_ms / 6;
       next_live = 0;
     }
     if (now >= next_live) {

@@ -6,7 +6,7 @@
 // its file. On a PostgreSQL store it is one of any number of identical replicas sharing that
 // database (DetectorStore):
 //   - Membership by leases in the database: each replica holds a lease row with an epoch, renewed
-//     every lease/3 and judged on the database's clock. The live replicas (unexpired leases) share
+//     every lease/6 and judged on the database's clock. The live replicas (unexpired leases) share
 //     the instances by consistent hashing of their ids; a dead replica's instances move once its
 //     lease expires (within lease + lease/10). A replica that cannot renew in time (paused,
 //     partitioned, the database unreachable) stops polling everything before its lease can
@@ -71,7 +71,7 @@ struct DetectorOptions {
   size_t event_retention = 100000;  // newest events kept (memory and database)
   bool run_poller = true;           // false: only agents' reports feed it (tests)
   // Shared (PostgreSQL) stores only:
-  absl::Duration lease = absl::Seconds(3);  // a replica's lease; renewed every lease/3
+  absl::Duration lease = absl::Seconds(3);  // a replica's lease; renewed every lease/6
   absl::Duration sync_interval = absl::Milliseconds(500);  // registry read-back, heartbeat writes
   absl::Duration tail_interval = absl::Milliseconds(25);   // event log read-back
 };
@@ -216,7 +216,7 @@ class Detector {
   // Shared: the background loop (registry and event read-back, heartbeat writes, pending
   // notices) and its steps, on its own connection (shared_store_).
   void SharedLoop();
-  // Shared: the lease loop (renew every lease/3, the live set every lease/10, join again after a
+  // Shared: the lease loop (renew every lease/6, the live set every lease/10, join again after a
   // loss), on a connection of its own (lease_store_).
   void LeaseLoop();
   void RenewLease();
