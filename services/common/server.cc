@@ -35,7 +35,8 @@
 namespace spotdnn::services {
 namespace {
 
-// Calls being answered (created, not yet destroyed) but for the streams that only wait.
+// Calls being answered (from their start until their status is sent, or they are destroyed) but
+// for the streams that only wait.
 std::atomic<int> g_calls_in_flight{0};
 
 // Streams a client holds open to be told things: shutdown does not wait for them.
