@@ -20,8 +20,11 @@ using Json = nlohmann::json;
 constexpr int64_t kAwsNoticeMs = 120'000;
 constexpr int64_t kShortNoticeMs = 30'000;
 
+// With the milliseconds when there are any: EC2 writes whole seconds (its notices come two minutes
+// ahead), but a notice of `spotdnn local revoke --notice 3s` must not lose up to a second of it.
 std::string Rfc3339(int64_t unix_ms) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(unix_ms), absl::UTCTimeZone());
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", absl::FromUnixMillis(unix_ms),
+                          absl::UTCTimeZone());
 }
 
 std::string HttpDate(int64_t unix_ms) {

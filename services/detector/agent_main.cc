@@ -136,8 +136,7 @@ int main(int argc, char** argv) {
   spotdnn::services::BlockShutdownSignals();
   signal(SIGPIPE, SIG_IGN);  // a closed instance log must not kill the agent
   // --help lists this program's flags and the client security flags; --version.
-  spotdnn::services::SetUpProgram(
-      "spotdnn-agent",
+  constexpr const char* kUsage =
       "The spotdnn instance agent.\n"
       "  spotdnn-agent [FLAGS]                 notices and heartbeats to the detector\n"
       "  spotdnn-agent [FLAGS] -- COMMAND ...  the instance wrapper: runs COMMAND in its own\n"
@@ -146,7 +145,7 @@ int main(int argc, char** argv) {
       "      signals COMMAND (--notice_signal), syncs SPOTDNN_CHECKPOINT_DIR with\n"
       "      --checkpoint_uri, and exits with COMMAND's status (128 + signal when killed).\n"
       "Flags default from the variables the launcher gives every instance (SPOTDNN_*), so a\n"
-      "provider starts it with: spotdnn-agent --cloud=aws -- /bin/sh -c 'python train.py'");
+      "provider starts it with: spotdnn-agent --cloud=aws -- /bin/sh -c 'python train.py'";
   // Everything after the first "--" is the command; the flags are what comes before it.
   int flag_argc = argc;
   std::vector<std::string> command;
@@ -159,12 +158,9 @@ int main(int argc, char** argv) {
       break;
     }
   }
-  const std::vector<char*> rest = absl::ParseCommandLine(flag_argc, argv);
+  // Only flags before "--": a stray argument there is exit status 2 ("... takes only flags").
+  spotdnn::services::ParseProgramCommandLine(flag_argc, argv, "spotdnn-agent", kUsage);
   auto logger = spdlog::stderr_color_mt("spotdnn-agent");
-  if (rest.size() > 1) {
-    logger->error("unexpected argument \"{}\": give the command after --", rest[1]);
-    return 2;
-  }
   if (auto s =
           spotdnn::services::SetDefaultClientSecurity(spotdnn::services::ClientSecurityFromFlags());
       !s.ok()) {

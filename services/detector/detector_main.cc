@@ -68,6 +68,12 @@ int main(int argc, char** argv) {
     logger->error("{}", std::string(store.status().message()));
     return 2;
   }
+  if (auto s = spotdnn::services::CheckStoreFolder(
+          absl::GetFlag(FLAGS_store).empty() ? "--db" : "--store", *store);
+      !s.ok()) {
+    logger->error("{}", std::string(s.message()));
+    return 2;
+  }
   options.db_path = *store;
   options.poller.interval = absl::GetFlag(FLAGS_poll_interval);
   options.poller.request_timeout = absl::GetFlag(FLAGS_request_timeout);

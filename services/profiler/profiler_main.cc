@@ -64,6 +64,12 @@ int main(int argc, char** argv) {
     logger->error("{}", std::string(db.status().message()));
     return 2;
   }
+  if (auto s = spotdnn::services::CheckStoreFolder(
+          absl::GetFlag(FLAGS_store).empty() ? "--db" : "--store", *db);
+      !s.ok()) {
+    logger->error("{}", std::string(s.message()));
+    return 2;
+  }
   auto store = spotdnn::profiler::ProfileStore::Open(*db);
   if (!store.ok()) {
     logger->error("{}: {}", absl::GetFlag(FLAGS_store).empty() ? "--db" : "--store",

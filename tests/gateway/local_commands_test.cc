@@ -8,8 +8,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "services/common/data_registry.h"
 #include "services/gateway/cli/cli.h"
@@ -267,6 +270,128 @@ TEST(LocalCommandTest, LaunchListTerminate) {
   EXPECT_EQ(RunSpotdnn({"local", "launch", "--job", "x"}, &out, &err), kExitBadInput);
   EXPECT_THAT(err, HasSubstr("--command"));
   fs::remove_all(home);
+}
+
+// Launches one local worker running `sleep 60` in `home` (its own metadata emulator in-process)
+// on a thread; returns its id and metadata endpoint once it runs.
+struct LaunchedWorker {
+  std::thread launcher;
+  int rc = -1;
+  std::string id, endpoint;
+};
+
+void LaunchOneWorker(const fs::path& home, const std::string& job, LaunchedWorker* w) {
+  fs::remove_all(home);
+  setenv("SPOTDNN_HOME", home.c_str(), 1);
+  w->launcher = std::thread([w, job] {
+    std::string out;
+    w->rc = RunSpotdnn({"local", "launch", "--job", job, "--workers", "g4dn.4xlarge=1", "--ps", "0",
+                        "--command", "sleep 60", "--timeout", "60s", "--json"},
+                       &out);
+  });
+  for (int i = 0; i < 500 && w->id.empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    std::string out;
+    if (RunSpotdnn({"local", "list", "--job", job, "--json"}, &out) != kExitOk) continue;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    for (const auto& instance : j["instances"]) {
+      if (instance["state"] == "running" &&
+          !instance["metadata_endpoint"].get<std::string>().empty()) {
+        w->id = instance["id"];
+        w->endpoint = instance["metadata_endpoint"];
+      }
+    }
+  }
+}
+
+// `local revoke --notice 3s`: the notice on the instance's metadata endpoint takes effect 3 s
+// after it is first there to read (it lost up to a second when its time was written in whole
+// seconds).
+TEST(LocalCommandTest, RevokeNoticeTakesEffectTheAskedTimeAfterItIsPublished) {
+  const fs::path home = fs::path(::testing::TempDir()) / absl::StrCat("spotdnn-revoke-", getpid());
+  LaunchedWorker w;
+  LaunchOneWorker(home, "revoke-job", &w);
+  ASSERT_FALSE(w.id.empty());
+  // The endpoint: http://127.0.0.1:PORT/i/ID.
+  const std::string base = w.endpoint.substr(0, w.endpoint.find("/i/"));
+  const std::string prefix = w.endpoint.substr(base.size());
+  httplib::Client client(base);
+  auto token = client.Put(prefix + "/latest/api/token",
+                          {{"X-aws-ec2-metadata-token-ttl-seconds", "60"}}, "", "text/plain");
+  ASSERT_TRUE(token && token->status == 200);
+  // Revoke in the second half of a wall-clock second: a notice time cut to whole seconds would
+  // then lose at least 0.5 s of the 3, whatever the timing, so the check below cannot pass by luck.
+  while (absl::ToUnixMillis(absl::Now()) % 1000 < 500 ||
+         absl::ToUnixMillis(absl::Now()) % 1000 > 700) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  int revoke_rc = -1;
+  std::string revoke_out;
+  std::thread revoker([&] {
+    revoke_rc = RunSpotdnn({"local", "revoke", w.id, "--notice", "3s"}, &revoke_out);
+  });
+  absl::Time published = absl::InfinitePast();
+  std::string body;
+  for (int i = 0; i < 1000 && published == absl::InfinitePast(); ++i) {
+    auto r = client.Get(prefix + "/latest/meta-data/spot/instance-action",
+                        {{"X-aws-ec2-metadata-token", token->body}});
+    if (r && r->status == 200) {
+      published = absl::Now();
+      body = r->body;
+    } else {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  revoker.join();
+  w.launcher.join();
+  ASSERT_NE(published, absl::InfinitePast());
+  EXPECT_EQ(revoke_rc, kExitOk);
+  absl::Time effective;
+  std::string error;
+  ASSERT_TRUE(absl::ParseTime(absl::RFC3339_full,
+                              nlohmann::json::parse(body)["time"].get<std::string>(), &effective,
+                              &error))
+      << body;
+  const double notice_s = absl::ToDoubleSeconds(effective - published);
+  std::printf("local revoke --notice 3s: effective %.3f s after the notice was first read (%s)\n",
+              notice_s, body.c_str());
+  EXPECT_NEAR(notice_s, 3.0, 0.2) << body;
+  fs::remove_all(home);
+}
+
+// `local clean` removes the kept logs and checkpoints once nothing runs, and refuses before.
+TEST(LocalCommandTest, CleanRemovesKeptLogsAndCheckpoints) {
+  const fs::path home = fs::path(::testing::TempDir()) / absl::StrCat("spotdnn-clean-", getpid());
+  LaunchedWorker w;
+  LaunchOneWorker(home, "clean-job", &w);
+  ASSERT_FALSE(w.id.empty());
+  fs::create_directories(home / "checkpoints" / "clean-job");
+  std::ofstream(home / "checkpoints" / "clean-job" / "step-10.pt") << std::string(4096, 'x');
+  std::string out, err;
+  EXPECT_EQ(RunSpotdnn({"local", "clean"}, &out, &err), kExitBadInput);
+  EXPECT_THAT(err, HasSubstr(w.id));
+  EXPECT_THAT(err, HasSubstr("still running"));
+  EXPECT_TRUE(fs::exists(home / "checkpoints" / "clean-job"));
+  ASSERT_EQ(RunSpotdnn({"local", "terminate", "--all"}, &out), kExitOk);
+  w.launcher.join();
+  EXPECT_TRUE(fs::exists(home / "local" / "logs" / (w.id + ".log")));
+  ASSERT_EQ(RunSpotdnn({"local", "clean"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(out, HasSubstr("Removed"));
+  EXPECT_FALSE(fs::exists(home / "local" / "logs"));
+  EXPECT_FALSE(fs::exists(home / "checkpoints"));
+  ASSERT_EQ(RunSpotdnn({"local", "clean"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(out, HasSubstr("Nothing to clean"));
+  fs::remove_all(home);
+}
+
+// A typo'd flag: the nearest flag as a hint, and one line of help, not the whole usage.
+TEST(LocalCommandTest, ATypoSuggestsTheFlagWithoutAPageOfUsage) {
+  std::string out, err;
+  EXPECT_EQ(RunSpotdnn({"plan", "--worklaod", "resnet110"}, &out, &err), kExitBadInput);
+  EXPECT_THAT(err, HasSubstr("--worklaod: unknown flag; did you mean --workload?"));
+  EXPECT_LE(std::count(err.begin(), err.end(), '\n'), 2) << err;
+  EXPECT_EQ(RunSpotdnn({"local", "revoke", "i-x", "--notcie", "3s"}, &out, &err), kExitBadInput);
+  EXPECT_THAT(err, HasSubstr("did you mean --notice?"));
 }
 
 }  // namespace

@@ -329,6 +329,36 @@ TEST_F(Newcomer, ErrorsNameTheFlagsAndFollowTheExitTable) {
   EXPECT_THAT(p.out, HasSubstr("nothing to stop"));
 }
 
+// Issue 27: a second `up` starts nothing and does not say it does.
+TEST_F(Newcomer, ASecondUpSaysItStartedNothing) {
+  Proc first = Spotdnn({"up", "--data-dir", Data()});
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_THAT(first.out, HasSubstr("Starting the spotdnn stack"));
+  Proc second = Spotdnn({"up", "--data-dir", Data()});
+  EXPECT_EQ(second.code, 0) << second.err;
+  EXPECT_THAT(second.out, Not(HasSubstr("Starting")));
+  EXPECT_THAT(second.out, HasSubstr("Already up in " + Data() + ", nothing started"));
+  Proc json = Spotdnn({"up", "--data-dir", Data(), "--json"});
+  EXPECT_THAT(json.out, HasSubstr("\"already_up\":true"));
+  EXPECT_EQ(Spotdnn({"down", "--data-dir", Data()}).code, 0);
+}
+
+// Issue 27: the service binaries refuse bad flags as the CLI does, and --help is 0.
+TEST_F(Newcomer, ServiceBinariesRefuseBadFlagsAndHelpExitsZero) {
+  for (const char* binary :
+       {"spotdnn-predictor", "spotdnn-provisioner", "spotdnn-profiler", "spotdnn-detector"}) {
+    Proc p = Run(binary, {"--lisen=127.0.0.1:0"});
+    EXPECT_EQ(p.code, 2) << binary;
+    EXPECT_THAT(p.err, HasSubstr("did you mean --listen?")) << binary;
+    p = Run(binary, {"extra-arg"});
+    EXPECT_EQ(p.code, 2) << binary;
+    p = Run(binary, {"--help"});
+    EXPECT_EQ(p.code, 0) << binary;
+    EXPECT_THAT(p.out, HasSubstr("Serving:")) << binary;
+    EXPECT_THAT(p.out, Not(HasSubstr(SPOTDNN_SOURCE_DIR))) << binary;
+  }
+}
+
 // 7. Output a person reads.
 
 TEST_F(Newcomer, TheFrontierChartsChosenPlanLabelStaysOnTheCanvas) {

@@ -68,5 +68,39 @@ grep -q '"state":"finished"' <<< "$status_json" || fail "status does not say the
 # The job has a budget and no deadline: null, as `plan --json` says an absent one.
 grep -q '"deadline_s":null' <<< "$status_json" || fail "status --json: deadline_s is not null"
 grep -q '"budget_usd":1[,}]' <<< "$status_json" || fail "status --json: budget_usd is not 1"
+
+# The service binaries take their flags as the CLI does (issue 27): bad input is exit 2 with one
+# line naming it (and the nearest flag for a typo), --help is 0 and grouped by purpose, a store in
+# a missing folder creates nothing.
+expect_status() {  # STATUS COMMAND...: runs it, checks its exit status; its output in $out
+  local want=$1
+  shift
+  set +e
+  out=$("$@" 2>&1)
+  local got=$?
+  set -e
+  [ "$got" -eq "$want" ] || fail "$* exited $got, not $want: $out"
+}
+expect_status 2 "$bin/spotdnn-predictor" extra-arg
+grep -q 'unexpected argument "extra-arg"' <<< "$out" || fail "predictor: no word on a stray argument"
+expect_status 2 "$bin/spotdnn-predictor" --lisen=127.0.0.1:0
+grep -q -- "--lisen: unknown flag; did you mean --listen?" <<< "$out" || fail "no hint: $out"
+expect_status 2 "$bin/spotdnn-detector" --poll_interval=1
+grep -q "like 500ms, 2s" <<< "$out" || fail "the detector does not say a duration needs a unit"
+expect_status 0 "$bin/spotdnn-profiler" --help
+grep -q "^Store:" <<< "$out" || fail "the profiler's --help has no Store group"
+if grep -q -e "$src" -e "Flags from" <<< "$out"; then fail "--help names source paths"; fi
+expect_status 2 "$bin/spotdnn-profiler" --db="$work/nonexistent/dir/p.db" --listen=127.0.0.1:0
+[ ! -e "$work/nonexistent" ] || fail "the profiler created the missing folder of --db"
+expect_status 2 "$bin/spotdnn" plan --worklaod resnet110
+grep -q -- "did you mean --workload?" <<< "$out" || fail "the CLI gives no hint for a typo"
+[ "$(wc -l <<< "$out")" -le 2 ] || fail "a typo is followed by a page of usage: $out"
+# A second `up` starts nothing, and says so.
+"$bin/spotdnn" up --data-dir "$D" > /dev/null
+expect_status 0 "$bin/spotdnn" up --data-dir "$D"
+grep -q "Already up" <<< "$out" || fail "a second up does not say the stack was already up: $out"
+if grep -q "Starting" <<< "$out"; then fail "a second up says it starts the stack: $out"; fi
+"$bin/spotdnn" down --data-dir "$D" > /dev/null
+
 rm -rf "$work"
 echo "PASS: the README's newcomer walk-through"

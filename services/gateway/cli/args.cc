@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "services/gateway/cli/flag_errors.h"
 
 namespace spotdnn::gateway {
 
@@ -40,7 +41,10 @@ absl::StatusOr<Args> Args::Parse(const std::vector<std::string>& argv, const Fla
         value = argv[++i];
       }
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag, " (see --help)"));
+      std::vector<std::string> known(spec.switches.begin(), spec.switches.end());
+      known.insert(known.end(), spec.values.begin(), spec.values.end());
+      known.push_back("--help");
+      return absl::InvalidArgumentError(UnknownFlagMessage(flag, known));
     }
     if (!args.values_.emplace(flag, *value).second) {
       return absl::InvalidArgumentError(absl::StrCat(flag, " given more than once"));

@@ -190,7 +190,8 @@ int RunCli(const std::vector<std::string>& raw_argv, std::ostream& out, std::ost
   }
   if (!args.ok()) {
     ReportError(args.status(), command->name, io);
-    if (!io.json) err << "\n" << HelpText(*command);
+    // One line of hint, not the whole help: the error stays the last thing on the screen.
+    if (!io.json) err << "See `spotdnn " << command->name << " --help`.\n";
     return kExitBadInput;
   }
   return command->run(*args, io);

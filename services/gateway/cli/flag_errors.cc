@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "services/common/program.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -119,6 +121,12 @@ std::string NameFlags(const std::string& message, const FieldFlags& fields) {
 absl::Status NameFlags(const absl::Status& status, const FieldFlags& fields) {
   if (status.ok()) return status;
   return absl::Status(status.code(), NameFlags(std::string(status.message()), fields));
+}
+
+std::string UnknownFlagMessage(const std::string& flag, const std::vector<std::string>& known) {
+  const std::string nearest = services::NearestName(flag, known);
+  return absl::StrCat(flag, ": unknown flag",
+                      nearest.empty() ? "" : absl::StrCat("; did you mean ", nearest, "?"));
 }
 
 }  // namespace spotdnn::gateway

@@ -28,6 +28,10 @@ std::string NameFlags(const std::string& message, const FieldFlags& fields);
 // The same status with its message so rewritten.
 absl::Status NameFlags(const absl::Status& status, const FieldFlags& fields);
 
+// The error for a flag the command does not take, with the nearest of `known` as a hint when it
+// looks like a typo: "--worklaod: unknown flag; did you mean --workload?".
+std::string UnknownFlagMessage(const std::string& flag, const std::vector<std::string>& known);
+
 }  // namespace spotdnn::gateway
 
 #endif  // SPOTDNN_SERVICES_GATEWAY_CLI_FLAG_ERRORS_H_

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "detector/metadata_emulator.h"
 #include "provisioner/launcher/aws_provider.h"
@@ -276,12 +277,85 @@ int LocalTerminate(const Args& args, const Io& io) {
   return kExitOk;
 }
 
+// The bytes under `path` (a file or a folder).
+uintmax_t SizeOf(const fs::path& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return fs::file_size(path, ec);
+  uintmax_t total = 0;
+  for (auto it = fs::recursive_directory_iterator(path, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec)) total += it->file_size(ec);
+  }
+  return total;
+}
+
+int LocalClean(const Args& args, const Io& io) {
+  auto provider = OpenLocal(args, false, "");
+  if (!provider.ok()) return ReportError(provider.status(), "local clean", io);
+  auto instances = (*provider)->Describe("");
+  if (!instances.ok()) return ReportError(instances.status(), "local clean", io);
+  std::vector<std::string> running, exited;
+  for (const Instance& i : *instances) {
+    const bool ended = i.state == launcher::InstanceState::kTerminated ||
+                       i.state == launcher::InstanceState::kStopped;
+    (ended ? exited : running).push_back(i.id);
+  }
+  // A running job still writes its logs and reads its checkpoints: clean once nothing runs.
+  if (!running.empty()) {
+    return ReportError(absl::FailedPreconditionError(absl::StrCat(
+                           Plural(running.size(), "local instance", "local instances"),
+                           " still running (", absl::StrJoin(running, ", "),
+                           "): stop them first (`spotdnn local terminate --all`), then clean")),
+                       "local clean", io);
+  }
+  // The records of exited instances: terminate moves their output to logs/, removed below.
+  if (!exited.empty()) {
+    if (absl::Status s = (*provider)->Terminate(exited); !s.ok()) {
+      return ReportError(s, "local clean", io);
+    }
+  }
+  const fs::path data_dir = DataDirOf(args);
+  std::vector<std::string> removed;
+  uintmax_t bytes = 0;
+  for (const fs::path& path : {fs::path((*provider)->OutputLocation()), data_dir / "checkpoints"}) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) continue;
+    bytes += SizeOf(path);
+    fs::remove_all(path, ec);
+    if (ec) {
+      return ReportError(absl::UnavailableError(
+                             absl::StrCat(path.string(), ": cannot be removed: ", ec.message())),
+                         "local clean", io);
+    }
+    removed.push_back(path.string());
+  }
+  if (io.json) {
+    std::vector<std::string> quoted;
+    for (const std::string& r : removed) quoted.push_back(JsonString(r));
+    io.out << JsonObject()
+                  .Raw("removed", "[" + absl::StrJoin(quoted, ",") + "]")
+                  .Integer("instances", static_cast<long long>(exited.size()))
+                  .Integer("bytes", static_cast<long long>(bytes))
+                  .str()
+           << "\n";
+  } else if (removed.empty() && exited.empty()) {
+    io.out << "Nothing to clean in " << data_dir.string() << ".\n";
+  } else {
+    io.out << "Removed "
+           << Plural(exited.size(), "exited instance's record", "exited instances' records")
+           << (removed.empty() ? "" : ", " + absl::StrJoin(removed, ", ")) << " ("
+           << absl::StrFormat("%.1f", bytes / 1048576.0) << " MiB).\n";
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 std::vector<Command> LocalCommands() {
   return {
       {.name = "local",
-       .summary = "launch, list, revoke and terminate instances of the local provider (processes)",
+       .summary =
+           "launch, list, revoke, terminate and clean instances of the local provider (processes)",
        .description =
            "The local provider runs each instance as a process group on this machine: CMD through "
            "/bin/sh -c\nwith SPOTDNN_JOB_ID, SPOTDNN_ROLE (ps|worker), SPOTDNN_INDEX, "
@@ -336,6 +410,16 @@ std::vector<Command> LocalCommands() {
                  DataDirFlag()},
        .max_positional = -1,
        .run = LocalTerminate},
+      {.name = "local clean",
+       .summary = "remove the logs and checkpoints kept after instances and jobs ended",
+       .synopsis = "[--json] [--data-dir D]",
+       .description =
+           "Removes what the local provider and finished jobs keep in the data directory: the "
+           "records of\nexited instances, their output (DATA_DIR/local/logs) and the parameter "
+           "servers' checkpoints\n(DATA_DIR/checkpoints). Refused while a local instance runs; a "
+           "job you mean to resume\nneeds its checkpoints, so clean after it finished.",
+       .flags = {DataDirFlag()},
+       .run = LocalClean},
   };
 }
 

@@ -192,6 +192,7 @@ absl::StatusOr<Stack> StartStack(const std::string& data_dir, const std::string&
             up->store.empty() ? "its SQLite files" : absl::StrCat("\"", up->store, "\""),
             "; stop it with `spotdnn down` first"));
       }
+      up->already_up = true;
       return up;
     }
     (void)StopStack(data_dir);  // a partly dead stack: start afresh
@@ -204,6 +205,9 @@ absl::StatusOr<Stack> StartStack(const std::string& data_dir, const std::string&
     absl::StatusOr<std::unique_ptr<db::Database>> reached =
         db::OpenPostgres(store_uri, "--store", "public");
     if (!reached.ok()) return reached.status();
+  }
+  if (progress != nullptr) {
+    *progress << "Starting the spotdnn stack in " << data_dir << ":" << std::endl;
   }
   // Absolute: the services' command lines name it, and `down` recognises them by it.
   const fs::path dir = fs::absolute(data_dir);

@@ -29,6 +29,8 @@ struct Stack {
   // data_dir.
   std::string store;
   std::map<std::string, pid_t> pids;  // binary name -> pid
+  // StartStack found it up and started nothing.
+  bool already_up = false;
 };
 
 // How to start a stack.
@@ -51,7 +53,8 @@ absl::StatusOr<Stack> ReadStack(const std::string& data_dir);
 // `options.store` names another store than it runs on (FAILED_PRECONDITION). INVALID_ARGUMENT
 // naming --store and the value when it is not a postgres:// URI; UNAVAILABLE (or
 // PERMISSION_DENIED) naming them when the database cannot be used, before anything starts.
-// `progress` gets one line per service as it comes up.
+// `progress` gets "Starting the spotdnn stack in DATA_DIR:" and one line per service as it comes
+// up, only when something is started.
 absl::StatusOr<Stack> StartStack(const std::string& data_dir, const std::string& bin_dir,
                                  std::ostream* progress, const StackOptions& options = {});
 

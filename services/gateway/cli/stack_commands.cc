@@ -18,7 +18,6 @@ int Up(const Args& args, const Io& io) {
       return ReportError(uri.status(), "up", io);
     }
   }
-  if (!io.json) io.out << "Starting the spotdnn stack in " << data_dir << ":" << std::endl;
   auto stack = StartStack(data_dir, bin_dir, io.json ? nullptr : &io.out, options);
   if (!stack.ok()) return ReportError(stack.status(), "up", io);
   if (io.json) {
@@ -30,12 +29,15 @@ int Up(const Args& args, const Io& io) {
                   .String("detector", stack->detector)
                   .String("metadata_emulator", stack->emulator)
                   .String("store", stack->store)
+                  .Bool("already_up", stack->already_up)
                   .str()
            << std::endl;
   } else {
-    io.out << "Up: predictor " << stack->predictor << ", provisioner " << stack->provisioner
-           << ", profiler " << stack->profiler << ", detector " << stack->detector
-           << ", metadata emulator " << stack->emulator << "\n";
+    io.out << (stack->already_up ? "Already up in " + data_dir + ", nothing started: predictor "
+                                 : std::string("Up: predictor "))
+           << stack->predictor << ", provisioner " << stack->provisioner << ", profiler "
+           << stack->profiler << ", detector " << stack->detector << ", metadata emulator "
+           << stack->emulator << "\n";
     if (!stack->store.empty()) {
       io.out << "Store: " << stack->store
              << " (profiler and detector; jobs too with `spotdnn run --store " << stack->store
