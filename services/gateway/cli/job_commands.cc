@@ -494,14 +494,20 @@ std::vector<Command> JobCommands() {
       {.name = "status",
        .summary = "one job's summary, instances, revocations and event log",
        .synopsis = "JOB [--json] [--data-dir D] [--store SPEC] [--plot FILE.svg]",
-       .description = "Shows one job of DATA_DIR/jobs.db: its summary, instances, revocations "
-                      "(with notice-to-takeover\ntimes) and event log. --plot also writes the "
-                      "job's predicted loss curve (its first plan's\ncluster, from the workload's "
-                      "loss model) and its actual one (the workers' smoothed loss) side\nby side "
-                      "as an SVG chart, with the target loss and the predicted and actual ends.",
+       .description =
+           "Shows one job of DATA_DIR/jobs.db: its summary (with its profiling phase's time and "
+           "cost),\ninstances, revocations (with notice-to-takeover times), event log, and "
+           "whether a gateway\ndrives it. A job not ended says whether it is on track, not what "
+           "it has not yet met.\n--plot also writes an SVG chart of what the job has, and still "
+           "prints the status: the\npredicted loss curve (the first plan's cluster, from the "
+           "workload's loss model) and the\nworkers' smoothed loss with the target and both "
+           "ends, or, without a reported loss, the\niterations done against the plan's line; "
+           "the revocation notices as marks and the cost. What\nit cannot draw (no loss "
+           "reported, not started) is said on the chart and after \"Chart\nwritten to\".",
        .flags = {DataDirFlag(),
                  StoreFlag(),
-                 {"--plot", "FILE.svg", "write the predicted and actual loss curves to FILE.svg"}},
+                 {"--plot", "FILE.svg",
+                  "also write a chart of the job's loss (or progress), revocations and cost"}},
        .min_positional = 1,
        .max_positional = 1,
        .run = Status},
