@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -21,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "provisioner/launcher/local_provider.h"
+#include "services/gateway/cli/job_output.h"
 #include "services/gateway/job/job_store.h"
 #include "tests/gateway/cli_runner.h"
 #include "tests/testing/child_process.h"
@@ -397,6 +399,182 @@ TEST_F(RunEndToEnd, ASlowerLossThanPredictedRunsOnWhileTheDeadlineCanBeMet) {
   EXPECT_EQ(summary["loss_reached"], true);
   EXPECT_THAT(summary["loss_smoothing"].get<std::string>(), ::testing::HasSubstr("average"));
   EXPECT_FALSE(summary["worker_last_losses"].empty());
+}
+
+// Issue 27, 4: profiling is a phase of the job. A spec with a profiling run (the job's own
+// command: a shell loop that prints SPOTDNN_SAMPLE lines and stops after $SPOTDNN_MAX_STEPS,
+// 0.1 s a step) is stored from its start: `spotdnn jobs` and `status` list it as profiling while
+// the run goes, the run prints its progress with an ETA, its time and cost are in the summary
+// (text and --json) and in the job's cost, and the deadline is counted from the start of the
+// profiling: the plan and the progress lines get the deadline less the profiling's time.
+TEST_F(RunEndToEnd, ProfilingIsAPhaseOfTheJobWithItsProgressTimeAndCost) {
+  const std::string job = "e2e-profiled";
+  const double deadline_s = 150;
+  const fs::path path = dir_ / "profiled.json";
+  const std::string worker =
+      "n=${SPOTDNN_MAX_STEPS:-100000}; i=0; while [ $i -lt $n ]; do i=$((i+1)); "
+      "echo \"SPOTDNN_SAMPLE step=$i iteration_time_s=0.1 batch_size=128\"; sleep 0.1; done";
+  std::ofstream(path) << nlohmann::json{
+      {"name", job},
+      {"workload",
+       {{"profile", "e2e-profiled-fit"},
+        {"profiling",
+         {{"runs", {{{"cluster", {{"p2.xlarge", 1}}}, {"steps", 80}}}}, {"base", "resnet110"}}}}},
+      {"slo", {{"iterations", 30}, {"deadline", absl::StrCat(deadline_s, "s")}}},
+      {"catalog", "aws-spotdnn-prototype"},
+      {"provider", {{"name", "local"}}},
+      {"commands",
+       {{"worker", worker},
+        {"parameter_server",
+         "sleep 600"}}}}.dump(2);
+  const absl::Time begun = absl::Now();
+  auto gateway = StartGateway({"run", path.string()}, "profiled.log");
+
+  // While the profiling run goes: the job is stored, in state profiling, with its time and cost
+  // so far, and `spotdnn jobs` (the binary, as a user runs it) and `status` show it so.
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  bool seen_profiling = false;
+  for (int i = 0; i < 600 && !seen_profiling; ++i) {
+    auto record = store->GetJob(job);
+    seen_profiling =
+        record.ok() && record->state == job::JobState::kProfiling && record->profiling_cost_usd > 0;
+    if (!seen_profiling) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(seen_profiling) << "the job was not stored as profiling within 60 s";
+  const std::string jobs_out = (dir_ / "jobs.out").string();
+  ASSERT_EQ(std::system(absl::StrCat(bin_, "/spotdnn jobs --data-dir ", dir_.string(), " > ",
+                                     jobs_out, " 2>&1")
+                            .c_str()),
+            0);
+  std::stringstream listed;
+  listed << std::ifstream(jobs_out).rdbuf();
+  EXPECT_THAT(listed.str(), ::testing::HasSubstr("profiling"));
+  EXPECT_THAT(listed.str(), ::testing::ContainsRegex(job + " +profiling "));
+  CliRun during = Cli({"status", job, "--json", "--data-dir", dir_.string()});
+  ASSERT_EQ(during.code, 0) << during.err;
+  const nlohmann::json during_summary = nlohmann::json::parse(during.out)["summary"];
+  EXPECT_EQ(during_summary["state"], "profiling") << during_summary;
+  EXPECT_GT(during_summary["profiling_s"].get<double>(), 0) << during_summary;
+  EXPECT_GT(during_summary["profiling_cost_usd"].get<double>(), 0) << during_summary;
+  EXPECT_TRUE(during_summary["on_track"].is_null()) << during_summary;  // no plan yet
+  CliRun during_text = Cli({"status", job, "--data-dir", dir_.string()});
+  ASSERT_EQ(during_text.code, 0) << during_text.err;
+  EXPECT_THAT(during_text.out, ::testing::HasSubstr("Job " + job + ": profiling"));
+  EXPECT_THAT(during_text.out, ::testing::HasSubstr("Status: profiling ("));
+  EXPECT_THAT(during_text.out, ::testing::HasSubstr("profiling (before; cost included)"));
+  EXPECT_THAT(during_text.out, ::testing::Not(::testing::HasSubstr("on track")));
+  auto still = store->GetJob(job);
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(still->state, job::JobState::kProfiling)
+      << "the profiling ended before `jobs` ran: the test cannot tell what it listed";
+
+  std::optional<int> code = gateway->Wait(std::chrono::seconds(150));
+  ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
+  EXPECT_EQ(*code, 0);
+  const double wall_s = absl::ToDoubleSeconds(absl::Now() - begun);
+  auto record = store->GetJob(job);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
+
+  // The profiling run's progress: launched, in progress (steps of all, time, cost, an ETA), done.
+  std::vector<nlohmann::json> runs, progress;
+  bool launched = false, done = false, fitted = false;
+  for (const auto& e : JsonLines(dir_ / "profiled.log")) {
+    if (e.value("event", "") == "progress") progress.push_back(e);
+    if (e.value("event", "") != "profiling") continue;
+    fitted |= e.value("profile", "") == "e2e-profiled-fit";
+    if (!e.contains("run")) continue;
+    EXPECT_EQ(e["run"], job + "-profiling-1");
+    if (e["in_progress"] == true) {
+      runs.push_back(e);
+    } else {
+      (e["done"] == true ? done : launched) = true;
+    }
+  }
+  EXPECT_TRUE(launched);
+  EXPECT_TRUE(done);
+  EXPECT_TRUE(fitted);
+  ASSERT_FALSE(runs.empty()) << "no progress line while profiling";
+  bool with_eta = false;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const nlohmann::json& r = runs[i];
+    EXPECT_EQ(r["steps_total"], 80) << r;  // 80 steps x 1 worker
+    EXPECT_LE(r["steps_done"].get<int>(), 80) << r;
+    EXPECT_GT(r["elapsed_s"].get<double>(), 0) << r;
+    EXPECT_GT(r["cost_usd"].get<double>(), 0) << r;
+    if (r["eta_s"].is_number()) {
+      with_eta = true;
+      EXPECT_GT(r["steps_done"].get<int>(), 0) << r;
+      EXPECT_GE(r["eta_s"].get<double>(), 0) << r;
+    }
+    if (i > 0) {
+      EXPECT_GE(r["elapsed_s"].get<double>(), runs[i - 1]["elapsed_s"].get<double>());
+      EXPECT_GE(r["cost_usd"].get<double>(), runs[i - 1]["cost_usd"].get<double>());
+    }
+  }
+  EXPECT_TRUE(with_eta) << "no profiling progress line had an ETA";
+  // The same lines as text (the first progress event, as `run` without --json prints it).
+  job::ProfilingEvent first{.run = runs.front()["run"],
+                            .steps = 80,
+                            .in_progress = true,
+                            .steps_done = runs.front()["steps_done"].get<int64_t>(),
+                            .steps_total = 80,
+                            .elapsed_s = runs.front()["elapsed_s"].get<double>(),
+                            .cost_usd = runs.front()["cost_usd"].get<double>()};
+  if (runs.front()["eta_s"].is_number()) first.eta_s = runs.front()["eta_s"].get<double>();
+  EXPECT_THAT(EventLine({.job_id = job, .what = first}),
+              ::testing::ContainsRegex("profiling run " + job + "-profiling-1: [0-9]+/80 steps"));
+  if (first.eta_s) {
+    EXPECT_THAT(EventLine({.job_id = job, .what = first}), ::testing::HasSubstr(" left"));
+  }
+
+  // The profiling's time and cost are the job's: stored, in the summary, in the total cost.
+  EXPECT_GT(record->profiling_started_ms, 0);
+  EXPECT_LE(record->profiling_started_ms, record->started_ms);
+  EXPECT_GT(record->profiling_s, 0.8);  // 80 steps at 0.1 s at least
+  EXPECT_LT(record->profiling_s, wall_s);
+  EXPECT_GE((record->started_ms - record->profiling_started_ms) / 1000.0,
+            record->profiling_s - 0.01);
+  EXPECT_GT(record->profiling_cost_usd, 0);
+  CliRun status = Cli({"status", job, "--json", "--data-dir", dir_.string()});
+  ASSERT_EQ(status.code, 0) << status.err;
+  const nlohmann::json summary = nlohmann::json::parse(status.out)["summary"];
+  EXPECT_DOUBLE_EQ(summary["profiling_s"].get<double>(), record->profiling_s);
+  EXPECT_DOUBLE_EQ(summary["profiling_cost_usd"].get<double>(), record->profiling_cost_usd);
+  auto instances = store->Instances(job);
+  ASSERT_TRUE(instances.ok());
+  double cost = 0;
+  for (const InstanceRecord& i : *instances) {
+    cost += i.price_per_hour * (i.ended_ms - i.launched_ms) / 3.6e6;
+  }
+  EXPECT_NEAR(summary["actual_cost_usd"].get<double>(), cost + record->profiling_cost_usd, 1e-12);
+  EXPECT_EQ(summary["deadline_met"], true);
+  CliRun text = Cli({"status", job, "--data-dir", dir_.string()});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, ::testing::HasSubstr("profiling (before; cost included)"));
+  CliRun after = Cli({"jobs", "--data-dir", dir_.string()});
+  ASSERT_EQ(after.code, 0) << after.err;
+  EXPECT_THAT(after.out, ::testing::ContainsRegex(job + " +finished "));
+
+  // The deadline runs from the profiling's start: each progress line's time to the deadline is
+  // the deadline less the profiling's time and the run's, and the plan had what was left.
+  ASSERT_FALSE(progress.empty());
+  for (const nlohmann::json& p : progress) {
+    ASSERT_TRUE(p["deadline_in_s"].is_number()) << p;
+    EXPECT_NEAR(p["deadline_in_s"].get<double>() + p["elapsed_s"].get<double>(),
+                deadline_s - record->profiling_s, 1e-3)
+        << p;
+  }
+  EXPECT_LE(record->predicted_time_s, deadline_s - record->profiling_s);
+  auto events = store->Events(job);
+  ASSERT_TRUE(events.ok());
+  std::vector<std::string> kinds;
+  for (const JobEventRecord& e : *events) kinds.push_back(e.kind);
+  EXPECT_THAT(kinds, ::testing::IsSupersetOf({"profiling", "profiled"}));
+  std::cout << "[measured] " << job << ": profiling " << record->profiling_s << " s, $"
+            << record->profiling_cost_usd << "; " << runs.size() << " profiling progress lines; "
+            << progress.size() << " training progress lines" << std::endl;
 }
 
 TEST_F(RunEndToEnd, RevocationIsTakenOverBeforeTheInstanceGoes) {

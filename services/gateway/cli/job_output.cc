@@ -331,9 +331,9 @@ std::string SummaryJson(const JobSummary& s) {
               s.predicted_p_meet_deadline ? s.predicted_p_meet_deadline_high : NAN)
       .Bool("budget_met", s.budget_met)
       .Raw("slo_met", Tristate(s.slo_met))
-      .Raw("on_track", IsDone(s.state) ? "null"
-                       : s.on_track    ? "true"
-                                       : "false")
+      .Raw("on_track", IsDone(s.state) || s.state == job::JobState::kProfiling ? "null"
+                       : s.on_track                                            ? "true"
+                                                                               : "false")
       .str();
 }
 
@@ -360,7 +360,8 @@ void PrintSummary(const JobSummary& s, std::ostream& out) {
     row("loss", Fixed(s.target_loss, 4), Fixed(s.target_loss, 4), "not measured");
   }
   if (s.profiling_s > 0 || s.profiling_cost_usd > 0) {
-    row("profiling (in the above)", "-", "-",
+    // Before the run: its time is not in the time above (the deadline counts both), its cost is.
+    row("profiling (before; cost included)", "-", "-",
         absl::StrCat(HumanDuration(s.profiling_s), ", ", Dollars(s.profiling_cost_usd)));
   }
   table.Print(out);
@@ -404,6 +405,12 @@ void PrintSummary(const JobSummary& s, std::ostream& out) {
         "Predicted P(meet deadline): %.4f [%.4f, %.4f] (slo.confidence %g); deadline met: %s\n",
         *s.predicted_p_meet_deadline, s.predicted_p_meet_deadline_low,
         s.predicted_p_meet_deadline_high, s.confidence, yes(s.deadline_met));
+  }
+  if (s.state == job::JobState::kProfiling) {
+    // No plan yet: there is no line to be on or behind.
+    out << "Status: profiling (" << HumanDuration(s.profiling_s) << " so far, "
+        << Dollars(s.profiling_cost_usd) << "); the plan comes after it" << std::endl;
+    return;
   }
   if (!IsDone(s.state)) {
     // Not ended: nothing is met or missed yet; the plan's line says how it goes.
