@@ -346,7 +346,8 @@ TEST_F(JobControllerTest, RunsToTheTargetAndCleansUp) {
   EXPECT_GE(outcome->record.iterations_done, 100);
   EXPECT_NEAR(clock_.Elapsed(), 10, 0.6);  // 100 iterations at 10 a second
   const JobSummary& s = outcome->summary;
-  EXPECT_TRUE(s.slo_met);
+  // Workers that report a loss only when loss_ is set: reached and met only if measured.
+  EXPECT_NE(s.slo_met, false);
   EXPECT_EQ(s.instances_launched, 4);  // 1 parameter server, 3 workers
   EXPECT_NEAR(s.actual_time_s, clock_.Elapsed(), 1e-9);
   EXPECT_EQ(s.first_plan_iterations, 100);
@@ -440,24 +441,37 @@ TEST_F(JobControllerTest, ALossTargetIsMetByTheReportedLoss) {
   EXPECT_EQ(outcome->record.state, JobState::kFinished);
   EXPECT_LE(outcome->record.loss, 2.6);
   EXPECT_LT(outcome->record.iterations_done, 100);  // before the predicted 100
-  EXPECT_TRUE(outcome->summary.loss_reached);
-  EXPECT_LE(outcome->summary.final_loss, 2.6);
+  EXPECT_EQ(outcome->summary.loss_reached, true);
+  ASSERT_TRUE(outcome->summary.final_loss.has_value());
+  EXPECT_LE(*outcome->summary.final_loss, 2.6);
   auto curve = store_->Progress("job-x");
   ASSERT_TRUE(curve.ok());
   ASSERT_GE(curve->size(), 2u);
   EXPECT_GT(curve->front().loss, curve->back().loss);
 }
 
-// A loss that does not come down as the profile predicted: the job fails at 3x the predicted
-// iterations instead of training (and paying) for ever.
-TEST_F(JobControllerTest, ALossThatNeverComesFailsTheJobAtThreeTimesThePrediction) {
+// A loss that does not come down: the job fails once the measurements show it cannot reach the
+// target by the deadline (job_outlook.h), instead of training (and paying) for ever.
+TEST_F(JobControllerTest, ALossThatNeverComesFailsTheJobWhenTheDeadlineCannotBeMet) {
   loss_ = [](double) { return 2.9; };
   JobController controller = Controller();
   auto outcome = PlanAndRun(controller);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(outcome->record.state, JobState::kFailed);
-  EXPECT_THAT(outcome->record.message, HasSubstr("has not reached 2.6"));
-  EXPECT_NEAR(outcome->record.iterations_done, 300, 10);
+  EXPECT_THAT(outcome->record.message, HasSubstr("has not fallen"));
+  EXPECT_LT(outcome->record.iterations_done, 100);
+}
+
+// A loss slower than the profile's but that can make the 600 s deadline (2.6 at 400 iterations,
+// 4 times the 100 predicted): it runs on to its target (issue 27: it was failed at 3 times).
+TEST_F(JobControllerTest, ASlowerLossThatCanMakeTheDeadlineRunsToItsTarget) {
+  loss_ = [](double iterations) { return 3.0 - iterations / 1000; };
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
+  EXPECT_GT(outcome->record.iterations_done, 300);
+  EXPECT_EQ(outcome->summary.loss_reached, true);
 }
 
 // A revoked parameter server: the gateway waits for its last checkpoint, launches a replacement
@@ -537,7 +551,7 @@ TEST_F(JobControllerTest, WorkersThatNeverReportFailTheJobAfterTheStallTimeout) 
   EXPECT_EQ(outcome->record.state, JobState::kFailed);
   EXPECT_THAT(outcome->record.message, HasSubstr("no worker reported a new iteration for 1m"));
   EXPECT_NEAR(clock_.Elapsed(), 60, 1);
-  EXPECT_FALSE(outcome->summary.slo_met);
+  EXPECT_NE(outcome->summary.slo_met, true);
   EXPECT_TRUE(cloud_.Running().empty());
 }
 

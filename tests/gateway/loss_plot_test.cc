@@ -14,6 +14,7 @@ namespace {
 
 namespace pb = ::spotdnn::v1;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Json(const google::protobuf::Message& m) {
   std::string out;
@@ -87,20 +88,58 @@ TEST(LossPlot, ThePredictedCurveIsTheModelsAndTheActualTheRecordedOne) {
   EXPECT_THAT(svg, HasSubstr("</svg>"));
 }
 
-TEST(LossPlot, AJobWithNothingToPlotSaysWhy) {
+TEST(LossPlot, AJobWithoutALossPlotsItsProgressAndCostAndSaysWhatIsMissing) {
   job::JobRecord job = Job();
-  auto none = LossPlotOf(job, {{.at_ms = 1'002'000, .iterations = 5, .loss = 0}});
-  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(none.status().message(), HasSubstr("has no reported loss to plot"));
+  const std::vector<job::InstanceRecord> instances = {
+      {.id = "w1", .price_per_hour = 3.6, .launched_ms = 1'000'000, .ended_ms = 1'010'000}};
+  const std::vector<job::RevocationRecord> revocations = {
+      {.instance_id = "w1", .cloud_notice_ms = 1'005'000}};
+  auto none = LossPlotOf(job,
+                         {{.at_ms = 1'002'000, .iterations = 5, .loss = 0},
+                          {.at_ms = 1'004'000, .iterations = 9, .loss = 0}},
+                         instances, revocations);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->actual.empty());
+  ASSERT_EQ(none->progress.size(), 2u);
+  EXPECT_DOUBLE_EQ(none->progress[1].iterations, 9);
+  EXPECT_NEAR(none->progress[1].cost_usd, 0.004, 1e-12);  // $3.6/h for 4 s
+  EXPECT_NEAR(none->cost_usd, 0.01, 1e-12);               // to its end
+  ASSERT_EQ(none->revocations.size(), 1u);
+  EXPECT_DOUBLE_EQ(none->revocations[0].time_s, 5);
+  EXPECT_THAT(none->missing, HasSubstr("no loss"));
+  const std::string svg = LossPlotSvg(*none);
+  EXPECT_THAT(svg, HasSubstr("class=\"iterations\""));
+  EXPECT_THAT(svg, HasSubstr("class=\"revocation\""));
+  EXPECT_THAT(svg, HasSubstr("revoked w1"));
+  EXPECT_THAT(svg, HasSubstr("cost: $0.0100"));
+  EXPECT_THAT(svg, HasSubstr("no loss"));
   job.started_ms = 0;
   auto unstarted = LossPlotOf(job, {});
-  EXPECT_EQ(unstarted.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(unstarted.status().message(), HasSubstr("has not started"));
+  ASSERT_TRUE(unstarted.ok());
+  EXPECT_THAT(unstarted->missing, HasSubstr("has not started"));
   // A title is escaped.
   LossPlot plot;
   plot.title = "a <b> & \"c\"";
   plot.actual = {{1, 2}, {2, 1}};
   EXPECT_THAT(LossPlotSvg(plot), HasSubstr("a &lt;b&gt; &amp; &quot;c&quot;"));
+}
+
+TEST(LossPlot, TicksAreRoundAndTheTargetLabelStandsApartFromTheEnds) {
+  EXPECT_EQ(NiceTicks(0, 59.67), (std::vector<double>{0, 20, 40, 60}));
+  const std::vector<double> loss = NiceTicks(2.1, 2.886);  // steps of 0.2, from 2 to 3
+  ASSERT_EQ(loss.size(), 6u);
+  for (size_t i = 0; i < loss.size(); ++i) EXPECT_NEAR(loss[i], 2.0 + 0.2 * i, 1e-12);
+  LossPlot plot{.actual = {{1, 2.886}, {30, 2.5}},
+                .target_loss = 2.6,
+                .predicted_time_s = 38.1,
+                .finished_s = 59.67};
+  const std::string svg = LossPlotSvg(plot);
+  EXPECT_THAT(svg, Not(HasSubstr(">2.886<")));
+  EXPECT_THAT(svg, Not(HasSubstr(">59.67<")));
+  EXPECT_THAT(svg, HasSubstr(">60<"));
+  // The target's label at the left end (x = 84), away from the ends' labels at the right.
+  EXPECT_THAT(svg, HasSubstr("x=\"84.0\""));
+  EXPECT_THAT(svg, HasSubstr("text-anchor=\"start\" fill=\"#2a9d4a\">target 2.6"));
 }
 
 }  // namespace

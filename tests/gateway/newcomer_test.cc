@@ -21,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "services/gateway/cli/job_output.h"
 #include "services/gateway/cli/watch_command.h"
+#include "services/gateway/job/job_outlook.h"
 #include "tests/testing/child_process.h"
 
 namespace spotdnn::gateway {
@@ -423,6 +424,63 @@ TEST_F(Newcomer, ProgressAndSummarySayWhichPlanTheirNumbersComeFrom) {
   EXPECT_TRUE(json["budget_usd"].is_null());
   EXPECT_TRUE(json["deadline_s"].is_null());
   EXPECT_TRUE(json["target_loss"].is_null());
+}
+
+// Issue 27: what a job's summary and progress claim is what was measured.
+TEST_F(Newcomer, ASummaryClaimsOnlyWhatWasMeasured) {
+  job::JobSummary none{.job_id = "j",
+                       .state = job::JobState::kFinished,
+                       .target_loss = 0.1,
+                       .deadline_s = 60,
+                       .actual_time_s = 30,
+                       .actual_cost_usd = 1795.37,
+                       .deadline_met = true,
+                       .budget_met = true};
+  std::ostringstream out;
+  PrintSummary(none, out);
+  EXPECT_THAT(out.str(), HasSubstr("Loss reached: unknown"));
+  EXPECT_THAT(out.str(), HasSubstr("SLO met: unknown"));
+  EXPECT_THAT(out.str(), HasSubstr("not measured"));
+  const std::string text = SummaryJson(none);
+  EXPECT_THAT(text, HasSubstr("\"actual_cost_usd\":1795.37,"));  // not 1795.3700000000001
+  const auto json = nlohmann::json::parse(text);
+  EXPECT_TRUE(json["final_loss"].is_null());
+  EXPECT_TRUE(json["loss_reached"].is_null());
+  EXPECT_TRUE(json["slo_met"].is_null());
+  // A measured loss is named with its smoothing, the raw last values beside it.
+  job::JobSummary measured = none;
+  measured.final_loss = 0.0996;
+  measured.loss_smoothing = job::kLossSmoothingName;
+  measured.worker_last_losses = {{"w-1", 0.118}, {"w-2", 0.111}};
+  measured.loss_reached = true;
+  measured.slo_met = true;
+  std::ostringstream out2;
+  PrintSummary(measured, out2);
+  EXPECT_THAT(out2.str(), HasSubstr("moving average"));
+  EXPECT_THAT(out2.str(), HasSubstr("w-1 0.118, w-2 0.111"));
+  EXPECT_THAT(out2.str(), HasSubstr("Loss reached: yes"));
+  // A running job is on track or behind, not "SLO met: NO".
+  job::JobSummary running = none;
+  running.state = job::JobState::kRunning;
+  std::ostringstream out3;
+  PrintSummary(running, out3);
+  EXPECT_THAT(out3.str(), HasSubstr("running, on track"));
+  EXPECT_THAT(out3.str(), Not(HasSubstr("SLO met")));
+  // Past the prediction: re-predicted, the plan's kept, the cost and what is left.
+  job::ProgressEvent past{.elapsed_s = 43.3,
+                          .iterations_done = 371,
+                          .target_iterations = 360,
+                          .first_plan_iterations = 360,
+                          .predicted_iterations = 520,
+                          .cost_usd = 0.0123,
+                          .eta_s = 12,
+                          .workers_running = 2};
+  const std::string line = EventLine({.at = absl::Now(), .job_id = "j", .what = past});
+  EXPECT_THAT(line, HasSubstr("371/520 iterations (71.3%; re-predicted"));
+  EXPECT_THAT(line, HasSubstr("the plan's 360"));
+  EXPECT_THAT(line, HasSubstr("$0.0123 so far"));
+  EXPECT_THAT(line, HasSubstr("left"));
+  EXPECT_THAT(line, Not(HasSubstr("100.0%")));
 }
 
 // 8. Register an instance without grpcurl.

@@ -68,6 +68,33 @@ grep -q '"state":"finished"' <<< "$status_json" || fail "status does not say the
 # The job has a budget and no deadline: null, as `plan --json` says an absent one.
 grep -q '"deadline_s":null' <<< "$status_json" || fail "status --json: deadline_s is not null"
 grep -q '"budget_usd":1[,}]' <<< "$status_json" || fail "status --json: budget_usd is not 1"
+# The job's workers report no loss (spotdnn-sim-worker): nothing claims one, and --plot draws its
+# progress and cost, says the loss is missing, and still prints the status.
+grep -q '"final_loss":null' <<< "$status_json" || fail "status --json claims a loss nobody measured"
+[ -s "$work/job.svg" ] || fail "status --plot wrote no chart for a job without losses"
+grep -q "no loss" "$work/job.svg" || fail "the chart does not say the loss is missing"
+grep -q 'class="iterations"' "$work/job.svg" || fail "the chart does not draw the progress"
+[ "$(grep -c "Job resnet110-mine-job: finished" "$work/output.txt")" -ge 2 ] ||
+  fail "status --plot did not print the status"
+
+# A gateway killed with kill -9 mid-job: status says no gateway drives the job, and how to resume.
+"$bin/spotdnn" up --data-dir "$D" > /dev/null
+sed 's/"resnet110-mine-job"/"walk-killed"/' "$src/deploy/examples/job-mine.json" > "$work/killed.json"
+"$bin/spotdnn" run "$work/killed.json" --data-dir "$D" > "$work/killed.log" 2>&1 &
+gateway=$!
+for _ in $(seq 1 300); do
+  "$bin/spotdnn" status walk-killed --data-dir "$D" --json 2>/dev/null |
+    grep -q '"state":"running"' && break
+  sleep 0.2
+done
+kill -9 "$gateway"
+wait "$gateway" || true
+orphan=$("$bin/spotdnn" status walk-killed --data-dir "$D")
+echo "$orphan" | head -3
+grep -q "No gateway is driving it" <<< "$orphan" || fail "status of a job whose gateway died"
+grep -q "spotdnn run --resume walk-killed" <<< "$orphan" || fail "status does not say how to resume"
+"$bin/spotdnn" run --resume walk-killed --data-dir "$D" > /dev/null  # finishes it: nothing left
+"$bin/spotdnn" down --data-dir "$D" > /dev/null
 
 # The service binaries take their flags as the CLI does (issue 27): bad input is exit 2 with one
 # line naming it (and the nearest flag for a typo), --help is 0 and grouped by purpose, a store in

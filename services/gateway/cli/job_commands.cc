@@ -239,11 +239,51 @@ int Run(const Args& args, const Io& io) {
            << (done->record.message.empty() ? "" : ": " + done->record.message) << "\n";
     PrintSummary(done->summary, io.out);
   }
-  return done->record.state == job::JobState::kFinished && done->summary.slo_met ? kExitOk
-                                                                                 : kExitInfeasible;
+  // A loss no worker measured leaves the SLO unknown (the summary says so): the job did what it
+  // was asked as far as can be told, so not a failure's exit status.
+  return done->record.state == job::JobState::kFinished && done->summary.slo_met.value_or(true)
+             ? kExitOk
+             : kExitInfeasible;
 }
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+// Whether a gateway drives a job that has not ended: its lock in the store is held (by whom),
+// or not (the gateway is gone), or the store cannot say.
+struct Driver {
+  bool known = false;
+  bool alive = false;
+  std::string holder;
+};
+
+Driver DriverOf(JobStore& store, const JobRecord& job) {
+  if (job::IsDone(job.state)) return {};
+  auto holder = store.JobHolder(job.id);
+  if (!holder.ok()) return {};
+  return {.known = true, .alive = holder->has_value(), .holder = holder->value_or("")};
+}
+
+std::string GatewayJson(const Driver& d, const JobRecord& job);
+
+std::string ResumeCommand(const JobRecord& job) {
+  return job.state == job::JobState::kProfiling ? "spotdnn run JOB.json (its profiling runs again)"
+                                                : absl::StrCat("spotdnn run --resume ", job.id);
+}
+
+// {"driven": true|false|null, "holder": ..., "resume": command when none drives it}.
+std::string GatewayJson(const Driver& d, const JobRecord& job) {
+  JsonObject o;
+  o.Raw("driven", !d.known ? "null" : d.alive ? "true" : "false");
+  if (d.alive) o.String("holder", d.holder);
+  if (d.known && !d.alive) o.String("resume", ResumeCommand(job));
+  return o.str();
+}
+
+// The job's state as `jobs` lists it: "running", or "running (no gateway)" when none drives it.
+std::string StateText(JobStore& store, const JobRecord& job) {
+  const Driver d = DriverOf(store, job);
+  return absl::StrCat(job::Name(job.state), d.known && !d.alive ? " (no gateway)" : "");
+}
 
 int Jobs(const Args& args, const Io& io) {
   auto store = OpenJobStore(args);
@@ -264,15 +304,21 @@ int Jobs(const Args& args, const Io& io) {
     io.out << "No jobs in " << DataDirOf(args) << "/jobs.db." << std::endl;
     return kExitOk;
   }
-  Table table(
-      {"job", "state", "iterations", "of", "predicted", "elapsed", "revocations", "started"});
+  Table table({"job", "state", "iterations", "of", "predicted", "elapsed", "profiling", "cost",
+               "revocations", "started"});
   table.LeftAlign(1);
   for (const JobRecord& j : *jobs) {
     auto revocations = (*store)->Revocations(j.id);
+    auto summary = job::SummarizeJob(**store, j.id, NowMs());
     const int64_t end = j.finished_ms > 0 ? j.finished_ms : NowMs();
-    table.AddRow({j.id, std::string(job::Name(j.state)), Fixed(j.iterations_done, 0),
+    table.AddRow({j.id, StateText(**store, j), Fixed(j.iterations_done, 0),
                   Fixed(j.target_iterations, 0), HumanDuration(j.predicted_time_s),
                   j.started_ms > 0 ? HumanDuration((end - j.started_ms) / 1000.0) : "-",
+                  summary.ok() && (summary->profiling_s > 0 || summary->profiling_cost_usd > 0)
+                      ? absl::StrCat(HumanDuration(summary->profiling_s), ", ",
+                                     Dollars(summary->profiling_cost_usd))
+                      : "-",
+                  summary.ok() ? Dollars(summary->actual_cost_usd) : "?",
                   revocations.ok() ? absl::StrCat(revocations->size()) : "?", Ms(j.started_ms)});
   }
   table.Print(io.out);
@@ -291,20 +337,30 @@ int Status(const Args& args, const Io& io) {
   if (!instances.ok()) return ReportError(instances.status(), "status", io);
   auto events = (*store)->Events(id);
   if (!events.ok()) return ReportError(events.status(), "status", io);
-  std::string plot_file;
+  const Driver driver = DriverOf(**store, *job);
+  // --plot draws what the job has, and the status is shown whatever the plot could draw.
+  std::string plot_file, plot_missing, plot_error;
   if (auto file = args.Get("--plot")) {
     auto progress = (*store)->Progress(id);
-    if (!progress.ok()) return ReportError(progress.status(), "status", io);
-    auto plot = LossPlotOf(*job, *progress);
-    if (!plot.ok()) return ReportError(plot.status(), "status", io);
-    std::ofstream out(*file);
-    out << LossPlotSvg(*plot);
-    if (!out.flush()) {
-      return ReportError(absl::InvalidArgumentError(absl::StrCat(
-                             "--plot = \"", *file, "\": cannot write it: ", std::strerror(errno))),
-                         "status", io);
+    auto revocations = (*store)->Revocations(id);
+    absl::StatusOr<LossPlot> plot = !progress.ok() ? absl::StatusOr<LossPlot>(progress.status())
+                                    : !revocations.ok()
+                                        ? absl::StatusOr<LossPlot>(revocations.status())
+                                        : LossPlotOf(*job, *progress, *instances, *revocations);
+    if (!plot.ok()) {
+      plot_error = std::string(plot.status().message());
+    } else {
+      std::ofstream out(*file);
+      out << LossPlotSvg(*plot);
+      if (!out.flush()) {
+        return ReportError(
+            absl::InvalidArgumentError(
+                absl::StrCat("--plot = \"", *file, "\": cannot write it: ", std::strerror(errno))),
+            "status", io);
+      }
+      plot_file = *file;
+      plot_missing = plot->missing;
     }
-    plot_file = *file;
   }
   if (io.json) {
     std::vector<std::string> list, log;
@@ -340,13 +396,25 @@ int Status(const Args& args, const Io& io) {
                   .Raw("summary", SummaryJson(*summary))
                   .Raw("instances", "[" + absl::StrJoin(list, ",") + "]")
                   .Raw("events", "[" + absl::StrJoin(log, ",") + "]")
+                  .Raw("gateway", GatewayJson(driver, *job))
                   .String("plot", plot_file)
+                  .String("plot_missing", plot_missing)
+                  .String("plot_error", plot_error)
                   .str()
            << std::endl;
-    return kExitOk;
+    return plot_error.empty() ? kExitOk : kExitFailure;
   }
   io.out << "Job " << id << ": " << job::Name(job->state)
          << (job->message.empty() ? "" : " (" + job->message + ")") << "\n";
+  if (driver.known && !driver.alive) {
+    io.out << "No gateway is driving it: the `spotdnn run` that ran it is gone (nothing holds the "
+              "job's lock), so nothing watches its instances or takes over revocations. Resume it "
+              "with `"
+           << ResumeCommand(*job) << "`.\n";
+  } else if (driver.known) {
+    io.out << "Driven by gateway " << (driver.holder.empty() ? "(unnamed)" : driver.holder)
+           << ".\n";
+  }
   PrintSummary(*summary, io.out);
   io.out << "\n";
   Table table({"instance", "role", "type", "why", "state", "launched", "ended", "$/h"});
@@ -363,7 +431,14 @@ int Status(const Args& args, const Io& io) {
   log.LeftAlign(2);
   for (const job::JobEventRecord& e : *events) log.AddRow({Ms(e.at_ms), e.kind, e.detail});
   log.Print(io.out);
-  if (!plot_file.empty()) io.out << "\nLoss curves written to " << plot_file << "\n";
+  if (!plot_file.empty()) {
+    io.out << "\nChart written to " << plot_file
+           << (plot_missing.empty() ? "" : " (" + plot_missing + ")") << "\n";
+  }
+  if (!plot_error.empty()) {
+    io.err << "spotdnn status: --plot: " << plot_error << "\n";
+    return kExitFailure;
+  }
   return kExitOk;
 }
 
@@ -419,14 +494,20 @@ std::vector<Command> JobCommands() {
       {.name = "status",
        .summary = "one job's summary, instances, revocations and event log",
        .synopsis = "JOB [--json] [--data-dir D] [--store SPEC] [--plot FILE.svg]",
-       .description = "Shows one job of DATA_DIR/jobs.db: its summary, instances, revocations "
-                      "(with notice-to-takeover\ntimes) and event log. --plot also writes the "
-                      "job's predicted loss curve (its first plan's\ncluster, from the workload's "
-                      "loss model) and its actual one (the workers' smoothed loss) side\nby side "
-                      "as an SVG chart, with the target loss and the predicted and actual ends.",
+       .description =
+           "Shows one job of DATA_DIR/jobs.db: its summary (with its profiling phase's time and "
+           "cost),\ninstances, revocations (with notice-to-takeover times), event log, and "
+           "whether a gateway\ndrives it. A job not ended says whether it is on track, not what "
+           "it has not yet met.\n--plot also writes an SVG chart of what the job has, and still "
+           "prints the status: the\npredicted loss curve (the first plan's cluster, from the "
+           "workload's loss model) and the\nworkers' smoothed loss with the target and both "
+           "ends, or, without a reported loss, the\niterations done against the plan's line; "
+           "the revocation notices as marks and the cost. What\nit cannot draw (no loss "
+           "reported, not started) is said on the chart and after \"Chart\nwritten to\".",
        .flags = {DataDirFlag(),
                  StoreFlag(),
-                 {"--plot", "FILE.svg", "write the predicted and actual loss curves to FILE.svg"}},
+                 {"--plot", "FILE.svg",
+                  "also write a chart of the job's loss (or progress), revocations and cost"}},
        .min_positional = 1,
        .max_positional = 1,
        .run = Status},

@@ -38,10 +38,20 @@ struct LineOf {
   const JobEvent& event;
   std::string operator()(const ProfilingEvent& e) const {
     if (!e.fitted_profile.empty()) return absl::StrCat("Fitted profile ", e.fitted_profile);
+    if (!e.run.empty() && e.in_progress) {
+      return absl::StrFormat(
+          "[%6.1fs] profiling run %s: %d/%d steps (%.1f%%), %s so far%s", e.elapsed_s, e.run,
+          e.steps_done, e.steps_total,
+          e.steps_total > 0 ? 100.0 * e.steps_done / e.steps_total : 0.0, Dollars(e.cost_usd),
+          e.eta_s ? absl::StrCat(", about ", HumanDuration(*e.eta_s), " left") : "");
+    }
     if (!e.run.empty()) {
-      return absl::StrCat(e.run_done ? "Profiling run " : "Profiling run ", e.run,
-                          e.run_done ? " done: " : " launched: ", Counts(e.cluster), ", ", e.steps,
-                          " steps each");
+      return absl::StrCat(
+          e.run_done ? "Profiling run " : "Profiling run ", e.run,
+          e.run_done ? " done: " : " launched: ", Counts(e.cluster), ", ", e.steps, " steps each",
+          e.elapsed_s > 0
+              ? absl::StrFormat(" (profiling: %.1f s, %s so far)", e.elapsed_s, Dollars(e.cost_usd))
+              : "");
     }
     return absl::StrCat("Imported ", e.imported_log);
   }
@@ -103,16 +113,32 @@ struct LineOf {
     return absl::StrCat("Instance ", e.instance, " (", e.instance_type, ") stopped");
   }
   std::string operator()(const ProgressEvent& e) const {
-    const double fraction = e.target_iterations > 0 ? e.iterations_done / e.target_iterations : 0;
-    // The denominator is the current plan's; after a re-plan the first plan's is named beside it.
-    const std::string first =
-        std::abs(e.first_plan_iterations - e.target_iterations) > 0.5
-            ? absl::StrCat("; current plan, first plan ", Fixed(e.first_plan_iterations, 0))
-            : "";
+    // Against the current prediction: the plan's until exceeded, then re-predicted from the
+    // measured loss (the plan's kept beside it); "?" when nothing predicts the end.
+    const double predicted = e.predicted_iterations > 0                 ? e.predicted_iterations
+                             : e.iterations_done <= e.target_iterations ? e.target_iterations
+                                                                        : 0;
+    std::vector<std::string> notes;
+    if (predicted > 0)
+      notes.push_back(absl::StrFormat("%.1f%%", 100 * e.iterations_done / predicted));
+    if (predicted == 0) {
+      notes.push_back(absl::StrCat("the plan's ", Fixed(e.target_iterations, 0),
+                                   " exceeded; no end predicted yet"));
+    } else if (std::abs(predicted - e.target_iterations) > 0.5) {
+      notes.push_back(absl::StrCat("re-predicted from the measured loss; the plan's ",
+                                   Fixed(e.target_iterations, 0)));
+    }
+    // After a re-plan the first plan's is named beside the current plan's.
+    if (std::abs(e.first_plan_iterations - e.target_iterations) > 0.5) {
+      notes.push_back(absl::StrCat("current plan, first plan ", Fixed(e.first_plan_iterations, 0)));
+    }
     return absl::StrFormat(
-        "[%6.1fs] %s/%s iterations (%.1f%%%s)%s, %s running%s%s%s", e.elapsed_s,
-        Fixed(e.iterations_done, 0), Fixed(e.target_iterations, 0), 100 * std::min(1.0, fraction),
-        first, e.loss ? absl::StrFormat(", loss %.4g (target %g)", *e.loss, e.target_loss) : "",
+        "[%6.1fs] %s/%s iterations (%s)%s, %s so far%s, %s running%s%s%s", e.elapsed_s,
+        Fixed(e.iterations_done, 0), predicted > 0 ? Fixed(predicted, 0) : "?",
+        absl::StrJoin(notes, "; "),
+        e.loss ? absl::StrFormat(", loss %.4g (target %g)", *e.loss, e.target_loss) : "",
+        Dollars(e.cost_usd),
+        e.eta_s ? absl::StrCat(", about ", HumanDuration(*e.eta_s), " left") : "",
         Plural(e.workers_running, "worker", "workers"),
         e.workers_revoking > 0 ? absl::StrCat(", ", e.workers_revoking, " revoking") : "",
         e.steps_lost > 0 ? absl::StrFormat(" (%.0f step%s lost to takeovers)", e.steps_lost,
@@ -137,7 +163,13 @@ struct JsonOf {
       o.String("run", e.run)
           .String("cluster", Counts(e.cluster))
           .Integer("steps", e.steps)
-          .Bool("done", e.run_done);
+          .Bool("done", e.run_done)
+          .Bool("in_progress", e.in_progress)
+          .Integer("steps_done", e.steps_done)
+          .Integer("steps_total", e.steps_total)
+          .Number("elapsed_s", e.elapsed_s)
+          .Number("cost_usd", e.cost_usd)
+          .Number("eta_s", e.eta_s.value_or(NAN));
     } else {
       o.String("log", e.imported_log);
     }
@@ -194,6 +226,9 @@ struct JsonOf {
         .Number("iterations_done", e.iterations_done)
         .Number("target_iterations", e.target_iterations)
         .Number("first_plan_iterations", e.first_plan_iterations)
+        .Number("predicted_iterations", e.predicted_iterations > 0 ? e.predicted_iterations : NAN)
+        .Number("cost_usd", e.cost_usd)
+        .Number("eta_s", e.eta_s.value_or(NAN))
         .Number("loss", e.loss.value_or(NAN))
         .Number("target_loss", e.target_loss > 0 ? e.target_loss : NAN)
         .Number("steps_lost", e.steps_lost)
@@ -211,6 +246,15 @@ struct JsonOf {
     o.Raw("summary", SummaryJson(e.summary));
   }
 };
+
+// true, false, or null (not known).
+std::string Tristate(const std::optional<bool>& v) { return v ? (*v ? "true" : "false") : "null"; }
+
+std::string WorkerLossesJson(const std::vector<std::pair<std::string, double>>& losses) {
+  JsonObject o;
+  for (const auto& [worker, loss] : losses) o.Number(worker, loss);
+  return o.str();
+}
 
 }  // namespace
 
@@ -262,18 +306,22 @@ std::string SummaryJson(const JobSummary& s) {
       .Number("first_plan_cost_usd", s.first_plan_cost_usd)
       .Number("target_iterations", s.target_iterations)
       .Number("iterations_done", s.iterations_done)
-      .Number("final_loss", s.final_loss > 0 ? s.final_loss : NAN)
+      .Number("final_loss", s.final_loss.value_or(NAN))
+      .String("loss_smoothing", s.loss_smoothing)
+      .Raw("worker_last_losses", WorkerLossesJson(s.worker_last_losses))
       .Number("steps_lost", s.steps_lost)
       .Number("predicted_time_s", s.predicted_time_s)
       .Number("actual_time_s", s.actual_time_s)
       .Number("predicted_cost_usd", s.predicted_cost_usd)
       .Number("actual_cost_usd", s.actual_cost_usd)
+      .Number("profiling_s", s.profiling_s)
+      .Number("profiling_cost_usd", s.profiling_cost_usd)
       .Integer("instances_launched", s.instances_launched)
       .Integer("takeover_instances", s.takeover_instances)
       .Integer("revocations", static_cast<long long>(s.revocations.size()))
       .Integer("revocations_handled", s.revocations_handled)
       .Raw("revocation_list", "[" + absl::StrJoin(revocations, ",") + "]")
-      .Bool("loss_reached", s.loss_reached)
+      .Raw("loss_reached", Tristate(s.loss_reached))
       .Bool("deadline_met", s.deadline_met)
       .Number("confidence", s.confidence > 0 ? s.confidence : NAN)
       .Number("predicted_p_meet_deadline", s.predicted_p_meet_deadline.value_or(NAN))
@@ -282,7 +330,10 @@ std::string SummaryJson(const JobSummary& s) {
       .Number("predicted_p_meet_deadline_high",
               s.predicted_p_meet_deadline ? s.predicted_p_meet_deadline_high : NAN)
       .Bool("budget_met", s.budget_met)
-      .Bool("slo_met", s.slo_met)
+      .Raw("slo_met", Tristate(s.slo_met))
+      .Raw("on_track", IsDone(s.state) || s.state == job::JobState::kProfiling ? "null"
+                       : s.on_track                                            ? "true"
+                                                                               : "false")
       .str();
 }
 
@@ -302,8 +353,17 @@ void PrintSummary(const JobSummary& s, std::ostream& out) {
       Dollars(s.actual_cost_usd));
   row("normalized iterations", Fixed(s.first_plan_iterations, 0), Fixed(s.target_iterations, 0),
       Fixed(s.iterations_done, 0));
-  if (s.final_loss > 0)
-    row("loss", Fixed(s.target_loss, 4), Fixed(s.target_loss, 4), Fixed(s.final_loss, 4));
+  if (s.final_loss) {
+    row("loss (smoothed)", Fixed(s.target_loss, 4), Fixed(s.target_loss, 4),
+        Fixed(*s.final_loss, 4));
+  } else if (s.target_loss > 0) {
+    row("loss", Fixed(s.target_loss, 4), Fixed(s.target_loss, 4), "not measured");
+  }
+  if (s.profiling_s > 0 || s.profiling_cost_usd > 0) {
+    // Before the run: its time is not in the time above (the deadline counts both), its cost is.
+    row("profiling (before; cost included)", "-", "-",
+        absl::StrCat(HumanDuration(s.profiling_s), ", ", Dollars(s.profiling_cost_usd)));
+  }
   table.Print(out);
   if (s.steps_lost > 0) {
     out << "Steps lost to parameter-server takeovers: " << Fixed(s.steps_lost, 0) << "\n";
@@ -327,15 +387,40 @@ void PrintSummary(const JobSummary& s, std::ostream& out) {
     }
     revocations.Print(out);
   }
+  if (s.final_loss) {
+    std::vector<std::string> raw;
+    for (const auto& [worker, loss] : s.worker_last_losses) {
+      raw.push_back(absl::StrFormat("%s %.4g", worker, loss));
+    }
+    out << "Loss " << Fixed(*s.final_loss, 4) << ": " << s.loss_smoothing
+        << (raw.empty() ? "" : "; last raw losses: " + absl::StrJoin(raw, ", ")) << "\n";
+  } else if (s.target_loss > 0) {
+    out << "Loss: not measured (no worker reported one); whether the target was reached is "
+           "unknown\n";
+  }
   auto yes = [](bool v) { return v ? "yes" : "NO"; };
+  auto known = [&](const std::optional<bool>& v) { return v ? yes(*v) : "unknown"; };
   if (s.predicted_p_meet_deadline) {
     out << absl::StrFormat(
         "Predicted P(meet deadline): %.4f [%.4f, %.4f] (slo.confidence %g); deadline met: %s\n",
         *s.predicted_p_meet_deadline, s.predicted_p_meet_deadline_low,
         s.predicted_p_meet_deadline_high, s.confidence, yes(s.deadline_met));
   }
-  out << "Loss reached: " << yes(s.loss_reached) << "; deadline met: " << yes(s.deadline_met)
-      << "; budget met: " << yes(s.budget_met) << "; SLO met: " << yes(s.slo_met) << std::endl;
+  if (s.state == job::JobState::kProfiling) {
+    // No plan yet: there is no line to be on or behind.
+    out << "Status: profiling (" << HumanDuration(s.profiling_s) << " so far, "
+        << Dollars(s.profiling_cost_usd) << "); the plan comes after it" << std::endl;
+    return;
+  }
+  if (!IsDone(s.state)) {
+    // Not ended: nothing is met or missed yet; the plan's line says how it goes.
+    out << "Status: " << Name(s.state) << ", " << (s.on_track ? "on track" : "behind")
+        << " (the plan's line: " << Fixed(s.target_iterations, 0) << " iterations in "
+        << HumanDuration(s.predicted_time_s) << ")" << std::endl;
+    return;
+  }
+  out << "Loss reached: " << known(s.loss_reached) << "; deadline met: " << yes(s.deadline_met)
+      << "; budget met: " << yes(s.budget_met) << "; SLO met: " << known(s.slo_met) << std::endl;
 }
 
 }  // namespace spotdnn::gateway

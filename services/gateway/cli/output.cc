@@ -1,6 +1,7 @@
 #include "services/gateway/cli/output.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -77,6 +78,15 @@ std::string JsonString(std::string_view text) {
   return out + "\"";
 }
 
+std::string ShortestNumber(double value) {
+  // The shortest text that reads back as the same double (as JSON libraries write numbers):
+  // 1795.37, not 1795.3700000000001.
+  char buffer[64];
+  const auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
+  if (ec != std::errc()) return absl::StrFormat("%.17g", value);
+  return std::string(buffer, end);
+}
+
 void JsonObject::Key(std::string_view key) {
   if (!body_.empty()) body_ += ",";
   body_ += JsonString(key) + ":";
@@ -84,7 +94,7 @@ void JsonObject::Key(std::string_view key) {
 
 JsonObject& JsonObject::Number(std::string_view key, double value) {
   Key(key);
-  body_ += std::isfinite(value) ? absl::StrFormat("%.17g", value) : "null";
+  body_ += std::isfinite(value) ? ShortestNumber(value) : "null";
   return *this;
 }
 

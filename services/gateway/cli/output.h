@@ -32,6 +32,8 @@ class Table {
 std::string HumanDuration(double seconds);
 // "$2.9859" (4 decimals under $100, 2 above).
 std::string Dollars(double usd);
+// A finite number as JSON: the shortest text that reads back as the same double.
+std::string ShortestNumber(double value);
 // A JSON string literal (quoted and escaped).
 std::string JsonString(std::string_view text);
 // Builds one JSON object field by field, in insertion order. Non-finite numbers become null.

@@ -61,6 +61,13 @@ std::string Excess(double cost, double ours) {
   return std::abs(pct) < 0.05 ? "same" : absl::StrFormat("%+.1f%%", pct);
 }
 
+// "spot saves 12.0%", or "spot costs 2.0% more" where spot is dearer than on-demand.
+std::string SpotSaving(double spot_usd, double on_demand_usd) {
+  const double saving = 100 * (1 - spot_usd / on_demand_usd);
+  return saving >= 0 ? absl::StrFormat("spot saves %.1f%%", saving)
+                     : absl::StrFormat("spot costs %.1f%% more", -saving);
+}
+
 std::string Deadline(double s) { return s > 0 ? HumanDuration(s) : std::string("none"); }
 
 // The "no plan meets the SLO" lines of a deadline, budget or frontier answer: when the budget is
@@ -173,8 +180,7 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
       compare.AddRow({"this plan at on-demand prices", ClusterText(p.cluster()),
                       HumanDuration(p.time_s()), Dollars(p.on_demand_cost_usd()),
                       p.on_demand_cost_usd() > 0
-                          ? absl::StrFormat("spot saves %.1f%%",
-                                            100 * (1 - p.spot_cost_usd() / p.on_demand_cost_usd()))
+                          ? SpotSaving(p.spot_cost_usd(), p.on_demand_cost_usd())
                           : "-"});
     }
     compare.Print(out);

@@ -163,7 +163,7 @@ JsonObject RiskJson(const pb::RiskEstimate& r) {
       .Number("max_revocations", r.max_revocations())
       .Integer("unfinished_runs", r.unfinished_runs())
       .Integer("runs", r.runs())
-      .String("seed", absl::StrCat(r.seed()))
+      .Raw("seed", absl::StrCat(r.seed()))  // a number, as every other count
       .Integer("replans", static_cast<long long>(r.replans()))
       .Integer("replans_solved", static_cast<long long>(r.replans_solved()));
   return o;

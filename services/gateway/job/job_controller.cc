@@ -1,5 +1,6 @@
 #include "services/gateway/job/job_controller.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -95,7 +96,13 @@ absl::StatusOr<JobRecord> JobController::Plan(const std::string& spec_json,
                                               const services::DataRegistry& local) {
   auto spec = ParseJobSpec(spec_json);
   if (!spec.ok()) return spec.status();
-  if (services_.store->GetJob(spec->name).ok()) {
+  // A job stored but never planned (its profiling failed or was cut off, or no plan met the SLO
+  // after it) is made again; the caller holds the job's lock, so no gateway is profiling it.
+  auto existing = services_.store->GetJob(spec->name);
+  const bool remake =
+      existing.ok() && existing->plan_json.empty() && existing->started_ms == 0 &&
+      (existing->state == JobState::kProfiling || existing->state == JobState::kFailed);
+  if (existing.ok() && !remake) {
     return absl::AlreadyExistsError(absl::StrCat(
         "job \"", spec->name, "\" already exists: resume it with `spotdnn run --resume ",
         spec->name, "` or give the job another name"));
@@ -106,19 +113,76 @@ absl::StatusOr<JobRecord> JobController::Plan(const std::string& spec_json,
   };
   auto catalog = local.ResolveCatalog(spec->catalog);
   if (!catalog.ok()) return catalog.status();
+  // With a profiling step the job is stored from its start (state profiling), so `jobs` and
+  // `status` show it, and its time and cost are the job's: counted in its deadline and budget.
+  JobRecord stored{.id = spec->name,
+                   .spec_json = spec_json,
+                   .state = JobState::kProfiling,
+                   .created_ms = absl::ToUnixMillis(clock.Now())};
+  bool is_stored = remake;
+  // Marks a stored job failed before its launch (the error is returned as it is).
+  auto fail_stored = [&](const absl::Status& why) {
+    if (!is_stored) return why;
+    stored.state = JobState::kFailed;
+    stored.message = std::string(why.message());
+    (void)services_.store->UpdateJob(stored);  // the error returned is the one to report
+    (void)services_.store->AddEvent(stored.id, "failed", stored.message,
+                                    absl::ToUnixMillis(clock.Now()));
+    return why;
+  };
   if (spec->HasProfiling()) {
-    if (absl::Status s = Profile(*spec, *catalog, local, services_, options_, clock,
-                                 [&](ProfilingEvent e) { emit(std::move(e)); });
-        !s.ok()) {
-      return s;
+    stored.profiling_started_ms = stored.created_ms;
+    if (auto st = remake ? services_.store->UpdateJob(stored) : services_.store->CreateJob(stored);
+        !st.ok()) {
+      return st;
+    }
+    is_stored = true;
+    if (auto st = services_.store->AddEvent(stored.id, "profiling", "started", stored.created_ms);
+        !st.ok()) {
+      return st;
+    }
+    ProfilingAccount account{.started = clock.Now()};
+    absl::Status s = Profile(
+        *spec, *catalog, local, services_, options_, clock,
+        [&](ProfilingEvent e) {
+          // Kept in the store as it goes, for `jobs` and `status`.
+          stored.profiling_s = account.seconds;
+          stored.profiling_cost_usd = account.cost_usd;
+          (void)services_.store->UpdateJob(stored);
+          emit(std::move(e));
+        },
+        account);
+    stored.profiling_s = absl::ToDoubleSeconds(clock.Now() - account.started);
+    stored.profiling_cost_usd = account.cost_usd;
+    if (!s.ok()) return fail_stored(s);
+    if (auto st = services_.store->UpdateJob(stored); !st.ok()) return st;
+    if (auto st = services_.store->AddEvent(
+            stored.id, "profiled",
+            absl::StrFormat("%.1f s, $%.4f", stored.profiling_s, stored.profiling_cost_usd),
+            absl::ToUnixMillis(clock.Now()));
+        !st.ok()) {
+      return st;
+    }
+    if (spec->deadline_s > 0 && stored.profiling_s >= spec->deadline_s) {
+      return fail_stored(absl::FailedPreconditionError(
+          absl::StrFormat("profiling took %.1f s of the %.1f s deadline: no time is left to train",
+                          stored.profiling_s, spec->deadline_s)));
     }
   }
   auto workload = ResolveWorkload(*spec, *services_.profiler, local);
-  if (!workload.ok()) return workload.status();
+  if (!workload.ok()) return fail_stored(workload.status());
   pb::PlanRequest request;
   *request.mutable_workload()->mutable_profile() = *workload;
   *request.mutable_catalog()->mutable_catalog() = *catalog;
   *request.mutable_slo() = SloOf(*spec);
+  // Profiling inside the job spent part of its deadline and budget: the plan gets the rest.
+  if (spec->deadline_s > 0) {
+    request.mutable_slo()->set_deadline_s(spec->deadline_s - stored.profiling_s);
+  }
+  if (spec->budget_usd > 0) {
+    request.mutable_slo()->set_budget_usd(
+        std::max(1e-9, spec->budget_usd - stored.profiling_cost_usd));
+  }
   request.set_mode(spec->deadline_s > 0 ? pb::PLAN_MODE_DEADLINE : pb::PLAN_MODE_BUDGET);
   *request.mutable_options() = OptionsOf(*spec);
   if (spec->confidence > 0) {
@@ -136,34 +200,42 @@ absl::StatusOr<JobRecord> JobController::Plan(const std::string& spec_json,
   }
   auto response = services_.provisioner->Plan(request);
   if (!response.ok()) {
-    return absl::Status(response.status().code(),
-                        absl::StrCat("planning: ", response.status().message()));
+    return fail_stored(absl::Status(response.status().code(),
+                                    absl::StrCat("planning: ", response.status().message())));
   }
   const pb::Plan& plan = response->plan();
   if (!plan.feasible() && !plan.has_risk() && response->plain_plan().feasible()) {
-    return absl::FailedPreconditionError(absl::StrCat("slo.confidence: ", plan.reason()));
+    return fail_stored(
+        absl::FailedPreconditionError(absl::StrCat("slo.confidence: ", plan.reason())));
   }
   if (!plan.feasible()) {
-    // The budget too small: the cheapest plan; else the fastest.
+    // The budget too small: the cheapest plan; else the fastest. The provisioner's reason names
+    // one of them already: said once.
     const bool budget = response->cheapest_cost_usd() > 0;
-    return absl::FailedPreconditionError(
-        absl::StrFormat("no plan meets the SLO: %s (the %s takes %.0f s at $%.2f)", plan.reason(),
-                        budget ? "cheapest" : "fastest",
-                        budget ? response->cheapest_time_s() : response->fastest_time_s(),
-                        budget ? response->cheapest_cost_usd() : response->fastest_cost_usd()));
+    const bool named = absl::StrContains(plan.reason(), budget ? "the cheapest" : "the fastest");
+    return fail_stored(absl::FailedPreconditionError(absl::StrCat(
+        "no plan meets the SLO: ", plan.reason(),
+        named ? ""
+              : absl::StrFormat(
+                    " (the %s takes %.0f s at $%.2f)", budget ? "cheapest" : "fastest",
+                    budget ? response->cheapest_time_s() : response->fastest_time_s(),
+                    budget ? response->cheapest_cost_usd() : response->fastest_cost_usd()))));
   }
   const int64_t now_ms = absl::ToUnixMillis(clock.Now());
-  JobRecord job{.id = spec->name,
-                .spec_json = spec_json,
-                .state = JobState::kLaunching,
-                .created_ms = now_ms,
-                .workload_json = ToStoredJson(*workload),
-                .catalog_json = ToStoredJson(*catalog),
-                .plan_json = ToStoredJson(plan),
-                .target_iterations = plan.prediction().normalized_iterations(),
-                .predicted_time_s = plan.time_s(),
-                .predicted_cost_usd = plan.cost_usd()};
-  if (auto st = services_.store->CreateJob(job); !st.ok()) return st;
+  JobRecord job = stored;
+  job.state = JobState::kLaunching;
+  job.message.clear();
+  job.created_ms = is_stored ? stored.created_ms : now_ms;
+  job.workload_json = ToStoredJson(*workload);
+  job.catalog_json = ToStoredJson(*catalog);
+  job.plan_json = ToStoredJson(plan);
+  job.target_iterations = plan.prediction().normalized_iterations();
+  job.predicted_time_s = plan.time_s();
+  job.predicted_cost_usd = plan.cost_usd();
+  if (auto st = is_stored ? services_.store->UpdateJob(job) : services_.store->CreateJob(job);
+      !st.ok()) {
+    return st;
+  }
   std::vector<std::string> cluster;
   for (const TypeCount& c : CountsOf(plan.cluster())) {
     cluster.push_back(absl::StrCat(c.instance_type, "=", c.count));
@@ -186,6 +258,12 @@ absl::StatusOr<JobOutcome> JobController::Run(const std::string& job_id) {
   detach_.store(false);
   auto record = services_.store->GetJob(job_id);
   if (!record.ok()) return record.status();
+  if (record->state == JobState::kProfiling) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job \"", job_id,
+                     "\" was cut off while profiling, before its plan: start it again with "
+                     "`spotdnn run JOB.json` (its profiling runs again)"));
+  }
   if (!IsDone(record->state)) {
     auto spec = ParseJobSpec(record->spec_json);
     if (!spec.ok()) return spec.status();

@@ -31,6 +31,14 @@ struct ProfilingEvent {
   int64_t steps = 0;
   bool run_done = false;       // the run's workers did their steps
   std::string fitted_profile;  // set for the fit
+  // With `run`: its progress (a run launched, in progress or done). Steps are every worker's
+  // together (steps x workers in all); seconds and cost from the profiling step's start.
+  bool in_progress = false;
+  int64_t steps_done = 0;
+  int64_t steps_total = 0;
+  double elapsed_s = 0;
+  double cost_usd = 0;
+  std::optional<double> eta_s;  // to this run's end at its measured pace
 };
 
 // The job is planned and stored.
@@ -113,9 +121,14 @@ struct ProgressEvent {
   double iterations_done = 0;
   double target_iterations = 0;      // of the current plan
   double first_plan_iterations = 0;  // of the first plan
-  std::optional<double> loss;        // the workers' reported loss, smoothed
+  // The current prediction: the plan's until exceeded, then re-predicted from the measured loss
+  // (0: unknown, the loss does not fall).
+  double predicted_iterations = 0;
+  std::optional<double> loss;  // the workers' reported loss, smoothed
   double target_loss = 0;
-  double steps_lost = 0;  // undone by parameter-server takeovers
+  double steps_lost = 0;        // undone by parameter-server takeovers
+  double cost_usd = 0;          // so far: the profiling and every instance from its launch
+  std::optional<double> eta_s;  // to the predicted end at the measured pace
   int workers_running = 0;
   int workers_revoking = 0;
   std::optional<double> deadline_in_s;

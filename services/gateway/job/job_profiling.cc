@@ -16,10 +16,21 @@ absl::Status WithContext(const absl::Status& status, const std::string& what) {
 
 // Launches one profiling run as its own job and waits until its workers have done their steps
 // (they exit), then stops what is left (its parameter servers).
+// The spot price per hour of an instance of `type` in `catalog` (0: not listed).
+double PriceOf(const pb::InstanceCatalog& catalog, const launcher::Instance& instance) {
+  if (instance.role == launcher::Role::kParameterServer) {
+    return catalog.parameter_server().spot_price_per_hour();
+  }
+  for (const pb::InstanceType& t : catalog.instance_types()) {
+    if (t.name() == instance.instance_type) return t.spot_price_per_hour();
+  }
+  return 0;
+}
+
 absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const JobSpec& spec,
                      const pb::InstanceCatalog& catalog, const JobServices& services,
                      const JobOptions& options, Clock& clock,
-                     const std::function<void(ProfilingEvent)>& emit) {
+                     const std::function<void(ProfilingEvent)>& emit, ProfilingAccount& account) {
   std::vector<std::pair<std::string, int>> counts(run.cluster.begin(), run.cluster.end());
   int workers = 0;
   std::vector<TypeCount> cluster;
@@ -43,9 +54,23 @@ absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const J
   auto launched = launcher::LaunchCluster(*services.provider, request);
   if (!launched.ok()) return WithContext(launched.status(), "launching " + run_id);
   std::vector<std::string> ids;
-  for (const launcher::Instance& i : launched->instances) ids.push_back(i.id);
+  double price_per_hour = 0;  // of the run's instances together
+  for (const launcher::Instance& i : launched->instances) {
+    ids.push_back(i.id);
+    price_per_hour += PriceOf(catalog, i);
+  }
+  const absl::Time run_started = clock.Now();
+  const double cost_before = account.cost_usd;
+  // The run's instances are charged from their launch to their stop (all of them, to keep it
+  // simple: the workers stop a little before the parameter servers).
+  auto charge = [&] {
+    account.cost_usd =
+        cost_before + price_per_hour * absl::ToDoubleHours(clock.Now() - run_started);
+    account.seconds = absl::ToDoubleSeconds(clock.Now() - account.started);
+  };
   auto stop = [&] {
     absl::Status s = services.provider->Terminate(ids);
+    charge();
     return s.ok() || absl::IsNotFound(s) ? absl::OkStatus() : s;
   };
   if (!launched->complete()) {
@@ -56,9 +81,35 @@ absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const J
             ? absl::StrCat("no capacity for ", absl::StrJoin(launched->exhausted_types, ", "))
             : std::string(launched->error.message())));
   }
-  emit({.run = run_id, .cluster = cluster, .steps = run.steps});
+  charge();
+  emit({.run = run_id,
+        .cluster = cluster,
+        .steps = run.steps,
+        .elapsed_s = account.seconds,
+        .cost_usd = account.cost_usd});
   const absl::Time deadline = clock.Now() + options.profiling_timeout;
+  absl::Time next_progress = clock.Now() + options.progress_every;
+  const int64_t steps_total = run.steps * workers;
   while (true) {
+    if (clock.Now() >= next_progress) {
+      // The run's own progress: its workers' steps (the profiler's count), time, cost, ETA.
+      next_progress = clock.Now() + options.progress_every;
+      auto progress = services.profiler->GetJobProgress(run_id);
+      charge();
+      ProfilingEvent e{.run = run_id,
+                       .cluster = cluster,
+                       .steps = run.steps,
+                       .in_progress = true,
+                       .steps_done = progress.ok() ? progress->total_steps() : 0,
+                       .steps_total = steps_total,
+                       .elapsed_s = account.seconds,
+                       .cost_usd = account.cost_usd};
+      const double run_s = absl::ToDoubleSeconds(clock.Now() - run_started);
+      if (e.steps_done > 0 && run_s > 0) {
+        e.eta_s = std::max<double>(0, steps_total - e.steps_done) * run_s / e.steps_done;
+      }
+      emit(std::move(e));
+    }
     auto described = services.provider->Describe(run_id);
     if (!described.ok()) return WithContext(described.status(), "watching " + run_id);
     const bool working =
@@ -78,7 +129,12 @@ absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const J
     clock.Sleep(options.tick);
   }
   if (absl::Status s = stop(); !s.ok()) return WithContext(s, "stopping " + run_id);
-  emit({.run = run_id, .cluster = cluster, .steps = run.steps, .run_done = true});
+  emit({.run = run_id,
+        .cluster = cluster,
+        .steps = run.steps,
+        .run_done = true,
+        .elapsed_s = account.seconds,
+        .cost_usd = account.cost_usd});
   return absl::OkStatus();
 }
 
@@ -88,11 +144,11 @@ std::map<std::string, std::string> JobEnvironment(const std::string& job_id, con
                                                   const JobOptions& options,
                                                   const launcher::CloudProvider& provider,
                                                   int workers) {
-  std::map<std::string, std::string> env = {{"SPOTDNN_PROFILER", options.profiler_address},
-                                            {"SPOTDNN_DETECTOR", options.detector_address},
-                                            {"SPOTDNN_WORKERS", absl::StrCat(workers)},
-                                            {"SPOTDNN_PARAMETER_SERVERS",
-                                             absl::StrCat(spec.parameter_servers)}};
+  std::map<std::string, std::string> env = {
+      {"SPOTDNN_PROFILER", options.profiler_address},
+      {"SPOTDNN_DETECTOR", options.detector_address},
+      {"SPOTDNN_WORKERS", absl::StrCat(workers)},
+      {"SPOTDNN_PARAMETER_SERVERS", absl::StrCat(spec.parameter_servers)}};
   if (!spec.checkpoint_uri.empty()) {
     // On the instance: a local folder its agent keeps in sync with the URI.
     env["SPOTDNN_CHECKPOINT_URI"] = absl::StrCat(spec.checkpoint_uri, "/", job_id);
@@ -107,7 +163,7 @@ std::map<std::string, std::string> JobEnvironment(const std::string& job_id, con
 absl::Status Profile(const JobSpec& spec, const pb::InstanceCatalog& catalog,
                      const services::DataRegistry& local, const JobServices& services,
                      const JobOptions& options, Clock& clock,
-                     const std::function<void(ProfilingEvent)>& emit) {
+                     const std::function<void(ProfilingEvent)>& emit, ProfilingAccount& account) {
   std::vector<std::string> job_ids;
   if (!spec.profiling_logs.empty()) {
     const std::string logs_job = spec.name + "-profiling";
@@ -128,8 +184,8 @@ absl::Status Profile(const JobSpec& spec, const pb::InstanceCatalog& catalog,
   }
   for (size_t k = 0; k < spec.profiling_runs.size(); ++k) {
     const std::string run_id = absl::StrCat(spec.name, "-profiling-", k + 1);
-    if (absl::Status s =
-            MakeRun(run_id, spec.profiling_runs[k], spec, catalog, services, options, clock, emit);
+    if (absl::Status s = MakeRun(run_id, spec.profiling_runs[k], spec, catalog, services, options,
+                                 clock, emit, account);
         !s.ok()) {
       return s;
     }
@@ -146,6 +202,7 @@ absl::Status Profile(const JobSpec& spec, const pb::InstanceCatalog& catalog,
   fit.set_parameter_server_bandwidth_mb_per_s(spec.profiling_ps_bandwidth);
   auto fitted = services.profiler->FitProfile(fit);
   if (!fitted.ok()) return WithContext(fitted.status(), "fitting the profile");
+  account.seconds = absl::ToDoubleSeconds(clock.Now() - account.started);
   emit({.fitted_profile = spec.workload});
   return absl::OkStatus();
 }

@@ -25,6 +25,16 @@ absl::Status JobRun::Load() {
   auto instances = services_.store->Instances(job_.id);
   if (!instances.ok()) return instances.status();
   for (InstanceRecord& i : *instances) instances_[i.id] = std::move(i);
+  // A resumed job's measurements so far, for its outlook.
+  auto progress = services_.store->Progress(job_.id);
+  if (!progress.ok()) return progress.status();
+  for (const ProgressRecord& p : *progress) {
+    if (job_.started_ms > 0 && p.at_ms >= job_.started_ms) {
+      history_.push_back({.elapsed_s = (p.at_ms - job_.started_ms) / 1000.0,
+                          .iterations = p.iterations,
+                          .loss = p.loss});
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -130,14 +140,12 @@ absl::Status JobRun::Loop() {
       if (auto s = ShowProgress(); !s.ok()) return s;
       return Finish();
     }
-    if (job_.loss > 0 && spec_.target_loss > 0 && job_.target_iterations > 0 &&
-        job_.iterations_done > kGiveUpAfter * job_.target_iterations) {
-      return Fail(absl::StrFormat(
-          "the workers' loss is %.4g after %.0f iterations, %.0f times the %.0f predicted, and has "
-          "not reached %g: the profile's loss model does not fit this training (refit it with "
-          "`spotdnn profile fit`, or ask for a reachable loss)",
-          job_.loss, job_.iterations_done, kGiveUpAfter, job_.target_iterations,
-          spec_.target_loss));
+    // Stopped for its loss only when even the best current estimate misses the deadline.
+    if (const Outlook outlook = CurrentOutlook(); outlook.hopeless) {
+      if (auto st = ShowProgress(); !st.ok()) return st;
+      return Fail(absl::StrCat(outlook.why,
+                               " (refit the profile with `spotdnn profile fit`, or ask for a "
+                               "reachable loss or a later deadline)"));
     }
     if (job_.iterations_done > last_iterations) {
       last_iterations = job_.iterations_done;
@@ -177,25 +185,59 @@ absl::Status JobRun::PollProgress() {
       std::max(0.0, static_cast<double>(progress->total_steps()) - job_.steps_lost);
   double sum = 0;
   int reporting = 0;
+  std::vector<std::string> raw;
   for (const pb::WorkerProgress& w : progress->workers()) {
     auto it = instances_.find(w.worker_id());
     const bool ended = it != instances_.end() && it->second.state == InstanceStatus::kEnded;
     if (w.last_loss() > 0 && !ended) {
       sum += w.last_loss();
       ++reporting;
+      raw.push_back(absl::StrFormat("%s=%.4g", w.worker_id(), w.last_loss()));
     }
     if (!reported_workers_.insert(w.worker_id()).second) continue;
     if (auto s = MarkTakeoverReported(w.worker_id()); !s.ok()) return s;
   }
   if (reporting > 0) {
     // The running workers' mean, smoothed over the polls (each worker reports a noisy value).
-    const double mean = sum / reporting;
-    job_.loss = job_.loss > 0 ? kLossSmoothing * mean + (1 - kLossSmoothing) * job_.loss : mean;
+    job_.loss = SmoothLoss(job_.loss, sum / reporting);
+    job_.worker_losses = absl::StrJoin(raw, ",");
+  }
+  if (job_.started_ms > 0 &&
+      (history_.empty() || history_.back().iterations != job_.iterations_done)) {
+    history_.push_back({.elapsed_s = (NowMs() - job_.started_ms) / 1000.0,
+                        .iterations = job_.iterations_done,
+                        .loss = job_.loss});
+    if (history_.size() > 4000) {  // thinned: every other point, the span kept
+      std::vector<LossPoint> kept;
+      for (size_t i = 0; i < history_.size(); i += 2) kept.push_back(history_[i]);
+      kept.push_back(history_.back());
+      history_ = std::move(kept);
+    }
   }
   return Save();
 }
 
 bool JobRun::ReachedTarget() const { return TargetReached(job_, spec_); }
+
+Outlook JobRun::CurrentOutlook() {
+  return EstimateOutlook(
+      {.target_loss = spec_.target_loss,
+       .deadline_s = spec_.deadline_s > 0 ? std::max(1e-3, spec_.deadline_s - job_.profiling_s) : 0,
+       .planned_iterations = job_.target_iterations,
+       .iterations_done = job_.iterations_done,
+       .elapsed_s = (NowMs() - job_.started_ms) / 1000.0,
+       .history = history_});
+}
+
+double JobRun::CostSoFar() {
+  const int64_t now = NowMs();
+  double cost = 0;
+  for (const auto& [id, i] : instances_) {
+    const int64_t stop = i.ended_ms > 0 ? i.ended_ms : now;
+    cost += i.price_per_hour * std::max<int64_t>(0, stop - i.launched_ms) / 3.6e6;
+  }
+  return cost;
+}
 
 absl::Status JobRun::PollInstances() {
   auto described = services_.provider->Describe(job_.id);
@@ -222,19 +264,31 @@ absl::Status JobRun::PollInstances() {
 }
 
 absl::Status JobRun::ShowProgress() {
+  // Never the same line twice: no new iteration within a period of the last line, none shown
+  // (the end's line right after a periodic one).
+  if (job_.iterations_done == last_shown_iterations_ &&
+      clock_.Now() - last_shown_at_ < options_.progress_every) {
+    return absl::OkStatus();
+  }
+  last_shown_iterations_ = job_.iterations_done;
+  last_shown_at_ = clock_.Now();
+  const Outlook outlook = CurrentOutlook();
   ProgressEvent p{.elapsed_s = (NowMs() - job_.started_ms) / 1000.0,
                   .iterations_done = job_.iterations_done,
                   .target_iterations = job_.target_iterations,
                   .first_plan_iterations = first_plan_iterations_,
+                  .predicted_iterations = outlook.predicted_iterations,
                   .target_loss = spec_.target_loss,
-                  .steps_lost = job_.steps_lost};
+                  .steps_lost = job_.steps_lost,
+                  .cost_usd = job_.profiling_cost_usd + CostSoFar(),
+                  .eta_s = outlook.eta_s};
   if (job_.loss > 0) p.loss = job_.loss;
   for (const auto& [id, i] : instances_) {
     if (i.role != launcher::Role::kWorker) continue;
     p.workers_running += i.state == InstanceStatus::kRunning;
     p.workers_revoking += i.state == InstanceStatus::kRevoking;
   }
-  if (spec_.deadline_s > 0) p.deadline_in_s = spec_.deadline_s - p.elapsed_s;
+  if (spec_.deadline_s > 0) p.deadline_in_s = spec_.deadline_s - job_.profiling_s - p.elapsed_s;
   Emit(std::move(p));
   return services_.store->AddProgress(
       job_.id, {.at_ms = NowMs(), .iterations = job_.iterations_done, .loss = job_.loss});

@@ -16,6 +16,7 @@
 #include "google/protobuf/message.h"
 #include "provisioner/launcher/cluster_launcher.h"
 #include "services/gateway/job/job_controller.h"
+#include "services/gateway/job/job_outlook.h"
 
 namespace spotdnn::job {
 
@@ -34,10 +35,16 @@ std::vector<TypeCount> CountsOf(const pb::Cluster& cluster);
 // The job's profiling step: imports its logs and makes its short runs (each launched on the
 // job's provider as its own job, JOB-profiling-K, until every worker has done its steps), then
 // fits the profile the spec names from all of their samples.
+// `account` gets its time and its instances' cost as it goes (emitted with each run's progress).
+struct ProfilingAccount {
+  absl::Time started;
+  double seconds = 0;
+  double cost_usd = 0;
+};
 absl::Status Profile(const JobSpec& spec, const pb::InstanceCatalog& catalog,
                      const services::DataRegistry& local, const JobServices& services,
                      const JobOptions& options, Clock& clock,
-                     const std::function<void(ProfilingEvent)>& emit);
+                     const std::function<void(ProfilingEvent)>& emit, ProfilingAccount& account);
 
 // The environment every instance of `job_id` gets beyond the launcher's: where to report
 // (SPOTDNN_PROFILER, SPOTDNN_DETECTOR), the cluster's size (SPOTDNN_WORKERS) and where parameter
@@ -80,10 +87,10 @@ class JobRun {
   absl::Status PollInstances();
   absl::Status ShowProgress();
   bool ReachedTarget() const;
-  // Weight of a new poll in the smoothed loss.
-  static constexpr double kLossSmoothing = 0.5;
-  // A loss target not reached after this many times the predicted iterations fails the job.
-  static constexpr double kGiveUpAfter = 3;
+  // Where the job is heading from its measurements so far (job_outlook.h).
+  Outlook CurrentOutlook();
+  // What the job's instances have cost so far.
+  double CostSoFar();
   absl::Status Finish();
   absl::Status Fail(const std::string& why);
   // Workers on record that have not ended, per type.
@@ -155,6 +162,9 @@ class JobRun {
   std::set<std::string> reported_workers_;
   std::string last_warning_;
   std::unique_ptr<RevocationFeed> feed_;
+  std::vector<LossPoint> history_;     // the job's measurements, oldest first (thinned when long)
+  double last_shown_iterations_ = -1;  // the last progress shown (never the same line twice)
+  absl::Time last_shown_at_ = absl::InfinitePast();
 };
 
 }  // namespace spotdnn::job

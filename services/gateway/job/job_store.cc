@@ -121,7 +121,11 @@ const std::vector<Column<JobRecord>>& JobColumns() {
                                          {"last_event_seq", &JobRecord::last_event_seq},
                                          {"ps_addresses", &JobRecord::ps_addresses},
                                          {"next_worker_index", &JobRecord::next_worker_index},
-                                         {"takeovers", &JobRecord::takeovers}};
+                                         {"takeovers", &JobRecord::takeovers},
+                                         {"worker_losses", &JobRecord::worker_losses},
+                                         {"profiling_started_ms", &JobRecord::profiling_started_ms},
+                                         {"profiling_s", &JobRecord::profiling_s},
+                                         {"profiling_cost_usd", &JobRecord::profiling_cost_usd}};
   return *columns;
 }
 
@@ -211,7 +215,18 @@ absl::Status SchemaV1(db::Database& db) {
   return absl::OkStatus();
 }
 
-const db::Migration kMigrations[] = {{1, SchemaV1}};
+// Version 2: what status reports truthfully (the workers' raw last losses) and the profiling
+// phase's time and cost.
+absl::Status SchemaV2(db::Database& db) {
+  for (const auto& [column, type] :
+       {std::pair{"worker_losses", "TEXT"}, std::pair{"profiling_started_ms", "INTEGER"},
+        std::pair{"profiling_s", "REAL"}, std::pair{"profiling_cost_usd", "REAL"}}) {
+    if (absl::Status s = db.AddColumnIfMissing("jobs", column, type); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+const db::Migration kMigrations[] = {{1, SchemaV1}, {2, SchemaV2}};
 
 // An INSERT of every column; with `key` (its key columns), one that replaces the row with that
 // key (an upsert: the row keeps its place in insertion order).
@@ -299,6 +314,15 @@ absl::StatusOr<std::unique_ptr<db::HeldLock>> JobStore::HoldJob(const std::strin
                      id, "`"));
   }
   return std::move(attempt->lock);
+}
+
+absl::StatusOr<std::optional<std::string>> JobStore::JobHolder(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<db::LockAttempt> attempt =
+      db_->TryHoldLock(absl::StrCat("job/", id), "spotdnn status (looking)");
+  if (!attempt.ok()) return attempt.status();
+  if (attempt->lock != nullptr) return std::optional<std::string>();  // let go here
+  return std::optional<std::string>(attempt->holder);
 }
 
 absl::Status JobStore::CreateJob(const JobRecord& job) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,13 @@ struct JobRecord {
   std::string ps_addresses;    // comma-separated host:port
   int next_worker_index = 0;
   int takeovers = 0;  // takeover launches so far (numbers their client tokens)
+  // The running workers' last raw losses at the last poll, "worker=loss,..." (empty: none).
+  std::string worker_losses;
+  // The job's profiling step, when it ran inside the job: its start (unix ms), how long it took
+  // and what its instances cost (0: none, or not yet).
+  int64_t profiling_started_ms = 0;
+  double profiling_s = 0;
+  double profiling_cost_usd = 0;
 };
 
 // An instance the job launched.
@@ -115,6 +123,11 @@ class JobStore {
   // holds it; UNAVAILABLE when the store cannot be asked.
   absl::StatusOr<std::unique_ptr<db::HeldLock>> HoldJob(const std::string& id,
                                                         const std::string& holder);
+
+  // Who holds job `id`'s lock now: the holding gateway's name ("pid 42 on host-a"; may be empty
+  // when the store cannot say), or nullopt when no gateway holds it (the lock is taken and let go
+  // at once to find out). UNAVAILABLE when the store cannot be asked.
+  absl::StatusOr<std::optional<std::string>> JobHolder(const std::string& id);
 
   // ALREADY_EXISTS when a job with the id is stored.
   absl::Status CreateJob(const JobRecord& job);

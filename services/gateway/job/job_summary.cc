@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "google/protobuf/util/json_util.h"
+#include "services/gateway/job/job_outlook.h"
 #include "services/gateway/job/job_spec.h"
 
 namespace spotdnn::job {
@@ -10,6 +13,18 @@ namespace spotdnn::job {
 bool TargetReached(const JobRecord& job, const JobSpec& spec) {
   if (job.loss > 0 && spec.target_loss > 0) return job.loss <= spec.target_loss;
   return job.target_iterations > 0 && job.iterations_done >= job.target_iterations;
+}
+
+std::vector<std::pair<std::string, double>> ParseWorkerLosses(const std::string& text) {
+  std::vector<std::pair<std::string, double>> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    const size_t eq = part.rfind('=');
+    double v = 0;
+    if (eq != absl::string_view::npos && absl::SimpleAtod(part.substr(eq + 1), &v)) {
+      out.emplace_back(std::string(part.substr(0, eq)), v);
+    }
+  }
+  return out;
 }
 
 }  // namespace spotdnn::job
@@ -58,6 +73,12 @@ absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_
     s.takeover_instances += i.reason == LaunchReason::kTakeover;
   }
   s.actual_time_s = job->started_ms > 0 ? (end - job->started_ms) / 1000.0 : 0;
+  s.profiling_s = job->profiling_s;
+  if (s.profiling_s == 0 && job->profiling_started_ms > 0 && job->state == JobState::kProfiling) {
+    s.profiling_s = (end - job->profiling_started_ms) / 1000.0;  // under way
+  }
+  s.profiling_cost_usd = job->profiling_cost_usd;
+  s.actual_cost_usd += job->profiling_cost_usd;
   for (const RevocationRecord& r : *revocations) {
     s.revocations_handled +=
         r.status == RevocationStatus::kLaunched || r.status == RevocationStatus::kNoneNeeded;
@@ -87,12 +108,25 @@ absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_
     }
     s.revocations.push_back(std::move(out));
   }
-  s.loss_reached = TargetReached(*job, *spec);
-  s.final_loss = job->loss;
+  if (job->loss > 0) {
+    s.final_loss = job->loss;
+    s.loss_smoothing = kLossSmoothingName;
+    s.worker_last_losses = ParseWorkerLosses(job->worker_losses);
+  }
+  if (spec->target_loss > 0) {
+    if (s.final_loss) s.loss_reached = *s.final_loss <= spec->target_loss;
+  } else {
+    s.loss_reached = job->target_iterations > 0 && job->iterations_done >= job->target_iterations;
+  }
   s.steps_lost = job->steps_lost;
-  s.deadline_met = spec->deadline_s == 0 || s.actual_time_s <= spec->deadline_s;
+  s.deadline_met = spec->deadline_s == 0 || s.profiling_s + s.actual_time_s <= spec->deadline_s;
   s.budget_met = spec->budget_usd == 0 || s.actual_cost_usd <= spec->budget_usd;
-  s.slo_met = s.loss_reached && s.deadline_met && s.budget_met;
+  if (!s.deadline_met || !s.budget_met || s.loss_reached == false) {
+    s.slo_met = false;
+  } else if (s.loss_reached) {
+    s.slo_met = true;
+  }
+  s.on_track = OnTrack(s.iterations_done, s.actual_time_s, s.target_iterations, s.predicted_time_s);
   return s;
 }
 

@@ -47,12 +47,21 @@ struct JobSummary {
   double first_plan_cost_usd = 0;
   double target_iterations = 0;
   double iterations_done = 0;
-  double final_loss = 0;  // the workers' smoothed loss at the end (0: none reported)
+  // The job's loss as measured: the workers' smoothed loss at the end (or now), how it was
+  // smoothed, and each running worker's last raw loss beside it; absent when no worker reported
+  // a loss.
+  std::optional<double> final_loss;
+  std::string loss_smoothing;
+  std::vector<std::pair<std::string, double>> worker_last_losses;
   double steps_lost = 0;  // iterations undone by parameter-server takeovers
   double predicted_time_s = 0;
   double predicted_cost_usd = 0;
-  double actual_time_s = 0;    // from the launch to the end (or now)
-  double actual_cost_usd = 0;  // every instance from its launch to its stop
+  double actual_time_s = 0;  // from the launch to the end (or now)
+  // The profiling step when it ran inside the job: how long, what it cost (0: none). Counted
+  // in the deadline and the budget.
+  double profiling_s = 0;
+  double profiling_cost_usd = 0;
+  double actual_cost_usd = 0;  // every instance from its launch to its stop (profiling too)
   int instances_launched = 0;
   int takeover_instances = 0;
   int revocations_handled = 0;  // launched or none-needed
@@ -63,15 +72,24 @@ struct JobSummary {
   std::optional<double> predicted_p_meet_deadline;
   double predicted_p_meet_deadline_low = 0;
   double predicted_p_meet_deadline_high = 0;
-  bool loss_reached = false;
+  // Measured only: the loss target is reached by a measured loss (absent: no loss was measured,
+  // "unknown"); a job without a loss target reaches its iterations.
+  std::optional<bool> loss_reached;
   bool deadline_met = false;
   bool budget_met = false;
-  bool slo_met = false;
+  // Absent while unknown: the loss target not measured (and nothing else missed).
+  std::optional<bool> slo_met;
+  // A job not ended: whether it is on the plan's line (job_outlook.h OnTrack).
+  bool on_track = true;
 };
 
-// Whether a job reached its target: the workers' smoothed loss at or below the target loss when
-// they report a loss, else the target iterations (workers that report no loss).
+// Whether a job may stop: the workers' smoothed loss at or below the target loss when they
+// report a loss, else the target iterations (workers that report no loss: the plan's prediction
+// is all there is, and the summary says the loss is unknown).
 bool TargetReached(const JobRecord& job, const JobSpec& spec);
+
+// "worker=loss,..." (JobRecord::worker_losses) as pairs.
+std::vector<std::pair<std::string, double>> ParseWorkerLosses(const std::string& text);
 
 // The summary of a stored job, with `now_ms` as the end of a job that has not ended.
 absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_id, int64_t now_ms);

@@ -26,7 +26,8 @@ absl::StatusOr<E> ParseIn(const std::array<std::pair<E, absl::string_view>, N>& 
                                           "\": was it written by a newer spotdnn?"));
 }
 
-constexpr std::array<std::pair<JobState, absl::string_view>, 4> kJobStates{{
+constexpr std::array<std::pair<JobState, absl::string_view>, 5> kJobStates{{
+    {JobState::kProfiling, "profiling"},
     {JobState::kLaunching, "launching"},
     {JobState::kRunning, "running"},
     {JobState::kFinished, "finished"},

@@ -14,7 +14,8 @@ namespace spotdnn::job {
 
 // A job's life: stored and planned (launching: its instances are being started), running, then
 // finished (it reached its target) or failed (it cannot go on; its message says why).
-enum class JobState { kLaunching, kRunning, kFinished, kFailed };
+// Profiling: the job's profiling step runs (before its plan); the job is stored from its start.
+enum class JobState { kLaunching, kRunning, kFinished, kFailed, kProfiling };
 
 // An instance as the job sees it: running, revoking (a notice is out; it still runs) or ended.
 enum class InstanceStatus { kRunning, kRevoking, kEnded };
