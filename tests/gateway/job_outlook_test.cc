@@ -87,6 +87,28 @@ TEST(JobOutlook, ALossThatDoesNotFallIsHopelessAndAPassedDeadlineToo) {
   EXPECT_THAT(late.why, HasSubstr("has passed"));
 }
 
+TEST(JobOutlook, NoisyLossesThatStillFallDoNotStopAJob) {
+  // A loss falling 0.0005 per iteration with +-0.05 of noise, whose least-squares slope over the
+  // window comes out flat or rising by chance: the optimistic end of the slope still falls fast
+  // enough for the deadline, so the job runs on.
+  std::vector<LossPoint> noisy;
+  const double jitter[] = {0.05, -0.05, 0.04, -0.03, 0.05, -0.05, 0.05, -0.04};
+  for (int i = 0; i < 8; ++i) {
+    noisy.push_back({.elapsed_s = 1.0 * i,
+                     .iterations = 10.0 * i,
+                     .loss = 2.5 - 0.0005 * 10 * i + jitter[i] + (i >= 4 ? 0.06 : 0)});
+  }
+  const Outlook o = EstimateOutlook({.target_loss = 2.0,
+                                     .deadline_s = 1000,
+                                     .planned_iterations = 40,
+                                     .iterations_done = 70,
+                                     .elapsed_s = 7,
+                                     .history = noisy});
+  ASSERT_TRUE(o.loss_slope.has_value());
+  EXPECT_GE(*o.loss_slope, 0);        // the point estimate says "not falling"...
+  EXPECT_FALSE(o.hopeless) << o.why;  // ...but not beyond its noise
+}
+
 TEST(JobOutlook, NothingIsHopelessWithoutADeadlineALossTargetOrALoss) {
   const auto flat = Line(10, 50, 3.0, 0);
   EXPECT_FALSE(EstimateOutlook({.target_loss = 2.0,

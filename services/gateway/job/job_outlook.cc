@@ -40,9 +40,22 @@ Outlook EstimateOutlook(const OutlookInputs& in) {
   }
   const double spread = m * sxx - sx * sx;
   const bool measured = in.target_loss > 0 && m >= kMinPoints && spread > 1e-9 * (1 + sxx * m);
+  // The slope's optimistic end (two standard errors steeper): what stopping is judged on, so that
+  // noise in a few losses cannot end a job whose loss is still falling.
+  double optimistic_slope = 0, optimistic_intercept = 0;
   if (measured) {
     const double slope = (m * sxy - sx * sy) / spread;
     const double intercept = (sy - slope * sx) / m;
+    double residuals = 0;
+    for (const LossPoint& p : window) {
+      if (p.loss <= 0) continue;
+      const double r = p.loss - (intercept + slope * p.iterations);
+      residuals += r * r;
+    }
+    const double standard_error =
+        m > 2 ? std::sqrt(residuals / (m - 2) / (spread / m)) : 0;  // spread / m = centred Sxx
+    optimistic_slope = slope - 2 * standard_error;
+    optimistic_intercept = (sy - optimistic_slope * sx) / m;
     out.loss_slope = slope;
     if (last_loss <= in.target_loss) {
       out.iterations_to_target = in.iterations_done;
@@ -77,7 +90,7 @@ Outlook EstimateOutlook(const OutlookInputs& in) {
     return out;
   }
   if (!measured) return out;  // too few measurements to say
-  if (*out.loss_slope >= 0) {
+  if (optimistic_slope >= 0) {
     out.hopeless = true;
     out.why = absl::StrFormat(
         "the workers' loss is %.4g after %.0f iterations and has not fallen over the last %.0f s "
@@ -86,7 +99,14 @@ Outlook EstimateOutlook(const OutlookInputs& in) {
         in.target_loss, in.deadline_s);
     return out;
   }
-  if (out.seconds_to_target && *out.seconds_to_target > in.deadline_s) {
+  // The optimistic line's time to the target, at the measured pace.
+  const double optimistic_iterations =
+      std::max(in.iterations_done, (in.target_loss - optimistic_intercept) / optimistic_slope);
+  const double optimistic_seconds =
+      out.iterations_per_s > 0
+          ? in.elapsed_s + (optimistic_iterations - in.iterations_done) / out.iterations_per_s
+          : in.deadline_s + 1;
+  if (out.seconds_to_target && optimistic_seconds > in.deadline_s) {
     out.hopeless = true;
     out.why = absl::StrFormat(
         "the workers' loss is %.4g after %.0f iterations, falling %.3g per iteration over the last "

@@ -67,7 +67,9 @@ struct OutlookInputs {
 // more slowly as it goes (convex, as training losses do) a straight line reaches the target
 // sooner than the loss will, so it is the best case, and a job is called hopeless only when even
 // that misses the deadline (or the loss does not fall at all over the window, or the deadline
-// has passed). Without a deadline or a loss target nothing is hopeless.
+// has passed). The stop is judged on the slope's optimistic end (two standard errors of the
+// least-squares slope steeper), so a few noisy losses cannot end a job whose loss still falls.
+// Without a deadline or a loss target nothing is hopeless.
 Outlook EstimateOutlook(const OutlookInputs& in);
 inline constexpr int kMinPoints = 5;
 
