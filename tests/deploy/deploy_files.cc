@@ -127,10 +127,11 @@ ProgramFlags HelpFlags(const std::string& program_path) {
   ProgramFlags flags;
   if (!std::filesystem::exists(program_path)) return flags;
   const CommandResult help = RunCommand("'" + program_path + "' --helpfull");
-  // absl prints "    --name (help text); default: VALUE;", wrapping long entries onto lines
-  // indented deeper; the entry of a flag runs until the next flag's line.
-  static const std::regex kFlagLine(R"(^    --([A-Za-z0-9_]+) \()");
-  static const std::regex kDefault(R"re(default: (?:"([^"]*)"|([^;]*));)re");
+  // The programs' --helpfull (services/common/program.cc) prints "  --name=KIND" (or "  --name"
+  // for a bool), then its help indented by six spaces and ending "(default: VALUE)" (a string's
+  // VALUE in double quotes); the entry of a flag runs until the next flag's line.
+  static const std::regex kFlagLine(R"(^  --([A-Za-z0-9_]+)(=\S+)?$)");
+  static const std::regex kDefault(R"re(\(default: (?:"([^"]*)"|([^)]*))\)\s*$)re");
   std::string name, entry;
   auto finish = [&] {
     if (name.empty()) return;
