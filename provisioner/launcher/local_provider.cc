@@ -112,6 +112,30 @@ struct LocalProvider::Record {
 
 namespace {
 
+// A /proc file's contents, "" when it cannot be read. With read(2), not an ifstream: a process
+// that exits between the open and the read makes read fail with ESRCH, which libstdc++'s filebuf
+// throws as std::ios_base::failure from underflow whatever the stream's exception mask (it ended
+// `spotdnn run` with "terminate called ... No such process" under load).
+std::string ReadProcFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string out;
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n > 0) {
+      out.append(buffer, static_cast<size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      if (n < 0) out.clear();
+      break;
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
 // True while some process of group `pgid` is alive and not a zombie (/proc scan: a zombie
 // leader still answers kill(-pgid, 0)).
 bool GroupHasLiveMember(pid_t pgid) {
@@ -122,8 +146,7 @@ bool GroupHasLiveMember(pid_t pgid) {
   while (dirent* entry = readdir(proc)) {
     int pid = 0;
     if (!absl::SimpleAtoi(entry->d_name, &pid)) continue;
-    std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string stat = ReadProcFile(absl::StrCat("/proc/", pid, "/stat"));
     size_t paren = stat.rfind(')');
     if (paren == std::string::npos) continue;
     // After "pid (comm) ": state ppid pgrp ...
