@@ -5,7 +5,6 @@
 #include <chrono>
 #include <fstream>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -27,6 +26,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing_util::Child;
+using testing_util::LoggedMetricsPort;
 using testing_util::ReadPort;
 using testing_util::SampleSum;
 
@@ -37,19 +37,6 @@ std::string ReadAll(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-// The metrics port the server logged ("metrics on http://127.0.0.1:PORT/metrics"), waiting up to
-// 10 s; 0 when it did not.
-int LoggedMetricsPort(const std::string& log) {
-  const std::regex pattern("metrics on http://127\\.0\\.0\\.1:([0-9]+)/metrics");
-  for (int i = 0; i < 500; ++i) {
-    std::smatch match;
-    const std::string text = ReadAll(log);
-    if (std::regex_search(text, match, pattern)) return std::stoi(match[1]);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return 0;
 }
 
 class MetricsBinaryTest : public ::testing::Test {

@@ -13,7 +13,6 @@
 #include <fstream>
 #include <future>
 #include <iostream>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -83,16 +82,7 @@ class PredictorProcess : public ::testing::Test {
         log_);
     port_ = ReadPort(port_file_);
     ASSERT_GT(port_, 0) << ReadAll(log_);
-    const std::regex pattern("metrics on http://127\\.0\\.0\\.1:([0-9]+)/metrics");
-    for (int i = 0; i < 500 && metrics_port_ == 0; ++i) {
-      std::smatch match;
-      const std::string text = ReadAll(log_);
-      if (std::regex_search(text, match, pattern)) {
-        metrics_port_ = std::stoi(match[1]);
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
+    metrics_port_ = testing_util::LoggedMetricsPort(log_);
     ASSERT_GT(metrics_port_, 0) << ReadAll(log_);
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
                                    grpc::InsecureChannelCredentials());
@@ -277,8 +267,8 @@ TEST_F(PredictorProcess, SigtermEndsWorkInFlightWithinTheGrace) {
   for (int i = 0; i < 1000 && !in_flight; ++i) {
     httplib::Client client("127.0.0.1", metrics_port_);
     auto got = client.Get("/metrics");
-    in_flight = got && got->status == 200 &&
-                SampleSum(got->body, "spotdnn_rpc_calls_in_flight") >= 1;
+    in_flight =
+        got && got->status == 200 && SampleSum(got->body, "spotdnn_rpc_calls_in_flight") >= 1;
     if (!in_flight) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_TRUE(in_flight) << "the PredictBatch never showed as in flight";
@@ -295,8 +285,8 @@ TEST_F(PredictorProcess, SigtermEndsWorkInFlightWithinTheGrace) {
   if (exit_s > 5) std::cout << ReadAll(log_);
   std::cout << "[measured] SIGTERM " << signalled_s
             << " s into a 1,000,000-cluster PredictBatch: exit after " << exit_s
-            << " s; the call ended after " << call_s << " s with "
-            << answered.error_code() << " " << answered.error_message() << std::endl;
+            << " s; the call ended after " << call_s << " s with " << answered.error_code() << " "
+            << answered.error_message() << std::endl;
 }
 
 }  // namespace

@@ -2,8 +2,12 @@
 #ifndef SPOTDNN_TESTS_TESTING_METRICS_SAMPLE_H_
 #define SPOTDNN_TESTS_TESTING_METRICS_SAMPLE_H_
 
+#include <chrono>
+#include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace spotdnn::testing_util {
 
@@ -21,6 +25,22 @@ inline double SampleSum(const std::string& scrape, const std::string& metric) {
     sum = (sum < 0 ? 0 : sum) + std::stod(line.substr(space + 1));
   }
   return sum;
+}
+
+// The metrics port a service logged in `log` ("metrics on http://127.0.0.1:PORT/metrics"),
+// waiting up to 10 s for the line; 0 when it did not come.
+inline int LoggedMetricsPort(const std::string& log) {
+  const std::regex pattern("metrics on http://127\\.0\\.0\\.1:([0-9]+)/metrics");
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string content = text.str();
+    std::smatch match;
+    if (std::regex_search(content, match, pattern)) return std::stoi(match[1]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 0;
 }
 
 }  // namespace spotdnn::testing_util
