@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/clock.h"
 #include "nlohmann/json.hpp"
 #include "profiler/importers.h"
 #include "profiler/sample.h"
@@ -533,7 +534,7 @@ class NoticeDelivery {
     NoticeInfo info{.action = n.action,
                     .cloud = cloud_,
                     .instance_id = instance_id_,
-                    .notice_unix_ms = detector::NowUnixMs(),
+                    .notice_unix_ms = base::RealClock::Get().NowUnixMs(),
                     .deadline_unix_ms = n.effective_unix_ms};
     if (absl::Status s = WriteFileAtomically(file_, NoticeFileJson(info)); !s.ok()) {
       logger->error("notice file: {}", std::string(s.message()));
