@@ -86,7 +86,7 @@ class DetectorTest : public ::testing::Test {
     o.clock = &clock_;
     o.observer = &observer_;
     o.poller.clock = &base::RealClock::Get();
-    o.poller.interval = absl::Milliseconds(100);
+    o.poller.interval = absl::Milliseconds(50);
     o.poller.request_timeout = absl::Milliseconds(300);
     o.poller.max_backoff = absl::Milliseconds(300);
     o.poller.gce_long_poll_timeout_s = 5;
