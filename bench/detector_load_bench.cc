@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "detector/detector.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -291,12 +292,13 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
       ids.size(), f.cloud.c_str(), f.interval_ms, register_s, healthy,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_start).count());
 
-  const int64_t t0 = d::NowUnixMs() + 3000 + 5 * static_cast<int64_t>(ids.size());
+  const int64_t t0 =
+      ::spotdnn::base::RealClock::Get().NowUnixMs() + 3000 + 5 * static_cast<int64_t>(ids.size());
   bool scheduled = false;
   const std::map<std::string, int64_t> visible_at =
       ScheduleNotices(f, base, ids, clouds, t0, &scheduled);
   if (!scheduled) return 1;
-  if (d::NowUnixMs() > t0) {
+  if (::spotdnn::base::RealClock::Get().NowUnixMs() > t0) {
     std::fprintf(stderr, "scheduling the notices overran the window start\n");
     return 1;
   }
@@ -312,7 +314,7 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
     auto reader = stubs[watcher]->WatchEvents(&watch_context, watch_request);
     pb::RevocationEvent e;
     while (reader->Read(&e)) {
-      const int64_t now = d::NowUnixMs();
+      const int64_t now = ::spotdnn::base::RealClock::Get().NowUnixMs();
       std::lock_guard<std::mutex> lock(mu);
       if (e.kind() != pb::RevocationEvent::KIND_NOTICE) {
         ++other_events;
@@ -324,7 +326,8 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
         latency_ms.push_back(static_cast<double>(now - it->second));
     }
   });
-  while (d::NowUnixMs() < t0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (::spotdnn::base::RealClock::Get().NowUnixMs() < t0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::vector<double> cpu0;
   for (const auto& r : replicas) cpu0.push_back(ChildCpuSeconds(r->pid()));
   std::vector<double> cpu1(replicas.size(), -1);
@@ -334,8 +337,8 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
                               ? t0 + static_cast<int64_t>(f.kill_replica_at_s * 1000)
                               : std::numeric_limits<int64_t>::max();
   bool killed = false;
-  while (d::NowUnixMs() < end) {
-    if (!killed && d::NowUnixMs() >= kill_at) {
+  while (::spotdnn::base::RealClock::Get().NowUnixMs() < end) {
+    if (!killed && ::spotdnn::base::RealClock::Get().NowUnixMs() >= kill_at) {
       cpu1[0] = ChildCpuSeconds(replicas[0]->pid());
       replicas[0]->Kill();
       killed = true;
@@ -476,7 +479,8 @@ int main(int argc, char** argv) {
 
   // Notices at random times within the window.
   // The window starts once every notice is scheduled (allowing 5 ms per notice for that).
-  const int64_t t0 = d::NowUnixMs() + 3000 + 5 * static_cast<int64_t>(ids.size());
+  const int64_t t0 =
+      ::spotdnn::base::RealClock::Get().NowUnixMs() + 3000 + 5 * static_cast<int64_t>(ids.size());
   bool scheduled = false;
   const std::map<std::string, int64_t> visible_at =
       ScheduleNotices(f, base, ids, clouds, t0, &scheduled);
@@ -486,11 +490,12 @@ int main(int argc, char** argv) {
   std::map<std::string, int> notices_per_instance;
   std::vector<double> latency_ms;
   int other_events = 0;
-  if (d::NowUnixMs() > t0) {
+  if (::spotdnn::base::RealClock::Get().NowUnixMs() > t0) {
     std::fprintf(stderr, "scheduling the notices overran the window start\n");
     return 1;
   }
-  while (d::NowUnixMs() < t0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (::spotdnn::base::RealClock::Get().NowUnixMs() < t0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   const double cpu0 = CpuSeconds();
   const auto wall0 = std::chrono::steady_clock::now();
   // Notices appear until 4 s before the end; the last seconds let late events arrive.
@@ -501,15 +506,15 @@ int main(int argc, char** argv) {
   const int64_t grace_end = end + f.interval_ms + 2000;
   bool window_open = true;
   double wall = 0, cpu = 0;
-  while (d::NowUnixMs() < grace_end) {
-    if (window_open && d::NowUnixMs() >= end) {
+  while (::spotdnn::base::RealClock::Get().NowUnixMs() < grace_end) {
+    if (window_open && ::spotdnn::base::RealClock::Get().NowUnixMs() >= end) {
       window_open = false;
       wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
       cpu = CpuSeconds() - cpu0;
     }
     detector->WaitForEvents(cursor, absl::Milliseconds(100));
     auto events = detector->EventsAfter(cursor, "", 10000, &cursor);
-    const int64_t now = d::NowUnixMs();
+    const int64_t now = ::spotdnn::base::RealClock::Get().NowUnixMs();
     for (const d::Event& e : *events) {
       if (e.kind != d::EventKind::kNotice) {
         ++other_events;

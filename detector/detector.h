@@ -50,6 +50,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
+#include "detector/detector_observer.h"
 #include "detector/detector_store.h"
 #include "detector/hash_ring.h"
 #include "detector/metadata_poller.h"
@@ -75,6 +77,11 @@ struct DetectorOptions {
   absl::Duration lease = absl::Seconds(3);  // a replica's lease; renewed every lease/6
   absl::Duration sync_interval = absl::Milliseconds(500);  // registry read-back, heartbeat writes
   absl::Duration tail_interval = absl::Milliseconds(25);   // event log read-back
+  // Time (wall clock for states and events, steady for leases, fencing and the loops' waits);
+  // null: the real clock. Also the poller's when poller.clock is null. Outlives the detector.
+  base::Clock* clock = nullptr;
+  // Told of polls, notices and lease changes; null: nobody. Outlives the detector.
+  DetectorObserver* observer = nullptr;
 };
 
 // The detector. Thread-safe.
@@ -142,12 +149,13 @@ class Detector {
   absl::StatusOr<std::vector<Event>> EventsAfter(uint64_t after, const std::string& job_id,
                                                  size_t max, uint64_t* scanned = nullptr) const;
   // Waits until an event with a sequence above `after` exists; false on timeout or Shutdown().
+  // The timeout is the caller's, in real time (a stream's wait), not on the detector's clock.
   bool WaitForEvents(uint64_t after, absl::Duration timeout) const;
   // The newest sequence number (0 before the first event).
   uint64_t last_sequence() const;
 
   // Applies heartbeat deadlines and notice deadlines at `now_unix_ms` (the monitor thread calls
-  // this every tenth of a heartbeat interval; tests may call it directly).
+  // this every tenth of a heartbeat interval on the detector's clock; tests may call it directly).
   void CheckDeadlines(int64_t now_unix_ms);
 
   // Scale-out: the replicas alive now (this one included). This replica polls the instances the
@@ -257,6 +265,8 @@ class Detector {
   void MonitorLoop();
 
   DetectorOptions options_;
+  base::Clock& clock_;
+  DetectorObserver& observer_;
   std::unique_ptr<DetectorStore> store_;
   std::unique_ptr<MetadataPoller> poller_;
   mutable std::mutex mu_;
@@ -304,7 +314,7 @@ class Detector {
   uint64_t tail_cursor_ = 0;    // guarded by mu_: newest sequence read back
   bool store_ok_ = true;        // guarded by mu_: the background loop's last round
   uint64_t lease_changes_ = 0;  // guarded by mu_
-  // When the held lease was last renewed (steady clock, ms, when the renewal was sent); the
+  // When the held lease was last renewed (clock_.SteadyMs() when the renewal was sent); the
   // monitor fences past 2/3 of a lease.
   std::atomic<int64_t> renewed_at_ms_{0};
   std::map<std::string, int64_t> pending_heartbeats_;  // guarded by mu_

@@ -7,7 +7,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "detector/metadata_parsers.h"
 #include "httplib.h"
@@ -89,7 +88,9 @@ absl::StatusOr<EmulatorFault> ParseEmulatorFault(std::string_view text) {
       "fault = \"", std::string(text), "\": expected none, 500, 401, garbage, truncated or slow"));
 }
 
-MetadataEmulator::MetadataEmulator(const Options& options) : options_(options) {}
+MetadataEmulator::MetadataEmulator(const Options& options)
+    : options_(options),
+      clock_(options.clock != nullptr ? options.clock : &base::RealClock::Get()) {}
 
 absl::StatusOr<std::unique_ptr<MetadataEmulator>> MetadataEmulator::Start(const Options& options) {
   std::unique_ptr<MetadataEmulator> emulator(new MetadataEmulator(options));
@@ -118,9 +119,10 @@ absl::StatusOr<std::unique_ptr<MetadataEmulator>> MetadataEmulator::Start(const 
   emulator->thread_ = std::thread([self] { self->server_->listen_after_bind(); });
   // httplib's stop() does nothing until the listen loop runs, and that loop would then never
   // end: Start returns only once it runs, so an early Stop cannot hang.
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (!emulator->server_->is_running() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
+  base::Clock& real = base::RealClock::Get();  // a real thread starting
+  const absl::Duration deadline = real.SteadyNow() + absl::Seconds(30);
+  while (!emulator->server_->is_running() && real.SteadyNow() < deadline) {
+    real.Sleep(absl::Milliseconds(1));
   }
   return emulator;
 }
@@ -150,7 +152,7 @@ MetadataEmulator::Instance& MetadataEmulator::InstanceLocked(const std::string& 
 void MetadataEmulator::ScheduleNotice(const std::string& instance_id, EmulatedNotice notice) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t now = NowUnixMs();
+    const int64_t now = clock_->NowUnixMs();
     if (notice.visible_at_unix_ms == 0) notice.visible_at_unix_ms = now;
     if (notice.effective_unix_ms == 0) {
       notice.effective_unix_ms =
@@ -256,7 +258,7 @@ void MetadataEmulator::Handle(const httplib::Request& request, httplib::Response
 void MetadataEmulator::HandleAws(Instance& instance, const std::string& path,
                                  const httplib::Request& request, httplib::Response& response,
                                  std::unique_lock<std::mutex>& /*lock*/) {
-  const int64_t now = NowUnixMs();
+  const int64_t now = clock_->NowUnixMs();
   if (path == "/latest/api/token") {
     if (request.method != "PUT") {
       response.status = 405;
@@ -344,7 +346,7 @@ void MetadataEmulator::HandleGce(Instance& instance, const std::string& instance
     return absl::StrFormat("%016x",
                            std::hash<std::string>()(instance_id + "|" + path + "|" + value));
   };
-  int64_t now = NowUnixMs();
+  int64_t now = clock_->NowUnixMs();
   std::string value = value_at(now);
   if (request.get_param_value("wait_for_change") == "true") {
     const std::string last_etag = request.get_param_value("last_etag");
@@ -360,7 +362,7 @@ void MetadataEmulator::HandleGce(Instance& instance, const std::string& instance
     while (!stopping_ && etag_of(value) == last_etag && now < deadline) {
       const int64_t wake = std::min(deadline, instance.NextVisible(now));
       changed_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(1, wake - now)));
-      now = NowUnixMs();
+      now = clock_->NowUnixMs();
       value = value_at(now);
     }
   }
@@ -401,7 +403,7 @@ void MetadataEmulator::HandleAzure(Instance& instance, const std::string& instan
                          "application/json");
     return;
   }
-  const int64_t now = NowUnixMs();
+  const int64_t now = clock_->NowUnixMs();
   // The Azure events this instance's document shows: its own, and those scheduled for every
   // instance (one availability set); each with the name of the instance it is for.
   std::vector<std::pair<Instance::Scheduled*, std::string>> shown;
@@ -488,7 +490,7 @@ void MetadataEmulator::HandleControl(const httplib::Request& request, httplib::R
     if (!int_param("effective_in_ms", &effective_in_ms)) {
       return fail("effective_in_ms: expected an integer");
     }
-    const int64_t now = NowUnixMs();
+    const int64_t now = clock_->NowUnixMs();
     notice.visible_at_unix_ms = at_ms > 0 ? at_ms : now + in_ms;
     if (effective_in_ms > 0) notice.effective_unix_ms = now + effective_in_ms;
     const std::string all = request.get_param_value("all_instances");

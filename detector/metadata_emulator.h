@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/clock.h"
 #include "detector/types.h"
 
 namespace httplib {
@@ -86,6 +87,9 @@ class MetadataEmulator {
     int port = 0;      // 0 = any free port
     int threads = 64;  // HTTP worker threads (each open connection or long poll holds one)
     bool keep_alive = true;
+    // The wall clock notices are scheduled on and answers are dated by; null: the real clock.
+    // Long polls and slow answers wait in real time. Outlives the emulator.
+    base::Clock* clock = nullptr;
   };
 
   // Binds and starts serving. UNAVAILABLE when the address cannot be bound.
@@ -130,6 +134,7 @@ class MetadataEmulator {
   Instance& InstanceLocked(const std::string& instance_id);
 
   Options options_;
+  base::Clock* clock_;  // options_.clock or the real clock
   int port_ = 0;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

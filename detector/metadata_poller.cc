@@ -21,7 +21,8 @@
 namespace spotdnn::detector {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// Times the poller schedules on: steady readings of its options' clock.
+using TimePoint = std::chrono::steady_clock::time_point;
 constexpr int64_t kGcePreemptNoticeMs = 30'000;
 
 // What a request asks for.
@@ -88,7 +89,7 @@ struct MetadataPoller::Impl {
     std::string post;
     bool too_long = false;
     char error[CURL_ERROR_SIZE] = {0};
-    Clock::time_point started;
+    TimePoint started;
   };
   struct Target {
     PollTarget t;
@@ -98,12 +99,12 @@ struct MetadataPoller::Impl {
     bool got_401 = false;
     bool retried_401 = false;
     std::vector<Notice> notices;
-    Clock::time_point round_start;
+    TimePoint round_start;
     int failures = 0;
     std::map<Channel, std::string> errors;  // the current problem of each channel
     // AWS.
     std::string token;
-    Clock::time_point token_refresh_at;
+    TimePoint token_refresh_at;
     // GCE: per channel (0 preempted, 1 maintenance).
     std::string etag[2];
     int gce_failures[2] = {0, 0};
@@ -114,7 +115,7 @@ struct MetadataPoller::Impl {
   };
   // A scheduled start: a round, or one GCE channel's next poll.
   struct Due {
-    Clock::time_point at;
+    TimePoint at;
     uint64_t order;
     std::shared_ptr<Target> target;
     int what;  // -1 round; 0/1 GCE channel
@@ -123,6 +124,13 @@ struct MetadataPoller::Impl {
 
   MetadataPoller* owner;
   PollerOptions options;
+  base::Clock* clock = nullptr;  // options.clock, or the real clock
+
+  // The clock's steady reading as a time point.
+  TimePoint Now() const {
+    return TimePoint(std::chrono::duration_cast<TimePoint::duration>(
+        absl::ToChronoNanoseconds(clock->SteadyNow())));
+  }
   CURLM* multi = nullptr;
   int epoll_fd = -1;
   std::atomic<int> wake_fd{-1};
@@ -230,7 +238,7 @@ struct MetadataPoller::Impl {
     delete r;
   }
 
-  void Schedule(const std::shared_ptr<Target>& t, Clock::time_point at, int what) {
+  void Schedule(const std::shared_ptr<Target>& t, TimePoint at, int what) {
     heap.push(Due{at, order++, t, what});
   }
 
@@ -254,7 +262,7 @@ struct MetadataPoller::Impl {
     r->channel = channel;
     r->easy = curl_easy_init();
     r->url = absl::StrCat(t->t.endpoint, ChannelPath(channel), query);
-    r->started = Clock::now();
+    r->started = Now();
     CURL* e = r->easy;
     curl_easy_setopt(e, CURLOPT_URL, r->url.c_str());
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -316,10 +324,10 @@ struct MetadataPoller::Impl {
   }
 
   void StartRound(const std::shared_ptr<Target>& t) {
-    if (t->inflight == 0 && !t->retried_401) t->round_start = Clock::now();
+    if (t->inflight == 0 && !t->retried_401) t->round_start = Now();
     switch (t->t.cloud) {
       case Cloud::kAws:
-        if (t->token.empty() || Clock::now() >= t->token_refresh_at) {
+        if (t->token.empty() || Now() >= t->token_refresh_at) {
           t->inflight = 1;
           Issue(t, Channel::kAwsToken);
         } else {
@@ -378,7 +386,7 @@ struct MetadataPoller::Impl {
     for (const auto& [channel, reason] : t->errors) reasons.push_back(reason);
     result.reason = absl::StrJoin(reasons, "; ");
     result.notices = std::move(notices);
-    result.observed_unix_ms = NowUnixMs();
+    result.observed_unix_ms = clock->NowUnixMs();
     owner->sink_(result);
   }
 
@@ -401,7 +409,7 @@ struct MetadataPoller::Impl {
       Schedule(t, t->round_start + Ms(options.interval), -1);
     } else {
       ++t->failures;
-      Schedule(t, Clock::now() + Backoff(t->failures), -1);
+      Schedule(t, Now() + Backoff(t->failures), -1);
     }
   }
 
@@ -426,8 +434,7 @@ struct MetadataPoller::Impl {
                 std::min<int64_t>(absl::ToInt64Milliseconds(options.aws_token_refresh_margin),
                                   int64_t{options.aws_token_ttl_s} * 500);
             t->token_refresh_at =
-                Clock::now() +
-                std::chrono::milliseconds(int64_t{options.aws_token_ttl_s} * 1000 - margin);
+                Now() + std::chrono::milliseconds(int64_t{options.aws_token_ttl_s} * 1000 - margin);
             t->errors.erase(Channel::kAwsToken);
             t->inflight = 2;
             Issue(t, Channel::kAwsAction);
@@ -538,7 +545,7 @@ struct MetadataPoller::Impl {
                 Notice n;
                 n.kind = EventKind::kNotice;
                 n.action = "preempt";
-                n.effective_unix_ms = NowUnixMs() + kGcePreemptNoticeMs;
+                n.effective_unix_ms = clock->NowUnixMs() + kGcePreemptNoticeMs;
                 n.key = "gce:preempted";
                 n.detail = "instance/preempted = TRUE";
                 notices.push_back(std::move(n));
@@ -571,19 +578,19 @@ struct MetadataPoller::Impl {
           t->errors.erase(ch);
           t->gce_failures[which] = 0;
           const bool unchanged = !r->etag.empty() && r->etag == r->sent_etag;
-          const bool quick = Clock::now() - r->started < std::chrono::milliseconds(20);
+          const bool quick = Now() - r->started < std::chrono::milliseconds(20);
           t->etag[which] = r->etag;
           Emit(t, std::move(notices));
           // Long polls go straight back out; a server that answers an unchanged value at once
           // (no long-poll support) is polled at the interval instead of in a busy loop.
           Schedule(t,
                    options.gce_long_poll && !(unchanged && quick) && !r->etag.empty()
-                       ? Clock::now()
-                       : Clock::now() + Ms(options.interval),
+                       ? Now()
+                       : Now() + Ms(options.interval),
                    which);
         } else {
           Emit(t, {});
-          Schedule(t, Clock::now() + Backoff(++t->gce_failures[which]), which);
+          Schedule(t, Now() + Backoff(++t->gce_failures[which]), which);
         }
         return;
       }
@@ -610,8 +617,8 @@ struct MetadataPoller::Impl {
       targets[t->t.instance_id] = t;
       // First rounds are spread over one interval (by a hash of the id), so that thousands of
       // targets added at once do not all ask in the same instant and queue into timeouts.
-      const auto first = Clock::now() + std::chrono::milliseconds(
-                                            std::hash<std::string>()(t->t.instance_id) %
+      const auto first =
+          Now() + std::chrono::milliseconds(std::hash<std::string>()(t->t.instance_id) %
                                             static_cast<uint64_t>(std::max<int64_t>(
                                                 1, absl::ToInt64Milliseconds(options.interval))));
       if (t->t.cloud == Cloud::kGce) {
@@ -645,7 +652,7 @@ struct MetadataPoller::Impl {
         if (stop) break;
       }
       ApplyControl();
-      const auto now = Clock::now();
+      const auto now = Now();
       while (!heap.empty() && heap.top().at <= now) {
         Due due = heap.top();
         heap.pop();
@@ -662,8 +669,7 @@ struct MetadataPoller::Impl {
       int64_t wait_ms = 1000;
       if (!heap.empty()) {
         wait_ms =
-            std::chrono::duration_cast<std::chrono::milliseconds>(heap.top().at - Clock::now())
-                .count();
+            std::chrono::duration_cast<std::chrono::milliseconds>(heap.top().at - Now()).count();
         wait_ms = std::clamp<int64_t>(wait_ms + 1, 0, 1000);
       }
       if (curl_timeout_ms >= 0) wait_ms = std::min(wait_ms, curl_timeout_ms);
@@ -692,6 +698,7 @@ MetadataPoller::MetadataPoller(PollerOptions options, Sink sink)
     : options_(std::move(options)), sink_(std::move(sink)), impl_(std::make_unique<Impl>()) {
   impl_->owner = this;
   impl_->options = options_;
+  impl_->clock = options_.clock != nullptr ? options_.clock : &base::RealClock::Get();
 }
 
 MetadataPoller::~MetadataPoller() { Stop(); }

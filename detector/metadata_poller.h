@@ -29,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "detector/types.h"
 
 namespace spotdnn::detector {
@@ -55,6 +56,10 @@ struct PollerOptions {
   // Most connections to one host:port (0 = no limit). Real instances each have their own
   // metadata host; an emulator serving thousands of instances on one port wants a cap.
   int max_connections_per_host = 0;
+  // Time: the wall clock of results and notices, and the steady clock rounds, retries and token
+  // refreshes are scheduled on (libcurl's own timeouts are real time); null: the real clock.
+  // Outlives the poller.
+  base::Clock* clock = nullptr;
 };
 
 // What one round of polling an instance found.

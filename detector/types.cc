@@ -1,6 +1,5 @@
 #include "detector/types.h"
 
-#include <chrono>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -61,12 +60,6 @@ std::string_view EventKindName(EventKind kind) {
     default:
       return "unspecified";
   }
-}
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 }  // namespace spotdnn::detector

@@ -86,9 +86,6 @@ struct Lifetime {
   std::string how;  // "notice", "unregistered", "lost", "registered again", "running"
 };
 
-// Milliseconds since the Unix epoch, from the system clock.
-int64_t NowUnixMs();
-
 }  // namespace spotdnn::detector
 
 #endif  // SPOTDNN_DETECTOR_TYPES_H_

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "services/common/limits.h"
 #include "services/common/server.h"
 #include "services/detector/detector_service.h"
@@ -147,7 +148,7 @@ void Agent::SendLoop() {
       report.set_instance_id(options_.instance_id);
       report.set_job_id(options_.job_id);
       report.set_cloud(ToProto(options_.cloud));
-      report.set_unix_ms(detector::NowUnixMs());
+      report.set_unix_ms(base::RealClock::Get().NowUnixMs());
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait_until(lock, next_heartbeat, [this] { return stopping_ || !pending_.empty(); });
@@ -164,7 +165,7 @@ void Agent::SendLoop() {
           // Within the detector's limits, or it would refuse the stream (and again on every
           // reconnect).
           e->set_action(limits::ValidUtf8(n.action, limits::kMaxNameBytes));
-          e->set_notice_unix_ms(detector::NowUnixMs());
+          e->set_notice_unix_ms(base::RealClock::Get().NowUnixMs());
           e->set_effective_unix_ms(n.effective_unix_ms);
           e->set_detail(limits::ValidUtf8(n.detail, limits::kMaxTextBytes));
           report.set_notice_key(limits::BoundedKey(n.key));

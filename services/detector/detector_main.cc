@@ -13,6 +13,7 @@
 #include "services/common/program.h"
 #include "services/common/security_flags.h"
 #include "services/common/server.h"
+#include "services/detector/detector_metrics.h"
 #include "services/detector/detector_service.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -85,6 +86,8 @@ int main(int argc, char** argv) {
   options.replica_id = absl::GetFlag(FLAGS_replica_id);
   options.lease = absl::GetFlag(FLAGS_lease);
   options.event_retention = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_event_retention)));
+  spotdnn::services::DetectorMetrics metrics;  // outlives the detector (shut down below)
+  options.observer = &metrics;
   auto detector = spotdnn::detector::Detector::Open(options);
   if (!detector.ok()) {
     logger->error("{}", std::string(detector.status().message()));

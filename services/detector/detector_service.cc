@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/clock.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/support/method_handler.h"
 #include "grpcpp/support/proto_buffer_reader.h"
@@ -183,7 +184,7 @@ grpc::Status DetectorServiceImpl::AgentStreamRaw(
     }
     if (!s.ok()) return ToGrpc(s);
     pb::AgentAck ack;
-    ack.set_unix_ms(d::NowUnixMs());
+    ack.set_unix_ms(base::RealClock::Get().NowUnixMs());
     ack.set_replica(detector_->replica_id());
     if (!stream->Write(ack)) break;
   }

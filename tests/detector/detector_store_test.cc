@@ -5,12 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/postgres_server.h"
 
 namespace spotdnn::detector {
@@ -175,10 +175,10 @@ TEST_P(DetectorStoreTest, ALeaseTakenOverOrExpiredFencesItsHolder) {
             std::string::npos)
       << stale.status();
   EXPECT_TRUE((*a)->EventsAfter(0, 10)->empty());
-  // An expired lease is not live and cannot be renewed.
-  auto b = (*a)->JoinLease("b", 1);
+  // An expired lease is not live and cannot be renewed. (Leases are judged on the database's
+  // clock: one taken with a negative length ended before it was taken, with no wait.)
+  auto b = (*a)->JoinLease("b", -1000);
   ASSERT_TRUE(b.ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
   EXPECT_FALSE((*a)->RenewLease("b", *b, 60000).value_or(true));
   auto live = (*a)->LiveLeases();
   ASSERT_TRUE(live.ok()) << live.status();
@@ -187,9 +187,12 @@ TEST_P(DetectorStoreTest, ALeaseTakenOverOrExpiredFencesItsHolder) {
   EXPECT_EQ(live->front().epoch, *second);
   // A lease expired 20 leases ago is forgotten when another replica joins; its id joining again
   // gets a newer epoch all the same, so a holder of the old one stays fenced off.
-  auto c = (*a)->JoinLease("c", 1);
+  auto c = (*a)->JoinLease("c", -1000);  // expired a second ago: 1000 of d's 1 ms leases
   ASSERT_TRUE(c.ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  // An epoch is the database's clock in ms: by the time a lease is forgotten, that clock has gone
+  // on (by 20 leases); here, by a millisecond or two (SQLite's julianday may round one down).
+  ASSERT_TRUE(testing_util::Eventually([&] { return base::RealClock::Get().NowUnixMs() > *c + 1; },
+                                       absl::Seconds(1), absl::Milliseconds(1)));
   auto d = (*a)->JoinLease("d", 1);
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE((*a)->LeaveLease("d", *d).ok());

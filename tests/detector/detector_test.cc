@@ -6,14 +6,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
+#include <atomic>
 #include <filesystem>
-#include <thread>
+#include <map>
+#include <mutex>
+#include <vector>
 
+#include "base/clock.h"
 #include "detector/metadata_emulator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/common/metrics.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/metrics_sample.h"
 
 namespace spotdnn::detector {
@@ -21,14 +25,42 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Polls `pred` every 10 ms for up to 10 s.
-bool Eventually(const std::function<bool()>& pred) {
-  for (int i = 0; i < 1000; ++i) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+using ::spotdnn::testing_util::Eventually;
+
+// Counts what a detector reports (what spotdnn-detector exports as metrics).
+class RecordingObserver final : public DetectorObserver {
+ public:
+  void OnPoll(Cloud cloud, bool healthy) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++polls[{cloud, healthy}];
   }
-  return pred();
-}
+  void OnNotice(Cloud cloud, EventKind kind, absl::Duration latency) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++notices[{cloud, kind}];
+    latencies.push_back(latency);
+  }
+  void OnLeaseChange(bool joined) override { ++(joined ? joins : losses); }
+  int NoticesOf(Cloud cloud, EventKind kind) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return notices[{cloud, kind}];
+  }
+  int PollsOf(Cloud cloud, bool healthy) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return polls[{cloud, healthy}];
+  }
+  size_t Latencies() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return latencies.size();
+  }
+
+  std::atomic<int> joins{0}, losses{0};
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<Cloud, bool>, int> polls;
+  std::map<std::pair<Cloud, EventKind>, int> notices;
+  std::vector<absl::Duration> latencies;
+};
 
 class DetectorTest : public ::testing::Test {
  protected:
@@ -47,9 +79,14 @@ class DetectorTest : public ::testing::Test {
       std::filesystem::remove(db_.string() + suffix);
     }
   }
+  // The detector runs on clock_ (its monitor acts only when the test advances it); its poller
+  // asks the emulator in real time, which is what the emulator's notices are dated in.
   DetectorOptions Options(bool persistent = false) {
     DetectorOptions o;
-    o.poller.interval = absl::Milliseconds(100);
+    o.clock = &clock_;
+    o.observer = &observer_;
+    o.poller.clock = &base::RealClock::Get();
+    o.poller.interval = absl::Milliseconds(50);
     o.poller.request_timeout = absl::Milliseconds(300);
     o.poller.max_backoff = absl::Milliseconds(300);
     o.poller.gce_long_poll_timeout_s = 5;
@@ -58,8 +95,8 @@ class DetectorTest : public ::testing::Test {
     if (persistent) o.db_path = db_.string();
     return o;
   }
-  // Fed by hand (no poller) with a heartbeat interval so long that the monitor thread never
-  // acts during the test; deadlines are checked with explicit times.
+  // Fed by hand (no poller); deadlines are checked with explicit times. (The fake clock stands
+  // still, so the monitor thread never acts either.)
   DetectorOptions ByHand() {
     DetectorOptions o = Options();
     o.run_poller = false;
@@ -84,6 +121,7 @@ class DetectorTest : public ::testing::Test {
     return w.ok() ? w->state : InstanceState::kUnknown;
   }
   // A sample (or the sum of those it starts) in the process's metrics; -1 when there is none.
+  // (The database layer's counters; the detector's own go to its observer.)
   static double Metric(const std::string& series) {
     return testing_util::SampleSum(metrics::DefaultRegistry().Render(), series);
   }
@@ -93,6 +131,9 @@ class DetectorTest : public ::testing::Test {
     return events.ok() ? *events : std::vector<Event>{};
   }
 
+  // Starts at the real time: polled notices carry the emulator's real times.
+  base::FakeClock clock_{absl::FromUnixMillis(base::RealClock::Get().NowUnixMs())};
+  RecordingObserver observer_;
   std::unique_ptr<MetadataEmulator> emulator_;
   std::filesystem::path db_;
 };
@@ -101,7 +142,7 @@ TEST_F(DetectorTest, PolledNoticeBecomesOneEvent) {
   auto d = OpenDetector(Options());
   ASSERT_TRUE(d->Register(Polled("a", Cloud::kAws)).ok());
   ASSERT_TRUE(Eventually([&] { return StateOf(*d, "a") == InstanceState::kHealthy; }));
-  const int64_t effective = (NowUnixMs() / 1000 + 120) * 1000;
+  const int64_t effective = (clock_.NowUnixMs() / 1000 + 120) * 1000;
   emulator_->ScheduleNotice("a", {.cloud = Cloud::kAws, .effective_unix_ms = effective});
   emulator_->ScheduleNotice("a", {.cloud = Cloud::kAws, .kind = EventKind::kRebalance});
   ASSERT_TRUE(Eventually([&] { return All(*d).size() >= 2; }));
@@ -125,7 +166,7 @@ TEST_F(DetectorTest, PolledNoticeBecomesOneEvent) {
   }
   EXPECT_EQ(notices, 1);
   EXPECT_EQ(StateOf(*d, "a"), InstanceState::kNotice);
-  EXPECT_GE(Metric("spotdnn_detector_polls_total{cloud=\"aws\",result=\"healthy\"}"), 1);
+  EXPECT_GE(observer_.PollsOf(Cloud::kAws, /*healthy=*/true), 1);
 }
 
 TEST_F(DetectorTest, FaultyEndpointIsUnknownAndOthersAreServed) {
@@ -182,9 +223,9 @@ TEST_F(DetectorTest, RestartLosesAndRepeatsNothing) {
 
 TEST_F(DetectorTest, HeartbeatLossIsLostThenRecovered) {
   auto d = OpenDetector(ByHand());
-  ASSERT_TRUE(d->Heartbeat("h", "job", Cloud::kAws, NowUnixMs()).ok());
+  ASSERT_TRUE(d->Heartbeat("h", "job", Cloud::kAws, clock_.NowUnixMs()).ok());
   EXPECT_EQ(StateOf(*d, "h"), InstanceState::kHealthy);
-  const int64_t now = NowUnixMs();
+  const int64_t now = clock_.NowUnixMs();
   d->CheckDeadlines(now + 20000);  // 2 intervals: not yet
   EXPECT_EQ(StateOf(*d, "h"), InstanceState::kHealthy);
   d->CheckDeadlines(now + 31000);
@@ -193,7 +234,7 @@ TEST_F(DetectorTest, HeartbeatLossIsLostThenRecovered) {
   EXPECT_EQ(w->state, InstanceState::kLost);
   EXPECT_THAT(w->reason, HasSubstr("no heartbeat"));
   d->CheckDeadlines(now + 60000);  // lost once, not again
-  ASSERT_TRUE(d->Heartbeat("h", "job", Cloud::kAws, NowUnixMs()).ok());
+  ASSERT_TRUE(d->Heartbeat("h", "job", Cloud::kAws, clock_.NowUnixMs()).ok());
   auto events = All(*d);
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].kind, EventKind::kLost);
@@ -213,13 +254,13 @@ TEST_F(DetectorTest, RegisteredInstanceHasItsBootGraceBeforeItsFirstHeartbeat) {
   booting.job_id = "job";
   booting.cloud = Cloud::kAzure;
   ASSERT_TRUE(d->Register(booting).ok());
-  const int64_t now = NowUnixMs();
+  const int64_t now = clock_.NowUnixMs();
   d->CheckDeadlines(now + 120000);
   EXPECT_EQ(StateOf(*d, "booting"), InstanceState::kUnknown);
   EXPECT_TRUE(All(*d).empty());
   // Its first heartbeat (the detector's clock decides): from then on the usual deadline.
-  ASSERT_TRUE(d->Heartbeat("booting", "job", Cloud::kAzure, NowUnixMs()).ok());
-  const int64_t heard = NowUnixMs();
+  ASSERT_TRUE(d->Heartbeat("booting", "job", Cloud::kAzure, clock_.NowUnixMs()).ok());
+  const int64_t heard = clock_.NowUnixMs();
   d->CheckDeadlines(heard + 20000);
   EXPECT_EQ(StateOf(*d, "booting"), InstanceState::kHealthy);
   d->CheckDeadlines(heard + 31000);
@@ -230,7 +271,7 @@ TEST_F(DetectorTest, RegisteredInstanceHasItsBootGraceBeforeItsFirstHeartbeat) {
   never.job_id = "job";
   never.cloud = Cloud::kAzure;
   ASSERT_TRUE(d->Register(never).ok());
-  const int64_t registered = NowUnixMs();
+  const int64_t registered = clock_.NowUnixMs();
   d->CheckDeadlines(registered + 299000);
   EXPECT_EQ(StateOf(*d, "never"), InstanceState::kUnknown);
   d->CheckDeadlines(registered + 301000);
@@ -244,22 +285,25 @@ TEST_F(DetectorTest, MonitorMarksSilentAgentsLost) {
   DetectorOptions o = Options();
   o.run_poller = false;
   auto d = OpenDetector(o);
-  ASSERT_TRUE(d->Heartbeat("h", "job", Cloud::kGce, NowUnixMs()).ok());
-  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "h") == InstanceState::kLost; }));
+  ASSERT_TRUE(d->Heartbeat("h", "job", Cloud::kGce, clock_.NowUnixMs()).ok());
+  const int64_t heard = clock_.NowUnixMs();
+  // The monitor checks every tick (10 ms here) of the detector's clock: time goes on, an
+  // interval at a time, until it acts. No real time passes for the detector.
+  ASSERT_TRUE(Eventually([&] {
+    clock_.Advance(absl::Milliseconds(100));
+    return StateOf(*d, "h") == InstanceState::kLost;
+  }));
+  EXPECT_GT(clock_.NowUnixMs() - heard, 300);  // after 3 intervals of 100 ms
 }
 
 TEST_F(DetectorTest, AgentNoticeThenRevokedAtItsDeadline) {
   auto d = OpenDetector(ByHand());
-  const int64_t now = NowUnixMs();
+  const int64_t now = clock_.NowUnixMs();
   Notice n{EventKind::kNotice, "Preempt", 0, now + 30000, "azure:1", "evicted"};
-  const std::string notices = "spotdnn_detector_notices_total{cloud=\"azure\",kind=\"notice\"}";
-  const std::string latencies = "spotdnn_detector_notice_latency_seconds_count";
-  const double notices_before = std::max(0.0, Metric(notices));
-  const double latencies_before = std::max(0.0, Metric(latencies));
   ASSERT_TRUE(d->ReportNotice("z", "job", Cloud::kAzure, n, now).ok());
   ASSERT_TRUE(d->ReportNotice("z", "job", Cloud::kAzure, n, now).ok());  // repeated: once
-  EXPECT_EQ(Metric(notices), notices_before + 1);
-  EXPECT_EQ(Metric(latencies), latencies_before + 1);
+  EXPECT_EQ(observer_.NoticesOf(Cloud::kAzure, EventKind::kNotice), 1);
+  EXPECT_EQ(observer_.Latencies(), 1u);
   EXPECT_EQ(StateOf(*d, "z"), InstanceState::kNotice);
   d->CheckDeadlines(now + 30001);
   EXPECT_EQ(StateOf(*d, "z"), InstanceState::kRevoked);
@@ -322,7 +366,7 @@ TEST_F(DetectorTest, ReRegistrationIsIdempotentUntilANewLifetime) {
   w.job_id = "job";
   w.cloud = Cloud::kGce;
   ASSERT_TRUE(d->Register(w).ok());
-  const int64_t now = NowUnixMs();
+  const int64_t now = clock_.NowUnixMs();
   // GCE's preemption notice has the same key in every lifetime of an instance.
   Notice n{EventKind::kNotice, "preempt", 0, now + 30000, "gce:preempted", "preempted"};
   ASSERT_TRUE(d->ReportNotice("i", "job", Cloud::kGce, n, now).ok());
@@ -348,7 +392,7 @@ TEST_F(DetectorTest, ReRegistrationIsIdempotentUntilANewLifetime) {
   EXPECT_EQ(StateOf(*d, "i"), InstanceState::kUnknown);
   d->CheckDeadlines(now + 60000);  // the old deadline is gone: not revoked again
   EXPECT_EQ(StateOf(*d, "i"), InstanceState::kUnknown);
-  const int64_t later = NowUnixMs();
+  const int64_t later = clock_.NowUnixMs();
   Notice second = n;
   second.effective_unix_ms = later + 30000;
   ASSERT_TRUE(d->ReportNotice("i", "job", Cloud::kGce, second, later).ok());
@@ -358,8 +402,8 @@ TEST_F(DetectorTest, ReRegistrationIsIdempotentUntilANewLifetime) {
   EXPECT_EQ(events[2].effective_unix_ms, later + 30000);
   EXPECT_EQ(StateOf(*d, "i"), InstanceState::kNotice);
   // A lost instance registered again starts over as well.
-  ASSERT_TRUE(d->Heartbeat("h", "job", Cloud::kAws, NowUnixMs()).ok());
-  d->CheckDeadlines(NowUnixMs() + 2000000);
+  ASSERT_TRUE(d->Heartbeat("h", "job", Cloud::kAws, clock_.NowUnixMs()).ok());
+  d->CheckDeadlines(clock_.NowUnixMs() + 2000000);
   ASSERT_EQ(StateOf(*d, "h"), InstanceState::kLost);
   WatchedInstance h;
   h.instance_id = "h";
@@ -378,7 +422,8 @@ TEST_F(DetectorTest, ReRegistrationWithAnotherEndpointIsANewLifetime) {
   w.instance_id = "i";
   w.cloud = Cloud::kAws;
   ASSERT_TRUE(d->Register(w).ok());
-  Notice n{EventKind::kNotice, "stop", 0, NowUnixMs() + 120000, "aws:instance-action:stop:t", ""};
+  Notice n{EventKind::kNotice,           "stop", 0, clock_.NowUnixMs() + 120000,
+           "aws:instance-action:stop:t", ""};
   ASSERT_TRUE(d->ReportNotice("i", "", Cloud::kAws, n, 0).ok());
   // An endpoint given to an instance that had none: the same machine, nothing reset.
   w.metadata_endpoint = "http://127.0.0.1:1/i/i";
@@ -403,10 +448,15 @@ TEST_F(DetectorTest, RevokedInstanceRegisteredAgainIsPolledAgain) {
   ASSERT_TRUE(d->Register(Polled("a", Cloud::kAws)).ok());
   ASSERT_TRUE(Eventually([&] { return StateOf(*d, "a") == InstanceState::kHealthy; }));
   // A stop notice whose deadline comes quickly (AWS times have whole seconds).
-  const int64_t effective = (NowUnixMs() / 1000 + 2) * 1000;
+  const int64_t effective = (clock_.NowUnixMs() / 1000 + 2) * 1000;
   emulator_->ScheduleNotice(
       "a", {.cloud = Cloud::kAws, .action = "stop", .effective_unix_ms = effective});
-  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "a") == InstanceState::kRevoked; }));
+  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "a") == InstanceState::kNotice; }));
+  clock_.Advance(absl::Milliseconds(effective - clock_.NowUnixMs()));  // the deadline comes
+  ASSERT_TRUE(Eventually([&] {
+    clock_.Advance(absl::Milliseconds(10));  // the monitor's next tick
+    return StateOf(*d, "a") == InstanceState::kRevoked;
+  }));
   EXPECT_EQ(d->polled(), 0u);
   // The instance is started again under the same id and registered again.
   emulator_->ClearNotices("a");
@@ -565,7 +615,7 @@ TEST_F(DetectorTest, RecordsLifetimesPerInstanceType) {
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->instance_type, "p2.xlarge");
   EXPECT_GT(a->registered_unix_ms, 0);
-  const int64_t now = NowUnixMs();
+  const int64_t now = clock_.NowUnixMs();
   Notice n{EventKind::kNotice, "terminate", 0, now + 120000, "aws:1", "spot"};
   ASSERT_TRUE(d->ReportNotice("a", "job", Cloud::kAws, n, now).ok());
   // A second notice of the same lifetime records nothing more.

@@ -11,13 +11,16 @@
 #include <mutex>
 #include <set>
 
+#include "base/clock.h"
 #include "detector/metadata_emulator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/eventually.h"
 
 namespace spotdnn::detector {
 namespace {
 
+using ::spotdnn::testing_util::Eventually;
 using ::testing::HasSubstr;
 
 // Collects poll results and waits for one that matches.
@@ -104,7 +107,7 @@ TEST_F(PollerTest, AwsNoticeWithActionAndTime) {
   StartPoller();
   Watch("a", Cloud::kAws);
   ASSERT_TRUE(results_.WaitFor("a", [](const PollResult& r) { return r.healthy; }));
-  const int64_t effective = (NowUnixMs() / 1000 + 120) * 1000;
+  const int64_t effective = (base::RealClock::Get().NowUnixMs() / 1000 + 120) * 1000;
   emulator_->ScheduleNotice(
       "a", {.cloud = Cloud::kAws, .action = "hibernate", .effective_unix_ms = effective});
   auto r = results_.WaitFor("a", [](const PollResult& r) { return !r.notices.empty(); });
@@ -192,7 +195,7 @@ TEST_P(PollerFaultTest, FaultIsUnknownWithReasonAndNoFalseNotice) {
   StartPoller(options);
   // The faulty instance has a real notice behind the fault (the only one it will ever have); its
   // neighbour keeps being served. Whole seconds: AWS and Azure times carry no milliseconds.
-  const int64_t effective = (NowUnixMs() / 1000 + 300) * 1000;
+  const int64_t effective = (base::RealClock::Get().NowUnixMs() / 1000 + 300) * 1000;
   emulator_->SetFault("bad", c.fault, 1000);
   emulator_->ScheduleNotice("bad", {.cloud = c.cloud, .effective_unix_ms = effective});
   Watch("bad", c.cloud);
@@ -282,7 +285,7 @@ TEST_F(PollerTest, AwsNoticeReportedWhileRebalanceAnswersGarbage) {
   // instance-action answers 200 with a real notice; the rebalance answer is garbage.
   emulator_->SetFault("p", EmulatorFault::kGarbage, 0,
                       "/latest/meta-data/events/recommendations/rebalance");
-  const int64_t effective = (NowUnixMs() / 1000 + 120) * 1000;
+  const int64_t effective = (base::RealClock::Get().NowUnixMs() / 1000 + 120) * 1000;
   emulator_->ScheduleNotice("p", {.cloud = Cloud::kAws, .effective_unix_ms = effective});
   emulator_->ScheduleNotice("p", {.cloud = Cloud::kAws, .kind = EventKind::kRebalance});
   Watch("p", Cloud::kAws);
@@ -305,7 +308,7 @@ TEST_F(PollerTest, GcePreemptedByLongPoll) {
   StartPoller();
   Watch("g", Cloud::kGce);
   ASSERT_TRUE(results_.WaitFor("g", [](const PollResult& r) { return r.healthy; }));
-  const int64_t scheduled = NowUnixMs() + 300;
+  const int64_t scheduled = base::RealClock::Get().NowUnixMs() + 300;
   emulator_->ScheduleNotice("g", {.cloud = Cloud::kGce, .visible_at_unix_ms = scheduled});
   auto r = results_.WaitFor("g", [](const PollResult& r) { return !r.notices.empty(); });
   ASSERT_TRUE(r);
@@ -339,7 +342,7 @@ TEST_F(PollerTest, AzurePreemptWithNotBeforeAndAck) {
   options.azure_ack = true;
   StartPoller(options);
   Watch("z", Cloud::kAzure);
-  const int64_t not_before = (NowUnixMs() / 1000 + 30) * 1000;
+  const int64_t not_before = (base::RealClock::Get().NowUnixMs() / 1000 + 30) * 1000;
   emulator_->ScheduleNotice("z", {.cloud = Cloud::kAzure, .effective_unix_ms = not_before});
   emulator_->ScheduleNotice(
       "z", {.cloud = Cloud::kAzure, .kind = EventKind::kMaintenance, .action = "Freeze"});
@@ -426,13 +429,19 @@ TEST_F(PollerTest, RejectsBadTargetsAndRemoves) {
   auto bad = poller_->Add({"x", Cloud::kAws, "ftp://host"});
   EXPECT_THAT(std::string(bad.message()), HasSubstr("metadata_endpoint = \"ftp://host\""));
   Watch("x", Cloud::kAws);
-  ASSERT_TRUE(results_.WaitFor("x", [](const PollResult&) { return true; }));
+  Watch("y", Cloud::kAws);  // stays: its rounds show that the poller went on
+  const auto any = [](const PollResult&) { return true; };
+  ASSERT_TRUE(results_.WaitFor("x", any));
   poller_->Remove("x");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The poller thread applies the removal (then no result of x is reported) before it counts it.
+  ASSERT_TRUE(Eventually([&] { return poller_->size() == 1; }));
   const size_t before = results_.For("x").size();
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const size_t seen = results_.size();
+  ASSERT_TRUE(results_.WaitFor("y", any, seen));
+  ASSERT_TRUE(results_.WaitFor("y", any, results_.size()));  // two more rounds of y
   EXPECT_EQ(results_.For("x").size(), before);
-  EXPECT_EQ(poller_->size(), 0u);
+  poller_->Remove("y");
+  EXPECT_TRUE(Eventually([&] { return poller_->size() == 0; }));
 }
 
 }  // namespace

@@ -34,12 +34,12 @@ using ::testing::Return;
 
 // Time that passes only when the controller sleeps; actions scheduled at a time run when it
 // comes.
-class FakeClock final : public Clock {
+class FakeClock final : public base::FakeClock {
  public:
-  absl::Time Now() override { return now_; }
+  FakeClock() : base::FakeClock(absl::FromUnixSeconds(1'800'000'000)) {}
   void Sleep(absl::Duration d) override {
-    now_ += d;
-    while (!actions_.empty() && actions_.begin()->first <= now_) {
+    base::FakeClock::Sleep(d);
+    while (!actions_.empty() && actions_.begin()->first <= Now()) {
       auto action = actions_.begin()->second;
       actions_.erase(actions_.begin());
       action();
@@ -49,11 +49,10 @@ class FakeClock final : public Clock {
   void At(absl::Duration after, std::function<void()> action) {
     actions_.emplace(start_ + after, std::move(action));
   }
-  double Elapsed() const { return absl::ToDoubleSeconds(now_ - start_); }
+  double Elapsed() { return absl::ToDoubleSeconds(Now() - start_); }
 
  private:
   const absl::Time start_ = absl::FromUnixSeconds(1'800'000'000);
-  absl::Time now_ = start_;
   std::multimap<absl::Time, std::function<void()>> actions_;
 };
 

@@ -7,9 +7,12 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "tests/testing/eventually.h"
 
 namespace spotdnn::job {
 namespace {
+
+using ::spotdnn::testing_util::Eventually;
 
 class FakeLock final : public db::HeldLock {
  public:
@@ -21,13 +24,6 @@ class FakeLock final : public db::HeldLock {
  private:
   std::atomic<bool>& held_;
 };
-
-bool Eventually(const std::function<bool()>& pred) {
-  for (int i = 0; i < 500 && !pred(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
-}
 
 TEST(JobLockKeeper, ALostLockIsTakenAgainUntilAnotherGatewayHasTheJob) {
   std::atomic<bool> held{true};
@@ -52,11 +48,11 @@ TEST(JobLockKeeper, ALostLockIsTakenAgainUntilAnotherGatewayHasTheJob) {
   EXPECT_EQ(takes, 0);  // held: nothing to do
   // The lock's connection drops while the database is away: tried again and again, job kept.
   held = false;
-  ASSERT_TRUE(Eventually([&] { return takes >= 3; }));
+  ASSERT_TRUE(Eventually([&] { return takes >= 3; }, absl::Seconds(5)));
   EXPECT_EQ(detached, 0);
   // The database is back: taken again, and kept.
   outcome = 1;
-  ASSERT_TRUE(Eventually([&] { return held.load(); }));
+  ASSERT_TRUE(Eventually([&] { return held.load(); }, absl::Seconds(5)));
   const int after = takes;
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(takes, after);
@@ -64,7 +60,7 @@ TEST(JobLockKeeper, ALostLockIsTakenAgainUntilAnotherGatewayHasTheJob) {
   // Lost again, and another gateway took the job meanwhile: this one stops driving it.
   outcome = 2;
   held = false;
-  ASSERT_TRUE(Eventually([&] { return detached == 1; }));
+  ASSERT_TRUE(Eventually([&] { return detached == 1; }, absl::Seconds(5)));
   EXPECT_NE(keeper.lost().find("another gateway"), std::string::npos);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(detached, 1);

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/clock.h"
 #include "detector/detector.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
@@ -236,7 +237,9 @@ TEST_F(RiskCommandTest, CatalogHazardsFromTheDetectorsHistory) {
     ASSERT_TRUE(shared->Register({.instance_id = id, .job_id = "j", .instance_type = type}).ok());
   }
   d::Notice notice{.kind = d::EventKind::kNotice, .action = "terminate", .key = "n1"};
-  ASSERT_TRUE(shared->ReportNotice("i-1", "j", d::Cloud::kAws, notice, d::NowUnixMs()).ok());
+  ASSERT_TRUE(
+      shared->ReportNotice("i-1", "j", d::Cloud::kAws, notice, base::RealClock::Get().NowUnixMs())
+          .ok());
   ASSERT_TRUE(shared->Unregister("i-2").ok());
   ASSERT_TRUE(shared->Unregister("i-1").ok());  // already revoked: recorded once
   auto lifetimes = shared->Lifetimes("");

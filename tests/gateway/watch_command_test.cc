@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/clock.h"
 #include "detector/detector.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
@@ -71,8 +72,15 @@ class WatchCommandTest : public ::testing::Test {
     detector_->Shutdown();
   }
   void Notice(const std::string& id, const std::string& job, const std::string& key) {
-    d::Notice n{d::EventKind::kNotice, "terminate", 0, d::NowUnixMs() + 120000, key, "test"};
-    ASSERT_TRUE(detector_->ReportNotice(id, job, d::Cloud::kAws, n, d::NowUnixMs()).ok());
+    d::Notice n{d::EventKind::kNotice,
+                "terminate",
+                0,
+                base::RealClock::Get().NowUnixMs() + 120000,
+                key,
+                "test"};
+    ASSERT_TRUE(
+        detector_->ReportNotice(id, job, d::Cloud::kAws, n, base::RealClock::Get().NowUnixMs())
+            .ok());
   }
   CliRun Cli(std::vector<std::string> args) {
     std::ostringstream out, err;

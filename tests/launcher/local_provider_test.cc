@@ -20,9 +20,15 @@
 #include "detector/metadata_parsers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/eventually.h"
 
 namespace spotdnn::launcher {
 namespace {
+
+using ::spotdnn::testing_util::Eventually;
+
+// How long a test waits for what other processes do before it fails.
+constexpr absl::Duration kPatience = absl::Seconds(20);
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -43,16 +49,6 @@ class RecordingMetadata : public LocalMetadataService {
   std::mutex mu;
   std::map<std::string, absl::Time> notices;
 };
-
-// Polls `done` for up to 20 s (the assertion is on the outcome, not on how fast it came).
-template <typename F>
-bool Eventually(F done) {
-  for (int i = 0; i < 1000; ++i) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return done();
-}
 
 // No process left in the group at all: kill(-pgid, 0) fails with ESRCH only once every member,
 // zombies included, has been reaped (a killed shell's children are reaped by init soon after).
@@ -128,7 +124,7 @@ TEST_F(LocalProviderTest, ClusterGetsItsEnvironmentAndRevocationAndTerminate) {
   std::map<std::string, pid_t> groups;
   for (const Instance& instance : all) {
     std::string env_file = (dir_ / "out" / (instance.id + ".env")).string();
-    ASSERT_TRUE(Eventually([&] { return fs::exists(env_file); })) << env_file;
+    ASSERT_TRUE(Eventually([&] { return fs::exists(env_file); }, kPatience)) << env_file;
     std::map<std::string, std::string> env = ReadEnv(env_file);
     EXPECT_EQ(env["SPOTDNN_JOB_ID"], "job-local");
     EXPECT_EQ(env["SPOTDNN_INSTANCE_ID"], instance.id);
@@ -164,7 +160,7 @@ TEST_F(LocalProviderTest, ClusterGetsItsEnvironmentAndRevocationAndTerminate) {
   }
   provider->WaitForRevocations();
   EXPECT_GE(absl::Now(), before + absl::Seconds(1));  // not stopped before its notice time
-  EXPECT_TRUE(Eventually([&] { return GroupGone(groups[victim]); }));
+  EXPECT_TRUE(Eventually([&] { return GroupGone(groups[victim]); }, kPatience));
   described = provider->Describe("job-local");
   ASSERT_TRUE(described.ok());
   for (const Instance& instance : *described) {
@@ -182,7 +178,7 @@ TEST_F(LocalProviderTest, ClusterGetsItsEnvironmentAndRevocationAndTerminate) {
   for (const Instance& instance : all) ids.push_back(instance.id);
   ASSERT_TRUE(provider->Terminate(ids).ok());
   for (const auto& [id, pgid] : groups) {
-    EXPECT_TRUE(Eventually([&] { return GroupGone(pgid); })) << id;
+    EXPECT_TRUE(Eventually([&] { return GroupGone(pgid); }, kPatience)) << id;
   }
   described = provider->Describe("job-local");
   ASSERT_TRUE(described.ok());
@@ -211,7 +207,7 @@ TEST_F(LocalProviderTest, ParameterServersGetPortsOfTheirOwnAndTheBinDirIsOnTheP
   EXPECT_NE(a, b);
   for (const Instance& instance : ps->instances) {
     const std::string env_file = (dir_ / "out" / (instance.id + ".env")).string();
-    ASSERT_TRUE(Eventually([&] { return fs::exists(env_file); })) << env_file;
+    ASSERT_TRUE(Eventually([&] { return fs::exists(env_file); }, kPatience)) << env_file;
     std::map<std::string, std::string> env = ReadEnv(env_file);
     EXPECT_EQ(env["SPOTDNN_PS_ADDRESSES"], absl::StrCat(a, ",", b));
     EXPECT_EQ(absl::StrCat("127.0.0.1:", env["SPOTDNN_PS_PORT"]), instance.service_address);
@@ -251,7 +247,8 @@ TEST_F(LocalProviderTest, OwnerDestructionLeavesNothingRunning) {
       groups.push_back(*pgid);
     }
   }
-  for (pid_t pgid : groups) EXPECT_TRUE(Eventually([&] { return GroupGone(pgid); })) << pgid;
+  for (pid_t pgid : groups)
+    EXPECT_TRUE(Eventually([&] { return GroupGone(pgid); }, kPatience)) << pgid;
 }
 
 TEST_F(LocalProviderTest, ReaperKillsInstancesWhenTheLauncherCrashes) {
@@ -286,7 +283,8 @@ TEST_F(LocalProviderTest, ReaperKillsInstancesWhenTheLauncherCrashes) {
   ASSERT_THAT(groups, SizeIs(2));
   for (pid_t pgid : groups) {
     ASSERT_GT(pgid, 1);
-    EXPECT_TRUE(Eventually([&] { return GroupGone(pgid); })) << "group " << pgid << " survived";
+    EXPECT_TRUE(Eventually([&] { return GroupGone(pgid); }, kPatience))
+        << "group " << pgid << " survived";
   }
 }
 
@@ -305,10 +303,12 @@ TEST_F(LocalProviderTest, AnotherProcessCanListAndTerminate) {
   ASSERT_TRUE(pgid.ok());
   ASSERT_TRUE(watcher->Terminate({described->at(0).id}).ok());
   // The owner reaps its child; then the group is gone.
-  EXPECT_TRUE(Eventually([&] {
-    (void)owner->Describe("");
-    return GroupGone(*pgid);
-  }));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        (void)owner->Describe("");
+        return GroupGone(*pgid);
+      },
+      kPatience));
 }
 
 TEST_F(LocalProviderTest, BadRequestsNameTheField) {

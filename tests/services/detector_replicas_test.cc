@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "base/clock.h"
 #include "detector/detector.h"
 #include "detector/metadata_emulator.h"
 #include "gtest/gtest.h"
@@ -23,24 +24,22 @@
 #include "services/common/server.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
 #include "tests/testing/child_process.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/health_check.h"
 #include "tests/testing/postgres_server.h"
 
 namespace spotdnn::services {
 namespace {
 
+using ::spotdnn::testing_util::Eventually;
+
+// How long a test waits for what other processes do before it fails.
+constexpr absl::Duration kPatience = absl::Seconds(20);
+
 namespace d = ::spotdnn::detector;
 namespace pb = ::spotdnn::v1;
 using ::spotdnn::testing_util::Child;
 using ::spotdnn::testing_util::ReadPort;
-
-bool Eventually(const std::function<bool()>& pred, int seconds = 20) {
-  for (int i = 0; i < seconds * 20; ++i) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return pred();
-}
 
 pb::ReplicaStatusResponse StatusOf(pb::Detector::Stub& stub) {
   grpc::ClientContext c;
@@ -118,7 +117,7 @@ TEST(DetectorReplicas, KilledAndPausedReplicasLoseAndRepeatNoNotice) {
     ASSERT_GT(port, 0) << id;
     stubs.push_back(pb::Detector::NewStub(MakeChannel("127.0.0.1:" + std::to_string(port))));
   }
-  ASSERT_TRUE(Eventually([&] { return StatusOf(*stubs[2]).live_replicas_size() == 3; }));
+  ASSERT_TRUE(Eventually([&] { return StatusOf(*stubs[2]).live_replicas_size() == 3; }, kPatience));
 
   // Instances registered through r0, on all three clouds; a notice for each over 6 s.
   constexpr int kInstances = 30;
@@ -136,7 +135,7 @@ TEST(DetectorReplicas, KilledAndPausedReplicasLoseAndRepeatNoNotice) {
     ASSERT_TRUE(stubs[0]->RegisterInstance(&c, request, &response).ok()) << id;
   }
   Subscriber subscriber(*stubs[2]);
-  const int64_t start = d::NowUnixMs();
+  const int64_t start = base::RealClock::Get().NowUnixMs();
   for (int i = 0; i < kInstances; ++i) {
     (*emulator)->ScheduleNotice(
         "i-" + std::to_string(i),
@@ -150,10 +149,11 @@ TEST(DetectorReplicas, KilledAndPausedReplicasLoseAndRepeatNoNotice) {
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   ASSERT_EQ(kill(replicas[1]->pid(), SIGCONT), 0);
 
-  EXPECT_TRUE(Eventually([&] { return subscriber.notices().size() == kInstances; }, 30));
+  EXPECT_TRUE(
+      Eventually([&] { return subscriber.notices().size() == kInstances; }, absl::Seconds(30)));
   // r1 found its lease gone, was fenced and joined again with a new epoch.
-  EXPECT_TRUE(Eventually([&] { return StatusOf(*stubs[1]).lease_changes() >= 3u; }));
-  EXPECT_TRUE(Eventually([&] { return StatusOf(*stubs[2]).live_replicas_size() == 2; }));
+  EXPECT_TRUE(Eventually([&] { return StatusOf(*stubs[1]).lease_changes() >= 3u; }, kPatience));
+  EXPECT_TRUE(Eventually([&] { return StatusOf(*stubs[2]).live_replicas_size() == 2; }, kPatience));
   std::this_thread::sleep_for(std::chrono::seconds(2));  // polls go on: nothing is repeated
   const auto notices = subscriber.notices();
   int lost = 0, duplicated = 0;
@@ -242,14 +242,14 @@ TEST(DetectorReplicas, ADatabaseStoppedForFiveSecondsLosesNothingAcknowledged) {
     acknowledged.insert("a-" + std::to_string(i));
   }
   // Notices that show while the database is down, and one before.
-  const int64_t now = d::NowUnixMs();
+  const int64_t now = base::RealClock::Get().NowUnixMs();
   (*emulator)->ScheduleNotice("a-0", {.cloud = d::Cloud::kAws});
   for (int i = 1; i < 6; ++i) {
     (*emulator)->ScheduleNotice(
         "a-" + std::to_string(i),
         {.cloud = d::Cloud::kAws, .visible_at_unix_ms = now + 1500 + 500 * i});
   }
-  ASSERT_TRUE(Eventually([&] { return detector->last_sequence() >= 1; }));
+  ASSERT_TRUE(Eventually([&] { return detector->last_sequence() >= 1; }, kPatience));
   ASSERT_TRUE((*server)->Stop().ok());
   const auto stopped = std::chrono::steady_clock::now();
   // Samples reported meanwhile, on a thread of their own: each call retries for seconds.
@@ -281,7 +281,7 @@ TEST(DetectorReplicas, ADatabaseStoppedForFiveSecondsLosesNothingAcknowledged) {
   Report();
   EXPECT_GT(refused, 0) << "the database was down for 5 s: some registration must have failed";
   EXPECT_TRUE(reported_not_serving);
-  ASSERT_TRUE(Eventually([&] { return detector->serving(); }, 30));
+  ASSERT_TRUE(Eventually([&] { return detector->serving(); }, absl::Seconds(30)));
   // Every notice recorded once, the ones that showed during the outage too.
   ASSERT_TRUE(Eventually(
       [&] {
@@ -292,7 +292,7 @@ TEST(DetectorReplicas, ADatabaseStoppedForFiveSecondsLosesNothingAcknowledged) {
         }
         return with_notice.size() == 6;
       },
-      30));
+      absl::Seconds(30)));
   std::this_thread::sleep_for(std::chrono::seconds(1));
   std::map<std::string, int> notices;
   const auto events = detector->EventsAfter(0, "", 1000);
@@ -351,18 +351,22 @@ TEST(DetectorReplicas, HealthIsNotServingWhileTheDatabaseIsAway) {
     std::string answer;
     return testing_util::HealthCheck(*channel, service, &answer).ok() ? answer : "unreachable";
   };
-  ASSERT_TRUE(Eventually([&] { return health("") == testing_util::kServing; }));
+  ASSERT_TRUE(Eventually([&] { return health("") == testing_util::kServing; }, kPatience));
   EXPECT_EQ(health("spotdnn.v1.Detector"), testing_util::kServing);
   ASSERT_TRUE((*server)->Stop().ok());
-  EXPECT_TRUE(Eventually([&] {
-    return health("") == testing_util::kNotServing &&
-           health("spotdnn.v1.Detector") == testing_util::kNotServing;
-  }));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return health("") == testing_util::kNotServing &&
+               health("spotdnn.v1.Detector") == testing_util::kNotServing;
+      },
+      kPatience));
   ASSERT_TRUE((*server)->Start().ok());
-  EXPECT_TRUE(Eventually([&] {
-    return health("") == testing_util::kServing &&
-           health("spotdnn.v1.Detector") == testing_util::kServing;
-  }));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return health("") == testing_util::kServing &&
+               health("spotdnn.v1.Detector") == testing_util::kServing;
+      },
+      kPatience));
   EXPECT_TRUE(replica.Stop());
   std::filesystem::remove_all(dir);
 }
@@ -386,7 +390,7 @@ TEST(DetectorReplicas, ALeaseIsRenewedWhileTheEventLogIsLocked) {
   auto opened = d::Detector::Open(options);
   ASSERT_TRUE(opened.ok()) << opened.status();
   std::unique_ptr<d::Detector> detector = *std::move(opened);
-  ASSERT_TRUE(Eventually([&] { return detector->serving(); }));
+  ASSERT_TRUE(Eventually([&] { return detector->serving(); }, kPatience));
   const uint64_t changes_before = detector->lease_changes();
 
   PGconn* locker = PQconnectdb(dsn->c_str());

@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "base/clock.h"
 #include "detector/hash_ring.h"
 #include "detector/metadata_emulator.h"
 #include "gmock/gmock.h"
@@ -20,22 +21,17 @@
 #include "services/common/convert.h"
 #include "services/common/server.h"
 #include "services/detector/agent.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/ports.h"
 #include "tests/testing/postgres_server.h"
 
 namespace spotdnn::services {
 namespace {
 
+using ::spotdnn::testing_util::Eventually;
+
 using ::testing::HasSubstr;
 namespace d = ::spotdnn::detector;
-
-bool Eventually(const std::function<bool()>& pred, int seconds = 10) {
-  for (int i = 0; i < seconds * 100; ++i) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
-}
 
 using testing_util::FreeLoopbackPort;
 
@@ -275,7 +271,7 @@ TEST_F(DetectorServiceTest, RevokedInstanceRegisteredAgainIsWatchedAgain) {
   Replica& r = StartReplica(Options());
   ASSERT_TRUE(Register(r, Polled("a", pb::CLOUD_AWS)).ok());
   ASSERT_TRUE(Eventually([&] { return StateOf(r, "a") == pb::INSTANCE_STATE_HEALTHY; }));
-  const int64_t effective = (d::NowUnixMs() / 1000 + 2) * 1000;
+  const int64_t effective = (base::RealClock::Get().NowUnixMs() / 1000 + 2) * 1000;
   emulator_->ScheduleNotice(
       "a", {.cloud = d::Cloud::kAws, .action = "stop", .effective_unix_ms = effective});
   ASSERT_TRUE(Eventually([&] { return StateOf(r, "a") == pb::INSTANCE_STATE_REVOKED; }));
@@ -469,7 +465,9 @@ TEST_F(DetectorServiceTest, ReplicasOnPostgresStreamOneLogAndRecordANoticeOnce) 
     EXPECT_EQ(from_a[i].sequence(), from_b[i].sequence());
     EXPECT_EQ(from_a[i].instance_id(), from_b[i].instance_id());
     EXPECT_EQ(from_a[i].kind(), pb::RevocationEvent::KIND_NOTICE);
-    if (i > 0) EXPECT_GT(from_a[i].sequence(), from_a[i - 1].sequence());
+    if (i > 0) {
+      EXPECT_GT(from_a[i].sequence(), from_a[i - 1].sequence());
+    }
     instances.insert(from_a[i].instance_id());
   }
   EXPECT_EQ(instances.size(), 5u);
@@ -495,7 +493,7 @@ TEST_F(DetectorServiceTest, RestartedReplicaDoesNotReportARevokedInstanceAgain) 
   Replica* b = &StartReplica(Shared("b"));
   ASSERT_TRUE(Eventually([&] { return a.service->LiveReplicas().size() == 2; }));
   ASSERT_TRUE(Register(*b, Polled(id, pb::CLOUD_AWS)).ok());
-  const int64_t effective = (d::NowUnixMs() / 1000 + 2) * 1000;
+  const int64_t effective = (base::RealClock::Get().NowUnixMs() / 1000 + 2) * 1000;
   emulator_->ScheduleNotice(id, {.cloud = d::Cloud::kAws, .effective_unix_ms = effective});
   ASSERT_TRUE(Eventually([&] { return StateOf(a, id) == pb::INSTANCE_STATE_REVOKED; }));
   ASSERT_TRUE(Eventually([&] { return a.detector->last_sequence() >= 2u; }));

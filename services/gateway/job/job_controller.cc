@@ -107,7 +107,7 @@ absl::StatusOr<JobRecord> JobController::Plan(const std::string& spec_json,
         "job \"", spec->name, "\" already exists: resume it with `spotdnn run --resume ",
         spec->name, "` or give the job another name"));
   }
-  Clock& clock = *services_.clock;
+  base::Clock& clock = *services_.clock;
   auto emit = [&](auto what) {
     if (sink_) sink_(JobEvent{.at = clock.Now(), .job_id = spec->name, .what = std::move(what)});
   };

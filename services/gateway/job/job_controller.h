@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "provisioner/launcher/cloud_provider.h"
 #include "services/clients/service_clients.h"
 #include "services/common/data_registry.h"
@@ -38,7 +39,7 @@ struct JobServices {
   const clients::DetectorClient* detector = nullptr;
   launcher::CloudProvider* provider = nullptr;
   JobStore* store = nullptr;
-  Clock* clock = nullptr;  // null: the wall clock
+  base::Clock* clock = nullptr;  // null: the wall clock
   // Opens a job's revocation feed after a detector sequence number. Default: a DetectorFeed over
   // `detector` (none without a detector).
   std::function<std::unique_ptr<RevocationFeed>(const std::string& job_id, uint64_t after)>
@@ -96,7 +97,7 @@ class JobController {
   JobServices services_;
   JobOptions options_;
   JobEventSink sink_;
-  RealClock real_clock_;
+  base::RealClock real_clock_;
   std::atomic<bool> detach_{false};
 };
 

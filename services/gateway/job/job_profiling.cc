@@ -29,7 +29,7 @@ double PriceOf(const pb::InstanceCatalog& catalog, const launcher::Instance& ins
 
 absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const JobSpec& spec,
                      const pb::InstanceCatalog& catalog, const JobServices& services,
-                     const JobOptions& options, Clock& clock,
+                     const JobOptions& options, base::Clock& clock,
                      const std::function<void(ProfilingEvent)>& emit, ProfilingAccount& account) {
   std::vector<std::pair<std::string, int>> counts(run.cluster.begin(), run.cluster.end());
   int workers = 0;
@@ -162,7 +162,7 @@ std::map<std::string, std::string> JobEnvironment(const std::string& job_id, con
 
 absl::Status Profile(const JobSpec& spec, const pb::InstanceCatalog& catalog,
                      const services::DataRegistry& local, const JobServices& services,
-                     const JobOptions& options, Clock& clock,
+                     const JobOptions& options, base::Clock& clock,
                      const std::function<void(ProfilingEvent)>& emit, ProfilingAccount& account) {
   std::vector<std::string> job_ids;
   if (!spec.profiling_logs.empty()) {

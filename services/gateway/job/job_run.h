@@ -43,7 +43,7 @@ struct ProfilingAccount {
 };
 absl::Status Profile(const JobSpec& spec, const pb::InstanceCatalog& catalog,
                      const services::DataRegistry& local, const JobServices& services,
-                     const JobOptions& options, Clock& clock,
+                     const JobOptions& options, base::Clock& clock,
                      const std::function<void(ProfilingEvent)>& emit, ProfilingAccount& account);
 
 // The environment every instance of `job_id` gets beyond the launcher's: where to report
@@ -57,7 +57,7 @@ std::map<std::string, std::string> JobEnvironment(const std::string& job_id, con
 class JobRun {
  public:
   JobRun(JobRecord record, JobSpec spec, const JobServices& services, const JobOptions& options,
-         const JobEventSink& sink, Clock& clock, const std::atomic<bool>& detach)
+         const JobEventSink& sink, base::Clock& clock, const std::atomic<bool>& detach)
       : job_(std::move(record)),
         spec_(std::move(spec)),
         services_(services),
@@ -148,7 +148,7 @@ class JobRun {
   const JobServices& services_;
   const JobOptions& options_;
   const JobEventSink& sink_;
-  Clock& clock_;
+  base::Clock& clock_;
   const std::atomic<bool>& detach_;
 
   pb::WorkloadProfile workload_;

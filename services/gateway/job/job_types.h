@@ -1,14 +1,12 @@
 // The job controller's vocabulary: the states of a job, of its instances and of its revocations,
-// why an instance was launched, and the clock the controller reads (injected, so tests run a
-// whole job in simulated time). Each enum has a name (what the job store and the CLI show) and a
-// parser of that name.
+// and why an instance was launched. Each enum has a name (what the job store and the CLI show)
+// and a parser of that name. (The clock the controller reads is base::Clock, injected so that
+// tests run a whole job in simulated time.)
 #ifndef SPOTDNN_SERVICES_GATEWAY_JOB_JOB_TYPES_H_
 #define SPOTDNN_SERVICES_GATEWAY_JOB_JOB_TYPES_H_
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 
 namespace spotdnn::job {
 
@@ -42,22 +40,6 @@ absl::StatusOr<RevocationStatus> ParseRevocationStatus(absl::string_view name);
 inline bool IsDone(JobState state) {
   return state == JobState::kFinished || state == JobState::kFailed;
 }
-
-// Time as the controller sees it.
-class Clock {
- public:
-  virtual ~Clock() = default;
-  virtual absl::Time Now() = 0;
-  // Waits `d` (a fake clock advances instead).
-  virtual void Sleep(absl::Duration d) = 0;
-};
-
-// The wall clock.
-class RealClock final : public Clock {
- public:
-  absl::Time Now() override { return absl::Now(); }
-  void Sleep(absl::Duration d) override { absl::SleepFor(d); }
-};
 
 }  // namespace spotdnn::job
 
