@@ -35,16 +35,11 @@ std::string TypeKey(const Sample& s) {
   return s.instance_type.empty() ? s.gpu_type : s.instance_type;
 }
 
-ceres::Solver::Options SolverOptions() {
-  ceres::Solver::Options options;
-  options.linear_solver_type = ceres::DENSE_QR;
-  options.max_num_iterations = 300;
-  options.logging_type = ceres::SILENT;
-  options.minimizer_progress_to_stdout = false;
-  options.num_threads = 1;
-  AddFitStopCallback(options);  // the enclosing FitWorkload's stop check, if any
-  return options;
-}
+// The cluster fits' solves have more parameters (one T_comp per type) than the per-parameter
+// fits, so they get more iterations; the rest is the profiler's one set (fit_stop.h).
+constexpr int kMaxClusterSolverIterations = 300;
+
+ceres::Solver::Options SolverOptions() { return FitSolverOptions(kMaxClusterSolverIterations); }
 
 // Solves `problem`; true when its solution is usable and cheaper than `best_cost`, which then
 // becomes its cost. The fit's stop (deadline, cancellation) as an error.

@@ -37,6 +37,10 @@ absl::Status FitStopStatus();
 // Adds the stop check to a solve's options (nothing when this thread's fit has none).
 void AddFitStopCallback(ceres::Solver::Options& options);
 
+// The one set of solve options every fit of the profiler uses (dense QR, silent, one thread, this
+// thread's stop check), with at most `max_num_iterations` iterations.
+ceres::Solver::Options FitSolverOptions(int max_num_iterations);
+
 }  // namespace spotdnn::profiler
 
 #endif  // SPOTDNN_PROFILER_FIT_STOP_H_

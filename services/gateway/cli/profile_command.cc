@@ -17,6 +17,7 @@
 #include "profiler/fitting.h"
 #include "profiler/importers.h"
 #include "profiler/profile_store.h"
+#include "profiler/speed_curve.h"
 #include "services/clients/service_clients.h"
 #include "services/common/convert.h"
 #include "services/common/server.h"
