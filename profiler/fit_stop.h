@@ -1,7 +1,7 @@
 // The stop check of the fit running on this thread (FitWorkload's and ValidateFit's `stop`):
-// every Ceres solve of that fit, in fitting.cc and cluster_fit.cc, polls it at each iteration, so
-// a fit honours its caller's deadline without every sub-fit carrying it. Internal to the profiler
-// library.
+// every Ceres solve of that fit (fitting.cc, speed_curve.cc, cluster_fit.cc) polls it at each
+// iteration, so a fit honours its caller's deadline without every sub-fit carrying it. And the
+// one set of solve options those solves share. Internal to the profiler library.
 #ifndef SPOTDNN_PROFILER_FIT_STOP_H_
 #define SPOTDNN_PROFILER_FIT_STOP_H_
 
