@@ -1,8 +1,6 @@
 // FitWorkload: the paper's per-parameter fits, then the model variant the runs support (the
 // shared parameter server's, or the paper's fitted to the runs' speeds when per-iteration times
 // are missing), and ProfileOf.
-#include "profiler/fitting.h"
-
 #include <map>
 #include <string>
 #include <utility>
@@ -12,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "profiler/cluster_fit.h"
 #include "profiler/fit_stop.h"
+#include "profiler/fitting.h"
 
 namespace spotdnn::profiler {
 namespace {

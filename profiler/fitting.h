@@ -2,8 +2,8 @@
 // B_req, T_comp per instance or GPU type, memory-to-batch a2/b2 (eq. 10), contention a1/b1
 // (eqs. 8-9), loss coefficients g1..g5 (eq. 3), each on its own (fitting.cc), and the whole
 // workload with its model variant (FitWorkload, fit_variants.cc). The cluster-speed curve and its
-// validation are in speed_curve.h. Non-linear least squares is Ceres Solver's, with a Cauchy loss so that stalls and outliers in
-// the samples do not drag the fit.
+// validation are in speed_curve.h. Non-linear least squares is Ceres Solver's, with a Cauchy loss
+// so that stalls and outliers in the samples do not drag the fit.
 #ifndef SPOTDNN_PROFILER_FITTING_H_
 #define SPOTDNN_PROFILER_FITTING_H_
 

@@ -112,7 +112,6 @@ absl::StatusOr<SpeedValidation> ValidateSpeed(absl::Span<const SpeedSeries> seri
                                               absl::Span<const int> fit_workers,
                                               SpeedModel model = SpeedModel::kSharedPs);
 
-
 }  // namespace spotdnn::profiler
 
 #endif  // SPOTDNN_PROFILER_SPEED_CURVE_H_

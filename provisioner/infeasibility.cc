@@ -52,10 +52,10 @@ std::string InfeasibleReason(const PlanProblem& problem, const PlanResult& faste
       loss ? absl::StrFormat("loss %g", problem.target_loss) : problem.target().Describe(),
       fastest.best.time_s,
       std::isfinite(problem.deadline_s) ? absl::StrFormat("%.1f s", problem.deadline_s)
-                                           : std::string("none"),
+                                        : std::string("none"),
       fastest.best.cost_usd,
       std::isfinite(problem.budget_usd) ? absl::StrFormat("$%.4f", problem.budget_usd)
-                                           : std::string("none"));
+                                        : std::string("none"));
 }
 
 absl::StatusOr<Infeasibility> ExplainInfeasible(const PerformanceModel& model,

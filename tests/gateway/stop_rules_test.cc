@@ -57,8 +57,8 @@ TEST(OutlookRule, GivesUpOnlyWhenTheOutlookIsHopelessAndSaysWhatToDo) {
 TEST(OutlookRule, AHopelessEstimateOfTheOutlookGivesUp) {
   // A loss that does not fall at all over the window, with a deadline: hopeless (job_outlook.h).
   std::vector<LossPoint> flat;
-  for (int i = 1; i <= 10; ++i) flat.push_back({.elapsed_s = 1.0 * i, .iterations = 10.0 * i,
-                                                .loss = 3.0});
+  for (int i = 1; i <= 10; ++i)
+    flat.push_back({.elapsed_s = 1.0 * i, .iterations = 10.0 * i, .loss = 3.0});
   const Outlook o = EstimateOutlook({.target_loss = 1.0,
                                      .deadline_s = 60,
                                      .planned_iterations = 50,
