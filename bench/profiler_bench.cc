@@ -24,6 +24,7 @@
 
 #include "benchmark/benchmark.h"
 #include "profiler/fitting.h"
+#include "profiler/speed_curve.h"
 #include "profiler/importers.h"
 #include "profiler/profile_store.h"
 #include "services/common/server.h"

@@ -6,6 +6,7 @@
 //   - the paper's eqs. 8-9 (|N| workers share P B_ps equally with probability
 //     P = a1 sqrt(|N|) + b1), kept to reproduce the paper and to compare against.
 // Heterogeneous runs (several types in one cluster) may be fitted and checked as well.
+// The runs and observations are built in cluster_runs.cc, the fits in cluster_fit.cc.
 #ifndef SPOTDNN_PROFILER_CLUSTER_FIT_H_
 #define SPOTDNN_PROFILER_CLUSTER_FIT_H_
 

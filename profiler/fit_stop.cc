@@ -41,4 +41,15 @@ void AddFitStopCallback(ceres::Solver::Options& options) {
   options.callbacks.push_back(&callback);
 }
 
+ceres::Solver::Options FitSolverOptions(int max_num_iterations) {
+  ceres::Solver::Options options;
+  options.linear_solver_type = ceres::DENSE_QR;
+  options.max_num_iterations = max_num_iterations;
+  options.logging_type = ceres::SILENT;
+  options.minimizer_progress_to_stdout = false;
+  options.num_threads = 1;
+  AddFitStopCallback(options);
+  return options;
+}
+
 }  // namespace spotdnn::profiler

@@ -1,7 +1,7 @@
 // The stop check of the fit running on this thread (FitWorkload's and ValidateFit's `stop`):
-// every Ceres solve of that fit, in fitting.cc and cluster_fit.cc, polls it at each iteration, so
-// a fit honours its caller's deadline without every sub-fit carrying it. Internal to the profiler
-// library.
+// every Ceres solve of that fit (fitting.cc, speed_curve.cc, cluster_fit.cc) polls it at each
+// iteration, so a fit honours its caller's deadline without every sub-fit carrying it. And the
+// one set of solve options those solves share. Internal to the profiler library.
 #ifndef SPOTDNN_PROFILER_FIT_STOP_H_
 #define SPOTDNN_PROFILER_FIT_STOP_H_
 
@@ -36,6 +36,10 @@ absl::Status FitStopStatus();
 
 // Adds the stop check to a solve's options (nothing when this thread's fit has none).
 void AddFitStopCallback(ceres::Solver::Options& options);
+
+// The one set of solve options every fit of the profiler uses (dense QR, silent, one thread, this
+// thread's stop check), with at most `max_num_iterations` iterations.
+ceres::Solver::Options FitSolverOptions(int max_num_iterations);
 
 }  // namespace spotdnn::profiler
 

@@ -7,6 +7,10 @@
 // (job_id, worker_id, instance_type, gpu_type, gpus, batch_size, step, wall_time_s,
 // iteration_time_s, loss, bytes_sent, bytes_received, gpu_memory_gib, cluster_workers,
 // communication_time_s, cluster_steps_per_s). Lines without the marker are ignored.
+//
+// Implemented by seam: sample_line.cc (the line format), log_formats.cc (the log formats and
+// ImportText), checkpoint_import.cc (the checkpoint export), import_folders.cc (the folder rules),
+// importers.cc (file access and ImportPath).
 #ifndef SPOTDNN_PROFILER_IMPORTERS_H_
 #define SPOTDNN_PROFILER_IMPORTERS_H_
 

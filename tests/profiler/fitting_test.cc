@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "predictor/equations.h"
 #include "profiler/importers.h"
+#include "profiler/speed_curve.h"
 
 namespace spotdnn::profiler {
 namespace {

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "profiler/cluster_fit.h"
 #include "profiler/fitting.h"
+#include "profiler/speed_curve.h"
 
 namespace spotdnn::profiler {
 namespace {

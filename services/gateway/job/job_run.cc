@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "services/gateway/job/stop_rules.h"
 
 namespace spotdnn::job {
 
@@ -106,11 +107,14 @@ absl::StatusOr<JobRecord> JobRun::Run() {
 absl::Status JobRun::Loop() {
   absl::Time next_progress = clock_.Now();
   absl::Time next_describe = clock_.Now();
-  absl::Time last_advance = clock_.Now();
-  double last_iterations = job_.iterations_done;
   const std::string output = services_.provider->OutputLocation();
   const std::string where =
       output.empty() ? "" : absl::StrCat("; the instances' output is in ", output);
+  // The rules that end the job (stop_rules.h), asked in this order each tick.
+  const TargetRule target;
+  const OutlookRule outlook;
+  StallRule stall(options_.stall_timeout, job_.iterations_done, clock_.Now(), where);
+  const WorkersLeftRule workers_left(spec_.worker_command, where);
   while (true) {
     if (detach_.load()) {
       return absl::CancelledError(
@@ -136,38 +140,26 @@ absl::Status JobRun::Loop() {
       if (auto s = ShowProgress(); !s.ok()) return s;
       next_progress = clock_.Now() + options_.progress_every;
     }
-    if (ReachedTarget()) {
+    if (target.Check(job_, spec_).Stops()) {
       if (auto s = ShowProgress(); !s.ok()) return s;
       return Finish();
     }
     // Stopped for its loss only when even the best current estimate misses the deadline.
-    if (const Outlook outlook = CurrentOutlook(); outlook.hopeless) {
+    if (StopDecision d = outlook.Check(CurrentOutlook()); d.Stops()) {
       if (auto st = ShowProgress(); !st.ok()) return st;
-      return Fail(absl::StrCat(outlook.why,
-                               " (refit the profile with `spotdnn profile fit`, or ask for a "
-                               "reachable loss or a later deadline)"));
+      return Fail(d.why);
     }
-    if (job_.iterations_done > last_iterations) {
-      last_iterations = job_.iterations_done;
-      last_advance = clock_.Now();
-    } else if (options_.stall_timeout > absl::ZeroDuration() &&
-               clock_.Now() - last_advance > options_.stall_timeout) {
-      return Fail(absl::StrCat(
-          "no worker reported a new iteration for ", absl::FormatDuration(options_.stall_timeout),
-          " (", absl::StrFormat("%.0f", job_.iterations_done), " of ",
-          absl::StrFormat("%.0f", job_.target_iterations),
-          " done): do the workers report their steps to the profiler ($SPOTDNN_PROFILER)?", where));
+    if (StopDecision d = stall.Check(job_.iterations_done, job_.target_iterations, clock_.Now());
+        d.Stops()) {
+      return Fail(d.why);
     }
     auto revocations = services_.store->Revocations(job_.id);
     if (!revocations.ok()) return revocations.status();
     const bool pending = std::any_of(
         revocations->begin(), revocations->end(),
         [](const RevocationRecord& r) { return r.status == RevocationStatus::kPending; });
-    if (LiveWorkers().empty() && !pending) {
-      return Fail(
-          absl::StrCat("no worker is left running and no takeover is pending (worker "
-                       "command: ",
-                       spec_.worker_command, ")", where));
+    if (StopDecision d = workers_left.Check(LiveWorkers().size(), pending); d.Stops()) {
+      return Fail(d.why);
     }
     clock_.Sleep(options_.tick);
   }
@@ -216,8 +208,6 @@ absl::Status JobRun::PollProgress() {
   }
   return Save();
 }
-
-bool JobRun::ReachedTarget() const { return TargetReached(job_, spec_); }
 
 Outlook JobRun::CurrentOutlook() {
   return EstimateOutlook(

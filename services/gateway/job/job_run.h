@@ -1,5 +1,6 @@
 // Internal to the job controller: one job being run. Its methods are split by concern:
-// job_run.cc (the loop, progress, instances' ends, finish), job_launch.cc (the plan's launch and
+// job_run.cc (the loop, progress, instances' ends, finish; the rules that end the loop are
+// stop_rules.h's), job_launch.cc (the plan's launch and
 // the capacity re-plan rounds), job_takeover.cc (revocation events and takeovers).
 #ifndef SPOTDNN_SERVICES_GATEWAY_JOB_JOB_RUN_H_
 #define SPOTDNN_SERVICES_GATEWAY_JOB_JOB_RUN_H_
@@ -86,7 +87,6 @@ class JobRun {
   absl::Status PollProgress();
   absl::Status PollInstances();
   absl::Status ShowProgress();
-  bool ReachedTarget() const;
   // Where the job is heading from its measurements so far (job_outlook.h).
   Outlook CurrentOutlook();
   // What the job's instances have cost so far.

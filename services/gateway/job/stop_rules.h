@@ -1,0 +1,94 @@
+// The rules that end a running job, each a small pure object that JobRun::Loop asks once a tick
+// (in this order): the target is reached (finish), the outlook is hopeless (give up for the
+// loss), no iteration for too long (give up: stalled), no worker left and no takeover pending
+// (give up). None reads a clock or does I/O: the loop hands each the measurements it needs, so
+// each is tested on its own (tests/gateway/stop_rules_test.cc). The outlook's estimate itself is
+// job_outlook.h's.
+#ifndef SPOTDNN_SERVICES_GATEWAY_JOB_STOP_RULES_H_
+#define SPOTDNN_SERVICES_GATEWAY_JOB_STOP_RULES_H_
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "services/gateway/job/job_outlook.h"
+#include "services/gateway/job/job_spec.h"
+#include "services/gateway/job/job_store.h"
+
+namespace spotdnn::job {
+
+// What a stop rule says about the job now.
+struct StopDecision {
+  enum class Kind {
+    kGoOn,    // the job runs on
+    kFinish,  // the job reached its target: it ends well
+    kGiveUp,  // the job cannot go on: it fails with `why`
+  };
+  Kind kind = Kind::kGoOn;
+  std::string why;  // for kGiveUp: the job's failure message
+
+  // The job runs on.
+  static StopDecision GoOn() { return {}; }
+  // The job ends well.
+  static StopDecision Finish() { return {.kind = Kind::kFinish}; }
+  // The job fails with `why`.
+  static StopDecision GiveUp(std::string why) {
+    return {.kind = Kind::kGiveUp, .why = std::move(why)};
+  }
+  // Whether the job ends (either way).
+  bool Stops() const { return kind != Kind::kGoOn; }
+};
+
+// Finishes the job once TargetReached (job_summary.h): the smoothed loss at or below the target
+// loss when the workers report a loss, else the target iterations done.
+class TargetRule {
+ public:
+  // The decision for `job` as it stands, asked `spec`.
+  StopDecision Check(const JobRecord& job, const JobSpec& spec) const;
+};
+
+// Gives the job up for its loss when even the best current estimate misses the deadline
+// (Outlook::hopeless, job_outlook.h); the message says what the user can do.
+class OutlookRule {
+ public:
+  // The decision for the job's current outlook.
+  StopDecision Check(const Outlook& outlook) const;
+};
+
+// Gives the job up when no worker has reported a new iteration for `timeout` (a zero or negative
+// timeout: never). Keeps the last count of iterations and when it last grew.
+class StallRule {
+ public:
+  // Starts watching at `now` with `iterations` done; `where` ends the failure message (where
+  // the instances' output is, or empty).
+  StallRule(absl::Duration timeout, double iterations, absl::Time now, std::string where);
+
+  // The decision at `now` with `iterations_done` of `target_iterations`: an advance restarts the
+  // timeout.
+  StopDecision Check(double iterations_done, double target_iterations, absl::Time now);
+
+ private:
+  absl::Duration timeout_;
+  double last_iterations_;
+  absl::Time last_advance_;
+  std::string where_;
+};
+
+// Gives the job up when no worker is left running and no takeover is pending: nothing will
+// train it any further.
+class WorkersLeftRule {
+ public:
+  // `worker_command` (the spec's) and `where` (as StallRule's) go into the failure message.
+  WorkersLeftRule(std::string worker_command, std::string where);
+
+  // The decision with `live_workers` workers running and `takeover_pending` (a revocation whose
+  // takeover has not launched yet).
+  StopDecision Check(size_t live_workers, bool takeover_pending) const;
+
+ private:
+  std::string worker_command_;
+  std::string where_;
+};
+
+}  // namespace spotdnn::job
+
+#endif  // SPOTDNN_SERVICES_GATEWAY_JOB_STOP_RULES_H_
