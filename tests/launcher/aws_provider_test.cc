@@ -52,8 +52,8 @@ class AwsProviderTest : public ::testing::Test {
     options.image_id = "ami-0123456789abcdef0";
     options.subnet_id = "subnet-0abc";
     options.security_group_ids = {"sg-01", "sg-02"};
-    options.max_attempts = 4;
-    options.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
+    options.retry.max_attempts = 4;
+    options.retry.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
     absl::StatusOr<std::unique_ptr<AwsProvider>> provider = AwsProvider::Create(options);
     EXPECT_TRUE(provider.ok()) << provider.status();
     return std::move(*provider);

@@ -62,9 +62,9 @@ class AzureProviderTest : public ::testing::Test {
     options.subnet_id =
         "/subscriptions/0b1f6471-1bf0-4dda-aec3-cb9272f09590/resourceGroups/spotdnn-rg/providers/"
         "Microsoft.Network/virtualNetworks/spotdnn/subnets/training";
-    options.max_attempts = 4;
+    options.retry.max_attempts = 4;
     options.operation_poll = absl::Milliseconds(1);
-    options.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
+    options.retry.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
     auto provider = AzureProvider::Create(options);
     EXPECT_TRUE(provider.ok()) << provider.status();
     return std::move(*provider);

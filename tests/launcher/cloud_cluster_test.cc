@@ -61,7 +61,7 @@ TEST(CloudClusterTest, GceReportsExhaustedTypesForTheReplan) {
        .endpoint_url = fake.compute_url(),
        .token_source = std::make_shared<StaticTokenSource>(TokenFrom(fake.url(), false)),
        .image = "projects/p/global/images/i",
-       .sleep = [](absl::Duration) {}});
+       .retry = {.sleep = [](absl::Duration) {}}});
   ASSERT_TRUE(provider.ok()) << provider.status();
   fake.SetCapacity("us-central1-a", "n1-standard-8", 1);  // 1 of 2
   fake.SetCapacity("us-central1-a", "a2-highgpu-1g", 0);  // none
@@ -114,7 +114,7 @@ TEST(CloudClusterTest, AzureReportsExhaustedTypesForTheReplan) {
   options.image = "a:b:c:d";
   options.subnet_id = "/subscriptions/x/subnets/y";
   options.operation_poll = absl::Milliseconds(1);
-  options.sleep = [](absl::Duration) {};
+  options.retry.sleep = [](absl::Duration) {};
   auto provider = AzureProvider::Create(options);
   ASSERT_TRUE(provider.ok()) << provider.status();
   fake.SetCapacity("Standard_NC6s_v3", 1, testing::FakeAzure::CapacityFailure::kAllocationFailed);

@@ -32,7 +32,7 @@ class ClusterLauncherTest : public ::testing::Test {
     options.endpoint_url = fake_.url();
     options.credentials = {.access_key_id = "AKIDCLUSTER", .secret_access_key = "cluster-secret"};
     options.image_id = "ami-0abc";
-    options.sleep = [](absl::Duration) {};
+    options.retry.sleep = [](absl::Duration) {};
     provider_ = std::move(*AwsProvider::Create(options));
   }
   testing::FakeEc2 fake_;
