@@ -3,13 +3,12 @@
 #include "provisioner/launcher/aws_provider.h"
 
 #include <httplib.h>
-#include <openssl/evp.h>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/launcher/fake_ec2.h"
@@ -28,13 +27,8 @@ constexpr char kSecret[] = "s3cr3t/Key+ThatMustNeverLeak";
 constexpr char kToken[] = "SessionTokenThatMustNeverLeak==";
 
 std::string Base64Decode(const std::string& text) {
-  std::string out(text.size(), '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(text.data()),
-                          static_cast<int>(text.size()));
-  out.resize(n < 0 ? 0 : n);
-  while (!out.empty() && out.back() == '\0') out.pop_back();
-  return out;
+  std::string out;
+  return absl::Base64Unescape(text, &out) ? out : std::string();
 }
 
 class AwsProviderTest : public ::testing::Test {

@@ -1,8 +1,7 @@
 // LaunchCluster over the GCE and Azure providers and their fakes: the parameter server first and
 // its private address:port in the workers' start-up scripts, a type without capacity reported for
 // the re-plan (with what did start), the same cluster launched again making nothing new.
-#include <openssl/evp.h>
-
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "provisioner/launcher/azure_provider.h"
@@ -21,13 +20,8 @@ using ::testing::HasSubstr;
 using ::testing::Pair;
 
 std::string Base64Decode(const std::string& text) {
-  std::string out(text.size(), '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(text.data()),
-                          static_cast<int>(text.size()));
-  out.resize(n < 0 ? 0 : n);
-  while (!out.empty() && out.back() == '\0') out.pop_back();
-  return out;
+  std::string out;
+  return absl::Base64Unescape(text, &out) ? out : std::string();
 }
 
 // A token the fake issued (from its metadata server), for a StaticTokenSource.
