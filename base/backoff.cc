@@ -23,9 +23,9 @@ absl::Status ValidateBackoff(const BackoffOptions& options, const char* field) {
                                                    ": must be >= 1, or 0 for no limit"));
   }
   if (options.initial <= absl::ZeroDuration() || options.max < options.initial) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".initial = ", absl::FormatDuration(options.initial), ", ", field,
-        ".max = ", absl::FormatDuration(options.max), ": need 0 < initial <= max"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".initial = ", absl::FormatDuration(options.initial), ", ", field,
+                     ".max = ", absl::FormatDuration(options.max), ": need 0 < initial <= max"));
   }
   if (!(options.multiplier >= 1.0)) {
     return absl::InvalidArgumentError(

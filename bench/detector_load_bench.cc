@@ -41,8 +41,8 @@
 
 #include "detector/detector.h"
 #include "grpcpp/create_channel.h"
-#include "provisioner/launcher/http.h"
 #include "grpcpp/security/credentials.h"
+#include "provisioner/launcher/http.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
 #include "tests/testing/child_process.h"
 #include "tests/testing/postgres_server.h"

@@ -10,8 +10,8 @@
 #include <set>
 
 #include "absl/status/status.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -122,7 +122,6 @@ bool ValidSegment(absl::string_view text, absl::string_view extra) {
 }
 
 std::string Lower(absl::string_view text) { return absl::AsciiStrToLower(text); }
-
 
 InstanceState StateOf(const std::string& provisioning_state) {
   if (provisioning_state == "Succeeded") return InstanceState::kRunning;
@@ -652,9 +651,8 @@ absl::StatusOr<std::vector<SpotPrice>> AzureProvider::SpotPrices(
     for (int page = 0; !url.empty(); ++page) {
       if (page >= 1000) return absl::InternalError("Azure Retail Prices: more than 1000 pages");
       absl::StatusOr<HttpResponse> response = SendWithRetries(
-          {.url = url, .timeout = options_.request_timeout}, "Azure Retail Prices",
-          retry_, /*signer=*/nullptr,
-          [&](const HttpResponse& answer) -> std::optional<HttpFailure> {
+          {.url = url, .timeout = options_.request_timeout}, "Azure Retail Prices", retry_,
+          /*signer=*/nullptr, [&](const HttpResponse& answer) -> std::optional<HttpFailure> {
             if (answer.status == 200) return std::nullopt;
             absl::Status status(
                 answer.status == 429 || answer.status >= 500

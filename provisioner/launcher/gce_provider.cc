@@ -1,17 +1,14 @@
 #include "provisioner/launcher/gce_provider.h"
 
 #include <algorithm>
-#include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "provisioner/launcher/gce_errors.h"
 #include "provisioner/launcher/google_auth.h"
 #include "provisioner/launcher/http.h"
@@ -69,7 +66,6 @@ std::string Label(const json& resource, const char* key) {
 }
 
 }  // namespace
-
 
 absl::StatusOr<GceMachineSpec> ParseGceInstanceType(const std::string& instance_type) {
   auto bad = [&](const std::string& why) {
@@ -229,11 +225,13 @@ absl::Status GceProvider::WaitForOperation(const std::string& zone, const json& 
     messages.push_back(absl::StrCat(JsonText(e, "code"), ": ", JsonText(e, "message")));
   }
   const std::string text = absl::StrCat(
-      "GCE instances.insert of ", instance_type, " in ", zone,
-      " failed: ", messages.empty() ? JsonText(op, "httpErrorMessage") : absl::StrJoin(messages, "; "));
+      "GCE instances.insert of ", instance_type, " in ", zone, " failed: ",
+      messages.empty() ? JsonText(op, "httpErrorMessage") : absl::StrJoin(messages, "; "));
   const std::string replan = "; re-plan without instance type " + instance_type;
   for (const std::string& code : codes) {
-    if (IsGceZoneCapacityCode(code)) return GceZoneCapacity(absl::ResourceExhaustedError(text + replan));
+    if (IsGceZoneCapacityCode(code)) {
+      return GceZoneCapacity(absl::ResourceExhaustedError(text + replan));
+    }
   }
   for (const std::string& code : codes) {
     if (code == "QUOTA_EXCEEDED") return absl::ResourceExhaustedError(text + replan);
@@ -335,7 +333,8 @@ Instance GceProvider::ToInstance(const json& resource) {
   }
   absl::Time created;
   std::string error;
-  if (absl::ParseTime(absl::RFC3339_full, JsonText(resource, "creationTimestamp"), &created, &error)) {
+  if (absl::ParseTime(absl::RFC3339_full, JsonText(resource, "creationTimestamp"), &created,
+                      &error)) {
     instance.launch_time = created;
   }
   // The metadata server answers only the VM itself: its agent reports.

@@ -66,7 +66,9 @@ absl::Status SigV4Signer::Sign(HttpRequest& request) {
                             .headers = request.headers,
                             .body = request.body};
   bool has_host = false;
-  for (const auto& [name, value] : to_sign.headers) has_host |= absl::EqualsIgnoreCase(name, "host");
+  for (const auto& [name, value] : to_sign.headers) {
+    has_host |= absl::EqualsIgnoreCase(name, "host");
+  }
   if (!has_host) {
     to_sign.headers.insert(to_sign.headers.begin(), {"Host", authority});
     request.headers.insert(request.headers.begin(), {"Host", authority});

@@ -186,15 +186,13 @@ absl::StatusOr<std::string> S3Client::Call(
   const std::string what = absl::StrCat("s3://", bucket, "/", key);
   std::string url = ObjectUrl(bucket, key);
   if (!query.empty()) absl::StrAppend(&url, "?", FormEncode(query));
-  HttpRequest request{.method = method, .url = url, .body = body,
-                      .timeout = options_.request_timeout};
+  HttpRequest request{
+      .method = method, .url = url, .body = body, .timeout = options_.request_timeout};
   if (method == "PUT") request.headers.emplace_back("Content-Type", "application/octet-stream");
-  SigV4Signer signer(options_.credentials,
-                     {.region = options_.region,
-                      .service = "s3",
-                      .normalize_path = false,
-                      .sign_body = true},
-                     options_.now);
+  SigV4Signer signer(
+      options_.credentials,
+      {.region = options_.region, .service = "s3", .normalize_path = false, .sign_body = true},
+      options_.now);
   absl::StatusOr<HttpResponse> response = SendWithRetries(
       request, absl::StrCat(action, " ", what), retry_, &signer,
       [&](const HttpResponse& answer) -> std::optional<HttpFailure> {

@@ -3,6 +3,7 @@
 #include "provisioner/launcher/aws_provider.h"
 
 #include <httplib.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>

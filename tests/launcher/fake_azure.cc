@@ -1,6 +1,7 @@
 #include "tests/launcher/fake_azure.h"
 
 #include <httplib.h>
+
 #include <chrono>
 #include <optional>
 #include <regex>

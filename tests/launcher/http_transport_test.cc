@@ -2,8 +2,6 @@
 // 127.0.0.1: Retry-After honoured, the cap respected, transient against final answers, transport
 // failures, the 401 token refresh, and the signing decorator applied to every attempt. The
 // providers' own fakes test their retry traits (throttling, capacity, partial launches) on top.
-#include "provisioner/launcher/http_retry.h"
-
 #include <httplib.h>
 
 #include <atomic>
@@ -17,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "provisioner/launcher/http_retry.h"
 
 namespace spotdnn::launcher {
 namespace {
@@ -261,8 +260,8 @@ TEST(RetryAfterTest, SecondsAndHttpDates) {
   response.headers["retry-after"] = "7";
   EXPECT_EQ(RetryAfter(response), absl::Seconds(7));
   response.headers["retry-after"] = "Wed, 21 Oct 2015 07:28:30 GMT";
-  const absl::Time now = absl::FromCivil(absl::CivilSecond(2015, 10, 21, 7, 28, 0),
-                                         absl::UTCTimeZone());
+  const absl::Time now =
+      absl::FromCivil(absl::CivilSecond(2015, 10, 21, 7, 28, 0), absl::UTCTimeZone());
   EXPECT_EQ(RetryAfter(response, now), absl::Seconds(30));
   EXPECT_EQ(RetryAfter(response, now + absl::Minutes(1)), absl::ZeroDuration());  // past
   response.headers["retry-after"] = "soon";
