@@ -1,6 +1,8 @@
-// Plain HTTP(S) requests through libcurl for the cloud providers: any method, headers in and out,
-// a body, a timeout. Errors name the method and the URL without its query string; headers (which
-// carry tokens and keys) never appear in a message.
+// Plain HTTP(S) requests through libcurl: any method, headers in and out, a body, a timeout. The
+// one place the tree performs a libcurl request (the cloud providers through the retrying
+// transport in http_retry.h; token and metadata fetches, the metadata emulator's notices and the
+// detector load bench directly). Errors name the method and the URL without its query string;
+// headers (which carry tokens and keys) never appear in a message.
 #ifndef SPOTDNN_PROVISIONER_LAUNCHER_HTTP_H_
 #define SPOTDNN_PROVISIONER_LAUNCHER_HTTP_H_
 
