@@ -220,6 +220,19 @@ TEST_F(AwsProviderTest, ThrottlingIsRetriedWithBackoff) {
   EXPECT_LE(sleeps_[1], absl::Milliseconds(800));
 }
 
+TEST_F(AwsProviderTest, ThrottlingHonoursRetryAfter) {
+  auto provider = Provider();
+  fake_.Inject({.action = "DescribeInstances",
+                .http_status = 503,
+                .code = "RequestLimitExceeded",
+                .message = "Request limit exceeded.",
+                .retry_after = "5"});
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("job-42");
+  ASSERT_TRUE(described.ok()) << described.status();
+  ASSERT_EQ(sleeps_.size(), 1u);
+  EXPECT_EQ(sleeps_[0], absl::Seconds(5));  // the server's wait, not the 200 ms backoff
+}
+
 TEST_F(AwsProviderTest, PersistentServerErrorsBecomeUnavailable) {
   auto provider = Provider();
   for (int i = 0; i < 4; ++i) {

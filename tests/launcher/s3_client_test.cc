@@ -108,6 +108,14 @@ TEST_F(S3ClientTest, WrongCredentialsAreUnauthenticatedAndNeverQuoted) {
   EXPECT_TRUE(s3_.objects("ckpt").empty());
 }
 
+TEST_F(S3ClientTest, SlowDownHonoursRetryAfter) {
+  auto c = Client();
+  s3_.Inject({.method = "PUT", .http_status = 503, .code = "SlowDown", .retry_after = "4"});
+  ASSERT_TRUE(c->PutObject("ckpt", "k", "v").ok());
+  // The server's wait; the backoff is capped at 20 s like every other cloud client's.
+  EXPECT_EQ(sleeps_, std::vector<absl::Duration>{absl::Seconds(4)});
+}
+
 TEST_F(S3ClientTest, ThrottlingAndServerErrorsAreRetried) {
   auto c = Client();
   s3_.Inject({.method = "PUT", .http_status = 503, .code = "SlowDown", .times = 2});
