@@ -21,12 +21,10 @@
 
 namespace spotdnn::launcher {
 
-// The retry settings every cloud client shares (provider Options::retry): 5 attempts, full
-// jitter from 200 ms doubling, capped at 20 s.
-inline base::BackoffOptions CloudRetryDefaults() { return base::BackoffOptions{}; }
-
-// INVALID_ARGUMENT naming "retry." and the field when a client's retry options make no sense
-// (at least one attempt is required).
+// Every cloud client (the providers, S3) takes its retries as `base::BackoffOptions retry` in its
+// Options, whose defaults are the launcher's: 5 attempts, full jitter from 200 ms doubling,
+// capped at 20 s. INVALID_ARGUMENT naming "retry." and the field when they make no sense (at
+// least one attempt is required).
 absl::Status ValidateCloudRetry(const base::BackoffOptions& retry);
 
 // A decorator that adds credentials to each attempt of a request.

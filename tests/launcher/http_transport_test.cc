@@ -269,7 +269,7 @@ TEST(RetryAfterTest, SecondsAndHttpDates) {
 }
 
 TEST(ValidateCloudRetryTest, NeedsAnAttempt) {
-  EXPECT_TRUE(ValidateCloudRetry(CloudRetryDefaults()).ok());
+  EXPECT_TRUE(ValidateCloudRetry({}).ok());
   EXPECT_THAT(ValidateCloudRetry({.max_attempts = 0}).message(),
               HasSubstr("retry.max_attempts = 0"));
 }
