@@ -120,8 +120,11 @@ absl::StatusOr<std::unique_ptr<Detector>> Detector::Open(DetectorOptions options
     d->store_->RetryBriefly();
     d->shared_store_->RetryBriefly();
     d->lease_store_->RetryBriefly();
+    d->fenced_ = true;  // until the first join is adopted
     if (absl::Status s = d->Join(); !s.ok()) return s;
-    if (absl::Status s = d->UpdateLiveReplicas(); !s.ok()) return s;
+    if (absl::Status s = d->ReadLiveReplicas(); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(d->mu_);
+    d->ApplyLeaseLocked();
   }
   if (d->options_.run_poller) {
     Detector* self = d.get();
@@ -182,6 +185,11 @@ void Detector::Shutdown() {
     if (shutdown_) return;
     shutdown_ = true;
   }
+  {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    lease_stop_ = true;
+  }
+  lease_cv_.notify_all();
   event_cv_.notify_all();
   stop_cv_.notify_all();
   if (poller_) poller_->Stop();  // not under mu_: the poller's sink takes it
@@ -190,13 +198,14 @@ void Detector::Shutdown() {
   if (lease_loop_.joinable()) lease_loop_.join();
   if (lease_store_) {
     // The others take this replica's instances at once instead of when the lease expires.
-    int64_t epoch;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      epoch = fenced_ ? 0 : epoch_;
-    }
+    const int64_t epoch = held_epoch_.load();
     if (epoch > 0) (void)lease_store_->LeaveLease(options_.replica_id, epoch);
   }
+}
+
+void Detector::HoldLockForTesting(absl::Duration d) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::SleepFor(d);
 }
 
 bool Detector::HoldsLocked(const std::string& instance_id) const {
@@ -718,12 +727,7 @@ void Detector::MonitorLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (stop_cv_.wait_for(lock, tick, [this] { return shutdown_; })) return;
-      // Shared: stop holding anything before the lease can expire unrenewed (the database slow
-      // or unreachable, this process paused): another replica may own the instances then.
-      if (shared_ && !fenced_ &&
-          SteadyMs() - renewed_at_ms_.load() > absl::ToInt64Milliseconds(options_.lease) * 2 / 3) {
-        FenceLocked("its lease was not renewed for 2/3 of its length");
-      }
+      if (shared_) ApplyLeaseLocked();
     }
     CheckDeadlines(NowUnixMs());
   }
@@ -850,7 +854,7 @@ void Detector::FenceLocked(const std::string& why) {
   ++lease_changes_;
   Metrics().lease_changes.WithLabels({"lost"}).Increment();
   Log()->warn("replica {}: lease of epoch {} lost ({}); polling nothing until it joins again",
-              options_.replica_id, epoch_, why);
+              options_.replica_id, epoch_.load(), why);
   for (auto& [id, e] : entries_) ReconcilePollingLocked(e);
 }
 
@@ -861,22 +865,23 @@ void Detector::LeaseLoop() {
   // on a busy host, a slow database round) still lands before the fence at two thirds.
   int64_t next_renew = SteadyMs() + lease_ms / 6, next_live = 0;
   while (true) {
-    bool fenced;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (stop_cv_.wait_for(lock, tick, [this] { return shutdown_; })) return;
-      fenced = fenced_;
+      std::unique_lock<std::mutex> lock(lease_mu_);
+      if (lease_cv_.wait_for(lock, tick, [this] { return lease_stop_; })) return;
     }
     const int64_t now = SteadyMs();
-    if (now >= next_renew || fenced) {
-      RenewLease();  // fenced: joins again, every tick until it can
+    const int64_t held = held_epoch_.load();
+    const bool lost = held == 0 || (fenced_.load() && held == epoch_.load());
+    if (now >= next_renew || lost) {
+      RenewLease();  // lost: joins again, every tick until it can
       next_renew = now + lease_ms / 6;
       next_live = 0;
     }
     if (now >= next_live) {
-      (void)UpdateLiveReplicas();  // failed: counted; the monitor fences if it lasts
+      (void)ReadLiveReplicas();  // failed: counted; the monitor fences if it lasts
       next_live = now + std::max<int64_t>(50, lease_ms / 10);
     }
+    stop_cv_.notify_all();  // the monitor applies what changed at once
   }
 }
 
@@ -916,27 +921,18 @@ void Detector::SharedLoop() {
 
 void Detector::RenewLease() {
   const int64_t lease_ms = absl::ToInt64Milliseconds(options_.lease);
-  bool fenced;
-  int64_t epoch;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    fenced = fenced_;
-    epoch = epoch_;
-  }
+  const int64_t epoch = held_epoch_.load();
   const int64_t sent = SteadyMs();
-  if (!fenced) {
+  // A fence concerns the epoch this replica recorded under; a newer one not adopted yet is kept.
+  if (epoch != 0 && !(fenced_.load() && epoch == epoch_.load())) {
     absl::StatusOr<bool> renewed = lease_store_->RenewLease(options_.replica_id, epoch, lease_ms);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!renewed.ok()) {
-      store_ok_ = false;
-      StoreResultLocked(renewed.status());
-      return;  // the monitor fences if it stays so
-    }
+    NoteLeaseAnswer(renewed.status());
+    if (!renewed.ok()) return;  // the monitor fences if it stays so
     if (*renewed) {
       renewed_at_ms_ = sent;
       return;
     }
-    FenceLocked("another replica took it, or it expired");
+    held_epoch_ = 0;  // another replica took it, or it expired: the monitor fences
   }
   // Join again with a new epoch: whatever this replica wrote under the old one is fenced off.
   (void)Join();  // failed: tried again at the next round
@@ -946,39 +942,65 @@ absl::Status Detector::Join() {
   const int64_t sent = SteadyMs();
   absl::StatusOr<int64_t> joined =
       lease_store_->JoinLease(options_.replica_id, absl::ToInt64Milliseconds(options_.lease));
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!joined.ok()) {
-    store_ok_ = false;
-    StoreResultLocked(joined.status());
-    return joined.status();
-  }
-  epoch_ = *joined;
-  renewed_at_ms_ = sent;
-  fenced_ = false;
-  ++lease_changes_;
-  Metrics().lease_changes.WithLabels({"joined"}).Increment();
-  Log()->info("replica {}: joined with lease epoch {}", options_.replica_id, epoch_);
-  // After a loss its view of the instances is stale: read them back before polling them.
-  for (auto& [id, e] : entries_) e.seen.clear();
-  for (auto& [id, e] : entries_) ReconcilePollingLocked(e);
+  NoteLeaseAnswer(joined.status());
+  if (!joined.ok()) return joined.status();
+  renewed_at_ms_ = sent;  // before the epoch: whoever sees the new epoch sees it renewed
+  held_epoch_ = *joined;
   return absl::OkStatus();
 }
 
-absl::Status Detector::UpdateLiveReplicas() {
+absl::Status Detector::ReadLiveReplicas() {
   absl::StatusOr<std::vector<Lease>> leases = lease_store_->LiveLeases();
-  std::lock_guard<std::mutex> lock(mu_);
-  store_ok_ = leases.ok();
-  if (!leases.ok()) {
-    StoreResultLocked(leases.status());
-    return leases.status();
-  }
+  NoteLeaseAnswer(leases.status());
+  if (!leases.ok()) return leases.status();
   std::vector<std::string> live;
   for (const Lease& l : *leases) live.push_back(l.replica_id);
-  if (SetLiveReplicasLocked(live)) {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  lease_news_.live = std::move(live);
+  return absl::OkStatus();
+}
+
+void Detector::NoteLeaseAnswer(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  lease_news_.ok = status.ok();
+  if (!status.ok()) {
+    ++lease_news_.errors;
+    lease_news_.last_error = status;
+  }
+}
+
+void Detector::ApplyLeaseLocked() {
+  LeaseNews news;
+  {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    std::swap(news, lease_news_);
+  }
+  if (news.ok.has_value()) store_ok_ = *news.ok;
+  if (news.errors > 0) {
+    store_errors_ += news.errors - 1;
+    StoreResultLocked(news.last_error);
+  }
+  const int64_t held = held_epoch_.load();
+  const bool fresh = SteadyMs() - renewed_at_ms_.load() <=
+                     absl::ToInt64Milliseconds(options_.lease) * 2 / 3;
+  // Stop holding anything before the lease can expire unrenewed (the database slow or
+  // unreachable, this process paused): another replica may own the instances then.
+  if (!fenced_ && held != epoch_) FenceLocked("another replica took it, or it expired");
+  if (!fenced_ && !fresh) FenceLocked("its lease was not renewed for 2/3 of its length");
+  if (fenced_ && held != 0 && held != epoch_ && fresh) {
+    epoch_ = held;
+    fenced_ = false;
+    ++lease_changes_;
+    Metrics().lease_changes.WithLabels({"joined"}).Increment();
+    Log()->info("replica {}: joined with lease epoch {}", options_.replica_id, held);
+    // After a loss its view of the instances is stale: read them back before polling them.
+    for (auto& [id, e] : entries_) e.seen.clear();
+    for (auto& [id, e] : entries_) ReconcilePollingLocked(e);
+  }
+  if (news.live.has_value() && SetLiveReplicasLocked(*std::move(news.live))) {
     Log()->info("replica {}: live replicas now {}", options_.replica_id,
                 absl::StrJoin(ring_.replicas(), ","));
   }
-  return absl::OkStatus();
 }
 
 void Detector::SyncRegistry() {

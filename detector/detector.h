@@ -42,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -174,6 +175,10 @@ class Detector {
   uint64_t store_errors() const;
   std::string last_store_error() const;
 
+  // Holds the detector's lock for `d`, as a thread descheduled while holding it on a busy host
+  // does (tests of the lease loop, which must renew meanwhile).
+  void HoldLockForTesting(absl::Duration d);
+
   // Wakes waiters and stops the poller and monitor. Idempotent.
   void Shutdown();
 
@@ -217,13 +222,21 @@ class Detector {
   // notices) and its steps, on its own connection (shared_store_).
   void SharedLoop();
   // Shared: the lease loop (renew every lease/6, the live set every lease/10, join again after a
-  // loss), on a connection of its own (lease_store_).
+  // loss), on a connection of its own (lease_store_). It never takes mu_: on a busy host a thread
+  // holding mu_ can be descheduled for seconds, and a renewal queued behind it lost the lease (seen
+  // at load 20 on 2 cores: the renewal itself took 0-336 ms, the wait for mu_ up to 2 s). What it
+  // learns it leaves in held_epoch_/renewed_at_ms_ and lease_news_; the monitor applies that under
+  // mu_ (ApplyLeaseLocked).
   void LeaseLoop();
   void RenewLease();
-  // Takes the lease with a new epoch (at start, and after a loss). The store's error, counted.
+  // Takes the lease with a new epoch (at start, and after a loss). The store's error.
   absl::Status Join();
-  // Puts the replicas holding leases on the ring. The store's error, counted.
-  absl::Status UpdateLiveReplicas();
+  // Reads the replicas holding leases into lease_news_. The store's error.
+  absl::Status ReadLiveReplicas();
+  // Applies what the lease loop learnt: fences when the lease is lost or was not renewed for 2/3
+  // of its length, adopts a newly joined epoch, puts the live replicas on the ring, counts the
+  // lease connection's errors. Caller holds mu_.
+  void ApplyLeaseLocked();
   // SetLiveReplicas under mu_: whether the set changed.
   bool SetLiveReplicasLocked(std::vector<std::string> replicas);
   // Stops holding anything until the lease is taken again. Caller holds mu_.
@@ -267,13 +280,32 @@ class Detector {
   // replica asks of the database can hold a renewal up.
   std::unique_ptr<DetectorStore> lease_store_;
   std::thread lease_loop_;
-  bool wake_tail_ = false;      // guarded by mu_: an event was appended
-  bool fenced_ = false;         // guarded by mu_: no valid lease; holds nothing
-  int64_t epoch_ = 0;           // guarded by mu_
+  bool wake_tail_ = false;  // guarded by mu_: an event was appended
+  // Written under mu_: no valid lease; holds nothing. Atomic so that the lease loop reads it
+  // without mu_.
+  std::atomic<bool> fenced_{false};
+  // Written under mu_: the epoch this replica records under (atomic for the lease loop).
+  std::atomic<int64_t> epoch_{0};
+  // The lease loop's side, never under mu_: the epoch it holds in the database (0: none), and
+  // what it read that the monitor has not applied yet.
+  std::atomic<int64_t> held_epoch_{0};
+  struct LeaseNews {
+    std::optional<std::vector<std::string>> live;  // the live replicas, newest read
+    std::optional<bool> ok;                        // whether the newest database round worked
+    uint64_t errors = 0;                           // failed rounds
+    absl::Status last_error;
+  };
+  // Notes a lease round's answer in lease_news_. Takes lease_mu_.
+  void NoteLeaseAnswer(const absl::Status& status);
+  std::mutex lease_mu_;
+  std::condition_variable lease_cv_;
+  bool lease_stop_ = false;  // guarded by lease_mu_
+  LeaseNews lease_news_;     // guarded by lease_mu_
   uint64_t tail_cursor_ = 0;    // guarded by mu_: newest sequence read back
   bool store_ok_ = true;        // guarded by mu_: the background loop's last round
   uint64_t lease_changes_ = 0;  // guarded by mu_
-  // When the lease was last renewed (steady clock, ms); the monitor fences past 2/3 of a lease.
+  // When the held lease was last renewed (steady clock, ms, when the renewal was sent); the
+  // monitor fences past 2/3 of a lease.
   std::atomic<int64_t> renewed_at_ms_{0};
   std::map<std::string, int64_t> pending_heartbeats_;  // guarded by mu_
   // Unregistered here, and when (a registry read that began earlier must not bring them back).
