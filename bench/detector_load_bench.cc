@@ -43,6 +43,7 @@
 #include "detector/detector.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "provisioner/launcher/http.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
 #include "tests/testing/child_process.h"
 #include "tests/testing/postgres_server.h"
@@ -123,8 +124,6 @@ double Percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
-size_t Discard(char*, size_t size, size_t n, void*) { return size * n; }
-
 // CPU seconds a child process used so far (utime + stime from /proc).
 double ChildCpuSeconds(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
@@ -177,10 +176,6 @@ std::map<std::string, int64_t> ScheduleNotices(const Flags& f, const std::string
   std::uniform_int_distribution<int64_t> when(t0 + 2000, t0 + f.window_s * 1000 - 4000);
   std::bernoulli_distribution pick(f.notice_fraction);
   std::map<std::string, int64_t> visible_at;
-  CURL* curl = curl_easy_init();
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Discard);
-  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, "");
-  curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");
   *ok = true;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!pick(rng)) continue;
@@ -188,17 +183,17 @@ std::map<std::string, int64_t> ScheduleNotices(const Flags& f, const std::string
     const std::string url = base + "/emulator/notice?instance=" + ids[i] +
                             "&cloud=" + std::string(d::CloudName(clouds[i])) +
                             "&at_ms=" + std::to_string(at);
-    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-    long code = 0;
-    if (curl_easy_perform(curl) != CURLE_OK ||
-        (curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code), code != 200)) {
-      std::fprintf(stderr, "scheduling a notice failed (HTTP %ld)\n", code);
+    // Through the launcher's one libcurl wrapper, as the local provider posts its notices.
+    const auto sent = spotdnn::launcher::HttpSend({.method = "POST", .url = url});
+    if (!sent.ok() || sent->status != 200) {
+      std::fprintf(stderr, "scheduling a notice failed (%s)\n",
+                   sent.ok() ? ("HTTP " + std::to_string(sent->status)).c_str()
+                             : std::string(sent.status().message()).c_str());
       *ok = false;
       break;
     }
     visible_at[ids[i]] = at;
   }
-  curl_easy_cleanup(curl);
   return visible_at;
 }
 

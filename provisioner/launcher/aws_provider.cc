@@ -1,19 +1,17 @@
 #include "provisioner/launcher/aws_provider.h"
 
-#include <curl/curl.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
-#include <openssl/evp.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
-#include <random>
 #include <set>
 #include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -21,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
+#include "provisioner/launcher/http_retry.h"
 
 namespace spotdnn::launcher {
 namespace {
@@ -32,15 +31,7 @@ constexpr char kFirstIndexTag[] = "spotdnn:first-index";
 
 void GlobalInit() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    xmlInitParser();
-  });
-}
-
-size_t WriteToString(char* data, size_t size, size_t count, void* user) {
-  static_cast<std::string*>(user)->append(data, size * count);
-  return size * count;
+  std::call_once(once, [] { xmlInitParser(); });
 }
 
 // --- XML helpers (element names compared without their namespace) ---
@@ -97,15 +88,6 @@ absl::StatusOr<XmlDocPtr> ParseResponse(const std::string& action, const std::st
                                             " document (", body.size(), " bytes)"));
   }
   return doc;
-}
-
-std::string Base64(const std::string& data) {
-  std::string out(4 * ((data.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(data.data()),
-                          static_cast<int>(data.size()));
-  out.resize(n);
-  return out;
 }
 
 std::string ShellQuote(const std::string& text) {
@@ -198,33 +180,19 @@ absl::Status ValidateRegion(const std::string& region) {
 // A GET or PUT to the instance metadata service (the instance role's credentials).
 absl::StatusOr<std::string> MetadataRequest(const std::string& url, bool put,
                                             const std::string& header, absl::Duration timeout) {
-  GlobalInit();
-  CURL* curl = curl_easy_init();
-  if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
-  std::string body;
-  curl_slist* headers = curl_slist_append(nullptr, header.c_str());
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  if (put) {
-    // An empty body with Content-Length: 0, as the metadata service expects.
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, "");
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, 0L);
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "PUT");
+  const size_t colon = header.find(':');
+  // A PUT goes with an empty body and Content-Length: 0, as the metadata service expects.
+  absl::StatusOr<HttpResponse> response =
+      HttpSend({.method = put ? "PUT" : "GET",
+                .url = url,
+                .headers = {{header.substr(0, colon),
+                             std::string(absl::StripAsciiWhitespace(header.substr(colon + 1)))}},
+                .timeout = timeout});
+  if (!response.ok()) return response.status();
+  if (response->status != 200) {
+    return absl::UnavailableError(absl::StrCat(url, ": HTTP ", response->status));
   }
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(timeout)));
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &WriteToString);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
-  CURLcode rc = curl_easy_perform(curl);
-  long status = 0;
-  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-  curl_slist_free_all(headers);
-  curl_easy_cleanup(curl);
-  if (rc != CURLE_OK) {
-    return absl::UnavailableError(absl::StrCat(url, ": ", curl_easy_strerror(rc)));
-  }
-  if (status != 200) return absl::UnavailableError(absl::StrCat(url, ": HTTP ", status));
-  return body;
+  return std::move(response->body);
 }
 
 absl::StatusOr<AwsCredentials> InstanceRoleCredentials(const std::string& endpoint,
@@ -344,37 +312,6 @@ absl::StatusOr<AwsCredentials> ResolveAwsCredentials(const CredentialSources& so
       absl::StrCat("no AWS credentials found (", absl::StrJoin(tried, "; "), ")"));
 }
 
-absl::StatusOr<HttpResponse> CurlPost(
-    const std::string& url, const std::vector<std::pair<std::string, std::string>>& headers,
-    const std::string& body, absl::Duration timeout) {
-  GlobalInit();
-  CURL* curl = curl_easy_init();
-  if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
-  curl_slist* list = nullptr;
-  for (const auto& [name, value] : headers) {
-    list = curl_slist_append(list, absl::StrCat(name, ": ", value).c_str());
-  }
-  list = curl_slist_append(list, "Expect:");  // no 100-continue round trip
-  HttpResponse response;
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, list);
-  curl_easy_setopt(curl, CURLOPT_POST, 1L);
-  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
-  curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(timeout)));
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &WriteToString);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
-  CURLcode rc = curl_easy_perform(curl);
-  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
-  curl_slist_free_all(list);
-  curl_easy_cleanup(curl);
-  if (rc != CURLE_OK) {
-    return absl::UnavailableError(absl::StrCat("POST ", url, ": ", curl_easy_strerror(rc)));
-  }
-  return response;
-}
-
 absl::StatusOr<Ec2Error> ParseEc2Error(const std::string& xml) {
   XmlDocPtr doc = ParseXml(xml);
   xmlNode* root = doc == nullptr ? nullptr : xmlDocGetRootElement(doc.get());
@@ -466,16 +403,14 @@ absl::StatusOr<std::unique_ptr<AwsProvider>> AwsProvider::Create(Options options
   std::string endpoint =
       options.endpoint_url.empty() ? DefaultEndpoint(options.region) : options.endpoint_url;
   if (absl::StatusOr<ParsedUrl> url = ParseUrl(endpoint); !url.ok()) return url.status();
-  if (options.max_attempts < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_attempts = ", options.max_attempts, ": must be >= 1"));
-  }
-  if (!options.sleep) options.sleep = [](absl::Duration d) { absl::SleepFor(d); };
+  if (absl::Status s = ValidateCloudRetry(options.retry); !s.ok()) return s;
   return std::unique_ptr<AwsProvider>(new AwsProvider(std::move(options), endpoint));
 }
 
 AwsProvider::AwsProvider(Options options, std::string endpoint_url)
-    : options_(std::move(options)), endpoint_url_(std::move(endpoint_url)) {}
+    : options_(std::move(options)),
+      retry_(options_.retry),
+      endpoint_url_(std::move(endpoint_url)) {}
 
 absl::StatusOr<std::string> AwsProvider::Call(
     const std::string& action, std::vector<std::pair<std::string, std::string>> params,
@@ -490,45 +425,28 @@ absl::StatusOr<std::string> AwsProvider::Call(
   if (!url.ok()) return url.status();
 
   params.insert(params.begin(), {{"Action", action}, {"Version", kApiVersion}});
-  std::string body = FormEncode(params);
 
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  absl::Status last;
-  for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
-    if (attempt > 0) {
-      // Full jitter: a uniform wait in [0, min(cap, base * 2^attempt)].
-      absl::Duration ceiling =
-          std::min(options_.backoff_cap, options_.backoff_base * (1 << std::min(attempt, 20)));
-      std::uniform_real_distribution<double> fraction(0.0, 1.0);
-      options_.sleep(ceiling * fraction(rng));
-    }
-    HttpRequestToSign request{
-        .method = "POST",
-        .path = url->path,
-        .headers = {{"Host", url->authority},
-                    {"Content-Type", "application/x-www-form-urlencoded; charset=utf-8"}},
-        .body = body};
-    SigningParams signing{.region = signing_region, .service = "ec2", .time = options_.now()};
-    absl::StatusOr<SignedParts> signed_parts =
-        SignWithHeaders(request, options_.credentials, signing);
-    if (!signed_parts.ok()) return signed_parts.status();
-    std::vector<std::pair<std::string, std::string>> headers = request.headers;
-    headers.insert(headers.end(), signed_parts->additions.begin(), signed_parts->additions.end());
-
-    absl::StatusOr<HttpResponse> response =
-        CurlPost(endpoint, headers, body, options_.request_timeout);
-    if (!response.ok()) {
-      last = response.status();
-      continue;
-    }
-    if (response->status == 200) return std::move(response->body);
-    absl::StatusOr<Ec2Error> error = ParseEc2Error(response->body);
-    Ec2Error ec2_error = error.ok() ? *error : Ec2Error{};
-    last = Ec2ErrorToStatus(action, response->status, ec2_error, instance_type);
-    if (!IsRetryableEc2Error(response->status, ec2_error.code)) return last;
-  }
-  return absl::UnavailableError(absl::StrCat("gave up after ", options_.max_attempts,
-                                             " attempts; last error: ", last.message()));
+  SigV4Signer signer(options_.credentials, {.region = signing_region, .service = "ec2"},
+                     options_.now);
+  absl::StatusOr<HttpResponse> response = SendWithRetries(
+      {.method = "POST",
+       .url = endpoint,
+       .headers = {{"Host", url->authority},
+                   {"Content-Type", "application/x-www-form-urlencoded; charset=utf-8"}},
+       .body = FormEncode(params),
+       .timeout = options_.request_timeout},
+      absl::StrCat("EC2 ", action), retry_, &signer,
+      // EC2's retry traits: throttling and 5xx are transient, capacity errors are not.
+      [&](const HttpResponse& answer) -> std::optional<HttpFailure> {
+        if (answer.status == 200) return std::nullopt;
+        absl::StatusOr<Ec2Error> error = ParseEc2Error(answer.body);
+        const Ec2Error ec2_error = error.ok() ? *error : Ec2Error{};
+        return HttpFailure{
+            .status = Ec2ErrorToStatus(action, answer.status, ec2_error, instance_type),
+            .retryable = IsRetryableEc2Error(answer.status, ec2_error.code)};
+      });
+  if (!response.ok()) return response.status();
+  return std::move(response->body);
 }
 
 std::string AwsProvider::UserData(const LaunchRequest& request) const {
@@ -582,7 +500,7 @@ absl::StatusOr<LaunchResult> AwsProvider::Launch(const LaunchRequest& request) {
       {"InstanceMarketOptions.SpotOptions.SpotInstanceType", "one-time"},
       {"InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior", "terminate"},
       {"MetadataOptions.HttpTokens", "required"},
-      {"UserData", Base64(UserData(request))},
+      {"UserData", absl::Base64Escape(UserData(request))},
       {"TagSpecification.1.ResourceType", "instance"},
       {"TagSpecification.1.Tag.1.Key", kJobTag},
       {"TagSpecification.1.Tag.1.Value", request.job_id},

@@ -1,11 +1,13 @@
-// The AWS EC2 spot provider: the EC2 Query API (version 2016-11-15) over libcurl, signed with
-// SigV4. RunInstances (one-time spot, terminate on interruption, ClientToken, job tags, user data
-// that starts the worker and spotdnn-agent), DescribeInstances, TerminateInstances and
-// DescribeSpotPriceHistory (paged with NextToken). EC2 error codes map to statuses:
+// The AWS EC2 spot provider: the EC2 Query API (version 2016-11-15) over the launcher's HTTP
+// transport (http_retry.h), signed with SigV4. RunInstances (one-time spot, terminate on
+// interruption, ClientToken, job tags, user data that starts the worker and spotdnn-agent),
+// DescribeInstances, TerminateInstances and DescribeSpotPriceHistory (paged with NextToken). EC2
+// error codes map to statuses:
 //   InsufficientInstanceCapacity, SpotMaxPriceTooLow, ... -> RESOURCE_EXHAUSTED (re-plan without
-//   the type); RequestLimitExceeded and 5xx -> retried with backoff and jitter, then UNAVAILABLE;
-//   UnauthorizedOperation -> PERMISSION_DENIED naming the ec2: action; AuthFailure and other
-//   credential errors -> UNAUTHENTICATED; bad parameters -> INVALID_ARGUMENT.
+//   the type); RequestLimitExceeded and 5xx -> retried with backoff and jitter (Retry-After
+//   honoured), then UNAVAILABLE; UnauthorizedOperation -> PERMISSION_DENIED naming the ec2:
+//   action; AuthFailure and other credential errors -> UNAUTHENTICATED; bad parameters ->
+//   INVALID_ARGUMENT.
 // Messages never hold the secret key or the session token.
 #ifndef SPOTDNN_PROVISIONER_LAUNCHER_AWS_PROVIDER_H_
 #define SPOTDNN_PROVISIONER_LAUNCHER_AWS_PROVIDER_H_
@@ -19,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/backoff.h"
 #include "provisioner/launcher/cloud_provider.h"
 #include "provisioner/launcher/http.h"
 #include "provisioner/launcher/sigv4.h"
@@ -49,12 +52,6 @@ absl::StatusOr<AwsCredentials> ResolveAwsCredentials(const CredentialSources& so
 // when it lacks a key; never quoting the secret).
 absl::StatusOr<AwsCredentials> ParseCredentialsFile(const std::string& text,
                                                     const std::string& profile);
-
-// POSTs an x-www-form-urlencoded body with `headers` to `url` through libcurl. UNAVAILABLE on a
-// transport failure (the message names the URL, never the headers).
-absl::StatusOr<HttpResponse> CurlPost(
-    const std::string& url, const std::vector<std::pair<std::string, std::string>>& headers,
-    const std::string& body, absl::Duration timeout);
 
 // An EC2 error response (<Response><Errors><Error><Code>, <Message>; <RequestID>).
 struct Ec2Error {
@@ -92,14 +89,10 @@ class AwsProvider final : public CloudProvider {
     // %INSTANCE_ID% and %JOB_ID% are replaced at boot. Empty: the command runs alone.
     std::string agent_command =
         "spotdnn-agent --cloud=aws --instance_id=%INSTANCE_ID% --job_id=%JOB_ID%";
-    // Retries of throttled and 5xx calls: attempts in all, and the backoff (full jitter on
-    // base * 2^attempt, capped).
-    int max_attempts = 5;
-    absl::Duration backoff_base = absl::Milliseconds(200);
-    absl::Duration backoff_cap = absl::Seconds(20);
+    // Retries of throttled and 5xx calls (the launcher's shared defaults; tests record the
+    // waits through retry.sleep).
+    base::BackoffOptions retry;
     absl::Duration request_timeout = absl::Seconds(30);
-    // How to wait between attempts (tests record instead of sleeping). Default: absl::SleepFor.
-    std::function<void(absl::Duration)> sleep;
     absl::Time (*now)() = &absl::Now;
   };
 
@@ -132,6 +125,7 @@ class AwsProvider final : public CloudProvider {
   absl::Status TerminateBatch(const std::vector<std::string>& instance_ids);
 
   Options options_;
+  base::BackoffPolicy retry_;
   std::string endpoint_url_;
 };
 

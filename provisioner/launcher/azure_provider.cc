@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -43,15 +44,6 @@ const json& Child(const json& doc, const char* key) {
   if (!doc.is_object()) return *empty;
   auto it = doc.find(key);
   return it == doc.end() ? *empty : *it;
-}
-
-std::string Base64(absl::string_view data) {
-  std::string out(4 * ((data.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(data.data()),
-                          static_cast<int>(data.size()));
-  out.resize(n);
-  return out;
 }
 
 bool IsCapacityCode(const std::string& code, const std::string& message) {
@@ -131,13 +123,6 @@ bool ValidSegment(absl::string_view text, absl::string_view extra) {
 
 std::string Lower(absl::string_view text) { return absl::AsciiStrToLower(text); }
 
-RetryPolicy RetryOf(const AzureProvider::Options& options) {
-  return {.max_attempts = options.max_attempts,
-          .backoff_base = options.backoff_base,
-          .backoff_cap = options.backoff_cap,
-          .sleep = options.sleep};
-}
-
 InstanceState StateOf(const std::string& provisioning_state) {
   if (provisioning_state == "Succeeded") return InstanceState::kRunning;
   if (provisioning_state == "Deleting") return InstanceState::kShuttingDown;
@@ -208,7 +193,7 @@ absl::StatusOr<std::string> EphemeralSshPublicKey() {
   EVP_PKEY_free(key);  // the private half is never kept
   ERR_clear_error();
   if (!ok) return absl::InternalError("OpenSSL could not read the RSA key's modulus");
-  return absl::StrCat("ssh-rsa ", Base64(blob), " spotdnn-ephemeral");
+  return absl::StrCat("ssh-rsa ", absl::Base64Escape(blob), " spotdnn-ephemeral");
 }
 
 absl::StatusOr<std::unique_ptr<AzureProvider>> AzureProvider::Create(Options options) {
@@ -253,17 +238,14 @@ absl::StatusOr<std::unique_ptr<AzureProvider>> AzureProvider::Create(Options opt
     return absl::InvalidArgumentError(absl::StrCat("admin_username = \"", options.admin_username,
                                                    "\": letters, digits, - and _"));
   }
-  if (options.max_attempts < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_attempts = ", options.max_attempts, ": must be >= 1"));
-  }
-  if (!options.sleep) options.sleep = [](absl::Duration d) { absl::SleepFor(d); };
+  if (absl::Status s = ValidateCloudRetry(options.retry); !s.ok()) return s;
   return std::unique_ptr<AzureProvider>(
       new AzureProvider(std::move(options), std::move(endpoint), std::move(prices)));
 }
 
 AzureProvider::AzureProvider(Options options, std::string endpoint_url, std::string prices_url)
     : options_(std::move(options)),
+      retry_(options_.retry),
       endpoint_url_(std::move(endpoint_url)),
       prices_url_(std::move(prices_url)) {}
 
@@ -282,20 +264,15 @@ absl::StatusOr<HttpResponse> AzureProvider::Call(const std::string& method, cons
     request.headers.emplace_back("Content-Type", "application/json");
     request.body = body->dump();
   }
+  BearerTokenSigner bearer(options_.token_source.get());
   return SendWithRetries(
-      request, what, RetryOf(options_), options_.token_source.get(),
+      request, what, retry_, &bearer,
       [&](const HttpResponse& response) -> std::optional<HttpFailure> {
         if (response.status >= 200 && response.status < 300) return std::nullopt;
         ArmError error = ParseArmError(response.status, response.body);
-        HttpFailure failure{
+        return HttpFailure{
             .status = ArmErrorToStatus(what, error, action, instance_type, options_.resource_group),
             .retryable = IsRetryable(error)};
-        // Throttling says how long to wait.
-        double retry_after = 0;
-        if (absl::SimpleAtod(response.Header("retry-after"), &retry_after) && retry_after > 0) {
-          failure.retry_after = std::min(absl::Seconds(retry_after), 2 * options_.backoff_cap);
-        }
-        return failure;
       });
 }
 
@@ -342,7 +319,7 @@ absl::StatusOr<json> AzureProvider::VirtualMachineResource(const LaunchRequest& 
         {"osProfile",
          {{"computerName", name},
           {"adminUsername", options_.admin_username},
-          {"customData", Base64(script)},
+          {"customData", absl::Base64Escape(script)},
           {"linuxConfiguration",
            {{"disablePasswordAuthentication", true},
             {"ssh",
@@ -415,9 +392,8 @@ absl::Status AzureProvider::WaitForCreation(const HttpResponse& put, const std::
         }
         return absl::FailedPreconditionError(text);
       }
-      double retry_after = 0;
-      if (absl::SimpleAtod(polled->Header("retry-after"), &retry_after) && retry_after > 0) {
-        wait = std::min(absl::Seconds(retry_after), absl::Minutes(1));
+      if (const absl::Duration hint = RetryAfter(*polled); hint > absl::ZeroDuration()) {
+        wait = std::min(hint, absl::Minutes(1));
       }
     } else {
       absl::StatusOr<HttpResponse> got = Call("GET", VmUrl(name), nullptr, "virtualMachines/read");
@@ -425,7 +401,7 @@ absl::Status AzureProvider::WaitForCreation(const HttpResponse& put, const std::
       vm = json::parse(got->body, nullptr, /*allow_exceptions=*/false);
       continue;
     }
-    options_.sleep(wait);
+    retry_.Sleep(wait);
   }
 }
 
@@ -675,9 +651,8 @@ absl::StatusOr<std::vector<SpotPrice>> AzureProvider::SpotPrices(
     for (int page = 0; !url.empty(); ++page) {
       if (page >= 1000) return absl::InternalError("Azure Retail Prices: more than 1000 pages");
       absl::StatusOr<HttpResponse> response = SendWithRetries(
-          {.url = url, .timeout = options_.request_timeout}, "Azure Retail Prices",
-          RetryOf(options_), /*tokens=*/nullptr,
-          [&](const HttpResponse& answer) -> std::optional<HttpFailure> {
+          {.url = url, .timeout = options_.request_timeout}, "Azure Retail Prices", retry_,
+          /*signer=*/nullptr, [&](const HttpResponse& answer) -> std::optional<HttpFailure> {
             if (answer.status == 200) return std::nullopt;
             absl::Status status(
                 answer.status == 429 || answer.status >= 500

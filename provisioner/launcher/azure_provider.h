@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/backoff.h"
 #include "nlohmann/json.hpp"
 #include "provisioner/launcher/access_token.h"
 #include "provisioner/launcher/cloud_provider.h"
@@ -77,13 +78,12 @@ class AzureProvider final : public CloudProvider {
     std::string network_api_version = "2023-09-01";
     // The Retail Prices API (empty: https://prices.azure.com/api/retail/prices).
     std::string prices_url;
-    int max_attempts = 5;
-    absl::Duration backoff_base = absl::Milliseconds(200);
-    absl::Duration backoff_cap = absl::Seconds(20);
+    // Retries of throttled and 5xx calls (the launcher's shared defaults); its sleep also waits
+    // between operation polls.
+    base::BackoffOptions retry;
     absl::Duration request_timeout = absl::Seconds(30);
     absl::Duration operation_timeout = absl::Minutes(10);
     absl::Duration operation_poll = absl::Seconds(5);  // when the service gives no Retry-After
-    std::function<void(absl::Duration)> sleep;         // default: absl::SleepFor
     absl::Time (*now)() = &absl::Now;
   };
 
@@ -129,6 +129,7 @@ class AzureProvider final : public CloudProvider {
   std::string VmUrl(const std::string& name) const;
 
   Options options_;
+  base::BackoffPolicy retry_;
   std::string endpoint_url_;
   std::string prices_url_;
   std::mutex mu_;

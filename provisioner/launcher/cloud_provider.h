@@ -1,6 +1,8 @@
 // The launcher's view of a cloud: a CloudProvider turns a plan's instance counts into running
 // instances (one type, one role at a time), describes and terminates them, and reads live spot
-// prices. Implementations: LocalProvider (processes on this machine) and AwsProvider (EC2 spot).
+// prices. Implementations: LocalProvider (processes on this machine), AwsProvider (EC2 spot),
+// GceProvider (Compute Engine Spot VMs) and AzureProvider (Azure Spot VMs); provider_factory.h
+// makes the one a job spec names.
 #ifndef SPOTDNN_PROVISIONER_LAUNCHER_CLOUD_PROVIDER_H_
 #define SPOTDNN_PROVISIONER_LAUNCHER_CLOUD_PROVIDER_H_
 

@@ -1,17 +1,15 @@
 #include "provisioner/launcher/gce_provider.h"
 
 #include <algorithm>
-#include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "provisioner/launcher/gce_errors.h"
 #include "provisioner/launcher/google_auth.h"
 #include "provisioner/launcher/http.h"
 #include "provisioner/launcher/http_retry.h"
@@ -24,56 +22,12 @@ using nlohmann::json;
 
 constexpr char kDefaultEndpoint[] = "https://compute.googleapis.com/compute/v1";
 constexpr char kDefaultBillingEndpoint[] = "https://cloudbilling.googleapis.com/v1";
-// The Billing Catalog's service id of Compute Engine.
-constexpr char kComputeEngineService[] = "6F81-5844-456A";
 constexpr char kJobLabel[] = "spotdnn-job";
 constexpr char kRoleLabel[] = "spotdnn-role";
 constexpr char kIndexLabel[] = "spotdnn-index";
 constexpr char kLaunchLabel[] = "spotdnn-launch";
 constexpr char kJobMetadata[] = "spotdnn-job";
 constexpr char kTypeMetadata[] = "spotdnn-instance-type";
-// Marks a status as "this zone has no capacity": the launch tries the next zone.
-constexpr char kZoneCapacityPayload[] = "spotdnn.dev/gce-zone-capacity";
-
-// The IAM permissions each API method needs, named in PERMISSION_DENIED errors.
-std::string PermissionFor(const std::string& api_method) {
-  static const std::map<std::string, std::string> kPermissions = {
-      {"instances.insert",
-       "compute.instances.create (with compute.disks.create, compute.subnetworks.use, "
-       "compute.subnetworks.useExternalIp, compute.instances.setMetadata, "
-       "compute.instances.setLabels, compute.instances.setServiceAccount and "
-       "iam.serviceAccounts.actAs: roles/compute.instanceAdmin.v1 and "
-       "roles/iam.serviceAccountUser)"},
-      {"instances.get", "compute.instances.get"},
-      {"instances.aggregatedList", "compute.instances.list"},
-      {"instances.delete", "compute.instances.delete"},
-      {"zoneOperations.wait", "compute.zoneOperations.get"},
-      {"machineTypes.get", "compute.machineTypes.get"},
-  };
-  auto it = kPermissions.find(api_method);
-  return it == kPermissions.end() ? api_method : it->second;
-}
-
-bool IsZoneCapacityCode(absl::string_view text) {
-  return absl::StrContains(text, "ZONE_RESOURCE_POOL_EXHAUSTED") ||
-         absl::StrContains(text, "RESOURCE_POOL_EXHAUSTED") ||
-         absl::StrContains(text, "does not have enough resources available");
-}
-
-absl::Status ZoneCapacity(absl::Status status) {
-  status.SetPayload(kZoneCapacityPayload, absl::Cord("1"));
-  return status;
-}
-
-bool IsZoneCapacity(const absl::Status& status) {
-  return status.GetPayload(kZoneCapacityPayload).has_value();
-}
-
-std::string Text(const json& doc, const char* key) {
-  if (!doc.is_object()) return "";
-  auto it = doc.find(key);
-  return it != doc.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
 
 std::string LastSegment(const std::string& url) { return url.substr(url.rfind('/') + 1); }
 
@@ -101,144 +55,14 @@ std::string MetadataItem(const json& resource, const char* key) {
   auto items = metadata->find("items");
   if (items == metadata->end() || !items->is_array()) return "";
   for (const json& item : *items) {
-    if (Text(item, "key") == key) return Text(item, "value");
+    if (JsonText(item, "key") == key) return JsonText(item, "value");
   }
   return "";
 }
 
 std::string Label(const json& resource, const char* key) {
   auto labels = resource.find("labels");
-  return labels == resource.end() ? "" : Text(*labels, key);
-}
-
-// A Google API error as a status. `what` names the call.
-absl::Status GoogleErrorToStatus(const std::string& what, const GoogleApiError& error,
-                                 const std::string& permission, const std::string& instance_type) {
-  std::string text = absl::StrCat(what, ": HTTP ", error.http_status);
-  if (!error.status.empty()) absl::StrAppend(&text, " ", error.status);
-  if (!error.reason.empty()) absl::StrAppend(&text, " (", error.reason, ")");
-  if (!error.message.empty()) absl::StrAppend(&text, ": ", error.message);
-  const std::string replan =
-      instance_type.empty() ? "" : "; re-plan without instance type " + instance_type;
-  if (IsZoneCapacityCode(error.message) || IsZoneCapacityCode(error.reason)) {
-    return ZoneCapacity(absl::ResourceExhaustedError(text + replan));
-  }
-  if (error.reason == "quotaExceeded" || absl::StrContains(error.message, "QUOTA_EXCEEDED")) {
-    return absl::ResourceExhaustedError(text + replan);
-  }
-  switch (error.http_status) {
-    case 400:
-      return absl::InvalidArgumentError(text);
-    case 401:
-      return absl::UnauthenticatedError(text);
-    case 403:
-      if (error.reason == "rateLimitExceeded" || error.reason == "userRateLimitExceeded") {
-        return absl::UnavailableError(text);
-      }
-      return absl::PermissionDeniedError(absl::StrCat(text, "; the account needs ", permission));
-    case 404:
-      return absl::NotFoundError(text);
-    case 409:
-      if (error.reason == "alreadyExists" || error.status == "ALREADY_EXISTS") {
-        return absl::AlreadyExistsError(text);
-      }
-      return absl::FailedPreconditionError(text);
-    case 412:
-      return absl::FailedPreconditionError(text);
-    default:
-      break;
-  }
-  if (error.http_status == 429 || error.http_status >= 500) return absl::UnavailableError(text);
-  return absl::FailedPreconditionError(text);
-}
-
-bool IsRetryable(const GoogleApiError& error) {
-  if (IsZoneCapacityCode(error.message)) return false;
-  return error.http_status == 429 || error.http_status >= 500 ||
-         (error.http_status == 403 &&
-          (error.reason == "rateLimitExceeded" || error.reason == "userRateLimitExceeded"));
-}
-
-RetryPolicy RetryOf(const GceProvider::Options& options) {
-  return {.max_attempts = options.max_attempts,
-          .backoff_base = options.backoff_base,
-          .backoff_cap = options.backoff_cap,
-          .sleep = options.sleep};
-}
-
-// A Cloud Billing Catalog error that is not worth retrying as a status; `text` describes it.
-absl::Status BillingErrorToStatus(long http_status, const GoogleApiError& error,
-                                  const std::string& text) {
-  if (http_status == 400 && absl::StrContains(absl::AsciiStrToLower(error.message), "api key")) {
-    return absl::UnauthenticatedError(absl::StrCat(text, "; check the API key"));
-  }
-  if (http_status == 400) return absl::InvalidArgumentError(text);
-  if (http_status == 401) return absl::UnauthenticatedError(text);
-  if (http_status == 403) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(text,
-                     "; enable the Cloud Billing API (cloudbilling.googleapis.com) in the API "
-                     "key's project and allow the key to call it"));
-  }
-  if (http_status == 404) return absl::NotFoundError(text);
-  return absl::FailedPreconditionError(text);
-}
-
-// A price from a Google Money-like object ({"units": "1", "nanos": 500000000}).
-double MoneyOf(const json& money) {
-  double units = 0;
-  auto u = money.find("units");
-  if (u != money.end()) {
-    if (u->is_string()) {
-      (void)absl::SimpleAtod(u->get<std::string>(), &units);
-    } else if (u->is_number()) {
-      units = u->get<double>();
-    }
-  }
-  auto n = money.find("nanos");
-  const double nanos = n != money.end() && n->is_number() ? n->get<double>() : 0;
-  return units + nanos / 1e9;
-}
-
-// "Spot Preemptible Nvidia Tesla V100 GPU running in Americas" -> "v100 gpu" (and whether it was
-// the "Spot Preemptible" name); empty when it is not a preemptible SKU description.
-std::pair<std::string, bool> NormalizedSku(const std::string& description) {
-  const std::string lower = absl::AsciiStrToLower(description);
-  absl::string_view view = lower;
-  const bool spot = absl::ConsumePrefix(&view, "spot preemptible ");
-  if (!spot && !absl::ConsumePrefix(&view, "preemptible ")) return {"", false};
-  std::string text(view.substr(0, view.find(" running in ")));
-  std::vector<std::string> words;
-  for (absl::string_view w : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
-    if (w == "nvidia" || w == "tesla") continue;
-    words.emplace_back(w);
-  }
-  return {absl::StrJoin(words, " "), spot};
-}
-
-std::string AcceleratorKey(const std::string& accelerator_type) {
-  std::vector<std::string> words;
-  for (absl::string_view w : absl::StrSplit(accelerator_type, '-', absl::SkipEmpty())) {
-    if (w == "nvidia" || w == "tesla") continue;
-    words.emplace_back(w);
-  }
-  return absl::StrCat(absl::StrJoin(words, " "), " gpu");
-}
-
-// The per-unit price of the tier starting at 0 of a SKU's first pricing info; -1 when absent or
-// in another unit than `unit`.
-double UnitPrice(const json& sku, const std::string& unit) {
-  auto info = sku.find("pricingInfo");
-  if (info == sku.end() || !info->is_array() || info->empty()) return -1;
-  const json& expression = (*info)[0].value("pricingExpression", json::object());
-  if (Text(expression, "usageUnit") != unit) return -1;
-  auto rates = expression.find("tieredRates");
-  if (rates == expression.end() || !rates->is_array()) return -1;
-  for (const json& rate : *rates) {
-    const double start = rate.value("startUsageAmount", 0.0);
-    if (start == 0 && rate.contains("unitPrice")) return MoneyOf(rate["unitPrice"]);
-  }
-  return -1;
+  return labels == resource.end() ? "" : JsonText(*labels, key);
 }
 
 }  // namespace
@@ -295,36 +119,6 @@ std::string GceLabelValue(const std::string& text) {
   return out;
 }
 
-GoogleApiError ParseGoogleApiError(long http_status, const std::string& body) {
-  GoogleApiError out;
-  out.http_status = http_status;
-  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object() || !doc.contains("error")) return out;
-  const json& error = doc["error"];
-  if (error.is_string()) {  // OAuth-style {"error": "invalid_grant"}
-    out.reason = error.get<std::string>();
-    out.message = Text(doc, "error_description");
-    return out;
-  }
-  out.status = Text(error, "status");
-  out.message = Text(error, "message");
-  auto errors = error.find("errors");
-  if (errors != error.end() && errors->is_array() && !errors->empty()) {
-    out.reason = Text((*errors)[0], "reason");
-  }
-  // Newer errors carry the reason in details[].reason (google.rpc.ErrorInfo).
-  auto details = error.find("details");
-  if (out.reason.empty() && details != error.end() && details->is_array()) {
-    for (const json& d : *details) {
-      if (!Text(d, "reason").empty()) {
-        out.reason = Text(d, "reason");
-        break;
-      }
-    }
-  }
-  return out;
-}
-
 absl::StatusOr<std::unique_ptr<GceProvider>> GceProvider::Create(Options options) {
   if (options.project.empty()) return absl::InvalidArgumentError("project is empty");
   for (char c : options.project) {
@@ -356,20 +150,17 @@ absl::StatusOr<std::unique_ptr<GceProvider>> GceProvider::Create(Options options
   if (options.token_source == nullptr) {
     return absl::InvalidArgumentError("token_source is null: Compute Engine calls need a token");
   }
-  if (options.max_attempts < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_attempts = ", options.max_attempts, ": must be >= 1"));
-  }
+  if (absl::Status s = ValidateCloudRetry(options.retry); !s.ok()) return s;
   if (options.boot_disk_gb < 10) {
     return absl::InvalidArgumentError(
         absl::StrCat("boot_disk_gb = ", options.boot_disk_gb, ": must be >= 10"));
   }
-  if (!options.sleep) options.sleep = [](absl::Duration d) { absl::SleepFor(d); };
   return std::unique_ptr<GceProvider>(new GceProvider(std::move(options), endpoint, billing));
 }
 
 GceProvider::GceProvider(Options options, std::string endpoint_url, std::string billing_url)
     : options_(std::move(options)),
+      retry_(options_.retry),
       endpoint_url_(std::move(endpoint_url)),
       billing_url_(std::move(billing_url)) {}
 
@@ -386,14 +177,15 @@ absl::StatusOr<json> GceProvider::Call(const std::string& method, const std::str
     request.headers.emplace_back("Content-Type", "application/json");
     request.body = body->dump();
   }
+  BearerTokenSigner bearer(options_.token_source.get());
   absl::StatusOr<HttpResponse> response = SendWithRetries(
-      request, what, RetryOf(options_), options_.token_source.get(),
+      request, what, retry_, &bearer,
       [&](const HttpResponse& answer) -> std::optional<HttpFailure> {
         if (answer.status >= 200 && answer.status < 300) return std::nullopt;
         GoogleApiError error = ParseGoogleApiError(answer.status, answer.body);
         return HttpFailure{
-            .status = GoogleErrorToStatus(what, error, PermissionFor(api_method), instance_type),
-            .retryable = IsRetryable(error)};
+            .status = GoogleErrorToStatus(what, error, GcePermissionFor(api_method), instance_type),
+            .retryable = IsRetryableGoogleError(error)};
       });
   if (!response.ok()) return response.status();
   if (response->body.empty()) return json::object();
@@ -409,13 +201,13 @@ absl::Status GceProvider::WaitForOperation(const std::string& zone, const json& 
                                            const std::string& instance_type) {
   json op = operation;
   const absl::Time deadline = options_.now() + options_.operation_timeout;
-  while (Text(op, "status") != "DONE") {
+  while (JsonText(op, "status") != "DONE") {
     if (options_.now() >= deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat("GCE operation ", Text(op, "name"), " in ", zone, " not done after ",
+          absl::StrCat("GCE operation ", JsonText(op, "name"), " in ", zone, " not done after ",
                        absl::FormatDuration(options_.operation_timeout)));
     }
-    const std::string name = Text(op, "name");
+    const std::string name = JsonText(op, "name");
     if (name.empty()) return absl::InternalError("GCE: an operation without a name");
     // operations.wait answers when the operation is done or after about two minutes.
     absl::StatusOr<json> next =
@@ -429,15 +221,17 @@ absl::Status GceProvider::WaitForOperation(const std::string& zone, const json& 
   std::vector<std::string> codes;
   std::vector<std::string> messages;
   for (const json& e : error->value("errors", json::array())) {
-    codes.push_back(Text(e, "code"));
-    messages.push_back(absl::StrCat(Text(e, "code"), ": ", Text(e, "message")));
+    codes.push_back(JsonText(e, "code"));
+    messages.push_back(absl::StrCat(JsonText(e, "code"), ": ", JsonText(e, "message")));
   }
   const std::string text = absl::StrCat(
-      "GCE instances.insert of ", instance_type, " in ", zone,
-      " failed: ", messages.empty() ? Text(op, "httpErrorMessage") : absl::StrJoin(messages, "; "));
+      "GCE instances.insert of ", instance_type, " in ", zone, " failed: ",
+      messages.empty() ? JsonText(op, "httpErrorMessage") : absl::StrJoin(messages, "; "));
   const std::string replan = "; re-plan without instance type " + instance_type;
   for (const std::string& code : codes) {
-    if (IsZoneCapacityCode(code)) return ZoneCapacity(absl::ResourceExhaustedError(text + replan));
+    if (IsGceZoneCapacityCode(code)) {
+      return GceZoneCapacity(absl::ResourceExhaustedError(text + replan));
+    }
   }
   for (const std::string& code : codes) {
     if (code == "QUOTA_EXCEEDED") return absl::ResourceExhaustedError(text + replan);
@@ -512,17 +306,17 @@ absl::StatusOr<json> GceProvider::InstanceResource(const LaunchRequest& request,
 
 Instance GceProvider::ToInstance(const json& resource) {
   Instance instance;
-  instance.id = Text(resource, "name");
-  const std::string zone = LastSegment(Text(resource, "zone"));
+  instance.id = JsonText(resource, "name");
+  const std::string zone = LastSegment(JsonText(resource, "zone"));
   if (!zone.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     zone_of_[instance.id] = zone;
   }
   instance.instance_type = MetadataItem(resource, kTypeMetadata);
   if (instance.instance_type.empty()) {
-    instance.instance_type = LastSegment(Text(resource, "machineType"));
+    instance.instance_type = LastSegment(JsonText(resource, "machineType"));
   }
-  instance.state = StateOf(Text(resource, "status"));
+  instance.state = StateOf(JsonText(resource, "status"));
   instance.job_id = MetadataItem(resource, kJobMetadata);
   if (instance.job_id.empty()) instance.job_id = Label(resource, kJobLabel);
   absl::StatusOr<Role> role = ParseRole(Label(resource, kRoleLabel));
@@ -531,15 +325,16 @@ Instance GceProvider::ToInstance(const json& resource) {
   auto nics = resource.find("networkInterfaces");
   if (nics != resource.end() && nics->is_array() && !nics->empty()) {
     const json& nic = (*nics)[0];
-    instance.private_address = Text(nic, "networkIP");
+    instance.private_address = JsonText(nic, "networkIP");
     auto access = nic.find("accessConfigs");
     if (access != nic.end() && access->is_array() && !access->empty()) {
-      instance.public_address = Text((*access)[0], "natIP");
+      instance.public_address = JsonText((*access)[0], "natIP");
     }
   }
   absl::Time created;
   std::string error;
-  if (absl::ParseTime(absl::RFC3339_full, Text(resource, "creationTimestamp"), &created, &error)) {
+  if (absl::ParseTime(absl::RFC3339_full, JsonText(resource, "creationTimestamp"), &created,
+                      &error)) {
     instance.launch_time = created;
   }
   // The metadata server answers only the VM itself: its agent reports.
@@ -567,7 +362,7 @@ absl::StatusOr<std::vector<json>> GceProvider::AggregatedList(const std::string&
         for (const json& instance : *instances) out.push_back(instance);
       }
     }
-    page_token = Text(*body, "nextPageToken");
+    page_token = JsonText(*body, "nextPageToken");
     if (page_token.empty()) return out;
   }
   return absl::InternalError("GCE instances.aggregatedList: more than 1000 pages");
@@ -593,7 +388,7 @@ absl::StatusOr<LaunchResult> GceProvider::Launch(const LaunchRequest& request) {
   if (!existing_list.ok()) return existing_list.status();
   std::map<std::string, json> existing;
   for (json& resource : *existing_list) {
-    const std::string name = Text(resource, "name");  // before the move (json's = takes a copy)
+    const std::string name = JsonText(resource, "name");  // before the move (json's = takes a copy)
     existing[name] = std::move(resource);
   }
 
@@ -628,7 +423,7 @@ absl::StatusOr<LaunchResult> GceProvider::Launch(const LaunchRequest& request) {
       absl::Status status = operation.ok()
                                 ? WaitForOperation(zone, *operation, request.instance_type)
                                 : operation.status();
-      if (IsZoneCapacity(status)) {
+      if (IsGceZoneCapacity(status)) {
         exhausted_zones.push_back(zone);
         ++zone_index;
         continue;
@@ -699,7 +494,7 @@ absl::Status GceProvider::Terminate(const std::vector<std::string>& instance_ids
       absl::StatusOr<std::vector<json>> found = AggregatedList(absl::StrCat("name = \"", id, "\""));
       if (!found.ok()) return found.status();
       for (const json& resource : *found) {
-        if (Text(resource, "name") == id) zone = LastSegment(Text(resource, "zone"));
+        if (JsonText(resource, "name") == id) zone = LastSegment(JsonText(resource, "zone"));
       }
     }
     if (zone.empty()) {
@@ -723,137 +518,6 @@ absl::Status GceProvider::Terminate(const std::vector<std::string>& instance_ids
   return absl::NotFoundError(absl::StrCat("GCE instances.delete: unknown instance(s) ",
                                           absl::StrJoin(unknown, ", "), " in project ",
                                           options_.project, "; the others were deleted"));
-}
-
-absl::StatusOr<std::vector<SpotPrice>> GceProvider::SpotPrices(
-    const std::vector<std::string>& instance_types, const std::string& region_arg) {
-  if (instance_types.empty()) return std::vector<SpotPrice>{};
-  std::string region = region_arg;
-  if (region.empty()) {
-    absl::StatusOr<std::string> of_zone = GceRegionOf(options_.zone);
-    if (!of_zone.ok()) return of_zone.status();
-    region = *of_zone;
-  }
-  if (options_.api_key.empty()) {
-    return absl::InvalidArgumentError(
-        "api_key is empty: the Cloud Billing Catalog API needs an API key (--api-key-file FILE "
-        "or $GOOGLE_API_KEY)");
-  }
-  // What each type is made of.
-  struct Shape {
-    double cpus = 0;
-    double memory_gib = 0;
-    std::string family;               // "n1"
-    std::map<std::string, int> gpus;  // accelerator type -> count
-  };
-  std::map<std::string, Shape> shapes;
-  for (const std::string& type : instance_types) {
-    absl::StatusOr<GceMachineSpec> spec = ParseGceInstanceType(type);
-    if (!spec.ok()) return spec.status();
-    absl::StatusOr<json> machine =
-        Call("GET", absl::StrCat(ZoneUrl(options_.zone), "/machineTypes/", spec->machine_type),
-             nullptr, "machineTypes.get");
-    if (!machine.ok()) return machine.status();
-    Shape shape;
-    shape.cpus = machine->value("guestCpus", 0.0);
-    shape.memory_gib = machine->value("memoryMb", 0.0) / 1024.0;
-    shape.family = spec->machine_type.substr(0, spec->machine_type.find('-'));
-    for (const json& a : machine->value("accelerators", json::array())) {
-      shape.gpus[Text(a, "guestAcceleratorType")] += a.value("guestAcceleratorCount", 0);
-    }
-    if (spec->accelerator_count > 0) shape.gpus[spec->accelerator_type] += spec->accelerator_count;
-    if (shape.cpus <= 0 || shape.memory_gib <= 0) {
-      return absl::InternalError(absl::StrCat("GCE machineTypes.get ", spec->machine_type,
-                                              ": no guestCpus or memoryMb in the answer"));
-    }
-    shapes[type] = shape;
-  }
-
-  // Every preemptible Compute Engine SKU of the region, by normalized description.
-  struct Rate {
-    double price = -1;
-    bool spot = false;  // a "Spot Preemptible" SKU (preferred over a plain "Preemptible" one)
-  };
-  std::map<std::string, Rate> rates;  // "n1 predefined instance core" -> price per unit
-  std::string page_token;
-  for (int page = 0;; ++page) {
-    if (page >= 1000) return absl::InternalError("Cloud Billing Catalog: more than 1000 pages");
-    std::vector<std::pair<std::string, std::string>> query = {{"currencyCode", "USD"},
-                                                              {"pageSize", "5000"}};
-    if (!page_token.empty()) query.emplace_back("pageToken", page_token);
-    const std::string url = absl::StrCat(billing_url_, "/services/", kComputeEngineService,
-                                         "/skus?", QueryString(query));
-    absl::StatusOr<HttpResponse> response = SendWithRetries(
-        {.url = url,
-         .headers = {{"X-Goog-Api-Key", options_.api_key}},
-         .timeout = options_.request_timeout},
-        "Cloud Billing Catalog", RetryOf(options_), /*tokens=*/nullptr,
-        [&](const HttpResponse& answer) -> std::optional<HttpFailure> {
-          if (answer.status == 200) return std::nullopt;
-          GoogleApiError error = ParseGoogleApiError(answer.status, answer.body);
-          std::string text =
-              absl::StrCat("Cloud Billing Catalog services.skus.list: HTTP ", answer.status, " ",
-                           error.status, error.message.empty() ? "" : ": ", error.message);
-          if (IsRetryable(error)) {
-            return HttpFailure{.status = absl::UnavailableError(text), .retryable = true};
-          }
-          return HttpFailure{.status = BillingErrorToStatus(answer.status, error, text)};
-        });
-    if (!response.ok()) return response.status();
-    json doc = json::parse(response->body, nullptr, /*allow_exceptions=*/false);
-    if (!doc.is_object()) {
-      return absl::InternalError("Cloud Billing Catalog: the response is not a JSON object");
-    }
-    for (const json& sku : doc.value("skus", json::array())) {
-      const json& category = sku.value("category", json::object());
-      if (Text(category, "resourceFamily") != "Compute" ||
-          Text(category, "usageType") != "Preemptible") {
-        continue;
-      }
-      const json& regions = sku.value("serviceRegions", json::array());
-      if (std::find(regions.begin(), regions.end(), region) == regions.end()) continue;
-      auto [key, spot] = NormalizedSku(Text(sku, "description"));
-      if (key.empty()) continue;
-      const std::string unit = absl::EndsWith(key, " ram") ? "GiBy.h" : "h";
-      const double price = UnitPrice(sku, unit);
-      if (price < 0) continue;
-      Rate& rate = rates[key];
-      if (rate.price < 0 || (spot && !rate.spot)) rate = {price, spot};
-    }
-    page_token = Text(doc, "nextPageToken");
-    if (page_token.empty()) break;
-  }
-  auto rate_of = [&](const std::vector<std::string>& keys) {
-    for (const std::string& key : keys) {
-      auto it = rates.find(key);
-      if (it != rates.end()) return it->second.price;
-    }
-    return -1.0;
-  };
-
-  std::vector<SpotPrice> out;
-  const absl::Time now = options_.now();
-  for (const auto& [type, shape] : shapes) {
-    const std::string f = shape.family;
-    const double core =
-        rate_of({f + " predefined instance core", f + " instance core", f + " amd instance core"});
-    const double ram =
-        rate_of({f + " predefined instance ram", f + " instance ram", f + " amd instance ram"});
-    if (core < 0 || ram < 0) continue;
-    double price = shape.cpus * core + shape.memory_gib * ram;
-    bool priced = true;
-    for (const auto& [accelerator, count] : shape.gpus) {
-      const double gpu = rate_of({AcceleratorKey(accelerator)});
-      if (gpu < 0) priced = false;
-      price += count * gpu;
-    }
-    if (!priced) continue;
-    out.push_back({.instance_type = type,
-                   .availability_zone = region,
-                   .price_per_hour = price,
-                   .timestamp = now});
-  }
-  return out;
 }
 
 }  // namespace spotdnn::launcher

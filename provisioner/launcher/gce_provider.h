@@ -27,9 +27,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/backoff.h"
 #include "nlohmann/json.hpp"
 #include "provisioner/launcher/access_token.h"
 #include "provisioner/launcher/cloud_provider.h"
+#include "provisioner/launcher/gce_errors.h"
 
 namespace spotdnn::launcher {
 
@@ -49,17 +51,6 @@ absl::StatusOr<std::string> GceRegionOf(const std::string& zone);
 
 // A label value from free text: lowercase letters, digits, '-' and '_', at most 63 characters.
 std::string GceLabelValue(const std::string& text);
-
-// A Google API error ({"error": {"code", "message", "status", "errors": [{"reason"}]}}).
-struct GoogleApiError {
-  long http_status = 0;
-  std::string status;  // e.g. "PERMISSION_DENIED"
-  std::string reason;  // the first errors[].reason, e.g. "rateLimitExceeded"
-  std::string message;
-};
-
-// Parses a Google API error body (an empty error when the body is not one).
-GoogleApiError ParseGoogleApiError(long http_status, const std::string& body);
 
 // The Compute Engine provider.
 class GceProvider final : public CloudProvider {
@@ -88,14 +79,12 @@ class GceProvider final : public CloudProvider {
     // its API key (sent in X-Goog-Api-Key, never in a URL).
     std::string billing_endpoint_url;
     std::string api_key;
-    // Retries of throttled and 5xx calls, as for AWS.
-    int max_attempts = 5;
-    absl::Duration backoff_base = absl::Milliseconds(200);
-    absl::Duration backoff_cap = absl::Seconds(20);
+    // Retries of throttled and 5xx calls (the launcher's shared defaults); its sleep also waits
+    // between operation polls.
+    base::BackoffOptions retry;
     absl::Duration request_timeout = absl::Seconds(30);
     // How long an insert's operation may take before the launch gives up on it.
     absl::Duration operation_timeout = absl::Minutes(5);
-    std::function<void(absl::Duration)> sleep;  // default: absl::SleepFor
     absl::Time (*now)() = &absl::Now;
   };
 
@@ -139,6 +128,7 @@ class GceProvider final : public CloudProvider {
   std::string ZoneUrl(const std::string& zone) const;
 
   Options options_;
+  base::BackoffPolicy retry_;
   std::string endpoint_url_;
   std::string billing_url_;
   std::mutex mu_;

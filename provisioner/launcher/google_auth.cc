@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -63,41 +64,11 @@ std::string DefaultMetadataBase(const std::function<std::string(const std::strin
 
 }  // namespace
 
-std::string Base64UrlEncode(absl::string_view data) {
-  std::string out(4 * ((data.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(data.data()),
-                          static_cast<int>(data.size()));
-  out.resize(n);
-  while (!out.empty() && out.back() == '=') out.pop_back();
-  for (char& c : out) {
-    if (c == '+') c = '-';
-    if (c == '/') c = '_';
-  }
-  return out;
-}
+std::string Base64UrlEncode(absl::string_view data) { return absl::WebSafeBase64Escape(data); }
 
 absl::StatusOr<std::string> Base64UrlDecode(absl::string_view text) {
-  std::string standard(text);
-  while (!standard.empty() && standard.back() == '=') standard.pop_back();
-  for (char& c : standard) {
-    if (c == '-') {
-      c = '+';
-    } else if (c == '_') {
-      c = '/';
-    } else if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)))) {
-      return absl::InvalidArgumentError("not base64url: an invalid character");
-    }
-  }
-  if (standard.size() % 4 == 1) return absl::InvalidArgumentError("not base64url: bad length");
-  const size_t padding = (4 - standard.size() % 4) % 4;
-  standard.append(padding, '=');
-  std::string out(standard.size() / 4 * 3, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(standard.data()),
-                          static_cast<int>(standard.size()));
-  if (n < 0) return absl::InvalidArgumentError("not base64url");
-  out.resize(n - padding);
+  std::string out;
+  if (!absl::WebSafeBase64Unescape(text, &out)) return absl::InvalidArgumentError("not base64url");
   return out;
 }
 

@@ -1,6 +1,9 @@
-// Plain HTTP(S) requests through libcurl for the cloud providers: any method, headers in and out,
-// a body, a timeout. Errors name the method and the URL without its query string; headers (which
-// carry tokens and keys) never appear in a message.
+// Plain HTTP(S) requests through libcurl: any method, headers in and out, a body, a timeout. The
+// one blocking libcurl request path of the tree (the cloud providers through the retrying
+// transport in http_retry.h; token and metadata fetches, the metadata emulator's notices and the
+// detector load bench directly; only the detector's event-driven poller drives curl_multi
+// itself). Errors name the method and the URL without its query string; headers (which carry
+// tokens and keys) never appear in a message.
 #ifndef SPOTDNN_PROVISIONER_LAUNCHER_HTTP_H_
 #define SPOTDNN_PROVISIONER_LAUNCHER_HTTP_H_
 

@@ -195,7 +195,8 @@ absl::Status EmulatorMetadataClient::PublishSpotNotice(const std::string& instan
   std::string url = absl::StrCat(
       base_url_, "/emulator/notice?instance=", UriEncode(instance_id, false),
       "&cloud=aws&kind=notice&action=terminate&in_ms=0&effective_in_ms=", effective_ms);
-  absl::StatusOr<HttpResponse> response = CurlPost(url, {}, "", absl::Seconds(5));
+  absl::StatusOr<HttpResponse> response =
+      HttpSend({.method = "POST", .url = url, .timeout = absl::Seconds(5)});
   if (!response.ok()) {
     return absl::UnavailableError(absl::StrCat("metadata emulator at ", base_url_,
                                                " is not reachable: ", response.status().message()));

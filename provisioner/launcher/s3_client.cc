@@ -1,33 +1,24 @@
 #include "provisioner/launcher/s3_client.h"
 
-#include <curl/curl.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
 #include <algorithm>
 #include <mutex>
-#include <random>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "provisioner/launcher/http_retry.h"
 
 namespace spotdnn::launcher {
 namespace {
 
 void GlobalInit() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    xmlInitParser();
-  });
-}
-
-size_t AppendToString(char* data, size_t size, size_t count, void* out) {
-  static_cast<std::string*>(out)->append(data, size * count);
-  return size * count;
+  std::call_once(once, [] { xmlInitParser(); });
 }
 
 struct XmlDocDeleter {
@@ -71,6 +62,7 @@ bool ValidBucket(absl::string_view bucket) {
   return absl::ascii_isalnum(bucket.front()) && absl::ascii_isalnum(bucket.back());
 }
 
+// S3's retry traits: 5xx, 429, SlowDown and timeouts are transient.
 bool RetryableS3Error(long status, const std::string& code) {
   return status >= 500 || status == 429 || code == "SlowDown" || code == "RequestTimeout" ||
          code == "InternalError" || code == "ServiceUnavailable";
@@ -167,11 +159,7 @@ absl::StatusOr<std::unique_ptr<S3Client>> S3Client::Create(Options options) {
         absl::StrCat("credentials ", options.credentials.DebugString(),
                      ": need an access key id and a secret access key"));
   }
-  if (options.max_attempts < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_attempts = ", options.max_attempts, ": must be >= 1"));
-  }
-  if (!options.sleep) options.sleep = [](absl::Duration d) { absl::SleepFor(d); };
+  if (absl::Status s = ValidateCloudRetry(options.retry); !s.ok()) return s;
   return std::unique_ptr<S3Client>(new S3Client(std::move(options)));
 }
 
@@ -196,87 +184,32 @@ absl::StatusOr<std::string> S3Client::Call(
     const std::string& action) {
   GlobalInit();
   const std::string what = absl::StrCat("s3://", bucket, "/", key);
-  // Host and the raw path to sign, from the URL the request goes to.
-  const std::string url = ObjectUrl(bucket, key);
-  absl::string_view rest = url;
-  rest.remove_prefix(url.find("://") + 3);
-  const size_t slash = rest.find('/');
-  const std::string authority(rest.substr(0, slash));
-  const std::string raw_path = !options_.endpoint_url.empty() || absl::StrContains(bucket, '.')
-                                   ? absl::StrCat("/", bucket, "/", key)
-                                   : absl::StrCat("/", key);
-  std::string full_url = url;
-  if (!query.empty()) absl::StrAppend(&full_url, "?", FormEncode(query));
-
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  absl::Status last;
-  for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
-    if (attempt > 0) {
-      const absl::Duration ceiling =
-          std::min(options_.backoff_cap, options_.backoff_base * (1 << std::min(attempt, 20)));
-      std::uniform_real_distribution<double> fraction(0.0, 1.0);
-      options_.sleep(ceiling * fraction(rng));
-    }
-    HttpRequestToSign request{.method = method,
-                              .path = raw_path,
-                              .query = query,
-                              .headers = {{"Host", authority}},
-                              .body = body};
-    SigningParams signing{.region = options_.region,
-                          .service = "s3",
-                          .time = options_.now(),
-                          .normalize_path = false,
-                          .sign_body = true};
-    absl::StatusOr<SignedParts> parts = SignWithHeaders(request, options_.credentials, signing);
-    if (!parts.ok()) return parts.status();
-
-    CURL* curl = curl_easy_init();
-    if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
-    curl_slist* headers = nullptr;
-    for (const auto& [name, value] : request.headers) {
-      headers = curl_slist_append(headers, absl::StrCat(name, ": ", value).c_str());
-    }
-    for (const auto& [name, value] : parts->additions) {
-      headers = curl_slist_append(headers, absl::StrCat(name, ": ", value).c_str());
-    }
-    headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
-    if (method == "PUT") {
-      headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
-      curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "PUT");
-      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
-      curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-    }
-    Response response;
-    curl_easy_setopt(curl, CURLOPT_URL, full_url.c_str());
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS,
-                     static_cast<long>(absl::ToInt64Milliseconds(options_.request_timeout)));
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &AppendToString);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
-    const CURLcode rc = curl_easy_perform(curl);
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
-    curl_slist_free_all(headers);
-    curl_easy_cleanup(curl);
-    if (rc != CURLE_OK) {
-      last = absl::UnavailableError(
-          absl::StrCat(action, " ", what, ": ", url, ": ", curl_easy_strerror(rc)));
-      continue;
-    }
-    if (response.status >= 200 && response.status < 300) return std::move(response.body);
-    std::string code, message;
-    if (XmlDocPtr doc = ParseXml(response.body); doc != nullptr) {
-      const xmlNode* root = xmlDocGetRootElement(doc.get());
-      if (Named(root, "Error")) {
-        code = ChildText(root, "Code");
-        message = ChildText(root, "Message");
-      }
-    }
-    last = S3ErrorToStatus(action, what, response.status, code, message);
-    if (!RetryableS3Error(response.status, code)) return last;
-  }
-  return absl::UnavailableError(absl::StrCat("gave up after ", options_.max_attempts,
-                                             " attempts; last error: ", last.message()));
+  std::string url = ObjectUrl(bucket, key);
+  if (!query.empty()) absl::StrAppend(&url, "?", FormEncode(query));
+  HttpRequest request{
+      .method = method, .url = url, .body = body, .timeout = options_.request_timeout};
+  if (method == "PUT") request.headers.emplace_back("Content-Type", "application/octet-stream");
+  SigV4Signer signer(
+      options_.credentials,
+      {.region = options_.region, .service = "s3", .normalize_path = false, .sign_body = true},
+      options_.now);
+  absl::StatusOr<HttpResponse> response = SendWithRetries(
+      request, absl::StrCat(action, " ", what), retry_, &signer,
+      [&](const HttpResponse& answer) -> std::optional<HttpFailure> {
+        if (answer.status >= 200 && answer.status < 300) return std::nullopt;
+        std::string code, message;
+        if (XmlDocPtr doc = ParseXml(answer.body); doc != nullptr) {
+          const xmlNode* root = xmlDocGetRootElement(doc.get());
+          if (Named(root, "Error")) {
+            code = ChildText(root, "Code");
+            message = ChildText(root, "Message");
+          }
+        }
+        return HttpFailure{.status = S3ErrorToStatus(action, what, answer.status, code, message),
+                           .retryable = RetryableS3Error(answer.status, code)};
+      });
+  if (!response.ok()) return response.status();
+  return std::move(response->body);
 }
 
 absl::Status S3Client::PutObject(const std::string& bucket, const std::string& key,

@@ -1,12 +1,13 @@
 // A minimal Amazon S3 client: PutObject, GetObject and ListObjectsV2 (every page, following
-// continuation tokens) over libcurl, signed with SigV4 (sigv4.h) with the payload's SHA-256 in
-// x-amz-content-sha256. Virtual-hosted URLs on AWS (https://BUCKET.s3.REGION.amazonaws.com/KEY;
-// path-style for bucket names with dots), path-style URLs (ENDPOINT/BUCKET/KEY) on an endpoint
-// override (other S3-compatible stores, tests). S3 errors map to statuses: NoSuchKey and
-// NoSuchBucket -> NOT_FOUND, AccessDenied -> PERMISSION_DENIED naming the s3: action,
-// InvalidAccessKeyId, SignatureDoesNotMatch and expired tokens -> UNAUTHENTICATED, 5xx, SlowDown
-// and transport failures -> retried with backoff, then UNAVAILABLE. Messages never hold the
-// secret key or the session token.
+// continuation tokens) over the launcher's HTTP transport (http_retry.h), signed with SigV4
+// (sigv4.h) with the payload's SHA-256 in x-amz-content-sha256. Virtual-hosted URLs on AWS
+// (https://BUCKET.s3.REGION.amazonaws.com/KEY; path-style for bucket names with dots), path-style
+// URLs (ENDPOINT/BUCKET/KEY) on an endpoint override (other S3-compatible stores, tests). S3
+// errors map to statuses: NoSuchKey and NoSuchBucket -> NOT_FOUND, AccessDenied ->
+// PERMISSION_DENIED naming the s3: action, InvalidAccessKeyId, SignatureDoesNotMatch and expired
+// tokens -> UNAUTHENTICATED, 5xx, SlowDown and transport failures -> retried with backoff
+// (Retry-After honoured), then UNAVAILABLE. Messages never hold the secret key or the session
+// token.
 #ifndef SPOTDNN_PROVISIONER_LAUNCHER_S3_CLIENT_H_
 #define SPOTDNN_PROVISIONER_LAUNCHER_S3_CLIENT_H_
 
@@ -21,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "base/backoff.h"
 #include "provisioner/launcher/sigv4.h"
 
 namespace spotdnn::launcher {
@@ -52,11 +54,8 @@ class S3Client {
     std::string endpoint_url;
     AwsCredentials credentials;
     absl::Duration request_timeout = absl::Seconds(60);
-    // Attempts in all for 5xx, SlowDown and transport failures; full jitter on base * 2^attempt.
-    int max_attempts = 4;
-    absl::Duration backoff_base = absl::Milliseconds(200);
-    absl::Duration backoff_cap = absl::Seconds(5);
-    std::function<void(absl::Duration)> sleep;  // default: absl::SleepFor
+    // Retries of 5xx, SlowDown and transport failures: the launcher's shared backoff, 4 attempts.
+    base::BackoffOptions retry{.max_attempts = 4};
     absl::Time (*now)() = &absl::Now;
   };
 
@@ -76,11 +75,7 @@ class S3Client {
   std::string ObjectUrl(const std::string& bucket, const std::string& key) const;
 
  private:
-  struct Response {
-    long status = 0;
-    std::string body;
-  };
-  explicit S3Client(Options options) : options_(std::move(options)) {}
+  explicit S3Client(Options options) : options_(std::move(options)), retry_(options_.retry) {}
   // Signs and sends one request, retrying what is worth retrying. `action` ("s3:GetObject")
   // and `what` ("s3://b/k") name it in errors.
   absl::StatusOr<std::string> Call(const std::string& method, const std::string& bucket,
@@ -89,6 +84,7 @@ class S3Client {
                                    const std::string& body, const std::string& action);
 
   Options options_;
+  base::BackoffPolicy retry_;
 };
 
 // Maps an S3 error (HTTP status, <Error><Code> and <Message>) of `action` on `what` to a status.

@@ -1,8 +1,5 @@
 #include "provisioner/launcher/vm_script.h"
 
-#include <algorithm>
-#include <random>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "provisioner/launcher/sigv4.h"
@@ -48,13 +45,6 @@ std::string DeterministicUuid(absl::string_view key) {
   hex[16] = kVariant[std::stoi(hex.substr(16, 1), nullptr, 16) & 3];
   return absl::StrCat(hex.substr(0, 8), "-", hex.substr(8, 4), "-", hex.substr(12, 4), "-",
                       hex.substr(16, 4), "-", hex.substr(20, 12));
-}
-
-absl::Duration FullJitterBackoff(absl::Duration base, absl::Duration cap, int attempt) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  const absl::Duration ceiling = std::min(cap, base * (1 << std::clamp(attempt, 0, 20)));
-  std::uniform_real_distribution<double> fraction(0.0, 1.0);
-  return ceiling * fraction(rng);
 }
 
 }  // namespace spotdnn::launcher

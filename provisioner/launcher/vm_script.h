@@ -1,6 +1,6 @@
 // What the GCE and Azure providers share: the start-up script a VM runs at boot (the SPOTDNN_*
-// environment, spotdnn-agent beside the job's command), the names derived from a launch's client
-// token, and the retry backoff.
+// environment, spotdnn-agent wrapping the job's command), the names derived from a launch's client
+// token, and shell quoting. (Retries and their backoff are the transport's: http_retry.h.)
 #ifndef SPOTDNN_PROVISIONER_LAUNCHER_VM_SCRIPT_H_
 #define SPOTDNN_PROVISIONER_LAUNCHER_VM_SCRIPT_H_
 
@@ -25,9 +25,11 @@ struct VmScriptOptions {
 
 // The bash script one VM runs at boot (GCE metadata startup-script, Azure custom data run by
 // cloud-init): exports InstanceEnvironment(request, index, instance_id) as the AWS user data does
-// (SPOTDNN_INDEX and SPOTDNN_INSTANCE_ID known up front, one VM per call),
-// SPOTDNN_METADATA_ENDPOINT, starts the agent with --metadata_endpoint and, when SPOTDNN_DETECTOR
-// is set, --detector, logs in $SPOTDNN_LOG_DIR (default /var/log), then execs the command.
+// (SPOTDNN_INDEX and SPOTDNN_INSTANCE_ID known up front, one VM per call) and
+// SPOTDNN_METADATA_ENDPOINT, then execs the agent with --metadata_endpoint (and --detector when
+// $SPOTDNN_DETECTOR is set) running the command under it (`AGENT ... -- /bin/bash -c COMMAND`),
+// or the command alone when there is no agent; output goes to $SPOTDNN_LOG_DIR (default
+// /var/log)/spotdnn-ROLE.log.
 std::string VmStartupScript(const LaunchRequest& request, int index, const std::string& instance_id,
                             const VmScriptOptions& options);
 
@@ -42,9 +44,6 @@ std::string LaunchNameStem(absl::string_view client_token);
 // A UUID-shaped string (8-4-4-4-12 hex, version 5 and RFC 4122 variant bits set) derived from
 // `key` by SHA-256: the same key gives the same id (GCE requestId).
 std::string DeterministicUuid(absl::string_view key);
-
-// Full jitter: a uniform wait in [0, min(cap, base * 2^attempt)].
-absl::Duration FullJitterBackoff(absl::Duration base, absl::Duration cap, int attempt);
 
 }  // namespace spotdnn::launcher
 

@@ -1,5 +1,7 @@
 #include "services/clients/service_clients.h"
 
+#include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "services/common/convert.h"
@@ -14,22 +16,28 @@ CallPolicy CallPolicy::LongRunning() {
 
 namespace internal {
 
+base::BackoffOptions BackoffOf(const CallPolicy& policy, bool idempotent) {
+  // No jitter: a client's few retries of one call, not a crowd to spread.
+  return {.max_attempts = idempotent ? std::max(1, policy.attempts) : 1,
+          .initial = policy.backoff,
+          .max = absl::InfiniteDuration(),
+          .jitter = base::Jitter::kNone,
+          .sleep = policy.sleep};
+}
+
 absl::Status Call(const CallPolicy& policy, bool idempotent,
                   const std::function<grpc::Status(grpc::ClientContext*)>& call) {
-  const int attempts = idempotent ? std::max(1, policy.attempts) : 1;
-  absl::Duration backoff = policy.backoff;
+  const base::BackoffPolicy backoff_policy(BackoffOf(policy, idempotent));
+  base::Backoff backoff(backoff_policy);
   grpc::Status status;
-  for (int attempt = 1;; ++attempt) {
+  while (true) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + policy.deadline));
     status = call(&context);
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || attempt >= attempts) break;
-    if (policy.sleep) {
-      policy.sleep(backoff);
-    } else {
-      absl::SleepFor(backoff);
-    }
-    backoff *= 2;
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    std::optional<absl::Duration> wait = backoff.Failed();
+    if (!wait.has_value()) break;
+    backoff_policy.Sleep(*wait);
   }
   return services::FromGrpc(status);
 }

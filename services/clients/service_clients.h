@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/backoff.h"
 #include "grpcpp/grpcpp.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
 #include "spotdnn/v1/predictor.grpc.pb.h"
@@ -39,6 +40,10 @@ struct CallPolicy {
 };
 
 namespace internal {
+
+// The policy's retries as the tree's one backoff (base/backoff.h): `attempts` in all when
+// `idempotent` (else one), waits doubling from `backoff`, no jitter.
+base::BackoffOptions BackoffOf(const CallPolicy& policy, bool idempotent);
 
 // One unary call under `policy`: a fresh context with the deadline per attempt, retried on
 // UNAVAILABLE when `idempotent`.

@@ -142,9 +142,11 @@ std::unique_ptr<SampleSink> MakeProfilerSink(const std::string& target, absl::Du
   return std::make_unique<ProfilerSink>(target, deadline);
 }
 
-absl::Duration NextBackoff(absl::Duration current, const SampleForwarderOptions& options) {
-  if (current <= absl::ZeroDuration()) return options.backoff_initial;
-  return std::min(current * 2, options.backoff_max);
+base::BackoffOptions ForwarderBackoff(const SampleForwarderOptions& options) {
+  return {.max_attempts = 0,
+          .initial = options.backoff_initial,
+          .max = options.backoff_max,
+          .jitter = base::Jitter::kNone};
 }
 
 absl::StatusOr<std::unique_ptr<SampleForwarder>> SampleForwarder::Start(
@@ -175,7 +177,9 @@ absl::StatusOr<std::unique_ptr<SampleForwarder>> SampleForwarder::Start(
 }
 
 SampleForwarder::SampleForwarder(SampleForwarderOptions options, std::unique_ptr<SampleSink> sink)
-    : options_(std::move(options)), sink_(std::move(sink)) {}
+    : options_(std::move(options)),
+      backoff_policy_(ForwarderBackoff(options_)),
+      sink_(std::move(sink)) {}
 
 SampleForwarder::~SampleForwarder() { Close(absl::ZeroDuration()); }
 
@@ -390,7 +394,8 @@ SampleForwarderStats SampleForwarder::stats() const {
 void SampleForwarder::SendLoop() {
   auto logger = Logger();
   std::unique_lock<std::mutex> lock(mu_);
-  absl::Duration backoff = absl::ZeroDuration();
+  base::Backoff backoff(backoff_policy_);
+  absl::Duration backoff_wait = absl::ZeroDuration();
   Clock::time_point failed_at{};
   uint64_t failures_in_row = 0;
   while (!stopping_) {
@@ -403,7 +408,7 @@ void SampleForwarder::SendLoop() {
     if (flushing_ > 0 || pending_.size() >= static_cast<size_t>(options_.max_batch)) due = now;
     if (failures_in_row > 0) {
       // While someone waits for a flush the retries come at the shortest backoff.
-      const absl::Duration wait = flushing_ > 0 ? options_.backoff_initial : backoff;
+      const absl::Duration wait = flushing_ > 0 ? options_.backoff_initial : backoff_wait;
       due = std::max(due, failed_at + ToChrono(wait));
     }
     if (due > now) {
@@ -419,7 +424,7 @@ void SampleForwarder::SendLoop() {
     lock.lock();
     if (!reply.ok()) {
       ++stats_.failed_sends;
-      backoff = NextBackoff(backoff, options_);
+      backoff_wait = backoff.Failed().value_or(options_.backoff_max);
       failed_at = Clock::now();
       if (failures_in_row++ == 0 && !stopping_) {
         logger->warn(
@@ -440,7 +445,7 @@ void SampleForwarder::SendLoop() {
                    failures_in_row, pending_.size());
     }
     failures_in_row = 0;
-    backoff = absl::ZeroDuration();
+    backoff.Succeeded();
     for (const std::string& e : reply->errors) {
       if (logged_ >= options_.max_logged) break;
       ++logged_;

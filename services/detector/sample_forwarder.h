@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/backoff.h"
 #include "spotdnn/v1/profiler.pb.h"
 
 namespace spotdnn::services {
@@ -64,9 +65,10 @@ struct SampleForwarderOptions {
   int max_logged = 10;             // rejections and duplicates logged with their reason
 };
 
-// The wait after a failed send that followed a wait of `current` (zero: the first failure):
-// backoff_initial, doubling, capped at backoff_max.
-absl::Duration NextBackoff(absl::Duration current, const SampleForwarderOptions& options);
+// The forwarder's retries as the tree's one backoff (base/backoff.h): the wait after the n-th
+// failure in a row is backoff_initial doubled n-1 times, capped at backoff_max, no jitter, and
+// sends are tried for as long as the forwarder runs.
+base::BackoffOptions ForwarderBackoff(const SampleForwarderOptions& options);
 
 // Counters, for logs and tests.
 struct SampleForwarderStats {
@@ -123,6 +125,7 @@ class SampleForwarder {
   void SendLoop();
 
   SampleForwarderOptions options_;
+  base::BackoffPolicy backoff_policy_;
   std::unique_ptr<SampleSink> sink_;
   mutable std::mutex mu_;
   std::condition_variable cv_;       // wakes the sender

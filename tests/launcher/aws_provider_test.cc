@@ -3,13 +3,13 @@
 #include "provisioner/launcher/aws_provider.h"
 
 #include <httplib.h>
-#include <openssl/evp.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/launcher/fake_ec2.h"
@@ -28,13 +28,8 @@ constexpr char kSecret[] = "s3cr3t/Key+ThatMustNeverLeak";
 constexpr char kToken[] = "SessionTokenThatMustNeverLeak==";
 
 std::string Base64Decode(const std::string& text) {
-  std::string out(text.size(), '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(text.data()),
-                          static_cast<int>(text.size()));
-  out.resize(n < 0 ? 0 : n);
-  while (!out.empty() && out.back() == '\0') out.pop_back();
-  return out;
+  std::string out;
+  return absl::Base64Unescape(text, &out) ? out : std::string();
 }
 
 class AwsProviderTest : public ::testing::Test {
@@ -52,8 +47,8 @@ class AwsProviderTest : public ::testing::Test {
     options.image_id = "ami-0123456789abcdef0";
     options.subnet_id = "subnet-0abc";
     options.security_group_ids = {"sg-01", "sg-02"};
-    options.max_attempts = 4;
-    options.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
+    options.retry.max_attempts = 4;
+    options.retry.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
     absl::StatusOr<std::unique_ptr<AwsProvider>> provider = AwsProvider::Create(options);
     EXPECT_TRUE(provider.ok()) << provider.status();
     return std::move(*provider);
@@ -223,6 +218,19 @@ TEST_F(AwsProviderTest, ThrottlingIsRetriedWithBackoff) {
   // Full jitter stays under base * 2^attempt (200 ms, then 800 ms).
   EXPECT_LE(sleeps_[0], absl::Milliseconds(400));
   EXPECT_LE(sleeps_[1], absl::Milliseconds(800));
+}
+
+TEST_F(AwsProviderTest, ThrottlingHonoursRetryAfter) {
+  auto provider = Provider();
+  fake_.Inject({.action = "DescribeInstances",
+                .http_status = 503,
+                .code = "RequestLimitExceeded",
+                .message = "Request limit exceeded.",
+                .retry_after = "5"});
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("job-42");
+  ASSERT_TRUE(described.ok()) << described.status();
+  ASSERT_EQ(sleeps_.size(), 1u);
+  EXPECT_EQ(sleeps_[0], absl::Seconds(5));  // the server's wait, not the 200 ms backoff
 }
 
 TEST_F(AwsProviderTest, PersistentServerErrorsBecomeUnavailable) {

@@ -3,8 +3,7 @@
 // errors (at once and in the operation), partial launches, expired tokens and retail prices.
 #include "provisioner/launcher/azure_provider.h"
 
-#include <openssl/evp.h>
-
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "provisioner/launcher/azure_auth.h"
@@ -24,13 +23,8 @@ constexpr char kSecret[] = "Sup3r~Secret.ValueThatMustNeverLeak";
 constexpr char kSize[] = "Standard_NC6s_v3";
 
 std::string Base64Decode(const std::string& text) {
-  std::string out(text.size(), '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(text.data()),
-                          static_cast<int>(text.size()));
-  out.resize(n < 0 ? 0 : n);
-  while (!out.empty() && out.back() == '\0') out.pop_back();
-  return out;
+  std::string out;
+  return absl::Base64Unescape(text, &out) ? out : std::string();
 }
 
 class AzureProviderTest : public ::testing::Test {
@@ -62,9 +56,9 @@ class AzureProviderTest : public ::testing::Test {
     options.subnet_id =
         "/subscriptions/0b1f6471-1bf0-4dda-aec3-cb9272f09590/resourceGroups/spotdnn-rg/providers/"
         "Microsoft.Network/virtualNetworks/spotdnn/subnets/training";
-    options.max_attempts = 4;
+    options.retry.max_attempts = 4;
     options.operation_poll = absl::Milliseconds(1);
-    options.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
+    options.retry.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
     auto provider = AzureProvider::Create(options);
     EXPECT_TRUE(provider.ok()) << provider.status();
     return std::move(*provider);

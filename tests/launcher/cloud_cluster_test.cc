@@ -1,8 +1,7 @@
 // LaunchCluster over the GCE and Azure providers and their fakes: the parameter server first and
 // its private address:port in the workers' start-up scripts, a type without capacity reported for
 // the re-plan (with what did start), the same cluster launched again making nothing new.
-#include <openssl/evp.h>
-
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "provisioner/launcher/azure_provider.h"
@@ -21,13 +20,8 @@ using ::testing::HasSubstr;
 using ::testing::Pair;
 
 std::string Base64Decode(const std::string& text) {
-  std::string out(text.size(), '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(text.data()),
-                          static_cast<int>(text.size()));
-  out.resize(n < 0 ? 0 : n);
-  while (!out.empty() && out.back() == '\0') out.pop_back();
-  return out;
+  std::string out;
+  return absl::Base64Unescape(text, &out) ? out : std::string();
 }
 
 // A token the fake issued (from its metadata server), for a StaticTokenSource.
@@ -61,7 +55,7 @@ TEST(CloudClusterTest, GceReportsExhaustedTypesForTheReplan) {
        .endpoint_url = fake.compute_url(),
        .token_source = std::make_shared<StaticTokenSource>(TokenFrom(fake.url(), false)),
        .image = "projects/p/global/images/i",
-       .sleep = [](absl::Duration) {}});
+       .retry = {.sleep = [](absl::Duration) {}}});
   ASSERT_TRUE(provider.ok()) << provider.status();
   fake.SetCapacity("us-central1-a", "n1-standard-8", 1);  // 1 of 2
   fake.SetCapacity("us-central1-a", "a2-highgpu-1g", 0);  // none
@@ -114,7 +108,7 @@ TEST(CloudClusterTest, AzureReportsExhaustedTypesForTheReplan) {
   options.image = "a:b:c:d";
   options.subnet_id = "/subscriptions/x/subnets/y";
   options.operation_poll = absl::Milliseconds(1);
-  options.sleep = [](absl::Duration) {};
+  options.retry.sleep = [](absl::Duration) {};
   auto provider = AzureProvider::Create(options);
   ASSERT_TRUE(provider.ok()) << provider.status();
   fake.SetCapacity("Standard_NC6s_v3", 1, testing::FakeAzure::CapacityFailure::kAllocationFailed);

@@ -2,8 +2,7 @@
 // addresses in the workers' user data, capacity errors reported per type for a re-plan.
 #include "provisioner/launcher/cluster_launcher.h"
 
-#include <openssl/evp.h>
-
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "provisioner/launcher/aws_provider.h"
@@ -17,12 +16,8 @@ using ::testing::HasSubstr;
 using ::testing::Pair;
 
 std::string Base64Decode(const std::string& text) {
-  std::string out(text.size(), '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(text.data()),
-                          static_cast<int>(text.size()));
-  out.resize(n < 0 ? 0 : n);
-  return out;
+  std::string out;
+  return absl::Base64Unescape(text, &out) ? out : std::string();
 }
 
 class ClusterLauncherTest : public ::testing::Test {
@@ -32,7 +27,7 @@ class ClusterLauncherTest : public ::testing::Test {
     options.endpoint_url = fake_.url();
     options.credentials = {.access_key_id = "AKIDCLUSTER", .secret_access_key = "cluster-secret"};
     options.image_id = "ami-0abc";
-    options.sleep = [](absl::Duration) {};
+    options.retry.sleep = [](absl::Duration) {};
     provider_ = std::move(*AwsProvider::Create(options));
   }
   testing::FakeEc2 fake_;

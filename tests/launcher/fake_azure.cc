@@ -1,12 +1,12 @@
 #include "tests/launcher/fake_azure.h"
 
 #include <httplib.h>
-#include <openssl/evp.h>
 
 #include <chrono>
 #include <optional>
 #include <regex>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -41,16 +41,8 @@ const json& At(const json& doc, const char* key) {
 }
 
 std::string Base64Decode(const std::string& text) {
-  std::string out(text.size(), '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(text.data()),
-                          static_cast<int>(text.size()));
-  if (n < 0) return "";
-  out.resize(n);
-  size_t pad = 0;
-  for (size_t i = text.size(); i > 0 && text[i - 1] == '='; --i) ++pad;
-  out.resize(out.size() - pad);
-  return out;
+  std::string out;
+  return absl::Base64Unescape(text, &out) ? out : std::string();
 }
 
 // Why a VM body is not what Resource Manager takes for a Spot VM ("" when it is).

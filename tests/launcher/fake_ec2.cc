@@ -204,6 +204,7 @@ void FakeEc2::Handle(const httplib::Request& request, httplib::Response& respons
       (injected_.front().action.empty() || injected_.front().action == action)) {
     Injected error = injected_.front();
     injected_.pop_front();
+    if (!error.retry_after.empty()) response.set_header("Retry-After", error.retry_after);
     if (!error.after_effect) return reply_error(error.http_status, error.code, error.message);
     after = error;
   }

@@ -33,6 +33,7 @@ class FakeEc2 {
     std::string code;
     std::string message;
     bool after_effect = false;  // run the action first, then answer with the error
+    std::string retry_after;    // a Retry-After header to send with it; empty: none
   };
   // One fake instance.
   struct FakeInstance {

@@ -166,6 +166,7 @@ void FakeS3::Handle(const httplib::Request& request, httplib::Response& response
     if (!it->method.empty() && it->method != request.method) continue;
     const Injected error = *it;
     if (--it->times <= 0) injected_.erase(it);
+    if (!error.retry_after.empty()) response.set_header("Retry-After", error.retry_after);
     return reply_error(error.http_status, error.code, error.message);
   }
   auto found = buckets_.find(bucket);

@@ -33,6 +33,7 @@ class FakeS3 {
     std::string code = "SlowDown";
     std::string message = "Please reduce your request rate.";
     int times = 1;
+    std::string retry_after;  // a Retry-After header to send with it; empty: none
   };
 
   // Accepts requests signed by `access_key_id` with `secret_access_key` (and carrying

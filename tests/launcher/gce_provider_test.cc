@@ -43,8 +43,8 @@ class GceProviderTest : public ::testing::Test {
     options.token_source = tokens_;
     options.image = "projects/spotdnn-test/global/images/family/spotdnn";
     options.service_account = "vm@spotdnn-test.iam.gserviceaccount.com";
-    options.max_attempts = 4;
-    options.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
+    options.retry.max_attempts = 4;
+    options.retry.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
     auto provider = GceProvider::Create(options);
     EXPECT_TRUE(provider.ok()) << provider.status();
     return std::move(*provider);

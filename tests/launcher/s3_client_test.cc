@@ -28,7 +28,7 @@ class S3ClientTest : public ::testing::Test {
     o.region = "eu-west-1";
     o.endpoint_url = s3_.url();
     o.credentials = {.access_key_id = kKeyId, .secret_access_key = secret, .session_token = token};
-    o.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
+    o.retry.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
     auto c = S3Client::Create(o);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? std::move(*c) : nullptr;
@@ -108,6 +108,14 @@ TEST_F(S3ClientTest, WrongCredentialsAreUnauthenticatedAndNeverQuoted) {
   EXPECT_TRUE(s3_.objects("ckpt").empty());
 }
 
+TEST_F(S3ClientTest, SlowDownHonoursRetryAfter) {
+  auto c = Client();
+  s3_.Inject({.method = "PUT", .http_status = 503, .code = "SlowDown", .retry_after = "4"});
+  ASSERT_TRUE(c->PutObject("ckpt", "k", "v").ok());
+  // The server's wait; the backoff is capped at 20 s like every other cloud client's.
+  EXPECT_EQ(sleeps_, std::vector<absl::Duration>{absl::Seconds(4)});
+}
+
 TEST_F(S3ClientTest, ThrottlingAndServerErrorsAreRetried) {
   auto c = Client();
   s3_.Inject({.method = "PUT", .http_status = 503, .code = "SlowDown", .times = 2});
@@ -125,8 +133,8 @@ TEST_F(S3ClientTest, AnUnreachableEndpointIsUnavailable) {
   S3Client::Options o;
   o.endpoint_url = "http://127.0.0.1:1";
   o.credentials = {.access_key_id = kKeyId, .secret_access_key = kSecret};
-  o.max_attempts = 2;
-  o.sleep = [](absl::Duration) {};
+  o.retry.max_attempts = 2;
+  o.retry.sleep = [](absl::Duration) {};
   auto c = S3Client::Create(o);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ((*c)->GetObject("ckpt", "k").status().code(), absl::StatusCode::kUnavailable);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "gtest/gtest.h"
@@ -361,13 +362,15 @@ TEST_F(SampleForwarderTest, BadOptionsNameTheField) {
   EXPECT_NE(f.status().message().find("backoff_max"), std::string::npos);
 }
 
-TEST(NextBackoff, DoublesFromTheInitialWaitUpToTheCap) {
+TEST(ForwarderBackoff, DoublesFromTheInitialWaitUpToTheCap) {
   SampleForwarderOptions o;  // 200 ms doubling to 10 s
+  const base::BackoffPolicy policy(ForwarderBackoff(o));
+  base::Backoff backoff(policy);
   std::vector<int64_t> waits;
-  absl::Duration d = absl::ZeroDuration();
   for (int i = 0; i < 8; ++i) {
-    d = NextBackoff(d, o);
-    waits.push_back(absl::ToInt64Milliseconds(d));
+    std::optional<absl::Duration> d = backoff.Failed();
+    ASSERT_TRUE(d.has_value()) << "the forwarder retries for as long as it runs";
+    waits.push_back(absl::ToInt64Milliseconds(*d));
   }
   EXPECT_EQ(waits, (std::vector<int64_t>{200, 400, 800, 1600, 3200, 6400, 10000, 10000}));
 }

@@ -1,8 +1,6 @@
 #include "services/common/db/database.h"
 
 #include <algorithm>
-#include <random>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -139,17 +137,24 @@ bool IsRetryable(const absl::Status& status) {
   return absl::IsUnavailable(status) || absl::IsAborted(status);
 }
 
+base::BackoffOptions BackoffOf(const RetryPolicy& policy) {
+  // Equal jitter (half to all of the ceiling) so processes that failed together retry apart.
+  return {.max_attempts = std::max(policy.max_attempts, 1),  // 0 would mean no limit there
+          .initial = policy.initial_backoff,
+          .max = std::max(policy.max_backoff, policy.initial_backoff),
+          .jitter = base::Jitter::kEqual};
+}
+
 absl::Status Retry(const RetryPolicy& policy, const std::function<absl::Status()>& attempt,
                    const std::function<void()>& before_retry) {
-  thread_local std::minstd_rand random(std::random_device{}());
-  absl::Duration backoff = policy.initial_backoff;
-  for (int tried = 1;; ++tried) {
+  const base::BackoffPolicy backoff_policy(BackoffOf(policy));
+  base::Backoff backoff(backoff_policy);
+  while (true) {
     absl::Status status = attempt();
-    if (status.ok() || !IsRetryable(status) || tried >= policy.max_attempts) return status;
-    // Jittered (half to all of the backoff) so processes that failed together retry apart.
-    const double jitter = 0.5 + 0.5 * std::uniform_real_distribution<double>(0, 1)(random);
-    std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff * jitter));
-    backoff = std::min(backoff * 2, policy.max_backoff);
+    if (status.ok() || !IsRetryable(status)) return status;
+    std::optional<absl::Duration> wait = backoff.Failed();
+    if (!wait.has_value()) return status;
+    backoff_policy.Sleep(*wait);
     if (before_retry) before_retry();
   }
 }

@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/backoff.h"
 
 namespace spotdnn::db {
 
@@ -73,8 +74,12 @@ struct RetryPolicy {
   absl::Duration max_backoff = absl::Seconds(2);
 };
 
+// The policy as the tree's one backoff (base/backoff.h): equal jitter, doubling from
+// initial_backoff up to max_backoff, max_attempts in all (at least 1).
+base::BackoffOptions BackoffOf(const RetryPolicy& policy);
+
 // Runs `attempt` until it succeeds, fails with an error that is not retryable, or has been tried
-// `policy.max_attempts` times, sleeping between tries (doubling from initial_backoff, jittered).
+// `policy.max_attempts` times, sleeping between tries as BackoffOf(policy) says.
 // `before_retry` runs before each further try (a backend reconnecting). The last status.
 absl::Status Retry(const RetryPolicy& policy, const std::function<absl::Status()>& attempt,
                    const std::function<void()>& before_retry = nullptr);
