@@ -358,7 +358,11 @@ void MetadataEmulator::HandleGce(Instance& instance, const std::string& instance
         return;
       }
     }
-    const int64_t deadline = now + std::min(timeout_s, 3600) * int64_t{1000};
+    int64_t hold_ms = std::min(timeout_s, 3600) * int64_t{1000};
+    if (options_.max_long_poll > absl::ZeroDuration()) {
+      hold_ms = std::min(hold_ms, absl::ToInt64Milliseconds(options_.max_long_poll));
+    }
+    const int64_t deadline = now + hold_ms;
     while (!stopping_ && etag_of(value) == last_etag && now < deadline) {
       const int64_t wake = std::min(deadline, instance.NextVisible(now));
       changed_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(1, wake - now)));
