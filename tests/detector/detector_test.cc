@@ -65,7 +65,10 @@ class RecordingObserver final : public DetectorObserver {
 class DetectorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto e = MetadataEmulator::Start({});
+    // GCE long polls answer an unchanged value after 50 ms (as when their timeout_sec runs out).
+    MetadataEmulator::Options emulator;
+    emulator.max_long_poll = absl::Milliseconds(50);
+    auto e = MetadataEmulator::Start(emulator);
     ASSERT_TRUE(e.ok()) << e.status();
     emulator_ = *std::move(e);
     db_ = std::filesystem::temp_directory_path() /
@@ -86,9 +89,9 @@ class DetectorTest : public ::testing::Test {
     o.clock = &clock_;
     o.observer = &observer_;
     o.poller.clock = &base::RealClock::Get();
-    o.poller.interval = absl::Milliseconds(50);
+    o.poller.interval = absl::Milliseconds(20);
     o.poller.request_timeout = absl::Milliseconds(300);
-    o.poller.max_backoff = absl::Milliseconds(300);
+    o.poller.max_backoff = absl::Milliseconds(50);  // every retry after the shortest backoff
     o.poller.gce_long_poll_timeout_s = 5;
     o.heartbeat_interval = absl::Milliseconds(100);
     o.lost_after_intervals = 3;

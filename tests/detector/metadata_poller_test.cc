@@ -253,7 +253,9 @@ class PollerFaultTest : public PollerTest, public ::testing::WithParamInterface<
 TEST_P(PollerFaultTest, FaultIsUnknownWithReasonAndNoFalseNotice) {
   const FaultCase c = GetParam();
   PollerOptions options;
-  options.request_timeout = absl::Milliseconds(100);
+  // (Real time: how long a slow answer is waited for. The other faults answer at once.)
+  options.request_timeout =
+      absl::Milliseconds(c.fault == EmulatorFault::kSlow ? 50 : 200);
   StartFakePoller(options);
   // The faulty instance has a real notice behind the fault (the only one it will ever have); its
   // neighbour keeps being served. Whole seconds: AWS and Azure times carry no milliseconds.
@@ -371,7 +373,7 @@ TEST_F(PollerTest, GcePreemptedByLongPoll) {
   StartPoller();
   Watch("g", Cloud::kGce);
   ASSERT_TRUE(Until("g", [](const PollResult& r) { return r.healthy; }));
-  const int64_t scheduled = base::RealClock::Get().NowUnixMs() + 100;
+  const int64_t scheduled = base::RealClock::Get().NowUnixMs() + 30;
   emulator_->ScheduleNotice("g", {.cloud = Cloud::kGce, .visible_at_unix_ms = scheduled});
   auto r = Until("g", [](const PollResult& r) { return !r.notices.empty(); });
   ASSERT_TRUE(r);
