@@ -89,7 +89,7 @@ class DetectorTest : public ::testing::Test {
     o.clock = &clock_;
     o.observer = &observer_;
     o.poller.clock = &base::RealClock::Get();
-    o.poller.interval = absl::Milliseconds(20);
+    o.poller.interval = absl::Milliseconds(10);
     o.poller.request_timeout = absl::Milliseconds(300);
     o.poller.max_backoff = absl::Milliseconds(50);  // every retry after the shortest backoff
     o.poller.gce_long_poll_timeout_s = 5;
