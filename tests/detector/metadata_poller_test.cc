@@ -181,8 +181,7 @@ TEST_F(PollerTest, AwsRebalanceRecommendation) {
   StartFakePoller();
   Watch("r", Cloud::kAws);
   emulator_->ScheduleNotice("r", {.cloud = Cloud::kAws, .kind = EventKind::kRebalance});
-  auto r = Until(
-      "r", [](const PollResult& r) { return HasNotice(r, EventKind::kRebalance); });
+  auto r = Until("r", [](const PollResult& r) { return HasNotice(r, EventKind::kRebalance); });
   ASSERT_TRUE(r);
   EXPECT_FALSE(HasNotice(*r, EventKind::kNotice));
   EXPECT_GT(r->notices[0].issued_unix_ms, 0);
@@ -254,8 +253,7 @@ TEST_P(PollerFaultTest, FaultIsUnknownWithReasonAndNoFalseNotice) {
   const FaultCase c = GetParam();
   PollerOptions options;
   // (Real time: how long a slow answer is waited for. The other faults answer at once.)
-  options.request_timeout =
-      absl::Milliseconds(c.fault == EmulatorFault::kSlow ? 50 : 200);
+  options.request_timeout = absl::Milliseconds(c.fault == EmulatorFault::kSlow ? 50 : 200);
   StartFakePoller(options);
   // The faulty instance has a real notice behind the fault (the only one it will ever have); its
   // neighbour keeps being served. Whole seconds: AWS and Azure times carry no milliseconds.
@@ -383,21 +381,33 @@ TEST_F(PollerTest, GcePreemptedByLongPoll) {
   EXPECT_GT(r->notices[0].effective_unix_ms, r->observed_unix_ms);
 }
 
+TEST_F(PollerTest, GceHeldLongPollGoesStraightBackOutWhateverTheClock) {
+  // On fake time that stands still once the first round has come: a long poll that the server
+  // held (50 ms of real time here) goes straight back out. (Whether an answer came at once, from
+  // a server without long polls, is real time; judged on a fake clock, every answer came at once
+  // and waited an interval that never passed.)
+  StartFakePoller();
+  Watch("g", Cloud::kGce);
+  const auto any = [](const PollResult&) { return true; };
+  ASSERT_TRUE(Until("g", any));
+  const size_t seen = results_.size();
+  ASSERT_TRUE(results_.WaitFor("g", any, seen + 3));  // two more long polls of each channel
+  EXPECT_EQ(clock_.NowUnixMs(), results_.For("g").back().observed_unix_ms);
+}
+
 TEST_F(PollerTest, GceMaintenanceEvent) {
   StartPoller();
   Watch("m", Cloud::kGce);
   emulator_->ScheduleNotice("m", {.cloud = Cloud::kGce,
                                   .kind = EventKind::kMaintenance,
                                   .action = "MIGRATE_ON_HOST_MAINTENANCE"});
-  auto r = Until(
-      "m", [](const PollResult& r) { return HasNotice(r, EventKind::kMaintenance); });
+  auto r = Until("m", [](const PollResult& r) { return HasNotice(r, EventKind::kMaintenance); });
   ASSERT_TRUE(r);
   EXPECT_EQ(r->notices[0].action, "MIGRATE_ON_HOST_MAINTENANCE");
   emulator_->ScheduleNotice("m", {.cloud = Cloud::kGce,
                                   .kind = EventKind::kMaintenance,
                                   .action = "TERMINATE_ON_HOST_MAINTENANCE"});
-  auto t =
-      Until("m", [](const PollResult& r) { return HasNotice(r, EventKind::kNotice); });
+  auto t = Until("m", [](const PollResult& r) { return HasNotice(r, EventKind::kNotice); });
   ASSERT_TRUE(t);
   EXPECT_EQ(t->notices[0].action, "TERMINATE_ON_HOST_MAINTENANCE");
 }
