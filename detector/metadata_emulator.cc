@@ -196,6 +196,7 @@ void MetadataEmulator::SetFault(const std::string& instance_id, EmulatorFault fa
   instance.fault = fault;
   instance.fault_path = path;
   instance.slow_ms = slow_ms;
+  changed_.notify_all();  // slow answers in progress end when their fault does
 }
 
 void MetadataEmulator::ExpireTokens(const std::string& instance_id) {
@@ -228,7 +229,8 @@ void MetadataEmulator::Handle(const httplib::Request& request, httplib::Response
   const EmulatorFault fault = instance.FaultFor(path);
   if (fault == EmulatorFault::kSlow && instance.slow_ms > 0) {
     const int slow_ms = instance.slow_ms;
-    changed_.wait_for(lock, std::chrono::milliseconds(slow_ms), [this] { return stopping_; });
+    changed_.wait_for(lock, std::chrono::milliseconds(slow_ms),
+                      [&] { return stopping_ || instance.FaultFor(path) != EmulatorFault::kSlow; });
   }
   if (fault == EmulatorFault::kServerError) {
     response.status = 500;

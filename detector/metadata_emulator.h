@@ -66,7 +66,7 @@ enum class EmulatorFault {
   kUnauthorized,  // 401 on every data request, however fresh the token (AWS)
   kGarbage,       // 200 with a body that is not what the cloud sends (not the AWS token)
   kTruncated,     // 200 with the real body cut in half (not the AWS token)
-  kSlow,          // the real answer after slow_ms
+  kSlow,          // the real answer after slow_ms (or as soon as the fault is lifted)
 };
 
 // Parses "none", "500", "401", "garbage", "truncated", "slow".
