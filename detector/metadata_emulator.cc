@@ -196,6 +196,7 @@ void MetadataEmulator::SetFault(const std::string& instance_id, EmulatorFault fa
   instance.fault = fault;
   instance.fault_path = path;
   instance.slow_ms = slow_ms;
+  changed_.notify_all();  // slow answers in progress end when their fault does
 }
 
 void MetadataEmulator::ExpireTokens(const std::string& instance_id) {
@@ -228,7 +229,8 @@ void MetadataEmulator::Handle(const httplib::Request& request, httplib::Response
   const EmulatorFault fault = instance.FaultFor(path);
   if (fault == EmulatorFault::kSlow && instance.slow_ms > 0) {
     const int slow_ms = instance.slow_ms;
-    changed_.wait_for(lock, std::chrono::milliseconds(slow_ms), [this] { return stopping_; });
+    changed_.wait_for(lock, std::chrono::milliseconds(slow_ms),
+                      [&] { return stopping_ || instance.FaultFor(path) != EmulatorFault::kSlow; });
   }
   if (fault == EmulatorFault::kServerError) {
     response.status = 500;
@@ -358,7 +360,11 @@ void MetadataEmulator::HandleGce(Instance& instance, const std::string& instance
         return;
       }
     }
-    const int64_t deadline = now + std::min(timeout_s, 3600) * int64_t{1000};
+    int64_t hold_ms = std::min(timeout_s, 3600) * int64_t{1000};
+    if (options_.max_long_poll > absl::ZeroDuration()) {
+      hold_ms = std::min(hold_ms, absl::ToInt64Milliseconds(options_.max_long_poll));
+    }
+    const int64_t deadline = now + hold_ms;
     while (!stopping_ && etag_of(value) == last_etag && now < deadline) {
       const int64_t wake = std::min(deadline, instance.NextVisible(now));
       changed_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(1, wake - now)));

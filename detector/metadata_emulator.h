@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "base/clock.h"
 #include "detector/types.h"
 
@@ -65,7 +66,7 @@ enum class EmulatorFault {
   kUnauthorized,  // 401 on every data request, however fresh the token (AWS)
   kGarbage,       // 200 with a body that is not what the cloud sends (not the AWS token)
   kTruncated,     // 200 with the real body cut in half (not the AWS token)
-  kSlow,          // the real answer after slow_ms
+  kSlow,          // the real answer after slow_ms (or as soon as the fault is lifted)
 };
 
 // Parses "none", "500", "401", "garbage", "truncated", "slow".
@@ -90,6 +91,10 @@ class MetadataEmulator {
     // The wall clock notices are scheduled on and answers are dated by; null: the real clock.
     // Long polls and slow answers wait in real time. Outlives the emulator.
     base::Clock* clock = nullptr;
+    // Longest a GCE long poll (wait_for_change) is held before it answers the unchanged value, as
+    // when its timeout_sec runs out; zero: timeout_sec alone (whole seconds, 60 by default).
+    // Tests shorten it to see rounds after a value stopped changing without waiting seconds.
+    absl::Duration max_long_poll = absl::ZeroDuration();
   };
 
   // Binds and starts serving. UNAVAILABLE when the address cannot be bound.

@@ -58,7 +58,9 @@ struct PollerOptions {
   int max_connections_per_host = 0;
   // Time: the wall clock of results and notices, and the steady clock rounds, retries and token
   // refreshes are scheduled on (libcurl's own timeouts are real time); null: the real clock.
-  // Outlives the poller.
+  // Outlives the poller. Any other clock than the real one (a base::FakeClock in tests) has a
+  // thread of the poller wait on it, so that what falls due when it moves starts at once; such a
+  // clock is not advanced from another thread while the poller stops.
   base::Clock* clock = nullptr;
 };
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -26,6 +27,12 @@ namespace {
 using ::testing::HasSubstr;
 
 using ::spotdnn::testing_util::Eventually;
+
+// Waits for what the detector's poller does in real time (10 ms rounds), looking every
+// millisecond.
+bool Soon(const std::function<bool()>& pred) {
+  return Eventually(pred, absl::Seconds(10), absl::Milliseconds(1));
+}
 
 // Counts what a detector reports (what spotdnn-detector exports as metrics).
 class RecordingObserver final : public DetectorObserver {
@@ -65,7 +72,10 @@ class RecordingObserver final : public DetectorObserver {
 class DetectorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto e = MetadataEmulator::Start({});
+    // GCE long polls answer an unchanged value after 50 ms (as when their timeout_sec runs out).
+    MetadataEmulator::Options emulator;
+    emulator.max_long_poll = absl::Milliseconds(50);
+    auto e = MetadataEmulator::Start(emulator);
     ASSERT_TRUE(e.ok()) << e.status();
     emulator_ = *std::move(e);
     db_ = std::filesystem::temp_directory_path() /
@@ -86,9 +96,9 @@ class DetectorTest : public ::testing::Test {
     o.clock = &clock_;
     o.observer = &observer_;
     o.poller.clock = &base::RealClock::Get();
-    o.poller.interval = absl::Milliseconds(50);
+    o.poller.interval = absl::Milliseconds(10);
     o.poller.request_timeout = absl::Milliseconds(300);
-    o.poller.max_backoff = absl::Milliseconds(300);
+    o.poller.max_backoff = absl::Milliseconds(50);  // every retry after the shortest backoff
     o.poller.gce_long_poll_timeout_s = 5;
     o.heartbeat_interval = absl::Milliseconds(100);
     o.lost_after_intervals = 3;
@@ -141,14 +151,14 @@ class DetectorTest : public ::testing::Test {
 TEST_F(DetectorTest, PolledNoticeBecomesOneEvent) {
   auto d = OpenDetector(Options());
   ASSERT_TRUE(d->Register(Polled("a", Cloud::kAws)).ok());
-  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "a") == InstanceState::kHealthy; }));
+  ASSERT_TRUE(Soon([&] { return StateOf(*d, "a") == InstanceState::kHealthy; }));
   const int64_t effective = (clock_.NowUnixMs() / 1000 + 120) * 1000;
   emulator_->ScheduleNotice("a", {.cloud = Cloud::kAws, .effective_unix_ms = effective});
   emulator_->ScheduleNotice("a", {.cloud = Cloud::kAws, .kind = EventKind::kRebalance});
-  ASSERT_TRUE(Eventually([&] { return All(*d).size() >= 2; }));
+  ASSERT_TRUE(Soon([&] { return All(*d).size() >= 2; }));
   // Several more rounds see the same notices: still one event each.
   const int requests_before = emulator_->Stats("a").requests;
-  ASSERT_TRUE(Eventually([&] { return emulator_->Stats("a").requests >= requests_before + 6; }));
+  ASSERT_TRUE(Soon([&] { return emulator_->Stats("a").requests >= requests_before + 6; }));
   auto events = All(*d);
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].sequence + 1, events[1].sequence);
@@ -175,17 +185,17 @@ TEST_F(DetectorTest, FaultyEndpointIsUnknownAndOthersAreServed) {
   emulator_->ScheduleNotice("bad", {.cloud = Cloud::kAzure});
   ASSERT_TRUE(d->Register(Polled("bad", Cloud::kAzure)).ok());
   ASSERT_TRUE(d->Register(Polled("good", Cloud::kGce)).ok());
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(Soon([&] {
     auto w = d->Get("bad");
     return w.ok() && w->reason.find("not valid JSON") != std::string::npos;
   }));
   EXPECT_EQ(StateOf(*d, "bad"), InstanceState::kUnknown);
   emulator_->ScheduleNotice("good", {.cloud = Cloud::kGce});
-  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "good") == InstanceState::kNotice; }));
+  ASSERT_TRUE(Soon([&] { return StateOf(*d, "good") == InstanceState::kNotice; }));
   for (const Event& e : All(*d)) EXPECT_EQ(e.instance_id, "good");
   // The fault clears: the real notice arrives, once.
   emulator_->SetFault("bad", EmulatorFault::kNone);
-  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "bad") == InstanceState::kNotice; }));
+  ASSERT_TRUE(Soon([&] { return StateOf(*d, "bad") == InstanceState::kNotice; }));
   auto events = All(*d);
   EXPECT_EQ(std::count_if(events.begin(), events.end(),
                           [](const Event& e) { return e.instance_id == "bad"; }),
@@ -198,7 +208,7 @@ TEST_F(DetectorTest, RestartLosesAndRepeatsNothing) {
     ASSERT_TRUE(d->Register(Polled("a", Cloud::kAws, "j1")).ok());
     ASSERT_TRUE(d->Register(Polled("b", Cloud::kAws, "j2")).ok());
     emulator_->ScheduleNotice("a", {.cloud = Cloud::kAws});
-    ASSERT_TRUE(Eventually([&] { return d->last_sequence() == 1; }));
+    ASSERT_TRUE(Soon([&] { return d->last_sequence() == 1; }));
   }
   auto d = OpenDetector(Options(true));
   auto listed = d->List("");
@@ -214,10 +224,10 @@ TEST_F(DetectorTest, RestartLosesAndRepeatsNothing) {
   // The restarted detector polls again, sees the same notice, and does not report it twice; a
   // new notice continues the sequence.
   const int requests_before = emulator_->Stats("a").requests;
-  ASSERT_TRUE(Eventually([&] { return emulator_->Stats("a").requests >= requests_before + 4; }));
+  ASSERT_TRUE(Soon([&] { return emulator_->Stats("a").requests >= requests_before + 4; }));
   EXPECT_EQ(d->last_sequence(), 1u);
   emulator_->ScheduleNotice("b", {.cloud = Cloud::kAws});
-  ASSERT_TRUE(Eventually([&] { return d->last_sequence() == 2; }));
+  ASSERT_TRUE(Soon([&] { return d->last_sequence() == 2; }));
   EXPECT_EQ(All(*d).back().instance_id, "b");
 }
 
@@ -446,12 +456,12 @@ TEST_F(DetectorTest, ReRegistrationWithAnotherEndpointIsANewLifetime) {
 TEST_F(DetectorTest, RevokedInstanceRegisteredAgainIsPolledAgain) {
   auto d = OpenDetector(Options());
   ASSERT_TRUE(d->Register(Polled("a", Cloud::kAws)).ok());
-  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "a") == InstanceState::kHealthy; }));
+  ASSERT_TRUE(Soon([&] { return StateOf(*d, "a") == InstanceState::kHealthy; }));
   // A stop notice whose deadline comes quickly (AWS times have whole seconds).
   const int64_t effective = (clock_.NowUnixMs() / 1000 + 2) * 1000;
   emulator_->ScheduleNotice(
       "a", {.cloud = Cloud::kAws, .action = "stop", .effective_unix_ms = effective});
-  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "a") == InstanceState::kNotice; }));
+  ASSERT_TRUE(Soon([&] { return StateOf(*d, "a") == InstanceState::kNotice; }));
   clock_.Advance(absl::Milliseconds(effective - clock_.NowUnixMs()));  // the deadline comes
   ASSERT_TRUE(Eventually([&] {
     clock_.Advance(absl::Milliseconds(10));  // the monitor's next tick
@@ -462,9 +472,9 @@ TEST_F(DetectorTest, RevokedInstanceRegisteredAgainIsPolledAgain) {
   emulator_->ClearNotices("a");
   ASSERT_TRUE(d->Register(Polled("a", Cloud::kAws)).ok());
   EXPECT_EQ(d->polled(), 1u);
-  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "a") == InstanceState::kHealthy; }));
+  ASSERT_TRUE(Soon([&] { return StateOf(*d, "a") == InstanceState::kHealthy; }));
   emulator_->ScheduleNotice("a", {.cloud = Cloud::kAws, .action = "terminate"});
-  ASSERT_TRUE(Eventually([&] { return StateOf(*d, "a") == InstanceState::kNotice; }));
+  ASSERT_TRUE(Soon([&] { return StateOf(*d, "a") == InstanceState::kNotice; }));
   auto events = All(*d);
   ASSERT_EQ(events.size(), 3u);  // notice, revoked, notice
   EXPECT_EQ(events[2].kind, EventKind::kNotice);
@@ -481,7 +491,7 @@ TEST_F(DetectorTest, NoticeBehindAFaultArrivesOnceWhenItClears) {
     ASSERT_TRUE(d->Register(Polled(id, cloud)).ok());
   }
   for (const auto& [id, cloud] : instances) {
-    ASSERT_TRUE(Eventually([&, id = id] {
+    ASSERT_TRUE(Soon([&, id = id] {
       auto w = d->Get(id);
       return w.ok() && w->reason.find("HTTP 500") != std::string::npos;
     })) << id;
@@ -489,13 +499,11 @@ TEST_F(DetectorTest, NoticeBehindAFaultArrivesOnceWhenItClears) {
   EXPECT_EQ(d->last_sequence(), 0u);  // nothing from a faulty answer
   for (const auto& [id, cloud] : instances) emulator_->SetFault(id, EmulatorFault::kNone);
   for (const auto& [id, cloud] : instances) {
-    ASSERT_TRUE(Eventually([&, id = id] { return StateOf(*d, id) == InstanceState::kNotice; }))
-        << id;
+    ASSERT_TRUE(Soon([&, id = id] { return StateOf(*d, id) == InstanceState::kNotice; })) << id;
   }
   // More rounds see the same notices: still one event each.
   const int requests_before = emulator_->Stats("f-azure").requests;
-  ASSERT_TRUE(
-      Eventually([&] { return emulator_->Stats("f-azure").requests >= requests_before + 4; }));
+  ASSERT_TRUE(Soon([&] { return emulator_->Stats("f-azure").requests >= requests_before + 4; }));
   auto events = All(*d);
   for (const auto& [id, cloud] : instances) {
     EXPECT_EQ(std::count_if(events.begin(), events.end(),
@@ -713,12 +721,12 @@ TEST_F(DetectorTest, ReplicasShareInstancesAndTakeOverOnFailure) {
   }
   ASSERT_FALSE(on_b.empty());
   emulator_->ScheduleNotice(on_b, {.cloud = Cloud::kAws});
-  ASSERT_TRUE(Eventually([&] { return b->last_sequence() == 1; }));
+  ASSERT_TRUE(Soon([&] { return b->last_sequence() == 1; }));
   // b fails: a takes over all 20, and sees b's notice too (at-least-once across replicas).
   b.reset();
   a->SetLiveReplicas({"a"});
   EXPECT_EQ(a->polled(), 20u);
-  ASSERT_TRUE(Eventually([&] { return StateOf(*a, on_b) == InstanceState::kNotice; }));
+  ASSERT_TRUE(Soon([&] { return StateOf(*a, on_b) == InstanceState::kNotice; }));
   for (const WatchedInstance& w : a->List("")) EXPECT_EQ(w.replica, "a");
 }
 

@@ -60,7 +60,7 @@ TEST_F(EmulatorTest, GceNeedsTheFlavorHeaderAndLongPolls) {
   const std::string etag = first->get_header_value("ETag");
   ASSERT_FALSE(etag.empty());
   emulator_->ScheduleNotice(
-      "g", {.cloud = Cloud::kGce, .visible_at_unix_ms = base::RealClock::Get().NowUnixMs() + 200});
+      "g", {.cloud = Cloud::kGce, .visible_at_unix_ms = base::RealClock::Get().NowUnixMs() + 50});
   auto changed = client_->Get(
       "/i/g/computeMetadata/v1/instance/preempted?wait_for_change=true&timeout_sec=10&last_etag=" +
           etag,
