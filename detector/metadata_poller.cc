@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/backoff.h"
 #include "detector/metadata_parsers.h"
 
 namespace spotdnn::detector {
@@ -262,12 +263,15 @@ struct MetadataPoller::Impl {
     return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
   }
 
+  // The wait before a failed target's next poll: the shared policy (base/backoff.h) from a
+  // quarter of the interval (at least 50 ms) up to max_backoff, without jitter (a schedule).
   std::chrono::milliseconds Backoff(int failures) const {
-    const int64_t base = std::max<int64_t>(50, absl::ToInt64Milliseconds(options.interval) / 4);
-    const int64_t cap = std::max<int64_t>(base, absl::ToInt64Milliseconds(options.max_backoff));
-    int64_t delay = base;
-    for (int i = 1; i < failures && delay < cap; ++i) delay *= 2;
-    return std::chrono::milliseconds(std::min(delay, cap));
+    const absl::Duration first = std::max(absl::Milliseconds(50), options.interval / 4);
+    const base::BackoffPolicy policy({.max_attempts = 0,
+                                      .initial = first,
+                                      .max = std::max(first, options.max_backoff),
+                                      .jitter = base::Jitter::kNone});
+    return Ms(policy.Delay(failures));
   }
 
   void Issue(const std::shared_ptr<Target>& t, Channel channel, std::string query = "",
