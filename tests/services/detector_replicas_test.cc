@@ -376,24 +376,37 @@ TEST(DetectorReplicas, HealthIsNotServingWhileTheDatabaseIsAway) {
 // idle). Here the event log is locked for three leases by another session: reading it back blocks,
 // and the lease must still be renewed (its own connection and thread), so the replica neither
 // fences itself nor loses its instances.
-TEST(DetectorReplicas, ALeaseIsRenewedWhileTheEventLogIsLocked) {
+// A replica with a 1 s lease on a fresh database of the shared PostgreSQL server, polling
+// nothing, once it serves (the test fails when it cannot have one).
+std::unique_ptr<d::Detector> ServingReplica(const std::string& replica_id, std::string* dsn_out) {
   auto server = testing_util::SharedPostgresServer();
-  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return nullptr;
   auto dsn = (*server)->CreateDatabase();
-  ASSERT_TRUE(dsn.ok()) << dsn.status();
+  EXPECT_TRUE(dsn.ok()) << dsn.status();
+  if (!dsn.ok()) return nullptr;
+  *dsn_out = *dsn;
   d::DetectorOptions options;
   options.db_path = *dsn;
-  options.replica_id = "slow-log";
+  options.replica_id = replica_id;
   options.run_poller = false;
   options.lease = absl::Seconds(1);
   options.sync_interval = absl::Milliseconds(100);
   auto opened = d::Detector::Open(options);
-  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_TRUE(opened.ok()) << opened.status();
+  if (!opened.ok()) return nullptr;
   std::unique_ptr<d::Detector> detector = *std::move(opened);
-  ASSERT_TRUE(Eventually([&] { return detector->serving(); }, kPatience));
+  EXPECT_TRUE(Eventually([&] { return detector->serving(); }, kPatience));
+  return detector;
+}
+
+TEST(DetectorReplicas, ALeaseIsRenewedWhileTheEventLogIsLocked) {
+  std::string dsn;
+  std::unique_ptr<d::Detector> detector = ServingReplica("slow-log", &dsn);
+  ASSERT_TRUE(detector != nullptr && detector->serving());
   const uint64_t changes_before = detector->lease_changes();
 
-  PGconn* locker = PQconnectdb(dsn->c_str());
+  PGconn* locker = PQconnectdb(dsn.c_str());
   ASSERT_EQ(PQstatus(locker), CONNECTION_OK) << PQerrorMessage(locker);
   PGresult* begun =
       PQexec(locker, "BEGIN; LOCK TABLE spotdnn_detector.events IN ACCESS EXCLUSIVE MODE");
@@ -422,21 +435,11 @@ TEST(DetectorReplicas, ALeaseIsRenewedWhileTheEventLogIsLocked) {
 // leases: the lease must stay live in the database throughout, and the replica must not fence
 // itself when the lock comes free.
 TEST(DetectorReplicas, ALeaseIsRenewedWhileTheDetectorsLockIsHeld) {
-  auto server = testing_util::SharedPostgresServer();
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto dsn = (*server)->CreateDatabase();
-  ASSERT_TRUE(dsn.ok()) << dsn.status();
-  d::DetectorOptions options;
-  options.db_path = *dsn;
-  options.replica_id = "busy";
-  options.run_poller = false;
-  options.lease = absl::Seconds(1);
-  auto opened = d::Detector::Open(options);
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  std::unique_ptr<d::Detector> detector = *std::move(opened);
-  ASSERT_TRUE(Eventually([&] { return detector->serving(); }));
+  std::string dsn;
+  std::unique_ptr<d::Detector> detector = ServingReplica("busy", &dsn);
+  ASSERT_TRUE(detector != nullptr && detector->serving());
   const uint64_t changes_before = detector->lease_changes();
-  auto watcher = d::DetectorStore::Open(*dsn);
+  auto watcher = d::DetectorStore::Open(dsn);
   ASSERT_TRUE(watcher.ok()) << watcher.status();
 
   std::thread holder([&] { detector->HoldLockForTesting(absl::Seconds(3)); });
