@@ -80,8 +80,8 @@ class FakeClock : public Clock {
     bool active = true;  // guarded by *mu
   };
   std::mutex mu_;
-  absl::Time now_;            // guarded by mu_
-  absl::Duration steady_;     // guarded by mu_
+  absl::Time now_;                                // guarded by mu_
+  absl::Duration steady_;                         // guarded by mu_
   std::vector<std::shared_ptr<Waiter>> waiting_;  // guarded by mu_
 };
 

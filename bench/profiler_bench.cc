@@ -24,9 +24,9 @@
 
 #include "benchmark/benchmark.h"
 #include "profiler/fitting.h"
-#include "profiler/speed_curve.h"
 #include "profiler/importers.h"
 #include "profiler/profile_store.h"
+#include "profiler/speed_curve.h"
 #include "services/common/server.h"
 #include "services/profiler/profiler_service.h"
 #ifdef SPOTDNN_BENCH_POSTGRES

@@ -309,8 +309,8 @@ class Detector {
   void NoteLeaseAnswer(const absl::Status& status);
   std::mutex lease_mu_;
   std::condition_variable lease_cv_;
-  bool lease_stop_ = false;  // guarded by lease_mu_
-  LeaseNews lease_news_;     // guarded by lease_mu_
+  bool lease_stop_ = false;     // guarded by lease_mu_
+  LeaseNews lease_news_;        // guarded by lease_mu_
   uint64_t tail_cursor_ = 0;    // guarded by mu_: newest sequence read back
   bool store_ok_ = true;        // guarded by mu_: the background loop's last round
   uint64_t lease_changes_ = 0;  // guarded by mu_

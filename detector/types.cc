@@ -1,6 +1,5 @@
 #include "detector/types.h"
 
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 

@@ -428,7 +428,6 @@ TEST(DetectorReplicas, ALeaseIsRenewedWhileTheEventLogIsLocked) {
   detector.reset();
 }
 
-
 // Issue 23: on a busy host (load 20 on 2 cores) a thread holding the detector's lock was
 // descheduled for up to 2 s, and the lease loop, which took that lock around every renewal, lost
 // the lease again and again (the renewal itself took 0-336 ms). Here the lock is held for three
