@@ -136,7 +136,6 @@ void Detector::LeaseLoop() {
       (void)ReadLiveReplicas();  // failed: counted; the monitor fences if it lasts
       next_live = now + std::max<int64_t>(50, lease_ms / 10);
     }
-    stop_cv_.notify_all();  // the monitor applies what changed at once
   }
 }
 
