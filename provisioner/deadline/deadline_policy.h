@@ -1,0 +1,59 @@
+// The deadline policy: per instance type, how many instances train on spot and how many on
+// on-demand now, so that the job never misses a deadline that on-demand alone could still meet and
+// otherwise spends as little as possible. One policy object serves the simulator (`spotdnn
+// simulate`), the planner (`plan --availability`) and the job controller (`spotdnn run`); it has
+// no clock of its own (the caller passes the time) and no gRPC.
+//
+// The model (the README states it): the plan trains `wanted` instances of a type; with k of them
+// running, the job progresses at k / wanted of the plan's rate, so `work_left_s` is the time the
+// rest of the job takes with all `wanted` instances running. Each start of an instance (spot or
+// on-demand) costs `changeover_s` of billed time without progress. Progress survives preemption.
+#ifndef SPOTDNN_PROVISIONER_DEADLINE_DEADLINE_POLICY_H_
+#define SPOTDNN_PROVISIONER_DEADLINE_DEADLINE_POLICY_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace spotdnn::provisioner::deadline {
+
+// What the policy knows when it decides for one instance type.
+struct DeadlineInput {
+  double now_s = 0;            // since the job (or the window) started
+  double time_left_s = 0;      // until the deadline
+  double work_left_s = 0;      // seconds of training left with all `wanted` instances running
+  double changeover_s = 0;     // billed time without progress after each instance start
+  double spot_price_per_hour = 0;
+  double on_demand_price_per_hour = 0;
+  int wanted = 1;              // instances of this type the plan trains on
+  int running_spot = 0;        // instances on spot now (past or in their changeover)
+  int running_on_demand = 0;   // instances on on-demand now
+  int spot_available = 0;      // spot instances that can run now (capacity); -1: unknown
+};
+
+// What should run from now on. `spot` <= max(spot_available, 0) unless spot_available is -1
+// (unknown: the caller probes by launching and treats a capacity error as 0 available).
+struct DeadlineDecision {
+  int spot = 0;
+  int on_demand = 0;
+  std::string reason;  // one line for the job log, e.g. "spot gone; slack 2.1 h < 2 changeovers"
+};
+
+// A policy. Stateful implementations keep what they saw (availability statistics) between calls;
+// one object serves one job (or one simulated window).
+class DeadlinePolicy {
+ public:
+  virtual ~DeadlinePolicy() = default;
+  virtual DeadlineDecision Decide(const DeadlineInput& input) = 0;
+  virtual absl::string_view name() const = 0;
+};
+
+// "ours" (the default), "uniform-progress", "greedy", "on-demand". ("optimum" needs the whole
+// trace and is not an online policy; see the simulator.) INVALID_ARGUMENT naming the known names.
+absl::StatusOr<std::unique_ptr<DeadlinePolicy>> MakeDeadlinePolicy(absl::string_view name);
+
+}  // namespace spotdnn::provisioner::deadline
+
+#endif  // SPOTDNN_PROVISIONER_DEADLINE_DEADLINE_POLICY_H_
