@@ -71,8 +71,13 @@ struct Estimate {
   double expected_iteration_time_s = 0;  // T_exp
   double wa_batch = 0;                   // b_w
   double convergence_coefficient = 0;    // R
-  double normalized_iterations = 0;      // j
-  double time_s = 0;                     // T
+  double normalized_iterations = 0;      // j (for a loss or metric target: the p50)
+  double time_s = 0;                     // T (the p50's time)
+  // The run-to-run spread of a loss or metric target predicted by a convergence model: the 10th,
+  // 50th and 90th percentiles of the global steps and of the time (p10 = p50 = p90 otherwise).
+  double iterations_p10 = 0, iterations_p50 = 0, iterations_p90 = 0;
+  double time_p10_s = 0, time_p50_s = 0, time_p90_s = 0;
+  bool has_spread = false;  // the percentiles come from a convergence model's spread
   double price_per_hour = 0;             // spot $/h of workers and parameter servers
   double on_demand_price_per_hour = 0;
   double cost_usd = 0;

@@ -156,6 +156,14 @@ absl::Status Target::Validate(absl::string_view field) const {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s samples (epochs x dataset size) = %g: must be a positive finite number, at most %g",
           field, value, kMaxTargetEpochs * kMaxDatasetSize));
+    case Kind::kMetric:
+      if (metric.empty() || metric.size() > 128) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s metric = \"%s\": must be a name of 1 to 128 characters", field, metric));
+      }
+      if (std::isfinite(value)) return absl::OkStatus();
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s %s = %g: must be a finite number", field, metric, value));
   }
   return absl::InvalidArgumentError("unknown target kind");
 }
@@ -166,10 +174,18 @@ std::string Target::Describe() const {
       return absl::StrFormat("%.15g iterations", value);
     case Kind::kSamples:
       return absl::StrFormat("%.15g samples", value);
+    case Kind::kMetric:
+      return absl::StrFormat("%s %s %g", metric, higher_is_better ? ">=" : "<=", value);
     case Kind::kLoss:
       break;
   }
   return absl::StrFormat("loss %g", value);
+}
+
+std::string Target::MetricName() const {
+  if (kind == Kind::kLoss) return "loss";
+  if (kind == Kind::kMetric) return metric;
+  return "";
 }
 
 absl::Status WorkloadProfile::Validate(Completeness completeness) const {

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "predictor/convergence.h"
 
 namespace spotdnn::predictor {
 
@@ -135,6 +136,10 @@ struct WorkloadProfile {
   std::optional<MemoryModel> memory;          // a2, b2
   std::optional<LossModel> loss;              // g1..g5
   std::optional<SharedPsModel> shared_ps;     // kappa of the kSharedPs variant
+  // Convergence of each metric the runs logged ("loss", "accuracy", ...), through the learning-rate
+  // schedule and with the run-to-run spread (predictor/convergence.h). A target in a metric with
+  // an entry here is predicted by it (with p10/p50/p90); a loss target without one by eq. 3 (`loss`).
+  std::vector<ConvergenceModel> convergence;
   ModelVariant variant = ModelVariant::kPaper;
 
   // How complete a profile must be: a profile to predict with needs S_parm and B_req
@@ -145,23 +150,35 @@ struct WorkloadProfile {
   absl::Status Validate(Completeness completeness = Completeness::kComplete) const;
 };
 
-// What a prediction or a plan trains for: a loss (eq. 3 gives the iterations), a number of global
-// iterations (each worker step is one, as in an ASP parameter-server job), or a number of training
-// samples (epochs times the dataset size; the iterations are samples / b_w, the WA batch).
+// What a prediction or a plan trains for: a loss (the convergence model, else eq. 3, gives the
+// iterations), a value of another metric with a direction (kMetric: "accuracy >= 0.88"; the
+// profile's convergence model of that metric gives the iterations), a number of global iterations
+// (each worker step is one, as in an ASP parameter-server job), or a number of training samples
+// (epochs times the dataset size; the iterations are samples / b_w, the WA batch).
 struct Target {
-  enum class Kind { kLoss, kIterations, kSamples };
+  enum class Kind { kLoss, kIterations, kSamples, kMetric };
   Kind kind = Kind::kLoss;
-  double value = 0;  // the loss, the iterations or the samples
+  double value = 0;  // the loss, the iterations, the samples or the metric's value
+  std::string metric{};           // kMetric: "accuracy" or a sample's metric name
+  bool higher_is_better = false;  // kMetric: reach value or more (else value or less)
 
   static Target Loss(double loss) { return {Kind::kLoss, loss}; }
   static Target Iterations(double iterations) { return {Kind::kIterations, iterations}; }
   static Target Samples(double samples) { return {Kind::kSamples, samples}; }
+  static Target Metric(std::string metric, bool higher_is_better, double value) {
+    return {Kind::kMetric, value, std::move(metric), higher_is_better};
+  }
+  static Target Accuracy(double accuracy) { return Metric("accuracy", true, accuracy); }
   bool is_loss() const { return kind == Kind::kLoss; }
+  // A target a convergence model answers: a loss or another metric.
+  bool is_metric() const { return kind == Kind::kLoss || kind == Kind::kMetric; }
+  // The metric's name: "loss" for kLoss, `metric` for kMetric, "" otherwise.
+  std::string MetricName() const;
   // INVALID_ARGUMENT naming `field` unless the value is usable: a finite loss, or a positive
   // finite number of iterations (at most kMaxTargetIterations) or samples (at most
   // kMaxTargetEpochs x kMaxDatasetSize).
   absl::Status Validate(absl::string_view field = "target") const;
-  // "loss 0.5", "64000 iterations", "6.4e+06 samples".
+  // "loss 0.5", "accuracy >= 0.88", "64000 iterations", "6.4e+06 samples".
   std::string Describe() const;
 };
 

@@ -40,6 +40,8 @@ struct Sample {
   // Workers per type of a run on several types, "TYPE=N,TYPE=N" (instance or GPU types); empty
   // for a run of cluster_workers workers of instance_type (or gpu_type).
   std::string cluster{};
+  // Other metrics the run logged beside the step ("top5" for `metric.top5=0.93`), by name.
+  std::map<std::string, double> metrics{};
 };
 
 // OK when every number is usable: finite, not negative, gpus at most

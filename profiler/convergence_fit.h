@@ -1,0 +1,61 @@
+// Fitting the convergence model (predictor/convergence.h) from runs' metric curves: the mean
+// curve through the learning-rate schedule (declared, or step drops detected in the curves), and
+// the run-to-run spread per cluster size. Also used live: `spotdnn run` refits a job's own samples
+// with the profile's model as the prior.
+#ifndef SPOTDNN_PROFILER_CONVERGENCE_FIT_H_
+#define SPOTDNN_PROFILER_CONVERGENCE_FIT_H_
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "predictor/convergence.h"
+#include "profiler/sample.h"
+
+namespace spotdnn::profiler {
+
+// One run's curve of one metric.
+struct ConvergenceRun {
+  std::string job;   // the job (and run) it came from
+  int workers = 1;   // |N|
+  double r = 0;      // eq. 5's R of its cluster (0 when not known: homogeneous is assumed)
+  std::vector<std::pair<double, double>> points;  // (global step, metric value), step increasing
+};
+
+// The runs of `samples` for `metric` ("loss", "accuracy" or a metric name): one per job, global
+// steps as GlobalSteps counts them, workers from cluster_workers or the composition. Samples
+// without the metric are left out; runs with fewer than 2 points too.
+std::vector<ConvergenceRun> ConvergenceRunsOf(absl::Span<const Sample> samples,
+                                              absl::string_view metric);
+
+struct ConvergenceFitOptions {
+  std::string metric = "loss";
+  bool higher_is_better = false;
+  double ceiling = 1;
+  predictor::ConvergenceModel::Form form = predictor::ConvergenceModel::Form::kSaturating;
+  // Declared schedule; unset: constant, unless step drops are detected in the curves.
+  std::optional<predictor::LrSchedule> schedule;
+  // A live refit: the profile's model, which the runs' points pull towards themselves; with few
+  // points the prior dominates (`prior_points` is its weight in points).
+  std::optional<predictor::ConvergenceModel> prior;
+  double prior_points = 50;
+};
+
+struct ConvergenceFit {
+  predictor::ConvergenceModel model;
+  double rmse = 0;         // of the mean curve against the points, in the metric's unit
+  int points = 0;
+  std::vector<std::string> notes;  // e.g. "step drop detected at global step 32000 (x0.11)"
+};
+
+// Fits the model. FAILED_PRECONDITION when no run has at least 3 points (without a prior) or the
+// metric is in no sample.
+absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> runs,
+                                              const ConvergenceFitOptions& options);
+
+}  // namespace spotdnn::profiler
+
+#endif  // SPOTDNN_PROFILER_CONVERGENCE_FIT_H_
