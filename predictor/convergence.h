@@ -7,9 +7,10 @@
 //   e(j) = base(j_w) * m(j),
 // where j is the global step, j_w = max(0, j - warm-up / 2), base is the curve at the schedule's
 // first learning rate (kSaturating: floor N^floor_exp + amplitude exp(-j / (scale N^scale_exp)),
-// N workers; kEq3: the paper's eq. 3 in the error), and m(j) = rho + (1 - rho) * lr~(j) / lr0 scales
-// it by the learning rate, lr~ being the schedule's rate smoothed over `drop_time_steps` (a step drop
-// settles in a few hundred steps; rho is what is left of the error once the rate is near 0).
+// N workers; kEq3: the paper's eq. 3 in the error), and m(j) scales it by the learning rate: for
+// step decay the product over the drops J_i <= j of (rho_i + (1 - rho_i) exp(-(j - J_i) / tau))
+// (each drop takes the error to rho_i of what it was, within `drop_time_steps` = tau), for cosine
+// rho + (1 - rho) lr(j - tau) / lr0 (rho: what is left of the error once the rate is near 0).
 // A run is seen only when it evaluates (every `eval_interval_steps`), each evaluation off the mean
 // by Gaussian noise of sd noise_sd N^noise_exp (before the first drop) or noise_sd_after
 // N^noise_exp_after (after it). The steps to a target are the first evaluation that reaches it,
@@ -68,8 +69,9 @@ struct ConvergenceModel {
   double g1 = 0, g3 = 0, g4 = 0, g5 = 0;
 
   LrSchedule schedule;
-  double rho = 1;                 // error left of base when the rate is ~0, in (0, 1]
-  double drop_time_steps = 0;     // how fast the error follows the rate, global steps
+  std::vector<double> drop_ratios;  // kStepDecay: rho_i per drop (as schedule.drop_steps), (0, 1]
+  double rho = 1;                   // kCosine: error left of base when the rate is ~0, in (0, 1]
+  double drop_time_steps = 0;       // tau: how fast the error follows the rate, global steps
 
   // Run-to-run spread of one evaluation about the mean, in the error's unit.
   double noise_sd = 0, noise_exp = 0;              // before the first drop
