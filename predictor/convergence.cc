@@ -1,17 +1,344 @@
-// Placeholder until the model lands (the lead is writing it): the functions compile and answer
-// "unreachable".
 #include "predictor/convergence.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
 namespace spotdnn::predictor {
-double LrSchedule::RateAt(double) const { return 1; }
-absl::Status LrSchedule::Validate() const { return absl::OkStatus(); }
-absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view) {
-  return absl::UnimplementedError("not yet");
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+// Largest global step a schedule or a horizon may name.
+constexpr double kMaxSteps = 1e15;
+
+bool Finite(double x) { return std::isfinite(x); }
+
+absl::Status Bad(absl::string_view field, double value, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrFormat("%s = %g: %s", field, value, why));
 }
-std::string LrScheduleText(const LrSchedule&) { return "constant"; }
-absl::Status ConvergenceModel::Validate() const { return absl::OkStatus(); }
-double MeanValueAt(const ConvergenceModel& model, int, double, double) { return model.ceiling; }
-StepQuantiles StepsToTarget(const ConvergenceModel&, int, double, double, double, int) {
-  return {};
+
+absl::StatusOr<double> ParseNumber(absl::string_view part, absl::string_view text) {
+  double v = 0;
+  if (!absl::SimpleAtod(absl::StripAsciiWhitespace(text), &v) || !Finite(v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lr_schedule \"", part, "\": \"", text, "\" is not a number"));
+  }
+  return v;
 }
+
+// The base curve's error at step j (after warm-up) for N workers.
+double BaseError(const ConvergenceModel& m, int workers, double r, double j) {
+  const double n = std::max(1, workers);
+  if (m.form == ConvergenceModel::Form::kEq3) {
+    const double x = m.g3 * std::sqrt(std::max(0.0, (r + m.g4) * n)) / (j + m.g1);
+    return x + m.g5;
+  }
+  return m.floor * std::pow(n, m.floor_exp) +
+         m.amplitude * std::exp(-j / (m.scale * std::pow(n, m.scale_exp)));
+}
+
+// The schedule's factor m(j) on the base error.
+double RateFactor(const ConvergenceModel& m, double j) {
+  const LrSchedule& s = m.schedule;
+  const double tau = std::max(1e-9, m.drop_time_steps);
+  switch (s.kind) {
+    case LrSchedule::Kind::kConstant:
+      return 1;
+    case LrSchedule::Kind::kStepDecay: {
+      double f = 1;
+      for (size_t i = 0; i < s.drop_steps.size(); ++i) {
+        if (j <= s.drop_steps[i]) break;
+        const double rho = i < m.drop_ratios.size() ? m.drop_ratios[i] : 1.0;
+        f *= rho + (1 - rho) * std::exp(-(j - s.drop_steps[i]) / tau);
+      }
+      return f;
+    }
+    case LrSchedule::Kind::kCosine: {
+      const double lagged = std::max(0.0, j - std::max(0.0, m.drop_time_steps));
+      return m.rho + (1 - m.rho) * s.RateAt(lagged);
+    }
+  }
+  return 1;
+}
+
+double NoiseAt(const ConvergenceModel& m, int workers, double j) {
+  const double n = std::max(1, workers);
+  const bool after = (m.schedule.kind == LrSchedule::Kind::kStepDecay &&
+                      !m.schedule.drop_steps.empty() && j > m.schedule.drop_steps.front()) ||
+                     (m.schedule.kind == LrSchedule::Kind::kCosine &&
+                      j > m.schedule.cosine_horizon_steps / 2);
+  if (after && m.noise_sd_after > 0) return m.noise_sd_after * std::pow(n, m.noise_exp_after);
+  return m.noise_sd * std::pow(n, m.noise_exp);
+}
+
+double MeanError(const ConvergenceModel& m, int workers, double r, double step) {
+  const double j = std::max(0.0, step - m.schedule.warmup_steps / 2);
+  return BaseError(m, workers, r, j) * RateFactor(m, step);
+}
+
+}  // namespace
+
+double LrSchedule::RateAt(double step) const {
+  if (warmup_steps > 0 && step < warmup_steps) return std::max(0.0, step / warmup_steps);
+  switch (kind) {
+    case Kind::kConstant:
+      return 1;
+    case Kind::kStepDecay: {
+      double r = 1;
+      for (size_t i = 0; i < drop_steps.size() && step > drop_steps[i]; ++i) {
+        r *= i < drop_factors.size() ? drop_factors[i] : 0.1;
+      }
+      return r;
+    }
+    case Kind::kCosine:
+      if (cosine_horizon_steps <= 0 || step >= cosine_horizon_steps) return 0;
+      return 0.5 * (1 + std::cos(kPi * step / cosine_horizon_steps));
+  }
+  return 1;
+}
+
+absl::Status LrSchedule::Validate() const {
+  if (!(Finite(warmup_steps) && warmup_steps >= 0 && warmup_steps <= kMaxSteps)) {
+    return Bad("lr_schedule.warmup_steps", warmup_steps, "must be a number in [0, 1e15]");
+  }
+  if (kind == Kind::kStepDecay) {
+    if (drop_steps.empty()) {
+      return absl::InvalidArgumentError("lr_schedule: step decay needs at least one drop step");
+    }
+    if (static_cast<int>(drop_steps.size()) > kMaxScheduleDrops) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "lr_schedule: %d drops; at most %d", drop_steps.size(), kMaxScheduleDrops));
+    }
+    if (!drop_factors.empty() && drop_factors.size() != drop_steps.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("lr_schedule: %d drop factors for %d drop steps", drop_factors.size(),
+                          drop_steps.size()));
+    }
+    for (size_t i = 0; i < drop_steps.size(); ++i) {
+      const double s = drop_steps[i];
+      if (!(Finite(s) && s > 0 && s <= kMaxSteps)) {
+        return Bad(absl::StrCat("lr_schedule.drop_steps[", i, "]"), s,
+                   "must be a global step in (0, 1e15]");
+      }
+      if (i > 0 && !(s > drop_steps[i - 1])) {
+        return Bad(absl::StrCat("lr_schedule.drop_steps[", i, "]"), s,
+                   absl::StrFormat("must be after the drop before it (%g)", drop_steps[i - 1]));
+      }
+    }
+    for (size_t i = 0; i < drop_factors.size(); ++i) {
+      const double f = drop_factors[i];
+      if (!(Finite(f) && f > 0 && f <= 1)) {
+        return Bad(absl::StrCat("lr_schedule.drop_factors[", i, "]"), f, "must be in (0, 1]");
+      }
+    }
+  } else if (!drop_steps.empty() || !drop_factors.empty()) {
+    return absl::InvalidArgumentError("lr_schedule: drop steps belong to a step-decay schedule");
+  }
+  if (kind == Kind::kCosine &&
+      !(Finite(cosine_horizon_steps) && cosine_horizon_steps > 0 &&
+        cosine_horizon_steps <= kMaxSteps)) {
+    return Bad("lr_schedule.cosine_horizon_steps", cosine_horizon_steps,
+               "must be a global step in (0, 1e15]");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view text) {
+  LrSchedule s;
+  absl::string_view rest = absl::StripAsciiWhitespace(text);
+  if (absl::ConsumePrefix(&rest, "warmup:")) {
+    const size_t plus = rest.find('+');
+    auto w = ParseNumber("warmup", rest.substr(0, plus));
+    if (!w.ok()) return w.status();
+    s.warmup_steps = *w;
+    rest = plus == absl::string_view::npos ? absl::string_view("constant") : rest.substr(plus + 1);
+  }
+  if (rest == "constant") {
+    s.kind = LrSchedule::Kind::kConstant;
+  } else if (absl::ConsumePrefix(&rest, "cosine:")) {
+    s.kind = LrSchedule::Kind::kCosine;
+    auto h = ParseNumber("cosine", rest);
+    if (!h.ok()) return h.status();
+    s.cosine_horizon_steps = *h;
+  } else if (absl::ConsumePrefix(&rest, "step:")) {
+    s.kind = LrSchedule::Kind::kStepDecay;
+    for (absl::string_view drop : absl::StrSplit(rest, ',')) {
+      std::vector<absl::string_view> p = absl::StrSplit(drop, absl::MaxSplits('*', 1));
+      auto at = ParseNumber("step", p[0]);
+      if (!at.ok()) return at.status();
+      double factor = 0.1;
+      if (p.size() == 2) {
+        auto f = ParseNumber("step", p[1]);
+        if (!f.ok()) return f.status();
+        factor = *f;
+      }
+      s.drop_steps.push_back(*at);
+      s.drop_factors.push_back(factor);
+    }
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lr_schedule = \"", text,
+        "\": expected constant, step:STEP[*FACTOR],..., or cosine:HORIZON, optionally after "
+        "warmup:STEPS+"));
+  }
+  if (auto st = s.Validate(); !st.ok()) return st;
+  return s;
+}
+
+std::string LrScheduleText(const LrSchedule& s) {
+  std::string out = s.warmup_steps > 0 ? absl::StrFormat("warmup:%.15g+", s.warmup_steps) : "";
+  switch (s.kind) {
+    case LrSchedule::Kind::kConstant:
+      return s.warmup_steps > 0 ? absl::StrFormat("warmup:%.15g", s.warmup_steps) : "constant";
+    case LrSchedule::Kind::kCosine:
+      return absl::StrCat(out, absl::StrFormat("cosine:%.15g", s.cosine_horizon_steps));
+    case LrSchedule::Kind::kStepDecay: {
+      std::vector<std::string> drops;
+      for (size_t i = 0; i < s.drop_steps.size(); ++i) {
+        drops.push_back(absl::StrFormat("%.15g*%.15g", s.drop_steps[i],
+                                        i < s.drop_factors.size() ? s.drop_factors[i] : 0.1));
+      }
+      return absl::StrCat(out, "step:", absl::StrJoin(drops, ","));
+    }
+  }
+  return out;
+}
+
+absl::Status ConvergenceModel::Validate() const {
+  if (metric.empty() || metric.size() > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("convergence.metric = \"", metric, "\": must be 1 to 128 characters"));
+  }
+  const std::string w = absl::StrCat("convergence[", metric, "].");
+  auto finite = [&](absl::string_view f, double v) -> absl::Status {
+    if (Finite(v)) return absl::OkStatus();
+    return Bad(absl::StrCat(w, f), v, "must be a finite number");
+  };
+  auto nonneg = [&](absl::string_view f, double v) -> absl::Status {
+    if (Finite(v) && v >= 0) return absl::OkStatus();
+    return Bad(absl::StrCat(w, f), v, "must be a finite number >= 0");
+  };
+  for (auto st : {finite("ceiling", ceiling), nonneg("floor", floor), finite("floor_exp", floor_exp),
+                  nonneg("amplitude", amplitude), finite("scale_exp", scale_exp),
+                  finite("g1", g1), finite("g3", g3), finite("g4", g4), finite("g5", g5),
+                  nonneg("drop_time_steps", drop_time_steps), nonneg("noise_sd", noise_sd),
+                  finite("noise_exp", noise_exp), nonneg("noise_sd_after", noise_sd_after),
+                  finite("noise_exp_after", noise_exp_after),
+                  nonneg("eval_interval_steps", eval_interval_steps)}) {
+    if (!st.ok()) return st;
+  }
+  if (form == Form::kSaturating && !(Finite(scale) && scale > 0)) {
+    return Bad(absl::StrCat(w, "scale"), scale, "must be a finite number > 0");
+  }
+  if (!(Finite(rho) && rho > 0 && rho <= 1)) {
+    return Bad(absl::StrCat(w, "rho"), rho, "must be in (0, 1]");
+  }
+  if (auto st = schedule.Validate(); !st.ok()) return st;
+  if (schedule.kind == LrSchedule::Kind::kStepDecay &&
+      drop_ratios.size() != schedule.drop_steps.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%sdrop_ratios: %d for %d drop steps", w, drop_ratios.size(),
+                        schedule.drop_steps.size()));
+  }
+  for (size_t i = 0; i < drop_ratios.size(); ++i) {
+    if (!(Finite(drop_ratios[i]) && drop_ratios[i] > 0 && drop_ratios[i] <= 1)) {
+      return Bad(absl::StrCat(w, "drop_ratios[", i, "]"), drop_ratios[i], "must be in (0, 1]");
+    }
+  }
+  return absl::OkStatus();
+}
+
+double MeanValueAt(const ConvergenceModel& model, int workers, double r, double step) {
+  return model.ValueOf(MeanError(model, workers, r, step));
+}
+
+StepQuantiles StepsToTarget(const ConvergenceModel& model, int workers, double r, double target,
+                            double from_step, int draws) {
+  StepQuantiles out;
+  const double goal = model.ErrorOf(target);  // reach an error at or below this
+  if (!Finite(goal) || !Finite(from_step) || from_step < 0) return out;
+  draws = std::clamp(draws, 1, 100'000);
+  // Where the mean curve reaches the goal (doubling then bisection), to size the horizon.
+  auto mean_at = [&](double s) { return MeanError(model, workers, r, s); };
+  double end = std::max(1.0, from_step);
+  const LrSchedule& sch = model.schedule;
+  if (sch.kind == LrSchedule::Kind::kStepDecay) end = std::max(end, sch.drop_steps.back() * 2);
+  if (sch.kind == LrSchedule::Kind::kCosine) end = std::max(end, sch.cosine_horizon_steps);
+  double mean_cross = std::numeric_limits<double>::infinity();
+  for (double s = std::max(1.0, from_step); s <= kMaxSteps; s *= 2) {
+    if (mean_at(s) <= goal) {
+      double lo = s / 2, hi = s;
+      for (int i = 0; i < 60; ++i) {
+        const double mid = (lo + hi) / 2;
+        (mean_at(mid) <= goal ? hi : lo) = mid;
+      }
+      mean_cross = hi;
+      break;
+    }
+    if (s > 4 * end && s > 1e9) break;
+  }
+  const double horizon =
+      std::min(kMaxSteps, std::max(end, Finite(mean_cross) ? 20 * mean_cross : 20 * end));
+  // Evaluations: every eval_interval_steps from the start (a running job: from from_step), at
+  // most 4,096 of them; without an interval, 512 points spread up to the horizon.
+  double interval = model.eval_interval_steps;
+  const double span = horizon - from_step;
+  if (!(interval > 0) || span / interval > 4096) interval = span / 512;
+  if (!(interval > 0)) return out;
+  const double first = model.eval_interval_steps > 0 && from_step == 0
+                           ? interval
+                           : from_step + interval;
+  std::vector<double> steps, means, sds;
+  for (double s = first; s <= horizon + 1e-9; s += interval) {
+    steps.push_back(s);
+    means.push_back(mean_at(s));
+    sds.push_back(NoiseAt(model, workers, s));
+  }
+  if (steps.empty()) return out;
+  // A deterministic stream: the same model and question give the same answer.
+  std::mt19937_64 rng(0x5eed5eedULL ^ static_cast<uint64_t>(workers));
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> hits;
+  hits.reserve(draws);
+  // The curve starts at its mean (a running job: where the mean curve is at from_step).
+  const double start_error = mean_at(from_step);
+  for (int d = 0; d < draws; ++d) {
+    double prev_step = from_step, prev_err = start_error;
+    double hit = std::numeric_limits<double>::infinity();
+    for (size_t k = 0; k < steps.size(); ++k) {
+      const double e = means[k] + sds[k] * normal(rng);
+      if (e <= goal) {
+        if (Finite(prev_err) && prev_err > goal) {
+          hit = prev_step + (prev_err - goal) / (prev_err - e) * (steps[k] - prev_step);
+        } else {
+          hit = steps[k];
+        }
+        break;
+      }
+      prev_step = steps[k];
+      prev_err = e;
+    }
+    hits.push_back(hit - from_step);
+  }
+  std::sort(hits.begin(), hits.end());
+  auto q = [&](double p) { return hits[static_cast<size_t>(p * (hits.size() - 1) + 0.5)]; };
+  out.reached_fraction =
+      static_cast<double>(std::count_if(hits.begin(), hits.end(), Finite)) / hits.size();
+  out.p10 = q(0.1);
+  out.p50 = q(0.5);
+  out.p90 = q(0.9);
+  out.reachable = Finite(out.p50);
+  return out;
+}
+
 }  // namespace spotdnn::predictor
