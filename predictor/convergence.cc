@@ -234,7 +234,8 @@ absl::Status ConvergenceModel::Validate() const {
                   nonneg("drop_time_steps", drop_time_steps), nonneg("noise_sd", noise_sd),
                   finite("noise_exp", noise_exp), nonneg("noise_sd_after", noise_sd_after),
                   finite("noise_exp_after", noise_exp_after),
-                  nonneg("eval_interval_steps", eval_interval_steps)}) {
+                  nonneg("eval_interval_steps", eval_interval_steps),
+                  finite("eval_interval_per_worker_steps", eval_interval_per_worker_steps)}) {
     if (!st.ok()) return st;
   }
   if (form == Form::kSaturating && !(Finite(scale) && scale > 0)) {
@@ -291,7 +292,10 @@ StepQuantiles StepsToTarget(const ConvergenceModel& model, int workers, double r
       std::min(kMaxSteps, std::max(end, Finite(mean_cross) ? 20 * mean_cross : 20 * end));
   // Evaluations: every eval_interval_steps from the start (a running job: from from_step), at
   // most 4,096 of them; without an interval, 512 points spread up to the horizon.
-  double interval = model.eval_interval_steps;
+  double interval = model.eval_interval_steps > 0
+                        ? model.eval_interval_steps +
+                              model.eval_interval_per_worker_steps * std::max(1, workers)
+                        : 0;
   const double span = horizon - from_step;
   if (!(interval > 0) || span / interval > 4096) interval = span / 512;
   if (!(interval > 0)) return out;

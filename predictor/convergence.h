@@ -76,7 +76,11 @@ struct ConvergenceModel {
   // Run-to-run spread of one evaluation about the mean, in the error's unit.
   double noise_sd = 0, noise_exp = 0;              // before the first drop
   double noise_sd_after = 0, noise_exp_after = 0;  // after it
-  double eval_interval_steps = 0;  // the runs' evaluation interval; 0 = every step (no gaps)
+  // The runs' evaluation interval in global steps, interval + per_worker N for N workers (an
+  // asynchronous cluster's global step runs ahead of its chief's count by about a step per worker
+  // at each evaluation); 0 = every step (no gaps).
+  double eval_interval_steps = 0;
+  double eval_interval_per_worker_steps = 0;
 
   int runs = 0;            // runs the fit used
   int points = 0;          // evaluations the fit used

@@ -4,11 +4,15 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "predictor/equations.h"
 
 namespace spotdnn::predictor {
@@ -72,7 +76,7 @@ absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profil
     return absl::InvalidArgumentError(
         absl::StrFormat("bandwidth_margin = %g: must be in [0, 1)", options.bandwidth_margin));
   }
-  if (!profile.loss && options.require_loss_model) {
+  if (!profile.loss && profile.convergence.empty() && options.require_loss_model) {
     return absl::FailedPreconditionError(absl::StrCat(
         "workload \"", profile.name,
         "\" has no loss model (g1..g5): fit one from loss curves (spotdnn profile fit) first"));
@@ -94,6 +98,7 @@ absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profil
   }
 
   PerformanceModel model;
+  model.cache_ = std::make_shared<QuantileCache>();
   model.coefficients_ = CoefficientsOf(profile.variant);
   if (profile.contention) model.contention_ = *profile.contention;
   model.has_loss_ = profile.loss.has_value();
@@ -279,7 +284,20 @@ Estimate PerformanceModel::Evaluate(absl::Span<const int> counts, double target_
 
 Estimate PerformanceModel::Evaluate(absl::Span<const int> counts, const Target& target,
                                     int parameter_servers, double current_loss) const {
-  if (target.is_loss()) return Evaluate(counts, target.value, parameter_servers, current_loss);
+  if (target.is_metric()) {
+    const ConvergenceModel* m = ConvergenceOf(target.MetricName());
+    if (m == nullptr && target.is_loss()) {
+      return Evaluate(counts, target.value, parameter_servers, current_loss);
+    }
+    Estimate out;
+    if (!EvaluateShape(counts, parameter_servers, out)) return out;
+    if (m == nullptr) {
+      out.error = EstimateError::kNoConvergenceModel;
+      return out;
+    }
+    EvaluateConvergence(*m, target, current_loss, out);
+    return out;
+  }
   Estimate out;
   if (!EvaluateShape(counts, parameter_servers, out)) return out;
   if (target.kind == Target::Kind::kIterations) {
@@ -290,6 +308,86 @@ Estimate PerformanceModel::Evaluate(absl::Span<const int> counts, const Target& 
   // Each global iteration trains b_w samples on average (eq. 4's WA batch).
   Finish(target.value / out.wa_batch, out);
   return out;
+}
+
+struct PerformanceModel::QuantileCache {
+  struct Key {
+    const ConvergenceModel* model;
+    int workers;
+    int64_t r;  // R x 1e6
+    double target, from;
+    bool operator==(const Key& o) const {
+      return model == o.model && workers == o.workers && r == o.r && target == o.target &&
+             from == o.from;
+    }
+    template <typename H>
+    friend H AbslHashValue(H h, const Key& k) {
+      return H::combine(std::move(h), k.model, k.workers, k.r, k.target, k.from);
+    }
+  };
+  absl::Mutex mu;
+  absl::flat_hash_map<Key, StepQuantiles> answers ABSL_GUARDED_BY(mu);
+};
+
+const ConvergenceModel* PerformanceModel::ConvergenceOf(absl::string_view metric) const {
+  for (const ConvergenceModel& m : profile_.convergence) {
+    if (m.metric == metric) return &m;
+  }
+  return nullptr;
+}
+
+void PerformanceModel::EvaluateConvergence(const ConvergenceModel& m, const Target& target,
+                                           double current, Estimate& out) const {
+  const bool higher = target.kind == Target::Kind::kMetric ? target.higher_is_better : false;
+  if (higher != m.higher_is_better) {
+    out.error = EstimateError::kNoConvergenceModel;
+    return;
+  }
+  // R only matters to the eq. 3 form; homogeneous clusters have sqrt((N - 1) / N).
+  const double r = m.form == ConvergenceModel::Form::kEq3 ? out.convergence_coefficient : 0;
+  // A value already reached: the mean curve's step there.
+  double from = 0;
+  if (std::isfinite(current)) {
+    const double goal = m.ErrorOf(current);
+    double lo = 0, hi = 1;
+    while (hi < 1e15 && m.ErrorOf(MeanValueAt(m, out.workers, r, hi)) > goal) hi *= 2;
+    if (hi < 1e15) {
+      for (int i = 0; i < 60; ++i) {
+        const double mid = (lo + hi) / 2;
+        (m.ErrorOf(MeanValueAt(m, out.workers, r, mid)) > goal ? lo : hi) = mid;
+      }
+      from = hi;
+    }
+  }
+  const QuantileCache::Key key{&m, out.workers, static_cast<int64_t>(std::llround(r * 1e6)),
+                               target.value, from};
+  StepQuantiles q;
+  bool cached = false;
+  {
+    absl::MutexLock lock(&cache_->mu);
+    if (auto it = cache_->answers.find(key); it != cache_->answers.end()) {
+      q = it->second;
+      cached = true;
+    }
+  }
+  if (!cached) {
+    q = StepsToTarget(m, out.workers, r, target.value, from);
+    absl::MutexLock lock(&cache_->mu);
+    if (cache_->answers.size() > 200'000) cache_->answers.clear();
+    cache_->answers.emplace(key, q);
+  }
+  if (!q.reachable) {
+    out.error = EstimateError::kTargetNotReached;
+    return;
+  }
+  Finish(q.p50, out);
+  out.has_spread = true;
+  out.iterations_p10 = q.p10;
+  out.iterations_p50 = q.p50;
+  out.iterations_p90 = q.p90;
+  out.time_p10_s = q.p10 * out.expected_iteration_time_s;
+  out.time_p50_s = out.time_s;
+  out.time_p90_s = q.p90 * out.expected_iteration_time_s;
 }
 
 bool PerformanceModel::BatchesKnown(absl::Span<const int> counts, Estimate& out) const {
@@ -306,6 +404,7 @@ bool PerformanceModel::BatchesKnown(absl::Span<const int> counts, Estimate& out)
 void PerformanceModel::Finish(double j, Estimate& out) const {
   if (coefficients_.integer_iterations) j = std::round(j);
   out.normalized_iterations = j;
+  out.iterations_p10 = out.iterations_p50 = out.iterations_p90 = j;
   if (!std::isfinite(j)) {
     out.error = EstimateError::kNotFinite;
     return;
@@ -315,6 +414,7 @@ void PerformanceModel::Finish(double j, Estimate& out) const {
     return;
   }
   out.time_s = RoundToStep(j * out.expected_iteration_time_s, coefficients_.time_step);
+  out.time_p10_s = out.time_p50_s = out.time_p90_s = out.time_s;
   if (!std::isfinite(out.time_s)) {
     out.error = EstimateError::kNotFinite;
     return;
@@ -382,6 +482,23 @@ absl::Status PerformanceModel::ErrorStatus(const Estimate& e, const Target& targ
           "workload \"", profile_.name,
           "\" has no loss model (g1..g5), so a target loss cannot be predicted: fit one from loss "
           "curves, or give the target in iterations or epochs"));
+    case EstimateError::kNoConvergenceModel: {
+      std::vector<std::string> have;
+      for (const ConvergenceModel& m : profile_.convergence) {
+        have.push_back(absl::StrCat(m.metric, m.higher_is_better ? " (higher is better)" : ""));
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "workload \"", profile_.name, "\" has no convergence model of ", target.Describe(),
+          have.empty() ? std::string(" (it has none)")
+                       : absl::StrCat(" (it has ", absl::StrJoin(have, ", "), ")"),
+          ": fit one from runs that log it (spotdnn profile fit), or give the target in "
+          "iterations or epochs"));
+    }
+    case EstimateError::kTargetNotReached:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "target %s: most runs of a %d-worker cluster never reach it, by the workload's "
+          "convergence model; choose a target its runs reach",
+          target.Describe(), e.workers));
     case EstimateError::kNoBatch:
       return absl::FailedPreconditionError(absl::StrCat(
           "cluster uses ", catalog_.types[e.unusable_type].name, " (",

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,8 @@ enum class EstimateError : std::uint8_t {
   kNotFinite,             // j or T is not finite
   kNoLossModel,           // a loss target, and the profile has no loss model
   kNoBatch,               // a samples target, and a type in the cluster has no batch size
+  kNoConvergenceModel,    // a metric target, and the profile has no convergence model of it
+  kTargetNotReached,      // a convergence model's runs mostly never reach the target
 };
 
 // The cluster-level numbers of a prediction. Filled as far as the model got; read `error` first.
@@ -164,6 +167,8 @@ class PerformanceModel {
 
   // Whether the profile has a loss model (loss targets and curves need one).
   bool has_loss_model() const { return has_loss_; }
+  // The profile's convergence model of `metric` ("loss", "accuracy", ...), or nullptr.
+  const ConvergenceModel* ConvergenceOf(absl::string_view metric) const;
 
   const WorkloadProfile& profile() const { return profile_; }
   const InstanceCatalog& catalog() const { return catalog_; }
@@ -185,6 +190,13 @@ class PerformanceModel {
   bool BatchesKnown(absl::Span<const int> counts, Estimate& out) const;
   // The rest of an estimate from its normalized iterations j: time and cost, or the error.
   void Finish(double j, Estimate& out) const;
+  // A loss or metric target through the profile's convergence model `m` (from `current`, a
+  // value already reached, when finite).
+  void EvaluateConvergence(const ConvergenceModel& m, const Target& target, double current,
+                           Estimate& out) const;
+  // Steps-to-target answers are costly (a Monte Carlo); the model caches them per question.
+  struct QuantileCache;
+  std::shared_ptr<QuantileCache> cache_;
 
   WorkloadProfile profile_;
   InstanceCatalog catalog_;

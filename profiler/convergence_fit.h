@@ -56,6 +56,17 @@ struct ConvergenceFit {
 absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> runs,
                                               const ConvergenceFitOptions& options);
 
+struct FitQuality;
+
+// A convergence model for every metric the samples log at 3 or more steps of a run: "loss"
+// (lower is better), "accuracy" (higher, ceiling 1) and each metric.NAME whose direction the
+// curves show (values in [0, 1] when higher is better). A model in `declared` of the same metric
+// gives its schedule (and form). One FitQuality row per metric ("convergence[accuracy]"), with the
+// fit's notes; a metric that fails to fit gets an unidentified row saying why.
+std::vector<predictor::ConvergenceModel> FitConvergences(
+    absl::Span<const Sample> samples, absl::Span<const predictor::ConvergenceModel> declared,
+    std::vector<FitQuality>* quality);
+
 }  // namespace spotdnn::profiler
 
 #endif  // SPOTDNN_PROFILER_CONVERGENCE_FIT_H_

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "profiler/cluster_fit.h"
+#include "profiler/convergence_fit.h"
 #include "profiler/fit_stop.h"
 #include "profiler/fitting.h"
 
@@ -269,6 +270,10 @@ absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
   auto fit = FitVariants(samples, known);
   // A fit whose solves were stopped fails with the stop's status, whatever the solves made of it.
   if (auto s = PollFitStop(); !s.ok()) return s;
+  if (fit.ok()) {
+    fit->convergence = FitConvergences(samples, known.declared_convergence, &fit->quality);
+    if (auto s = PollFitStop(); !s.ok()) return s;
+  }
   return fit;
 }
 
@@ -285,6 +290,7 @@ predictor::WorkloadProfile ProfileOf(const WorkloadFit& fit, const KnownParamete
   p.loss = fit.loss;
   p.variant = fit.variant;
   p.shared_ps = fit.shared_ps;
+  p.convergence = fit.convergence;
   return p;
 }
 

@@ -43,6 +43,8 @@ struct KnownParameters {
   // The variant to fit; unset: shared-ps when runs at several sizes identify it and the paper's
   // contention a1, b1 is not identified, else paper.
   std::optional<predictor::ModelVariant> variant{};
+  // Convergence models a base profile declares: their schedules (and forms) are the fit's.
+  std::vector<predictor::ConvergenceModel> declared_convergence{};
 };
 
 // Eq. 8-9 contention fitted from multi-worker runs.
@@ -104,6 +106,8 @@ struct WorkloadFit {
   std::vector<FitQuality> quality{};
   predictor::ModelVariant variant = predictor::ModelVariant::kPaper;
   std::optional<predictor::SharedPsModel> shared_ps{};  // kSharedPs
+  // One per metric the runs log (profiler/convergence_fit.h).
+  std::vector<predictor::ConvergenceModel> convergence{};
   // The compute entries replace every entry of a base profile (they were fitted as a whole,
   // from runs of several types and sizes), rather than only those of the same type.
   bool compute_is_complete = false;

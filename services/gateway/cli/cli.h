@@ -57,6 +57,8 @@ int Profile(const std::string& subcommand, const Args& args, pb::Profiler::StubI
 int ProfileValidateCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io);
 // `spotdnn profile validate-speed`: runs here, on the files named by --runs.
 int ValidateSpeedCommand(const Args& args, const Io& io);
+// spotdnn profile validate-convergence (profile_validate_command.cc).
+int ValidateConvergenceCommand(const Args& args, const Io& io);
 // `spotdnn watch` against a detector: prints events as they arrive (one line each, or one JSON
 // object per line with --json), resuming after the last one printed when the stream breaks;
 // stops after --count events or --timeout.

@@ -563,6 +563,23 @@ std::vector<Command> ProfileCommands() {
                  {"--fit-workers", "N,N,N", "the worker counts to fit on (3 or more)"},
                  {"--model", "M", "shared-ps (default) or paper"}},
        .run = ValidateSpeedCommand},
+      {.name = "profile validate-convergence",
+       .summary = "fit the convergence model on some cluster sizes, predict the steps of others",
+       .synopsis = "--runs PATH[@N][,PATH[@N]...] --targets METRIC>=V[,V...] [--fit-sizes N,N] "
+                   "[--form saturating|eq3] [--schedule detect|S]",
+       .description =
+           "Reads the runs' metric curves (files or folders; @N gives the workers of runs whose "
+           "folder\nname does not say), fits the convergence model on the --fit-sizes (default: "
+           "each size\nleft out in turn, fitted on all the others) and prints, per held-out size "
+           "and target,\nthe observed steps (median over the runs, interpolated between "
+           "evaluations), the\npredicted p50 and 80% interval, the error and the MAPE. It reads "
+           "the files itself.\n--form eq3 --schedule constant is the paper's eq. 3 as written.",
+       .flags = {{"--runs", "PATH[@N],...", "run files or folders, @N = workers when not said"},
+                 {"--targets", "METRIC>=V,V", "e.g. accuracy>=0.80,0.85,0.88 or loss<=0.5,0.3"},
+                 {"--fit-sizes", "N,N", "cluster sizes to fit on (default: leave one out)"},
+                 {"--form", "F", "saturating (default) or eq3"},
+                 {"--schedule", "S", "detect (default), constant, step:32000*0.1, cosine:H"}},
+       .run = ValidateConvergenceCommand},
   };
 }
 

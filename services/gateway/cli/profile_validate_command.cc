@@ -12,7 +12,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "predictor/types.h"
+#include "profiler/convergence_validate.h"
 #include "profiler/importers.h"
 #include "profiler/speed_curve.h"
 #include "services/common/convert.h"
@@ -239,6 +241,171 @@ int ValidateSpeedCommand(const Args& args, const Io& io) {
   }
   io.out << absl::StrFormat("overall held-out MAPE: %.2f%% over %d points\n",
                             validation->overall_mape, validation->held_out_points);
+  return kExitOk;
+}
+
+}  // namespace spotdnn::gateway
+
+namespace spotdnn::gateway {
+namespace {
+
+// "accuracy>=0.80,0.85,0.88": the metric, its direction and the values.
+struct TargetList {
+  std::string metric;
+  bool higher_is_better = false;
+  std::vector<double> values;
+};
+
+absl::StatusOr<TargetList> ParseTargetList(absl::string_view text) {
+  TargetList out;
+  size_t op = text.find(">=");
+  out.higher_is_better = op != absl::string_view::npos;
+  if (!out.higher_is_better) op = text.find("<=");
+  if (op == absl::string_view::npos || op == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--targets = \"", text, "\": expected METRIC>=V[,V...] or METRIC<=V[,V...]"));
+  }
+  out.metric = std::string(absl::StripAsciiWhitespace(text.substr(0, op)));
+  for (absl::string_view v : absl::StrSplit(text.substr(op + 2), ',')) {
+    auto n = ParseNumber("--targets", v);
+    if (!n.ok()) return n.status();
+    out.values.push_back(*n);
+  }
+  return out;
+}
+
+}  // namespace
+
+int ValidateConvergenceCommand(const Args& args, const Io& io) {
+  auto fail = [&](const absl::Status& s) {
+    return ReportError(s, "profile validate-convergence", io);
+  };
+  auto runs_text = args.Required("--runs");
+  if (!runs_text.ok()) return fail(runs_text.status());
+  auto targets_text = args.Required("--targets");
+  if (!targets_text.ok()) return fail(targets_text.status());
+  auto targets = ParseTargetList(*targets_text);
+  if (!targets.ok()) return fail(targets.status());
+  std::vector<int> fit_sizes;
+  if (auto f = args.Get("--fit-sizes")) {
+    for (absl::string_view part : absl::StrSplit(*f, ',')) {
+      auto n = ParseInt("--fit-sizes", part, 1, predictor::kMaxClusterSize);
+      if (!n.ok()) return fail(n.status());
+      fit_sizes.push_back(*n);
+    }
+  }
+  profiler::ConvergenceFitOptions options;
+  options.metric = targets->metric;
+  options.higher_is_better = targets->higher_is_better;
+  const std::string form = args.Get("--form").value_or("saturating");
+  if (form == "eq3") {
+    options.form = predictor::ConvergenceModel::Form::kEq3;
+  } else if (form != "saturating") {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--form = \"", form, "\": expected saturating or eq3")));
+  }
+  if (auto s = args.Get("--schedule"); s && *s != "detect") {
+    auto schedule = predictor::ParseLrSchedule(*s);
+    if (!schedule.ok()) return fail(absl::InvalidArgumentError(
+        absl::StrCat("--schedule: ", schedule.status().message())));
+    options.schedule = *schedule;
+  }
+  std::vector<profiler::ConvergenceRun> runs;
+  std::uint64_t skipped = 0;
+  int index = 0;
+  for (absl::string_view entry : absl::StrSplit(*runs_text, ',', absl::SkipEmpty())) {
+    std::string path(entry);
+    profiler::ImportOptions import;
+    if (const size_t at = entry.rfind('@'); at != absl::string_view::npos) {
+      auto n = ParseInt("--runs", entry.substr(at + 1), 1, predictor::kMaxClusterSize);
+      if (!n.ok()) return fail(n.status());
+      import.cluster_workers = *n;
+      path = std::string(entry.substr(0, at));
+    }
+    import.job_id = absl::StrCat("runs", index++);
+    auto imported = profiler::ImportPath(path, import);
+    if (!imported.ok()) {
+      return fail(absl::Status(imported.status().code(),
+                               absl::StrCat("--runs: ", imported.status().message())));
+    }
+    skipped += imported->skipped;
+    for (profiler::ConvergenceRun& r :
+         profiler::ConvergenceRunsOf(imported->samples, targets->metric)) {
+      runs.push_back(std::move(r));
+    }
+  }
+  if (runs.empty()) {
+    return fail(absl::FailedPreconditionError(absl::StrCat(
+        "--runs: no run logs ", targets->metric, " at two or more steps")));
+  }
+  auto v = profiler::ValidateConvergence(runs, fit_sizes, targets->values, options);
+  if (!v.ok()) {
+    const absl::Status& s = v.status();
+    return fail(absl::Status(s.code(), s.code() == absl::StatusCode::kInvalidArgument
+                                           ? absl::StrCat("--", s.message())
+                                           : std::string(s.message())));
+  }
+  const char* op = targets->higher_is_better ? ">=" : "<=";
+  if (io.json) {
+    std::vector<std::string> checks;
+    for (const profiler::ConvergenceCheck& c : v->checks) {
+      JsonObject o;
+      o.Number("workers", c.workers).Number("target", c.target).Number("runs", c.runs);
+      o.Number("reached", c.reached);
+      if (c.observed) o.Number("observed_steps", *c.observed);
+      if (c.predicted.reachable) {
+        o.Number("iterations_p10", c.predicted.p10)
+            .Number("iterations_p50", c.predicted.p50)
+            .Number("iterations_p90", c.predicted.p90);
+      }
+      if (c.observed && c.predicted.reachable) {
+        o.Number("error_pct", c.error_pct).Bool("inside_interval", c.inside);
+      }
+      checks.push_back(o.str());
+    }
+    std::vector<std::string> per_target;
+    for (size_t i = 0; i < targets->values.size(); ++i) {
+      per_target.push_back(JsonObject()
+                               .Number("target", targets->values[i])
+                               .Number("mape_pct", v->target_mape[i])
+                               .str());
+    }
+    std::vector<std::string> notes;
+    for (const std::string& n : v->notes) notes.push_back(JsonString(n));
+    io.out << "{\"metric\":" << JsonString(targets->metric) << ",\"direction\":\"" << op
+           << "\",\"runs\":" << runs.size() << ",\"checks\":[" << absl::StrJoin(checks, ",")
+           << "],\"targets\":[" << absl::StrJoin(per_target, ",")
+           << "],\"mape_pct\":" << ShortestNumber(v->mape) << ",\"compared\":" << v->compared
+           << ",\"inside_interval\":" << v->inside << ",\"skipped_lines\":" << skipped
+           << ",\"notes\":[" << absl::StrJoin(notes, ",") << "]}\n";
+    return kExitOk;
+  }
+  io.out << "Steps to " << targets->metric << " " << op << " target: " << runs.size()
+         << " runs, "
+         << (fit_sizes.empty() ? std::string("each cluster size left out in turn")
+                               : absl::StrCat("fitted on ", absl::StrJoin(fit_sizes, ","),
+                                              " workers"))
+         << "\n\n";
+  Table t({"workers", "target", "runs", "observed", "p50", "p10-p90", "error %", "inside"});
+  auto steps = [](double s) { return std::isfinite(s) ? absl::StrFormat("%.0f", s) : "never"; };
+  for (const profiler::ConvergenceCheck& c : v->checks) {
+    t.AddRow({absl::StrCat(c.workers), absl::StrFormat("%g", c.target),
+              absl::StrCat(c.reached, "/", c.runs), c.observed ? steps(*c.observed) : "-",
+              c.predicted.reachable ? steps(c.predicted.p50) : "never",
+              c.predicted.reachable
+                  ? absl::StrCat(steps(c.predicted.p10), "-", steps(c.predicted.p90))
+                  : "-",
+              c.observed && c.predicted.reachable ? absl::StrFormat("%.1f", c.error_pct) : "-",
+              c.observed && c.predicted.reachable ? (c.inside ? "yes" : "no") : "-"});
+  }
+  t.Print(io.out);
+  io.out << "\nMAPE:";
+  for (size_t i = 0; i < targets->values.size(); ++i) {
+    io.out << absl::StrFormat(" %g: %.1f%%;", targets->values[i], v->target_mape[i]);
+  }
+  io.out << absl::StrFormat(" all: %.1f%% over %d checks; observed inside the 80%% interval: %d/%d\n",
+                            v->mape, v->compared, v->inside, v->compared);
+  for (const std::string& n : v->notes) io.out << "Note: " << n << "\n";
   return kExitOk;
 }
 
