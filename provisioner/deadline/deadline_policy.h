@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "provisioner/deadline/availability_trace.h"
 
 namespace spotdnn::provisioner::deadline {
 
@@ -31,6 +32,9 @@ struct DeadlineInput {
   int running_spot = 0;        // instances on spot now (past or in their changeover)
   int running_on_demand = 0;   // instances on on-demand now
   int spot_available = 0;      // spot instances that can run now (capacity); -1: unknown
+  // At most this long until the policy is asked again (a trace's tick); 0: unknown. The policy
+  // keeps this much slack beyond a changeover before it may wait.
+  double decision_interval_s = 0;
 };
 
 // What should run from now on. `spot` <= max(spot_available, 0) unless spot_available is -1
@@ -48,9 +52,35 @@ class DeadlinePolicy {
   virtual ~DeadlinePolicy() = default;
   virtual DeadlineDecision Decide(const DeadlineInput& input) = 0;
   virtual absl::string_view name() const = 0;
+  // What the availability of this type looked like before the job started (the trace before a
+  // simulated window; a catalog's statistics for a real job). Policies that do not learn ignore it.
+  virtual void SetHistory(const AvailabilityStats& /*history*/) {}
 };
 
-// "ours" (the default), "uniform-progress", "greedy", "on-demand". ("optimum" needs the whole
+// The tunable constants of "ours" (see deadline_policy.cc for the rules). The defaults are the ones
+// bench/deadline_bench tuned against the optimum on synthetic long-outage traces.
+struct OursOptions {
+  // Wait through an outage while the work left is at most `supply_factor` times the spot time the
+  // rest of the window is expected to give (usable availability rate x time left).
+  double supply_factor = 1.0;
+  // Once on on-demand in an outage, stop only when the work left falls this far below that supply.
+  double stop_hysteresis_s = 2 * 3600;
+  // The usable-availability rate assumed before any history is seen, and its weight in seconds.
+  double prior_rate = 0.5;
+  double prior_weight_s = 12 * 3600;
+  // Extra slack (beyond the two changeovers a round trip costs) to go back from on-demand to spot.
+  double back_to_spot_margin_s = 0;
+};
+
+// "ours" with the given constants.
+std::unique_ptr<DeadlinePolicy> MakeOursPolicy(const OursOptions& options);
+
+// The policy names MakeDeadlinePolicy knows, and "optimum" (the simulator's bound).
+inline constexpr const char* kDeadlinePolicyNames[] = {"ours", "uniform-progress", "greedy",
+                                                       "on-demand"};
+
+// "ours" (the default), "uniform-progress", "greedy", "on-demand", and "spot-only" (no fallback:
+// spot when there is capacity, else wait; it may miss). ("optimum" needs the whole
 // trace and is not an online policy; see the simulator.) INVALID_ARGUMENT naming the known names.
 absl::StatusOr<std::unique_ptr<DeadlinePolicy>> MakeDeadlinePolicy(absl::string_view name);
 

@@ -7,7 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "provisioner/deadline/availability_trace.h"
+#include "provisioner/deadline/window_replay.h"
 #include "services/clients/service_clients.h"
 #include "services/common/convert.h"
 #include "services/gateway/cli/cli.h"
@@ -29,6 +32,175 @@ void AddCounts(const std::vector<std::pair<std::string, int>>& counts, pb::Clust
     c->set_instance_type(type);
     c->set_count(n);
   }
+}
+
+namespace dl = ::spotdnn::provisioner::deadline;
+
+// The one-instance form: --availability FILE --work W --deadline D ... replays every window of the
+// trace under one deadline policy (provisioner/deadline/window_replay.h states the model).
+int SimulateWindows(const Args& args, const Io& io) {
+  auto fail = [&](const absl::Status& s) { return ReportError(s, "simulate", io); };
+  for (const char* flag : {"--work", "--deadline", "--spot-price", "--on-demand-price"}) {
+    if (!args.Has(flag)) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "missing required flag ", flag, " (the one-instance form: --availability FILE --work "
+          "W --deadline D --spot-price P --on-demand-price P)")));
+    }
+  }
+  for (const char* flag : {"--workload", "--catalog", "--cluster", "--loss", "--iterations"}) {
+    if (args.Has(flag)) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          flag, ": not used with --work (the one-instance form replays work on one instance)")));
+    }
+  }
+  const std::string file = *args.Get("--availability");
+  if (file.empty() || file.find('=') != std::string::npos || file.find(',') != std::string::npos) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "--availability = \"", file,
+        "\": the one-instance form (--work) takes one trace FILE, not TYPE=FILE,...")));
+  }
+  dl::WindowJob job;
+  auto work = ParseDuration("--work", *args.Get("--work"));
+  if (!work.ok()) return fail(work.status());
+  auto deadline = ParseDuration("--deadline", *args.Get("--deadline"));
+  if (!deadline.ok()) return fail(deadline.status());
+  job.work_s = *work;
+  job.deadline_s = *deadline;
+  job.changeover_s = 0;
+  if (auto c = args.Get("--changeover")) {
+    auto v = ParseDuration("--changeover", *c, /*allow_zero=*/true);
+    if (!v.ok()) return fail(v.status());
+    job.changeover_s = *v;
+  }
+  for (auto [flag, out] : {std::pair{"--spot-price", &job.spot_price_per_hour},
+                           std::pair{"--on-demand-price", &job.on_demand_price_per_hour}}) {
+    const std::string text = *args.Get(flag);
+    auto v = ParseNumber(flag, text);
+    if (!v.ok()) return fail(v.status());
+    if (*v < 0) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat(flag, " = \"", text, "\": a price in $/h cannot be negative")));
+    }
+    *out = *v;
+  }
+  double every = job.deadline_s;
+  if (auto e = args.Get("--start-every")) {
+    auto v = ParseDuration("--start-every", *e);
+    if (!v.ok()) return fail(v.status());
+    every = *v;
+  }
+  std::string policy = args.Get("--policy").value_or("ours");
+  const std::string fallback = args.Get("--fallback").value_or("on-demand");
+  if (fallback != "on-demand" && fallback != "none") {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--fallback = \"", fallback, "\": must be on-demand or none")));
+  }
+  if (fallback == "none") {
+    if (args.Has("--policy") && policy != "spot-only") {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "--policy = \"", policy, "\": --fallback none replays spot only (no policy to choose)")));
+    }
+    policy = "spot-only";
+  }
+  if (policy != "optimum" && policy != "spot-only" && !dl::MakeDeadlinePolicy(policy).ok()) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--policy = \"", policy,
+                     "\": unknown (known: ours, uniform-progress, greedy, on-demand, optimum)")));
+  }
+  auto trace = dl::ReadAvailabilityTrace(file);
+  if (!trace.ok()) {
+    return fail(absl::Status(trace.status().code(),
+                             absl::StrCat("--availability: ", trace.status().message())));
+  }
+  const auto started = std::chrono::steady_clock::now();
+  auto summary = dl::ReplayWindows(*trace, job, every, policy);
+  if (!summary.ok()) {
+    // Name the flags: the replay names its fields (deadline, start-every, policy).
+    std::string message(summary.status().message());
+    for (const char* field : {"deadline", "start-every", "policy", "work", "changeover"}) {
+      if (absl::StartsWith(message, absl::StrCat(field, " = "))) message = "--" + message;
+    }
+    return fail(absl::InvalidArgumentError(message));
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                              started).count();
+  const double on_demand_only =
+      (job.work_s + job.changeover_s) / 3600 * job.on_demand_price_per_hour;
+  const bool optimum = policy == "optimum";
+  if (io.json) {
+    std::vector<std::string> windows;
+    for (const dl::WindowResult& w : summary->windows) {
+      JsonObject o;
+      o.Number("start_s", w.start_s).Bool("met", w.met).Number("cost_usd", w.cost_usd);
+      if (w.met || !optimum) o.Number("finish_s", w.finish_s);
+      if (!optimum) {
+        o.Number("spot_hours", w.spot_hours)
+            .Number("on_demand_hours", w.on_demand_hours)
+            .Integer("changeovers", w.changeovers);
+      }
+      o.Bool("on_demand_can_meet", w.on_demand_can_meet);
+      windows.push_back(o.str());
+    }
+    JsonObject o;
+    o.String("policy", policy)
+        .String("availability", file)
+        .Number("work_s", job.work_s)
+        .Number("deadline_s", job.deadline_s)
+        .Number("changeover_s", job.changeover_s)
+        .Number("spot_price_per_hour", job.spot_price_per_hour)
+        .Number("on_demand_price_per_hour", job.on_demand_price_per_hour)
+        .Number("start_every_s", every)
+        .String("fallback", fallback)
+        .Raw("windows", "[" + absl::StrJoin(windows, ",") + "]")
+        .Number("met_fraction", summary->met_fraction)
+        .Number("mean_cost_usd", summary->mean_cost_usd)
+        .Number("on_demand_only_cost_usd", on_demand_only)
+        .Integer("missed_where_on_demand_could_meet", summary->missed_on_demand_could_meet);
+    if (!optimum) {
+      o.Number("spot_hours", summary->spot_hours)
+          .Number("on_demand_hours", summary->on_demand_hours)
+          .Integer("changeovers", summary->changeovers);
+    }
+    o.Number("simulate_ms", ms);
+    io.out << o.str() << "\n";
+    return kExitOk;
+  }
+  io.out << "Simulation: " << HumanDuration(job.work_s) << " of work on one instance by "
+         << HumanDuration(job.deadline_s) << ", changeover " << HumanDuration(job.changeover_s)
+         << ", spot " << Dollars(job.spot_price_per_hour) << "/h, on-demand "
+         << Dollars(job.on_demand_price_per_hour) << "/h\n"
+         << "trace " << file << " (" << HumanDuration(trace->duration_s()) << ", tick "
+         << HumanDuration(trace->gap_s) << "), a window every " << HumanDuration(every)
+         << ", policy " << policy << "\n\n";
+  Table table(optimum ? std::vector<std::string>{"start", "met", "cost", "finish"}
+                      : std::vector<std::string>{"start", "met", "cost", "spot h", "on-demand h",
+                                                 "changeovers", "finish"});
+  for (const dl::WindowResult& w : summary->windows) {
+    std::vector<std::string> row = {HumanDuration(w.start_s), w.met ? "yes" : "MISSED",
+                                    Dollars(w.cost_usd)};
+    if (!optimum) {
+      row.push_back(Fixed(w.spot_hours, 2));
+      row.push_back(Fixed(w.on_demand_hours, 2));
+      row.push_back(absl::StrCat(w.changeovers));
+    }
+    row.push_back(w.met || !optimum ? HumanDuration(w.finish_s) : "-");
+    table.AddRow(std::move(row));
+  }
+  table.Print(io.out);
+  io.out << "\n" << summary->windows.size() << " windows: deadline met in "
+         << Fixed(100 * summary->met_fraction, 1) << "%, mean cost "
+         << Dollars(summary->mean_cost_usd) << " (on-demand only " << Dollars(on_demand_only)
+         << ")\n";
+  if (!optimum) {
+    io.out << "spot " << Fixed(summary->spot_hours, 1) << " h, on-demand "
+           << Fixed(summary->on_demand_hours, 1) << " h, " << summary->changeovers
+           << " changeovers in all\n";
+  }
+  if (summary->missed_on_demand_could_meet > 0) {
+    io.out << "missed where on-demand alone would have met the deadline: "
+           << summary->missed_on_demand_could_meet << "\n";
+  }
+  return kExitOk;
 }
 
 }  // namespace
@@ -211,12 +383,32 @@ std::vector<Command> SimulateCommands() {
                 "input, 1 service\nfailure.",
       .run =
           [](const Args& args, const Io& io) {
+            if (args.Has("--availability") && args.Has("--work")) return SimulateWindows(args, io);
             auto connection = Connect<pb::Provisioner, services::ProvisionerServiceImpl>(args);
             if (!connection.ok()) return ReportError(connection.status(), "simulate", io);
             return Simulate(args, *connection->stub, services::DataRegistry::WithBuiltins(), io);
           },
   }};
   for (FlagHelp& f : SimulationFlagHelp()) commands[0].flags.push_back(std::move(f));
+  // The one-instance form with an availability trace (issue 26).
+  for (FlagHelp f : std::vector<FlagHelp>{
+           {"--availability", "FILE",
+            "with --work: a spot availability trace (NSDI'24 JSON or time,count CSV); the\n"
+            "one-instance form replays a window per --start-every under --policy"},
+           {"--work", "D", "the one-instance form: work in seconds of one instance (24h)"},
+           {"--changeover", "D", "billed time without progress at each instance start (12m)"},
+           {"--spot-price", "USD", "spot $/h of the instance (one-instance form)"},
+           {"--on-demand-price", "USD", "on-demand $/h of the instance (one-instance form)"},
+           {"--start-every", "D", "one window per start offset (default: the deadline)"},
+           {"--policy", "P", "ours (default), uniform-progress, greedy, on-demand, optimum"},
+           {"--fallback", "F", "on-demand (default) or none: spot only, wait for it"}}) {
+    commands[0].flags.push_back(std::move(f));
+  }
+  commands[0].synopsis +=
+      "\n\nor, one instance against an availability trace:\n"
+      "--availability FILE --work D --deadline D --spot-price USD --on-demand-price USD\n"
+      "[--changeover D] [--start-every D] [--policy ours|uniform-progress|greedy|on-demand|optimum]\n"
+      "[--fallback on-demand|none] [--json]";
   return commands;
 }
 

@@ -1,0 +1,276 @@
+// The online deadline policies. All of them reason about one "unit" (the `wanted` instances of a
+// type together): spot is usable when capacity allows all of them, and the slack is the time left
+// minus the work left. Every policy keeps the same safety invariant, which is what makes "never
+// miss a deadline on-demand alone could meet" hold: it starts spot only with at least two
+// changeovers of slack (one for spot's start, one for on-demand's after a preemption), it waits
+// only while a changeover plus one decision interval of slack remains, and otherwise it runs
+// on-demand, where the slack no longer shrinks.
+#include "provisioner/deadline/deadline_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace spotdnn::provisioner::deadline {
+namespace {
+
+constexpr double kEps = 1e-6;
+
+enum class Mode { kIdle, kSpot, kOnDemand };
+
+// The facts every policy derives from its input.
+struct View {
+  double slack = 0;  // time left - work left
+  double work = 0;
+  double left = 0;
+  double d = 0;
+  double interval = 0;
+  bool spot_up = false;  // capacity for all wanted instances (or unknown: probe)
+  bool on_spot = false;  // all wanted instances on spot
+  bool on_demand = false;
+};
+
+View See(const DeadlineInput& in) {
+  View v;
+  v.work = std::max(0.0, in.work_left_s);
+  v.left = in.time_left_s;
+  v.slack = in.time_left_s - v.work;
+  v.d = std::max(0.0, in.changeover_s);
+  v.interval = std::max(0.0, in.decision_interval_s);
+  const int wanted = std::max(1, in.wanted);
+  v.spot_up = in.spot_available < 0 || in.spot_available >= wanted;
+  v.on_spot = in.running_spot >= wanted;
+  v.on_demand = in.running_on_demand > 0;
+  return v;
+}
+
+// Waiting one more interval still leaves a changeover to start on-demand.
+bool CanWait(const View& v) { return v.slack - v.interval >= v.d + kEps; }
+// Starting spot now still leaves a changeover to start on-demand if it is preempted at once.
+bool CanTrySpot(const View& v) { return v.slack >= 2 * v.d + kEps; }
+
+DeadlineDecision Make(const DeadlineInput& in, Mode mode, std::string reason) {
+  DeadlineDecision d;
+  const int wanted = std::max(1, in.wanted);
+  const int avail = in.spot_available < 0 ? wanted : std::min(in.spot_available, wanted);
+  switch (mode) {
+    case Mode::kSpot:
+      d.spot = wanted;
+      break;
+    case Mode::kOnDemand:
+      // Keep the spot instances that still run; on-demand for the rest.
+      d.spot = std::min(in.running_spot, avail);
+      d.on_demand = wanted - d.spot;
+      break;
+    case Mode::kIdle:
+      break;
+  }
+  if (in.work_left_s <= 0) d.spot = d.on_demand = 0;
+  d.reason = std::move(reason);
+  return d;
+}
+
+std::string Hours(double s) { return absl::StrFormat("%.2f h", s / 3600); }
+
+class OnDemandPolicy final : public DeadlinePolicy {
+ public:
+  DeadlineDecision Decide(const DeadlineInput& in) override {
+    return Make(in, Mode::kOnDemand, "on-demand only");
+  }
+  absl::string_view name() const override { return "on-demand"; }
+};
+
+// `--fallback none`: spot when there is capacity, nothing otherwise (today's behaviour without a
+// fallback; it may miss the deadline).
+class SpotOnlyPolicy final : public DeadlinePolicy {
+ public:
+  DeadlineDecision Decide(const DeadlineInput& in) override {
+    return See(in).spot_up ? Make(in, Mode::kSpot, "spot is there")
+                           : Make(in, Mode::kIdle, "no spot; no fallback");
+  }
+  absl::string_view name() const override { return "spot-only"; }
+};
+
+// Spot whenever it is there, wait when it is not, and on-demand to the end once the slack is down
+// to the safety margin.
+class GreedyPolicy final : public DeadlinePolicy {
+ public:
+  DeadlineDecision Decide(const DeadlineInput& in) override {
+    const View v = See(in);
+    if (committed_ || v.on_demand) {
+      committed_ = true;
+      return Make(in, Mode::kOnDemand, "committed to on-demand");
+    }
+    if (v.spot_up && (v.on_spot || CanTrySpot(v))) return Make(in, Mode::kSpot, "spot is there");
+    if (CanWait(v)) return Make(in, Mode::kIdle, "no spot; waiting");
+    committed_ = true;
+    return Make(in, Mode::kOnDemand,
+                absl::StrCat("slack ", Hours(v.slack), " down to a changeover: on-demand to the end"));
+  }
+  absl::string_view name() const override { return "greedy"; }
+
+ private:
+  bool committed_ = false;
+};
+
+// Uniform Progress (Wu et al., "Can't Be Late", NSDI'24), its four rules as the paper states them:
+// expected progress ep(t) = W t / D, current progress cp(t).
+//  1. Idle and cp(t) < ep(t): on-demand, to catch up.
+//  2. Spot whenever it is available; stay on it until preempted.
+//  3. Hysteresis: on on-demand, stay on it until cp(t) >= ep(t + 2d).
+//  4. Safety net: idle and time left < work left + 2d: on-demand until the end.
+class UniformProgressPolicy final : public DeadlinePolicy {
+ public:
+  DeadlineDecision Decide(const DeadlineInput& in) override {
+    const View v = See(in);
+    const double total = in.now_s + in.time_left_s;  // D
+    if (total_work_ <= 0) total_work_ = v.work;       // W: the first call sees all of it
+    const double cp = total_work_ - v.work;
+    auto ep = [&](double t) { return total > 0 ? total_work_ * t / total : total_work_; };
+    const bool idle = !(v.on_spot && v.spot_up) && !v.on_demand;
+    if (!safety_net_ && idle && v.left < v.work + 2 * v.d) safety_net_ = true;
+    if (safety_net_) return Make(in, Mode::kOnDemand, "safety net: on-demand to the end");
+    if (v.on_demand && cp < ep(in.now_s + 2 * v.d)) {
+      return Make(in, Mode::kOnDemand, "hysteresis: behind ep(t + 2d)");
+    }
+    if (v.spot_up) return Make(in, Mode::kSpot, "spot is there");
+    if (cp < ep(in.now_s)) return Make(in, Mode::kOnDemand, "behind uniform progress");
+    return Make(in, Mode::kIdle, "ahead of uniform progress; waiting for spot");
+  }
+  absl::string_view name() const override { return "uniform-progress"; }
+
+ private:
+  double total_work_ = 0;
+  bool safety_net_ = false;
+};
+
+// Ours. The money is in how long to wait through an outage: every hour of on-demand bought while
+// later spot could have done the work is wasted, and every hour of slack waited away that later
+// spot cannot give back ends as on-demand at the slack floor, where the job can no longer return
+// to spot. So it compares the work left with the spot time the rest of the window is expected to
+// give: the usable availability rate (the fraction of time in up periods past their changeover,
+// from the trace before the job and what the job has seen since) times the time left.
+//  - On spot: stay while it lasts.
+//  - Spot is there, not on it: take it when two changeovers of slack remain and, coming from
+//    on-demand, when the expected spot run saves more than the two changeovers of a round trip.
+//  - No spot: on-demand when the work left exceeds supply_factor x the expected spot supply (it
+//    will be needed anyway, and buying it now keeps the slack to return to spot later) or when
+//    the slack is down to a changeover plus one interval; otherwise wait. On on-demand, stop
+//    only when the work left is stop_hysteresis_s below the supply.
+class OursPolicy final : public DeadlinePolicy {
+ public:
+  explicit OursPolicy(const OursOptions& o) : o_(o) {}
+
+  void SetHistory(const AvailabilityStats& h) override { history_ = h; }
+
+  DeadlineDecision Decide(const DeadlineInput& in) override {
+    Observe(in);
+    const View v = See(in);
+    if (v.work <= 0) return Make(in, Mode::kIdle, "done");
+    const double rate = UsableRate();
+    const double supply = o_.supply_factor * rate * v.left;
+    if (v.spot_up) {
+      if (v.on_spot) return Make(in, Mode::kSpot, "spot is there");
+      if (!CanTrySpot(v)) {
+        return Make(in, Mode::kOnDemand,
+                    absl::StrCat("slack ", Hours(v.slack), " < 2 changeovers: on-demand"));
+      }
+      if (!v.on_demand) return Make(in, Mode::kSpot, "spot is back");
+      // From on-demand: a round trip costs a spot changeover and, if spot goes before the work is
+      // done, an on-demand one; it saves the price difference over the spot run.
+      const double run = std::min(v.work, MeanUp());
+      const double saving = run * (in.on_demand_price_per_hour - in.spot_price_per_hour) / 3600;
+      const double risk = v.d * in.spot_price_per_hour / 3600 +
+                          (v.work > run ? v.d * in.on_demand_price_per_hour / 3600 : 0);
+      if (saving > risk && v.slack >= 2 * v.d + o_.back_to_spot_margin_s + kEps) {
+        return Make(in, Mode::kSpot, "spot is back; worth leaving on-demand");
+      }
+      return Make(in, Mode::kOnDemand, "spot is back but the rest is too short to switch");
+    }
+    if (!CanWait(v)) {
+      return Make(in, Mode::kOnDemand,
+                  absl::StrCat("spot gone; slack ", Hours(v.slack), " down to a changeover"));
+    }
+    if (v.on_demand) {
+      if (v.work > supply - o_.stop_hysteresis_s) {
+        return Make(in, Mode::kOnDemand,
+                    absl::StrCat("spot gone; work ", Hours(v.work), " > expected spot ",
+                                 Hours(supply)));
+      }
+      return Make(in, Mode::kIdle, "ahead of the expected spot supply; waiting for spot");
+    }
+    if (v.work > supply) {
+      return Make(in, Mode::kOnDemand,
+                  absl::StrCat("spot gone; work ", Hours(v.work), " > expected spot ",
+                               Hours(supply)));
+    }
+    return Make(in, Mode::kIdle,
+                absl::StrCat("spot gone; waiting (expected spot ", Hours(supply), ")"));
+  }
+  absl::string_view name() const override { return "ours"; }
+
+ private:
+  // Accounts the interval since the last call with the availability seen then.
+  void Observe(const DeadlineInput& in) {
+    const bool up = in.spot_available < 0 || in.spot_available >= std::max(1, in.wanted);
+    if (seen_) {
+      const double dt = std::max(0.0, in.now_s - last_now_);
+      observed_ += dt;
+      if (last_up_) {
+        available_ += dt;
+        run_ += dt;
+      }
+      if (last_up_ && !up) {
+        usable_ += std::max(0.0, run_ - in.changeover_s);
+        ++up_periods_;
+        run_ = 0;
+      }
+    }
+    seen_ = true;
+    last_up_ = up;
+    last_now_ = in.now_s;
+    changeover_ = std::max(0.0, in.changeover_s);
+  }
+  double UsableRate() const {
+    const double usable = history_.usable_s + usable_ + std::max(0.0, run_ - changeover_) +
+                          o_.prior_rate * o_.prior_weight_s;
+    const double observed = history_.observed_s + observed_ + o_.prior_weight_s;
+    return observed > 0 ? usable / observed : o_.prior_rate;
+  }
+  // The mean up period (history and this job), with one prior period of 2 h.
+  double MeanUp() const {
+    const double up = history_.available_s + available_ + 2 * 3600;
+    const double n = history_.up_periods + up_periods_ + (run_ > 0 ? 1 : 0) + 1;
+    return up / n;
+  }
+
+  OursOptions o_;
+  AvailabilityStats history_;
+  bool seen_ = false, last_up_ = false;
+  double last_now_ = 0, observed_ = 0, available_ = 0, usable_ = 0, run_ = 0, changeover_ = 0;
+  int up_periods_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<DeadlinePolicy> MakeOursPolicy(const OursOptions& options) {
+  return std::make_unique<OursPolicy>(options);
+}
+
+absl::StatusOr<std::unique_ptr<DeadlinePolicy>> MakeDeadlinePolicy(absl::string_view name) {
+  if (name == "ours") return MakeOursPolicy(OursOptions{});
+  if (name == "uniform-progress") return std::make_unique<UniformProgressPolicy>();
+  if (name == "greedy") return std::make_unique<GreedyPolicy>();
+  if (name == "on-demand") return std::make_unique<OnDemandPolicy>();
+  if (name == "spot-only") return std::make_unique<SpotOnlyPolicy>();
+  return absl::InvalidArgumentError(
+      absl::StrCat("policy = \"", name, "\": unknown (known: ",
+                   absl::StrJoin(std::begin(kDeadlinePolicyNames), std::end(kDeadlinePolicyNames),
+                                 ", "),
+                   ")"));
+}
+
+}  // namespace spotdnn::provisioner::deadline

@@ -1,0 +1,139 @@
+// spotdnn simulate --availability FILE --work ...: the one-instance form (issue 26), in-process.
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "tests/gateway/cli_runner.h"
+
+namespace spotdnn::gateway {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class SimulateAvailabilityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("spotdnn-avail-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    // 4 days of 195 s ticks: spot for 20 h, then an outage of 10 h, repeated.
+    std::ofstream f(Trace());
+    f << "{\"metadata\": {\"gap_seconds\": 195}, \"data\": [";
+    const int ticks = 4 * 86400 / 195;
+    for (int k = 0; k < ticks; ++k) {
+      const double h = k * 195.0 / 3600;
+      f << (k ? "," : "") << (std::fmod(h, 30) < 20 ? 1 : 0);
+    }
+    f << "]}";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Trace() const { return (dir_ / "trace.json").string(); }
+  std::vector<std::string> Args(std::vector<std::string> extra) const {
+    std::vector<std::string> a = {"simulate",     "--availability", Trace(),  "--work", "10h",
+                                  "--deadline",   "16h",            "--changeover", "12m",
+                                  "--spot-price", "0.918",          "--on-demand-price", "3.06",
+                                  "--start-every", "12h"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  fs::path dir_;
+};
+
+google::protobuf::Struct Json(const std::string& text) {
+  google::protobuf::Struct s;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(text, &s).ok()) << text;
+  return s;
+}
+
+TEST_F(SimulateAvailabilityTest, JsonHasWindowsMetFractionAndMeanCost) {
+  double optimum = 0;
+  for (const char* policy : {"optimum", "ours", "uniform-progress", "greedy", "on-demand"}) {
+    const CliRun r = Cli(Args({"--policy", policy, "--json"}));
+    ASSERT_EQ(r.code, kExitOk) << policy << ": " << r.err;
+    const auto f = Json(r.out).fields();
+    const auto& windows = f.at("windows").list_value().values();
+    ASSERT_EQ(windows.size(), 7) << policy;  // starts 0, 12h, ..., 72h (72h + 16h <= 96h)
+    EXPECT_EQ(windows[1].struct_value().fields().at("start_s").number_value(), 12 * 3600);
+    for (const auto& w : windows) {
+      EXPECT_TRUE(w.struct_value().fields().at("met").bool_value()) << policy;
+      EXPECT_GT(w.struct_value().fields().at("cost_usd").number_value(), 0);
+    }
+    EXPECT_EQ(f.at("met_fraction").number_value(), 1) << policy;
+    const double mean = f.at("mean_cost_usd").number_value();
+    if (std::string(policy) == "optimum") optimum = mean;
+    EXPECT_GE(mean, optimum - 1e-9) << policy;
+    if (std::string(policy) == "on-demand") {
+      EXPECT_NEAR(mean, 10.2 * 3.06, 1e-6);  // work and one changeover
+    }
+  }
+}
+
+TEST_F(SimulateAvailabilityTest, TableShowsWindowsAndTotals) {
+  const CliRun r = Cli(Args({}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("policy ours"));
+  EXPECT_THAT(r.out, HasSubstr("changeovers"));
+  EXPECT_THAT(r.out, HasSubstr("7 windows: deadline met in 100.0%"));
+  EXPECT_THAT(r.out, HasSubstr("on-demand only $31.2120"));
+}
+
+TEST_F(SimulateAvailabilityTest, FallbackNoneMayMiss) {
+  const CliRun r = Cli(Args({"--fallback", "none", "--json"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const auto f = Json(r.out).fields();
+  EXPECT_EQ(f.at("policy").string_value(), "spot-only");
+  EXPECT_LT(f.at("met_fraction").number_value(), 1);
+  EXPECT_GT(f.at("missed_where_on_demand_could_meet").number_value(), 0);
+}
+
+TEST_F(SimulateAvailabilityTest, BadFlagsNameFlagAndValue) {
+  struct Case {
+    std::vector<std::string> extra;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {{"--policy", "cheapest"}, "--policy = \"cheapest\""},
+      {{"--fallback", "spot"}, "--fallback = \"spot\""},
+      {{"--start-every", "soon"}, "--start-every = \"soon\""},
+      {{"--changeover", "-3m"}, "--changeover = \"-3m\""},
+  };
+  for (const Case& c : cases) {
+    const CliRun r = Cli(Args(c.extra));
+    EXPECT_EQ(r.code, kExitBadInput) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.want));
+  }
+  std::vector<std::string> a = Args({});
+  a[4] = "ten";  // --work
+  CliRun r = Cli(a);
+  EXPECT_THAT(r.err, HasSubstr("--work = \"ten\""));
+  a = Args({});
+  a[12] = "x";  // --on-demand-price
+  r = Cli(a);
+  EXPECT_THAT(r.err, HasSubstr("--on-demand-price = \"x\""));
+  a = Args({});
+  a[6] = "30d";  // --deadline longer than the trace
+  r = Cli(a);
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_THAT(r.err, HasSubstr("--deadline"));
+  // A broken trace names the file and line.
+  std::ofstream(dir_ / "bad.csv") << "0,1\n100,1\n50,1\n";
+  a = Args({});
+  a[2] = (dir_ / "bad.csv").string();
+  r = Cli(a);
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_THAT(r.err, HasSubstr("bad.csv:3: time = 50"));
+  a[2] = (dir_ / "missing.json").string();
+  r = Cli(a);
+  EXPECT_THAT(r.err, HasSubstr("missing.json"));
+}
+
+}  // namespace
+}  // namespace spotdnn::gateway
