@@ -100,6 +100,10 @@ double MinRatio(double a0, double b0, const std::vector<double>& a, const std::v
   for (int iter = 0; iter < 50; ++iter) {
     best_for(lambda, num, den);
     const double next = num / den;
+    // A fixed point repeats itself to the last iteration (best_for is deterministic), so stop
+    // there: the same answer. Without this, a negative ratio (the b_w upper bound) never met
+    // the relative test below and ran all 50 iterations: most of a re-plan's time.
+    if (next == lambda) break;
     if (!(next < lambda * (1 - 1e-15) - 1e-300)) break;
     lambda = next;
   }

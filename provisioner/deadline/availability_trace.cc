@@ -296,7 +296,7 @@ AvailabilityStats TraceStats(const AvailabilityTrace& trace, double from_s, doub
   if (end <= begin) return stats;
   bool up = trace.counts[begin] >= instances;
   size_t run_start = begin;
-  auto close = [&](size_t stop) {
+  auto close = [&](size_t stop, bool last) {
     const double length = static_cast<double>(stop - run_start) * trace.gap_s;
     if (up) {
       ++stats.up_periods;
@@ -305,17 +305,22 @@ AvailabilityStats TraceStats(const AvailabilityTrace& trace, double from_s, doub
     } else {
       ++stats.down_periods;
       stats.longest_down_s = std::max(stats.longest_down_s, length);
+      if (last) {
+        stats.trailing_down_s = length;
+      } else {
+        stats.down_lengths_s.push_back(length);
+      }
     }
   };
   for (size_t k = begin + 1; k < end; ++k) {
     const bool now_up = trace.counts[k] >= instances;
     if (now_up != up) {
-      close(k);
+      close(k, false);
       up = now_up;
       run_start = k;
     }
   }
-  close(end);
+  close(end, true);
   stats.observed_s = static_cast<double>(end - begin) * trace.gap_s;
   return stats;
 }

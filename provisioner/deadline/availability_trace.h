@@ -57,6 +57,8 @@ struct AvailabilityStats {
   int up_periods = 0;      // complete or not
   int down_periods = 0;
   double longest_down_s = 0;
+  std::vector<double> down_lengths_s;  // every complete outage (the last one too when it ended)
+  double trailing_down_s = 0;          // the outage still going on at until_s (0: spot is up)
 };
 
 // Statistics of `trace` for `instances` over [from_s, until_s), usable time with `changeover_s`.

@@ -164,14 +164,23 @@ class OursPolicy final : public DeadlinePolicy {
  public:
   explicit OursPolicy(const OursOptions& o) : o_(o) {}
 
-  void SetHistory(const AvailabilityStats& h) override { history_ = h; }
+  void SetHistory(const AvailabilityStats& h) override {
+    history_ = h;
+    outages_ = h.down_lengths_s;
+    std::sort(outages_.begin(), outages_.end());
+    // Suffix sums for the mean residual of the outages longer than an age.
+    suffix_.assign(outages_.size() + 1, 0);
+    for (size_t i = outages_.size(); i-- > 0;) suffix_[i] = suffix_[i + 1] + outages_[i];
+  }
 
   DeadlineDecision Decide(const DeadlineInput& in) override {
     Observe(in);
     const View v = See(in);
     if (v.work <= 0) return Make(in, Mode::kIdle, "done");
     const double rate = UsableRate();
-    const double supply = o_.supply_factor * rate * v.left;
+    double horizon = v.left;
+    if (!v.spot_up && o_.outage_residual) horizon = std::max(0.0, v.left - ResidualOutage());
+    const double supply = o_.supply_factor * rate * horizon;
     if (v.spot_up) {
       if (v.on_spot) return Make(in, Mode::kSpot, "spot is there");
       if (!CanTrySpot(v)) {
@@ -190,9 +199,10 @@ class OursPolicy final : public DeadlinePolicy {
       }
       return Make(in, Mode::kOnDemand, "spot is back but the rest is too short to switch");
     }
-    if (!CanWait(v)) {
+    if (!(v.slack - v.interval >= v.d + o_.reserve_s + kEps)) {
       return Make(in, Mode::kOnDemand,
-                  absl::StrCat("spot gone; slack ", Hours(v.slack), " down to a changeover"));
+                  absl::StrCat("spot gone; slack ", Hours(v.slack), " down to a changeover",
+                               o_.reserve_s > 0 ? " and the reserve" : ""));
     }
     if (v.on_demand) {
       if (v.work > supply - o_.stop_hysteresis_s) {
@@ -213,12 +223,24 @@ class OursPolicy final : public DeadlinePolicy {
   absl::string_view name() const override { return "ours"; }
 
  private:
+  // The expected rest of the current outage: the mean of (length - age) over the outages seen
+  // longer than its age; with none that long, its age again (a heavy tail's rule of thumb).
+  double ResidualOutage() const {
+    const double age = down_age_;
+    const size_t i = std::upper_bound(outages_.begin(), outages_.end(), age) - outages_.begin();
+    const size_t n = outages_.size() - i;
+    if (n == 0) return age;
+    return suffix_[i] / static_cast<double>(n) - age;
+  }
+
   // Accounts the interval since the last call with the availability seen then.
   void Observe(const DeadlineInput& in) {
     const bool up = in.spot_available < 0 || in.spot_available >= std::max(1, in.wanted);
+    if (!seen_) down_age_ = history_.trailing_down_s;
     if (seen_) {
       const double dt = std::max(0.0, in.now_s - last_now_);
       observed_ += dt;
+      if (!last_up_) down_age_ += dt;
       if (last_up_) {
         available_ += dt;
         run_ += dt;
@@ -229,6 +251,7 @@ class OursPolicy final : public DeadlinePolicy {
         run_ = 0;
       }
     }
+    if (up) down_age_ = 0;
     seen_ = true;
     last_up_ = up;
     last_now_ = in.now_s;
@@ -249,6 +272,8 @@ class OursPolicy final : public DeadlinePolicy {
 
   OursOptions o_;
   AvailabilityStats history_;
+  std::vector<double> outages_, suffix_;
+  double down_age_ = 0;
   bool seen_ = false, last_up_ = false;
   double last_now_ = 0, observed_ = 0, available_ = 0, usable_ = 0, run_ = 0, changeover_ = 0;
   int up_periods_ = 0;

@@ -70,6 +70,12 @@ struct OursOptions {
   double prior_weight_s = 12 * 3600;
   // Extra slack (beyond the two changeovers a round trip costs) to go back from on-demand to spot.
   double back_to_spot_margin_s = 0;
+  // In an outage, count the supply only after the outage's expected rest (the mean residual of
+  // the outages seen that lasted longer than this one has so far): long outages tend to go on.
+  bool outage_residual = true;
+  // Slack kept beyond a changeover when waiting: the room to come back to spot from on-demand
+  // (each round trip costs two changeovers) after the outage forced on-demand.
+  double reserve_s = 0;
 };
 
 // "ours" with the given constants.
