@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace spotdnn::provisioner::deadline {
@@ -284,6 +285,33 @@ absl::StatusOr<AvailabilityTrace> ReadAvailabilityTrace(const std::string& path)
     first = false;
   }
   return ParseCsvTrace(text, path, hours);
+}
+
+absl::StatusOr<AvailabilityTrace> JointTrace(
+    const std::vector<std::pair<const AvailabilityTrace*, int>>& parts) {
+  if (parts.empty()) return absl::InvalidArgumentError("availability: no trace to join");
+  AvailabilityTrace joint;
+  joint.gap_s = parts[0].first->gap_s;
+  double duration = parts[0].first->duration_s();
+  std::vector<std::string> sources;
+  for (const auto& [trace, n] : parts) {
+    joint.gap_s = std::min(joint.gap_s, trace->gap_s);
+    duration = std::min(duration, trace->duration_s());
+    sources.push_back(trace->source);
+  }
+  joint.source = absl::StrJoin(sources, "+");
+  const size_t ticks = std::max<size_t>(1, static_cast<size_t>(duration / joint.gap_s + 1e-9));
+  joint.counts.assign(ticks, 1);
+  for (size_t k = 0; k < ticks; ++k) {
+    const double t = (static_cast<double>(k) + 0.5) * joint.gap_s;
+    for (const auto& [trace, n] : parts) {
+      if (trace->CountAt(t) < n) {
+        joint.counts[k] = 0;
+        break;
+      }
+    }
+  }
+  return joint;
 }
 
 AvailabilityStats TraceStats(const AvailabilityTrace& trace, double from_s, double until_s,

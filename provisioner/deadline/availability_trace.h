@@ -9,6 +9,7 @@
 #define SPOTDNN_PROVISIONER_DEADLINE_AVAILABILITY_TRACE_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -47,6 +48,12 @@ absl::StatusOr<AvailabilityTrace> ParseCsvTrace(absl::string_view text, absl::st
 // Bamboo files in seconds hold whole seconds; the one in hours has three decimals), else seconds.
 // NOT_FOUND when it cannot be read.
 absl::StatusOr<AvailabilityTrace> ReadAvailabilityTrace(const std::string& path);
+
+// A cluster's traces as one: count 1 at a tick when every part has at least its instances
+// (`parts`: a trace and the instances of its type), else 0. The tick is the parts' smallest, the
+// length their shortest. INVALID_ARGUMENT when `parts` is empty.
+absl::StatusOr<AvailabilityTrace> JointTrace(
+    const std::vector<std::pair<const AvailabilityTrace*, int>>& parts);
 
 // Availability statistics of a trace for N instances over [from_s, until_s): what a policy may
 // know before a window starts. Up periods are maximal runs of ticks with count >= N.
