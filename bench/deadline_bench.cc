@@ -6,7 +6,7 @@
 // cost (and its excess over the optimum), then the timings of one window replay, one optimum DP
 // and 10,000 runs of the cluster simulator.
 //
-//   deadline_bench [--quick] [--supply-factor F] [--hysteresis-h H] [--prior-rate R]
+//   deadline_bench [--tune] [--quick] [--reserve-changeovers N] [--supply-factor F] [--hysteresis-h H] [--prior-rate R]
 //                  [--prior-weight-h H] [--back-margin-h H]
 // The flags override ours' constants (for tuning); --quick runs the synthetic grid only.
 #include <algorithm>
@@ -171,18 +171,15 @@ int Tune() {
     auto [x, m] = score([&] { return *MakeDeadlinePolicy(name); });
     std::printf("%s %+.2f%% missed %d\n", name, x, m);
   }
-  for (double f : {1.0, 1.5, 3.0, 1000.0}) {
-    for (double reserve : {0.0, 1.0, 2.0, 4.0, 8.0}) {
-      for (bool residual : {false, true}) {
-        OursOptions o = g_ours;
-        o.supply_factor = f;
-        o.reserve_s = reserve * 720;
-        o.outage_residual = residual;
-        auto [x, m] = score([&] { return MakeOursPolicy(o); });
-        std::printf("ours f %.1f reserve %.0fd residual %d: %+.2f%% missed %d\n", f, reserve,
-                    residual, x, m);
-        std::fflush(stdout);
-      }
+  for (double reserve : {0.0, 4.0, 6.0, 8.0, 10.0, 12.0}) {
+    for (double fraction : {0.0, 0.5}) {
+      OursOptions o = g_ours;
+      o.reserve_changeovers = reserve;
+      o.max_reserve_fraction = fraction;
+      auto [x, m] = score([&] { return MakeOursPolicy(o); });
+      std::printf("ours reserve %.0f changeovers, at most %.1f of the slack: %+.2f%% missed %d\n",
+                  reserve, fraction, x, m);
+      std::fflush(stdout);
     }
   }
   return 0;
@@ -194,6 +191,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     auto value = [&] { return i + 1 < argc ? std::atof(argv[++i]) : 0.0; };
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--reserve-changeovers")) g_ours.reserve_changeovers = value();
     else if (!std::strcmp(argv[i], "--supply-factor")) g_ours.supply_factor = value();
     else if (!std::strcmp(argv[i], "--hysteresis-h")) g_ours.stop_hysteresis_s = value() * 3600;
     else if (!std::strcmp(argv[i], "--prior-rate")) g_ours.prior_rate = value();

@@ -58,24 +58,35 @@ class DeadlinePolicy {
 };
 
 // The tunable constants of "ours" (see deadline_policy.cc for the rules). The defaults are the ones
-// bench/deadline_bench tuned against the optimum on synthetic long-outage traces.
+// bench/deadline_bench --tune chose against the optimum on synthetic long-outage traces.
 struct OursOptions {
-  // Wait through an outage while the work left is at most `supply_factor` times the spot time the
-  // rest of the window is expected to give (usable availability rate x time left).
-  double supply_factor = 1.0;
-  // Once on on-demand in an outage, stop only when the work left falls this far below that supply.
+  // The slack kept, beyond the changeover on-demand's start costs, when waiting through an outage,
+  // in changeovers: once the outage forces on-demand, this is the room to come back to spot when
+  // it returns (each round trip costs two changeovers). 0 is greedy's rule.
+  double reserve_changeovers = 8;
+  // The same in seconds, added.
+  double reserve_s = 0;
+  // Plus this many round trips (two changeovers each) per expected preemption of the rest of the
+  // work on spot (work left / the mean up period), at most `max_reserve_s` in all.
+  double reserve_per_preemption = 0;
+  double max_reserve_s = 1e18;
+  // And at most this fraction of the slack the policy first saw (0: no such cap), so that a tight
+  // window still waits for spot a while.
+  double max_reserve_fraction = 0.5;
+  // Above 0: also buy on-demand in an outage when the work left exceeds `supply_factor` times the
+  // spot time the rest of the window is expected to give (usable availability rate x time left);
+  // once on on-demand, stop only when it falls `stop_hysteresis_s` below. Off by default: the
+  // tuning found waiting to the reserve cheaper.
+  double supply_factor = 0;
   double stop_hysteresis_s = 2 * 3600;
+  // In an outage, count that supply only after the outage's expected rest (the mean residual of
+  // the outages seen that lasted longer than this one has so far).
+  bool outage_residual = false;
   // The usable-availability rate assumed before any history is seen, and its weight in seconds.
   double prior_rate = 0.5;
   double prior_weight_s = 12 * 3600;
   // Extra slack (beyond the two changeovers a round trip costs) to go back from on-demand to spot.
   double back_to_spot_margin_s = 0;
-  // In an outage, count the supply only after the outage's expected rest (the mean residual of
-  // the outages seen that lasted longer than this one has so far): long outages tend to go on.
-  bool outage_residual = true;
-  // Slack kept beyond a changeover when waiting: the room to come back to spot from on-demand
-  // (each round trip costs two changeovers) after the outage forced on-demand.
-  double reserve_s = 0;
 };
 
 // "ours" with the given constants.

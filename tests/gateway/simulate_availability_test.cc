@@ -1,6 +1,7 @@
 // spotdnn simulate --availability FILE --work ...: the one-instance form (issue 26), in-process.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -41,6 +42,15 @@ class SimulateAvailabilityTest : public ::testing::Test {
                                   "--deadline",   "16h",            "--changeover", "12m",
                                   "--spot-price", "0.918",          "--on-demand-price", "3.06",
                                   "--start-every", "12h"};
+    // A flag in `extra` that is already there replaces its value.
+    for (size_t i = 0; i + 1 < extra.size(); ++i) {
+      auto it = std::find(a.begin(), a.end(), extra[i]);
+      if (it != a.end() && extra[i].rfind("--", 0) == 0 && it + 1 != a.end()) {
+        *(it + 1) = extra[i + 1];
+        extra.erase(extra.begin() + i, extra.begin() + i + 2);
+        --i;
+      }
+    }
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -110,28 +120,19 @@ TEST_F(SimulateAvailabilityTest, BadFlagsNameFlagAndValue) {
     EXPECT_EQ(r.code, kExitBadInput) << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.want));
   }
-  std::vector<std::string> a = Args({});
-  a[4] = "ten";  // --work
-  CliRun r = Cli(a);
+  CliRun r = Cli(Args({"--work", "ten"}));
   EXPECT_THAT(r.err, HasSubstr("--work = \"ten\""));
-  a = Args({});
-  a[12] = "x";  // --on-demand-price
-  r = Cli(a);
+  r = Cli(Args({"--on-demand-price", "x"}));
   EXPECT_THAT(r.err, HasSubstr("--on-demand-price = \"x\""));
-  a = Args({});
-  a[6] = "30d";  // --deadline longer than the trace
-  r = Cli(a);
+  r = Cli(Args({"--deadline", "30d"}));  // longer than the trace
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_THAT(r.err, HasSubstr("--deadline"));
   // A broken trace names the file and line.
   std::ofstream(dir_ / "bad.csv") << "0,1\n100,1\n50,1\n";
-  a = Args({});
-  a[2] = (dir_ / "bad.csv").string();
-  r = Cli(a);
+  r = Cli(Args({"--availability", (dir_ / "bad.csv").string()}));
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_THAT(r.err, HasSubstr("bad.csv:3: time = 50"));
-  a[2] = (dir_ / "missing.json").string();
-  r = Cli(a);
+  r = Cli(Args({"--availability", (dir_ / "missing.json").string()}));
   EXPECT_THAT(r.err, HasSubstr("missing.json"));
 }
 

@@ -145,19 +145,26 @@ TEST(WindowReplayTest, SpotAllTheWayCostsSpotOnly) {
 // Cases where the optimum needs no foresight: the cheapest schedule is the obvious online one, and
 // ours must find exactly its cost.
 TEST(WindowReplayTest, OursEqualsTheOptimumWhereNoForesightIsNeeded) {
-  const WindowJob job = Job(3600, 7200, 600);
-  // Spot throughout; spot after a short outage that the slack absorbs; no spot at all (on-demand
-  // from the start is optimal, and ours must not wait away slack it never needs... it may wait,
-  // at no cost, as long as it then finishes on on-demand).
-  std::vector<std::vector<int>> traces = {std::vector<int>(100, 1), std::vector<int>(100, 0)};
+  // A changeover short against the slack (ours keeps a reserve of changeovers).
+  const WindowJob job = Job(3600, 7200, 60);
+  // The window starts at 2000 s. Spot throughout; no spot at all (on-demand is the only way: ours
+  // may wait first, at no cost, and must then pay exactly the work and one changeover); an outage
+  // of 1000 s that the slack absorbs, then spot; spot that goes for good once the work is half
+  // done (on-demand then is the only way, and waiting first costs nothing).
+  std::vector<std::vector<int>> windows = {std::vector<int>(100, 1), std::vector<int>(100, 0)};
   std::vector<int> late(100, 1);
-  for (int k = 0; k < 10; ++k) late[k] = 0;  // a 1000 s outage at the start
-  traces.push_back(late);
-  for (const auto& counts : traces) {
+  for (int k = 0; k < 10; ++k) late[k] = 0;
+  windows.push_back(late);
+  std::vector<int> gone(100, 0);
+  for (int k = 0; k < 24; ++k) gone[k] = 1;  // 60 s changeover + 2340 s of work
+  windows.push_back(gone);
+  for (const auto& window : windows) {
+    std::vector<int> counts(20, 1);  // 2000 s of history with spot
+    counts.insert(counts.end(), window.begin(), window.end());
     const AvailabilityTrace t = Ticks(counts);
     auto ours = MakeDeadlinePolicy("ours");
-    const WindowResult r = ReplayWindow(t, 0, job, **ours);
-    const WindowResult o = OptimumWindow(t, 0, job);
+    const WindowResult r = ReplayWindow(t, 2000, job, **ours);
+    const WindowResult o = OptimumWindow(t, 2000, job);
     EXPECT_TRUE(r.met);
     EXPECT_TRUE(o.met);
     EXPECT_NEAR(r.cost_usd, o.cost_usd, 1e-9);
@@ -205,7 +212,8 @@ TEST(WindowReplayTest, OursNeverMissesADeadlineOnDemandCouldMeet) {
     job.deadline_s = job.work_s + job.changeover_s * (1 + 3 * u(rng)) + 3600 * 10 * u(rng) * u(rng);
     if (trial % 4 == 0) job.deadline_s = job.work_s + job.changeover_s;  // on-demand just makes it
     tight += trial % 4 == 0;
-    for (const char* name : {"ours", "greedy", "uniform-progress", "on-demand"}) {
+    // (Uniform Progress as the paper states it may miss: its rule 2 takes spot with any slack.)
+    for (const char* name : {"ours", "greedy", "on-demand"}) {
       auto summary = ReplayWindows(t, job, 5 * 3600 + 7, name);
       ASSERT_TRUE(summary.ok()) << summary.status();
       EXPECT_EQ(summary->missed_on_demand_could_meet, 0)
@@ -241,7 +249,7 @@ TEST(WindowReplayTest, OursIsCloseToTheOptimumOnLongOutages) {
     }
   }
   EXPECT_LT(ours, up);
-  EXPECT_LT(ours, 1.10 * opt);
+  EXPECT_LT(ours, 1.06 * opt);
   EXPECT_GE(ours, opt - 1e-6);
 }
 
