@@ -287,6 +287,33 @@ absl::StatusOr<AvailabilityTrace> ReadAvailabilityTrace(const std::string& path)
   return ParseCsvTrace(text, path, hours);
 }
 
+absl::StatusOr<std::vector<std::pair<std::string, AvailabilityTrace>>> ReadTypeTraces(
+    absl::string_view field, absl::string_view text) {
+  std::vector<std::pair<std::string, AvailabilityTrace>> out;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    const size_t eq = item.find('=');
+    if (eq == absl::string_view::npos || eq == 0 || eq + 1 == item.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " = \"", text,
+                                                     "\": expected TYPE=FILE,... (\"", item,
+                                                     "\" is not TYPE=FILE)"));
+    }
+    const std::string type(item.substr(0, eq));
+    for (const auto& [seen, trace] : out) {
+      if (seen == type) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, " = \"", text, "\": ", type, " is given twice"));
+      }
+    }
+    auto trace = ReadAvailabilityTrace(std::string(item.substr(eq + 1)));
+    if (!trace.ok()) {
+      return absl::Status(trace.status().code(),
+                          absl::StrCat(field, ": ", trace.status().message()));
+    }
+    out.emplace_back(type, *std::move(trace));
+  }
+  return out;
+}
+
 absl::StatusOr<AvailabilityTrace> JointTrace(
     const std::vector<std::pair<const AvailabilityTrace*, int>>& parts) {
   if (parts.empty()) return absl::InvalidArgumentError("availability: no trace to join");

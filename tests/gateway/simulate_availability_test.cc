@@ -136,5 +136,51 @@ TEST_F(SimulateAvailabilityTest, BadFlagsNameFlagAndValue) {
   EXPECT_THAT(r.err, HasSubstr("missing.json"));
 }
 
+// The cluster forms: simulate and plan with TYPE=FILE traces (no revocation model in this catalog,
+// so simulate replays the cheapest plan's capacity alone).
+TEST_F(SimulateAvailabilityTest, ClusterSimulateAndPlanReplayTheTraces) {
+  const std::string csv = (dir_ / "p2.csv").string();
+  std::ofstream(csv) << "time,count\n0,1\n36000,1\n36000,0\n43200,0\n43200,1\n200000,1\n";
+  const std::vector<std::string> common = {"--workload", "resnet110", "--catalog",
+                                           "aws-spotdnn-prototype", "--loss", "0.9",
+                                           "--deadline", "1h", "--availability",
+                                           "p2.xlarge=" + csv, "--changeover", "2m",
+                                           "--start-every", "2h", "--json"};
+  std::vector<std::string> a = {"simulate"};
+  a.insert(a.end(), common.begin(), common.end());
+  CliRun r = Cli(a);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  auto f = Json(r.out).fields();
+  const auto& av = f.at("availability").struct_value().fields();
+  EXPECT_EQ(av.at("policy").string_value(), "ours");
+  EXPECT_EQ(av.at("met_fraction").number_value(), 1);
+  EXPECT_GT(av.at("on_demand_hours").number_value(), 0);  // the outage from 10 h to 12 h
+  EXPECT_GT(av.at("windows").list_value().values_size(), 20);
+  a.push_back("--fallback");
+  a.push_back("none");
+  r = Cli(a);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  f = Json(r.out).fields();
+  EXPECT_LT(f.at("availability").struct_value().fields().at("met_fraction").number_value(), 1);
+
+  std::vector<std::string> plan = {"plan"};
+  plan.insert(plan.end(), common.begin(), common.end());
+  r = Cli(plan);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  f = Json(r.out).fields();
+  const auto& pa = f.at("availability").struct_value().fields();
+  EXPECT_EQ(pa.at("with_fallback").struct_value().fields().at("p_meet_deadline").number_value(),
+            1);
+  EXPECT_LT(pa.at("spot_only").struct_value().fields().at("p_meet_deadline").number_value(), 1);
+  plan.pop_back();  // the table
+  r = Cli(plan);
+  EXPECT_THAT(r.out, HasSubstr("with the on-demand fallback"));
+  plan.push_back("--json");
+  plan[10] = "p2.xlarge";  // not TYPE=FILE
+  r = Cli(plan);
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_THAT(r.err, HasSubstr("--availability = \"p2.xlarge\""));
+}
+
 }  // namespace
 }  // namespace spotdnn::gateway

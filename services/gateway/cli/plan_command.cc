@@ -14,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "predictor/types.h"
 #include "provisioner/deadline/availability_trace.h"
 #include "provisioner/deadline/window_replay.h"
@@ -44,20 +43,9 @@ struct AvailabilityFlags {
 
 absl::StatusOr<AvailabilityFlags> ParseAvailabilityFlags(const Args& args) {
   AvailabilityFlags f;
-  const std::string text = *args.Get("--availability");
-  for (absl::string_view item : absl::StrSplit(text, ',')) {
-    const size_t eq = item.find('=');
-    if (eq == absl::string_view::npos || eq == 0 || eq + 1 == item.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--availability = \"", text, "\": expected TYPE=FILE,... (", item, " is not TYPE=FILE)"));
-    }
-    auto trace = dl::ReadAvailabilityTrace(std::string(item.substr(eq + 1)));
-    if (!trace.ok()) {
-      return absl::Status(trace.status().code(),
-                          absl::StrCat("--availability: ", trace.status().message()));
-    }
-    f.traces.emplace_back(std::string(item.substr(0, eq)), *std::move(trace));
-  }
+  auto traces = dl::ReadTypeTraces("--availability", *args.Get("--availability"));
+  if (!traces.ok()) return traces.status();
+  f.traces = *std::move(traces);
   if (auto c = args.Get("--changeover")) {
     auto v = ParseDuration("--changeover", *c, /*allow_zero=*/true);
     if (!v.ok()) return v.status();

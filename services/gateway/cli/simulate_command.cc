@@ -2,6 +2,7 @@
 // takeover policy, and reports how often it meets the deadline and what it costs.
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -203,6 +204,94 @@ int SimulateWindows(const Args& args, const Io& io) {
   return kExitOk;
 }
 
+// `simulate --availability TYPE=FILE,...` (the cluster form): the cluster replayed as one unit
+// through its types' traces (spot when every type has capacity for its count), a window per
+// --start-every, with the fallback's policy. Prints its section of the output.
+struct ClusterReplay {
+  std::vector<std::pair<std::string, dl::AvailabilityTrace>> traces;
+  std::string fallback = "on-demand";
+  std::string policy = "ours";
+  double changeover_s = 300;
+  std::optional<double> every_s;
+};
+
+absl::StatusOr<ClusterReplay> ParseClusterReplay(const Args& args) {
+  ClusterReplay c;
+  auto traces = dl::ReadTypeTraces("--availability", *args.Get("--availability"));
+  if (!traces.ok()) return traces.status();
+  c.traces = *std::move(traces);
+  c.fallback = args.Get("--fallback").value_or("on-demand");
+  if (c.fallback != "on-demand" && c.fallback != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--fallback = \"", c.fallback, "\": must be on-demand or none"));
+  }
+  c.policy = c.fallback == "none" ? "spot-only" : args.Get("--policy").value_or("ours");
+  if (c.policy != "optimum" && !dl::MakeDeadlinePolicy(c.policy).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--policy = \"", c.policy,
+                     "\": unknown (known: ours, uniform-progress, greedy, on-demand, optimum)"));
+  }
+  if (auto v = args.Get("--changeover")) {
+    auto d = ParseDuration("--changeover", *v, /*allow_zero=*/true);
+    if (!d.ok()) return d.status();
+    c.changeover_s = *d;
+  }
+  if (auto v = args.Get("--start-every")) {
+    auto d = ParseDuration("--start-every", *v);
+    if (!d.ok()) return d.status();
+    c.every_s = *d;
+  }
+  return c;
+}
+
+// Replays `p`'s cluster; "" and the JSON, or the reason it could not.
+absl::StatusOr<dl::ReplaySummary> ReplayCluster(const pb::Plan& p, double deadline_s,
+                                                const ClusterReplay& c, dl::WindowJob* job) {
+  std::vector<std::pair<const dl::AvailabilityTrace*, int>> parts;
+  for (const pb::InstanceCount& n : p.cluster().instances()) {
+    if (n.count() <= 0) continue;
+    for (const auto& [type, trace] : c.traces) {
+      if (type == n.instance_type()) parts.emplace_back(&trace, n.count());
+    }
+  }
+  if (parts.empty()) {
+    return absl::InvalidArgumentError(
+        "--availability: no trace for the cluster's types (give TYPE=FILE for them)");
+  }
+  auto joint = dl::JointTrace(parts);
+  if (!joint.ok()) return joint.status();
+  if (!(p.time_s() > 0)) return absl::FailedPreconditionError("the cluster has no predicted time");
+  job->work_s = p.time_s();
+  job->deadline_s = deadline_s;
+  job->changeover_s = c.changeover_s;
+  job->spot_price_per_hour = p.spot_cost_usd() / p.time_s() * 3600;
+  job->on_demand_price_per_hour = p.on_demand_cost_usd() / p.time_s() * 3600;
+  auto summary = dl::ReplayWindows(*joint, *job, c.every_s.value_or(deadline_s), c.policy);
+  if (!summary.ok()) {
+    std::string message(summary.status().message());
+    for (const char* field : {"deadline", "start-every"}) {
+      if (absl::StartsWith(message, absl::StrCat(field, " = "))) message = "--" + message;
+    }
+    return absl::InvalidArgumentError(message);
+  }
+  return summary;
+}
+
+std::string WindowsJson(const dl::ReplaySummary& s) {
+  std::vector<std::string> windows;
+  for (const dl::WindowResult& w : s.windows) {
+    windows.push_back(JsonObject()
+                          .Number("start_s", w.start_s)
+                          .Bool("met", w.met)
+                          .Number("cost_usd", w.cost_usd)
+                          .Number("spot_hours", w.spot_hours)
+                          .Number("on_demand_hours", w.on_demand_hours)
+                          .Integer("changeovers", w.changeovers)
+                          .str());
+  }
+  return "[" + absl::StrJoin(windows, ",") + "]";
+}
+
 }  // namespace
 
 int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
@@ -218,6 +307,12 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
   }
   if (args.Has("--loss") == args.Has("--iterations")) {
     return fail(absl::InvalidArgumentError("give one of --loss L and --iterations N"));
+  }
+  std::optional<ClusterReplay> replay;
+  if (args.Has("--availability")) {
+    auto c = ParseClusterReplay(args);
+    if (!c.ok()) return fail(c.status());
+    replay = *std::move(c);
   }
   pb::SimulateRequest request;
   const std::string workload = *args.Get("--workload"), catalog = *args.Get("--catalog");
@@ -273,6 +368,63 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
 
   const clients::ProvisionerClient provisioner(stub, clients::CallPolicy::LongRunning());
   auto simulated_response = provisioner.Simulate(request);
+  if (!simulated_response.ok() && replay && !args.Has("--cluster") &&
+      absl::StrContains(simulated_response.status().message(), "nothing to simulate")) {
+    // No revocation model: the availability traces alone (capacity replay of the cheapest plan).
+    pb::PlanRequest plan_request;
+    *plan_request.mutable_workload() = request.workload();
+    *plan_request.mutable_catalog() = request.catalog();
+    *plan_request.mutable_slo() = request.slo();
+    *plan_request.mutable_options() = request.options();
+    plan_request.mutable_options()->clear_simulation();
+    plan_request.set_mode(pb::PLAN_MODE_DEADLINE);
+    auto planned = provisioner.Plan(plan_request);
+    if (!planned.ok()) return fail(planned.status());
+    if (!planned->plan().feasible()) return fail(simulated_response.status());
+    dl::WindowJob job;
+    auto s = ReplayCluster(planned->plan(), *deadline, *replay, &job);
+    if (!s.ok()) return fail(s.status());
+    const pb::Plan& p = planned->plan();
+    if (io.json) {
+      io.out << JsonObject()
+                    .Raw("cluster", ClusterJson(p.cluster()))
+                    .Number("deadline_s", *deadline)
+                    .Number("planned_time_s", p.time_s())
+                    .Number("planned_cost_usd", p.cost_usd())
+                    .String("revocations", "none (no revocation model): capacity alone")
+                    .Raw("availability", JsonObject()
+                                             .String("fallback", replay->fallback)
+                                             .String("policy", s->policy)
+                                             .Number("changeover_s", job.changeover_s)
+                                             .Raw("windows", WindowsJson(*s))
+                                             .Number("met_fraction", s->met_fraction)
+                                             .Number("mean_cost_usd", s->mean_cost_usd)
+                                             .Number("spot_hours", s->spot_hours)
+                                             .Number("on_demand_hours", s->on_demand_hours)
+                                             .Integer("changeovers", s->changeovers)
+                                             .str())
+                    .str()
+             << "\n";
+      return kExitOk;
+    }
+    io.out << "Simulation: " << workload << " on " << catalog << ", cluster "
+           << ClusterText(p.cluster()) << " (the cheapest plan: " << HumanDuration(p.time_s())
+           << ", " << Dollars(p.cost_usd()) << "), deadline " << HumanDuration(*deadline)
+           << "; no revocation model, so the availability traces alone (fallback "
+           << replay->fallback << ", policy " << s->policy << ", changeover "
+           << HumanDuration(job.changeover_s) << ")\n\n";
+    Table t({"start", "met", "cost", "spot h", "on-demand h", "changeovers"});
+    for (const dl::WindowResult& w : s->windows) {
+      t.AddRow({HumanDuration(w.start_s), w.met ? "yes" : "MISSED", Dollars(w.cost_usd),
+                Fixed(w.spot_hours, 2), Fixed(w.on_demand_hours, 2), absl::StrCat(w.changeovers)});
+    }
+    t.Print(io.out);
+    io.out << s->windows.size() << " windows: deadline met in " << Fixed(100 * s->met_fraction, 1)
+           << "%, mean cost " << Dollars(s->mean_cost_usd) << "; spot " << Fixed(s->spot_hours, 2)
+           << " h, on-demand " << Fixed(s->on_demand_hours, 2) << " h, " << s->changeovers
+           << " changeovers in all\n";
+    return kExitOk;
+  }
   if (!simulated_response.ok()) return fail(simulated_response.status());
   const pb::SimulateResponse& response = *simulated_response;
   const pb::Plan& p = response.plan();
@@ -286,6 +438,13 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
     return kExitInfeasible;
   }
   const pb::RiskEstimate& r = p.risk();
+  dl::WindowJob replay_job;
+  std::optional<dl::ReplaySummary> replayed;
+  if (replay) {
+    auto s = ReplayCluster(p, *deadline, *replay, &replay_job);
+    if (!s.ok()) return fail(s.status());
+    replayed = *std::move(s);
+  }
   if (io.json) {
     std::vector<std::string> models;
     for (const std::string& m : response.revocation_models()) models.push_back(JsonString(m));
@@ -300,6 +459,22 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
         .Number("normalized_iterations", p.prediction().normalized_iterations())
         .Number("simulate_ms", p.solve_ms())
         .Raw("revocation_models", "[" + absl::StrJoin(models, ",") + "]");
+    if (replayed) {
+      o.Raw("availability", JsonObject()
+                                .String("fallback", replay->fallback)
+                                .String("policy", replayed->policy)
+                                .Number("changeover_s", replay_job.changeover_s)
+                                .Number("spot_price_per_hour", replay_job.spot_price_per_hour)
+                                .Number("on_demand_price_per_hour",
+                                        replay_job.on_demand_price_per_hour)
+                                .Raw("windows", WindowsJson(*replayed))
+                                .Number("met_fraction", replayed->met_fraction)
+                                .Number("mean_cost_usd", replayed->mean_cost_usd)
+                                .Number("spot_hours", replayed->spot_hours)
+                                .Number("on_demand_hours", replayed->on_demand_hours)
+                                .Integer("changeovers", replayed->changeovers)
+                                .str());
+    }
     io.out << o.str() << "\n";
     return kExitOk;
   }
@@ -326,6 +501,23 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
     io.out << "P(meet SLO)        " << Fixed(r.p_meet_slo(), 4) << "  (deadline and budget)\n";
   }
   io.out << "P(no revocation)   " << Fixed(r.p_no_revocation(), 4) << "\n";
+  if (replayed) {
+    io.out << "\nUnder the availability traces (capacity alone, the cluster as one unit; fallback "
+           << replay->fallback << ", policy " << replayed->policy << ", changeover "
+           << HumanDuration(replay_job.changeover_s) << "):\n";
+    Table t({"start", "met", "cost", "spot h", "on-demand h", "changeovers"});
+    for (const dl::WindowResult& w : replayed->windows) {
+      t.AddRow({HumanDuration(w.start_s), w.met ? "yes" : "MISSED", Dollars(w.cost_usd),
+                Fixed(w.spot_hours, 2), Fixed(w.on_demand_hours, 2),
+                absl::StrCat(w.changeovers)});
+    }
+    t.Print(io.out);
+    io.out << replayed->windows.size() << " windows: deadline met in "
+           << Fixed(100 * replayed->met_fraction, 1) << "%, mean cost "
+           << Dollars(replayed->mean_cost_usd) << "; spot " << Fixed(replayed->spot_hours, 2)
+           << " h, on-demand " << Fixed(replayed->on_demand_hours, 2) << " h, "
+           << replayed->changeovers << " changeovers in all\n";
+  }
   if (r.unfinished_runs() > 0) {
     io.out << "runs stopped at 10x the deadline: " << r.unfinished_runs() << "\n";
   }
@@ -392,11 +584,14 @@ std::vector<Command> SimulateCommands() {
   for (FlagHelp& f : SimulationFlagHelp()) commands[0].flags.push_back(std::move(f));
   // The one-instance form with an availability trace (issue 26).
   for (FlagHelp f : std::vector<FlagHelp>{
-           {"--availability", "FILE",
-            "with --work: a spot availability trace (NSDI'24 JSON or time,count CSV); the\n"
-            "one-instance form replays a window per --start-every under --policy"},
+           {"--availability", "FILE | TYPE=FILE,...",
+            "spot availability traces (NSDI'24 JSON or time,count CSV): with --work one\n"
+            "FILE (the one-instance form); with --workload TYPE=FILE per type: the\n"
+            "cluster is also replayed through them, a window per --start-every"},
            {"--work", "D", "the one-instance form: work in seconds of one instance (24h)"},
-           {"--changeover", "D", "billed time without progress at each instance start (12m)"},
+           {"--changeover", "D",
+            "billed time without progress at each instance start (one-instance form\n"
+            "default 0, cluster form 5m)"},
            {"--spot-price", "USD", "spot $/h of the instance (one-instance form)"},
            {"--on-demand-price", "USD", "on-demand $/h of the instance (one-instance form)"},
            {"--start-every", "D", "one window per start offset (default: the deadline)"},
