@@ -192,13 +192,15 @@ class OursPolicy final : public DeadlinePolicy {
                     absl::StrCat("slack ", Hours(v.slack), " < 2 changeovers: on-demand"));
       }
       if (!v.on_demand) return Make(in, Mode::kSpot, "spot is back");
-      // From on-demand: a round trip costs a spot changeover and, if spot goes before the work is
-      // done, an on-demand one; it saves the price difference over the spot run.
-      const double run = std::min(v.work, MeanUp());
-      const double saving = run * (in.on_demand_price_per_hour - in.spot_price_per_hour) / 3600;
-      const double risk = v.d * in.spot_price_per_hour / 3600 +
-                          (v.work > run ? v.d * in.on_demand_price_per_hour / 3600 : 0);
-      if (saving > risk && v.slack >= 2 * v.d + o_.back_to_spot_margin_s + kEps) {
+      // From on-demand, for an expected spot run of U (the mean up period): spot costs U at the
+      // spot price for U - d of progress, and when spot goes, on-demand's restart costs d more
+      // and the job is d more behind, bought on on-demand at the end: worth it when
+      // U (p_od - p_spot) > 2 d p_od. When spot can finish the rest R <= U: R p_od > (R + d) p_spot.
+      const double run = MeanUp();
+      const double p_od = in.on_demand_price_per_hour, p_spot = in.spot_price_per_hour;
+      const double saving = v.work <= run ? v.work * p_od - (v.work + v.d) * p_spot
+                                          : run * (p_od - p_spot) - 2 * v.d * p_od;
+      if (saving > 0 && v.slack >= 2 * v.d + o_.back_to_spot_margin_s + kEps) {
         return Make(in, Mode::kSpot, "spot is back; worth leaving on-demand");
       }
       return Make(in, Mode::kOnDemand, "spot is back but the rest is too short to switch");
