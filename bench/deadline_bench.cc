@@ -6,7 +6,8 @@
 // cost (and its excess over the optimum), then the timings of one window replay, one optimum DP
 // and 10,000 runs of the cluster simulator.
 //
-//   deadline_bench [--tune] [--quick] [--reserve-changeovers N] [--supply-factor F] [--hysteresis-h H] [--prior-rate R]
+//   deadline_bench [--tune] [--quick] [--reserve-changeovers N] [--supply-factor F] [--hysteresis-h
+//   H] [--prior-rate R]
 //                  [--prior-weight-h H] [--back-margin-h H]
 // The flags override ours' constants (for tuning); --quick runs the synthetic grid only.
 #include <algorithm>
@@ -114,8 +115,8 @@ int Tune() {
     std::vector<double> optimum;
   };
   std::vector<Case> cases;
-  const std::vector<std::pair<double, double>> pairs = {{24, 30}, {24, 36}, {24, 48}, {24, 72},
-                                                        {12, 24}};
+  const std::vector<std::pair<double, double>> pairs = {
+      {24, 30}, {24, 36}, {24, 48}, {24, 72}, {12, 24}};
   int seed = 101;
   double opt_total = 0;
   // The optimum of every window is cached in a file between runs (it takes minutes).
@@ -190,13 +191,20 @@ int main(int argc, char** argv) {
   if (argc > 1 && !std::strcmp(argv[1], "--tune")) return Tune();
   for (int i = 1; i < argc; ++i) {
     auto value = [&] { return i + 1 < argc ? std::atof(argv[++i]) : 0.0; };
-    if (!std::strcmp(argv[i], "--quick")) quick = true;
-    else if (!std::strcmp(argv[i], "--reserve-changeovers")) g_ours.reserve_changeovers = value();
-    else if (!std::strcmp(argv[i], "--supply-factor")) g_ours.supply_factor = value();
-    else if (!std::strcmp(argv[i], "--hysteresis-h")) g_ours.stop_hysteresis_s = value() * 3600;
-    else if (!std::strcmp(argv[i], "--prior-rate")) g_ours.prior_rate = value();
-    else if (!std::strcmp(argv[i], "--prior-weight-h")) g_ours.prior_weight_s = value() * 3600;
-    else if (!std::strcmp(argv[i], "--back-margin-h")) g_ours.back_to_spot_margin_s = value() * 3600;
+    if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!std::strcmp(argv[i], "--reserve-changeovers"))
+      g_ours.reserve_changeovers = value();
+    else if (!std::strcmp(argv[i], "--supply-factor"))
+      g_ours.supply_factor = value();
+    else if (!std::strcmp(argv[i], "--hysteresis-h"))
+      g_ours.stop_hysteresis_s = value() * 3600;
+    else if (!std::strcmp(argv[i], "--prior-rate"))
+      g_ours.prior_rate = value();
+    else if (!std::strcmp(argv[i], "--prior-weight-h"))
+      g_ours.prior_weight_s = value() * 3600;
+    else if (!std::strcmp(argv[i], "--back-margin-h"))
+      g_ours.back_to_spot_margin_s = value() * 3600;
   }
   const std::vector<std::pair<double, double>> pairs = {
       {24, 30}, {24, 36}, {24, 48}, {24, 72}, {12, 24}};
@@ -217,8 +225,9 @@ int main(int argc, char** argv) {
         if (e.path().extension() == ".csv") files.push_back(e.path().string());
       }
       std::sort(files.begin(), files.end());
-      std::printf("Bamboo traces (one instance: spot when the group's count >= 1; windows every "
-                  "1 h):\n");
+      std::printf(
+          "Bamboo traces (one instance: spot when the group's count >= 1; windows every "
+          "1 h):\n");
       std::map<std::string, Totals> totals;
       for (const std::string& f : files) {
         auto trace = ReadAvailabilityTrace(f);
@@ -227,9 +236,8 @@ int main(int argc, char** argv) {
           continue;
         }
         auto stats = TraceStats(*trace, 0, trace->duration_s(), 1, 720);
-        std::printf("%s: %.1f h, availability %.2f\n",
-                    std::filesystem::path(f).filename().c_str(), trace->duration_s() / 3600,
-                    stats.available_s / stats.observed_s);
+        std::printf("%s: %.1f h, availability %.2f\n", std::filesystem::path(f).filename().c_str(),
+                    trace->duration_s() / 3600, stats.available_s / stats.observed_s);
         for (auto [w, d] : std::vector<std::pair<double, double>>{{4, 6}, {4, 8}, {8, 12}}) {
           Replay(*trace, job_of(w, d), 3600, &totals, true);
         }

@@ -276,24 +276,24 @@ int Main(int argc, char** argv) {
       "q = %.2f\n\n",
       overhead, notice, delay, runs, static_cast<unsigned long long>(seed), confidence);
   if (only != "simulator") {
-  Table(model, *revocations, sim, overhead, confidence);
-  for (const double q : {0.99, 0.999}) {
-    std::printf("q = %g: ", q);
-    Table(model, *revocations, sim, overhead, q, /*rows=*/false);
-  }
-  const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
-  const auto prototype = *predictor::PerformanceModel::Create(
-      services::ToDomain(*registry.ResolveWorkload("resnet110")),
-      services::ToDomain(*registry.ResolveCatalog("aws-spotdnn-prototype")));
-  auto prototype_revocations = ModelFor(prototype.catalog(), *file);
-  std::printf(
-      "\nThe same grid on the prototype's catalog and workload (aws-spotdnn-prototype, "
-      "resnet110; small quotas):\n");
-  Table(prototype, *prototype_revocations, sim, overhead, confidence);
-  for (const double q : {0.99, 0.999}) {
-    std::printf("q = %g: ", q);
-    Table(prototype, *prototype_revocations, sim, overhead, q, /*rows=*/false);
-  }
+    Table(model, *revocations, sim, overhead, confidence);
+    for (const double q : {0.99, 0.999}) {
+      std::printf("q = %g: ", q);
+      Table(model, *revocations, sim, overhead, q, /*rows=*/false);
+    }
+    const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
+    const auto prototype = *predictor::PerformanceModel::Create(
+        services::ToDomain(*registry.ResolveWorkload("resnet110")),
+        services::ToDomain(*registry.ResolveCatalog("aws-spotdnn-prototype")));
+    auto prototype_revocations = ModelFor(prototype.catalog(), *file);
+    std::printf(
+        "\nThe same grid on the prototype's catalog and workload (aws-spotdnn-prototype, "
+        "resnet110; small quotas):\n");
+    Table(prototype, *prototype_revocations, sim, overhead, confidence);
+    for (const double q : {0.99, 0.999}) {
+      std::printf("q = %g: ", q);
+      Table(prototype, *prototype_revocations, sim, overhead, q, /*rows=*/false);
+    }
   }  // only != "simulator"
 
   // Simulator speed: 10,000 runs of a 10-instance plan.

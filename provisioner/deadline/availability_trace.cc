@@ -59,8 +59,8 @@ class Scanner {
   absl::string_view Scalar() {
     SkipSpace();
     const size_t begin = pos_;
-    while (pos_ < text_.size() && text_[pos_] != ',' && text_[pos_] != ']' &&
-           text_[pos_] != '}' && !absl::ascii_isspace(static_cast<unsigned char>(text_[pos_]))) {
+    while (pos_ < text_.size() && text_[pos_] != ',' && text_[pos_] != ']' && text_[pos_] != '}' &&
+           !absl::ascii_isspace(static_cast<unsigned char>(text_[pos_]))) {
       ++pos_;
     }
     return text_.substr(begin, pos_ - begin);
@@ -115,8 +115,7 @@ size_t AvailabilityTrace::TickAt(double t) const {
   return static_cast<size_t>(tick);
 }
 
-absl::StatusOr<AvailabilityTrace> ParseJsonTrace(absl::string_view text,
-                                                 absl::string_view source) {
+absl::StatusOr<AvailabilityTrace> ParseJsonTrace(absl::string_view text, absl::string_view source) {
   AvailabilityTrace trace;
   trace.source = std::string(source);
   Scanner s(text);
@@ -293,9 +292,8 @@ absl::StatusOr<std::vector<std::pair<std::string, AvailabilityTrace>>> ReadTypeT
   for (absl::string_view item : absl::StrSplit(text, ',')) {
     const size_t eq = item.find('=');
     if (eq == absl::string_view::npos || eq == 0 || eq + 1 == item.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " = \"", text,
-                                                     "\": expected TYPE=FILE,... (\"", item,
-                                                     "\" is not TYPE=FILE)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " = \"", text, "\": expected TYPE=FILE,... (\"", item, "\" is not TYPE=FILE)"));
     }
     const std::string type(item.substr(0, eq));
     for (const auto& [seen, trace] : out) {

@@ -2,9 +2,9 @@
 // function sampled on a regular grid of ticks. Two formats are read: the JSON of the NSDI'24 "Can't
 // Be Late" study, {"metadata": {"gap_seconds": g}, "data": [count per tick, ...]}, and the CSV
 // `time,count` step files of the Bamboo study (shared/data/bamboo-spot: seconds, or hours where
-// the header names hours or the times have fractions of a second). A CSV step file is sampled on a grid of
-// `kStepFileGapSeconds`: each tick holds the least count seen during it (a drop within a tick
-// preempts at that tick).
+// the header names hours or the times have fractions of a second). A CSV step file is sampled on a
+// grid of `kStepFileGapSeconds`: each tick holds the least count seen during it (a drop within a
+// tick preempts at that tick).
 #ifndef SPOTDNN_PROVISIONER_DEADLINE_AVAILABILITY_TRACE_H_
 #define SPOTDNN_PROVISIONER_DEADLINE_AVAILABILITY_TRACE_H_
 

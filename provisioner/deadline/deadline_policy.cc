@@ -108,8 +108,9 @@ class GreedyPolicy final : public DeadlinePolicy {
     if (v.spot_up && (v.on_spot || CanTrySpot(v))) return Make(in, Mode::kSpot, "spot is there");
     if (CanWait(v)) return Make(in, Mode::kIdle, "no spot; waiting");
     committed_ = true;
-    return Make(in, Mode::kOnDemand,
-                absl::StrCat("slack ", Hours(v.slack), " down to a changeover: on-demand to the end"));
+    return Make(
+        in, Mode::kOnDemand,
+        absl::StrCat("slack ", Hours(v.slack), " down to a changeover: on-demand to the end"));
   }
   absl::string_view name() const override { return "greedy"; }
 
@@ -128,7 +129,7 @@ class UniformProgressPolicy final : public DeadlinePolicy {
   DeadlineDecision Decide(const DeadlineInput& in) override {
     const View v = See(in);
     const double total = in.now_s + in.time_left_s;  // D
-    if (total_work_ <= 0) total_work_ = v.work;       // W: the first call sees all of it
+    if (total_work_ <= 0) total_work_ = v.work;      // W: the first call sees all of it
     const double cp = total_work_ - v.work;
     auto ep = [&](double t) { return total > 0 ? total_work_ * t / total : total_work_; };
     const bool idle = !(v.on_spot && v.spot_up) && !v.on_demand;
@@ -195,7 +196,8 @@ class OursPolicy final : public DeadlinePolicy {
       // From on-demand, for an expected spot run of U (the mean up period): spot costs U at the
       // spot price for U - d of progress, and when spot goes, on-demand's restart costs d more
       // and the job is d more behind, bought on on-demand at the end: worth it when
-      // U (p_od - p_spot) > 2 d p_od. When spot can finish the rest R <= U: R p_od > (R + d) p_spot.
+      // U (p_od - p_spot) > 2 d p_od. When spot can finish the rest R <= U: R p_od > (R + d)
+      // p_spot.
       const double run = MeanUp();
       const double p_od = in.on_demand_price_per_hour, p_spot = in.spot_price_per_hour;
       const double saving = v.work <= run ? v.work * p_od - (v.work + v.d) * p_spot
@@ -205,9 +207,9 @@ class OursPolicy final : public DeadlinePolicy {
       }
       return Make(in, Mode::kOnDemand, "spot is back but the rest is too short to switch");
     }
-    double reserve = std::min(o_.max_reserve_s,
-                              o_.reserve_changeovers * v.d + o_.reserve_s +
-                                  o_.reserve_per_preemption * 2 * v.d * v.work / MeanUp());
+    double reserve =
+        std::min(o_.max_reserve_s, o_.reserve_changeovers * v.d + o_.reserve_s +
+                                       o_.reserve_per_preemption * 2 * v.d * v.work / MeanUp());
     if (o_.max_reserve_fraction > 0) {
       reserve = std::min(reserve, o_.max_reserve_fraction * first_slack_);
     }
@@ -219,16 +221,16 @@ class OursPolicy final : public DeadlinePolicy {
     }
     if (v.on_demand) {
       if (v.work > supply - o_.stop_hysteresis_s) {
-        return Make(in, Mode::kOnDemand,
-                    absl::StrCat("spot gone; work ", Hours(v.work), " > expected spot ",
-                                 Hours(supply)));
+        return Make(
+            in, Mode::kOnDemand,
+            absl::StrCat("spot gone; work ", Hours(v.work), " > expected spot ", Hours(supply)));
       }
       return Make(in, Mode::kIdle, "ahead of the expected spot supply; waiting for spot");
     }
     if (v.work > supply) {
-      return Make(in, Mode::kOnDemand,
-                  absl::StrCat("spot gone; work ", Hours(v.work), " > expected spot ",
-                               Hours(supply)));
+      return Make(
+          in, Mode::kOnDemand,
+          absl::StrCat("spot gone; work ", Hours(v.work), " > expected spot ", Hours(supply)));
     }
     return Make(in, Mode::kIdle,
                 absl::StrCat("spot gone; waiting (expected spot ", Hours(supply), ")"));
@@ -306,11 +308,9 @@ absl::StatusOr<std::unique_ptr<DeadlinePolicy>> MakeDeadlinePolicy(absl::string_
   if (name == "greedy") return std::make_unique<GreedyPolicy>();
   if (name == "on-demand") return std::make_unique<OnDemandPolicy>();
   if (name == "spot-only") return std::make_unique<SpotOnlyPolicy>();
-  return absl::InvalidArgumentError(
-      absl::StrCat("policy = \"", name, "\": unknown (known: ",
-                   absl::StrJoin(std::begin(kDeadlinePolicyNames), std::end(kDeadlinePolicyNames),
-                                 ", "),
-                   ")"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "policy = \"", name, "\": unknown (known: ",
+      absl::StrJoin(std::begin(kDeadlinePolicyNames), std::end(kDeadlinePolicyNames), ", "), ")"));
 }
 
 }  // namespace spotdnn::provisioner::deadline

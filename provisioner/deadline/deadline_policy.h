@@ -22,16 +22,16 @@ namespace spotdnn::provisioner::deadline {
 
 // What the policy knows when it decides for one instance type.
 struct DeadlineInput {
-  double now_s = 0;            // since the job (or the window) started
-  double time_left_s = 0;      // until the deadline
-  double work_left_s = 0;      // seconds of training left with all `wanted` instances running
-  double changeover_s = 0;     // billed time without progress after each instance start
+  double now_s = 0;         // since the job (or the window) started
+  double time_left_s = 0;   // until the deadline
+  double work_left_s = 0;   // seconds of training left with all `wanted` instances running
+  double changeover_s = 0;  // billed time without progress after each instance start
   double spot_price_per_hour = 0;
   double on_demand_price_per_hour = 0;
-  int wanted = 1;              // instances of this type the plan trains on
-  int running_spot = 0;        // instances on spot now (past or in their changeover)
-  int running_on_demand = 0;   // instances on on-demand now
-  int spot_available = 0;      // spot instances that can run now (capacity); -1: unknown
+  int wanted = 1;             // instances of this type the plan trains on
+  int running_spot = 0;       // instances on spot now (past or in their changeover)
+  int running_on_demand = 0;  // instances on on-demand now
+  int spot_available = 0;     // spot instances that can run now (capacity); -1: unknown
   // At most this long until the policy is asked again (a trace's tick); 0: unknown. The policy
   // keeps this much slack beyond a changeover before it may wait.
   double decision_interval_s = 0;

@@ -11,9 +11,9 @@ namespace spotdnn::provisioner::deadline {
 AvailabilityTrace SyntheticTrace(const SyntheticTraceOptions& o) {
   AvailabilityTrace trace;
   trace.gap_s = o.gap_s;
-  trace.source = absl::StrFormat("synthetic(a=%.2f,outage=%.1fh,shape=%.1f,seed=%d)",
-                                 o.availability, o.mean_outage_s / 3600, o.outage_shape,
-                                 static_cast<int>(o.seed));
+  trace.source =
+      absl::StrFormat("synthetic(a=%.2f,outage=%.1fh,shape=%.1f,seed=%d)", o.availability,
+                      o.mean_outage_s / 3600, o.outage_shape, static_cast<int>(o.seed));
   const size_t ticks = static_cast<size_t>(std::ceil(o.duration_s / o.gap_s));
   trace.counts.assign(ticks, 0);
   std::mt19937_64 rng(o.seed);

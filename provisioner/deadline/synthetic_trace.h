@@ -11,11 +11,11 @@
 namespace spotdnn::provisioner::deadline {
 
 struct SyntheticTraceOptions {
-  double availability = 0.5;       // long-run fraction of time with spot, in (0, 1)
+  double availability = 0.5;        // long-run fraction of time with spot, in (0, 1)
   double mean_outage_s = 4 * 3600;  // mean outage length
-  double outage_shape = 1.6;       // Pareto shape (> 1; smaller: heavier tail)
-  double regime_s = 3 * 86400;     // mean length of a regime (availability scaled up or down)
-  double regime_spread = 0.5;      // each regime scales the up periods by exp(U(-s, s))
+  double outage_shape = 1.6;        // Pareto shape (> 1; smaller: heavier tail)
+  double regime_s = 3 * 86400;      // mean length of a regime (availability scaled up or down)
+  double regime_spread = 0.5;       // each regime scales the up periods by exp(U(-s, s))
   double duration_s = 45 * 86400;
   double gap_s = 195;
   uint64_t seed = 1;

@@ -125,9 +125,9 @@ WindowResult ReplayWindow(const AvailabilityTrace& trace, double start_s, const 
     in.spot_available = count;
     in.decision_interval_s = next - t;
     const DeadlineDecision d = policy.Decide(in);
-    const Run want = d.spot >= 1 && up   ? Run::kSpot
+    const Run want = d.spot >= 1 && up  ? Run::kSpot
                      : d.on_demand >= 1 ? Run::kOnDemand
-                                         : Run::kIdle;
+                                        : Run::kIdle;
     if (want != run && want != Run::kIdle) {
       ++r.changeovers;
       rem = job.changeover_s;
@@ -176,9 +176,7 @@ WindowResult OptimumWindow(const AvailabilityTrace& trace, double start_s, const
   }
   if (job.work_s / unit > kMaxOptimumSteps) unit *= std::ceil(job.work_s / unit / kMaxOptimumSteps);
   const int W = static_cast<int>(std::ceil(job.work_s / unit - 1e-9));
-  auto units = [&](double seconds) {
-    return static_cast<int>(std::floor(seconds / unit + 1e-9));
-  };
+  auto units = [&](double seconds) { return static_cast<int>(std::floor(seconds / unit + 1e-9)); };
   const double d = job.changeover_s;
   // Phases of a running instance: j = how many intervals it has run (capped at J, past its
   // changeover for sure).
@@ -205,8 +203,9 @@ WindowResult OptimumWindow(const AvailabilityTrace& trace, double start_s, const
     // The changeover left at this interval's start for an instance in phase j.
     std::vector<double>& rem = rem_buffer;
     for (int j = 0; j <= J; ++j) {
-      rem[j] = j == 0 ? d : (j == J || k - j < 0 ? (j == J ? 0 : d)
-                                                  : std::max(0.0, d - (epoch[k] - epoch[k - j])));
+      rem[j] = j == 0 ? d
+                      : (j == J || k - j < 0 ? (j == J ? 0 : d)
+                                             : std::max(0.0, d - (epoch[k] - epoch[k - j])));
     }
     auto value = [&](int kind, int j, int p) {
       const double unproductive = std::min(s.len, rem[j]);
@@ -264,9 +263,9 @@ absl::StatusOr<std::vector<double>> WindowStarts(const AvailabilityTrace& trace,
     starts.push_back(start);
   }
   if (starts.empty()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "deadline = %gs: longer than the trace %s (%gs), so no window fits", job.deadline_s,
-        trace.source, trace.duration_s()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("deadline = %gs: longer than the trace %s (%gs), so no window fits",
+                        job.deadline_s, trace.source, trace.duration_s()));
   }
   return starts;
 }
@@ -279,8 +278,7 @@ absl::StatusOr<ReplaySummary> ReplayWindows(const AvailabilityTrace& trace, cons
   if (!optimum) {
     auto probe = MakeDeadlinePolicy(policy);
     if (!probe.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(probe.status().message(), " or optimum"));
+      return absl::InvalidArgumentError(absl::StrCat(probe.status().message(), " or optimum"));
     }
   }
   ReplaySummary summary;

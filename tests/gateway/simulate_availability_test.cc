@@ -38,10 +38,10 @@ class SimulateAvailabilityTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   std::string Trace() const { return (dir_ / "trace.json").string(); }
   std::vector<std::string> Args(std::vector<std::string> extra) const {
-    std::vector<std::string> a = {"simulate",     "--availability", Trace(),  "--work", "10h",
-                                  "--deadline",   "16h",            "--changeover", "12m",
-                                  "--spot-price", "0.918",          "--on-demand-price", "3.06",
-                                  "--start-every", "12h"};
+    std::vector<std::string> a = {"simulate", "--availability", Trace(), "--work",
+                                  "10h",      "--deadline",     "16h",   "--changeover",
+                                  "12m",      "--spot-price",   "0.918", "--on-demand-price",
+                                  "3.06",     "--start-every",  "12h"};
     // A flag in `extra` that is already there replaces its value.
     for (size_t i = 0; i + 1 < extra.size(); ++i) {
       auto it = std::find(a.begin(), a.end(), extra[i]);
@@ -141,11 +141,14 @@ TEST_F(SimulateAvailabilityTest, BadFlagsNameFlagAndValue) {
 TEST_F(SimulateAvailabilityTest, ClusterSimulateAndPlanReplayTheTraces) {
   const std::string csv = (dir_ / "p2.csv").string();
   std::ofstream(csv) << "time,count\n0,1\n36000,1\n36000,0\n43200,0\n43200,1\n200000,1\n";
-  const std::vector<std::string> common = {"--workload", "resnet110", "--catalog",
-                                           "aws-spotdnn-prototype", "--loss", "0.9",
-                                           "--deadline", "1h", "--availability",
-                                           "p2.xlarge=" + csv, "--changeover", "2m",
-                                           "--start-every", "2h", "--json"};
+  const std::vector<std::string> common = {"--workload",     "resnet110",
+                                           "--catalog",      "aws-spotdnn-prototype",
+                                           "--loss",         "0.9",
+                                           "--deadline",     "1h",
+                                           "--availability", "p2.xlarge=" + csv,
+                                           "--changeover",   "2m",
+                                           "--start-every",  "2h",
+                                           "--json"};
   std::vector<std::string> a = {"simulate"};
   a.insert(a.end(), common.begin(), common.end());
   CliRun r = Cli(a);
@@ -169,8 +172,7 @@ TEST_F(SimulateAvailabilityTest, ClusterSimulateAndPlanReplayTheTraces) {
   ASSERT_EQ(r.code, kExitOk) << r.err;
   f = Json(r.out).fields();
   const auto& pa = f.at("availability").struct_value().fields();
-  EXPECT_EQ(pa.at("with_fallback").struct_value().fields().at("p_meet_deadline").number_value(),
-            1);
+  EXPECT_EQ(pa.at("with_fallback").struct_value().fields().at("p_meet_deadline").number_value(), 1);
   EXPECT_LT(pa.at("spot_only").struct_value().fields().at("p_meet_deadline").number_value(), 1);
   plan.pop_back();  // the table
   r = Cli(plan);

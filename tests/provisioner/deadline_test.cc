@@ -46,14 +46,15 @@ TEST(AvailabilityTraceTest, ParsesTheBambooCsvInSecondsAndHours) {
   auto h = ParseCsvTrace("time,count\n0.000,0\n0.030,0\n0.030,9\n0.1,9\n", "h.csv", true);
   ASSERT_TRUE(h.ok()) << h.status();
   ASSERT_EQ(h->counts.size(), 6u);  // 0.1 h = 360 s
-  EXPECT_EQ(h->counts[0], 0);      // 0-60 s
-  EXPECT_EQ(h->counts[1], 0);      // 60-120 s: the rise comes at 108 s
+  EXPECT_EQ(h->counts[0], 0);       // 0-60 s
+  EXPECT_EQ(h->counts[1], 0);       // 60-120 s: the rise comes at 108 s
   EXPECT_EQ(h->counts[2], 9);
 }
 
 TEST(AvailabilityTraceTest, ReadsEveryBambooFile) {
   const std::string dir = std::string(SPOTDNN_DATA_DIR) + "/bamboo-spot/";
-  auto hours = ReadAvailabilityTrace(dir + "aws-spot-instances-p2-xlarge-2020-11-20-to-2020-11-23.csv");
+  auto hours =
+      ReadAvailabilityTrace(dir + "aws-spot-instances-p2-xlarge-2020-11-20-to-2020-11-23.csv");
   if (!hours.ok() && hours.status().code() == absl::StatusCode::kNotFound) {
     GTEST_SKIP() << "shared data not found: " << hours.status();
   }
@@ -217,8 +218,8 @@ TEST(WindowReplayTest, OursNeverMissesADeadlineOnDemandCouldMeet) {
       auto summary = ReplayWindows(t, job, 5 * 3600 + 7, name);
       ASSERT_TRUE(summary.ok()) << summary.status();
       EXPECT_EQ(summary->missed_on_demand_could_meet, 0)
-          << name << " on " << t.source << " work " << job.work_s << " deadline "
-          << job.deadline_s << " changeover " << job.changeover_s;
+          << name << " on " << t.source << " work " << job.work_s << " deadline " << job.deadline_s
+          << " changeover " << job.changeover_s;
       if (std::string(name) == "ours") windows += static_cast<int>(summary->windows.size());
     }
   }
@@ -244,8 +245,9 @@ TEST(WindowReplayTest, OursIsCloseToTheOptimumOnLongOutages) {
       auto s = ReplayWindows(t, job, 24 * 3600, name);
       ASSERT_TRUE(s.ok()) << s.status();
       EXPECT_EQ(s->met_fraction, 1.0) << name;
-      (std::string(name) == "ours" ? ours : std::string(name) == "optimum" ? opt : up) +=
-          s->mean_cost_usd;
+      (std::string(name) == "ours"      ? ours
+       : std::string(name) == "optimum" ? opt
+                                        : up) += s->mean_cost_usd;
     }
   }
   EXPECT_LT(ours, up);

@@ -660,12 +660,12 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
           return;
         }
         Table t({label, "P(meet deadline)", "expected cost"});
-        t.AddRow({"with the on-demand fallback", Fixed(a.p_meet_fallback, 4),
-                  Dollars(a.cost_fallback)});
+        t.AddRow(
+            {"with the on-demand fallback", Fixed(a.p_meet_fallback, 4), Dollars(a.cost_fallback)});
         t.AddRow({"spot only", Fixed(a.p_meet_spot_only, 4), Dollars(a.cost_spot_only)});
         t.Print(io.out);
-        io.out << "  (" << a.windows << " windows; on-demand " << Fixed(a.on_demand_hours_fallback, 2)
-               << " h per window with the fallback)\n";
+        io.out << "  (" << a.windows << " windows; on-demand "
+               << Fixed(a.on_demand_hours_fallback, 2) << " h per window with the fallback)\n";
       };
       show(confidence > 0 ? "risk-aware plan" : "plan", replayed);
       if (confidence > 0) show("plain plan", replayed_plain);

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "provisioner/deadline/availability_trace.h"
 #include "provisioner/deadline/window_replay.h"
@@ -43,9 +43,10 @@ int SimulateWindows(const Args& args, const Io& io) {
   auto fail = [&](const absl::Status& s) { return ReportError(s, "simulate", io); };
   for (const char* flag : {"--work", "--deadline", "--spot-price", "--on-demand-price"}) {
     if (!args.Has(flag)) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          "missing required flag ", flag, " (the one-instance form: --availability FILE --work "
-          "W --deadline D --spot-price P --on-demand-price P)")));
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("missing required flag ", flag,
+                       " (the one-instance form: --availability FILE --work "
+                       "W --deadline D --spot-price P --on-demand-price P)")));
     }
   }
   for (const char* flag : {"--workload", "--catalog", "--cluster", "--loss", "--iterations"}) {
@@ -123,8 +124,8 @@ int SimulateWindows(const Args& args, const Io& io) {
     }
     return fail(absl::InvalidArgumentError(message));
   }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                              started).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   const double on_demand_only =
       (job.work_s + job.changeover_s) / 3600 * job.on_demand_price_per_hour;
   const bool optimum = policy == "optimum";
@@ -188,7 +189,8 @@ int SimulateWindows(const Args& args, const Io& io) {
     table.AddRow(std::move(row));
   }
   table.Print(io.out);
-  io.out << "\n" << summary->windows.size() << " windows: deadline met in "
+  io.out << "\n"
+         << summary->windows.size() << " windows: deadline met in "
          << Fixed(100 * summary->met_fraction, 1) << "%, mean cost "
          << Dollars(summary->mean_cost_usd) << " (on-demand only " << Dollars(on_demand_only)
          << ")\n";
@@ -460,20 +462,20 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
         .Number("simulate_ms", p.solve_ms())
         .Raw("revocation_models", "[" + absl::StrJoin(models, ",") + "]");
     if (replayed) {
-      o.Raw("availability", JsonObject()
-                                .String("fallback", replay->fallback)
-                                .String("policy", replayed->policy)
-                                .Number("changeover_s", replay_job.changeover_s)
-                                .Number("spot_price_per_hour", replay_job.spot_price_per_hour)
-                                .Number("on_demand_price_per_hour",
-                                        replay_job.on_demand_price_per_hour)
-                                .Raw("windows", WindowsJson(*replayed))
-                                .Number("met_fraction", replayed->met_fraction)
-                                .Number("mean_cost_usd", replayed->mean_cost_usd)
-                                .Number("spot_hours", replayed->spot_hours)
-                                .Number("on_demand_hours", replayed->on_demand_hours)
-                                .Integer("changeovers", replayed->changeovers)
-                                .str());
+      o.Raw("availability",
+            JsonObject()
+                .String("fallback", replay->fallback)
+                .String("policy", replayed->policy)
+                .Number("changeover_s", replay_job.changeover_s)
+                .Number("spot_price_per_hour", replay_job.spot_price_per_hour)
+                .Number("on_demand_price_per_hour", replay_job.on_demand_price_per_hour)
+                .Raw("windows", WindowsJson(*replayed))
+                .Number("met_fraction", replayed->met_fraction)
+                .Number("mean_cost_usd", replayed->mean_cost_usd)
+                .Number("spot_hours", replayed->spot_hours)
+                .Number("on_demand_hours", replayed->on_demand_hours)
+                .Integer("changeovers", replayed->changeovers)
+                .str());
     }
     io.out << o.str() << "\n";
     return kExitOk;
@@ -508,8 +510,7 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
     Table t({"start", "met", "cost", "spot h", "on-demand h", "changeovers"});
     for (const dl::WindowResult& w : replayed->windows) {
       t.AddRow({HumanDuration(w.start_s), w.met ? "yes" : "MISSED", Dollars(w.cost_usd),
-                Fixed(w.spot_hours, 2), Fixed(w.on_demand_hours, 2),
-                absl::StrCat(w.changeovers)});
+                Fixed(w.spot_hours, 2), Fixed(w.on_demand_hours, 2), absl::StrCat(w.changeovers)});
     }
     t.Print(io.out);
     io.out << replayed->windows.size() << " windows: deadline met in "
@@ -602,7 +603,8 @@ std::vector<Command> SimulateCommands() {
   commands[0].synopsis +=
       "\n\nor, one instance against an availability trace:\n"
       "--availability FILE --work D --deadline D --spot-price USD --on-demand-price USD\n"
-      "[--changeover D] [--start-every D] [--policy ours|uniform-progress|greedy|on-demand|optimum]\n"
+      "[--changeover D] [--start-every D] [--policy "
+      "ours|uniform-progress|greedy|on-demand|optimum]\n"
       "[--fallback on-demand|none] [--json]";
   return commands;
 }
