@@ -6,8 +6,8 @@
 // cost (and its excess over the optimum), then the timings of one window replay, one optimum DP
 // and 10,000 runs of the cluster simulator.
 //
-//   deadline_bench [--tune] [--quick] [--reserve-changeovers N] [--supply-factor F] [--hysteresis-h
-//   H] [--prior-rate R]
+//   deadline_bench [--tune] [--quick] [--timings] [--reserve-changeovers N] [--supply-factor F]
+//   [--hysteresis-h H] [--prior-rate R]
 //                  [--prior-weight-h H] [--back-margin-h H]
 // The flags override ours' constants (for tuning); --quick runs the synthetic grid only.
 #include <algorithm>
@@ -187,12 +187,14 @@ int Tune() {
 }
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, timings_only = false;
   if (argc > 1 && !std::strcmp(argv[1], "--tune")) return Tune();
   for (int i = 1; i < argc; ++i) {
     auto value = [&] { return i + 1 < argc ? std::atof(argv[++i]) : 0.0; };
     if (!std::strcmp(argv[i], "--quick"))
       quick = true;
+    else if (!std::strcmp(argv[i], "--timings"))
+      timings_only = true;
     else if (!std::strcmp(argv[i], "--reserve-changeovers"))
       g_ours.reserve_changeovers = value();
     else if (!std::strcmp(argv[i], "--supply-factor"))
@@ -215,7 +217,7 @@ int main(int argc, char** argv) {
     return job;
   };
 
-  if (!quick) {
+  if (!quick && !timings_only) {
     const std::filesystem::path dir = std::filesystem::path(SPOTDNN_DATA_DIR) / "bamboo-spot";
     if (!std::filesystem::exists(dir)) {
       std::printf("%s not found: skipping the Bamboo traces\n", dir.c_str());
@@ -248,25 +250,27 @@ int main(int argc, char** argv) {
 
   std::printf("\nSynthetic long-outage traces (45 days, 195 s ticks; windows every 24 h):\n");
   std::map<std::string, Totals> totals;
-  const double availabilities[] = {0.17, 0.3, 0.45, 0.6, 0.75, 0.9};
-  const double outages_h[] = {2, 6, 12};
-  int seed = 1;
-  for (double a : availabilities) {
-    for (double o : outages_h) {
-      SyntheticTraceOptions so;
-      so.availability = a;
-      so.mean_outage_s = o * 3600;
-      so.seed = seed++;
-      const AvailabilityTrace trace = SyntheticTrace(so);
-      auto stats = TraceStats(trace, 0, trace.duration_s(), 1, 720);
-      if (!quick) {
-        std::printf("%s: availability %.2f, longest outage %.1f h\n", trace.source.c_str(),
-                    stats.available_s / stats.observed_s, stats.longest_down_s / 3600);
+  if (!timings_only) {
+    const double availabilities[] = {0.17, 0.3, 0.45, 0.6, 0.75, 0.9};
+    const double outages_h[] = {2, 6, 12};
+    int seed = 1;
+    for (double a : availabilities) {
+      for (double o : outages_h) {
+        SyntheticTraceOptions so;
+        so.availability = a;
+        so.mean_outage_s = o * 3600;
+        so.seed = seed++;
+        const AvailabilityTrace trace = SyntheticTrace(so);
+        auto stats = TraceStats(trace, 0, trace.duration_s(), 1, 720);
+        if (!quick) {
+          std::printf("%s: availability %.2f, longest outage %.1f h\n", trace.source.c_str(),
+                      stats.available_s / stats.observed_s, stats.longest_down_s / 3600);
+        }
+        for (auto [w, d] : pairs) Replay(trace, job_of(w, d), 24 * 3600, &totals, !quick);
       }
-      for (auto [w, d] : pairs) Replay(trace, job_of(w, d), 24 * 3600, &totals, !quick);
     }
+    PrintTotals("Synthetic, all windows:", totals);
   }
-  PrintTotals("Synthetic, all windows:", totals);
 
   // Timings.
   SyntheticTraceOptions so;

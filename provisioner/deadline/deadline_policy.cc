@@ -53,6 +53,13 @@ bool CanWait(const View& v) { return v.slack - v.interval >= v.d + kEps; }
 // Starting spot now still leaves a changeover to start on-demand if it is preempted at once.
 bool CanTrySpot(const View& v) { return v.slack >= 2 * v.d + kEps; }
 
+DeadlineDecision Make(const DeadlineInput& in, Mode mode, std::string reason);
+
+// A fixed reason: copied only when wanted.
+DeadlineDecision Make(const DeadlineInput& in, Mode mode, const char* reason) {
+  return Make(in, mode, in.explain ? std::string(reason) : std::string());
+}
+
 DeadlineDecision Make(const DeadlineInput& in, Mode mode, std::string reason) {
   DeadlineDecision d;
   const int wanted = std::max(1, in.wanted);
@@ -75,6 +82,13 @@ DeadlineDecision Make(const DeadlineInput& in, Mode mode, std::string reason) {
 }
 
 std::string Hours(double s) { return absl::StrFormat("%.2f h", s / 3600); }
+
+// The reason, formatted only when the caller wants one (the simulator does not: formatting would
+// cost more than the decision).
+template <typename F>
+std::string Why(const DeadlineInput& in, F reason) {
+  return in.explain ? reason() : std::string();
+}
 
 class OnDemandPolicy final : public DeadlinePolicy {
  public:
@@ -108,9 +122,10 @@ class GreedyPolicy final : public DeadlinePolicy {
     if (v.spot_up && (v.on_spot || CanTrySpot(v))) return Make(in, Mode::kSpot, "spot is there");
     if (CanWait(v)) return Make(in, Mode::kIdle, "no spot; waiting");
     committed_ = true;
-    return Make(
-        in, Mode::kOnDemand,
-        absl::StrCat("slack ", Hours(v.slack), " down to a changeover: on-demand to the end"));
+    return Make(in, Mode::kOnDemand, Why(in, [&] {
+                  return absl::StrCat("slack ", Hours(v.slack),
+                                      " down to a changeover: on-demand to the end");
+                }));
   }
   absl::string_view name() const override { return "greedy"; }
 
@@ -189,8 +204,9 @@ class OursPolicy final : public DeadlinePolicy {
     if (v.spot_up) {
       if (v.on_spot) return Make(in, Mode::kSpot, "spot is there");
       if (!CanTrySpot(v)) {
-        return Make(in, Mode::kOnDemand,
-                    absl::StrCat("slack ", Hours(v.slack), " < 2 changeovers: on-demand"));
+        return Make(in, Mode::kOnDemand, Why(in, [&] {
+                      return absl::StrCat("slack ", Hours(v.slack), " < 2 changeovers: on-demand");
+                    }));
       }
       if (!v.on_demand) return Make(in, Mode::kSpot, "spot is back");
       // From on-demand, for an expected spot run of U (the mean up period): spot costs U at the
@@ -214,26 +230,31 @@ class OursPolicy final : public DeadlinePolicy {
       reserve = std::min(reserve, o_.max_reserve_fraction * first_slack_);
     }
     if (!(v.slack - v.interval >= v.d + reserve + kEps)) {
-      return Make(in, Mode::kOnDemand,
-                  absl::StrCat("spot gone; slack ", Hours(v.slack), " down to a changeover",
-                               reserve > 0 ? absl::StrCat(" and the reserve ", Hours(reserve))
-                                           : std::string()));
+      return Make(
+          in, Mode::kOnDemand, Why(in, [&] {
+            return absl::StrCat(
+                "spot gone; slack ", Hours(v.slack), " down to a changeover",
+                reserve > 0 ? absl::StrCat(" and the reserve ", Hours(reserve)) : std::string());
+          }));
     }
     if (v.on_demand) {
       if (v.work > supply - o_.stop_hysteresis_s) {
-        return Make(
-            in, Mode::kOnDemand,
-            absl::StrCat("spot gone; work ", Hours(v.work), " > expected spot ", Hours(supply)));
+        return Make(in, Mode::kOnDemand, Why(in, [&] {
+                      return absl::StrCat("spot gone; work ", Hours(v.work), " > expected spot ",
+                                          Hours(supply));
+                    }));
       }
       return Make(in, Mode::kIdle, "ahead of the expected spot supply; waiting for spot");
     }
     if (v.work > supply) {
-      return Make(
-          in, Mode::kOnDemand,
-          absl::StrCat("spot gone; work ", Hours(v.work), " > expected spot ", Hours(supply)));
+      return Make(in, Mode::kOnDemand, Why(in, [&] {
+                    return absl::StrCat("spot gone; work ", Hours(v.work), " > expected spot ",
+                                        Hours(supply));
+                  }));
     }
-    return Make(in, Mode::kIdle,
-                absl::StrCat("spot gone; waiting (expected spot ", Hours(supply), ")"));
+    return Make(in, Mode::kIdle, Why(in, [&] {
+                  return absl::StrCat("spot gone; waiting (expected spot ", Hours(supply), ")");
+                }));
   }
   absl::string_view name() const override { return "ours"; }
 

@@ -35,6 +35,9 @@ struct DeadlineInput {
   // At most this long until the policy is asked again (a trace's tick); 0: unknown. The policy
   // keeps this much slack beyond a changeover before it may wait.
   double decision_interval_s = 0;
+  // Whether DeadlineDecision::reason is wanted (a simulator replaying millions of decisions says
+  // no; fixed reasons are still given).
+  bool explain = true;
 };
 
 // What should run from now on. `spot` <= max(spot_available, 0) unless spot_available is -1

@@ -110,6 +110,7 @@ WindowResult ReplayWindow(const AvailabilityTrace& trace, double start_s, const 
   in.spot_price_per_hour = job.spot_price_per_hour;
   in.on_demand_price_per_hour = job.on_demand_price_per_hour;
   in.wanted = 1;
+  in.explain = false;
   while (!done && t < end - 1e-9) {
     const double next = std::min(static_cast<double>(tick + 1) * trace.gap_s, end);
     const int count = tick < trace.counts.size() ? trace.counts[tick] : 0;
