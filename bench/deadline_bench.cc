@@ -172,14 +172,14 @@ int Tune() {
     auto [x, m] = score([&] { return *MakeDeadlinePolicy(name); });
     std::printf("%s %+.2f%% missed %d\n", name, x, m);
   }
-  for (double reserve : {0.0, 4.0, 6.0, 8.0, 10.0, 12.0}) {
-    for (double fraction : {0.0, 0.5}) {
+  for (double reserve : {6.0, 8.0, 10.0}) {
+    for (bool only_if_pay : {false, true}) {
       OursOptions o = g_ours;
       o.reserve_changeovers = reserve;
-      o.max_reserve_fraction = fraction;
+      o.reserve_only_if_returns_pay = only_if_pay;
       auto [x, m] = score([&] { return MakeOursPolicy(o); });
-      std::printf("ours reserve %.0f changeovers, at most %.1f of the slack: %+.2f%% missed %d\n",
-                  reserve, fraction, x, m);
+      std::printf("ours reserve %.0f changeovers, only if returns pay %d: %+.2f%% missed %d\n",
+                  reserve, only_if_pay, x, m);
       std::fflush(stdout);
     }
   }

@@ -172,10 +172,12 @@ class UniformProgressPolicy final : public DeadlinePolicy {
 // on-demand (where the slack no longer shrinks), and whenever spot returns it goes back to it while
 // two changeovers of slack remain and the expected spot run saves more than the round trip costs.
 // The reserve buys several such returns for a few hours of on-demand bought earlier in the worst
-// outages. On synthetic long-outage traces (bench/deadline_bench --tune) 6-10 changeovers all come
-// within 4% of the omniscient optimum (greedy: 12%). Optional rules (off by default, kept for
-// tuning): buy on-demand early when the work left exceeds the spot the rest of the window is
-// expected to give (`supply_factor`, with the outage's expected rest: `outage_residual`).
+// outages; it is kept only when such a return pays over the mean up period seen (where spot comes
+// in short bursts, waiting down to greedy's floor uses more of it). On synthetic long-outage traces
+// (bench/deadline_bench --tune) 6-10 changeovers all come within 4% of the omniscient optimum
+// (greedy: 12%). Optional rules (off by default, kept for tuning): buy on-demand early when the
+// work left exceeds the spot the rest of the window is expected to give (`supply_factor`, with the
+// outage's expected rest: `outage_residual`).
 class OursPolicy final : public DeadlinePolicy {
  public:
   explicit OursPolicy(const OursOptions& o) : o_(o) {}
@@ -228,6 +230,11 @@ class OursPolicy final : public DeadlinePolicy {
                                        o_.reserve_per_preemption * 2 * v.d * v.work / MeanUp());
     if (o_.max_reserve_fraction > 0) {
       reserve = std::min(reserve, o_.max_reserve_fraction * first_slack_);
+    }
+    if (o_.reserve_only_if_returns_pay &&
+        !(MeanUp() * (in.on_demand_price_per_hour - in.spot_price_per_hour) >
+          2 * v.d * in.on_demand_price_per_hour)) {
+      reserve = 0;
     }
     if (!(v.slack - v.interval >= v.d + reserve + kEps)) {
       return Make(

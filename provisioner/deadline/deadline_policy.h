@@ -69,6 +69,9 @@ struct OursOptions {
   double reserve_changeovers = 8;
   // The same in seconds, added.
   double reserve_s = 0;
+  // Keep the reserve only when a return from on-demand to spot pays for its round trip over the
+  // mean up period seen (else there is nothing to keep it for, and waiting longer uses more spot).
+  bool reserve_only_if_returns_pay = true;
   // Plus this many round trips (two changeovers each) per expected preemption of the rest of the
   // work on spot (work left / the mean up period), at most `max_reserve_s` in all.
   double reserve_per_preemption = 0;
