@@ -601,10 +601,12 @@ std::vector<Command> SimulateCommands() {
     commands[0].flags.push_back(std::move(f));
   }
   commands[0].synopsis +=
-      "\n\nor, one instance against an availability trace:\n"
-      "--availability FILE --work D --deadline D --spot-price USD --on-demand-price USD\n"
-      "[--changeover D] [--start-every D] [--policy "
-      "ours|uniform-progress|greedy|on-demand|optimum]\n"
+      "\n[--availability TYPE=FILE,... [--fallback on-demand|none] [--changeover D]\n"
+      "[--start-every D]]\n\n"
+      "or, one instance against an availability trace:\n"
+      "--availability FILE --work D --deadline D --spot-price USD\n"
+      "--on-demand-price USD [--changeover D] [--start-every D]\n"
+      "[--policy ours|uniform-progress|greedy|on-demand|optimum]\n"
       "[--fallback on-demand|none] [--json]";
   return commands;
 }
