@@ -224,6 +224,7 @@ int Main(int argc, char** argv) {
   int runs = 10000, brute_cases = 20;
   uint64_t seed = 1;
   double confidence = 0.9, overhead = 0, notice = 30, delay = 60;
+  std::string only;  // "--only simulator": the simulator's speed alone
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--lifetimes")
@@ -240,6 +241,8 @@ int Main(int argc, char** argv) {
       notice = std::atof(value.c_str());
     else if (flag == "--takeover-delay")
       delay = std::atof(value.c_str());
+    else if (flag == "--only")
+      only = value;
     else if (flag == "--brute-cases")
       brute_cases = std::atoi(value.c_str());
     else {
@@ -272,24 +275,26 @@ int Main(int argc, char** argv) {
       "after the notice, 1 iteration lost per revocation; %d runs per plan, seed %llu, confidence "
       "q = %.2f\n\n",
       overhead, notice, delay, runs, static_cast<unsigned long long>(seed), confidence);
-  Table(model, *revocations, sim, overhead, confidence);
-  for (const double q : {0.99, 0.999}) {
-    std::printf("q = %g: ", q);
-    Table(model, *revocations, sim, overhead, q, /*rows=*/false);
-  }
-  const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
-  const auto prototype = *predictor::PerformanceModel::Create(
-      services::ToDomain(*registry.ResolveWorkload("resnet110")),
-      services::ToDomain(*registry.ResolveCatalog("aws-spotdnn-prototype")));
-  auto prototype_revocations = ModelFor(prototype.catalog(), *file);
-  std::printf(
-      "\nThe same grid on the prototype's catalog and workload (aws-spotdnn-prototype, "
-      "resnet110; small quotas):\n");
-  Table(prototype, *prototype_revocations, sim, overhead, confidence);
-  for (const double q : {0.99, 0.999}) {
-    std::printf("q = %g: ", q);
-    Table(prototype, *prototype_revocations, sim, overhead, q, /*rows=*/false);
-  }
+  if (only != "simulator") {
+    Table(model, *revocations, sim, overhead, confidence);
+    for (const double q : {0.99, 0.999}) {
+      std::printf("q = %g: ", q);
+      Table(model, *revocations, sim, overhead, q, /*rows=*/false);
+    }
+    const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
+    const auto prototype = *predictor::PerformanceModel::Create(
+        services::ToDomain(*registry.ResolveWorkload("resnet110")),
+        services::ToDomain(*registry.ResolveCatalog("aws-spotdnn-prototype")));
+    auto prototype_revocations = ModelFor(prototype.catalog(), *file);
+    std::printf(
+        "\nThe same grid on the prototype's catalog and workload (aws-spotdnn-prototype, "
+        "resnet110; small quotas):\n");
+    Table(prototype, *prototype_revocations, sim, overhead, confidence);
+    for (const double q : {0.99, 0.999}) {
+      std::printf("q = %g: ", q);
+      Table(prototype, *prototype_revocations, sim, overhead, q, /*rows=*/false);
+    }
+  }  // only != "simulator"
 
   // Simulator speed: 10,000 runs of a 10-instance plan.
   {
@@ -343,6 +348,7 @@ int Main(int argc, char** argv) {
               : "NO");
     }
   }
+  if (only == "simulator") return 0;
   BruteForce(*file, sim, confidence, brute_cases, seed, /*rates=*/false);
   BruteForce(*file, sim, confidence, brute_cases, seed, /*rates=*/true);
   return 0;

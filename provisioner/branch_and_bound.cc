@@ -53,10 +53,36 @@ double MinRatio(double a0, double b0, const std::vector<double>& a, const std::v
                 double* den_at_min = nullptr) {
   const size_t n = a.size();
   idx.resize(n);
+  if (m == 0) {  // nothing to place: the ratio of the base (what the iterations below return)
+    if (den_at_min != nullptr) *den_at_min = b0;
+    return a0 / b0;
+  }
+  // The keys a_i - lambda b_i are computed once per lambda (the hot spot of the simulator's
+  // re-plans); the order is the one std::sort gave on the same keys: for the few types of a
+  // catalog (up to 16) std::sort is an insertion sort, which keeps equal keys in index order.
+  double key_buffer[16];
+  std::vector<double> key_heap;
+  double* key = key_buffer;
+  if (n > 16) {
+    key_heap.resize(n);
+    key = key_heap.data();
+  }
   auto best_for = [&](double lambda, double& num, double& den) {
+    for (size_t i = 0; i < n; ++i) key[i] = a[i] - lambda * b[i];
     std::iota(idx.begin(), idx.end(), 0);
-    std::sort(idx.begin(), idx.end(),
-              [&](int i, int j) { return a[i] - lambda * b[i] < a[j] - lambda * b[j]; });
+    if (n <= 16) {
+      for (size_t i = 1; i < n; ++i) {  // stable insertion sort
+        const int v = idx[i];
+        size_t j = i;
+        while (j > 0 && key[v] < key[idx[j - 1]]) {
+          idx[j] = idx[j - 1];
+          --j;
+        }
+        idx[j] = v;
+      }
+    } else {
+      std::sort(idx.begin(), idx.end(), [&](int i, int j) { return key[i] < key[j]; });
+    }
     num = a0;
     den = b0;
     int left = m;
@@ -74,6 +100,10 @@ double MinRatio(double a0, double b0, const std::vector<double>& a, const std::v
   for (int iter = 0; iter < 50; ++iter) {
     best_for(lambda, num, den);
     const double next = num / den;
+    // A fixed point repeats itself to the last iteration (best_for is deterministic), so stop
+    // there: the same answer. Without this, a negative ratio (the b_w upper bound) never met
+    // the relative test below and ran all 50 iterations: most of a re-plan's time.
+    if (next == lambda) break;
     if (!(next < lambda * (1 - 1e-15) - 1e-300)) break;
     lambda = next;
   }

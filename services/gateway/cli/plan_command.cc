@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "predictor/types.h"
+#include "provisioner/deadline/availability_trace.h"
+#include "provisioner/deadline/window_replay.h"
 #include "services/clients/service_clients.h"
 #include "services/common/convert.h"
 #include "services/gateway/cli/cli.h"
@@ -28,6 +31,102 @@
 
 namespace spotdnn::gateway {
 namespace {
+
+namespace dl = ::spotdnn::provisioner::deadline;
+
+// `plan --availability TYPE=FILE,...`: the traces and how the plan is replayed through them.
+struct AvailabilityFlags {
+  std::vector<std::pair<std::string, dl::AvailabilityTrace>> traces;  // per type
+  double changeover_s = 300;
+  double start_every_s = 3600;
+};
+
+absl::StatusOr<AvailabilityFlags> ParseAvailabilityFlags(const Args& args) {
+  AvailabilityFlags f;
+  auto traces = dl::ReadTypeTraces("--availability", *args.Get("--availability"));
+  if (!traces.ok()) return traces.status();
+  f.traces = *std::move(traces);
+  if (auto c = args.Get("--changeover")) {
+    auto v = ParseDuration("--changeover", *c, /*allow_zero=*/true);
+    if (!v.ok()) return v.status();
+    f.changeover_s = *v;
+  }
+  if (auto e = args.Get("--start-every")) {
+    auto v = ParseDuration("--start-every", *e);
+    if (!v.ok()) return v.status();
+    f.start_every_s = *v;
+  }
+  return f;
+}
+
+// One plan replayed through the traces: with the on-demand fallback (policy ours) and spot only.
+struct AvailabilityOutcome {
+  bool ok = false;
+  std::string why;  // when not ok
+  int windows = 0;
+  double p_meet_fallback = 0, cost_fallback = 0, on_demand_hours_fallback = 0;
+  double p_meet_spot_only = 0, cost_spot_only = 0;
+};
+
+AvailabilityOutcome ReplayPlan(const pb::Plan& p, double deadline_s, const AvailabilityFlags& f) {
+  AvailabilityOutcome out;
+  if (!p.feasible() || !(p.time_s() > 0)) {
+    out.why = "no plan to replay";
+    return out;
+  }
+  std::vector<std::pair<const dl::AvailabilityTrace*, int>> parts;
+  for (const pb::InstanceCount& c : p.cluster().instances()) {
+    if (c.count() <= 0) continue;
+    for (const auto& [type, trace] : f.traces) {
+      if (type == c.instance_type()) parts.emplace_back(&trace, c.count());
+    }
+  }
+  if (parts.empty()) {
+    out.why = "no trace for the plan's types (spot assumed always there)";
+    return out;
+  }
+  auto joint = dl::JointTrace(parts);
+  if (!joint.ok()) {
+    out.why = std::string(joint.status().message());
+    return out;
+  }
+  // The plan as one unit: its predicted time is the work; its prices per hour from its costs.
+  dl::WindowJob job;
+  job.work_s = p.time_s();
+  job.deadline_s = deadline_s;
+  job.changeover_s = f.changeover_s;
+  job.spot_price_per_hour = p.spot_cost_usd() / p.time_s() * 3600;
+  job.on_demand_price_per_hour = p.on_demand_cost_usd() / p.time_s() * 3600;
+  auto with = dl::ReplayWindows(*joint, job, f.start_every_s, "ours");
+  auto without = dl::ReplayWindows(*joint, job, f.start_every_s, "spot-only");
+  if (!with.ok() || !without.ok()) {
+    out.why = std::string((with.ok() ? without.status() : with.status()).message());
+    return out;
+  }
+  out.ok = true;
+  out.windows = static_cast<int>(with->windows.size());
+  out.p_meet_fallback = with->met_fraction;
+  out.cost_fallback = with->mean_cost_usd;
+  out.on_demand_hours_fallback = with->on_demand_hours / out.windows;
+  out.p_meet_spot_only = without->met_fraction;
+  out.cost_spot_only = without->mean_cost_usd;
+  return out;
+}
+
+JsonObject AvailabilityJson(const AvailabilityOutcome& a) {
+  JsonObject o;
+  if (!a.ok) return o.String("skipped", a.why);
+  return o.Integer("windows", a.windows)
+      .Raw("with_fallback", JsonObject()
+                                .Number("p_meet_deadline", a.p_meet_fallback)
+                                .Number("expected_cost_usd", a.cost_fallback)
+                                .Number("on_demand_hours", a.on_demand_hours_fallback)
+                                .str())
+      .Raw("spot_only", JsonObject()
+                            .Number("p_meet_deadline", a.p_meet_spot_only)
+                            .Number("expected_cost_usd", a.cost_spot_only)
+                            .str());
+}
 
 // The fields every plan shows in JSON.
 JsonObject PlanJson(const pb::Plan& p) {
@@ -268,6 +367,17 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     return fail(absl::InvalidArgumentError(
         absl::StrCat("--mode = \"", mode, "\": expected deadline, budget or frontier")));
   }
+  std::optional<AvailabilityFlags> availability;
+  if (args.Has("--availability")) {
+    if (mode != "deadline") {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "--availability: the probability is of meeting a deadline; use --mode deadline, not ",
+          mode)));
+    }
+    auto f = ParseAvailabilityFlags(args);
+    if (!f.ok()) return fail(f.status());
+    availability = *std::move(f);
+  }
   pb::PlanRequest request;
   request.set_mode(mode == "budget" ? pb::PLAN_MODE_BUDGET : pb::PLAN_MODE_DEADLINE);
   for (const char* flag : {"--workload", "--catalog"}) {
@@ -485,8 +595,22 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     *response.mutable_revocation_models() = simulated->revocation_models();
   }
   const pb::Plan& p = response.plan();
+  AvailabilityOutcome replayed, replayed_plain;
+  if (availability) {
+    replayed = ReplayPlan(p, request.slo().deadline_s(), *availability);
+    if (confidence > 0) {
+      replayed_plain = ReplayPlan(response.plain_plan(), request.slo().deadline_s(), *availability);
+    }
+  }
   if (io.json) {
     JsonObject o = RiskPlanJson(p);
+    if (availability) {
+      o.Raw("availability", AvailabilityJson(replayed)
+                                .Number("changeover_s", availability->changeover_s)
+                                .Number("start_every_s", availability->start_every_s)
+                                .str());
+      if (confidence > 0) o.Raw("plain_plan_availability", AvailabilityJson(replayed_plain).str());
+    }
     if (confidence > 0) {
       o.Number("confidence", confidence)
           .Raw("plain_plan", RiskPlanJson(response.plain_plan()).str())
@@ -526,6 +650,26 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   } else {
     PrintPlan(response, request, described, catalog, *target, io.out);
     if (p.has_risk() || response.plain_plan().has_risk()) PrintRisk(response, confidence, io.out);
+    if (availability) {
+      io.out << "\nUnder the availability traces (a window every "
+             << HumanDuration(availability->start_every_s) << ", changeover "
+             << HumanDuration(availability->changeover_s) << "):\n";
+      auto show = [&](const char* label, const AvailabilityOutcome& a) {
+        if (!a.ok) {
+          io.out << "  " << label << ": " << a.why << "\n";
+          return;
+        }
+        Table t({label, "P(meet deadline)", "expected cost"});
+        t.AddRow(
+            {"with the on-demand fallback", Fixed(a.p_meet_fallback, 4), Dollars(a.cost_fallback)});
+        t.AddRow({"spot only", Fixed(a.p_meet_spot_only, 4), Dollars(a.cost_spot_only)});
+        t.Print(io.out);
+        io.out << "  (" << a.windows << " windows; on-demand "
+               << Fixed(a.on_demand_hours_fallback, 2) << " h per window with the fallback)\n";
+      };
+      show(confidence > 0 ? "risk-aware plan" : "plan", replayed);
+      if (confidence > 0) show("plain plan", replayed_plain);
+    }
   }
   return p.feasible() ? kExitOk : kExitInfeasible;
 }
@@ -602,6 +746,16 @@ std::vector<Command> PlanCommands() {
           },
   }};
   for (FlagHelp& f : SimulationFlagHelp()) commands[0].flags.push_back(std::move(f));
+  for (FlagHelp f : std::vector<FlagHelp>{
+           {"--availability", "TYPE=FILE,...",
+            "spot availability traces per type (NSDI'24 JSON or time,count CSV): also\n"
+            "answer P(meet deadline) and the expected cost with the on-demand fallback\n"
+            "(policy ours) and spot only, a window per --start-every"},
+           {"--changeover", "D", "with --availability: time lost at each instance start (5m)"},
+           {"--start-every", "D", "with --availability: one window per offset (1h)"}}) {
+    commands[0].flags.push_back(std::move(f));
+  }
+  commands[0].synopsis += "\n[--availability TYPE=FILE,... [--changeover D] [--start-every D]]";
   return commands;
 }
 

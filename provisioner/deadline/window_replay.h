@@ -1,0 +1,82 @@
+// Replays one job of W seconds of work on one instance through a window of an availability trace
+// (`spotdnn simulate --availability FILE --work ...`, bench/deadline_bench). The model (the README
+// states it): each start of an instance, spot or on-demand, costs the changeover d of billed time
+// without progress; progress survives preemption; billing is per second at the running instance's
+// price; the deadline is D after the window's start. The policy decides at the window's start and
+// at every tick of the trace; a spot instance is preempted at the first tick whose count is below
+// the instances wanted. A job not done by its deadline is finished on on-demand and counts as
+// missed (its cost includes that). "optimum" is an omniscient dynamic program over the window.
+#ifndef SPOTDNN_PROVISIONER_DEADLINE_WINDOW_REPLAY_H_
+#define SPOTDNN_PROVISIONER_DEADLINE_WINDOW_REPLAY_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "provisioner/deadline/availability_trace.h"
+#include "provisioner/deadline/deadline_policy.h"
+
+namespace spotdnn::provisioner::deadline {
+
+// The job of one window.
+struct WindowJob {
+  double work_s = 24 * 3600;
+  double deadline_s = 36 * 3600;
+  double changeover_s = 12 * 60;
+  double spot_price_per_hour = 0.918;
+  double on_demand_price_per_hour = 3.06;
+};
+
+// OK when usable; INVALID_ARGUMENT naming the field (work, deadline, changeover, ...).
+absl::Status ValidateWindowJob(const WindowJob& job);
+
+// What one window cost.
+struct WindowResult {
+  double start_s = 0;
+  bool met = false;
+  bool on_demand_can_meet = false;  // deadline >= work + changeover
+  double finish_s = 0;              // from the window's start
+  double cost_usd = 0;
+  double spot_hours = 0;       // billed, changeovers included
+  double on_demand_hours = 0;  // billed, changeovers included
+  int changeovers = 0;         // instance starts
+};
+
+// Replays `job` from `start_s` under `policy` (a fresh object: its history is set from the trace
+// before `start_s`).
+WindowResult ReplayWindow(const AvailabilityTrace& trace, double start_s, const WindowJob& job,
+                          DeadlinePolicy& policy);
+
+// The least cost of the window knowing the whole trace: a dynamic program over (tick, progress,
+// instance and its changeover phase). Exact when the work, deadline, changeover, start and tick
+// are whole multiples of a common unit of at least 1 s with at most `kMaxOptimumSteps` units of
+// work; otherwise progress is counted in coarser units, rounded down (never below the true
+// optimum's cost). Hours are not reported (0); `met` is false and the cost that of on-demand when
+// no schedule meets the deadline.
+inline constexpr int kMaxOptimumSteps = 20000;
+WindowResult OptimumWindow(const AvailabilityTrace& trace, double start_s, const WindowJob& job);
+
+// All windows of a trace and their totals.
+struct ReplaySummary {
+  std::string policy;
+  std::vector<WindowResult> windows;
+  double met_fraction = 0;
+  double mean_cost_usd = 0;
+  double spot_hours = 0, on_demand_hours = 0;  // totals
+  int changeovers = 0;
+  int missed_on_demand_could_meet = 0;  // windows missed that on-demand alone would have met
+};
+
+// Window starts 0, every, 2 every, ... while start + deadline fits in the trace. INVALID_ARGUMENT
+// when none fits or the job or `every` is bad.
+absl::StatusOr<std::vector<double>> WindowStarts(const AvailabilityTrace& trace,
+                                                 const WindowJob& job, double every_s);
+
+// Replays every window with a fresh policy of `policy` ("optimum" or a MakeDeadlinePolicy name).
+absl::StatusOr<ReplaySummary> ReplayWindows(const AvailabilityTrace& trace, const WindowJob& job,
+                                            double every_s, absl::string_view policy);
+
+}  // namespace spotdnn::provisioner::deadline
+
+#endif  // SPOTDNN_PROVISIONER_DEADLINE_WINDOW_REPLAY_H_
