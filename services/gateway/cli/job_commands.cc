@@ -374,6 +374,7 @@ int Status(const Args& args, const Io& io) {
                          .String("instance_type", i.instance_type)
                          .Integer("index", i.index)
                          .String("reason", std::string(job::Name(i.reason)))
+                         .String("market", std::string(launcher::MarketName(i.market)))
                          .String("launch_token", i.launch_token)
                          .String("state", std::string(job::Name(i.state)))
                          .Number("price_per_hour", i.price_per_hour)
@@ -417,11 +418,13 @@ int Status(const Args& args, const Io& io) {
   }
   PrintSummary(*summary, io.out);
   io.out << "\n";
-  Table table({"instance", "role", "type", "why", "state", "launched", "ended", "$/h"});
-  for (size_t c : {1, 2, 3, 4}) table.LeftAlign(c);
+  Table table(
+      {"instance", "role", "type", "market", "why", "state", "launched", "ended", "$/h"});
+  for (size_t c : {1, 2, 3, 4, 5}) table.LeftAlign(c);
   for (const job::InstanceRecord& i : *instances) {
     table.AddRow({i.id, std::string(launcher::RoleName(i.role)), i.instance_type,
-                  std::string(job::Name(i.reason)), std::string(job::Name(i.state)),
+                  std::string(launcher::MarketName(i.market)), std::string(job::Name(i.reason)),
+                  std::string(job::Name(i.state)),
                   Ms(i.launched_ms), Ms(i.ended_ms), Fixed(i.price_per_hour, 4)});
   }
   table.Print(io.out);

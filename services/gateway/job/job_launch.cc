@@ -22,10 +22,14 @@ absl::Status JobRun::Record(const launcher::Instance& instance, LaunchReason rea
                    .index = instance.index,
                    .reason = reason,
                    .launch_token = token,
-                   .price_per_hour = server ? ps_price_ : spot_price_[instance.instance_type],
+                   .price_per_hour = server ? ps_price_
+                                     : instance.market == launcher::Market::kOnDemand
+                                         ? on_demand_price_[instance.instance_type]
+                                         : spot_price_[instance.instance_type],
                    .predicted_iteration_s = iteration_s,
                    .metadata_endpoint = instance.metadata_endpoint,
                    .metadata_cloud = instance.metadata_cloud,
+                   .market = instance.market,
                    .launched_ms = NowMs()};
   if (auto s = services_.store->PutInstance(r); !s.ok()) return s;
   instances_[r.id] = r;
@@ -53,7 +57,8 @@ absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(const std::vector<T
                                                              const std::string& token_prefix,
                                                              const pb::Prediction& prediction,
                                                              LaunchReason reason, bool with_servers,
-                                                             const std::set<std::string>& skip) {
+                                                             const std::set<std::string>& skip,
+                                                             launcher::Market market) {
   std::map<std::string, const pb::WorkerPrediction*> predicted;
   for (const pb::WorkerPrediction& w : prediction.workers()) predicted[w.instance_type()] = &w;
   const std::string ps_token = absl::StrCat(job_.id, "-ps");
@@ -82,7 +87,8 @@ absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(const std::vector<T
     launcher::WorkerGroup group{.instance_type = c.instance_type,
                                 .count = c.count,
                                 .first_index = first,
-                                .batch_size = p != nullptr ? p->batch_size() : 0};
+                                .batch_size = p != nullptr ? p->batch_size() : 0,
+                                .market = market};
     group.env["SPOTDNN_PREDICTED_ITERATION_S"] =
         absl::StrFormat("%.6f", p != nullptr ? p->iteration_time_s() : 0.0);
     request.workers.push_back(std::move(group));
@@ -90,7 +96,8 @@ absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(const std::vector<T
   auto result = launcher::LaunchCluster(*services_.provider, request);
   if (!result.ok()) return result.status();
   if (with_servers) job_.ps_addresses = absl::StrJoin(result->ps_addresses, ",");
-  for (const launcher::Instance& i : result->instances) {
+  for (launcher::Instance i : result->instances) {
+    if (i.role == launcher::Role::kWorker) i.market = market;  // as asked, whatever the cloud says
     if (i.role == launcher::Role::kParameterServer) {
       if (auto s = Record(i, LaunchReason::kPlan, launcher::ClientTokenFor(ps_token), 0); !s.ok()) {
         return s;
@@ -99,7 +106,9 @@ absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(const std::vector<T
     }
     const pb::WorkerPrediction* p =
         predicted.count(i.instance_type) > 0 ? predicted[i.instance_type] : nullptr;
-    if (auto s = Record(i, reason, launcher::ClientTokenFor(token_prefix + i.instance_type),
+    if (auto s = Record(i, reason,
+                        launcher::ClientTokenFor(
+                            launcher::WorkerTokenKey(token_prefix, i.instance_type, market)),
                         p != nullptr ? p->iteration_time_s() : 0);
         !s.ok()) {
       return s;
