@@ -54,10 +54,13 @@ class SafeFallbackStub final : public DeadlinePolicy {
     }
     d.spot = available;
     const int gap = wanted - available;
-    if (slack <= margin || in.running_on_demand > 0) {
+    if (slack <= margin) {
       d.on_demand = gap;
       d.reason = absl::StrFormat(
           "spot short by %d; slack %.0f s <= margin %.0f s: %d on-demand", gap, slack, margin, gap);
+    } else if (in.running_on_demand > 0) {
+      d.on_demand = gap;
+      d.reason = absl::StrFormat("spot short by %d; on-demand runs on until spot returns", gap);
     } else {
       d.reason = absl::StrFormat("spot short by %d; slack %.0f s > margin %.0f s: wait for spot",
                                  gap, slack, margin);

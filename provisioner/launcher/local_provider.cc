@@ -242,7 +242,7 @@ absl::StatusOr<std::unique_ptr<LocalProvider>> LocalProvider::Create(Options opt
     }
     if (options.trace_notice == absl::ZeroDuration()) {
       options.trace_notice =
-          std::max(absl::Seconds(1), absl::Minutes(2) / options.capacity_trace_time_scale);
+          std::max(absl::Seconds(3), absl::Minutes(2) / options.capacity_trace_time_scale);
     }
   }
   std::unique_ptr<LocalProvider> provider(new LocalProvider(std::move(options)));

@@ -91,8 +91,8 @@ class LocalProvider final : public CloudProvider {
     // (written by the first provider that replays a trace there), so every process that runs a
     // job's instances (a resumed `spotdnn run` too) reads the trace at the same time.
     absl::Time capacity_trace_origin = absl::InfinitePast();
-    // How long before a trace revocation stops the instance: AWS's two minutes, in trace time
-    // (scaled), at least a second.
+    // How long before a trace revocation stops the instance. Zero: AWS's two minutes in trace
+    // time (scaled), at least 3 s (for the detector, polling each second, to see the notice).
     absl::Duration trace_notice = absl::ZeroDuration();
     // Stopping: SIGTERM to the group, then SIGKILL after this long.
     absl::Duration stop_grace = absl::Seconds(2);
