@@ -27,8 +27,7 @@ class SafeFallbackStub final : public DeadlinePolicy {
 
   DeadlineDecision Decide(const DeadlineInput& in) override {
     const int wanted = std::max(0, in.wanted);
-    const int available =
-        in.spot_available < 0 ? wanted : std::min(in.spot_available, wanted);
+    const int available = in.spot_available < 0 ? wanted : std::min(in.spot_available, wanted);
     const double slack = in.time_left_s - in.work_left_s - in.changeover_s;
     const double margin = 2 * in.changeover_s + 0.1 * in.work_left_s;
     DeadlineDecision d;
@@ -41,9 +40,10 @@ class SafeFallbackStub final : public DeadlinePolicy {
       if (in.running_on_demand > 0 && slack < 2 * in.changeover_s) {
         d.spot = std::min(in.running_spot, wanted);
         d.on_demand = wanted - d.spot;
-        d.reason = absl::StrFormat("spot is back but the slack (%.0f s) is under two changeovers: "
-                                   "on-demand finishes",
-                                   slack);
+        d.reason = absl::StrFormat(
+            "spot is back but the slack (%.0f s) is under two changeovers: "
+            "on-demand finishes",
+            slack);
       } else {
         d.spot = wanted;
         d.reason = in.running_on_demand > 0
@@ -56,8 +56,8 @@ class SafeFallbackStub final : public DeadlinePolicy {
     const int gap = wanted - available;
     if (slack <= margin) {
       d.on_demand = gap;
-      d.reason = absl::StrFormat(
-          "spot short by %d; slack %.0f s <= margin %.0f s: %d on-demand", gap, slack, margin, gap);
+      d.reason = absl::StrFormat("spot short by %d; slack %.0f s <= margin %.0f s: %d on-demand",
+                                 gap, slack, margin, gap);
     } else if (in.running_on_demand > 0) {
       d.on_demand = gap;
       d.reason = absl::StrFormat("spot short by %d; on-demand runs on until spot returns", gap);

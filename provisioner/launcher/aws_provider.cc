@@ -112,8 +112,8 @@ Instance ParseInstance(const xmlNode* item) {
   instance.public_address = ChildText(item, "ipAddress");
   instance.launch_time = ParseAwsTime(ChildText(item, "launchTime"));
   // EC2 names the lifecycle of spot (and scheduled) instances only.
-  instance.market = ChildText(item, "instanceLifecycle") == "spot" ? Market::kSpot
-                                                                    : Market::kOnDemand;
+  instance.market =
+      ChildText(item, "instanceLifecycle") == "spot" ? Market::kSpot : Market::kOnDemand;
   // The instance's IMDS (169.254.169.254) answers only the instance: its agent reports.
   instance.metadata_cloud = "aws";
   int launch_index = 0;

@@ -54,8 +54,8 @@ absl::StatusOr<CapacityTrace> ParseJson(absl::string_view text, const std::strin
   for (size_t i = 0; i < data.size(); ++i) {
     if (!data[i].is_number() || data[i].get<double>() < 0 ||
         !std::isfinite(data[i].get<double>())) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": data[", i, "] = ", data[i].dump(),
-                                                     ": expected a count >= 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": data[", i, "] = ", data[i].dump(), ": expected a count >= 0"));
     }
     AddStep(trace, static_cast<double>(i) * g, static_cast<int>(std::floor(data[i].get<double>())));
   }

@@ -45,7 +45,8 @@ struct ClusterLaunchRequest {
   std::vector<std::string> ps_addresses;  // running parameter servers, when none are launched
   std::vector<WorkerGroup> workers;       // in launch order
   // Client tokens: ClientTokenFor(ps_token) for the servers and ClientTokenFor(worker_token_prefix
-  // + TYPE) for each group (+ "-on-demand" for an on-demand group); empty: the provider derives them from the request.
+  // + TYPE) for each group (+ "-on-demand" for an on-demand group); empty: the provider derives
+  // them from the request.
   std::string ps_token;
   std::string worker_token_prefix;
   std::map<std::string, std::string> extra_env;  // for every instance

@@ -51,7 +51,7 @@ struct LocalProvider::Record {
   std::string client_token;
   std::string service_address;  // a parameter server's host:port
   int64_t launch_unix_ms = 0;
-  int64_t end_unix_ms = 0;  // when a revocation stopped it (0: not revoked, or not yet)
+  int64_t end_unix_ms = 0;     // when a revocation stopped it (0: not revoked, or not yet)
   int64_t revoke_unix_ms = 0;  // when a revocation's notice runs out (0: not revoked)
   Market market = Market::kSpot;
   bool terminated = false;
@@ -63,7 +63,8 @@ struct LocalProvider::Record {
                         "\nmetadata_control=", metadata_control, "\nclient_token=", client_token,
                         "\nservice_address=", service_address, "\nlaunch_unix_ms=", launch_unix_ms,
                         "\nend_unix_ms=", end_unix_ms, "\nrevoke_unix_ms=", revoke_unix_ms,
-                        "\nmarket=", MarketName(market), "\nstate=", terminated ? "terminated" : "running", "\n");
+                        "\nmarket=", MarketName(market),
+                        "\nstate=", terminated ? "terminated" : "running", "\n");
   }
 
   static absl::StatusOr<Record> Parse(const std::string& text, const std::string& path) {
@@ -224,9 +225,9 @@ absl::StatusOr<std::unique_ptr<LocalProvider>> LocalProvider::Create(Options opt
   }
   if (!options.capacity_trace.empty()) {
     if (!(options.capacity_trace_time_scale > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("capacity_trace_time_scale = ",
-                                                     options.capacity_trace_time_scale,
-                                                     ": expected trace seconds per second > 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("capacity_trace_time_scale = ", options.capacity_trace_time_scale,
+                       ": expected trace seconds per second > 0"));
     }
     if (options.capacity_trace_origin == absl::InfinitePast()) {
       // Kept in the state dir: every process that runs the instances reads the same trace time.
@@ -443,8 +444,8 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
   for (const Record& r : LoadAll()) {
     if (r.client_token == token && r.job_id == request.job_id) {
       result.instances.push_back(r.ToInstance(Alive(r)));
-    } else if (capped && r.instance_type == request.instance_type &&
-               r.market == Market::kSpot && r.revoke_unix_ms == 0 && !r.terminated && Alive(r)) {
+    } else if (capped && r.instance_type == request.instance_type && r.market == Market::kSpot &&
+               r.revoke_unix_ms == 0 && !r.terminated && Alive(r)) {
       ++running;
     }
   }
@@ -456,9 +457,8 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
     if (fits < request.count) {
       result.error = absl::ResourceExhaustedError(absl::StrCat(
           "local: InsufficientInstanceCapacity: ", request.instance_type, " has spot capacity for ",
-          capacity, " instance(s), ", running, " running; launched ", fits, " of ",
-          request.count, "; re-plan without instance type ", request.instance_type,
-          " or launch it on-demand"));
+          capacity, " instance(s), ", running, " running; launched ", fits, " of ", request.count,
+          "; re-plan without instance type ", request.instance_type, " or launch it on-demand"));
       if (fits == 0) return result.error;
     }
   }
@@ -644,8 +644,8 @@ absl::Status LocalProvider::Revoke(const std::string& instance_id, absl::Duratio
     return absl::FailedPreconditionError(absl::StrCat("instance ", instance_id, " is not running"));
   }
   if (record->market == Market::kOnDemand) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("instance ", instance_id, " is on-demand: on-demand instances are not revoked"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "instance ", instance_id, " is on-demand: on-demand instances are not revoked"));
   }
   if (notice < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(

@@ -236,9 +236,9 @@ absl::Status ValidateProviderSpec(const ProviderSpec& spec, absl::string_view fi
         absl::StrCat(field, ".capacity_trace: only the local provider replays a capacity trace"));
   }
   if (!(spec.capacity_trace_time_scale > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".capacity_trace_time_scale = ",
-                                                   spec.capacity_trace_time_scale,
-                                                   ": expected trace seconds per second > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".capacity_trace_time_scale = ", spec.capacity_trace_time_scale,
+                     ": expected trace seconds per second > 0"));
   }
   for (const std::string& key : provider->required) {
     if (Get(spec, key.c_str()).empty()) {

@@ -16,9 +16,9 @@ constexpr char kType[] = "p2.xlarge";
 class DeadlineGuardTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto guard = DeadlineGuard::Create(
-        "ours", {.probe_every = absl::Minutes(1), .probe_max = absl::Minutes(4),
-                 .check_every = absl::Seconds(5)});
+    auto guard = DeadlineGuard::Create("ours", {.probe_every = absl::Minutes(1),
+                                                .probe_max = absl::Minutes(4),
+                                                .check_every = absl::Seconds(5)});
     ASSERT_TRUE(guard.ok()) << guard.status();
     guard_ = *std::move(guard);
   }
@@ -93,7 +93,7 @@ TEST_F(DeadlineGuardTest, ProbesAtMostOncePerIntervalAndBacksOffAfterARefusal) {
       if (!a.probe) continue;
       probes.push_back(at);
       EXPECT_EQ(a.launch_spot, 1);
-      EXPECT_EQ(a.input.spot_available, -1);  // unknown until the cloud answers
+      EXPECT_EQ(a.input.spot_available, -1);                      // unknown until the cloud answers
       guard_->OnSpotShort(kType, 1, 0, t0_ + absl::Seconds(at));  // refused
     }
   }

@@ -10,8 +10,8 @@
 //
 // The numbers: 100 iterations of ResNet-110 on one p2.xlarge are planned at 0.5455 s each (55 s);
 // the deadline is 60 s and the changeover (revocation_overhead) 5 s. The sim workers step every
-// 0.2 s, faster than planned, so the slack grows while they train: when spot goes (at 4 s) the slack
-// is too small to wait, and when it returns (at 10 s) there is room for a changeover back.
+// 0.2 s, faster than planned, so the slack grows while they train: when spot goes (at 4 s) the
+// slack is too small to wait, and when it returns (at 10 s) there is room for a changeover back.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -89,7 +89,8 @@ class OnDemandEndToEnd : public ::testing::Test {
            {"on_demand_price_per_hour", 0.90},
            {"quota", 1}}}},
         {"parameter_server", {{"instance_type", "m5.xlarge"}, {"bandwidth_mb_per_s", 1200}}},
-        {"pcie_bandwidth_mb_per_s", 10000}}.dump(2);
+        {"pcie_bandwidth_mb_per_s",
+         10000}}.dump(2);
     const fs::path trace = dir_ / "p2-trace.csv";
     std::ofstream(trace) << "time_h,count\n0,1\n"
                          << gone_h << ",1\n"
@@ -97,19 +98,20 @@ class OnDemandEndToEnd : public ::testing::Test {
                          << back_h << ",0\n"
                          << back_h << ",1\n";
     const fs::path path = dir_ / (name + ".json");
-    std::ofstream(path) << nlohmann::json{
-        {"name", name},
-        {"workload", {{"profile", "resnet110"}}},
-        {"slo", {{"iterations", 100}, {"deadline", "60s"}}},
-        {"catalog", catalog.string()},
-        {"provider",
-         {{"name", "local"},
-          {"capacity_trace", {{"p2.xlarge", trace.string()}}},
-          {"capacity_trace_time_scale", 3600}}},
-        {"revocation_overhead", "5s"},
-        {"commands",
-         {{"worker", bin_ + "/spotdnn-sim-worker --iteration_time_s=0.2"},
-          {"parameter_server", bin_ + "/spotdnn-sim-worker"}}}}.dump(2);
+    std::ofstream(path) << nlohmann::json{{"name", name},
+                                          {"workload", {{"profile", "resnet110"}}},
+                                          {"slo", {{"iterations", 100}, {"deadline", "60s"}}},
+                                          {"catalog", catalog.string()},
+                                          {"provider",
+                                           {{"name", "local"},
+                                            {"capacity_trace", {{"p2.xlarge", trace.string()}}},
+                                            {"capacity_trace_time_scale", 3600}}},
+                                          {"revocation_overhead", "5s"},
+                                          {"commands",
+                                           {{"worker",
+                                             bin_ + "/spotdnn-sim-worker --iteration_time_s=0.2"},
+                                            {"parameter_server", bin_ + "/spotdnn-sim-worker"}}}}
+                               .dump(2);
     return path.string();
   }
 
@@ -241,8 +243,8 @@ TEST_F(OnDemandEndToEnd, SpotGoneMidRunFallsBackToOnDemandAndReturnsToSpot) {
   EXPECT_THAT(text.out, ::testing::HasSubstr("spot-short"));
   for (const JobEventRecord& e : *events) {
     if (e.kind == "deadline" || e.kind == "spot-short" || e.kind == "spot-back") {
-      std::cout << "  " << (e.at_ms - absl::ToUnixMillis(origin)) / 1000.0 << " s " << e.kind
-                << " " << e.detail << "\n";
+      std::cout << "  " << (e.at_ms - absl::ToUnixMillis(origin)) / 1000.0 << " s " << e.kind << " "
+                << e.detail << "\n";
     }
   }
 

@@ -70,9 +70,9 @@ TEST(CapacityTrace, BrokenFilesAreRefusedNamingTheFileAndLine) {
 TEST(CapacityTrace, ReadsTheBambooFiles) {
   const std::string dir = std::string(SPOTDNN_DATA_DIR) + "/bamboo-spot";
   if (!std::filesystem::exists(dir)) GTEST_SKIP() << dir << " is absent";
-  auto trace =
-      ReadCapacityTrace(dir + "/aws-spot-instances-p2-xlarge-us-east-1e-2020-11-23-1700-to-2020-"
-                              "11-24-0700.csv");
+  auto trace = ReadCapacityTrace(dir +
+                                 "/aws-spot-instances-p2-xlarge-us-east-1e-2020-11-23-1700-to-2020-"
+                                 "11-24-0700.csv");
   ASSERT_TRUE(trace.ok()) << trace.status();
   EXPECT_EQ(trace->CountAt(0), 10);
   EXPECT_EQ(trace->CountAt(41093), 9);

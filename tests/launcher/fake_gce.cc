@@ -73,8 +73,8 @@ std::string InvalidInsert(const json& body, const std::string& zone) {
   } else {
     const std::string action = Str(scheduling, "instanceTerminationAction");
     if (action != "STOP" && action != "DELETE") {
-      return "Invalid value for field 'resource.scheduling.instanceTerminationAction': '" +
-             action + "'.";
+      return "Invalid value for field 'resource.scheduling.instanceTerminationAction': '" + action +
+             "'.";
     }
     if (scheduling.value("automaticRestart", true)) {
       return "Invalid value for field 'resource.scheduling.automaticRestart': Spot VMs cannot "

@@ -428,14 +428,13 @@ int Status(const Args& args, const Io& io) {
   }
   PrintSummary(*summary, io.out);
   io.out << "\n";
-  Table table(
-      {"instance", "role", "type", "market", "why", "state", "launched", "ended", "$/h"});
+  Table table({"instance", "role", "type", "market", "why", "state", "launched", "ended", "$/h"});
   for (size_t c : {1, 2, 3, 4, 5}) table.LeftAlign(c);
   for (const job::InstanceRecord& i : *instances) {
     table.AddRow({i.id, std::string(launcher::RoleName(i.role)), i.instance_type,
                   std::string(launcher::MarketName(i.market)), std::string(job::Name(i.reason)),
-                  std::string(job::Name(i.state)),
-                  Ms(i.launched_ms), Ms(i.ended_ms), Fixed(i.price_per_hour, 4)});
+                  std::string(job::Name(i.state)), Ms(i.launched_ms), Ms(i.ended_ms),
+                  Fixed(i.price_per_hour, 4)});
   }
   table.Print(io.out);
   io.out << "\n";
@@ -475,7 +474,8 @@ std::vector<Command> JobCommands() {
            "has no spot capacity for), the deadline policy decides what runs on\non-demand "
            "until spot returns (spec \"fallback\"; each decision a \"deadline\" event in the "
            "job's log).\nIt ends with a summary: predicted vs actual time and cost, spot and "
-           "on-demand hours,\nrevocations handled, SLO met. The job's state is kept in\nDATA_DIR/jobs.db "
+           "on-demand hours,\nrevocations handled, SLO met. The job's state is kept "
+           "in\nDATA_DIR/jobs.db "
            "(or --store): after the gateway dies, `spotdnn run --resume JOB` reattaches to the\n"
            "running instances and launches nothing twice; one gateway runs a job at a time (a "
            "lock in the\nstore: with a PostgreSQL store, across hosts). "

@@ -156,11 +156,10 @@ struct LineOf {
     if (e.stop_on_demand > 0) {
       acts.push_back(absl::StrCat("stopping ", e.stop_on_demand, " on-demand"));
     }
-    return absl::StrFormat("Deadline (%s) %s: spot %d, on-demand %d (%s; %.0f s left, %.0f s of "
-                           "work)%s",
-                           e.trigger, e.instance_type, e.spot, e.on_demand, e.reason,
-                           e.time_left_s, e.work_left_s,
-                           acts.empty() ? "" : ": " + absl::StrJoin(acts, ", "));
+    return absl::StrFormat(
+        "Deadline (%s) %s: spot %d, on-demand %d (%s; %.0f s left, %.0f s of work)%s", e.trigger,
+        e.instance_type, e.spot, e.on_demand, e.reason, e.time_left_s, e.work_left_s,
+        acts.empty() ? "" : ": " + absl::StrJoin(acts, ", "));
   }
   std::string operator()(const ResumedEvent& e) const {
     return absl::StrCat("Resumed job ", event.job_id, " with ",
@@ -409,8 +408,8 @@ void PrintSummary(const JobSummary& s, std::ostream& out) {
     markets.AddRow(
         {"on-demand", Fixed(s.on_demand_instance_hours, 4), Dollars(s.on_demand_cost_usd)});
     if (s.on_demand_only_cost_usd > 0) {
-      markets.AddRow({"(on-demand from the start, planned)", "-",
-                      Dollars(s.on_demand_only_cost_usd)});
+      markets.AddRow(
+          {"(on-demand from the start, planned)", "-", Dollars(s.on_demand_only_cost_usd)});
     }
     markets.Print(out);
     if (s.deadline_decisions > 0) {

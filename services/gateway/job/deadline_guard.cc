@@ -112,8 +112,8 @@ std::vector<GuardAction> DeadlineGuard::Tick(const GuardNow& now) {
       }
       continue;
     }
-    const bool probe = st.spot_available >= 0 && st.spot_available < st.wanted &&
-                       now.now >= st.next_probe;
+    const bool probe =
+        st.spot_available >= 0 && st.spot_available < st.wanted && now.now >= st.next_probe;
     if (!probe && now.now < st.next_check) continue;
     st.next_check = now.now + options_.check_every;
     a.probe = probe;

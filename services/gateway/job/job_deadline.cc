@@ -104,8 +104,7 @@ absl::Status JobRun::GuardTick() {
   now.work_left_s =
       std::max(0.0, job_.target_iterations - job_.iterations_done) * seconds_per_iteration;
   if (job_.predicted_time_s > 0 && elapsed_s > 0.1 * job_.predicted_time_s) {
-    const double line =
-        job_.target_iterations * std::min(1.0, elapsed_s / job_.predicted_time_s);
+    const double line = job_.target_iterations * std::min(1.0, elapsed_s / job_.predicted_time_s);
     now.behind = job_.iterations_done < (1 - options_.guard.behind_tolerance) * line;
   }
   for (const pb::InstanceCount& c : plan_.cluster().instances()) {
@@ -199,9 +198,9 @@ absl::Status JobRun::CarryOut(int number, const std::string& type, int launch_sp
     }
   }
   if (launch_on_demand > 0) {
-    auto launched = Launch({{type, launch_on_demand}}, first_index + launch_spot, prefix,
-                           plan_.prediction(), LaunchReason::kDeadline, /*with_servers=*/false,
-                           {}, Market::kOnDemand);
+    auto launched =
+        Launch({{type, launch_on_demand}}, first_index + launch_spot, prefix, plan_.prediction(),
+               LaunchReason::kDeadline, /*with_servers=*/false, {}, Market::kOnDemand);
     if (launched.ok()) {
       for (const launcher::Instance& i : launched->instances) launched_ids.push_back(i.id);
     }

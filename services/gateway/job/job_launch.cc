@@ -52,13 +52,10 @@ absl::Status JobRun::Register(const InstanceRecord& instance) {
       s.code(), absl::StrCat("registering ", instance.id, " with the detector: ", s.message()));
 }
 
-absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(const std::vector<TypeCount>& launch,
-                                                             int first_index,
-                                                             const std::string& token_prefix,
-                                                             const pb::Prediction& prediction,
-                                                             LaunchReason reason, bool with_servers,
-                                                             const std::set<std::string>& skip,
-                                                             launcher::Market market) {
+absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(
+    const std::vector<TypeCount>& launch, int first_index, const std::string& token_prefix,
+    const pb::Prediction& prediction, LaunchReason reason, bool with_servers,
+    const std::set<std::string>& skip, launcher::Market market) {
   std::map<std::string, const pb::WorkerPrediction*> predicted;
   for (const pb::WorkerPrediction& w : prediction.workers()) predicted[w.instance_type()] = &w;
   const std::string ps_token = absl::StrCat(job_.id, "-ps");
@@ -263,6 +260,23 @@ absl::Status JobRun::LaunchPlanned() {
     auto replan = RequestReplan(LiveWorkers(), plan_.cluster(), 0, capped,
                                 "re-planning around a type with no capacity");
     if (!replan.ok()) return replan.status();
+    const bool fallback =
+        std::all_of(exhausted.begin(), exhausted.end(),
+                    [this](const auto& entry) { return GuardHandles(entry.first); });
+    if (!replan->plan().feasible() && fallback) {
+      // No spot plan meets the SLO: the plan's cluster stays, and the deadline guard runs what
+      // spot cannot give on on-demand (job_deadline.cc).
+      for (const auto& [type, n] : exhausted) {
+        if (auto st = SpotShort(type, n + launched->shortfall[type]); !st.ok()) return st;
+      }
+      if (auto st = Log("warning", absl::StrCat("no spot capacity for ", absl::StrJoin(types, ", "),
+                                                ", and without more of it no spot plan meets the "
+                                                "SLO: the deadline guard decides on on-demand"));
+          !st.ok()) {
+        return st;
+      }
+      break;
+    }
     if (!replan->plan().feasible()) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "no capacity for %s, and without more of it no plan meets the SLO: %s (the earliest "

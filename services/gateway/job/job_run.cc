@@ -163,8 +163,7 @@ absl::Status JobRun::Loop() {
         [](const RevocationRecord& r) { return r.status == RevocationStatus::kPending; });
     // On fallback the deadline guard may wait for spot with no worker running, on purpose.
     const bool waiting = guard_ != nullptr && guard_->OnFallback();
-    if (StopDecision d = workers_left.Check(LiveWorkers().size(), pending || waiting);
-        d.Stops()) {
+    if (StopDecision d = workers_left.Check(LiveWorkers().size(), pending || waiting); d.Stops()) {
       return Fail(d.why);
     }
     clock_.Sleep(options_.tick);

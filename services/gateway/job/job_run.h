@@ -107,14 +107,10 @@ class JobRun {
   // ClientTokenFor(token_prefix + TYPE), parameter servers first when `with_servers`; records and
   // registers what started. Types in `skip` (a replayed round the cloud had no capacity for) keep
   // their indexes but are not launched.
-  absl::StatusOr<launcher::ClusterLaunchResult> Launch(const std::vector<TypeCount>& launch,
-                                                       int first_index,
-                                                       const std::string& token_prefix,
-                                                       const pb::Prediction& prediction,
-                                                       LaunchReason reason, bool with_servers,
-                                                       const std::set<std::string>& skip = {},
-                                                       launcher::Market market =
-                                                           launcher::Market::kSpot);
+  absl::StatusOr<launcher::ClusterLaunchResult> Launch(
+      const std::vector<TypeCount>& launch, int first_index, const std::string& token_prefix,
+      const pb::Prediction& prediction, LaunchReason reason, bool with_servers,
+      const std::set<std::string>& skip = {}, launcher::Market market = launcher::Market::kSpot);
   absl::Status Record(const launcher::Instance& instance, LaunchReason reason,
                       const std::string& token, double iteration_s);
   absl::Status Register(const InstanceRecord& instance);
@@ -142,8 +138,8 @@ class JobRun {
   // Spot is short for `type` (wanted workers; spot ones running): logged, then told the guard.
   absl::Status SpotShort(const std::string& type, int wanted);
   // Carries out decision `number` (logged before): spot first, then on-demand, then the stops.
-  absl::Status CarryOut(int number, const std::string& type, int launch_spot,
-                        int launch_on_demand, int stop_on_demand, int first_index);
+  absl::Status CarryOut(int number, const std::string& type, int launch_spot, int launch_on_demand,
+                        int stop_on_demand, int first_index);
   // Running workers of `type` on `market`.
   int RunningOn(const std::string& type, launcher::Market market) const;
 

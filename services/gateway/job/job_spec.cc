@@ -93,11 +93,10 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return absl::InvalidArgumentError("job spec: not valid JSON");
   if (!doc.is_object()) return absl::InvalidArgumentError("job spec: expected a JSON object");
-  if (auto s = OnlyKnown(
-          doc, "",
-          {"name", "workload", "slo", "catalog", "provider", "quotas", "parameter_servers",
-           "commands", "strategy", "revocation_overhead", "checkpoints", "fallback",
-           "deadline_policy"});
+  if (auto s = OnlyKnown(doc, "",
+                         {"name", "workload", "slo", "catalog", "provider", "quotas",
+                          "parameter_servers", "commands", "strategy", "revocation_overhead",
+                          "checkpoints", "fallback", "deadline_policy"});
       !s.ok()) {
     return s;
   }

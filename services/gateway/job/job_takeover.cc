@@ -190,10 +190,10 @@ absl::Status JobRun::Takeover(RevocationRecord& revocation) {
                          RunningOn(type, launcher::Market::kOnDemand) + launched->shortfall[type];
       if (auto s = SpotShort(type, wanted); !s.ok()) return s;
     }
-    revocation.detail = absl::StrCat(
-        revocation.detail.empty() ? "" : revocation.detail + "; ", "no spot capacity for ",
-        absl::StrJoin(launched->exhausted_types, ", "),
-        ": the deadline guard decides what runs (on-demand while spot is short)");
+    revocation.detail =
+        absl::StrCat(revocation.detail.empty() ? "" : revocation.detail + "; ",
+                     "no spot capacity for ", absl::StrJoin(launched->exhausted_types, ", "),
+                     ": the deadline guard decides what runs (on-demand while spot is short)");
     return RecordTakeover(revocation, ids,
                           ids.empty() ? RevocationStatus::kNoneNeeded : RevocationStatus::kLaunched,
                           /*save_job=*/false);
