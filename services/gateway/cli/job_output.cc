@@ -413,8 +413,7 @@ void PrintSummary(const JobSummary& s, std::ostream& out) {
     }
     markets.Print(out);
     if (s.deadline_decisions > 0) {
-      out << "Deadline decisions: " << s.deadline_decisions
-          << " (spotdnn status shows them in the job's log)\n";
+      out << "Deadline decisions: " << s.deadline_decisions << " (\"deadline\" in the event log)\n";
     }
   }
   out << "Instances launched: " << s.instances_launched << " (" << s.takeover_instances

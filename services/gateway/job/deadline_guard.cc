@@ -72,7 +72,7 @@ std::vector<GuardAction> DeadlineGuard::Tick(const GuardNow& now) {
     TypeState& st = StateOf(type);
     if (st.policy == nullptr) continue;
     GuardAction a{.instance_type = type};
-    a.input = {.now_s = 0,
+    a.input = {.now_s = now.elapsed_s,
                .time_left_s = now.time_left_s,
                .work_left_s = now.work_left_s,
                .changeover_s = now.changeover_s,

@@ -47,6 +47,7 @@ struct GuardTypeNow {
 // What the job looks like at a tick.
 struct GuardNow {
   absl::Time now;
+  double elapsed_s = 0;     // since the job's launch
   double time_left_s = 0;   // until the deadline
   double work_left_s = 0;   // of training with the whole cluster running
   double changeover_s = 0;  // an instance's start, billed without progress

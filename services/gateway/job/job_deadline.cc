@@ -96,6 +96,7 @@ absl::Status JobRun::GuardTick() {
   }
   const double elapsed_s = (NowMs() - job_.started_ms) / 1000.0;
   GuardNow now{.now = clock_.Now(),
+               .elapsed_s = elapsed_s,
                .time_left_s = spec_.deadline_s - job_.profiling_s - elapsed_s,
                .changeover_s = spec_.revocation_overhead_s};
   // The plan's pace with its whole cluster: the work left in seconds, and its line.

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "provisioner/deadline/deadline_policy.h"
 #include "services/common/convert.h"
 #include "services/common/values.h"
 
@@ -374,6 +375,9 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
   if (doc.contains("deadline_policy")) {
     auto policy = String(doc, "deadline_policy", "deadline_policy", true);
     if (!policy.ok()) return policy.status();
+    if (auto made = provisioner::deadline::MakeDeadlinePolicy(*policy); !made.ok()) {
+      return Bad("deadline_policy", doc["deadline_policy"], std::string(made.status().message()));
+    }
     spec.deadline_policy = *policy;
   }
   if (doc.contains("revocation_overhead")) {
