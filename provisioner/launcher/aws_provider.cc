@@ -111,6 +111,9 @@ Instance ParseInstance(const xmlNode* item) {
   instance.private_address = ChildText(item, "privateIpAddress");
   instance.public_address = ChildText(item, "ipAddress");
   instance.launch_time = ParseAwsTime(ChildText(item, "launchTime"));
+  // EC2 names the lifecycle of spot (and scheduled) instances only.
+  instance.market =
+      ChildText(item, "instanceLifecycle") == "spot" ? Market::kSpot : Market::kOnDemand;
   // The instance's IMDS (169.254.169.254) answers only the instance: its agent reports.
   instance.metadata_cloud = "aws";
   int launch_index = 0;
@@ -496,9 +499,6 @@ absl::StatusOr<LaunchResult> AwsProvider::Launch(const LaunchRequest& request) {
       {"MinCount", "1"},
       {"MaxCount", absl::StrCat(request.count)},
       {"ClientToken", token},
-      {"InstanceMarketOptions.MarketType", "spot"},
-      {"InstanceMarketOptions.SpotOptions.SpotInstanceType", "one-time"},
-      {"InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior", "terminate"},
       {"MetadataOptions.HttpTokens", "required"},
       {"UserData", absl::Base64Escape(UserData(request))},
       {"TagSpecification.1.ResourceType", "instance"},
@@ -512,8 +512,14 @@ absl::StatusOr<LaunchResult> AwsProvider::Launch(const LaunchRequest& request) {
       {"TagSpecification.1.Tag.4.Value",
        absl::StrCat("spotdnn-", request.job_id, "-", RoleName(request.role))},
   };
-  if (!options_.max_spot_price.empty()) {
-    p.emplace_back("InstanceMarketOptions.SpotOptions.MaxPrice", options_.max_spot_price);
+  // On-demand: RunInstances without the market options (the list price; never interrupted).
+  if (request.market == Market::kSpot) {
+    p.emplace_back("InstanceMarketOptions.MarketType", "spot");
+    p.emplace_back("InstanceMarketOptions.SpotOptions.SpotInstanceType", "one-time");
+    p.emplace_back("InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior", "terminate");
+    if (!options_.max_spot_price.empty()) {
+      p.emplace_back("InstanceMarketOptions.SpotOptions.MaxPrice", options_.max_spot_price);
+    }
   }
   if (!options_.subnet_id.empty()) p.emplace_back("SubnetId", options_.subnet_id);
   for (size_t i = 0; i < options_.security_group_ids.size(); ++i) {

@@ -1,8 +1,8 @@
 // The AWS EC2 spot provider: the EC2 Query API (version 2016-11-15) over the launcher's HTTP
 // transport (http_retry.h), signed with SigV4. RunInstances (one-time spot, terminate on
-// interruption, ClientToken, job tags, user data that starts the worker and spotdnn-agent),
-// DescribeInstances, TerminateInstances and DescribeSpotPriceHistory (paged with NextToken). EC2
-// error codes map to statuses:
+// interruption; on-demand: no market options; ClientToken, job tags, user data that starts the
+// worker and spotdnn-agent), DescribeInstances, TerminateInstances and DescribeSpotPriceHistory
+// (paged with NextToken). EC2 error codes map to statuses:
 //   InsufficientInstanceCapacity, SpotMaxPriceTooLow, ... -> RESOURCE_EXHAUSTED (re-plan without
 //   the type); RequestLimitExceeded and 5xx -> retried with backoff and jitter (Retry-After
 //   honoured), then UNAVAILABLE; UnauthorizedOperation -> PERMISSION_DENIED naming the ec2:

@@ -339,6 +339,13 @@ absl::StatusOr<json> AzureProvider::VirtualMachineResource(const LaunchRequest& 
                         {{{"name", "ipconfig1"},
                           {"properties", {{"subnet", {{"id", options_.subnet_id}}}}}}})}}}}})}}}}},
   };
+  if (request.market == Market::kOnDemand) {
+    // Pay-as-you-go: priority Regular, without the spot eviction policy and price cap.
+    json& properties = vm["properties"];
+    properties["priority"] = "Regular";
+    properties.erase("evictionPolicy");
+    properties.erase("billingProfile");
+  }
   if (!options_.zone.empty()) vm["zones"] = json::array({options_.zone});
   if (!options_.identity.empty()) {
     vm["identity"] = {{"type", "UserAssigned"},
@@ -462,6 +469,7 @@ Instance AzureProvider::ToInstance(const json& vm,
   }
   // The instance metadata service answers only the VM itself: its agent reports.
   instance.metadata_cloud = "azure";
+  if (Text(properties, "priority") == "Regular") instance.market = Market::kOnDemand;
   return instance;
 }
 

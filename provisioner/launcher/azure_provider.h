@@ -3,7 +3,8 @@
 // and the public Retail Prices API for prices. Instance types are VM sizes ("Standard_NC6s_v3").
 //
 // Launch PUTs one Spot VM per instance (priority Spot, eviction policy Delete,
-// billingProfile.maxPrice, the OS disk and NIC deleted with it, custom data that cloud-init runs:
+// billingProfile.maxPrice; on-demand: priority Regular without either), the OS disk and NIC
+// deleted with it, custom data that cloud-init runs:
 // VmStartupScript), named LaunchNameStem(client token)-i and tagged with the job, role, index and
 // type. A PUT is idempotent by name: a retried launch finds the VMs it made (a VM that exists is
 // not PUT again). Creation is followed on its Azure-AsyncOperation. Errors:

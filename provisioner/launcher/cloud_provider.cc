@@ -17,6 +17,17 @@ absl::StatusOr<Role> ParseRole(absl::string_view text) {
       absl::StrCat("role = \"", std::string(text), "\": expected ps or worker"));
 }
 
+absl::string_view MarketName(Market market) {
+  return market == Market::kOnDemand ? "on-demand" : "spot";
+}
+
+absl::StatusOr<Market> ParseMarket(absl::string_view text) {
+  if (text.empty() || text == "spot") return Market::kSpot;
+  if (text == "on-demand") return Market::kOnDemand;
+  return absl::InvalidArgumentError(
+      absl::StrCat("market = \"", std::string(text), "\": expected spot or on-demand"));
+}
+
 absl::string_view InstanceStateName(InstanceState state) {
   switch (state) {
     case InstanceState::kPending:
@@ -59,6 +70,8 @@ std::string DefaultClientToken(const LaunchRequest& request) {
   std::string key =
       absl::StrCat(request.job_id, "|", RoleName(request.role), "|", request.instance_type, "|",
                    request.first_index, "|", request.count);
+  // On-demand requests get tokens of their own; spot ones keep the tokens they always had.
+  if (request.market == Market::kOnDemand) absl::StrAppend(&key, "|on-demand");
   return absl::StrCat("spotdnn-", Sha256Hex(key).substr(0, 40));
 }
 

@@ -33,6 +33,16 @@ absl::string_view InstanceStateName(InstanceState state);
 // Parses the names above; INVALID_ARGUMENT otherwise.
 absl::StatusOr<InstanceState> ParseInstanceState(absl::string_view text);
 
+// How an instance is bought: spot (cheap, revocable, limited by the cloud's spare capacity) or
+// on-demand (the list price; never revoked). AWS: RunInstances with or without the spot market
+// options; GCE: provisioning model SPOT or STANDARD; Azure: priority Spot or Regular.
+enum class Market { kSpot, kOnDemand };
+
+// "spot" or "on-demand".
+absl::string_view MarketName(Market market);
+// Parses "spot" or "on-demand" (empty: spot); INVALID_ARGUMENT naming the value otherwise.
+absl::StatusOr<Market> ParseMarket(absl::string_view text);
+
 // One request to launch `count` instances of one type for one job.
 struct LaunchRequest {
   std::string job_id;         // tags every instance; required
@@ -47,6 +57,7 @@ struct LaunchRequest {
   // provider derives one from the job, role, type and first index.
   std::string client_token;
   std::map<std::string, std::string> extra_env;  // more environment for the command
+  Market market = Market::kSpot;
 };
 
 // One instance as the provider sees it.
@@ -70,6 +81,7 @@ struct Instance {
   // loopback port); empty: PRIVATE_ADDRESS and the port the launch asked for.
   std::string service_address;
   absl::Time launch_time = absl::InfinitePast();
+  Market market = Market::kSpot;  // as launched (where the provider reports it)
   // When it stopped, where the provider knows (local: the moment a revocation stopped it);
   // InfiniteFuture otherwise.
   absl::Time end_time = absl::InfiniteFuture();

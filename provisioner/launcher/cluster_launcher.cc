@@ -38,6 +38,12 @@ std::string TokenFor(const std::string& key) { return key.empty() ? "" : ClientT
 
 }  // namespace
 
+std::string WorkerTokenKey(const std::string& prefix, const std::string& instance_type,
+                           Market market) {
+  return market == Market::kOnDemand ? absl::StrCat(prefix, instance_type, "-on-demand")
+                                     : prefix + instance_type;
+}
+
 std::vector<WorkerGroup> ConsecutiveGroups(const std::vector<std::pair<std::string, int>>& counts,
                                            int first_index) {
   std::vector<WorkerGroup> groups;
@@ -95,8 +101,10 @@ absl::StatusOr<ClusterLaunchResult> LaunchCluster(CloudProvider& provider,
         .batch_size = group.batch_size,
         .client_token = request.worker_token_prefix.empty()
                             ? ""
-                            : ClientTokenFor(request.worker_token_prefix + group.instance_type),
-        .extra_env = request.extra_env};
+                            : ClientTokenFor(WorkerTokenKey(request.worker_token_prefix,
+                                                            group.instance_type, group.market)),
+        .extra_env = request.extra_env,
+        .market = group.market};
     for (const auto& [key, value] : group.env) workers.extra_env[key] = value;
     absl::StatusOr<LaunchResult> launched = provider.Launch(workers);
     const absl::Status status = launched.ok() ? launched->error : launched.status();

@@ -26,6 +26,7 @@ struct WorkerGroup {
   int batch_size = 0;   // per-worker batch (0: not set)
   // Environment for this group only (e.g. its predicted iteration time), on top of extra_env.
   std::map<std::string, std::string> env;
+  Market market = Market::kSpot;  // on-demand: never revoked, not limited by spot capacity
 };
 
 // A cluster, or part of one, to launch for one job.
@@ -44,7 +45,8 @@ struct ClusterLaunchRequest {
   std::vector<std::string> ps_addresses;  // running parameter servers, when none are launched
   std::vector<WorkerGroup> workers;       // in launch order
   // Client tokens: ClientTokenFor(ps_token) for the servers and ClientTokenFor(worker_token_prefix
-  // + TYPE) for each group; empty: the provider derives them from the request.
+  // + TYPE) for each group (+ "-on-demand" for an on-demand group); empty: the provider derives
+  // them from the request.
   std::string ps_token;
   std::string worker_token_prefix;
   std::map<std::string, std::string> extra_env;  // for every instance
@@ -63,6 +65,11 @@ struct ClusterLaunchResult {
   // True when every instance asked for is running.
   bool complete() const { return shortfall.empty() && error.ok(); }
 };
+
+// The key of a worker group's client token: PREFIX + TYPE, and "-on-demand" after it for an
+// on-demand group (spot groups keep the keys they always had).
+std::string WorkerTokenKey(const std::string& prefix, const std::string& instance_type,
+                           Market market);
 
 // Groups of `counts` (type, count) in order, with consecutive worker indexes from `first_index`.
 std::vector<WorkerGroup> ConsecutiveGroups(const std::vector<std::pair<std::string, int>>& counts,

@@ -254,11 +254,15 @@ absl::StatusOr<json> GceProvider::InstanceResource(const LaunchRequest& request,
   json resource = {
       {"name", name},
       {"machineType", absl::StrCat(zone_path, "/machineTypes/", spec->machine_type)},
-      {"scheduling",
-       {{"provisioningModel", "SPOT"},
-        {"instanceTerminationAction", "DELETE"},
-        {"onHostMaintenance", "TERMINATE"},
-        {"automaticRestart", false}}},
+      // On-demand: provisioning model STANDARD (not preemptible, no termination action).
+      {"scheduling", request.market == Market::kOnDemand
+                         ? json{{"provisioningModel", "STANDARD"},
+                                {"onHostMaintenance", "TERMINATE"},
+                                {"automaticRestart", true}}
+                         : json{{"provisioningModel", "SPOT"},
+                                {"instanceTerminationAction", "DELETE"},
+                                {"onHostMaintenance", "TERMINATE"},
+                                {"automaticRestart", false}}},
       {"disks",
        json::array(
            {{{"boot", true},
@@ -339,6 +343,10 @@ Instance GceProvider::ToInstance(const json& resource) {
   }
   // The metadata server answers only the VM itself: its agent reports.
   instance.metadata_cloud = "gce";
+  if (resource.contains("scheduling") &&
+      JsonText(resource["scheduling"], "provisioningModel") == "STANDARD") {
+    instance.market = Market::kOnDemand;
+  }
   return instance;
 }
 

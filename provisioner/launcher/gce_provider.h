@@ -5,11 +5,12 @@
 // "n1-standard-8+nvidia-tesla-v100:2" (count 1 when left out), "a2-highgpu-1g" (GPUs built in).
 //
 // Launch inserts one Spot VM per instance (scheduling.provisioningModel SPOT, termination action
-// DELETE, no automatic restart), named LaunchNameStem(client token)-i, each insert with a requestId
-// derived from the name, so that a retried launch finds (or is answered with) the VMs it made, in
-// any of its zones. A zone without capacity (ZONE_RESOURCE_POOL_EXHAUSTED and friends) makes the
-// next fallback zone be tried; when none has any, the launch reports RESOURCE_EXHAUSTED ("re-plan
-// without instance type T"), after the VMs that did start (a partial launch). Errors:
+// DELETE, no automatic restart; an on-demand launch: STANDARD, no termination action), named
+// LaunchNameStem(client token)-i, each insert with a requestId derived from the name, so that a
+// retried launch finds (or is answered with) the VMs it made, in any of its zones. A zone without
+// capacity (ZONE_RESOURCE_POOL_EXHAUSTED and friends) makes the next fallback zone be tried; when
+// none has any, the launch reports RESOURCE_EXHAUSTED ("re-plan without instance type T"), after
+// the VMs that did start (a partial launch). Errors:
 //   429, rateLimitExceeded and 5xx -> retried with full-jitter backoff, then UNAVAILABLE;
 //   401 -> the token is refreshed and the call retried once, then UNAUTHENTICATED;
 //   403 -> PERMISSION_DENIED naming the IAM permission; quotaExceeded -> RESOURCE_EXHAUSTED;

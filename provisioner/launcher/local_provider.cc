@@ -51,7 +51,9 @@ struct LocalProvider::Record {
   std::string client_token;
   std::string service_address;  // a parameter server's host:port
   int64_t launch_unix_ms = 0;
-  int64_t end_unix_ms = 0;  // when a revocation stopped it (0: not revoked, or not yet)
+  int64_t end_unix_ms = 0;     // when a revocation stopped it (0: not revoked, or not yet)
+  int64_t revoke_unix_ms = 0;  // when a revocation's notice runs out (0: not revoked)
+  Market market = Market::kSpot;
   bool terminated = false;
 
   std::string Serialize() const {
@@ -60,7 +62,8 @@ struct LocalProvider::Record {
                         "\nmetadata_endpoint=", metadata_endpoint,
                         "\nmetadata_control=", metadata_control, "\nclient_token=", client_token,
                         "\nservice_address=", service_address, "\nlaunch_unix_ms=", launch_unix_ms,
-                        "\nend_unix_ms=", end_unix_ms,
+                        "\nend_unix_ms=", end_unix_ms, "\nrevoke_unix_ms=", revoke_unix_ms,
+                        "\nmarket=", MarketName(market),
                         "\nstate=", terminated ? "terminated" : "running", "\n");
   }
 
@@ -89,6 +92,8 @@ struct LocalProvider::Record {
     r.service_address = kv["service_address"];
     (void)absl::SimpleAtoi(kv["launch_unix_ms"], &r.launch_unix_ms);
     (void)absl::SimpleAtoi(kv["end_unix_ms"], &r.end_unix_ms);
+    (void)absl::SimpleAtoi(kv["revoke_unix_ms"], &r.revoke_unix_ms);
+    r.market = kv["market"] == "on-demand" ? Market::kOnDemand : Market::kSpot;
     r.terminated = kv["state"] == "terminated";
     return r;
   }
@@ -105,6 +110,7 @@ struct LocalProvider::Record {
     i.metadata_endpoint = metadata_endpoint;
     i.service_address = service_address;
     i.launch_time = absl::FromUnixMillis(launch_unix_ms);
+    i.market = market;
     if (end_unix_ms > 0) i.end_time = absl::FromUnixMillis(end_unix_ms);
     return i;
   }
@@ -216,6 +222,29 @@ absl::StatusOr<std::unique_ptr<LocalProvider>> LocalProvider::Create(Options opt
   if (ec) {
     return absl::InternalError(
         absl::StrCat("state_dir = \"", options.state_dir, "\": ", ec.message()));
+  }
+  if (!options.capacity_trace.empty()) {
+    if (!(options.capacity_trace_time_scale > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("capacity_trace_time_scale = ", options.capacity_trace_time_scale,
+                       ": expected trace seconds per second > 0"));
+    }
+    if (options.capacity_trace_origin == absl::InfinitePast()) {
+      // Kept in the state dir: every process that runs the instances reads the same trace time.
+      const std::string path = options.state_dir + "/capacity_trace_origin";
+      int64_t origin_ms = 0;
+      std::ifstream in(path);
+      std::string text;
+      if (!(in && std::getline(in, text) && absl::SimpleAtoi(text, &origin_ms))) {
+        origin_ms = absl::ToUnixMillis(absl::Now());
+        std::ofstream(path, std::ios::trunc) << origin_ms << "\n";
+      }
+      options.capacity_trace_origin = absl::FromUnixMillis(origin_ms);
+    }
+    if (options.trace_notice == absl::ZeroDuration()) {
+      options.trace_notice =
+          std::max(absl::Seconds(3), absl::Minutes(2) / options.capacity_trace_time_scale);
+    }
   }
   std::unique_ptr<LocalProvider> provider(new LocalProvider(std::move(options)));
   if (provider->options_.owner && !provider->options_.detached) {
@@ -406,13 +435,17 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
       request.client_token.empty() ? DefaultClientToken(request) : request.client_token;
   LaunchResult result;
   result.requested = request.count;
-  const auto cap = options_.capacity.find(request.instance_type);
-  const bool capped = cap != options_.capacity.end();
-  int running = 0;  // of the type, counted when its capacity is limited
+  if (absl::Status s = ApplyCapacityTrace(); !s.ok()) return s;
+  // On-demand instances are not limited by spot capacity (and do not use it up).
+  const int capacity =
+      request.market == Market::kSpot ? SpotCapacityNow(request.instance_type) : -1;
+  const bool capped = capacity >= 0;
+  int running = 0;  // spot instances of the type not being revoked, when capacity is limited
   for (const Record& r : LoadAll()) {
     if (r.client_token == token && r.job_id == request.job_id) {
       result.instances.push_back(r.ToInstance(Alive(r)));
-    } else if (capped && r.instance_type == request.instance_type && Alive(r)) {
+    } else if (capped && r.instance_type == request.instance_type && r.market == Market::kSpot &&
+               r.revoke_unix_ms == 0 && !r.terminated && Alive(r)) {
       ++running;
     }
   }
@@ -420,12 +453,12 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
 
   int fits = request.count;
   if (capped) {
-    fits = std::clamp(cap->second - running, 0, request.count);
+    fits = std::clamp(capacity - running, 0, request.count);
     if (fits < request.count) {
       result.error = absl::ResourceExhaustedError(absl::StrCat(
-          "local: InsufficientInstanceCapacity: ", request.instance_type, " has capacity for ",
-          cap->second, " instance(s), ", running, " running; launched ", fits, " of ",
-          request.count, "; re-plan without instance type ", request.instance_type));
+          "local: InsufficientInstanceCapacity: ", request.instance_type, " has spot capacity for ",
+          capacity, " instance(s), ", running, " running; launched ", fits, " of ", request.count,
+          "; re-plan without instance type ", request.instance_type, " or launch it on-demand"));
       if (fits == 0) return result.error;
     }
   }
@@ -447,6 +480,7 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
     record.role = request.role;
     record.index = request.first_index + i;
     record.client_token = token;
+    record.market = request.market;
     record.launch_unix_ms = absl::ToUnixMillis(absl::Now());
     if (options_.metadata != nullptr) {
       record.metadata_endpoint = options_.metadata->EndpointFor(record.id);
@@ -560,6 +594,7 @@ absl::StatusOr<int> FreeLoopbackPort() {
 }
 
 absl::StatusOr<std::vector<Instance>> LocalProvider::Describe(const std::string& job_id) {
+  if (absl::Status s = ApplyCapacityTrace(); !s.ok()) return s;
   ReapOwned();
   std::vector<Instance> out;
   for (const Record& r : LoadAll()) {
@@ -608,14 +643,23 @@ absl::Status LocalProvider::Revoke(const std::string& instance_id, absl::Duratio
   if (record->terminated || !Alive(*record)) {
     return absl::FailedPreconditionError(absl::StrCat("instance ", instance_id, " is not running"));
   }
+  if (record->market == Market::kOnDemand) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "instance ", instance_id, " is on-demand: on-demand instances are not revoked"));
+  }
   if (notice < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("notice = ", absl::FormatDuration(notice), ": must be >= 0"));
   }
+  return RevokeRecord(*std::move(record), notice);
+}
+
+absl::Status LocalProvider::RevokeRecord(Record record, absl::Duration notice) {
+  const std::string instance_id = record.id;
   absl::Time action_time = absl::Now() + notice;
   std::shared_ptr<LocalMetadataService> metadata = options_.metadata;
-  if (metadata == nullptr && !record->metadata_control.empty()) {
-    metadata = std::make_shared<EmulatorMetadataClient>(record->metadata_control);
+  if (metadata == nullptr && !record.metadata_control.empty()) {
+    metadata = std::make_shared<EmulatorMetadataClient>(record.metadata_control);
   }
   if (metadata != nullptr) {
     if (absl::Status s = metadata->PublishSpotNotice(instance_id, action_time); !s.ok()) return s;
@@ -623,9 +667,13 @@ absl::Status LocalProvider::Revoke(const std::string& instance_id, absl::Duratio
     return absl::FailedPreconditionError(absl::StrCat(
         "instance ", instance_id, " has no metadata endpoint to publish the notice on"));
   }
+  // On record, so that a process after this one stops it if this one is gone by then.
+  record.revoke_unix_ms = absl::ToUnixMillis(action_time);
+  if (absl::Status s = Save(record); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   ++pending_revocations_;
-  revokers_.emplace_back([this, r = *record, action_time]() mutable {
+  revoking_here_.insert(record.id);
+  revokers_.emplace_back([this, r = record, action_time]() mutable {
     {
       std::unique_lock<std::mutex> wait_lock(mu_);
       revocations_done_.wait_until(wait_lock, absl::ToChronoTime(action_time),
@@ -634,11 +682,69 @@ absl::Status LocalProvider::Revoke(const std::string& instance_id, absl::Duratio
     Stop(r);
     r.terminated = true;
     r.end_unix_ms = absl::ToUnixMillis(absl::Now());
-    (void)Save(r);
+    // Terminate() may have removed the file meanwhile: nothing to write then.
+    if (std::filesystem::exists(PathFor(r.id, ".instance"))) (void)Save(r);
     std::lock_guard<std::mutex> done_lock(mu_);
     --pending_revocations_;
     revocations_done_.notify_all();
   });
+  return absl::OkStatus();
+}
+
+double LocalProvider::TraceTimeNow() const {
+  return absl::ToDoubleSeconds(absl::Now() - options_.capacity_trace_origin) *
+         options_.capacity_trace_time_scale;
+}
+
+int LocalProvider::SpotCapacityNow(const std::string& instance_type) {
+  int capacity = -1;
+  if (auto cap = options_.capacity.find(instance_type); cap != options_.capacity.end()) {
+    capacity = cap->second;
+  }
+  if (auto trace = options_.capacity_trace.find(instance_type);
+      trace != options_.capacity_trace.end()) {
+    const int count = trace->second.CountAt(TraceTimeNow());
+    capacity = capacity < 0 ? count : std::min(capacity, count);
+  }
+  return capacity;
+}
+
+absl::Status LocalProvider::ApplyCapacityTrace() {
+  if (options_.capacity_trace.empty() || !options_.owner) return absl::OkStatus();
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  std::map<std::string, std::vector<Record>> spot;  // type -> running spot, not revoked
+  for (Record& r : LoadAll()) {
+    if (r.terminated || r.market != Market::kSpot) continue;
+    if (r.revoke_unix_ms > 0) {
+      // Revoked by a process that is gone (its stop thread with it): stop it now.
+      bool scheduled_here;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        scheduled_here = revoking_here_.count(r.id) > 0;
+      }
+      if (!scheduled_here && r.revoke_unix_ms <= now_ms && Alive(r)) {
+        Stop(r);
+        r.terminated = true;
+        r.end_unix_ms = now_ms;
+        if (absl::Status s = Save(r); !s.ok()) return s;
+      }
+      continue;
+    }
+    if (options_.capacity_trace.count(r.instance_type) > 0 && Alive(r)) {
+      spot[r.instance_type].push_back(std::move(r));
+    }
+  }
+  for (auto& [type, running] : spot) {
+    const int capacity = std::max(0, SpotCapacityNow(type));
+    if (static_cast<int>(running.size()) <= capacity) continue;
+    // The newest go first.
+    std::sort(running.begin(), running.end(), [](const Record& a, const Record& b) {
+      return std::tie(a.launch_unix_ms, a.id) > std::tie(b.launch_unix_ms, b.id);
+    });
+    for (size_t i = 0; i < running.size() - static_cast<size_t>(capacity); ++i) {
+      if (absl::Status s = RevokeRecord(running[i], options_.trace_notice); !s.ok()) return s;
+    }
+  }
   return absl::OkStatus();
 }
 

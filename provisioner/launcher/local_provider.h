@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "provisioner/launcher/capacity_trace.h"
 #include "provisioner/launcher/cloud_provider.h"
 
 namespace spotdnn::launcher {
@@ -79,6 +80,20 @@ class LocalProvider final : public CloudProvider {
     // as a cloud with no spare capacity does (InsufficientInstanceCapacity), so that a planner's
     // re-planning without the type can be run and tested on one machine.
     std::map<std::string, int> capacity;
+    // Spot capacity per type over time, replayed (capacity_trace.h): a spot launch beyond the
+    // trace's count now fails as above, and when the count drops below the spot instances of the
+    // type running, the newest get a spot notice (`trace_notice` ahead) and stop, as Revoke does.
+    // On-demand instances are neither limited nor revoked. Applied at each Launch and Describe.
+    std::map<std::string, CapacityTrace> capacity_trace;
+    // Trace seconds per real second (3600: a trace hour per second, so tests take seconds).
+    double capacity_trace_time_scale = 1;
+    // The real time of trace time 0. InfinitePast: the time kept in STATE_DIR/capacity_trace_origin
+    // (written by the first provider that replays a trace there), so every process that runs a
+    // job's instances (a resumed `spotdnn run` too) reads the trace at the same time.
+    absl::Time capacity_trace_origin = absl::InfinitePast();
+    // How long before a trace revocation stops the instance. Zero: AWS's two minutes in trace
+    // time (scaled), at least 3 s (for the detector, polling each second, to see the notice).
+    absl::Duration trace_notice = absl::ZeroDuration();
     // Stopping: SIGTERM to the group, then SIGKILL after this long.
     absl::Duration stop_grace = absl::Seconds(2);
     std::string shell = "/bin/sh";
@@ -120,10 +135,18 @@ class LocalProvider final : public CloudProvider {
 
   // Publishes a spot notice on the instance's metadata endpoint and stops its process group
   // `notice` later (in a background thread). NOT_FOUND for an unknown id, FAILED_PRECONDITION
-  // when it is not running.
+  // when it is not running or is on-demand (never revoked).
   absl::Status Revoke(const std::string& instance_id, absl::Duration notice);
   // Blocks until every revocation scheduled by this object has stopped its instance.
   void WaitForRevocations();
+
+  // Applies the capacity traces now (Launch and Describe do it first): revokes spot instances
+  // beyond a type's count, newest first, and stops revoked instances whose notice ran out (a
+  // revocation a process before this one scheduled). OK without traces.
+  absl::Status ApplyCapacityTrace();
+  // The spot capacity of `instance_type` now: the trace's count (with `capacity` as a cap), or -1
+  // when neither limits it.
+  int SpotCapacityNow(const std::string& instance_type);
 
   // The process group of a running instance (for tests and the CLI); NOT_FOUND otherwise.
   absl::StatusOr<pid_t> ProcessGroup(const std::string& instance_id);
@@ -141,6 +164,10 @@ class LocalProvider final : public CloudProvider {
   bool Alive(const Record& record);
   void Stop(const Record& record);
   std::string PathFor(const std::string& instance_id, const char* suffix) const;
+  // Revoke() for a loaded record (the notice published, the stop scheduled).
+  absl::Status RevokeRecord(Record record, absl::Duration notice);
+  // Trace time now, in trace seconds.
+  double TraceTimeNow() const;
 
   Options options_;
   int reaper_fd_ = -1;  // write end of the pipe to the reaper
@@ -150,6 +177,7 @@ class LocalProvider final : public CloudProvider {
   std::set<pid_t> launched_;  // process groups this process started and has not stopped
   std::condition_variable revocations_done_;
   int pending_revocations_ = 0;
+  std::set<std::string> revoking_here_;  // instances whose stop this object scheduled
   bool shutting_down_ = false;
   std::vector<std::thread> revokers_;
 };

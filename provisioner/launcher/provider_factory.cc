@@ -43,6 +43,15 @@ absl::StatusOr<std::unique_ptr<CloudProvider>> MakeLocal(const ProviderSpec& spe
   if (!environment.metadata_emulator.empty()) {
     options.metadata = std::make_shared<EmulatorMetadataClient>(environment.metadata_emulator);
   }
+  for (const auto& [type, path] : spec.capacity_trace) {
+    auto trace = ReadCapacityTrace(path);
+    if (!trace.ok()) {
+      return absl::Status(trace.status().code(), absl::StrCat("provider.capacity_trace.", type,
+                                                              ": ", trace.status().message()));
+    }
+    options.capacity_trace[type] = *std::move(trace);
+  }
+  options.capacity_trace_time_scale = spec.capacity_trace_time_scale;
   auto local = LocalProvider::Create(options);
   if (!local.ok()) return local.status();
   return std::unique_ptr<CloudProvider>(std::move(*local));
@@ -177,7 +186,7 @@ absl::StatusOr<std::unique_ptr<CloudProvider>> MakeAzure(const ProviderSpec& spe
 
 const std::vector<ProviderKeys>& KnownProviders() {
   static const std::vector<ProviderKeys>* providers = new std::vector<ProviderKeys>{
-      {.name = "local", .keys = {"capacity"}},
+      {.name = "local", .keys = {"capacity", "capacity_trace", "capacity_trace_time_scale"}},
       {.name = "aws",
        .keys = {"region", "endpoint_url", "image_id", "subnet_id", "security_group_ids", "key_name",
                 "iam_instance_profile", "max_spot_price"},
@@ -221,6 +230,15 @@ absl::Status ValidateProviderSpec(const ProviderSpec& spec, absl::string_view fi
   if (!spec.capacity.empty() && !Contains(provider->keys, "capacity")) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".capacity: only the local provider takes a capacity"));
+  }
+  if (!spec.capacity_trace.empty() && !Contains(provider->keys, "capacity_trace")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".capacity_trace: only the local provider replays a capacity trace"));
+  }
+  if (!(spec.capacity_trace_time_scale > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".capacity_trace_time_scale = ", spec.capacity_trace_time_scale,
+                     ": expected trace seconds per second > 0"));
   }
   for (const std::string& key : provider->required) {
     if (Get(spec, key.c_str()).empty()) {

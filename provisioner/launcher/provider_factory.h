@@ -29,6 +29,10 @@ struct ProviderSpec {
   std::map<std::string, std::string> options;
   // local: the most instances of a type that may run at once (rehearses "no capacity").
   std::map<std::string, int> capacity;
+  // local: spot capacity per type replayed from a trace file (capacity_trace.h), and trace
+  // seconds per real second (3600: a trace hour a second).
+  std::map<std::string, std::string> capacity_trace;
+  double capacity_trace_time_scale = 1;
 };
 
 // What a provider accepts: its keys, the required ones, and why they are required.
@@ -44,7 +48,8 @@ const std::vector<ProviderKeys>& KnownProviders();
 
 // INVALID_ARGUMENT naming `field`.KEY (or `field`.name) for an unknown provider, a key it does
 // not take, a missing required key, a value of the wrong form (gce zones, external_ip,
-// boot_disk_gb; azure max_price, os_disk_gb), or a capacity given to a provider other than local.
+// boot_disk_gb; azure max_price, os_disk_gb), or a capacity (or capacity trace) given to a
+// provider other than local, or a capacity_trace_time_scale that is not > 0.
 absl::Status ValidateProviderSpec(const ProviderSpec& spec, absl::string_view field = "provider");
 
 // Where the caller runs, for providers that need it.

@@ -71,7 +71,9 @@ class FakeCloud final : public launcher::CloudProvider {
     }
     if (!result.instances.empty()) return result;
     int fits = r.count;
-    if (auto cap = capacity.find(r.instance_type); cap != capacity.end()) {
+    // Capacity limits spot only, as a cloud's spare capacity does.
+    if (auto cap = capacity.find(r.instance_type);
+        cap != capacity.end() && r.market == launcher::Market::kSpot) {
       fits = std::min(fits, cap->second);
       if (fits < r.count) {
         result.error =
@@ -88,7 +90,8 @@ class FakeCloud final : public launcher::CloudProvider {
                            .index = r.first_index + k,
                            .private_address = absl::StrCat("10.0.0.", next_),
                            .metadata_cloud = "gce",
-                           .launch_time = clock_.Now()};
+                           .launch_time = clock_.Now(),
+                           .market = r.market};
       tokens_[i.id] = r.client_token;
       instances_.push_back(i);
       result.instances.push_back(i);
@@ -251,7 +254,7 @@ class JobControllerTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  JobController Controller() {
+  JobController Controller(GuardOptions guard = {}) {
     return JobController({.provisioner = &provisioner_client_,
                           .profiler = &profiler_client_,
                           .detector = &detector_client_,
@@ -265,13 +268,14 @@ class JobControllerTest : public ::testing::Test {
                               }},
                          {.profiler_address = "profiler:1",
                           .detector_address = "detector:2",
-                          .stall_timeout = absl::Seconds(60)},
+                          .stall_timeout = absl::Seconds(60),
+                          .guard = guard},
                          [this](const JobEvent& e) { events_.push_back(e); });
   }
 
   // Plans and runs the job to its end.
-  absl::StatusOr<JobOutcome> PlanAndRun(JobController& controller) {
-    auto planned = controller.Plan(kSpec, services::DataRegistry::WithBuiltins());
+  absl::StatusOr<JobOutcome> PlanAndRun(JobController& controller, const char* spec = kSpec) {
+    auto planned = controller.Plan(spec, services::DataRegistry::WithBuiltins());
     if (!planned.ok()) return planned.status();
     last_progress_ = clock_.Now();
     return controller.Run("job-x");
@@ -678,6 +682,151 @@ TEST(DetectorFeedTest, ForwardsEventsAndReportsARestartedLog) {
   ASSERT_TRUE(items[0].has_value());
   EXPECT_EQ(items[0]->sequence(), 4u);
   EXPECT_FALSE(items[1].has_value());
+}
+
+}  // namespace
+}  // namespace spotdnn::job
+
+namespace spotdnn::job {
+namespace {
+
+// Issue 26: a takeover the cloud has no spot capacity for. The deadline guard runs the missing
+// worker on on-demand (the slack is too small to wait), probes spot once a second with backoff,
+// and goes back to spot when a probe gets it (and the slack has room for the changeover), stopping
+// the on-demand worker. The re-plan leaves
+// 200 iterations (20 s at the plan's pace) with 22.75 s left and a 2 s changeover; the workers
+// then train 4x faster than planned, so there is room to change back.
+constexpr char kTightSpec[] = R"({
+  "name": "job-x",
+  "workload": "resnet110",
+  "slo": {"loss": 2.6, "deadline": 26},
+  "catalog": "aws-spotdnn-prototype",
+  "revocation_overhead": 2,
+  "commands": {"worker": "train", "parameter_server": "serve"}
+})";
+
+TEST_F(JobControllerTest, NoSpotForATakeoverRunsOnDemandUntilAProbeGetsSpotBack) {
+  ON_CALL(provisioner_, Replan(_, _, _))
+      .WillByDefault(
+          [this](grpc::ClientContext*, const pb::ReplanRequest& r, pb::ReplanResponse* out) {
+            replans_.push_back(r);
+            pb::Plan* plan = out->mutable_plan();
+            plan->set_feasible(true);
+            Add(plan->mutable_to_launch(), "p2.xlarge", 1);
+            *plan->mutable_cluster() = r.survivors();
+            plan->mutable_prediction()->set_normalized_iterations(200);
+            AddWorker(plan->mutable_prediction(), "p2.xlarge", 1, 0.4);
+            plan->set_time_s(20);
+            return grpc::Status::OK;
+          });
+  std::string victim;
+  clock_.At(absl::Seconds(3), [&] {
+    cloud_.capacity["p2.xlarge"] = 0;
+    victim = WorkerOf("p2.xlarge");
+    Notice(victim, absl::Seconds(2));
+  });
+  clock_.At(absl::Seconds(4), [&] { rate_ = 40; });
+  clock_.At(absl::Seconds(5), [&] {
+    cloud_.End(victim);
+    cloud_.capacity.erase("p2.xlarge");
+  });
+  JobController controller = Controller({.probe_every = absl::Seconds(1),
+                                         .probe_max = absl::Seconds(8),
+                                         .check_every = absl::Seconds(1)});
+  auto outcome = PlanAndRun(controller, kTightSpec);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
+  EXPECT_THAT(LogKinds(), Contains("spot-short"));
+  EXPECT_THAT(LogKinds(), Contains("spot-back"));
+  // One on-demand launch, with a token of its own; the probe that got spot back launched one.
+  EXPECT_EQ(cloud_.launch_calls.count("job-x-deadline-1-p2.xlarge-on-demand"), 1u);
+  auto instances = store_->Instances("job-x");
+  ASSERT_TRUE(instances.ok());
+  std::vector<InstanceRecord> on_demand, spot_back;
+  for (const InstanceRecord& i : *instances) {
+    if (i.market == launcher::Market::kOnDemand) on_demand.push_back(i);
+    if (i.market == launcher::Market::kSpot && i.reason == LaunchReason::kDeadline) {
+      spot_back.push_back(i);
+    }
+  }
+  ASSERT_EQ(on_demand.size(), 1u);
+  ASSERT_EQ(spot_back.size(), 1u);
+  EXPECT_EQ(on_demand[0].reason, LaunchReason::kDeadline);
+  EXPECT_DOUBLE_EQ(on_demand[0].price_per_hour, 0.90);            // the catalog's on-demand price
+  EXPECT_LT(on_demand[0].ended_ms, outcome->record.finished_ms);  // stopped when spot came back
+  EXPECT_GE(spot_back[0].launched_ms, absl::ToUnixMillis(absl::FromUnixSeconds(1'800'000'005)));
+  EXPECT_EQ(on_demand[0].ended_ms, spot_back[0].launched_ms);
+  // The decisions: on-demand at once, probes refused until the capacity came back.
+  int probes = 0;
+  auto events = store_->Events("job-x");
+  ASSERT_TRUE(events.ok());
+  for (const JobEventRecord& e : *events) {
+    if (e.kind == "deadline") probes += absl::StrContains(e.detail, "\"trigger\":\"probe\"");
+  }
+  // At 4 s the policy kept on-demand (1 s of slack: no room for a changeover); at 5 s the
+  // workers' faster pace had made room, and the probe got spot.
+  EXPECT_EQ(probes, 1);
+  const JobSummary& s = outcome->summary;
+  EXPECT_EQ(s.on_demand_instances, 1);
+  EXPECT_GT(s.on_demand_instance_hours, 0);
+  EXPECT_NEAR(s.on_demand_cost_usd, 0.90 * s.on_demand_instance_hours, 1e-12);
+  ASSERT_EQ(s.revocations.size(), 1u);
+  EXPECT_EQ(s.revocations[0].status, RevocationStatus::kNoneNeeded);
+  EXPECT_THAT(s.revocations[0].detail, HasSubstr("deadline guard"));
+  EXPECT_EQ(Count<DeadlineEvent>(), 2);
+  EXPECT_TRUE(cloud_.Running().empty());
+}
+
+// Issue 26: no spot capacity for a planned type at launch and no spot plan without it: the job
+// does not fail; the deadline guard runs the type on on-demand.
+TEST_F(JobControllerTest, NoSpotAtLaunchAndNoSpotPlanWithoutItRunsOnDemand) {
+  cloud_.capacity["g3.8xlarge"] = 0;
+  ON_CALL(provisioner_, Replan(_, _, _))
+      .WillByDefault([](grpc::ClientContext*, const pb::ReplanRequest&, pb::ReplanResponse* out) {
+        out->mutable_plan()->set_feasible(false);
+        out->mutable_plan()->set_reason("too slow without g3.8xlarge");
+        return grpc::Status::OK;
+      });
+  constexpr char kSpec11[] = R"({
+    "name": "job-x",
+    "workload": "resnet110",
+    "slo": {"loss": 2.6, "deadline": 11},
+    "catalog": "aws-spotdnn-prototype",
+    "revocation_overhead": 0.5,
+    "commands": {"worker": "train", "parameter_server": "serve"}
+  })";
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller, kSpec11);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
+  EXPECT_EQ(cloud_.launch_calls.count("job-x-deadline-1-g3.8xlarge-on-demand"), 1u);
+  EXPECT_EQ(outcome->summary.on_demand_instances, 1);
+  EXPECT_THAT(LogKinds(), Contains("spot-short"));
+}
+
+// With "fallback": "none" the job keeps today's behaviour: no spot plan, no job.
+TEST_F(JobControllerTest, WithoutTheFallbackNoSpotAndNoPlanFailsTheJob) {
+  cloud_.capacity["g3.8xlarge"] = 0;
+  ON_CALL(provisioner_, Replan(_, _, _))
+      .WillByDefault([](grpc::ClientContext*, const pb::ReplanRequest&, pb::ReplanResponse* out) {
+        out->mutable_plan()->set_feasible(false);
+        out->mutable_plan()->set_reason("too slow without g3.8xlarge");
+        return grpc::Status::OK;
+      });
+  constexpr char kNoFallback[] = R"({
+    "name": "job-x",
+    "workload": "resnet110",
+    "slo": {"loss": 2.6, "deadline": 11},
+    "catalog": "aws-spotdnn-prototype",
+    "fallback": "none",
+    "commands": {"worker": "train", "parameter_server": "serve"}
+  })";
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller, kNoFallback);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFailed);
+  EXPECT_THAT(outcome->record.message, HasSubstr("no capacity for g3.8xlarge"));
+  EXPECT_EQ(outcome->summary.on_demand_instances, 0);
 }
 
 }  // namespace

@@ -71,6 +71,31 @@ TEST(JobSpecTest, ParsesEveryField) {
   EXPECT_EQ(spec->ps_command, "python train.py");  // defaults to the worker's
 }
 
+// Issue 26: the fallback (on-demand by default, with the "ours" policy) and the local provider's
+// capacity trace.
+TEST(JobSpecTest, TheFallbackAndALocalCapacityTraceParse) {
+  auto defaults = ParseJobSpec(kGood);
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->fallback, "on-demand");
+  EXPECT_EQ(defaults->deadline_policy, "ours");
+  auto spec = ParseJobSpec(R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60},
+      "catalog": "c", "fallback": "none", "deadline_policy": "uniform-progress",
+      "provider": {"name": "local", "capacity_trace": {"p2.xlarge": "/t/p2.csv"},
+                   "capacity_trace_time_scale": 3600},
+      "commands": {"worker": "x"}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->fallback, "none");
+  EXPECT_EQ(spec->deadline_policy, "uniform-progress");
+  EXPECT_EQ(spec->provider.capacity_trace.at("p2.xlarge"), "/t/p2.csv");
+  EXPECT_DOUBLE_EQ(spec->provider.capacity_trace_time_scale, 3600);
+  auto elsewhere =
+      ParseJobSpec(R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60},
+      "catalog": "c", "provider": {"name": "aws", "image_id": "ami-1",
+                                   "capacity_trace": {"p2.xlarge": "/t/p2.csv"}},
+      "commands": {"worker": "x"}})");
+  EXPECT_EQ(elsewhere.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(JobSpecTest, TheSloTakesIterationsOrEpochsInsteadOfALoss) {
   const std::string base = R"({"name": "j", "workload": "w", "catalog": "c",
     "commands": {"worker": "x"}, "slo": )";
@@ -120,6 +145,21 @@ TEST(JobSpecTest, BadInputNamesTheFieldAndTheValue) {
       {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
            "provider": "nimbus", "commands": {"worker": "x"}})",
        "provider.name = \"nimbus\""},
+      // Issue 26: the on-demand fallback and the local provider's capacity trace.
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "fallback": "spot", "commands": {"worker": "x"}})",
+       "fallback = \"spot\": expected on-demand or none"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "deadline_policy": "psychic", "commands": {"worker": "x"}})",
+       "deadline_policy = \"psychic\""},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": {"name": "local", "capacity_trace": {"p2.xlarge": 3}},
+           "commands": {"worker": "x"}})",
+       "provider.capacity_trace.p2.xlarge = 3"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "provider": {"name": "local", "capacity_trace_time_scale": 0},
+           "commands": {"worker": "x"}})",
+       "provider.capacity_trace_time_scale = 0"},
       {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
            "provider": "gce", "commands": {"worker": "x"}})",
        "provider.project is required for gce"},

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/launcher/fake_ec2.h"
@@ -136,6 +137,39 @@ TEST_F(AwsProviderTest, LaunchDescribeTerminate) {
 
 // EC2 refuses a whole TerminateInstances call when one id is unknown (it forgets ended instances):
 // the known ones must still be terminated, not left running and billing.
+// Issue 26: an on-demand launch is RunInstances without the spot market options, with a client
+// token of its own (the same request on spot and on on-demand are two launches), and Describe
+// reports its market from EC2's instanceLifecycle.
+TEST_F(AwsProviderTest, AnOnDemandLaunchHasNoSpotMarketOptions) {
+  auto provider = Provider();
+  LaunchRequest request = Workers(2);
+  request.market = Market::kOnDemand;
+  absl::StatusOr<LaunchResult> launched = provider->Launch(request);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  ASSERT_EQ(launched->instances.size(), 2u);
+  EXPECT_EQ(launched->instances[0].market, Market::kOnDemand);
+  std::map<std::string, std::string> run = fake_.requests().back();
+  for (const auto& [key, value] : run) {
+    EXPECT_FALSE(absl::StartsWith(key, "InstanceMarketOptions")) << key << "=" << value;
+  }
+  EXPECT_EQ(run["InstanceType"], "g4dn.4xlarge");
+  EXPECT_NE(run["ClientToken"], DefaultClientToken(Workers(2)));
+  EXPECT_EQ(run["ClientToken"], DefaultClientToken(request));
+
+  absl::StatusOr<LaunchResult> spot = provider->Launch(Workers(1));
+  ASSERT_TRUE(spot.ok()) << spot.status();
+  EXPECT_EQ(fake_.requests().back()["InstanceMarketOptions.MarketType"], "spot");
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("job-42");
+  ASSERT_TRUE(described.ok()) << described.status();
+  int on_demand = 0, on_spot = 0;
+  for (const Instance& i : *described) {
+    on_demand += i.market == Market::kOnDemand;
+    on_spot += i.market == Market::kSpot;
+  }
+  EXPECT_EQ(on_demand, 2);
+  EXPECT_EQ(on_spot, 1);
+}
+
 TEST_F(AwsProviderTest, AnUnknownIdDoesNotLeaveTheOthersRunning) {
   auto provider = Provider();
   absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(2));

@@ -141,6 +141,28 @@ TEST_F(AzureProviderTest, LaunchDescribeTerminate) {
   EXPECT_THAT(unknown.message(), HasSubstr("spotdnn-0000000000000000-0"));
 }
 
+// Issue 26: an on-demand VM has priority Regular and neither an eviction policy nor a billing
+// profile (Azure refuses those on a Regular VM); Describe reports its market.
+TEST_F(AzureProviderTest, AnOnDemandLaunchIsARegularVm) {
+  auto provider = Provider();
+  LaunchRequest request = Workers(1);
+  request.market = Market::kOnDemand;
+  absl::StatusOr<LaunchResult> launched = provider->Launch(request);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_TRUE(launched->error.ok()) << launched->error;
+  ASSERT_EQ(launched->instances.size(), 1u);
+  std::vector<FakeAzure::Vm> vms = fake_.vms();
+  ASSERT_EQ(vms.size(), 1u);
+  const json& properties = vms[0].resource["properties"];
+  EXPECT_EQ(properties["priority"], "Regular");
+  EXPECT_FALSE(properties.contains("evictionPolicy")) << properties;
+  EXPECT_FALSE(properties.contains("billingProfile")) << properties;
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("Job.42");
+  ASSERT_TRUE(described.ok()) << described.status();
+  ASSERT_EQ(described->size(), 1u);
+  EXPECT_EQ((*described)[0].market, Market::kOnDemand);
+}
+
 TEST_F(AzureProviderTest, DescribeFollowsNextLinks) {
   auto provider = Provider();
   ASSERT_TRUE(provider->Launch(Workers(3)).ok());

@@ -52,14 +52,24 @@ std::string InvalidVm(const json& body, const std::string& location) {
     return "The location '" + Str(body, "location") + "' is not this resource group's";
   }
   const json& p = At(body, "properties");
-  if (Str(p, "priority") != "Spot") return "The fake takes Spot VMs only (properties.priority).";
-  const std::string eviction = Str(p, "evictionPolicy");
-  if (eviction != "Delete" && eviction != "Deallocate") {
-    return "EvictionPolicy '" + eviction + "' is not valid.";
-  }
-  const json& max_price = At(At(p, "billingProfile"), "maxPrice");
-  if (!max_price.is_number() || (max_price.get<double>() != -1 && !(max_price.get<double>() > 0))) {
-    return "MaxPriceValueInvalid: the supported values for max price are -1 or decimals > 0.";
+  // Spot VMs (an eviction policy and a price cap) or Regular ones (neither), as Azure takes them.
+  const std::string priority = Str(p, "priority");
+  if (priority == "Regular") {
+    if (p.contains("evictionPolicy") || p.contains("billingProfile")) {
+      return "Eviction policy and max price can be set only for Spot VMs (properties.priority).";
+    }
+  } else if (priority != "Spot") {
+    return "Priority '" + priority + "' is not valid (properties.priority).";
+  } else {
+    const std::string eviction = Str(p, "evictionPolicy");
+    if (eviction != "Delete" && eviction != "Deallocate") {
+      return "EvictionPolicy '" + eviction + "' is not valid.";
+    }
+    const json& max_price = At(At(p, "billingProfile"), "maxPrice");
+    if (!max_price.is_number() ||
+        (max_price.get<double>() != -1 && !(max_price.get<double>() > 0))) {
+      return "MaxPriceValueInvalid: the supported values for max price are -1 or decimals > 0.";
+    }
   }
   if (Str(At(p, "hardwareProfile"), "vmSize").empty()) return "hardwareProfile.vmSize is missing";
   const json& image = At(At(p, "storageProfile"), "imageReference");

@@ -74,7 +74,11 @@ std::string InstanceXml(const FakeEc2::FakeInstance& instance, const std::string
       state == "running"
           ? absl::StrCat("<ipAddress>203.0.113.", instance.launch_index + 1, "</ipAddress>")
           : "",
-      "<instanceLifecycle>spot</instanceLifecycle><tagSet>", tags, "</tagSet></item>");
+      // EC2 names the lifecycle of spot instances only (on-demand ones have none).
+      instance.run_params.count("InstanceMarketOptions.MarketType") > 0
+          ? "<instanceLifecycle>spot</instanceLifecycle>"
+          : "",
+      "<tagSet>", tags, "</tagSet></item>");
 }
 
 }  // namespace

@@ -61,17 +61,25 @@ std::string InvalidInsert(const json& body, const std::string& zone) {
     return "Invalid value for field 'resource.machineType': '" + machine + "'.";
   }
   const json& scheduling = body.value("scheduling", json::object());
-  if (Str(scheduling, "provisioningModel") != "SPOT") {
-    return "Invalid value for field 'resource.scheduling.provisioningModel': expected SPOT here";
-  }
-  const std::string action = Str(scheduling, "instanceTerminationAction");
-  if (action != "STOP" && action != "DELETE") {
-    return "Invalid value for field 'resource.scheduling.instanceTerminationAction': '" + action +
-           "'.";
-  }
-  if (scheduling.value("automaticRestart", true)) {
-    return "Invalid value for field 'resource.scheduling.automaticRestart': Spot VMs cannot "
-           "restart automatically.";
+  // SPOT (a Spot VM) or STANDARD (on-demand), as Compute Engine takes them.
+  const std::string model = Str(scheduling, "provisioningModel");
+  if (model == "STANDARD") {
+    if (scheduling.contains("instanceTerminationAction")) {
+      return "Invalid value for field 'resource.scheduling.instanceTerminationAction': only Spot "
+             "VMs take a termination action.";
+    }
+  } else if (model != "SPOT") {
+    return "Invalid value for field 'resource.scheduling.provisioningModel': '" + model + "'.";
+  } else {
+    const std::string action = Str(scheduling, "instanceTerminationAction");
+    if (action != "STOP" && action != "DELETE") {
+      return "Invalid value for field 'resource.scheduling.instanceTerminationAction': '" + action +
+             "'.";
+    }
+    if (scheduling.value("automaticRestart", true)) {
+      return "Invalid value for field 'resource.scheduling.automaticRestart': Spot VMs cannot "
+             "restart automatically.";
+    }
   }
   for (const json& a : body.value("guestAccelerators", json::array())) {
     if (Str(a, "acceleratorType").find("zones/" + zone + "/acceleratorTypes/") ==

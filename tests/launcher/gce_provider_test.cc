@@ -149,6 +149,29 @@ TEST_F(GceProviderTest, LaunchDescribeTerminate) {
   EXPECT_THAT(unknown.message(), HasSubstr("spotdnn-0000000000000000-0"));
 }
 
+// Issue 26: an on-demand VM has provisioning model STANDARD, no termination action, and restarts
+// after host maintenance like any standard VM; Describe reports its market.
+TEST_F(GceProviderTest, AnOnDemandLaunchIsAStandardVm) {
+  auto provider = Provider();
+  LaunchRequest request = Workers(1);
+  request.market = Market::kOnDemand;
+  absl::StatusOr<LaunchResult> launched = provider->Launch(request);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_TRUE(launched->error.ok()) << launched->error;
+  ASSERT_EQ(launched->instances.size(), 1u);
+  std::vector<json> inserts = fake_.inserts();
+  ASSERT_EQ(inserts.size(), 1u);
+  const json& scheduling = inserts[0]["scheduling"];
+  EXPECT_EQ(scheduling["provisioningModel"], "STANDARD");
+  EXPECT_FALSE(scheduling.contains("instanceTerminationAction")) << scheduling;
+  EXPECT_FALSE(scheduling.contains("preemptible")) << scheduling;
+  EXPECT_EQ(scheduling["automaticRestart"], true);
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("job-42");
+  ASSERT_TRUE(described.ok()) << described.status();
+  ASSERT_EQ(described->size(), 1u);
+  EXPECT_EQ((*described)[0].market, Market::kOnDemand);
+}
+
 TEST_F(GceProviderTest, DescribeFollowsPagesAndMatchesTheExactJob) {
   auto provider = Provider();
   ASSERT_TRUE(provider->Launch(Workers(5, "Job.A")).ok());

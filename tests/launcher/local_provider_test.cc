@@ -407,3 +407,113 @@ TEST(EmulatorMetadataClientTest, PostsTheNoticeToTheControlRoute) {
 
 }  // namespace
 }  // namespace spotdnn::launcher
+
+namespace spotdnn::launcher {
+namespace {
+
+// Issue 26: on-demand instances are neither limited by the spot capacity nor revoked, and do not
+// use the capacity up.
+TEST_F(LocalProviderTest, OnDemandIsNotLimitedByCapacityAndIsNeverRevoked) {
+  LocalProvider::Options options{.state_dir = (dir_ / "state").string(),
+                                 .metadata = metadata_,
+                                 .capacity = {{"g4dn.4xlarge", 1}},
+                                 .stop_grace = absl::Seconds(1)};
+  auto provider = LocalProvider::Create(options);
+  ASSERT_TRUE(provider.ok()) << provider.status();
+  LaunchRequest on_demand = Request(Role::kWorker, 2);
+  on_demand.market = Market::kOnDemand;
+  absl::StatusOr<LaunchResult> od = (*provider)->Launch(on_demand);
+  ASSERT_TRUE(od.ok()) << od.status();
+  ASSERT_THAT(od->instances, SizeIs(2));
+  EXPECT_TRUE(od->error.ok()) << od->error;
+  for (const Instance& i : od->instances) EXPECT_EQ(i.market, Market::kOnDemand);
+  // The one spot instance the capacity allows still fits beside them; a second does not.
+  absl::StatusOr<LaunchResult> spot = (*provider)->Launch(Request(Role::kWorker, 1, 2));
+  ASSERT_TRUE(spot.ok()) << spot.status();
+  ASSERT_THAT(spot->instances, SizeIs(1));
+  EXPECT_EQ(spot->instances[0].market, Market::kSpot);
+  absl::StatusOr<LaunchResult> more = (*provider)->Launch(Request(Role::kWorker, 1, 3));
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(more.status().message(), HasSubstr("on-demand"));
+
+  absl::Status revoke = (*provider)->Revoke(od->instances[0].id, absl::Seconds(1));
+  EXPECT_EQ(revoke.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(revoke.message(), HasSubstr("on-demand"));
+  // Another process sees the market in the instance files.
+  auto watcher = Provider(/*owner=*/false);
+  auto described = watcher->Describe("job-local");
+  ASSERT_TRUE(described.ok()) << described.status();
+  int on_demand_seen = 0;
+  for (const Instance& i : *described) on_demand_seen += i.market == Market::kOnDemand;
+  EXPECT_EQ(on_demand_seen, 2);
+}
+
+// Issue 26: a capacity trace replayed as the spot capacity, a trace second being 1/20 s here:
+// 2 instances, then 1 from trace second 20 (1 s), 0 from 40, 2 again from 60. Spot launches beyond
+// the count fail as a cloud without capacity does; when it drops, the newest spot instances get a
+// notice on their metadata endpoint and stop; on-demand ones are untouched.
+TEST_F(LocalProviderTest, ACapacityTraceRevokesSpotWhenItDropsAndLimitsLaunches) {
+  auto trace = ParseCapacityTrace("time,count\n0,2\n20,2\n20,1\n40,1\n40,0\n60,0\n60,2\n", "t");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  const absl::Time origin = absl::Now();
+  LocalProvider::Options options{.state_dir = (dir_ / "state").string(),
+                                 .metadata = metadata_,
+                                 .capacity_trace = {{"g4dn.4xlarge", *trace}},
+                                 .capacity_trace_time_scale = 20,
+                                 .capacity_trace_origin = origin,
+                                 .trace_notice = absl::Milliseconds(200),
+                                 .stop_grace = absl::Seconds(1)};
+  auto made = LocalProvider::Create(options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  LocalProvider& provider = **made;
+  absl::StatusOr<LaunchResult> first = provider.Launch(Request(Role::kWorker, 1, 0));
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::SleepFor(absl::Milliseconds(20));  // a later launch time: the newer one goes first
+  absl::StatusOr<LaunchResult> second = provider.Launch(Request(Role::kWorker, 1, 1));
+  ASSERT_TRUE(second.ok()) << second.status();
+  absl::StatusOr<LaunchResult> third = provider.Launch(Request(Role::kWorker, 1, 2));
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted) << third.status();
+  LaunchRequest on_demand = Request(Role::kWorker, 1, 3);
+  on_demand.market = Market::kOnDemand;
+  absl::StatusOr<LaunchResult> od = provider.Launch(on_demand);
+  ASSERT_TRUE(od.ok()) << od.status();
+  const std::string older = first->instances[0].id, newer = second->instances[0].id,
+                    od_id = od->instances[0].id;
+
+  auto state_of = [&](const std::string& id) {
+    auto described = provider.Describe("job-local");
+    for (const Instance& i : described.ok() ? *described : std::vector<Instance>{}) {
+      if (i.id == id) return i.state;
+    }
+    return InstanceState::kPending;
+  };
+  EXPECT_EQ(state_of(newer), InstanceState::kRunning);
+  // From 1 s: the newer one is revoked (a notice first), the older one runs on.
+  ASSERT_TRUE(Eventually([&] { return state_of(newer) == InstanceState::kTerminated; },
+                         absl::Milliseconds(1500) + kPatience));
+  EXPECT_GE(absl::Now() - origin, absl::Seconds(1));
+  {
+    std::lock_guard<std::mutex> lock(metadata_->mu);
+    EXPECT_EQ(metadata_->notices.count(newer), 1u);
+    EXPECT_EQ(metadata_->notices.count(od_id), 0u);
+  }
+  EXPECT_EQ(state_of(older), InstanceState::kRunning);
+  // From 2 s: the older one too; the on-demand one stays.
+  ASSERT_TRUE(Eventually([&] { return state_of(older) == InstanceState::kTerminated; },
+                         absl::Milliseconds(1500) + kPatience));
+  EXPECT_GE(absl::Now() - origin, absl::Seconds(2));
+  EXPECT_EQ(state_of(od_id), InstanceState::kRunning);
+  absl::StatusOr<LaunchResult> none = provider.Launch(Request(Role::kWorker, 1, 4));
+  if (absl::Now() - origin < absl::Seconds(3)) {
+    EXPECT_EQ(none.status().code(), absl::StatusCode::kResourceExhausted) << none.status();
+  }
+  // From 3 s: capacity for 2 again.
+  absl::SleepFor(std::max(absl::ZeroDuration(), origin + absl::Milliseconds(3100) - absl::Now()));
+  absl::StatusOr<LaunchResult> back = provider.Launch(Request(Role::kWorker, 2, 5));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_THAT(back->instances, SizeIs(2));
+  EXPECT_TRUE(back->error.ok()) << back->error;
+}
+
+}  // namespace
+}  // namespace spotdnn::launcher

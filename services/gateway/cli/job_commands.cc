@@ -162,6 +162,15 @@ int Run(const Args& args, const Io& io) {
     if (!d.ok()) return ReportError(d.status(), "run", io);
     stall_timeout = absl::Seconds(*d);
   }
+  job::GuardOptions guard;
+  if (auto v = args.Get("--spot-probe-every")) {
+    auto d = ParseDuration("--spot-probe-every", *v, /*allow_zero=*/false);
+    if (!d.ok()) return ReportError(d.status(), "run", io);
+    guard.probe_every = absl::Seconds(*d);
+    guard.probe_max = std::max(guard.probe_max, guard.probe_every);
+    // Checked at least as often as spot is probed.
+    guard.check_every = std::min(guard.check_every, guard.probe_every);
+  }
   auto endpoints = EndpointsOf(args, data_dir);
   if (!endpoints.ok()) return ReportError(endpoints.status(), "run", io);
   auto provisioner_stub = pb::Provisioner::NewStub(services::MakeChannel(endpoints->provisioner));
@@ -195,7 +204,8 @@ int Run(const Args& args, const Io& io) {
       {.profiler_address = endpoints->profiler,
        .detector_address = endpoints->detector,
        .stall_timeout = stall_timeout,
-       .checkpoint_root = (fs::path(data_dir) / "checkpoints").string()},
+       .checkpoint_root = (fs::path(data_dir) / "checkpoints").string(),
+       .guard = guard},
       [&io](const job::JobEvent& event) {
         if (io.json) {
           io.out << EventJson(event) << std::endl;
@@ -374,6 +384,7 @@ int Status(const Args& args, const Io& io) {
                          .String("instance_type", i.instance_type)
                          .Integer("index", i.index)
                          .String("reason", std::string(job::Name(i.reason)))
+                         .String("market", std::string(launcher::MarketName(i.market)))
                          .String("launch_token", i.launch_token)
                          .String("state", std::string(job::Name(i.state)))
                          .Number("price_per_hour", i.price_per_hour)
@@ -417,12 +428,13 @@ int Status(const Args& args, const Io& io) {
   }
   PrintSummary(*summary, io.out);
   io.out << "\n";
-  Table table({"instance", "role", "type", "why", "state", "launched", "ended", "$/h"});
-  for (size_t c : {1, 2, 3, 4}) table.LeftAlign(c);
+  Table table({"instance", "role", "type", "market", "why", "state", "launched", "ended", "$/h"});
+  for (size_t c : {1, 2, 3, 4, 5}) table.LeftAlign(c);
   for (const job::InstanceRecord& i : *instances) {
     table.AddRow({i.id, std::string(launcher::RoleName(i.role)), i.instance_type,
-                  std::string(job::Name(i.reason)), std::string(job::Name(i.state)),
-                  Ms(i.launched_ms), Ms(i.ended_ms), Fixed(i.price_per_hour, 4)});
+                  std::string(launcher::MarketName(i.market)), std::string(job::Name(i.reason)),
+                  std::string(job::Name(i.state)), Ms(i.launched_ms), Ms(i.ended_ms),
+                  Fixed(i.price_per_hour, 4)});
   }
   table.Print(io.out);
   io.out << "\n";
@@ -451,14 +463,19 @@ std::vector<Command> JobCommands() {
        .synopsis =
            "JOB.json [--json] [--data-dir D] [--store SPEC] [--provisioner H:P]\n"
            "[--profiler H:P] [--detector H:P] [--metadata-emulator URL] [--stall-timeout T]\n"
+           "[--spot-probe-every T]\n"
            "--resume JOB [--json] [--data-dir D] ...",
        .description =
            "Runs a job end to end: profiles it if its spec says so, plans the cheapest cluster "
            "that meets its\nSLO, launches it, registers every instance with the detector and "
            "follows its events and the\nworkers' progress; on a revocation notice it re-plans "
            "with the survivors and the progress so far\nand launches the takeover instances "
-           "while the revoked one still runs. It ends with a summary:\npredicted vs actual time "
-           "and cost, revocations handled, SLO met. The job's state is kept in\nDATA_DIR/jobs.db "
+           "while the revoked one still runs. When spot capacity runs out\n(a takeover the cloud "
+           "has no spot capacity for), the deadline policy decides what runs on\non-demand "
+           "until spot returns (spec \"fallback\"; each decision a \"deadline\" event in the "
+           "job's log).\nIt ends with a summary: predicted vs actual time and cost, spot and "
+           "on-demand hours,\nrevocations handled, SLO met. The job's state is kept "
+           "in\nDATA_DIR/jobs.db "
            "(or --store): after the gateway dies, `spotdnn run --resume JOB` reattaches to the\n"
            "running instances and launches nothing twice; one gateway runs a job at a time (a "
            "lock in the\nstore: with a PostgreSQL store, across hosts). "
@@ -478,6 +495,9 @@ std::vector<Command> JobCommands() {
                  {"--stall-timeout", "T",
                   "fail the job when no worker reports a new iteration for T (default 10m;\n"
                   "0: never)"},
+                 {"--spot-probe-every", "T",
+                  "while spot is short, try it again at most once per T per type, doubling\n"
+                  "after each refusal up to 16m (default 1m)"},
                  {"--json", "",
                   "one JSON object per event, one per line (the last one has the "
                   "summary)"}},

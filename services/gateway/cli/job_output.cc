@@ -147,6 +147,20 @@ struct LineOf {
         e.deadline_in_s ? absl::StrFormat(", deadline in %.0f s", *e.deadline_in_s) : "");
   }
   std::string operator()(const WarningEvent& e) const { return "Warning: " + e.message; }
+  std::string operator()(const DeadlineEvent& e) const {
+    std::vector<std::string> acts;
+    if (e.launch_spot > 0) acts.push_back(absl::StrCat("launching ", e.launch_spot, " on spot"));
+    if (e.launch_on_demand > 0) {
+      acts.push_back(absl::StrCat("launching ", e.launch_on_demand, " on-demand"));
+    }
+    if (e.stop_on_demand > 0) {
+      acts.push_back(absl::StrCat("stopping ", e.stop_on_demand, " on-demand"));
+    }
+    return absl::StrFormat(
+        "Deadline (%s) %s: spot %d, on-demand %d (%s; %.0f s left, %.0f s of work)%s", e.trigger,
+        e.instance_type, e.spot, e.on_demand, e.reason, e.time_left_s, e.work_left_s,
+        acts.empty() ? "" : ": " + absl::StrJoin(acts, ", "));
+  }
   std::string operator()(const ResumedEvent& e) const {
     return absl::StrCat("Resumed job ", event.job_id, " with ",
                         Plural(e.instances, "instance", "instances"), " on record");
@@ -241,6 +255,18 @@ struct JsonOf {
     o.String("message", e.message);
   }
   void operator()(const ResumedEvent& e) const { o.Integer("instances", e.instances); }
+  void operator()(const DeadlineEvent& e) const {
+    o.String("instance_type", e.instance_type)
+        .String("trigger", e.trigger)
+        .String("reason", e.reason)
+        .Integer("spot", e.spot)
+        .Integer("on_demand", e.on_demand)
+        .Integer("launch_spot", e.launch_spot)
+        .Integer("launch_on_demand", e.launch_on_demand)
+        .Integer("stop_on_demand", e.stop_on_demand)
+        .Number("time_left_s", e.time_left_s)
+        .Number("work_left_s", e.work_left_s);
+  }
   void operator()(const EndedEvent& e) const {
     if (!e.message.empty()) o.String("error", e.message);
     o.Raw("summary", SummaryJson(e.summary));
@@ -316,6 +342,13 @@ std::string SummaryJson(const JobSummary& s) {
       .Number("actual_cost_usd", s.actual_cost_usd)
       .Number("profiling_s", s.profiling_s)
       .Number("profiling_cost_usd", s.profiling_cost_usd)
+      .Number("spot_instance_hours", s.spot_instance_hours)
+      .Number("spot_cost_usd", s.spot_cost_usd)
+      .Number("on_demand_instance_hours", s.on_demand_instance_hours)
+      .Number("on_demand_cost_usd", s.on_demand_cost_usd)
+      .Integer("on_demand_instances", s.on_demand_instances)
+      .Number("on_demand_only_cost_usd", optional(s.on_demand_only_cost_usd))
+      .Integer("deadline_decisions", s.deadline_decisions)
       .Integer("instances_launched", s.instances_launched)
       .Integer("takeover_instances", s.takeover_instances)
       .Integer("revocations", static_cast<long long>(s.revocations.size()))
@@ -367,6 +400,21 @@ void PrintSummary(const JobSummary& s, std::ostream& out) {
   table.Print(out);
   if (s.steps_lost > 0) {
     out << "Steps lost to parameter-server takeovers: " << Fixed(s.steps_lost, 0) << "\n";
+  }
+  {
+    // Spot and on-demand (the deadline guard's fallback) so far, beside on-demand from the start.
+    Table markets({"market", "instance-hours", "cost"});
+    markets.AddRow({"spot", Fixed(s.spot_instance_hours, 4), Dollars(s.spot_cost_usd)});
+    markets.AddRow(
+        {"on-demand", Fixed(s.on_demand_instance_hours, 4), Dollars(s.on_demand_cost_usd)});
+    if (s.on_demand_only_cost_usd > 0) {
+      markets.AddRow(
+          {"(on-demand from the start, planned)", "-", Dollars(s.on_demand_only_cost_usd)});
+    }
+    markets.Print(out);
+    if (s.deadline_decisions > 0) {
+      out << "Deadline decisions: " << s.deadline_decisions << " (\"deadline\" in the event log)\n";
+    }
   }
   out << "Instances launched: " << s.instances_launched << " (" << s.takeover_instances
       << " takeover); revocations handled: " << s.revocations_handled << " of "

@@ -23,6 +23,7 @@
 #include "provisioner/launcher/cloud_provider.h"
 #include "services/clients/service_clients.h"
 #include "services/common/data_registry.h"
+#include "services/gateway/job/deadline_guard.h"
 #include "services/gateway/job/job_events.h"
 #include "services/gateway/job/job_spec.h"
 #include "services/gateway/job/job_store.h"
@@ -67,6 +68,8 @@ struct JobOptions {
   std::string checkpoint_root;
   // How long a profiling run may take before the job fails.
   absl::Duration profiling_timeout = absl::Minutes(30);
+  // The deadline guard's probing and checks (a job spec with fallback "on-demand" and a deadline).
+  GuardOptions guard;
 };
 
 // A job that ended (or was found ended).

@@ -68,6 +68,22 @@ struct CapacityEvent {
   std::vector<TypeCount> running;
 };
 
+// A decision of the deadline guard for one instance type (issue 26): what the deadline policy
+// said should run (spot and on-demand), why, and what was launched or stopped for it.
+struct DeadlineEvent {
+  static constexpr char kKind[] = "deadline";
+  std::string instance_type;
+  std::string trigger;  // capacity, revocation, behind-plan, probe, check
+  std::string reason;   // the policy's
+  int spot = 0;         // what should run
+  int on_demand = 0;
+  int launch_spot = 0;  // what this decision launches and stops
+  int launch_on_demand = 0;
+  int stop_on_demand = 0;
+  double time_left_s = 0;
+  double work_left_s = 0;
+};
+
 // A re-plan: after a capacity shortfall (no `instance`) or a revocation of `instance`.
 struct ReplannedEvent {
   static constexpr char kKind[] = "replanned";
@@ -160,7 +176,7 @@ struct JobEvent {
   std::string job_id;
   std::variant<ProfilingEvent, PlannedEvent, LaunchedEvent, CapacityEvent, ReplannedEvent,
                NoticeEvent, TakeoverEvent, TakeoverFailedEvent, InstanceEndedEvent, ProgressEvent,
-               WarningEvent, ResumedEvent, EndedEvent>
+               WarningEvent, ResumedEvent, EndedEvent, DeadlineEvent>
       what;
 };
 

@@ -22,10 +22,14 @@ absl::Status JobRun::Record(const launcher::Instance& instance, LaunchReason rea
                    .index = instance.index,
                    .reason = reason,
                    .launch_token = token,
-                   .price_per_hour = server ? ps_price_ : spot_price_[instance.instance_type],
+                   .price_per_hour = server ? ps_price_
+                                     : instance.market == launcher::Market::kOnDemand
+                                         ? on_demand_price_[instance.instance_type]
+                                         : spot_price_[instance.instance_type],
                    .predicted_iteration_s = iteration_s,
                    .metadata_endpoint = instance.metadata_endpoint,
                    .metadata_cloud = instance.metadata_cloud,
+                   .market = instance.market,
                    .launched_ms = NowMs()};
   if (auto s = services_.store->PutInstance(r); !s.ok()) return s;
   instances_[r.id] = r;
@@ -48,12 +52,10 @@ absl::Status JobRun::Register(const InstanceRecord& instance) {
       s.code(), absl::StrCat("registering ", instance.id, " with the detector: ", s.message()));
 }
 
-absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(const std::vector<TypeCount>& launch,
-                                                             int first_index,
-                                                             const std::string& token_prefix,
-                                                             const pb::Prediction& prediction,
-                                                             LaunchReason reason, bool with_servers,
-                                                             const std::set<std::string>& skip) {
+absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(
+    const std::vector<TypeCount>& launch, int first_index, const std::string& token_prefix,
+    const pb::Prediction& prediction, LaunchReason reason, bool with_servers,
+    const std::set<std::string>& skip, launcher::Market market) {
   std::map<std::string, const pb::WorkerPrediction*> predicted;
   for (const pb::WorkerPrediction& w : prediction.workers()) predicted[w.instance_type()] = &w;
   const std::string ps_token = absl::StrCat(job_.id, "-ps");
@@ -82,7 +84,8 @@ absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(const std::vector<T
     launcher::WorkerGroup group{.instance_type = c.instance_type,
                                 .count = c.count,
                                 .first_index = first,
-                                .batch_size = p != nullptr ? p->batch_size() : 0};
+                                .batch_size = p != nullptr ? p->batch_size() : 0,
+                                .market = market};
     group.env["SPOTDNN_PREDICTED_ITERATION_S"] =
         absl::StrFormat("%.6f", p != nullptr ? p->iteration_time_s() : 0.0);
     request.workers.push_back(std::move(group));
@@ -90,7 +93,8 @@ absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(const std::vector<T
   auto result = launcher::LaunchCluster(*services_.provider, request);
   if (!result.ok()) return result.status();
   if (with_servers) job_.ps_addresses = absl::StrJoin(result->ps_addresses, ",");
-  for (const launcher::Instance& i : result->instances) {
+  for (launcher::Instance i : result->instances) {
+    if (i.role == launcher::Role::kWorker) i.market = market;  // as asked, whatever the cloud says
     if (i.role == launcher::Role::kParameterServer) {
       if (auto s = Record(i, LaunchReason::kPlan, launcher::ClientTokenFor(ps_token), 0); !s.ok()) {
         return s;
@@ -99,7 +103,9 @@ absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(const std::vector<T
     }
     const pb::WorkerPrediction* p =
         predicted.count(i.instance_type) > 0 ? predicted[i.instance_type] : nullptr;
-    if (auto s = Record(i, reason, launcher::ClientTokenFor(token_prefix + i.instance_type),
+    if (auto s = Record(i, reason,
+                        launcher::ClientTokenFor(
+                            launcher::WorkerTokenKey(token_prefix, i.instance_type, market)),
                         p != nullptr ? p->iteration_time_s() : 0);
         !s.ok()) {
       return s;
@@ -254,6 +260,23 @@ absl::Status JobRun::LaunchPlanned() {
     auto replan = RequestReplan(LiveWorkers(), plan_.cluster(), 0, capped,
                                 "re-planning around a type with no capacity");
     if (!replan.ok()) return replan.status();
+    const bool fallback =
+        std::all_of(exhausted.begin(), exhausted.end(),
+                    [this](const auto& entry) { return GuardHandles(entry.first); });
+    if (!replan->plan().feasible() && fallback) {
+      // No spot plan meets the SLO: the plan's cluster stays, and the deadline guard runs what
+      // spot cannot give on on-demand (job_deadline.cc).
+      for (const auto& [type, n] : exhausted) {
+        if (auto st = SpotShort(type, n + launched->shortfall[type]); !st.ok()) return st;
+      }
+      if (auto st = Log("warning", absl::StrCat("no spot capacity for ", absl::StrJoin(types, ", "),
+                                                ", and without more of it no spot plan meets the "
+                                                "SLO: the deadline guard decides on on-demand"));
+          !st.ok()) {
+        return st;
+      }
+      break;
+    }
     if (!replan->plan().feasible()) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "no capacity for %s, and without more of it no plan meets the SLO: %s (the earliest "

@@ -18,6 +18,7 @@ absl::Status JobRun::Load() {
   first_plan_iterations_ = plan_.prediction().normalized_iterations();
   for (const pb::InstanceType& t : catalog_.instance_types()) {
     spot_price_[t.name()] = t.spot_price_per_hour();
+    on_demand_price_[t.name()] = t.on_demand_price_per_hour();
   }
   if (!catalog_.parameter_server().instance_type().empty()) {
     ps_type_ = catalog_.parameter_server().instance_type();
@@ -82,6 +83,7 @@ void JobRun::RegisterRunning() {
 
 absl::StatusOr<JobRecord> JobRun::Run() {
   if (auto s = Load(); !s.ok()) return s;
+  if (auto s = StartGuard(); !s.ok()) return s;
   if (job_.state == JobState::kLaunching) {
     if (absl::Status s = LaunchPlanned(); !s.ok()) {
       if (absl::Status f = Fail(absl::StrCat("launch failed: ", s.message())); !f.ok()) return f;
@@ -122,6 +124,7 @@ absl::Status JobRun::Loop() {
     }
     if (auto s = HandleFeed(); !s.ok()) return s;
     if (auto s = HandlePending(); !s.ok()) return s;
+    if (auto s = GuardTick(); !s.ok()) return s;  // job_deadline.cc
     if (clock_.Now() >= next_describe) {
       if (auto s = PollInstances(); !s.ok()) return s;
       next_describe = clock_.Now() + options_.describe_every;
@@ -158,7 +161,9 @@ absl::Status JobRun::Loop() {
     const bool pending = std::any_of(
         revocations->begin(), revocations->end(),
         [](const RevocationRecord& r) { return r.status == RevocationStatus::kPending; });
-    if (StopDecision d = workers_left.Check(LiveWorkers().size(), pending); d.Stops()) {
+    // On fallback the deadline guard may wait for spot with no worker running, on purpose.
+    const bool waiting = guard_ != nullptr && guard_->OnFallback();
+    if (StopDecision d = workers_left.Check(LiveWorkers().size(), pending || waiting); d.Stops()) {
       return Fail(d.why);
     }
     clock_.Sleep(options_.tick);

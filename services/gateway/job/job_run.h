@@ -1,7 +1,8 @@
 // Internal to the job controller: one job being run. Its methods are split by concern:
 // job_run.cc (the loop, progress, instances' ends, finish; the rules that end the loop are
 // stop_rules.h's), job_launch.cc (the plan's launch and
-// the capacity re-plan rounds), job_takeover.cc (revocation events and takeovers).
+// the capacity re-plan rounds), job_takeover.cc (revocation events and takeovers), job_deadline.cc
+// (the deadline guard: on-demand while spot is short, back to spot when it returns).
 #ifndef SPOTDNN_SERVICES_GATEWAY_JOB_JOB_RUN_H_
 #define SPOTDNN_SERVICES_GATEWAY_JOB_JOB_RUN_H_
 
@@ -106,12 +107,10 @@ class JobRun {
   // ClientTokenFor(token_prefix + TYPE), parameter servers first when `with_servers`; records and
   // registers what started. Types in `skip` (a replayed round the cloud had no capacity for) keep
   // their indexes but are not launched.
-  absl::StatusOr<launcher::ClusterLaunchResult> Launch(const std::vector<TypeCount>& launch,
-                                                       int first_index,
-                                                       const std::string& token_prefix,
-                                                       const pb::Prediction& prediction,
-                                                       LaunchReason reason, bool with_servers,
-                                                       const std::set<std::string>& skip = {});
+  absl::StatusOr<launcher::ClusterLaunchResult> Launch(
+      const std::vector<TypeCount>& launch, int first_index, const std::string& token_prefix,
+      const pb::Prediction& prediction, LaunchReason reason, bool with_servers,
+      const std::set<std::string>& skip = {}, launcher::Market market = launcher::Market::kSpot);
   absl::Status Record(const launcher::Instance& instance, LaunchReason reason,
                       const std::string& token, double iteration_s);
   absl::Status Register(const InstanceRecord& instance);
@@ -125,6 +124,24 @@ class JobRun {
                                                    const std::string& what);
   // `counts` (type -> count) with the job's parameter servers.
   pb::Cluster ClusterOf(const std::map<std::string, int>& counts) const;
+
+  // ---- job_deadline.cc
+  // Makes the deadline guard when the job falls back to on-demand (spec fallback "on-demand" and a
+  // deadline) and rebuilds it from the job's log: its spot-short and spot-back events, and the
+  // launches of decisions a killed gateway logged but did not finish (re-issued with their client
+  // tokens, so nothing is launched twice).
+  absl::Status StartGuard();
+  // Asks the guard (each tick) and carries out its decisions.
+  absl::Status GuardTick();
+  // True when the guard takes `type` on (it has an on-demand price) once spot is short.
+  bool GuardHandles(const std::string& type) const;
+  // Spot is short for `type` (wanted workers; spot ones running): logged, then told the guard.
+  absl::Status SpotShort(const std::string& type, int wanted);
+  // Carries out decision `number` (logged before): spot first, then on-demand, then the stops.
+  absl::Status CarryOut(int number, const std::string& type, int launch_spot, int launch_on_demand,
+                        int stop_on_demand, int first_index);
+  // Running workers of `type` on `market`.
+  int RunningOn(const std::string& type, launcher::Market market) const;
 
   // ---- job_takeover.cc
   absl::Status HandleFeed();
@@ -164,6 +181,9 @@ class JobRun {
   std::unique_ptr<RevocationFeed> feed_;
   std::vector<LossPoint> history_;     // the job's measurements, oldest first (thinned when long)
   double last_shown_iterations_ = -1;  // the last progress shown (never the same line twice)
+  std::unique_ptr<DeadlineGuard> guard_;  // null: no fallback (job_deadline.cc)
+  int deadline_decisions_ = 0;            // "deadline" events so far (numbers their tokens)
+  std::map<std::string, double> on_demand_price_;
   absl::Time last_shown_at_ = absl::InfinitePast();
 };
 

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "provisioner/deadline/deadline_policy.h"
 #include "services/common/convert.h"
 #include "services/common/values.h"
 
@@ -93,10 +94,10 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return absl::InvalidArgumentError("job spec: not valid JSON");
   if (!doc.is_object()) return absl::InvalidArgumentError("job spec: expected a JSON object");
-  if (auto s = OnlyKnown(
-          doc, "",
-          {"name", "workload", "slo", "catalog", "provider", "quotas", "parameter_servers",
-           "commands", "strategy", "revocation_overhead", "checkpoints"});
+  if (auto s = OnlyKnown(doc, "",
+                         {"name", "workload", "slo", "catalog", "provider", "quotas",
+                          "parameter_servers", "commands", "strategy", "revocation_overhead",
+                          "checkpoints", "fallback", "deadline_policy"});
       !s.ok()) {
     return s;
   }
@@ -312,6 +313,26 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
           spec.provider.capacity = *std::move(capacity);
           continue;
         }
+        if (key == "capacity_trace") {
+          if (!value.is_object()) {
+            return Bad("provider.capacity_trace", value, "expected {\"TYPE\": \"FILE\", ...}");
+          }
+          for (const auto& [type, file] : value.items()) {
+            if (!file.is_string() || file.get<std::string>().empty()) {
+              return Bad("provider.capacity_trace." + type, file, "expected a trace file");
+            }
+            spec.provider.capacity_trace[type] = file.get<std::string>();
+          }
+          continue;
+        }
+        if (key == "capacity_trace_time_scale") {
+          if (!value.is_number() || !(value.get<double>() > 0)) {
+            return Bad("provider.capacity_trace_time_scale", value,
+                       "expected trace seconds per real second > 0 (3600: an hour a second)");
+          }
+          spec.provider.capacity_trace_time_scale = value.get<double>();
+          continue;
+        }
         if (value.is_string()) {
           spec.provider.options[key] = value.get<std::string>();
         } else if (value.is_array()) {  // e.g. security_group_ids
@@ -342,6 +363,22 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
       return Bad("parameter_servers", ps, "expected an integer from 1 to 64");
     }
     spec.parameter_servers = ps.get<int>();
+  }
+  if (doc.contains("fallback")) {
+    auto fallback = String(doc, "fallback", "fallback", true);
+    if (!fallback.ok()) return fallback.status();
+    if (*fallback != "on-demand" && *fallback != "none") {
+      return Bad("fallback", doc["fallback"], "expected on-demand or none");
+    }
+    spec.fallback = *fallback;
+  }
+  if (doc.contains("deadline_policy")) {
+    auto policy = String(doc, "deadline_policy", "deadline_policy", true);
+    if (!policy.ok()) return policy.status();
+    if (auto made = provisioner::deadline::MakeDeadlinePolicy(*policy); !made.ok()) {
+      return Bad("deadline_policy", doc["deadline_policy"], std::string(made.status().message()));
+    }
+    spec.deadline_policy = *policy;
   }
   if (doc.contains("revocation_overhead")) {
     auto d = Seconds(doc["revocation_overhead"], "revocation_overhead");

@@ -48,6 +48,12 @@ struct JobSpec {
   std::string worker_command;
   std::string ps_command;  // default: the worker command (SPOTDNN_ROLE tells them apart)
   double revocation_overhead_s = 0;
+  // When spot capacity runs out mid-job (a takeover the cloud has no spot capacity for, or
+  // progress behind the plan): "on-demand" (the default with a deadline) asks the deadline
+  // policy `deadline_policy` (provisioner/deadline) what to run on on-demand until spot returns;
+  // "none": the job fails as before.
+  std::string fallback = "on-demand";
+  std::string deadline_policy = "ours";
   // slo.confidence: plan the cheapest cluster that meets the deadline with this probability
   // (0: the plain plan) under the revocation model of slo.lifetimes (a lifetime CSV), else the
   // catalog's lifetimes or interruption rates; slo.notice and slo.takeover_delay time the

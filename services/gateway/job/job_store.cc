@@ -129,6 +129,18 @@ const std::vector<Column<JobRecord>>& JobColumns() {
   return *columns;
 }
 
+// An instance's market by name; NULL (a row from before version 3) reads as "": spot, as every
+// instance was then.
+Named<InstanceRecord> MarketColumn() {
+  return {[](const InstanceRecord& r) { return std::string(launcher::MarketName(r.market)); },
+          [](InstanceRecord& r, absl::string_view text) -> absl::Status {
+            auto market = launcher::ParseMarket(text);
+            if (!market.ok()) return absl::DataLossError(market.status().message());
+            r.market = *market;
+            return absl::OkStatus();
+          }};
+}
+
 const std::vector<Column<InstanceRecord>>& InstanceColumns() {
   static const auto* columns = new std::vector<Column<InstanceRecord>>{
       {"job_id", &InstanceRecord::job_id},
@@ -149,6 +161,7 @@ const std::vector<Column<InstanceRecord>>& InstanceColumns() {
       {"predicted_iteration_s", &InstanceRecord::predicted_iteration_s},
       {"metadata_endpoint", &InstanceRecord::metadata_endpoint},
       {"metadata_cloud", &InstanceRecord::metadata_cloud},
+      {"market", MarketColumn()},
       {"state", NamedEnum(&InstanceRecord::state, ParseInstanceStatus)},
       {"launched_ms", &InstanceRecord::launched_ms},
       {"ended_ms", &InstanceRecord::ended_ms}};
@@ -226,7 +239,12 @@ absl::Status SchemaV2(db::Database& db) {
   return absl::OkStatus();
 }
 
-const db::Migration kMigrations[] = {{1, SchemaV1}, {2, SchemaV2}};
+// Version 3 (issue 26): each instance's market (spot or on-demand).
+absl::Status SchemaV3(db::Database& db) {
+  return db.AddColumnIfMissing("instances", "market", "TEXT");
+}
+
+const db::Migration kMigrations[] = {{1, SchemaV1}, {2, SchemaV2}, {3, SchemaV3}};
 
 // An INSERT of every column; with `key` (its key columns), one that replaces the row with that
 // key (an upsert: the row keeps its place in insertion order).

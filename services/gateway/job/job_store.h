@@ -66,6 +66,8 @@ struct InstanceRecord {
   double predicted_iteration_s = 0;
   std::string metadata_endpoint;  // where the detector polls it (empty: its agent reports)
   std::string metadata_cloud;     // "aws", "gce", "azure": how its notices read
+  // Spot, or on-demand (launched by the deadline guard when spot could not keep the deadline).
+  launcher::Market market = launcher::Market::kSpot;
   InstanceStatus state = InstanceStatus::kRunning;
   int64_t launched_ms = 0;
   int64_t ended_ms = 0;

@@ -42,6 +42,8 @@ absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_
   if (!instances.ok()) return instances.status();
   auto revocations = store.Revocations(job_id);
   if (!revocations.ok()) return revocations.status();
+  auto events = store.Events(job_id);
+  if (!events.ok()) return events.status();
 
   JobSummary s{.job_id = job->id,
                .state = job->state,
@@ -58,6 +60,9 @@ absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_
     s.first_plan_iterations = first.prediction().normalized_iterations();
     s.first_plan_time_s = first.time_s();
     s.first_plan_cost_usd = first.cost_usd();
+    s.on_demand_only_cost_usd = first.on_demand_cost_usd() > 0
+                                    ? first.on_demand_cost_usd()
+                                    : first.prediction().on_demand_cost_usd();
     if (spec->confidence > 0 && first.has_risk()) {
       s.predicted_p_meet_deadline = first.risk().p_meet_deadline();
       s.predicted_p_meet_deadline_low = first.risk().p_meet_deadline_low();
@@ -65,10 +70,20 @@ absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_
     }
   }
   s.confidence = spec->confidence;
+  for (const JobEventRecord& e : *events) s.deadline_decisions += e.kind == "deadline";
   const int64_t end = job->finished_ms > 0 ? job->finished_ms : now_ms;
   for (const InstanceRecord& i : *instances) {
     const int64_t stop = i.ended_ms > 0 ? i.ended_ms : end;
-    s.actual_cost_usd += i.price_per_hour * std::max<int64_t>(0, stop - i.launched_ms) / 3.6e6;
+    const double hours = std::max<int64_t>(0, stop - i.launched_ms) / 3.6e6;
+    s.actual_cost_usd += i.price_per_hour * hours;
+    if (i.market == launcher::Market::kOnDemand) {
+      s.on_demand_instance_hours += hours;
+      s.on_demand_cost_usd += i.price_per_hour * hours;
+      ++s.on_demand_instances;
+    } else {
+      s.spot_instance_hours += hours;
+      s.spot_cost_usd += i.price_per_hour * hours;
+    }
     ++s.instances_launched;
     s.takeover_instances += i.reason == LaunchReason::kTakeover;
   }

@@ -62,6 +62,16 @@ struct JobSummary {
   double profiling_s = 0;
   double profiling_cost_usd = 0;
   double actual_cost_usd = 0;  // every instance from its launch to its stop (profiling too)
+  // The instances' hours and cost so far by market (profiling not included): spot, and on-demand
+  // that the deadline guard ran while spot could not keep the deadline. Beside them the first
+  // plan's cluster on on-demand for its predicted time (what on-demand from the start costs).
+  double spot_instance_hours = 0;
+  double spot_cost_usd = 0;
+  double on_demand_instance_hours = 0;
+  double on_demand_cost_usd = 0;
+  double on_demand_only_cost_usd = 0;
+  int on_demand_instances = 0;
+  int deadline_decisions = 0;  // "deadline" events in the job's log
   int instances_launched = 0;
   int takeover_instances = 0;
   int revocations_handled = 0;  // launched or none-needed

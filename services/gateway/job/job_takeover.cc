@@ -180,7 +180,23 @@ absl::Status JobRun::Takeover(RevocationRecord& revocation) {
   for (const launcher::Instance& i : launched->instances) ids.push_back(i.id);
   if (!launched->error.ok()) return launched->error;
   if (!launched->exhausted_types.empty()) {
-    return launched->capacity_errors[launched->exhausted_types.front()];
+    // No spot capacity for the takeover: the deadline guard takes the type on (on-demand while
+    // spot is short, job_deadline.cc) when the job falls back; else the takeover fails.
+    for (const std::string& type : launched->exhausted_types) {
+      if (!GuardHandles(type)) return launched->capacity_errors[type];
+    }
+    for (const std::string& type : launched->exhausted_types) {
+      const int wanted = RunningOn(type, launcher::Market::kSpot) +
+                         RunningOn(type, launcher::Market::kOnDemand) + launched->shortfall[type];
+      if (auto s = SpotShort(type, wanted); !s.ok()) return s;
+    }
+    revocation.detail =
+        absl::StrCat(revocation.detail.empty() ? "" : revocation.detail + "; ",
+                     "no spot capacity for ", absl::StrJoin(launched->exhausted_types, ", "),
+                     ": the deadline guard decides what runs (on-demand while spot is short)");
+    return RecordTakeover(revocation, ids,
+                          ids.empty() ? RevocationStatus::kNoneNeeded : RevocationStatus::kLaunched,
+                          /*save_job=*/false);
   }
   return RecordTakeover(revocation, ids,
                         ids.empty() ? RevocationStatus::kNoneNeeded : RevocationStatus::kLaunched,

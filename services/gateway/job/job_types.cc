@@ -38,10 +38,11 @@ constexpr std::array<std::pair<InstanceStatus, absl::string_view>, 3> kInstanceS
     {InstanceStatus::kRevoking, "revoking"},
     {InstanceStatus::kEnded, "ended"},
 }};
-constexpr std::array<std::pair<LaunchReason, absl::string_view>, 3> kLaunchReasons{{
+constexpr std::array<std::pair<LaunchReason, absl::string_view>, 4> kLaunchReasons{{
     {LaunchReason::kPlan, "plan"},
     {LaunchReason::kCapacity, "capacity"},
     {LaunchReason::kTakeover, "takeover"},
+    {LaunchReason::kDeadline, "deadline"},
 }};
 constexpr std::array<std::pair<RevocationStatus, absl::string_view>, 4> kRevocationStatuses{{
     {RevocationStatus::kPending, "pending"},

@@ -1,0 +1,339 @@
+// Issue 26 end to end: `spotdnn run` on the local provider whose spot capacity of the job's type
+// is a trace (a trace hour a second). The spot capacity disappears mid-run: the plan's worker gets
+// a spot notice and goes, its takeover finds no spot capacity, and the deadline guard runs the
+// job on on-demand; when the trace gives spot back, a probe launches spot and the on-demand
+// instance stops. The job meets its deadline and costs less than on-demand from the start. A
+// `kill -9` of the gateway during the on-demand phase resumes without a second launch.
+//
+// The harness is run_e2e_test's: `spotdnn up` (the services and the metadata emulator as
+// processes on 127.0.0.1:0), the gateway as a process, spotdnn-sim-worker instances.
+//
+// The numbers: 100 iterations of ResNet-110 on one p2.xlarge are planned at 0.5455 s each (55 s);
+// the deadline is 60 s and the changeover (revocation_overhead) 5 s. The sim workers step every
+// 0.2 s, faster than planned, so the slack grows while they train: when spot goes (at 4 s) the
+// slack is too small to wait, and when it returns (at 10 s) there is room for a changeover back.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "provisioner/launcher/local_provider.h"
+#include "services/gateway/job/job_store.h"
+#include "tests/gateway/cli_runner.h"
+#include "tests/testing/child_process.h"
+
+namespace spotdnn::gateway {
+namespace {
+
+namespace fs = std::filesystem;
+using job::InstanceRecord;
+using job::JobEventRecord;
+using job::JobStore;
+using launcher::Market;
+using testing_util::Child;
+
+class OnDemandEndToEnd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           absl::StrCat("spotdnn-ondemand-e2e-", getpid(), "-",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    CliRun up = Cli({"up", "--data-dir", dir_.string(), "--bin-dir", bin_, "--json"});
+    ASSERT_EQ(up.code, 0) << up.err;
+    auto provider =
+        launcher::LocalProvider::Create({.state_dir = (dir_ / "local").string(), .owner = false});
+    ASSERT_TRUE(provider.ok()) << provider.status();
+    provider_ = std::move(*provider);
+  }
+
+  void TearDown() override {
+    if (provider_ != nullptr) {
+      auto left = provider_->Describe("");
+      if (left.ok()) {
+        std::vector<std::string> ids;
+        for (const auto& i : *left) ids.push_back(i.id);
+        (void)provider_->Terminate(ids);
+      }
+      provider_.reset();
+    }
+    Cli({"down", "--data-dir", dir_.string()});
+    fs::remove_all(dir_);
+  }
+
+  // The job: 100 iterations within 60 s on a catalog with one type, p2.xlarge (spot $0.27/h,
+  // on-demand $0.90/h), whose spot capacity is 1 until trace hour `gone_h` and 0 until `back_h`.
+  std::string WriteJob(const std::string& name, int gone_h, int back_h) {
+    const fs::path catalog = dir_ / "p2-only.json";
+    std::ofstream(catalog) << nlohmann::json{
+        {"name", "p2-only"},
+        {"instance_types",
+         {{{"name", "p2.xlarge"},
+           {"gpu_type", "K80"},
+           {"gpus", 1},
+           {"gpu_memory_gib", 12},
+           {"spot_price_per_hour", 0.27},
+           {"on_demand_price_per_hour", 0.90},
+           {"quota", 1}}}},
+        {"parameter_server", {{"instance_type", "m5.xlarge"}, {"bandwidth_mb_per_s", 1200}}},
+        {"pcie_bandwidth_mb_per_s",
+         10000}}.dump(2);
+    const fs::path trace = dir_ / "p2-trace.csv";
+    std::ofstream(trace) << "time_h,count\n0,1\n"
+                         << gone_h << ",1\n"
+                         << gone_h << ",0\n"
+                         << back_h << ",0\n"
+                         << back_h << ",1\n";
+    const fs::path path = dir_ / (name + ".json");
+    std::ofstream(path) << nlohmann::json{{"name", name},
+                                          {"workload", {{"profile", "resnet110"}}},
+                                          {"slo", {{"iterations", 100}, {"deadline", "60s"}}},
+                                          {"catalog", catalog.string()},
+                                          {"provider",
+                                           {{"name", "local"},
+                                            {"capacity_trace", {{"p2.xlarge", trace.string()}}},
+                                            {"capacity_trace_time_scale", 3600}}},
+                                          {"revocation_overhead", "5s"},
+                                          {"commands",
+                                           {{"worker",
+                                             bin_ + "/spotdnn-sim-worker --iteration_time_s=0.2"},
+                                            {"parameter_server", bin_ + "/spotdnn-sim-worker"}}}}
+                               .dump(2);
+    return path.string();
+  }
+
+  std::unique_ptr<Child> StartGateway(std::vector<std::string> args, const std::string& log) {
+    std::vector<std::string> argv = {bin_ + "/spotdnn"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--spot-probe-every", "1s", "--json", "--data-dir", dir_.string()});
+    return std::make_unique<Child>(argv, (dir_ / log).string());
+  }
+
+  std::unique_ptr<JobStore> Store() {
+    auto store = JobStore::Open((dir_ / "jobs.db").string());
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+
+  // Trace time 0: when the gateway's provider first replayed the trace (kept in the state dir).
+  absl::Time TraceOrigin() {
+    std::ifstream in(dir_ / "local" / "capacity_trace_origin");
+    int64_t ms = 0;
+    std::string text;
+    EXPECT_TRUE(std::getline(in, text) && absl::SimpleAtoi(text, &ms)) << text;
+    return absl::FromUnixMillis(ms);
+  }
+
+  std::vector<nlohmann::json> DetailsOf(const std::vector<JobEventRecord>& events,
+                                        const std::string& kind) {
+    std::vector<nlohmann::json> out;
+    for (const JobEventRecord& e : events) {
+      if (e.kind == kind) out.push_back(nlohmann::json::parse(e.detail, nullptr, false));
+    }
+    return out;
+  }
+
+  const std::string bin_ = SPOTDNN_BINARY_DIR;
+  fs::path dir_;
+  std::unique_ptr<launcher::LocalProvider> provider_;
+};
+
+TEST_F(OnDemandEndToEnd, SpotGoneMidRunFallsBackToOnDemandAndReturnsToSpot) {
+  const std::string job = "e2e-ondemand";
+  const std::string spec = WriteJob(job, /*gone_h=*/4, /*back_h=*/10);
+  const absl::Time start = absl::Now();
+  auto gateway = StartGateway({"run", spec}, "run.log");
+  std::optional<int> code = gateway->Wait(std::chrono::seconds(110));
+  ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
+  const double wall_s = absl::ToDoubleSeconds(absl::Now() - start);
+  EXPECT_EQ(*code, 0);
+  const absl::Time origin = TraceOrigin();
+  const int64_t gone_ms = absl::ToUnixMillis(origin + absl::Seconds(4));
+  const int64_t back_ms = absl::ToUnixMillis(origin + absl::Seconds(10));
+
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  auto record = store->GetJob(job);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
+  EXPECT_GE(record->iterations_done, 100);
+  auto events = store->Events(job);
+  ASSERT_TRUE(events.ok());
+  std::vector<std::string> kinds;
+  for (const JobEventRecord& e : *events) kinds.push_back(e.kind);
+  // Spot went short, the guard decided (each decision with its reason), spot came back.
+  EXPECT_THAT(kinds, ::testing::Contains("spot-short"));
+  EXPECT_THAT(kinds, ::testing::Contains("spot-back"));
+  const std::vector<nlohmann::json> decisions = DetailsOf(*events, "deadline");
+  ASSERT_FALSE(decisions.empty());
+  int launched_on_demand = 0, probes = 0;
+  for (const nlohmann::json& d : decisions) {
+    ASSERT_TRUE(d.is_object());
+    EXPECT_FALSE(d.value("reason", "").empty()) << d;
+    launched_on_demand += d.value("launch_on_demand", 0);
+    probes += d.value("trigger", "") == "probe";
+  }
+  EXPECT_EQ(launched_on_demand, 1);
+  EXPECT_GE(probes, 1);
+  // What was carried out: one on-demand worker stopped, once the spot probe got capacity.
+  const std::vector<nlohmann::json> done = DetailsOf(*events, "deadline-done");
+  EXPECT_EQ(done.size(), decisions.size());
+  size_t stopped = 0;
+  for (const nlohmann::json& d : done) stopped += d["stopped"].size();
+  EXPECT_EQ(stopped, 1u);
+
+  // The instances: the plan's spot worker went when the trace said so, one on-demand worker ran
+  // while spot was gone, and a spot worker launched once it was back took over from it.
+  auto instances = store->Instances(job);
+  ASSERT_TRUE(instances.ok());
+  std::vector<InstanceRecord> on_demand, spot_after;
+  for (const InstanceRecord& i : *instances) {
+    EXPECT_EQ(i.state, job::InstanceStatus::kEnded) << i.id;
+    if (i.role != launcher::Role::kWorker) continue;
+    if (i.market == Market::kOnDemand) {
+      on_demand.push_back(i);
+      EXPECT_EQ(i.reason, job::LaunchReason::kDeadline) << i.id;
+      EXPECT_DOUBLE_EQ(i.price_per_hour, 0.90);
+    } else if (i.reason == job::LaunchReason::kDeadline) {
+      spot_after.push_back(i);
+      EXPECT_DOUBLE_EQ(i.price_per_hour, 0.27);
+    } else if (i.reason == job::LaunchReason::kPlan) {
+      EXPECT_GE(i.ended_ms, gone_ms) << "the plan's worker went before the trace said so";
+    }
+  }
+  ASSERT_EQ(on_demand.size(), 1u);
+  ASSERT_EQ(spot_after.size(), 1u);
+  EXPECT_GE(on_demand[0].launched_ms, gone_ms);
+  EXPECT_GE(spot_after[0].launched_ms, back_ms) << "spot launched before the trace gave it back";
+  EXPECT_LT(on_demand[0].ended_ms, record->finished_ms) << "on-demand ran to the end";
+  EXPECT_GE(on_demand[0].ended_ms, spot_after[0].launched_ms);
+
+  // `spotdnn status`: the hours and costs by market; the deadline met; less than on-demand
+  // from the start would have cost.
+  CliRun status = Cli({"status", job, "--json", "--data-dir", dir_.string()});
+  ASSERT_EQ(status.code, 0) << status.err;
+  const nlohmann::json summary = nlohmann::json::parse(status.out)["summary"];
+  EXPECT_EQ(summary["deadline_met"], true) << summary;
+  EXPECT_GT(summary["spot_instance_hours"].get<double>(), 0);
+  EXPECT_GT(summary["on_demand_instance_hours"].get<double>(), 0);
+  EXPECT_NEAR(summary["on_demand_cost_usd"].get<double>(),
+              0.90 * summary["on_demand_instance_hours"].get<double>(), 1e-9);
+  EXPECT_EQ(summary["on_demand_instances"], 1);
+  EXPECT_GE(summary["deadline_decisions"].get<int>(), 2);
+  ASSERT_TRUE(summary["on_demand_only_cost_usd"].is_number()) << summary;
+  EXPECT_LT(summary["actual_cost_usd"].get<double>(),
+            summary["on_demand_only_cost_usd"].get<double>());
+  CliRun text = Cli({"status", job, "--data-dir", dir_.string()});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, ::testing::ContainsRegex("on-demand +0\\.0[0-9]+ +\\$"));
+  EXPECT_THAT(text.out, ::testing::HasSubstr("Deadline decisions: "));
+  EXPECT_THAT(text.out, ::testing::HasSubstr("spot-short"));
+  for (const JobEventRecord& e : *events) {
+    if (e.kind == "deadline" || e.kind == "spot-short" || e.kind == "spot-back") {
+      std::cout << "  " << (e.at_ms - absl::ToUnixMillis(origin)) / 1000.0 << " s " << e.kind << " "
+                << e.detail << "\n";
+    }
+  }
+
+  // The gateway's own stream has the decisions as events.
+  std::ifstream log(dir_ / "run.log");
+  std::string line;
+  int streamed = 0;
+  while (std::getline(log, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    streamed += j.is_object() && j.value("event", "") == "deadline";
+  }
+  EXPECT_EQ(streamed, static_cast<int>(decisions.size()));
+  std::cout << "[measured] " << job << ": " << wall_s << " s wall; spot "
+            << summary["spot_instance_hours"] << " h $" << summary["spot_cost_usd"]
+            << ", on-demand " << summary["on_demand_instance_hours"] << " h $"
+            << summary["on_demand_cost_usd"] << ", total $" << summary["actual_cost_usd"]
+            << " vs on-demand from the start $" << summary["on_demand_only_cost_usd"]
+            << "; finished " << summary["actual_time_s"] << " s after launch (deadline 60 s)"
+            << std::endl;
+}
+
+TEST_F(OnDemandEndToEnd, KilledDuringTheOnDemandPhaseResumesWithoutASecondLaunch) {
+  const std::string job = "e2e-ondemand-resume";
+  // Spot goes at 4 s and stays gone for the rest of the job.
+  const std::string spec = WriteJob(job, /*gone_h=*/4, /*back_h=*/200);
+  auto gateway = StartGateway({"run", spec}, "run.log");
+  // Until the on-demand worker is on record and running.
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  std::string on_demand_id;
+  for (int i = 0; i < 400 && on_demand_id.empty(); ++i) {
+    auto instances = store->Instances(job);
+    if (instances.ok()) {
+      for (const InstanceRecord& r : *instances) {
+        if (r.market == Market::kOnDemand) on_demand_id = r.id;
+      }
+    }
+    if (on_demand_id.empty()) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_FALSE(on_demand_id.empty()) << "no on-demand worker within 40 s";
+  absl::SleepFor(absl::Milliseconds(500));
+  gateway->Kill();  // kill -9, in the on-demand phase
+
+  // The on-demand worker runs on without its gateway.
+  auto running = provider_->Describe(job);
+  ASSERT_TRUE(running.ok());
+  bool still_running = false;
+  for (const auto& i : *running) {
+    if (i.id == on_demand_id) {
+      still_running = i.state == launcher::InstanceState::kRunning;
+      EXPECT_EQ(i.market, Market::kOnDemand);
+    }
+  }
+  EXPECT_TRUE(still_running);
+  auto before = store->Instances(job);
+  ASSERT_TRUE(before.ok());
+
+  auto resumed = StartGateway({"run", "--resume", job}, "resume.log");
+  std::optional<int> code = resumed->Wait(std::chrono::seconds(110));
+  ASSERT_TRUE(code.has_value()) << "the resumed gateway did not finish the job";
+  EXPECT_EQ(*code, 0);
+  auto record = store->GetJob(job);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
+
+  // Nothing launched twice: one on-demand worker in all (the one from before the kill), every
+  // instance recorded once.
+  auto after = store->Instances(job);
+  ASSERT_TRUE(after.ok());
+  std::set<std::string> ids;
+  std::vector<std::string> on_demand;
+  for (const InstanceRecord& i : *after) {
+    EXPECT_TRUE(ids.insert(i.id).second) << i.id << " recorded twice";
+    if (i.market == Market::kOnDemand) on_demand.push_back(i.id);
+  }
+  EXPECT_EQ(on_demand, std::vector<std::string>{on_demand_id});
+  auto events = store->Events(job);
+  ASSERT_TRUE(events.ok());
+  int launches = 0;
+  for (const nlohmann::json& d : DetailsOf(*events, "deadline")) {
+    launches += d.value("launch_on_demand", 0);
+  }
+  EXPECT_EQ(launches, 1);
+  CliRun status = Cli({"status", job, "--json", "--data-dir", dir_.string()});
+  ASSERT_EQ(status.code, 0) << status.err;
+  const nlohmann::json summary = nlohmann::json::parse(status.out)["summary"];
+  EXPECT_EQ(summary["deadline_met"], true) << summary;
+  EXPECT_EQ(summary["on_demand_instances"], 1);
+}
+
+}  // namespace
+}  // namespace spotdnn::gateway
