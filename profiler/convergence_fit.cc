@@ -206,12 +206,23 @@ std::pair<double, double> SpreadLaw(const std::vector<Point>& points,
     cells[{p.workers, GroupOf(p.step, interval)}].push_back(p.error);
     runs_of[p.workers].insert(p.run);
   }
+  // Deviations from the cell's mean, scaled by sqrt(k / (k - 1)) so that each is distributed as
+  // one run's deviation from the curve (a cell of k runs pulls its mean towards its points); the
+  // robust sd of those is the spread, so that a run far off (an outlier) weighs little.
+  std::map<std::pair<int, int>, double> means;
+  for (const auto& [key, cell] : cells) {
+    double sum = 0;
+    for (double e : cell) sum += e;
+    means[key] = sum / cell.size();
+  }
   std::map<int, std::vector<double>> deviations;
   for (const Point& p : points) {
     if (!use(p) || runs_of[p.workers].size() < 3) continue;
-    const auto& cell = cells[{p.workers, GroupOf(p.step, interval)}];
+    const std::pair<int, int> key{p.workers, GroupOf(p.step, interval)};
+    const auto& cell = cells[key];
     if (cell.size() < 3) continue;
-    deviations[p.workers].push_back(std::abs(p.error - Median(cell)));
+    const double k = cell.size();
+    deviations[p.workers].push_back(std::abs(p.error - means[key]) * std::sqrt(k / (k - 1)));
   }
   std::vector<double> xs, ys, ws;
   for (const auto& [n, dev] : deviations) {
@@ -529,11 +540,16 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
         s.drop_steps.insert(pos, step);
         s.drop_factors.insert(s.drop_factors.begin() + at, 0.1);
         auto candidate = solve(s, /*two_starts=*/false);
-        // A drop must explain a fifth of what is left and take the error down by a tenth.
+        // A drop must take the error down by a quarter, settle fast, and be
         const double ratio = Logistic(candidate.second.x[kBaseParams + at]);
         const int t = kBaseParams + std::max(candidate.first.drops, 1);
         const bool sharp = candidate.second.x[t] < candidate.first.upper[t] - 0.1;
-        if (candidate.second.sse < 0.8 * best_sse && ratio < 0.9 && sharp) {
+        // worth its two parameters by a wide margin (n log(SSE0 / SSE1) > 12 log n, six times
+        // the Bayesian information criterion's price).
+        const double n = static_cast<double>(points.size());
+        const bool worth = candidate.second.sse > 0 &&
+                           n * std::log(solved.sse / candidate.second.sse) > 12 * std::log(n);
+        if (worth && ratio < 0.75 && sharp && candidate.second.sse < best_sse) {
           best_sse = candidate.second.sse;
           best_schedule = s;
           best_fit = std::move(candidate);
