@@ -219,6 +219,13 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
     return model_.ErrorStatus(planned.estimate, problem_.target_loss);
   }
   const double plan_iterations = planned.estimate.normalized_iterations;
+  // The convergence spread as a log-normal's sigma: ln(p90 / p10) = 2 z(0.9) sigma.
+  double spread_sigma = 0;
+  if (options_.convergence_spread && planned.estimate.has_spread &&
+      planned.estimate.iterations_p10 > 0 && std::isfinite(planned.estimate.iterations_p90)) {
+    spread_sigma = std::log(planned.estimate.iterations_p90 / planned.estimate.iterations_p10) /
+                   (2 * 1.2815515655446004);
+  }
 
   std::vector<double> price(n_types);
   for (size_t k = 0; k < n_types; ++k) {
@@ -277,7 +284,16 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
     for (size_t k = 0; k < n_types; ++k) {
       for (int c = 0; c < plan[k]; ++c) launch(static_cast<int>(k), 0, 0);
     }
-    double t = 0, progress = 0, target = plan_iterations, cost = 0;
+    // What this run's job needs: the plan's p50 scaled by its own convergence (a separate
+    // stream, so that the lifetimes stay the same draws with and without the spread).
+    double needed = plan_iterations;
+    if (spread_sigma > 0) {
+      Rng conv(MixSeed(seed ^ 0xC0FFEEULL) ^ MixSeed(static_cast<uint64_t>(run)));
+      const double u1 = conv.Uniform(), u2 = conv.Uniform();
+      const double z = std::sqrt(-2 * std::log(u1)) * std::cos(2 * 3.14159265358979323846 * u2);
+      needed = plan_iterations * std::exp(spread_sigma * z);
+    }
+    double t = 0, progress = 0, target = needed, cost = 0;
     int revocations = 0;
     bool finished = false;
     while (true) {
@@ -336,7 +352,8 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
           } else if (!d.feasible) {
             launch(instances[x].type, t, t + overhead);  // like for like
           } else {
-            target = progress_used + d.rest_iterations;
+            // The re-plan counts on the p50; the run still needs what it drew beyond it.
+            target = progress_used + d.rest_iterations + (needed - plan_iterations);
             const std::vector<int> to_launch = d.to_launch;  // `d` may move as the cache grows
             for (size_t k = 0; k < n_types; ++k) {
               for (int c = 0; c < to_launch[k]; ++c) launch(static_cast<int>(k), t, t + overhead);

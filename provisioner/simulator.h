@@ -46,6 +46,10 @@ struct SimulationOptions {
   std::optional<double> takeover_delay_s;
   // Normalized iterations lost when a worker is revoked (its in-flight step).
   double lost_iterations_per_revocation = 1;
+  // Each run draws the iterations its job needs from the plan's convergence spread (a log-normal
+  // through its p10 and p90, when the workload's convergence model gives them): P(meet deadline)
+  // then counts slow convergence as well as revocations. false: every run needs the p50.
+  bool convergence_spread = true;
   // 0 (default): re-plans get the exact clock and progress, as the gateway's would; equal inputs
   // share one cached re-plan (with empirical lifetimes, revocations fall on the observed times, so
   // most re-plans repeat). Above 0: re-plan decisions see the clock rounded up and the progress
