@@ -48,7 +48,14 @@ double BaseError(const ConvergenceModel& m, int workers, double r, double j) {
 }
 
 // The schedule's factor m(j) on the base error.
-double RateFactor(const ConvergenceModel& m, double j) {
+// rho of a drop (or the cosine's) for `workers` workers.
+double RatioFor(double rho, double exponent, int workers) {
+  if (exponent == 0 || workers <= 1) return rho;
+  const double logit = std::log(rho / std::max(1e-12, 1 - rho)) + exponent * std::log(workers);
+  return 1 / (1 + std::exp(-logit));
+}
+
+double RateFactor(const ConvergenceModel& m, int workers, double j) {
   const LrSchedule& s = m.schedule;
   const double tau = std::max(1e-9, m.drop_time_steps);
   switch (s.kind) {
@@ -58,14 +65,16 @@ double RateFactor(const ConvergenceModel& m, double j) {
       double f = 1;
       for (size_t i = 0; i < s.drop_steps.size(); ++i) {
         if (j <= s.drop_steps[i]) break;
-        const double rho = i < m.drop_ratios.size() ? m.drop_ratios[i] : 1.0;
+        const double rho =
+            RatioFor(i < m.drop_ratios.size() ? m.drop_ratios[i] : 1.0, m.drop_ratio_exp, workers);
         f *= rho + (1 - rho) * std::exp(-(j - s.drop_steps[i]) / tau);
       }
       return f;
     }
     case LrSchedule::Kind::kCosine: {
       const double lagged = std::max(0.0, j - std::max(0.0, m.drop_time_steps));
-      return m.rho + (1 - m.rho) * s.RateAt(lagged);
+      const double rho = RatioFor(m.rho, m.drop_ratio_exp, workers);
+      return rho + (1 - rho) * s.RateAt(lagged);
     }
   }
   return 1;
@@ -83,7 +92,7 @@ double NoiseAt(const ConvergenceModel& m, int workers, double j) {
 
 double MeanError(const ConvergenceModel& m, int workers, double r, double step) {
   const double j = std::max(0.0, step - m.schedule.warmup_steps / 2);
-  return BaseError(m, workers, r, j) * RateFactor(m, step);
+  return BaseError(m, workers, r, j) * RateFactor(m, workers, step);
 }
 
 }  // namespace
@@ -231,7 +240,8 @@ absl::Status ConvergenceModel::Validate() const {
   for (auto st : {finite("ceiling", ceiling), nonneg("floor", floor), finite("floor_exp", floor_exp),
                   nonneg("amplitude", amplitude), finite("scale_exp", scale_exp),
                   finite("g1", g1), finite("g3", g3), finite("g4", g4), finite("g5", g5),
-                  nonneg("drop_time_steps", drop_time_steps), nonneg("noise_sd", noise_sd),
+                  nonneg("drop_time_steps", drop_time_steps), finite("drop_ratio_exp", drop_ratio_exp),
+                  nonneg("noise_sd", noise_sd),
                   finite("noise_exp", noise_exp), nonneg("noise_sd_after", noise_sd_after),
                   finite("noise_exp_after", noise_exp_after),
                   nonneg("eval_interval_steps", eval_interval_steps),
@@ -257,6 +267,38 @@ absl::Status ConvergenceModel::Validate() const {
     }
   }
   return absl::OkStatus();
+}
+
+std::string DescribeConvergence(const ConvergenceModel& m) {
+  std::string out =
+      m.form == ConvergenceModel::Form::kEq3
+          ? absl::StrFormat("error = %.4g sqrt((R + %.3g) N) / (j + %.4g) + %.4g", m.g3, m.g4, m.g1,
+                            m.g5)
+          : absl::StrFormat("error = %.3g N^%.2f + %.3g exp(-j / (%.4g N^%.2f))", m.floor,
+                            m.floor_exp, m.amplitude, m.scale, m.scale_exp);
+  absl::StrAppend(&out, "; ", LrScheduleText(m.schedule));
+  if (!m.drop_ratios.empty()) {
+    std::vector<std::string> r;
+    for (double d : m.drop_ratios) r.push_back(absl::StrFormat("%.2f", d));
+    absl::StrAppend(&out, absl::StrFormat(" (settles to %s within %.0f steps", absl::StrJoin(r, ", "),
+                                          m.drop_time_steps));
+    if (m.drop_ratio_exp != 0) {
+      absl::StrAppend(&out, absl::StrFormat(", logit + %.2f ln N", m.drop_ratio_exp));
+    }
+    absl::StrAppend(&out, ")");
+  }
+  absl::StrAppend(&out, absl::StrFormat("; spread %.3g N^%.2f", m.noise_sd, m.noise_exp));
+  if (m.noise_sd_after > 0) {
+    absl::StrAppend(&out, absl::StrFormat(" before the drop, %.3g N^%.2f after", m.noise_sd_after,
+                                          m.noise_exp_after));
+  }
+  if (m.eval_interval_steps > 0) {
+    absl::StrAppend(&out, absl::StrFormat("; evaluated every %.0f steps", m.eval_interval_steps));
+    if (m.eval_interval_per_worker_steps > 0) {
+      absl::StrAppend(&out, absl::StrFormat(" + %.2f per worker", m.eval_interval_per_worker_steps));
+    }
+  }
+  return out;
 }
 
 double MeanValueAt(const ConvergenceModel& model, int workers, double r, double step) {

@@ -66,15 +66,16 @@ T ModelError(const T* const* x, const Point& p, ConvergenceModel::Form form, con
     base = floor + exp(x[2][0]) * exp(-T(j) / scale);
   }
   const T tau = exp(x[kBaseParams + std::max(drops, 1)][0]);
+  const T ratio_exp = x[kBaseParams + std::max(drops, 1) + 1][0] * T(std::log(n));
   T factor = T(1);
   if (s.kind == LrSchedule::Kind::kStepDecay) {
     for (int i = 0; i < drops; ++i) {
       if (p.step <= s.drop_steps[i]) break;
-      const T rho = Logistic(x[kBaseParams + i][0]);
+      const T rho = Logistic(x[kBaseParams + i][0] + ratio_exp);
       factor = factor * (rho + (T(1) - rho) * exp(-(T(p.step - s.drop_steps[i])) / tau));
     }
   } else if (s.kind == LrSchedule::Kind::kCosine) {
-    const T rho = Logistic(x[kBaseParams][0]);
+    const T rho = Logistic(x[kBaseParams][0] + ratio_exp);
     // The rate lagged by tau, as predictor/convergence.cc computes it (tau held in the solve).
     const double lagged = std::max(0.0, p.step);
     factor = rho + (T(1) - rho) * T(s.RateAt(lagged));
@@ -128,7 +129,7 @@ struct Problem {
   double prior_weight = 0;
   std::vector<double> lower, upper;  // per parameter, NaN = unbounded
 
-  int size() const { return kBaseParams + std::max(drops, 1) + 1; }
+  int size() const { return kBaseParams + std::max(drops, 1) + 2; }
 
   Solved Solve(std::vector<double> x) const {
     ceres::Problem problem;
@@ -375,7 +376,7 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
 
   // Initial values from the data: the error's late level, its early level, a quarter of the span.
   auto initial = [&](const LrSchedule& s, int drops) {
-    std::vector<double> x(kBaseParams + std::max(drops, 1) + 1, 0.0);
+    std::vector<double> x(kBaseParams + std::max(drops, 1) + 2, 0.0);
     std::vector<double> early, late;
     const double end = s.kind == LrSchedule::Kind::kStepDecay ? s.drop_steps.front() : max_step;
     for (const Point& p : points) {
@@ -417,6 +418,9 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
       pr.fixed[kBaseParams] = pr.fixed[kBaseParams + 1] = true;
     }
     if (s.kind == LrSchedule::Kind::kCosine) pr.fixed[kBaseParams + 1] = true;
+    // The ratios' change with the cluster size: needs drops and two sizes.
+    const int ratio_exp = kBaseParams + std::max(pr.drops, 1) + 1;
+    if (one_size || s.kind == LrSchedule::Kind::kConstant) pr.fixed[ratio_exp] = true;
     // Bounds keep the curve finite: levels within 1e-9..10x the largest error, exponents of the
     // cluster size in [-1, 3], time scales within 1..1000x the steps seen, and a drop's settling
     // time at most one evaluation interval (or 5% of its step): a step drop is fast; a slow change
@@ -450,6 +454,8 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
     const int t = kBaseParams + std::max(pr.drops, 1);
     pr.lower[t] = 0;
     pr.upper[t] = std::log(std::max(2.0, settle));
+    pr.lower[ratio_exp] = -3;
+    pr.upper[ratio_exp] = 3;
     // Drops after the last evaluation: nothing to fit (their ratio stays at the start value).
     for (int i = 0; i < pr.drops; ++i) {
       if (s.drop_steps[i] >= max_step) pr.fixed[kBaseParams + i] = true;
@@ -482,6 +488,7 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
       const int t = kBaseParams + std::max(pr.drops, 1);
       pr.prior[t] = x[t] = std::log(p.drop_time_steps);
     }
+    x[kBaseParams + std::max(pr.drops, 1) + 1] = p.drop_ratio_exp;
     // The prior counts as `prior_points` points, each about the curve's noise.
     const double noise = std::max(1e-6, p.noise_sd > 0 ? p.noise_sd : 0.05 * max_error);
     pr.prior_weight = std::sqrt(std::max(0.0, options.prior_points)) * noise;
@@ -587,6 +594,8 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
   model.rho = schedule.kind == LrSchedule::Kind::kCosine ? Logistic(x[kBaseParams]) : 1;
   model.drop_time_steps =
       schedule.kind == LrSchedule::Kind::kConstant ? 0 : std::exp(x[kBaseParams + std::max(drops, 1)]);
+  model.drop_ratio_exp =
+      schedule.kind == LrSchedule::Kind::kConstant ? 0 : x[kBaseParams + std::max(drops, 1) + 1];
   if (schedule.kind == LrSchedule::Kind::kStepDecay) {
     for (int i = 0; i < drops; ++i) {
       fit.notes.push_back(absl::StrFormat(
@@ -656,6 +665,7 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
     return absl::FailedPreconditionError(
         absl::StrCat("the convergence fit gave no usable model: ", st.message()));
   }
+  fit.notes.push_back(absl::StrCat("model: ", predictor::DescribeConvergence(model)));
   fit.model = std::move(model);
   fit.points = static_cast<int>(points.size());
   fit.rmse = std::sqrt(sse / points.size());

@@ -43,12 +43,13 @@ absl::StatusOr<ConvergenceValidation> ValidateConvergence(absl::Span<const Conve
   for (int n : sizes) {
     if (std::find(fit_sizes.begin(), fit_sizes.end(), n) == fit_sizes.end()) held_out.push_back(n);
   }
-  if (held_out.empty()) {
-    return absl::InvalidArgumentError(
-        "fit_sizes: every cluster size is fitted on, so none is left to check");
-  }
   if (targets.empty()) return absl::InvalidArgumentError("targets: give at least one");
   ConvergenceValidation out;
+  if (held_out.empty()) {
+    // Every size fitted on: check them all, in sample (how well the model reproduces its runs).
+    held_out.assign(sizes.begin(), sizes.end());
+    out.in_sample = true;
+  }
   std::set<std::string> notes;
   // One fit when the fit sizes are given; else one per held-out size.
   std::optional<ConvergenceFit> shared;

@@ -39,11 +39,12 @@ struct ConvergenceValidation {
   int compared = 0;                 // checks with both values
   int inside = 0;                   // of them, observed inside the 80% interval
   std::vector<std::string> notes;   // the fits' notes (once each)
+  bool in_sample = false;           // every size was fitted on, and checked as well
 };
 
 // Fits on the runs of `fit_sizes` and checks every other size; with `fit_sizes` empty, leaves
-// each size out in turn (fits on all the others). INVALID_ARGUMENT when a size is unknown or no
-// size is left to check.
+// each size out in turn (fits on all the others); when `fit_sizes` names every size, checks them
+// all in sample (ConvergenceValidation::in_sample). INVALID_ARGUMENT when a size is unknown.
 absl::StatusOr<ConvergenceValidation> ValidateConvergence(absl::Span<const ConvergenceRun> runs,
                                                           const std::vector<int>& fit_sizes,
                                                           const std::vector<double>& targets,

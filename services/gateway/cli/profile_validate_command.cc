@@ -373,6 +373,8 @@ int ValidateConvergenceCommand(const Args& args, const Io& io) {
     std::vector<std::string> notes;
     for (const std::string& n : v->notes) notes.push_back(JsonString(n));
     io.out << "{\"metric\":" << JsonString(targets->metric) << ",\"direction\":\"" << op
+           << "\",\"in_sample\":" << (v->in_sample ? "true" : "false") << ",\"fit_sizes\":\""
+           << absl::StrJoin(fit_sizes, ",")
            << "\",\"runs\":" << runs.size() << ",\"checks\":[" << absl::StrJoin(checks, ",")
            << "],\"targets\":[" << absl::StrJoin(per_target, ",")
            << "],\"mape_pct\":" << ShortestNumber(v->mape) << ",\"compared\":" << v->compared
@@ -384,7 +386,9 @@ int ValidateConvergenceCommand(const Args& args, const Io& io) {
          << " runs, "
          << (fit_sizes.empty() ? std::string("each cluster size left out in turn")
                                : absl::StrCat("fitted on ", absl::StrJoin(fit_sizes, ","),
-                                              " workers"))
+                                              " workers",
+                                              v->in_sample ? " and checked on the same (in sample)"
+                                                           : ""))
          << "\n\n";
   Table t({"workers", "target", "runs", "observed", "p50", "p10-p90", "error %", "inside"});
   auto steps = [](double s) { return std::isfinite(s) ? absl::StrFormat("%.0f", s) : "never"; };
