@@ -47,7 +47,7 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
   const bool metric_target = args.Has("--loss") || args.Has("--accuracy") || args.Has("--target");
   if (metric_target == args.Has("--iterations")) {
     return fail(absl::InvalidArgumentError(
-        "give one of --loss L, --accuracy A, --target METRIC>=V and --iterations N"));
+        "give one of --accuracy A, --target METRIC>=V, --loss L and --iterations N"));
   }
   pb::SimulateRequest request;
   const std::string workload = *args.Get("--workload"), catalog = *args.Get("--catalog");
