@@ -48,8 +48,40 @@ absl::StatusOr<absl::Time> ParseDateTime(absl::string_view text) {
       absl::StrCat("datetime = \"", t, "\": expected YYYY-MM-DD HH:MM:SS[.fff]"));
 }
 
-// TensorBoard's scalar export: the header names the columns.
-absl::StatusOr<LineParser> TensorBoardParser(absl::string_view header) {
+// The tag of a TensorBoard scalar export, from the name TensorBoard gives the download
+// ("run-train-tag-accuracy.csv" -> "accuracy", '/' in the tag written '_'); "" when the name
+// does not say.
+std::string TensorBoardTag(absl::string_view source) {
+  const size_t slash = source.find_last_of('/');
+  absl::string_view name = slash == absl::string_view::npos ? source : source.substr(slash + 1);
+  const size_t at = name.rfind("-tag-");
+  if (at == absl::string_view::npos) return "";
+  name = name.substr(at + 5);
+  absl::ConsumeSuffix(&name, ".csv");
+  return std::string(name);
+}
+
+// Where a TensorBoard export's Value goes, by its tag: the cluster's steps/s (global_step/sec,
+// or no tag), the loss, the accuracy (a tag ending in "accuracy", "eval_accuracy"), or else
+// Sample.metrics under the tag.
+void SetTensorBoardValue(const std::string& tag, double value, Sample& s) {
+  const std::string lower = absl::AsciiStrToLower(tag);
+  if (lower.empty() || absl::StrContains(lower, "global_step") ||
+      absl::StrContains(lower, "steps_per_sec")) {
+    s.cluster_steps_per_s = value;
+  } else if (lower == "loss" || absl::EndsWith(lower, "_loss") || absl::EndsWith(lower, ".loss")) {
+    s.loss = value;
+  } else if (lower == "accuracy" || absl::EndsWith(lower, "_accuracy") ||
+             absl::EndsWith(lower, ".accuracy")) {
+    s.accuracy = value;
+  } else {
+    s.metrics[tag] = value;
+  }
+}
+
+// TensorBoard's scalar export: the header names the columns; the file's name, the tag (see
+// SetTensorBoardValue).
+absl::StatusOr<LineParser> TensorBoardParser(absl::string_view header, const std::string& tag) {
   std::vector<std::string> columns;
   for (absl::string_view c : absl::StrSplit(header, ',')) {
     columns.push_back(absl::AsciiStrToLower(absl::StripAsciiWhitespace(c)));
@@ -80,7 +112,7 @@ absl::StatusOr<LineParser> TensorBoardParser(absl::string_view header) {
     if (!v.ok()) return v.status();
     s.wall_time_s = *w;
     s.step = *st;
-    s.cluster_steps_per_s = *v;
+    SetTensorBoardValue(tag, *v, s);
     if (step_time >= 0 && !absl::StripAsciiWhitespace(f[step_time]).empty()) {
       auto t = ParseDouble("Step Time", f[step_time]);
       if (!t.ok()) return t.status();
@@ -239,7 +271,8 @@ absl::StatusOr<ImportResult> ImportText(absl::string_view content, absl::string_
   switch (format) {
     case LogFormat::kTensorBoardCsv:
     case LogFormat::kCsv: {
-      auto p = format == LogFormat::kCsv ? CsvParser(first_line) : TensorBoardParser(first_line);
+      auto p = format == LogFormat::kCsv ? CsvParser(first_line)
+                                         : TensorBoardParser(first_line, TensorBoardTag(source));
       if (!p.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat(source, ":", first + 1, ": ", p.status().message()));

@@ -2,13 +2,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "services/common/db/database.h"
 
@@ -101,18 +104,46 @@ absl::Status SchemaV1(db::Database& db) {
   return db.ExecDdl(kSampleKey);
 }
 
-const db::Migration kMigrations[] = {{1, SchemaV1}};
+// Version 2: Sample.metrics, as "NAME=VALUE,NAME=VALUE" (names never hold '=' or ','; values
+// with 17 significant digits, so they read back exactly); '' for none.
+absl::Status SchemaV2(db::Database& db) {
+  return db.AddColumnIfMissing("samples", "metrics", "TEXT NOT NULL DEFAULT ''");
+}
+
+const db::Migration kMigrations[] = {{1, SchemaV1}, {2, SchemaV2}};
+
+std::string MetricsText(const std::map<std::string, double>& metrics) {
+  std::string out;
+  for (const auto& [name, value] : metrics) {
+    absl::StrAppend(&out, out.empty() ? "" : ",", name, "=", absl::StrFormat("%.17g", value));
+  }
+  return out;
+}
+
+// The metrics column back (entries that do not parse, which this store never writes, are left
+// out).
+std::map<std::string, double> MetricsOf(absl::string_view text) {
+  std::map<std::string, double> out;
+  if (text.empty()) return out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    const size_t eq = part.rfind('=');
+    double value = 0;
+    if (eq == absl::string_view::npos || !absl::SimpleAtod(part.substr(eq + 1), &value)) continue;
+    out[std::string(part.substr(0, eq))] = value;
+  }
+  return out;
+}
 
 constexpr char kSampleColumns[] =
     "job_id, worker_id, instance_type, gpu_type, gpus, batch_size, step, wall_time_s, "
     "iteration_time_s, loss, bytes_sent, bytes_received, gpu_memory_gib, cluster_workers, "
-    "communication_time_s, cluster_steps_per_s, accuracy, parameter_servers, cluster";
+    "communication_time_s, cluster_steps_per_s, accuracy, parameter_servers, cluster, metrics";
 
-constexpr size_t kSampleColumnCount = 19;
+constexpr size_t kSampleColumnCount = 20;
 
 // Samples go in with multi-row INSERTs of kRowsPerInsert rows, then halves of it down to one for
 // the rest of a batch: one round trip per 256 samples, and at most nine statement texts for a
-// connection to prepare. 256 rows of 19 columns stay under both backends' parameter limits.
+// connection to prepare. 256 rows of 20 columns stay under both backends' parameter limits.
 constexpr size_t kRowsPerInsert = 256;
 
 // The INSERT of `rows` samples (a power of two up to kRowsPerInsert), made once per size.
@@ -152,6 +183,7 @@ void AppendColumns(const Sample& s, std::vector<Value>& out) {
   out.emplace_back(s.accuracy);
   out.emplace_back(std::int64_t{s.parameter_servers});
   out.emplace_back(s.cluster);
+  out.emplace_back(MetricsText(s.metrics));
 }
 
 Sample SampleOf(const Row& r) {
@@ -175,6 +207,7 @@ Sample SampleOf(const Row& r) {
   s.accuracy = r.Real(16);
   s.parameter_servers = static_cast<int>(r.Int(17));
   s.cluster = r.Text(18);
+  s.metrics = MetricsOf(r.Text(19));
   return s;
 }
 
@@ -281,7 +314,7 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
     }
     // A job id names that job and the runs an import split it into ("J/run-3", "J/zone/run-1"):
     // the ids from "J/" up to "J0" ('0' follows '/'). Each part through one of the two keys, the
-    // indexes by job (see kSampleKey), the rowid (the 20th column) to sort by.
+    // indexes by job (see kSampleKey), the rowid (the 21st column) to sort by.
     static const std::string kByJob = [] {
       std::string sql;
       for (const char* job : {"job_id = ?1", "job_id >= ?1 || '/' AND job_id < ?1 || '0'"}) {
@@ -290,7 +323,7 @@ absl::StatusOr<std::vector<Sample>> ProfileStore::LoadSamples(
                           ", rowid FROM samples WHERE ", job, " AND ", step);
         }
       }
-      return absl::StrCat(sql, " ORDER BY 20");
+      return absl::StrCat(sql, " ORDER BY 21");
     }();
     for (const std::string& job : job_ids) {
       if (absl::Status s = db_->Query(kByJob, {job}, read); !s.ok()) return s;

@@ -84,16 +84,32 @@ absl::Status ValidateSample(const Sample& s) {
           absl::StrFormat("%s = %d: must be at most %d", field, value, most));
     }
   }
+  if (s.metrics.size() > kMaxSampleMetrics) {
+    return absl::InvalidArgumentError(absl::StrFormat("metrics: %d given, at most %d per sample",
+                                                      s.metrics.size(), kMaxSampleMetrics));
+  }
+  for (const auto& [name, value] : s.metrics) {
+    if (!limits::IsMetricName(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metric.", limits::Quote(name), ": a metric's name is 1 to ",
+                       limits::kMaxMetricNameBytes, " letters, digits and _ . - / :"));
+    }
+    if (!std::isfinite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("metric.%s = %g: must be finite", name, value));
+    }
+  }
   if (s.iteration_time_s > 0 && s.communication_time_s > s.iteration_time_s) {
     return absl::InvalidArgumentError(
         absl::StrFormat("communication_time_s = %g: exceeds iteration_time_s = %g",
                         s.communication_time_s, s.iteration_time_s));
   }
   if (s.wall_time_s == 0 && s.iteration_time_s == 0 && s.cluster_steps_per_s == 0 && s.loss == 0 &&
-      s.bytes_sent == 0 && s.bytes_received == 0 && s.gpu_memory_gib == 0 && s.accuracy == 0) {
+      s.bytes_sent == 0 && s.bytes_received == 0 && s.gpu_memory_gib == 0 && s.accuracy == 0 &&
+      s.metrics.empty()) {
     return absl::InvalidArgumentError(
         "sample carries no measurement: set wall_time_s, iteration_time_s, "
-        "cluster_steps_per_s, loss, bytes or gpu_memory_gib");
+        "cluster_steps_per_s, loss, accuracy, a metric, bytes or gpu_memory_gib");
   }
   if (!s.cluster.empty()) {
     auto composition = ParseComposition(s.cluster);

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "services/common/limits.h"
 
 namespace spotdnn::profiler {
 
@@ -44,14 +45,18 @@ struct Sample {
   std::map<std::string, double> metrics{};
 };
 
+// Most metrics one sample may carry.
+inline constexpr size_t kMaxSampleMetrics = limits::kMaxMetricsPerSample;
+
 // OK when every number is usable: finite, not negative, gpus at most
 // predictor::kMaxGpusPerInstance, batch_size at most 2^30, cluster_workers at most
 // predictor::kMaxClusterSize, parameter_servers at most predictor::kMaxParameterServers, and a
 // sample says something (a time, a speed, a loss or an accuracy); the ids and names (job_id,
 // worker_id, instance_type, gpu_type) at most limits::kMaxNameBytes; cluster, when given, a
 // composition (ParseComposition) of at most limits::kMaxTextBytes whose workers are
-// cluster_workers (when that is given). INVALID_ARGUMENT names the field and value
-// ("loss = nan: must be finite").
+// cluster_workers (when that is given); at most kMaxSampleMetrics metrics, each named as
+// limits::IsMetricName says, with a finite value (negative allowed). INVALID_ARGUMENT names the
+// field and value ("loss = nan: must be finite", "metric.top5 = inf: must be finite").
 absl::Status ValidateSample(const Sample& sample);
 
 // Parses a Sample::cluster composition "TYPE=N,TYPE=N" (N >= 1, each type once, a type at most

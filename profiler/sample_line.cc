@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "profiler/import_internal.h"
 #include "profiler/importers.h"
+#include "services/common/limits.h"
 
 namespace spotdnn::profiler {
 namespace import_internal {
@@ -71,6 +72,23 @@ absl::Status SetField(absl::string_view key, absl::string_view text, Sample& s) 
     return absl::OkStatus();
   };
   const std::string value(absl::StripAsciiWhitespace(text));
+  if (absl::StartsWith(k, "metric.")) {
+    // "metric.NAME": another metric the run logged (top-5 accuracy, BLEU, ...); NAME as written.
+    const std::string name(absl::StripAsciiWhitespace(key).substr(7));
+    if (!limits::IsMetricName(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metric.", limits::Quote(name), ": a metric's name is 1 to ",
+                       limits::kMaxMetricNameBytes, " letters, digits and _ . - / :"));
+    }
+    auto v = ParseDouble(absl::StrCat("metric.", name), text);
+    if (!v.ok()) return v.status();
+    if (!std::isfinite(*v)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("metric.%s = %s: must be a finite number", name, value));
+    }
+    s.metrics[name] = *v;
+    return absl::OkStatus();
+  }
   if (k == "job_id" || k == "job") return (s.job_id = value, absl::OkStatus());
   if (k == "worker_id" || k == "worker") return (s.worker_id = value, absl::OkStatus());
   if (k == "instance_type") return (s.instance_type = value, absl::OkStatus());

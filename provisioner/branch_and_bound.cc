@@ -168,6 +168,12 @@ class BranchAndBound {
     bw_slack_ = c.wa_batch_step / 2;
     t_slack_ = c.time_step / 2;
     if (model.has_loss_model()) loss_ = *model.profile().loss;
+    // Eq. 3 bounds the steps to a loss only when it is what predicts them: not when the profile
+    // has a convergence model of the loss.
+    eq3_bound_ =
+        model.has_loss_model() &&
+        std::none_of(model.profile().convergence.begin(), model.profile().convergence.end(),
+                     [](const predictor::ConvergenceModel& c) { return c.metric == "loss"; });
     // Shared-ps: a type's rate at size n also depends on the composition; the rates below are
     // upper bounds (NetworkTime is a lower bound on R), so the bounds hold, but those built from
     // ratios of speeds (R, b_w) need the cruder forms below.
@@ -330,7 +336,10 @@ class BranchAndBound {
       if (bw_ub + bw_slack_ > 0) {
         j_lb = std::max(0.0, problem_.target_amount / (bw_ub + bw_slack_) - j_slack_);
       }
-    } else if (k_arg >= 0 && a_lb > 0) {
+    } else if (problem_.target_kind == predictor::Target::Kind::kLoss && eq3_bound_ && k_arg >= 0 &&
+               a_lb > 0) {
+      // (A metric target, or a loss a convergence model predicts, has no closed-form bound on
+      // its steps: j_lb stays 0, a valid if loose bound.)
       const double ak = a_lb * std::sqrt(k_arg * n_);
       j_lb = ak / (problem_.target_loss - loss_.g5) - loss_.g1;
       if (std::isfinite(problem_.current_loss)) {
@@ -424,6 +433,7 @@ class BranchAndBound {
   bool exact_rates_ = true;
   double batch_min_ = 0, batch_max_ = 0;  // of the usable types at this size
   predictor::LossModel loss_;
+  bool eq3_bound_ = false;  // a loss target's steps are bounded by eq. 3 (see the constructor)
   std::vector<size_t> usable_;
   int n_ = 0;
   std::vector<TypeAtSize> types_;

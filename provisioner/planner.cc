@@ -30,6 +30,10 @@ PlanProblem DefaultProblem(const PerformanceModel& model, const predictor::Targe
   PlanProblem p = DefaultProblem(model, target.is_loss() ? target.value : 0, deadline_s);
   p.target_kind = target.kind;
   if (!target.is_loss()) p.target_amount = target.value;
+  if (target.kind == predictor::Target::Kind::kMetric) {
+    p.target_metric = target.metric;
+    p.target_higher_is_better = target.higher_is_better;
+  }
   return p;
 }
 
@@ -46,7 +50,9 @@ absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& p
       return absl::InvalidArgumentError(absl::StrFormat(
           "current_loss = %g: only a loss target resumes from a loss; give the %s left instead",
           p.current_loss,
-          p.target_kind == predictor::Target::Kind::kIterations ? "iterations" : "samples"));
+          p.target_kind == predictor::Target::Kind::kIterations ? "iterations"
+          : p.target_kind == predictor::Target::Kind::kSamples  ? "samples"
+                                                                : "iterations done"));
     }
   } else if (!std::isfinite(p.target_loss)) {
     return absl::InvalidArgumentError(

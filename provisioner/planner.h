@@ -48,8 +48,12 @@ struct PlanProblem {
   double target_loss = 0;  // L_obj (when target_kind is kLoss)
   // Instead of a loss: train target_amount global iterations or samples (kIterations, kSamples);
   // when re-planning, what is left of them.
+  // kMetric: target_amount is the metric's value to reach (at least, when
+  // target_higher_is_better; else at most), predicted by the profile's convergence model.
   predictor::Target::Kind target_kind = predictor::Target::Kind::kLoss;
   double target_amount = 0;
+  std::string target_metric;             // kMetric: the metric's name ("accuracy")
+  bool target_higher_is_better = false;  // kMetric: its direction
   double current_loss = kInf;   // re-planning: the loss reached so far (kInf: from scratch)
   double deadline_s = kInf;     // predicted time + overhead_s must not exceed it (T_obj)
   double budget_usd = kInf;     // cost must not exceed it
@@ -66,6 +70,9 @@ struct PlanProblem {
 
   // The target the model evaluates: Loss(target_loss), or target_amount of target_kind.
   predictor::Target target() const {
+    if (target_kind == predictor::Target::Kind::kMetric) {
+      return predictor::Target::Metric(target_metric, target_higher_is_better, target_amount);
+    }
     return target_kind == predictor::Target::Kind::kLoss
                ? predictor::Target::Loss(target_loss)
                : predictor::Target{target_kind, target_amount};

@@ -38,6 +38,30 @@ absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem p
         "progress.elapsed_s = %g: must be a finite number >= 0", progress.elapsed_s));
   }
   ReplanResult out;
+  if (problem.target_kind == predictor::Target::Kind::kMetric) {
+    // A metric target re-plans as the global steps left of it: the steps the convergence model
+    // gives the cluster trained on (its p50) less those done. (The model has no resume from a
+    // step through Evaluate; a larger cluster needs somewhat more steps, which this leaves out.)
+    if (std::isfinite(progress.current_loss)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "progress.current_loss = %g: the target is %s, so give normalized_iterations_done "
+          "with cluster_before",
+          progress.current_loss, problem.target().Describe()));
+    }
+    if (progress.cluster_before.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("progress.cluster_before is required for a metric target (",
+                       problem.target().Describe(), "): the steps it needs depend on the cluster"));
+    }
+    const Estimate e =
+        model.Evaluate(progress.cluster_before, problem.target(), problem.parameter_servers);
+    if (!e.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "progress.cluster_before: ", model.ErrorStatus(e, problem.target()).message()));
+    }
+    problem.target_kind = predictor::Target::Kind::kIterations;
+    problem.target_amount = std::ceil(e.normalized_iterations);
+  }
   if (problem.target_kind != predictor::Target::Kind::kLoss) {
     if (std::isfinite(progress.current_loss)) {
       return absl::InvalidArgumentError(absl::StrFormat(

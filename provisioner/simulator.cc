@@ -216,7 +216,7 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
   }
   Candidate planned;
   if (!Score(model_, problem_, plan, planned)) {
-    return model_.ErrorStatus(planned.estimate, problem_.target_loss);
+    return model_.ErrorStatus(planned.estimate, problem_.target());
   }
   const double plan_iterations = planned.estimate.normalized_iterations;
   // The convergence spread as a log-normal's sigma: ln(p90 / p10) = 2 z(0.9) sigma.

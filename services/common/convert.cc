@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -59,6 +60,7 @@ predictor::WorkloadProfile ToDomain(const pb::WorkloadProfile& in) {
   }
   out.variant = ToDomain(in.model_variant());
   if (in.has_shared_ps()) out.shared_ps = predictor::SharedPsModel{in.shared_ps().queueing()};
+  for (const pb::ConvergenceModel& c : in.convergence()) out.convergence.push_back(ToDomain(c));
   return out;
 }
 
@@ -93,6 +95,111 @@ pb::WorkloadProfile ToProto(const predictor::WorkloadProfile& in) {
   }
   if (in.shared_ps) out.mutable_shared_ps()->set_queueing(in.shared_ps->queueing);
   out.set_model_variant(ToProto(in.variant));
+  for (const predictor::ConvergenceModel& c : in.convergence) *out.add_convergence() = ToProto(c);
+  return out;
+}
+
+predictor::LrSchedule ToDomain(const pb::LrSchedule& in) {
+  predictor::LrSchedule out;
+  switch (in.kind()) {
+    case pb::LrSchedule::KIND_STEP_DECAY:
+      out.kind = predictor::LrSchedule::Kind::kStepDecay;
+      break;
+    case pb::LrSchedule::KIND_COSINE:
+      out.kind = predictor::LrSchedule::Kind::kCosine;
+      break;
+    default:
+      out.kind = predictor::LrSchedule::Kind::kConstant;
+      break;
+  }
+  out.drop_steps.assign(in.drop_steps().begin(), in.drop_steps().end());
+  out.drop_factors.assign(in.drop_factors().begin(), in.drop_factors().end());
+  out.cosine_horizon_steps = in.cosine_horizon_steps();
+  out.warmup_steps = in.warmup_steps();
+  out.detected = in.detected();
+  return out;
+}
+
+pb::LrSchedule ToProto(const predictor::LrSchedule& in) {
+  pb::LrSchedule out;
+  switch (in.kind) {
+    case predictor::LrSchedule::Kind::kStepDecay:
+      out.set_kind(pb::LrSchedule::KIND_STEP_DECAY);
+      break;
+    case predictor::LrSchedule::Kind::kCosine:
+      out.set_kind(pb::LrSchedule::KIND_COSINE);
+      break;
+    case predictor::LrSchedule::Kind::kConstant:
+      out.set_kind(pb::LrSchedule::KIND_CONSTANT);
+      break;
+  }
+  for (double d : in.drop_steps) out.add_drop_steps(d);
+  for (double f : in.drop_factors) out.add_drop_factors(f);
+  out.set_cosine_horizon_steps(in.cosine_horizon_steps);
+  out.set_warmup_steps(in.warmup_steps);
+  out.set_detected(in.detected);
+  return out;
+}
+
+predictor::ConvergenceModel ToDomain(const pb::ConvergenceModel& in) {
+  predictor::ConvergenceModel out;
+  out.metric = in.metric();
+  out.higher_is_better = in.higher_is_better();
+  if (in.has_ceiling()) out.ceiling = in.ceiling();
+  out.form = in.form() == pb::ConvergenceModel::FORM_EQ3
+                 ? predictor::ConvergenceModel::Form::kEq3
+                 : predictor::ConvergenceModel::Form::kSaturating;
+  out.floor = in.floor();
+  out.floor_exp = in.floor_exp();
+  out.amplitude = in.amplitude();
+  if (in.has_scale()) out.scale = in.scale();
+  out.scale_exp = in.scale_exp();
+  out.g1 = in.g1();
+  out.g3 = in.g3();
+  out.g4 = in.g4();
+  out.g5 = in.g5();
+  out.schedule = ToDomain(in.schedule());
+  if (in.has_rho()) out.rho = in.rho();
+  out.drop_time_steps = in.drop_time_steps();
+  out.noise_sd = in.noise_sd();
+  out.noise_exp = in.noise_exp();
+  out.noise_sd_after = in.noise_sd_after();
+  out.noise_exp_after = in.noise_exp_after();
+  out.eval_interval_steps = in.eval_interval_steps();
+  out.runs = in.runs();
+  out.points = in.points();
+  out.fitted_on = in.fitted_on();
+  return out;
+}
+
+pb::ConvergenceModel ToProto(const predictor::ConvergenceModel& in) {
+  pb::ConvergenceModel out;
+  out.set_metric(in.metric);
+  out.set_higher_is_better(in.higher_is_better);
+  out.set_ceiling(in.ceiling);
+  out.set_form(in.form == predictor::ConvergenceModel::Form::kEq3
+                   ? pb::ConvergenceModel::FORM_EQ3
+                   : pb::ConvergenceModel::FORM_SATURATING);
+  out.set_floor(in.floor);
+  out.set_floor_exp(in.floor_exp);
+  out.set_amplitude(in.amplitude);
+  out.set_scale(in.scale);
+  out.set_scale_exp(in.scale_exp);
+  out.set_g1(in.g1);
+  out.set_g3(in.g3);
+  out.set_g4(in.g4);
+  out.set_g5(in.g5);
+  *out.mutable_schedule() = ToProto(in.schedule);
+  out.set_rho(in.rho);
+  out.set_drop_time_steps(in.drop_time_steps);
+  out.set_noise_sd(in.noise_sd);
+  out.set_noise_exp(in.noise_exp);
+  out.set_noise_sd_after(in.noise_sd_after);
+  out.set_noise_exp_after(in.noise_exp_after);
+  out.set_eval_interval_steps(in.eval_interval_steps);
+  out.set_runs(in.runs);
+  out.set_points(in.points);
+  out.set_fitted_on(in.fitted_on);
   return out;
 }
 
@@ -117,6 +224,121 @@ pb::ModelVariant ToProto(predictor::ModelVariant variant) {
       break;
   }
   return pb::MODEL_VARIANT_PAPER;
+}
+
+absl::StatusOr<predictor::Target> TargetOf(double target_loss, double target_iterations,
+                                           double target_epochs, double dataset_size,
+                                           const pb::MetricTarget* metric,
+                                           absl::string_view prefix) {
+  if (metric == nullptr) {
+    return TargetOf(target_loss, target_iterations, target_epochs, dataset_size, prefix);
+  }
+  if (target_loss != 0 || target_iterations != 0 || target_epochs != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%starget_metric is set, and %starget_loss = %g, %starget_iterations = %g, "
+        "%starget_epochs = %g: give one target",
+        prefix, prefix, target_loss, prefix, target_iterations, prefix, target_epochs));
+  }
+  if (dataset_size != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%sdataset_size = %g: only with %starget_epochs", prefix, dataset_size, prefix));
+  }
+  const std::string& name = metric->metric();
+  if (!limits::IsMetricName(name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "target_metric.metric = ", limits::Quote(name),
+        ": must be a metric's name of 1 to 128 letters, digits and _ . - / : (\"accuracy\")"));
+  }
+  if (!std::isfinite(metric->value())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%starget_metric.value = %g: must be a finite number", prefix, metric->value()));
+  }
+  const bool at_least = metric->direction() == pb::MetricTarget::DIRECTION_AT_LEAST;
+  if (!at_least && metric->direction() != pb::MetricTarget::DIRECTION_AT_MOST) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "target_metric.direction = ", EnumLabel(metric->direction()),
+        ": say which way is better: at-least (higher is better, an accuracy) or at-most (a loss)"));
+  }
+  if (name == "loss") {
+    if (at_least) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%starget_metric: loss >= %g: a loss target is reached at or below its value: give "
+          "at-most",
+          prefix, metric->value()));
+    }
+    return predictor::Target::Loss(metric->value());
+  }
+  if (name == "accuracy") {
+    if (!at_least) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%starget_metric: accuracy <= %g: an accuracy target is reached at or above its value: "
+          "give at-least",
+          prefix, metric->value()));
+    }
+    if (!(metric->value() > 0 && metric->value() <= 1)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%starget_metric.value = %g: an accuracy is a fraction in (0, 1] (0.88 for 88%%)", prefix,
+          metric->value()));
+    }
+  }
+  return predictor::Target::Metric(name, at_least, metric->value());
+}
+
+absl::StatusOr<pb::MetricTarget> ParseMetricTarget(absl::string_view field,
+                                                   absl::string_view text) {
+  const auto expected = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " ", text, ": expected METRIC>=VALUE or METRIC<=VALUE (accuracy>=0.88, loss<=0.5)"));
+  };
+  const size_t ge = text.find(">="), le = text.find("<=");
+  if ((ge == absl::string_view::npos) == (le == absl::string_view::npos)) return expected();
+  const bool at_least = ge != absl::string_view::npos;
+  const size_t at = at_least ? ge : le;
+  const absl::string_view name = absl::StripAsciiWhitespace(text.substr(0, at));
+  const absl::string_view number = absl::StripAsciiWhitespace(text.substr(at + 2));
+  if (name.empty() || number.empty()) return expected();
+  if (!limits::IsMetricName(name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " ", text, ": the metric ", limits::Quote(name),
+                     " must be 1 to 128 letters, digits and _ . - / :"));
+  }
+  double value = 0;
+  if (!absl::SimpleAtod(number, &value) || !std::isfinite(value)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " ", text, ": the value ", limits::Quote(number), " must be a finite number"));
+  }
+  if (name == "loss" && at_least) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " ", text, ": a loss is reached at or below its value: give loss<=", number));
+  }
+  if (name == "accuracy") {
+    if (!at_least) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " ", text,
+                       ": an accuracy is reached at or above its value: give accuracy>=", number));
+    }
+    if (!(value > 0 && value <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " ", text, ": an accuracy is a fraction in (0, 1] (0.88 for 88%)"));
+    }
+  }
+  pb::MetricTarget out;
+  out.set_metric(std::string(name));
+  out.set_direction(at_least ? pb::MetricTarget::DIRECTION_AT_LEAST
+                             : pb::MetricTarget::DIRECTION_AT_MOST);
+  out.set_value(value);
+  return out;
+}
+
+pb::MetricTarget MetricTargetOf(const predictor::Target& target) {
+  pb::MetricTarget out;
+  if (!target.is_metric()) return out;
+  out.set_metric(target.MetricName());
+  out.set_direction(target.kind == predictor::Target::Kind::kMetric && target.higher_is_better
+                        ? pb::MetricTarget::DIRECTION_AT_LEAST
+                        : pb::MetricTarget::DIRECTION_AT_MOST);
+  out.set_value(target.value);
+  return out;
 }
 
 absl::StatusOr<predictor::Target> TargetOf(double target_loss, double target_iterations,
@@ -228,6 +450,16 @@ void EstimateToProto(const predictor::Estimate& e, pb::Prediction* out) {
   out->set_on_demand_price_per_hour(e.on_demand_price_per_hour);
   out->set_ps_utilization(e.ps_utilization);
   out->set_ps_response_time_s(e.ps_response_time_s);
+  // Without a spread (eq. 3, an iterations or samples target) the interval is the point, when
+  // the model left the percentiles unset.
+  const bool spread = e.has_spread || e.iterations_p50 > 0;
+  out->set_iterations_p10(spread ? e.iterations_p10 : e.normalized_iterations);
+  out->set_iterations_p50(spread ? e.iterations_p50 : e.normalized_iterations);
+  out->set_iterations_p90(spread ? e.iterations_p90 : e.normalized_iterations);
+  out->set_time_p10_s(spread ? e.time_p10_s : e.time_s);
+  out->set_time_p50_s(spread ? e.time_p50_s : e.time_s);
+  out->set_time_p90_s(spread ? e.time_p90_s : e.time_s);
+  out->set_has_spread(e.has_spread);
 }
 
 pb::Prediction ToProto(const predictor::Prediction& p, const predictor::InstanceCatalog& catalog) {
@@ -235,6 +467,9 @@ pb::Prediction ToProto(const predictor::Prediction& p, const predictor::Instance
   EstimateToProto(p.estimate, &out);
   out.set_parameter_servers(p.parameter_servers);
   out.set_target_loss(p.target_loss);
+  if (p.target.kind == predictor::Target::Kind::kMetric) {
+    *out.mutable_target_metric() = MetricTargetOf(p.target);
+  }
   for (const predictor::WorkerBreakdown& w : p.workers) {
     pb::WorkerPrediction* o = out.add_workers();
     o->set_instance_type(catalog.types[w.type_index].name);

@@ -44,10 +44,49 @@ pb::ModelVariant ToProto(predictor::ModelVariant variant);
 absl::StatusOr<predictor::Target> TargetOf(double target_loss, double target_iterations,
                                            double target_epochs, double dataset_size,
                                            absl::string_view prefix = "");
+// The same with a metric target (`metric` null when the request has none): a kMetric target, or
+// a loss target for "loss" at most L. INVALID_ARGUMENT names the field: two targets, an empty or
+// over-long metric name, an unspecified direction, a value that is not finite, a loss at least
+// L, an accuracy at most A or outside (0, 1].
+absl::StatusOr<predictor::Target> TargetOf(double target_loss, double target_iterations,
+                                           double target_epochs, double dataset_size,
+                                           const pb::MetricTarget* metric,
+                                           absl::string_view prefix = "");
+// The target of a message with the fields target_loss, target_iterations, target_epochs,
+// dataset_size and target_metric (PredictRequest, PredictBatchRequest, LossCurveRequest, Slo).
+template <typename M>
+absl::StatusOr<predictor::Target> TargetOfMessage(const M& m, absl::string_view prefix = "") {
+  return TargetOf(m.target_loss(), m.target_iterations(), m.target_epochs(), m.dataset_size(),
+                  m.has_target_metric() ? &m.target_metric() : nullptr, prefix);
+}
+// "METRIC>=VALUE" or "METRIC<=VALUE" (spaces around the parts allowed): a metric target, "loss"
+// included. INVALID_ARGUMENT naming `field` and the text: no >= or <=, a name not of 1 to 128
+// letters, digits and "_.-/:", a value that is not a finite number, a loss at least L, an
+// accuracy at most A or outside (0, 1].
+absl::StatusOr<pb::MetricTarget> ParseMetricTarget(absl::string_view field, absl::string_view text);
+// A metric target as a message (kLoss: "loss" at most; other kinds: an empty message).
+pb::MetricTarget MetricTargetOf(const predictor::Target& target);
 // Writes the target into a prediction (target_loss, or target_iterations, or target_epochs and
 // dataset_size).
 void SetTarget(double target_loss, double target_iterations, double target_epochs,
                double dataset_size, pb::Prediction* out);
+// The same for a message with the target fields (see TargetOfMessage), target_metric included.
+template <typename M>
+void SetTargetOf(const M& m, pb::Prediction* out) {
+  SetTarget(m.target_loss(), m.target_iterations(), m.target_epochs(), m.dataset_size(), out);
+  if (m.has_target_metric()) {
+    *out->mutable_target_metric() = m.target_metric();
+    if (m.target_metric().metric() == "loss") out->set_target_loss(m.target_metric().value());
+  } else {
+    out->clear_target_metric();
+  }
+}
+
+// A convergence model and a learning-rate schedule, and back (every field).
+predictor::ConvergenceModel ToDomain(const pb::ConvergenceModel& model);
+pb::ConvergenceModel ToProto(const predictor::ConvergenceModel& model);
+predictor::LrSchedule ToDomain(const pb::LrSchedule& schedule);
+pb::LrSchedule ToProto(const predictor::LrSchedule& schedule);
 
 // absl::Status -> grpc::Status with the same code and message; the message made valid UTF-8 and
 // cut to limits::kMaxStatusMessageBytes (gRPC carries it in a header clients bound).

@@ -34,6 +34,24 @@ inline constexpr size_t kMaxQuotedBytes = 48;
 // and clients refuse headers above 8 KiB.
 inline constexpr size_t kMaxStatusMessageBytes = 2048;
 
+// Most convergence models one workload profile may hold (one per metric), most step drops in a
+// learning-rate schedule (predictor::kMaxScheduleDrops), most metrics one sample may carry.
+inline constexpr size_t kMaxConvergenceModels = 64;
+inline constexpr size_t kMaxScheduleDrops = 64;
+inline constexpr size_t kMaxMetricsPerSample = 64;
+
+// A metric's name (a target's "accuracy", a sample's "metric.top5"): 1 to kMaxMetricNameBytes
+// letters, digits and "_.-/:" (a TensorBoard tag such as "eval/top5" included).
+inline constexpr size_t kMaxMetricNameBytes = 128;
+inline bool IsMetricName(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxMetricNameBytes) return false;
+  for (char c : name) {
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (!(alnum || c == '_' || c == '.' || c == '-' || c == '/' || c == ':')) return false;
+  }
+  return true;
+}
+
 // `text` as valid UTF-8 of at most `max_bytes` bytes: invalid sequences become U+FFFD, and a cut
 // (at a character boundary) ends in "…" within the limit.
 inline std::string ValidUtf8(absl::string_view text, size_t max_bytes = SIZE_MAX) {

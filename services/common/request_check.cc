@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
+#include "predictor/convergence.h"
 #include "services/common/convert.h"
 #include "services/common/limits.h"
 
@@ -135,9 +136,14 @@ size_t StringLimit(absl::string_view field_name) {
   return limits::kMaxNameBytes;
 }
 
+static_assert(limits::kMaxScheduleDrops == predictor::kMaxScheduleDrops);
+
 size_t RepeatedLimit(absl::string_view field_name) {
-  return field_name == "observations" ? limits::kMaxLifetimeObservations
-                                      : limits::kMaxRepeatedEntries;
+  if (field_name == "observations") return limits::kMaxLifetimeObservations;
+  if (field_name == "convergence") return limits::kMaxConvergenceModels;
+  if (field_name == "drop_steps" || field_name == "drop_factors") return limits::kMaxScheduleDrops;
+  if (field_name == "metrics") return limits::kMaxMetricsPerSample;
+  return limits::kMaxRepeatedEntries;
 }
 
 absl::Status CheckRequest(const google::protobuf::Message& message, absl::string_view prefix,

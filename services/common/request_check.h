@@ -20,8 +20,9 @@ namespace spotdnn::services {
 size_t StringLimit(absl::string_view field_name);
 
 // The most entries of a repeated field called `field_name`: limits::kMaxLifetimeObservations for
-// a type's or a group's lifetime observations ("observations"), limits::kMaxRepeatedEntries for
-// every other.
+// a type's or a group's lifetime observations ("observations"), kMaxConvergenceModels for a
+// profile's "convergence", kMaxScheduleDrops for a schedule's "drop_steps" and "drop_factors",
+// kMaxMetricsPerSample for a sample's "metrics", limits::kMaxRepeatedEntries for every other.
 size_t RepeatedLimit(absl::string_view field_name);
 
 // OK when every field set in `message` is within the limits: strings within StringLimit (bytes

@@ -88,10 +88,9 @@ PredictorServiceImpl::PredictorServiceImpl(std::shared_ptr<const DataRegistry> r
 grpc::Status PredictorServiceImpl::Predict(grpc::ServerContext*, const pb::PredictRequest* request,
                                            pb::PredictResponse* response) {
   if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
-  auto target = TargetOf(request->target_loss(), request->target_iterations(),
-                         request->target_epochs(), request->dataset_size());
+  auto target = TargetOfMessage(*request);
   if (!target.ok()) return ToGrpc(target.status());
-  if (target->is_loss()) {
+  if (target->is_loss() && !request->has_target_metric()) {
     if (auto s = CheckTargetLoss(request->target_loss()); !s.ok()) return ToGrpc(s);
   }
   auto model = models_.Resolve(request->workload(), request->catalog(),
@@ -102,8 +101,7 @@ grpc::Status PredictorServiceImpl::Predict(grpc::ServerContext*, const pb::Predi
   auto prediction = (*model)->Predict(*cluster, *target);
   if (!prediction.ok()) return ToGrpc(prediction.status());
   *response->mutable_prediction() = ToProto(*prediction, (*model)->catalog());
-  SetTarget(request->target_loss(), request->target_iterations(), request->target_epochs(),
-            request->dataset_size(), response->mutable_prediction());
+  SetTargetOf(*request, response->mutable_prediction());
   response->set_workload((*model)->profile().name);
   response->set_catalog((*model)->catalog().name);
   return grpc::Status::OK;
@@ -222,10 +220,9 @@ grpc::Status PredictorServiceImpl::PredictBatchRaw(
   } trim_after{wire.size() >= (4u << 20)};
 
   if (auto s = CheckRequest(request); !s.ok()) return ToGrpc(s);
-  auto target = TargetOf(request.target_loss(), request.target_iterations(),
-                         request.target_epochs(), request.dataset_size());
+  auto target = TargetOfMessage(request);
   if (!target.ok()) return ToGrpc(target.status());
-  if (target->is_loss()) {
+  if (target->is_loss() && !request.has_target_metric()) {
     if (auto s = CheckTargetLoss(request.target_loss()); !s.ok()) return ToGrpc(s);
   }
   const int n = static_cast<int>(places.size());
@@ -237,8 +234,8 @@ grpc::Status PredictorServiceImpl::PredictBatchRaw(
                                {.require_loss_model = target->is_loss()});
   if (!model.ok()) return ToGrpc(model.status());
   const predictor::PerformanceModel& m = **model;
-  const double loss = request.target_loss();
-  if (target->is_loss() && !(loss > m.profile().loss->g5)) {
+  const double loss = target->is_loss() ? target->value : 0;
+  if (target->is_loss() && m.profile().loss && !(loss > m.profile().loss->g5)) {
     return ToGrpc(m.ErrorStatus({.error = predictor::EstimateError::kTargetAtOrBelowFloor}, loss));
   }
   const std::function<absl::Status()> stop =
@@ -359,8 +356,7 @@ grpc::Status PredictorServiceImpl::PredictBatchRaw(
       EstimateToProto(estimate, p);
       p->set_parameter_servers(servers[i]);
     }
-    SetTarget(loss, request.target_iterations(), request.target_epochs(), request.dataset_size(),
-              item->mutable_prediction());
+    SetTargetOf(request, item->mutable_prediction());
   }
   std::vector<int>().swap(counts);
   if (!stream->Write(response)) {
@@ -386,10 +382,9 @@ grpc::Status PredictorServiceImpl::LossCurve(grpc::ServerContext*,
   const int points = request->points() == 0 ? 50 : request->points();
   double horizon = request->horizon_s();
   if (horizon == 0) {
-    auto target = TargetOf(request->target_loss(), request->target_iterations(),
-                           request->target_epochs(), request->dataset_size());
+    auto target = TargetOfMessage(*request);
     if (!target.ok()) return ToGrpc(target.status());
-    if (target->is_loss()) {
+    if (target->is_loss() && !request->has_target_metric()) {
       if (auto s = CheckTargetLoss(request->target_loss()); !s.ok()) {
         return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
             "horizon_s is 0, so the curve runs to target_loss's time; ", s.message())));

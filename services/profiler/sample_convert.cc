@@ -23,6 +23,7 @@ profiler::Sample ToDomain(const ::spotdnn::v1::Sample& in) {
   s.accuracy = in.accuracy();
   s.parameter_servers = in.parameter_servers();
   s.cluster = in.cluster();
+  s.metrics.insert(in.metrics().begin(), in.metrics().end());
   return s;
 }
 
@@ -47,6 +48,7 @@ profiler::Sample ToDomain(const ::spotdnn::v1::Sample& in) {
   out.set_accuracy(s.accuracy);
   out.set_parameter_servers(s.parameter_servers);
   out.set_cluster(s.cluster);
+  out.mutable_metrics()->insert(s.metrics.begin(), s.metrics.end());
   return out;
 }
 

@@ -208,8 +208,7 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
   }
   PlanInputs in;
   in.slo = slo;
-  auto target = TargetOf(slo.target_loss(), slo.target_iterations(), slo.target_epochs(),
-                         slo.dataset_size(), "slo.");
+  auto target = TargetOfMessage(slo, "slo.");
   if (!target.ok()) return target.status();
   auto model = models.Resolve(
       workload, catalog, {.bandwidth_margin = margin, .require_loss_model = target->is_loss()});
@@ -218,14 +217,16 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
   const predictor::PerformanceModel& m = *in.model;
 
   if (target->is_loss()) {
-    if (!std::isfinite(slo.target_loss())) {
+    // A loss target given as a metric target ("loss <= L") is named as that field.
+    const char* field = slo.has_target_metric() ? "slo.target_metric.value" : "slo.target_loss";
+    if (!std::isfinite(target->value)) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("slo.target_loss = %g: must be a finite number", slo.target_loss()));
+          absl::StrFormat("%s = %g: must be a finite number", field, target->value));
     }
-    if (!(slo.target_loss() > m.profile().loss->g5)) {
+    if (m.profile().loss && !(target->value > m.profile().loss->g5)) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("slo.target_loss = %g: must be above the workload's loss floor g5 = %g",
-                          slo.target_loss(), m.profile().loss->g5));
+          absl::StrFormat("%s = %g: must be above the workload's loss floor g5 = %g", field,
+                          target->value, m.profile().loss->g5));
     }
   }
   in.problem = provisioner::DefaultProblem(m, *target);

@@ -58,6 +58,9 @@ pb::Plan ToPlan(const PlanInputs& in, const Candidate& c, pb::PlanStrategy strat
   plan.mutable_prediction()->set_parameter_servers(in.problem.parameter_servers);
   SetTarget(in.problem.target_loss, in.slo.target_iterations(), in.slo.target_epochs(),
             in.slo.dataset_size(), plan.mutable_prediction());
+  if (in.slo.has_target_metric()) {
+    *plan.mutable_prediction()->mutable_target_metric() = in.slo.target_metric();
+  }
   plan.set_strategy(strategy);
   plan.set_time_s(c.time_s);
   plan.set_cost_usd(c.cost_usd);
@@ -320,9 +323,12 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext* context,
   const double ms = Millis(start);
   if (!result.ok()) return ToGrpc(result.status());
   const pb::PlanStrategy strategy = StrategyOf(in->strategy);
-  in->problem.target_loss = request->slo().target_loss();
+  if (!request->slo().has_target_metric()) in->problem.target_loss = request->slo().target_loss();
   // The plan's prediction covers the rest of the job: what is left of an iterations or samples
-  // target.
+  // target (a metric target re-plans as the global steps left of it).
+  if (in->problem.target_kind == predictor::Target::Kind::kMetric) {
+    in->problem.target_kind = predictor::Target::Kind::kIterations;
+  }
   if (in->problem.target_kind != predictor::Target::Kind::kLoss) {
     in->problem.target_amount = result->remaining_amount;
   }
@@ -447,7 +453,9 @@ grpc::Status ProvisionerServiceImpl::Simulate(grpc::ServerContext* context,
   in->problem.stop =
       CallStopCheck(context, options_.max_solve_time, "the simulation", "--max_solve_time");
   const predictor::PerformanceModel& m = *in->model;
-  response->set_target_loss(slo.target_loss());
+  response->set_target_loss(in->problem.target_kind == predictor::Target::Kind::kLoss
+                                ? in->problem.target_loss
+                                : slo.target_loss());
   std::vector<int> counts;
   pb::PlanStrategy strategy = pb::PLAN_STRATEGY_GIVEN;
   if (request->cluster().instances_size() > 0) {

@@ -121,6 +121,64 @@ TEST(JobSpecTest, TheSloTakesIterationsOrEpochsInsteadOfALoss) {
   }
 }
 
+// Issue 25: an accuracy or any metric with a direction, beside the loss (the old forms unchanged).
+TEST(JobSpecTest, TheSloTakesAnAccuracyOrAMetricTarget) {
+  const std::string base = R"({"name": "j", "workload": "w", "catalog": "c",
+    "commands": {"worker": "x"}, "slo": )";
+  for (const std::string& slo : {std::string(R"({"accuracy": 0.88, "deadline": "1h"})"),
+                                 std::string(R"({"target": "accuracy>=0.88", "deadline": 60})"),
+                                 std::string(R"({"target": {"accuracy": 0.88}, "deadline": 60})"),
+                                 std::string(R"({"target": {"metric": "accuracy", "direction":
+                                     "at-least", "value": 0.88}, "deadline": 60})")}) {
+    auto spec = ParseJobSpec(base + slo + "}");
+    ASSERT_TRUE(spec.ok()) << slo << ": " << spec.status();
+    ASSERT_TRUE(spec->target_metric.has_value()) << slo;
+    EXPECT_EQ(spec->target_metric->metric(), "accuracy");
+    EXPECT_EQ(spec->target_metric->direction(), v1::MetricTarget::DIRECTION_AT_LEAST);
+    EXPECT_DOUBLE_EQ(spec->target_metric->value(), 0.88);
+    EXPECT_EQ(spec->target_loss, 0);
+    v1::Slo out;
+    job::SetSloTarget(*spec, &out);
+    EXPECT_TRUE(out.has_target_metric());
+    EXPECT_EQ(out.target_metric().metric(), "accuracy");
+    EXPECT_EQ(out.target_loss(), 0);
+  }
+  auto top5 = ParseJobSpec(base + R"({"target": "top5 <= 0.1", "deadline": 60}})");
+  ASSERT_TRUE(top5.ok()) << top5.status();
+  EXPECT_EQ(top5->target_metric->metric(), "top5");
+  EXPECT_EQ(top5->target_metric->direction(), v1::MetricTarget::DIRECTION_AT_MOST);
+  // A loss given as a target is the plain loss target.
+  for (const std::string& slo : {std::string(R"({"target": "loss<=0.5", "deadline": 60})"),
+                                 std::string(R"({"target": {"loss": 0.5}, "deadline": 60})")}) {
+    auto loss = ParseJobSpec(base + slo + "}");
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    EXPECT_FALSE(loss->target_metric.has_value());
+    EXPECT_DOUBLE_EQ(loss->target_loss, 0.5);
+    v1::Slo out;
+    job::SetSloTarget(*loss, &out);
+    EXPECT_FALSE(out.has_target_metric());
+    EXPECT_DOUBLE_EQ(out.target_loss(), 0.5);
+  }
+  for (const auto& [slo, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"target": "accuracy=>0.8", "deadline": 60})",
+            "slo.target accuracy=>0.8: expected METRIC>=VALUE or METRIC<=VALUE"},
+           {R"({"accuracy": 88, "deadline": 60})", "a fraction in (0, 1]"},
+           {R"({"accuracy": "high", "deadline": 60})",
+            "slo.accuracy = \"high\": expected a number"},
+           {R"({"target": "accuracy<=0.8", "deadline": 60})", "give accuracy>=0.8"},
+           {R"({"target": "loss>=0.8", "deadline": 60})", "give loss<=0.8"},
+           {R"({"target": {"metric": "top5", "direction": "up", "value": 1}, "deadline": 60})",
+            "slo.target.direction = \"up\""},
+           {R"({"target": {"metric": "top5", "value": 1}, "deadline": 60})", "slo.target = "},
+           {R"({"target": 5, "deadline": 60})", "slo.target = 5"},
+           {R"({"loss": 1, "accuracy": 0.9, "deadline": 60})", "give one target"},
+           {R"({"target": "a b>=1", "deadline": 60})", "must be 1 to 128 letters"}}) {
+    auto spec = ParseJobSpec(base + slo + "}");
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << slo;
+    EXPECT_THAT(spec.status().message(), HasSubstr(message)) << slo;
+  }
+}
+
 TEST(JobSpecTest, TheExampleInDeployParses) {
   auto spec = ReadJobSpec(std::string(SPOTDNN_SOURCE_DIR) + "/deploy/examples/job.json");
   ASSERT_TRUE(spec.ok()) << spec.status();

@@ -144,6 +144,65 @@ TEST_F(ProfileCommandTest, ExportedProfilesAreWhatPredictReads) {
   EXPECT_THAT(deleted.out, HasSubstr("Deleted 2 versions"));
 }
 
+// Issue 25: a profile's convergence models (with their schedules) survive the store, `profile
+// export` and a re-import of the .json.
+TEST_F(ProfileCommandTest, ConvergenceModelsRoundTripThroughImportAndExport) {
+  std::ifstream in(std::string(SPOTDNN_SOURCE_DIR) + "/deploy/workloads/resnet110.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::WorkloadProfile profile;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(text.str(), &profile).ok());
+  profile.set_name("r110-conv");
+  v1::ConvergenceModel& m = *profile.add_convergence();
+  m.set_metric("accuracy");
+  m.set_higher_is_better(true);
+  m.set_ceiling(0.98);
+  m.set_amplitude(0.7);
+  m.set_scale(12000.5);
+  m.set_rho(0.35);
+  m.set_noise_sd(0.013);
+  m.set_eval_interval_steps(2000);
+  m.set_runs(283);
+  m.set_fitted_on("283 runs, 1-8 workers");
+  m.mutable_schedule()->set_kind(v1::LrSchedule::KIND_STEP_DECAY);
+  m.mutable_schedule()->add_drop_steps(32000);
+  m.mutable_schedule()->add_drop_factors(0.1);
+  m.mutable_schedule()->set_detected(true);
+  std::string json;
+  ASSERT_TRUE(google::protobuf::util::MessageToJsonString(profile, &json).ok());
+  CliRun imported = Profile({"import", Write("conv.json", json)});
+  ASSERT_EQ(imported.code, 0) << imported.err;
+  const std::string exported = (dir_ / "exported.json").string();
+  CliRun exp = Profile({"export", "r110-conv", "--out", exported});
+  ASSERT_EQ(exp.code, 0) << exp.err;
+  std::ifstream back_in(exported);
+  std::stringstream back_text;
+  back_text << back_in.rdbuf();
+  v1::WorkloadProfile back;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(back_text.str(), &back).ok())
+      << back_text.str();
+  ASSERT_EQ(back.convergence_size(), 1) << back_text.str();
+  const v1::ConvergenceModel& b = back.convergence(0);
+  EXPECT_EQ(b.metric(), "accuracy");
+  EXPECT_TRUE(b.higher_is_better());
+  EXPECT_EQ(b.ceiling(), 0.98);
+  EXPECT_EQ(b.amplitude(), 0.7);
+  EXPECT_EQ(b.scale(), 12000.5);
+  EXPECT_EQ(b.rho(), 0.35);
+  EXPECT_EQ(b.noise_sd(), 0.013);
+  EXPECT_EQ(b.eval_interval_steps(), 2000);
+  EXPECT_EQ(b.runs(), 283);
+  EXPECT_EQ(b.fitted_on(), "283 runs, 1-8 workers");
+  EXPECT_EQ(b.schedule().kind(), v1::LrSchedule::KIND_STEP_DECAY);
+  ASSERT_EQ(b.schedule().drop_steps_size(), 1);
+  EXPECT_EQ(b.schedule().drop_steps(0), 32000);
+  EXPECT_EQ(b.schedule().drop_factors(0), 0.1);
+  EXPECT_TRUE(b.schedule().detected());
+  CliRun again = Profile({"import", exported});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_THAT(again.out, HasSubstr("version 2"));
+}
+
 TEST_F(ProfileCommandTest, BadInputExitsTwoNamingTheFlag) {
   CliRun no_name = Profile({"fit"});
   EXPECT_EQ(no_name.code, kExitBadInput);

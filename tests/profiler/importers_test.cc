@@ -237,6 +237,91 @@ TEST(SampleLineImport, FindsMarkedLinesInsideAnyLog) {
                                           HasSubstr("train.log:5: \"iteration_time_s\"")));
 }
 
+// Issue 25: accuracy and any metric, in sample lines (metric.NAME=V) and CSV columns (metric.NAME).
+TEST(SampleLineImport, ReadsAccuracyAndNamedMetrics) {
+  const std::string log =
+      "SPOTDNN_SAMPLE job_id=r step=100 loss=1.2 accuracy=0.9 metric.top5=0.97 "
+      "metric.eval/BLEU=27.5\n"
+      "SPOTDNN_SAMPLE job_id=r step=200 metric.top5=inf\n"
+      "SPOTDNN_SAMPLE job_id=r step=300 metric.top5=x\n"
+      "SPOTDNN_SAMPLE job_id=r step=400 metric.=1\n"
+      "SPOTDNN_SAMPLE job_id=r step=500 metric.top5=0.98\n";
+  auto result = ImportText(log, "train.log", {});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->samples.size(), 2u);
+  const Sample& s = result->samples[0];
+  EXPECT_DOUBLE_EQ(s.accuracy, 0.9);
+  EXPECT_DOUBLE_EQ(s.loss, 1.2);
+  EXPECT_THAT(s.metrics, ::testing::UnorderedElementsAre(::testing::Pair("top5", 0.97),
+                                                         ::testing::Pair("eval/BLEU", 27.5)));
+  // A sample with only a metric is a measurement.
+  EXPECT_THAT(result->samples[1].metrics, ::testing::ElementsAre(::testing::Pair("top5", 0.98)));
+  EXPECT_THAT(result->errors,
+              ElementsAre("train.log:2: metric.top5 = inf: must be a finite number",
+                          "train.log:3: metric.top5 = \"x\": not a number",
+                          HasSubstr("train.log:4: metric.\"\": a metric's name is 1 to 128")));
+}
+
+TEST(CsvImport, ReadsMetricColumns) {
+  const std::string csv =
+      "job_id,step,accuracy,metric.top5,metric.loss_eval\n"
+      "a,1,0.5,0.8,2.5\n"
+      "a,2,0.6,,2.4\n";
+  auto result = ImportText(csv, "runs.csv", {.format = LogFormat::kCsv});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->samples.size(), 2u);
+  EXPECT_DOUBLE_EQ(result->samples[0].accuracy, 0.5);
+  EXPECT_THAT(result->samples[0].metrics,
+              ::testing::UnorderedElementsAre(::testing::Pair("top5", 0.8),
+                                              ::testing::Pair("loss_eval", 2.5)));
+  // An empty cell leaves the metric out of that sample.
+  EXPECT_THAT(result->samples[1].metrics,
+              ::testing::ElementsAre(::testing::Pair("loss_eval", 2.4)));
+}
+
+TEST(TensorBoardImport, AnExportOfAnAccuracyOrMetricTagSetsThatField) {
+  const std::string csv = "Wall time,Step,Value\n1600000000,100,0.5\n1600000010,200,0.6\n";
+  auto accuracy = ImportText(csv, "logs/run-train-tag-eval_accuracy.csv", {.job_id = "j"});
+  ASSERT_TRUE(accuracy.ok()) << accuracy.status();
+  ASSERT_EQ(accuracy->samples.size(), 2u);
+  EXPECT_DOUBLE_EQ(accuracy->samples[1].accuracy, 0.6);
+  EXPECT_EQ(accuracy->samples[1].cluster_steps_per_s, 0);
+  auto loss = ImportText(csv, "run_.-tag-loss.csv", {.job_id = "j"});
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_DOUBLE_EQ(loss->samples[0].loss, 0.5);
+  auto top5 = ImportText(csv, "run_.-tag-top5.csv", {.job_id = "j"});
+  ASSERT_TRUE(top5.ok()) << top5.status();
+  EXPECT_THAT(top5->samples[0].metrics, ElementsAre(::testing::Pair("top5", 0.5)));
+  // The speed export (and a file whose name names no tag) as before.
+  for (const char* name : {"run_.-tag-global_step_sec.csv", "speed.csv"}) {
+    auto speed = ImportText(csv, name, {.format = LogFormat::kTensorBoardCsv, .job_id = "j"});
+    ASSERT_TRUE(speed.ok()) << speed.status();
+    EXPECT_DOUBLE_EQ(speed->samples[0].cluster_steps_per_s, 0.5) << name;
+    EXPECT_TRUE(speed->samples[0].metrics.empty()) << name;
+  }
+}
+
+TEST(ValidateSample, ChecksMetricNamesAndValues) {
+  Sample s;
+  s.step = 1;
+  s.metrics["top5"] = 0.9;
+  EXPECT_TRUE(ValidateSample(s).ok());
+  s.metrics["top5"] = -2.5;  // a metric may be negative (a log-likelihood)
+  EXPECT_TRUE(ValidateSample(s).ok());
+  s.metrics["top5"] = std::nan("");
+  EXPECT_THAT(std::string(ValidateSample(s).message()),
+              HasSubstr("metric.top5 = nan: must be finite"));
+  s.metrics.clear();
+  s.metrics["bad name"] = 1;
+  EXPECT_THAT(std::string(ValidateSample(s).message()),
+              HasSubstr("metric.\"bad name\": a metric's name is 1 to 128"));
+  s.metrics.clear();
+  for (int i = 0; i <= static_cast<int>(kMaxSampleMetrics); ++i) {
+    s.metrics["m" + std::to_string(i)] = i;
+  }
+  EXPECT_THAT(std::string(ValidateSample(s).message()), HasSubstr("metrics: 65 given, at most 64"));
+}
+
 TEST(ParseSampleLine, OneLineOfTheSampleFormat) {
   auto none = ParseSampleLine("epoch 3: loss 2.1");
   ASSERT_TRUE(none.ok());

@@ -223,6 +223,23 @@ TEST_P(ProfileStoreTest, NewSampleFieldsRoundTripAndAJobNamesItsRuns) {
   EXPECT_EQ(both->size(), 3u);
 }
 
+TEST_P(ProfileStoreTest, SampleMetricsRoundTrip) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Sample s = MakeSample("m", 1);
+  s.metrics = {{"top5", 0.1 + 0.2}, {"eval/BLEU", -27.125}, {"x:y", 1e-300}};
+  Sample none = MakeSample("m", 2);
+  ASSERT_TRUE(store->AddSamples({s, none}, "test").ok());
+  auto back = store->LoadSamples({"m"});
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[0].metrics, s.metrics);  // exactly: 17 significant digits
+  EXPECT_TRUE((*back)[1].metrics.empty());
+  Sample bad = MakeSample("m", 3);
+  bad.metrics["a,b"] = 1;  // a name the column could not hold is refused up front
+  EXPECT_EQ(store->AddSamples({bad}, "test").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(SqliteProfileStoreTest, ADatabaseFromBeforeTheNewColumnsIsMigrated) {
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
   {

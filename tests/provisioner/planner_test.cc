@@ -351,6 +351,30 @@ TEST(Replan, AnIterationsTargetPlansWhatIsLeft) {
   EXPECT_EQ(ValidateProblem(*model, loss).code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// Issue 25: a metric target travels through the problem to the model unchanged, and a re-plan
+// needs the cluster it trained on (the steps a metric needs depend on the cluster).
+TEST(MetricTarget, TheProblemCarriesItToTheModel) {
+  const PerformanceModel model = PrototypeModel();
+  PlanProblem problem = DefaultProblem(model, predictor::Target::Accuracy(0.88), 3600);
+  const predictor::Target t = problem.target();
+  EXPECT_EQ(t.kind, predictor::Target::Kind::kMetric);
+  EXPECT_EQ(t.metric, "accuracy");
+  EXPECT_TRUE(t.higher_is_better);
+  EXPECT_EQ(t.value, 0.88);
+  EXPECT_TRUE(ValidateProblem(model, problem).ok()) << ValidateProblem(model, problem);
+  PlanProblem lower = DefaultProblem(model, predictor::Target::Metric("wer", false, 0.1));
+  EXPECT_FALSE(lower.target().higher_is_better);
+  EXPECT_EQ(lower.target().Describe(), "wer <= 0.1");
+  problem.current_loss = 2;
+  EXPECT_THAT(ValidateProblem(model, problem).message(), HasSubstr("current_loss = 2"));
+  problem.current_loss = kInf;
+  auto no_cluster = Replan(model, problem, {.elapsed_s = 60, .iterations_done = 100});
+  EXPECT_EQ(no_cluster.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_cluster.status().message(), HasSubstr("progress.cluster_before is required"));
+  auto lossy = Replan(model, problem, {.elapsed_s = 60, .current_loss = 1.0});
+  EXPECT_THAT(lossy.status().message(), HasSubstr("progress.current_loss = 1"));
+}
+
 TEST(Frontier, HoldsTheCheapestAndTheFastestPlan) {
   const PerformanceModel model = PrototypeModel();
   PlanProblem problem = DefaultProblem(model, 0.9);

@@ -33,6 +33,7 @@ const std::pair<std::string, std::string>* MatchAt(const std::string& message, s
 const FieldFlags& ProvisionerFieldFlags() {
   static const FieldFlags* fields = new FieldFlags{
       {"slo.target_loss", "--loss"},
+      {"slo.target_metric", "--target"},
       {"slo.target_iterations", "--iterations"},
       {"slo.target_epochs", "--epochs"},
       {"slo.dataset_size", "--dataset-size"},
@@ -74,10 +75,15 @@ const FieldFlags& ProvisionerFieldFlags() {
 
 const FieldFlags& PredictorFieldFlags() {
   static const FieldFlags* fields = new FieldFlags{
-      {"target_loss", "--loss"},          {"target_iterations", "--iterations"},
-      {"target_epochs", "--epochs"},      {"dataset_size", "--dataset-size"},
-      {"cluster.instances", "--cluster"}, {"cluster.parameter_servers", "--parameter-servers"},
-      {"workload.name", "--workload"},    {"catalog.name", "--catalog"},
+      {"target_loss", "--loss"},
+      {"target_iterations", "--iterations"},
+      {"target_epochs", "--epochs"},
+      {"dataset_size", "--dataset-size"},
+      {"target_metric", "--target"},
+      {"cluster.instances", "--cluster"},
+      {"cluster.parameter_servers", "--parameter-servers"},
+      {"workload.name", "--workload"},
+      {"catalog.name", "--catalog"},
   };
   return *fields;
 }

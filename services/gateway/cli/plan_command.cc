@@ -139,7 +139,15 @@ JsonObject PlanJson(const pb::Plan& p) {
         .Number("cost_usd", p.cost_usd())
         .Number("spot_cost_usd", p.spot_cost_usd())
         .Number("on_demand_cost_usd", p.on_demand_cost_usd())
-        .Number("normalized_iterations", p.prediction().normalized_iterations())
+        .Number("normalized_iterations", p.prediction().normalized_iterations());
+    // The 80% interval of the steps and of the time (the plan's time: overhead included).
+    const double overhead = p.time_s() - p.prediction().time_s();
+    o.Number("iterations_p10", p.prediction().iterations_p10())
+        .Number("iterations_p50", p.prediction().iterations_p50())
+        .Number("iterations_p90", p.prediction().iterations_p90())
+        .Number("time_p10_s", p.prediction().time_p10_s() + overhead)
+        .Number("time_p50_s", p.prediction().time_p50_s() + overhead)
+        .Number("time_p90_s", p.prediction().time_p90_s() + overhead)
         .Number("wa_batch", p.prediction().wa_batch())
         .Number("convergence_coefficient", p.prediction().convergence_coefficient())
         .Number("cluster_speed", p.prediction().cluster_speed())
@@ -248,6 +256,19 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
     summary.AddRow({"predicted time",
                     absl::StrCat(Fixed(p.time_s(), 2), " s (", HumanDuration(p.time_s()), ")")});
     summary.AddRow({"normalized iterations j", Fixed(p.prediction().normalized_iterations(), 0)});
+    {
+      const pb::Prediction& e = p.prediction();
+      const double overhead = p.time_s() - e.time_s();
+      const std::string note = e.has_spread() ? "" : " (no spread)";
+      summary.AddRow(
+          {"iterations (p10 / p50 / p90)",
+           absl::StrCat(Fixed(e.iterations_p10(), 0), " / ", Fixed(e.iterations_p50(), 0), " / ",
+                        Fixed(e.iterations_p90(), 0), note)});
+      summary.AddRow(
+          {"time (p10 / p50 / p90)", absl::StrCat(HumanDuration(e.time_p10_s() + overhead), " / ",
+                                                  HumanDuration(e.time_p50_s() + overhead), " / ",
+                                                  HumanDuration(e.time_p90_s() + overhead), note)});
+    }
     summary.AddRow({"WA batch b_w", Fixed(p.prediction().wa_batch(), 1)});
     summary.AddRow(
         {"convergence coefficient R", Fixed(p.prediction().convergence_coefficient(), 4)});
@@ -394,10 +415,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   *request.mutable_catalog() = *catalog_ref;
   auto target = ParseTargetFlags(args);
   if (!target.ok()) return fail(target.status());
-  request.mutable_slo()->set_target_loss(target->loss);
-  request.mutable_slo()->set_target_iterations(target->iterations);
-  request.mutable_slo()->set_target_epochs(target->epochs);
-  request.mutable_slo()->set_dataset_size(target->dataset_size);
+  target->ApplyTo(request.mutable_slo());
   if (auto d = args.Get("--deadline")) {
     auto deadline = ParseDuration("--deadline", *d);
     if (!deadline.ok()) return fail(deadline.status());
@@ -626,8 +644,9 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
         .Number("target_loss", target->loss)
         .Number("target_iterations", target->iterations)
         .Number("target_epochs", target->epochs)
-        .Number("dataset_size", target->dataset_size)
-        .Number("deadline_s", request.slo().deadline_s() > 0 ? request.slo().deadline_s() : NAN)
+        .Number("dataset_size", target->dataset_size);
+    if (target->metric) o.String("target_metric", target->Describe());
+    o.Number("deadline_s", request.slo().deadline_s() > 0 ? request.slo().deadline_s() : NAN)
         .Number("budget_usd", request.slo().budget_usd() > 0 ? request.slo().budget_usd() : NAN);
     if (!p.feasible()) {
       o.Number("fastest_time_s", response.fastest_time_s())
@@ -681,7 +700,8 @@ std::vector<Command> PlanCommands() {
           "the cheapest spot cluster that reaches a loss by a deadline (or budget, frontier);\n"
           "            with --confidence Q the cheapest that meets the deadline with probability Q",
       .synopsis = "--workload W --catalog C --deadline D\n"
-                  "(--loss L | --iterations N | --epochs E --dataset-size S)\n"
+                  "(--loss L | --accuracy A | --target METRIC>=V|METRIC<=V | --iterations N |\n"
+                  " --epochs E --dataset-size S)\n"
                   "[--mode deadline|budget|frontier] [--budget USD]\n"
                   "[--strategy exact|spotdnn|exhaustive] [--quota TYPE=N,...] "
                   "[--existing TYPE=N,...]\n"
@@ -691,16 +711,19 @@ std::vector<Command> PlanCommands() {
                   "[--runs N] [--seed S] [--notice D] [--takeover-delay D] [--json] "
                   "[--server HOST:PORT]\n[--data-dir D | --profiler H:P]",
       .description =
-          "Finds the cheapest cluster that reaches loss L (or trains N iterations, or E epochs of "
-          "S\nsamples) by the deadline (deadline mode), the fastest within a budget (budget mode), "
-          "or every plan\non the time/cost Pareto frontier (frontier mode), and compares it with "
-          "the spotDNN heuristic, the\ncheapest one-type plan and on-demand prices.",
+          "Finds the cheapest cluster that reaches loss L (or accuracy A, or a metric's value, or "
+          "trains N\niterations, or E epochs of S samples) by the deadline (deadline mode), the "
+          "fastest within a\nbudget (budget mode), or every plan on the time/cost Pareto frontier "
+          "(frontier mode), and\ncompares it with the spotDNN heuristic, the cheapest one-type "
+          "plan and on-demand prices.",
       .flags =
           {{"--workload", "W",
             "a stored profile's name (spotdnn profile list), a built-in one (spotdnn\n"
             "workloads) or a JSON file"},
            {"--catalog", "C", "built-in catalog name or a JSON file"},
-           {"--loss", "L", "target training loss (needs the profile's loss model)"},
+           MetricTargetFlagHelp()[0],
+           MetricTargetFlagHelp()[1],
+           MetricTargetFlagHelp()[2],
            {"--iterations", "N",
             "instead: train N global iterations (every worker step counts one)"},
            {"--epochs", "E", "instead: train E passes over a dataset of ..."},

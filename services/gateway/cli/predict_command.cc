@@ -18,6 +18,18 @@
 namespace spotdnn::gateway {
 namespace {
 
+// The 80% interval rows of a prediction: p10, p50 and p90 of the steps and the time ("no spread"
+// when the model gives a point, as eq. 3 and iteration targets do).
+void AddIntervalRows(const pb::Prediction& p, Table& summary) {
+  const std::string note = p.has_spread() ? "" : " (no spread)";
+  summary.AddRow({"iterations (p10 / p50 / p90)",
+                  absl::StrCat(Fixed(p.iterations_p10(), 0), " / ", Fixed(p.iterations_p50(), 0),
+                               " / ", Fixed(p.iterations_p90(), 0), note)});
+  summary.AddRow({"time (p10 / p50 / p90)",
+                  absl::StrCat(HumanDuration(p.time_p10_s()), " / ", HumanDuration(p.time_p50_s()),
+                               " / ", HumanDuration(p.time_p90_s()), note)});
+}
+
 void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveResponse* curve,
                      const TargetFlags& target, const std::string& workload, std::ostream& out) {
   const pb::Prediction& p = response.prediction();
@@ -55,6 +67,7 @@ void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveRes
   summary.AddRow({"normalized iterations j", Fixed(p.normalized_iterations(), 0)});
   summary.AddRow(
       {"time T (s)", absl::StrCat(Fixed(p.time_s(), 2), " (", HumanDuration(p.time_s()), ")")});
+  AddIntervalRows(p, summary);
   summary.AddRow(
       {"spot cost", absl::StrCat(Dollars(p.cost_usd()), " (", Dollars(p.price_per_hour()), "/h)")});
   summary.AddRow({"on-demand cost", absl::StrCat(Dollars(p.on_demand_cost_usd()), " (",
@@ -189,10 +202,7 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
 
   *request.mutable_workload() = *workload_ref;
   *request.mutable_catalog() = *catalog_ref;
-  request.set_target_loss(target->loss);
-  request.set_target_iterations(target->iterations);
-  request.set_target_epochs(target->epochs);
-  request.set_dataset_size(target->dataset_size);
+  target->ApplyTo(&request);
   for (const auto& [type, count] : *counts) {
     pb::InstanceCount* c = request.mutable_cluster()->add_instances();
     c->set_instance_type(type);
@@ -210,10 +220,7 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
     *curve_request.mutable_workload() = request.workload();
     *curve_request.mutable_catalog() = request.catalog();
     *curve_request.mutable_cluster() = request.cluster();
-    curve_request.set_target_loss(target->loss);
-    curve_request.set_target_iterations(target->iterations);
-    curve_request.set_target_epochs(target->epochs);
-    curve_request.set_dataset_size(target->dataset_size);
+    target->ApplyTo(&curve_request);
     curve_request.set_points(curve_points);
     auto answered = predictor.LossCurve(curve_request);
     if (!answered.ok()) return fail(answered.status());
@@ -242,20 +249,27 @@ std::vector<Command> ModelCommands() {
       {.name = "predict",
        .summary = "time and cost for a cluster to reach a target loss, iterations or epochs",
        .synopsis = "--workload W --catalog C --cluster TYPE=N[,TYPE=N...]\n"
-                   "(--loss L | --iterations N | --epochs E --dataset-size S)\n"
+                   "(--loss L | --accuracy A | --target METRIC>=V|METRIC<=V | --iterations N |\n"
+                   " --epochs E --dataset-size S)\n"
                    "[--parameter-servers N] [--curve POINTS] [--json] [--server HOST:PORT]\n"
                    "[--data-dir D | --profiler H:P]",
-       .description = "Predicts per-type iteration time, cluster speed, WA batch, convergence "
-                      "coefficient, normalized\niterations, time and spot/on-demand cost for the "
-                      "cluster to reach loss L, or to train N global\niterations, or E epochs of "
-                      "S samples.",
+       .description =
+           "Predicts per-type iteration time, cluster speed, WA batch, convergence "
+           "coefficient, normalized\niterations, time and spot/on-demand cost for the "
+           "cluster to reach loss L (or accuracy A, or any\nmetric's value), or to train "
+           "N global iterations, or E epochs of S samples. A target a\nconvergence model "
+           "predicts comes with an 80% interval: iterations_p10/p50/p90 and\n"
+           "time_p10_s/p50_s/p90_s (global steps, seconds; all three equal without a "
+           "spread).",
        .flags =
            {{"--workload", "W",
              "a stored profile's name (spotdnn profile list), a built-in one (spotdnn\n"
              "workloads) or a JSON file"},
             {"--catalog", "C", "built-in catalog name (see `spotdnn catalogs`) or a JSON file"},
             {"--cluster", "TYPE=N,...", "workers per instance type"},
-            {"--loss", "L", "target training loss (needs the profile's loss model)"},
+            MetricTargetFlagHelp()[0],
+            MetricTargetFlagHelp()[1],
+            MetricTargetFlagHelp()[2],
             {"--iterations", "N",
              "instead: train N global iterations (every worker step counts one)"},
             {"--epochs", "E", "instead: train E passes over a dataset of ..."},

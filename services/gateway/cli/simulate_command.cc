@@ -307,8 +307,10 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
       return fail(absl::InvalidArgumentError(absl::StrCat("missing required flag ", flag)));
     }
   }
-  if (args.Has("--loss") == args.Has("--iterations")) {
-    return fail(absl::InvalidArgumentError("give one of --loss L and --iterations N"));
+  const bool metric_target = args.Has("--loss") || args.Has("--accuracy") || args.Has("--target");
+  if (metric_target == args.Has("--iterations")) {
+    return fail(absl::InvalidArgumentError(
+        "give one of --accuracy A, --target METRIC>=V, --loss L and --iterations N"));
   }
   std::optional<ClusterReplay> replay;
   if (args.Has("--availability")) {
@@ -324,10 +326,12 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
   if (!catalog_ref.ok()) return fail(catalog_ref.status());
   *request.mutable_workload() = *workload_ref;
   *request.mutable_catalog() = *catalog_ref;
-  if (auto l = args.Get("--loss")) {
-    auto loss = ParseNumber("--loss", *l);
-    if (!loss.ok()) return fail(loss.status());
-    request.mutable_slo()->set_target_loss(*loss);
+  std::string target_text;
+  if (metric_target) {
+    auto target = ParseTargetFlags(args);  // --loss, --accuracy or --target (one)
+    if (!target.ok()) return fail(target.status());
+    target->ApplyTo(request.mutable_slo());
+    if (target->metric) target_text = target->Describe();
   } else {
     auto n = ParseNumber("--iterations", *args.Get("--iterations"));
     if (!n.ok()) return fail(n.status());
@@ -454,8 +458,9 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
     o.Raw("cluster", ClusterJson(p.cluster()))
         .String("cluster_from", p.strategy() == pb::PLAN_STRATEGY_GIVEN ? "given" : "plan")
         .Bool("meets_slo_without_revocations", p.feasible())
-        .Number("target_loss", response.target_loss())
-        .Number("deadline_s", *deadline)
+        .Number("target_loss", response.target_loss());
+    if (!target_text.empty()) o.String("target_metric", target_text);
+    o.Number("deadline_s", *deadline)
         .Number("planned_time_s", p.time_s())
         .Number("planned_cost_usd", p.cost_usd())
         .Number("normalized_iterations", p.prediction().normalized_iterations())
@@ -480,9 +485,10 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
     io.out << o.str() << "\n";
     return kExitOk;
   }
-  io.out << "Simulation: " << workload << " on " << catalog << ", loss "
-         << absl::StrFormat("%g", response.target_loss()) << " by " << HumanDuration(*deadline)
-         << ", " << r.runs() << " runs (seed " << r.seed() << ")\n";
+  io.out << "Simulation: " << workload << " on " << catalog << ", "
+         << (target_text.empty() ? absl::StrFormat("loss %g", response.target_loss()) : target_text)
+         << " by " << HumanDuration(*deadline) << ", " << r.runs() << " runs (seed " << r.seed()
+         << ")\n";
   io.out << "cluster " << ClusterText(p.cluster()) << " ("
          << (p.strategy() == pb::PLAN_STRATEGY_GIVEN ? "given" : "the cheapest plan")
          << "): predicted " << HumanDuration(p.time_s()) << " and " << Dollars(p.cost_usd())
@@ -533,7 +539,8 @@ std::vector<Command> SimulateCommands() {
   std::vector<Command> commands = {{
       .name = "simulate",
       .summary = "replay a job with sampled revocations: P(meet deadline), time and cost spread",
-      .synopsis = "--workload W --catalog C --deadline D (--loss L | --iterations N)\n"
+      .synopsis = "--workload W --catalog C --deadline D (--loss L | --accuracy A |\n"
+                  "--target METRIC>=V | --iterations N)\n"
                   "[--cluster TYPE=N,...] [--lifetimes FILE] [--runs N] [--seed S]\n"
                   "[--overhead D] [--notice D] [--takeover-delay D] [--budget USD]\n"
                   "[--quota TYPE=N,...] [--strategy exact|spotdnn|exhaustive]\n"
@@ -555,6 +562,8 @@ std::vector<Command> SimulateCommands() {
                 {"--cluster", "TYPE=N,...",
                  "the cluster to simulate (default: the cheapest plan for the SLO)"},
                 {"--loss", "L", "the target loss, or"},
+                {"--accuracy", "A", "the target accuracy (a fraction), or"},
+                {"--target", "METRIC>=V|METRIC<=V", "a target in any metric, or"},
                 {"--iterations", "N",
                  "normalized iterations on --cluster (the target loss is the model's\nloss after "
                  "them)"},

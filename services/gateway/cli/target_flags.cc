@@ -1,9 +1,16 @@
 #include "services/gateway/cli/target_flags.h"
 
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "services/common/convert.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -24,23 +31,63 @@ absl::StatusOr<double> WholeNumber(absl::string_view flag, absl::string_view tex
   return *v;
 }
 
+// --accuracy's value, or --target accuracy>=A's: a fraction in (0, 1].
+absl::Status CheckAccuracy(absl::string_view flag, absl::string_view text, double value) {
+  if (value > 0 && value <= 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, " = \"", text, "\": an accuracy is a fraction in (0, 1] (0.88 for 88%)"));
+}
+
 }  // namespace
 
+absl::StatusOr<TargetFlags> ParseTargetExpression(absl::string_view flag, absl::string_view text) {
+  auto m = services::ParseMetricTarget(flag, text);
+  if (!m.ok()) return m.status();
+  TargetFlags t;
+  if (m->metric() == "loss") {
+    t.loss = m->value();
+  } else {
+    t.metric = *std::move(m);
+  }
+  return t;
+}
+
+std::vector<FlagHelp> MetricTargetFlagHelp() {
+  return {{"--loss", "L", "target training loss (the profile's loss model or convergence)"},
+          {"--accuracy", "A",
+           "instead: target accuracy, a fraction (0.88); needs the profile's accuracy\n"
+           "convergence model (spotdnn profile fit)"},
+          {"--target", "METRIC>=V|METRIC<=V",
+           "instead: a target in any metric the samples carry, with its direction\n"
+           "(accuracy>=0.88, top5>=0.9, loss<=0.5)"}};
+}
+
 std::string TargetFlags::Describe() const {
+  if (metric) {
+    return absl::StrFormat(
+        "%s %s %g", metric->metric(),
+        metric->direction() == v1::MetricTarget::DIRECTION_AT_LEAST ? ">=" : "<=", metric->value());
+  }
   if (iterations > 0) return absl::StrFormat("%.15g iterations", iterations);
   if (epochs > 0) return absl::StrFormat("%g epochs of %.15g samples", epochs, dataset_size);
   return absl::StrFormat("loss %g", loss);
 }
 
 absl::StatusOr<TargetFlags> ParseTargetFlags(const Args& args) {
-  const int given = args.Has("--loss") + args.Has("--iterations") + args.Has("--epochs");
+  const int given = args.Has("--loss") + args.Has("--iterations") + args.Has("--epochs") +
+                    args.Has("--accuracy") + args.Has("--target");
   if (given == 0) {
     return absl::InvalidArgumentError(
-        "missing the target: give --loss L, --iterations N or --epochs E with --dataset-size S");
+        "missing the target: give --loss L, --accuracy A, --target METRIC>=V, --iterations N or "
+        "--epochs E with --dataset-size S");
   }
   if (given > 1) {
+    std::vector<std::string> named;
+    for (const char* flag : {"--loss", "--accuracy", "--target", "--iterations", "--epochs"}) {
+      if (auto v = args.Get(flag)) named.push_back(absl::StrCat(flag, " ", *v));
+    }
     return absl::InvalidArgumentError(
-        "--loss, --iterations and --epochs: give one target, not several");
+        absl::StrCat(absl::StrJoin(named, ", "), ": give one target, not several"));
   }
   if (args.Has("--dataset-size") && !args.Has("--epochs")) {
     return absl::InvalidArgumentError(
@@ -51,6 +98,18 @@ absl::StatusOr<TargetFlags> ParseTargetFlags(const Args& args) {
     auto v = ParseNumber("--loss", *loss);
     if (!v.ok()) return v.status();
     t.loss = *v;
+    return t;
+  }
+  if (auto target = args.Get("--target")) return ParseTargetExpression("--target", *target);
+  if (auto accuracy = args.Get("--accuracy")) {
+    auto v = ParseNumber("--accuracy", *accuracy);
+    if (!v.ok()) return v.status();
+    if (auto s = CheckAccuracy("--accuracy", *accuracy, *v); !s.ok()) return s;
+    v1::MetricTarget m;
+    m.set_metric("accuracy");
+    m.set_direction(v1::MetricTarget::DIRECTION_AT_LEAST);
+    m.set_value(*v);
+    t.metric = std::move(m);
     return t;
   }
   if (auto iterations = args.Get("--iterations")) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "provisioner/deadline/deadline_policy.h"
 #include "services/common/convert.h"
@@ -86,6 +87,41 @@ bool ValidName(const std::string& name) {
     }
   }
   return true;
+}
+
+// slo.target (or slo.accuracy, as {"accuracy": A}): "METRIC>=V" / "METRIC<=V", {"accuracy": A},
+// {"loss": L}, or {"metric": M, "direction": "at-least"|"at-most", "value": V}.
+absl::StatusOr<v1::MetricTarget> MetricTargetOf(const json& v, const std::string& field) {
+  if (v.is_string()) return services::ParseMetricTarget(field, v.get<std::string>());
+  const char* expected =
+      "expected \"METRIC>=V\" or \"METRIC<=V\", {\"accuracy\": A}, {\"loss\": L} or "
+      "{\"metric\": M, \"direction\": \"at-least\"|\"at-most\", \"value\": V}";
+  if (!v.is_object()) return Bad(field, v, expected);
+  if (v.size() == 1 && (v.contains("accuracy") || v.contains("loss"))) {
+    const bool accuracy = v.contains("accuracy");
+    const json& value = accuracy ? v["accuracy"] : v["loss"];
+    const std::string name = accuracy ? "accuracy" : "loss";
+    if (!value.is_number())
+      return Bad(field == "slo.accuracy" ? field : field + "." + name, value, "expected a number");
+    return services::ParseMetricTarget(
+        field,
+        absl::StrCat(name, accuracy ? ">=" : "<=", absl::StrFormat("%.17g", value.get<double>())));
+  }
+  if (auto s = OnlyKnown(v, field + ".", {"metric", "direction", "value"}); !s.ok()) return s;
+  if (!v.contains("metric") || !v.contains("direction") || !v.contains("value")) {
+    return Bad(field, v, expected);
+  }
+  if (!v["metric"].is_string()) return Bad(field + ".metric", v["metric"], "expected a name");
+  if (!v["value"].is_number()) return Bad(field + ".value", v["value"], "expected a number");
+  const json& direction = v["direction"];
+  if (!direction.is_string() || (direction != "at-least" && direction != "at-most" &&
+                                 direction != ">=" && direction != "<=")) {
+    return Bad(field + ".direction", direction, "expected \"at-least\" or \"at-most\"");
+  }
+  const bool at_least = direction == "at-least" || direction == ">=";
+  return services::ParseMetricTarget(
+      field, absl::StrCat(v["metric"].get<std::string>(), at_least ? ">=" : "<=",
+                          absl::StrFormat("%.17g", v["value"].get<double>())));
 }
 
 }  // namespace
@@ -192,26 +228,40 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
         "slo is required: {\"loss\": L, \"deadline\": \"30m\"} (and/or \"budget_usd\")");
   }
   const json& slo = doc["slo"];
-  if (auto s = OnlyKnown(slo, "slo.",
-                         {"loss", "iterations", "epochs", "dataset_size", "deadline", "budget_usd",
-                          "confidence", "lifetimes", "notice", "takeover_delay"});
+  if (auto s = OnlyKnown(
+          slo, "slo.",
+          {"loss", "accuracy", "target", "iterations", "epochs", "dataset_size", "deadline",
+           "budget_usd", "confidence", "lifetimes", "notice", "takeover_delay"});
       !s.ok()) {
     return s;
   }
-  // The target: a loss, a number of global iterations, or epochs of a dataset.
-  const int targets = slo.contains("loss") + slo.contains("iterations") + slo.contains("epochs");
+  // The target: a loss, an accuracy, a metric's value ("target"), a number of global
+  // iterations, or epochs of a dataset.
+  const int targets = slo.contains("loss") + slo.contains("accuracy") + slo.contains("target") +
+                      slo.contains("iterations") + slo.contains("epochs");
   if (targets == 0) {
     return absl::InvalidArgumentError(
-        "slo.loss is required (or slo.iterations, or slo.epochs with slo.dataset_size)");
+        "slo.loss is required (or slo.iterations, or slo.epochs with slo.dataset_size, or "
+        "slo.accuracy, or slo.target \"METRIC>=V\")");
   }
   if (targets > 1) {
     return absl::InvalidArgumentError(
-        "slo: give one target of loss, iterations and epochs, not several");
+        "slo: give one target of loss, accuracy, target, iterations and epochs, not several");
   }
   if (slo.contains("dataset_size") && !slo.contains("epochs")) {
     return Bad("slo.dataset_size", slo["dataset_size"], "only with slo.epochs");
   }
-  if (slo.contains("loss")) {
+  if (slo.contains("accuracy") || slo.contains("target")) {
+    auto target = MetricTargetOf(
+        slo.contains("accuracy") ? json{{"accuracy", slo["accuracy"]}} : slo["target"],
+        slo.contains("accuracy") ? "slo.accuracy" : "slo.target");
+    if (!target.ok()) return target.status();
+    if (target->metric() == "loss") {
+      spec.target_loss = target->value();
+    } else {
+      spec.target_metric = *std::move(target);
+    }
+  } else if (slo.contains("loss")) {
     auto loss = Number(slo["loss"], "slo.loss", 0);
     if (!loss.ok()) return loss.status();
     if (*loss <= 0) return Bad("slo.loss", slo["loss"], "must be > 0");
@@ -422,6 +472,18 @@ absl::StatusOr<JobSpec> ReadJobSpec(const std::string& path) {
     return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
   }
   return spec;
+}
+
+void SetSloTarget(const JobSpec& spec, v1::Slo* slo) {
+  slo->set_target_loss(spec.target_loss);
+  slo->set_target_iterations(spec.target_iterations);
+  slo->set_target_epochs(spec.target_epochs);
+  slo->set_dataset_size(spec.dataset_size);
+  if (spec.target_metric) {
+    *slo->mutable_target_metric() = *spec.target_metric;
+  } else {
+    slo->clear_target_metric();
+  }
 }
 
 }  // namespace spotdnn::job

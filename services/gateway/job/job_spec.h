@@ -5,6 +5,7 @@
 #define SPOTDNN_SERVICES_GATEWAY_JOB_JOB_SPEC_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,10 @@ struct JobSpec {
   double target_loss = 0;             // the target: a loss, or (0 here) ...
   double target_iterations = 0;       // ... global iterations (steps of all workers), or ...
   double target_epochs = 0;           // ... epochs of
-  double dataset_size = 0;            // this many samples
+  double dataset_size = 0;            // this many samples, or ...
+  // ... a metric's value (slo.accuracy, slo.target "accuracy>=0.88"; a loss target given so is
+  // target_loss).
+  std::optional<spotdnn::v1::MetricTarget> target_metric;
   double deadline_s = 0;              // 0: none (then budget_usd is required)
   double budget_usd = 0;              // 0: none
   spotdnn::v1::PlanStrategy strategy = spotdnn::v1::PLAN_STRATEGY_EXACT;
@@ -72,6 +76,11 @@ struct JobSpec {
 
 // Parses a job spec document. INVALID_ARGUMENT naming the field and the value.
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& json);
+
+// Writes the spec's target into an SLO: target_loss, target_iterations, target_epochs and
+// dataset_size, or target_metric.
+void SetSloTarget(const JobSpec& spec, spotdnn::v1::Slo* slo);
+
 // Reads and parses a job spec file (NOT_FOUND naming the path when it cannot be read).
 absl::StatusOr<JobSpec> ReadJobSpec(const std::string& path);
 
