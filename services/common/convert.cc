@@ -166,6 +166,9 @@ predictor::ConvergenceModel ToDomain(const pb::ConvergenceModel& in) {
   out.noise_sd_after = in.noise_sd_after();
   out.noise_exp_after = in.noise_exp_after();
   out.eval_interval_steps = in.eval_interval_steps();
+  out.eval_interval_per_worker_steps = in.eval_interval_per_worker_steps();
+  out.drop_ratios.assign(in.drop_ratios().begin(), in.drop_ratios().end());
+  out.drop_ratio_exp = in.drop_ratio_exp();
   out.runs = in.runs();
   out.points = in.points();
   out.fitted_on = in.fitted_on();
@@ -197,6 +200,9 @@ pb::ConvergenceModel ToProto(const predictor::ConvergenceModel& in) {
   out.set_noise_sd_after(in.noise_sd_after);
   out.set_noise_exp_after(in.noise_exp_after);
   out.set_eval_interval_steps(in.eval_interval_steps);
+  out.set_eval_interval_per_worker_steps(in.eval_interval_per_worker_steps);
+  for (double r : in.drop_ratios) out.add_drop_ratios(r);
+  out.set_drop_ratio_exp(in.drop_ratio_exp);
   out.set_runs(in.runs);
   out.set_points(in.points);
   out.set_fitted_on(in.fitted_on);

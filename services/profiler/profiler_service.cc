@@ -115,6 +115,10 @@ profiler::KnownParameters KnownOf(const pb::WorkloadProfile& base, double ps_ban
   } else if (has_base) {
     known.variant = ::spotdnn::services::ToDomain(base.model_variant());
   }
+  // The base's declared schedules (and forms) are the convergence fit's.
+  for (const pb::ConvergenceModel& c : base.convergence()) {
+    known.declared_convergence.push_back(::spotdnn::services::ToDomain(c));
+  }
   return known;
 }
 
@@ -184,6 +188,15 @@ pb::WorkloadProfile MergeFit(const pb::WorkloadProfile& base, const profiler::Wo
     l->set_g3(fit.loss->g3);
     l->set_g4(fit.loss->g4);
     l->set_g5(fit.loss->g5);
+  }
+  // A fitted convergence model replaces the base's of the same metric.
+  for (const predictor::ConvergenceModel& c : fit.convergence) {
+    pb::ConvergenceModel* slot = nullptr;
+    for (pb::ConvergenceModel& existing : *out.mutable_convergence()) {
+      if (existing.metric() == c.metric) slot = &existing;
+    }
+    if (slot == nullptr) slot = out.add_convergence();
+    *slot = ::spotdnn::services::ToProto(c);
   }
   return out;
 }
@@ -467,7 +480,7 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext* context,
   }
   const bool identified_any = fit->parameter_size_mb || fit->required_bandwidth_mb_per_s ||
                               !fit->compute.empty() || fit->contention || fit->memory ||
-                              fit->loss || fit->shared_ps;
+                              fit->loss || fit->shared_ps || !fit->convergence.empty();
   if (!identified_any) {
     // Storing the base (or an empty profile) as a new version would look like a fit.
     std::vector<std::string> why;
