@@ -270,7 +270,10 @@ class JobControllerTest : public ::testing::Test {
                           .detector_address = "detector:2",
                           .stall_timeout = absl::Seconds(60),
                           .guard = guard},
-                         [this](const JobEvent& e) { events_.push_back(e); });
+                         [this](const JobEvent& e) {
+                           events_.push_back(e);
+                           if (on_event_) on_event_(e);
+                         });
   }
 
   // Plans and runs the job to its end.
@@ -327,6 +330,7 @@ class JobControllerTest : public ::testing::Test {
   clients::ProfilerClient profiler_client_{profiler_, {.sleep = [](absl::Duration) {}}};
   clients::DetectorClient detector_client_{detector_};
   std::deque<FeedItem> feed_;
+  std::function<void(const JobEvent&)> on_event_;  // called with each event after it is kept
   std::vector<uint64_t> feed_opened_after_;
   std::vector<JobEvent> events_;
   std::vector<pb::ReplanRequest> replans_;
@@ -775,6 +779,63 @@ TEST_F(JobControllerTest, NoSpotForATakeoverRunsOnDemandUntilAProbeGetsSpotBack)
   EXPECT_THAT(s.revocations[0].detail, HasSubstr("deadline guard"));
   EXPECT_EQ(Count<DeadlineEvent>(), 2);
   EXPECT_TRUE(cloud_.Running().empty());
+}
+
+// Issue 26: a gateway that logged a deadline decision and died before it was done (simulated: the
+// decision logged again after its end) carries it out again when resumed, with the same client
+// token: the cloud answers with the instance it launched, and nothing is launched twice.
+TEST_F(JobControllerTest, AResumedDecisionIsReissuedWithItsTokenAndLaunchesNothingTwice) {
+  ON_CALL(provisioner_, Replan(_, _, _))
+      .WillByDefault(
+          [this](grpc::ClientContext*, const pb::ReplanRequest& r, pb::ReplanResponse* out) {
+            replans_.push_back(r);
+            pb::Plan* plan = out->mutable_plan();
+            plan->set_feasible(true);
+            Add(plan->mutable_to_launch(), "p2.xlarge", 1);
+            *plan->mutable_cluster() = r.survivors();
+            plan->mutable_prediction()->set_normalized_iterations(200);
+            AddWorker(plan->mutable_prediction(), "p2.xlarge", 1, 0.4);
+            plan->set_time_s(20);
+            return grpc::Status::OK;
+          });
+  std::string victim;
+  clock_.At(absl::Seconds(3), [&] {
+    cloud_.capacity["p2.xlarge"] = 0;
+    victim = WorkerOf("p2.xlarge");
+    Notice(victim, absl::Seconds(2));
+  });
+  clock_.At(absl::Seconds(5), [&] { cloud_.End(victim); });
+  JobController first = Controller({.probe_every = absl::Seconds(1)});
+  on_event_ = [&](const JobEvent& e) {
+    if (std::holds_alternative<DeadlineEvent>(e.what)) first.Detach();
+  };
+  auto stopped = PlanAndRun(first, kTightSpec);
+  ASSERT_EQ(stopped.status().code(), absl::StatusCode::kCancelled) << stopped.status();
+  on_event_ = nullptr;
+  const std::string token = "job-x-deadline-1-p2.xlarge-on-demand";
+  ASSERT_EQ(cloud_.launch_calls[token], 1);
+  auto events = store_->Events("job-x");
+  ASSERT_TRUE(events.ok());
+  std::string decision;
+  for (const JobEventRecord& e : *events) {
+    if (e.kind == "deadline") decision = e.detail;
+  }
+  ASSERT_THAT(decision, HasSubstr("\"launch_on_demand\":1"));
+  ASSERT_TRUE(
+      store_->AddEvent("job-x", "deadline", decision, absl::ToUnixMillis(clock_.Now())).ok());
+
+  JobController resumed = Controller({.probe_every = absl::Seconds(1)});
+  auto outcome = resumed.Run("job-x");
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
+  EXPECT_EQ(cloud_.launch_calls[token], 2);  // asked again, with the same token
+  EXPECT_EQ(outcome->summary.on_demand_instances, 1);
+  std::set<std::string> ids;
+  auto instances = store_->Instances("job-x");
+  ASSERT_TRUE(instances.ok());
+  for (const InstanceRecord& i : *instances) EXPECT_TRUE(ids.insert(i.id).second) << i.id;
+  EXPECT_EQ(static_cast<int>(ids.size()), cloud_.Launched());
+  EXPECT_THAT(LogKinds(), Contains("resumed"));
 }
 
 // Issue 26: no spot capacity for a planned type at launch and no spot plan without it: the job
