@@ -134,3 +134,24 @@ TEST_F(DeadlineGuardTest, AnUnknownPolicyIsRefused) {
 
 }  // namespace
 }  // namespace spotdnn::job
+
+namespace spotdnn::job {
+namespace {
+
+// A policy that would rather wait for spot than pay on-demand (0 spot, 0 on-demand) while spot is
+// still gone: the on-demand worker is not stopped into a gap; it goes when spot replaces it.
+class WaitingPolicyTest : public DeadlineGuardTest {};
+
+TEST_F(WaitingPolicyTest, OnDemandIsNotStoppedUntilSpotCoversTheWorkers) {
+  guard_->OnSpotShort(kType, 1, 0, t0_);
+  ASSERT_EQ(guard_->Tick(Now(0, 3660, 3600, 0, 0)).front().launch_on_demand, 1);
+  // Plenty of slack later, spot still short: whatever the policy says, nothing stops.
+  for (double at = 5; at < 59; at += 5) {
+    for (const GuardAction& a : guard_->Tick(Now(at, 100000, 600, 0, 1))) {
+      EXPECT_EQ(a.stop_on_demand, 0) << "at " << at << ": " << a.decision.reason;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace spotdnn::job

@@ -127,8 +127,12 @@ std::vector<GuardAction> DeadlineGuard::Tick(const GuardNow& now) {
     }
     a.launch_on_demand = std::max(0, a.decision.on_demand - here.running_on_demand);
     a.stop_on_demand = std::max(0, here.running_on_demand - a.decision.on_demand);
-    // On-demand goes only when the spot instances that replace it run (or are being launched).
-    if (a.launch_spot == 0 && here.running_spot < a.decision.spot) a.stop_on_demand = 0;
+    // On-demand goes only where spot (running, or being launched) covers what is wanted: a policy
+    // that would rather wait for spot is not followed into a gap with fewer workers (each restart
+    // costs a changeover, and a policy that sees slack grow would stop and start on-demand again).
+    const int covered =
+        here.running_spot + a.launch_spot + here.running_on_demand - std::max(st.wanted, 0);
+    a.stop_on_demand = std::min(a.stop_on_demand, std::max(0, covered));
     if (probe && a.launch_spot == 0) {
       st.next_probe = now.now + st.backoff;  // the policy keeps on-demand for now
       a.probe = false;

@@ -56,7 +56,8 @@ struct GuardNow {
 };
 
 // What to do for one type: the policy's decision, and the launches and stops that carry it out.
-// Spot first: on-demand instances are stopped only once the spot launch got all it asked for.
+// Spot first: on-demand instances are stopped only where spot (running, or launched by this action)
+// covers the workers wanted, and only once the spot launch got all it asked for.
 struct GuardAction {
   std::string instance_type;
   std::string trigger;  // "capacity", "probe", "behind-plan", "check"
