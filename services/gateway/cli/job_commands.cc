@@ -348,15 +348,19 @@ int Status(const Args& args, const Io& io) {
   auto events = (*store)->Events(id);
   if (!events.ok()) return ReportError(events.status(), "status", io);
   const Driver driver = DriverOf(**store, *job);
+  // The live refit's first and latest forecasts, the deadline counted as they count it.
+  const JobForecasts forecasts = ForecastsOf(*events);
+  const double forecast_deadline_s =
+      summary->deadline_s > 0 ? summary->deadline_s - summary->profiling_s : 0;
   // --plot draws what the job has, and the status is shown whatever the plot could draw.
   std::string plot_file, plot_missing, plot_error;
   if (auto file = args.Get("--plot")) {
     auto progress = (*store)->Progress(id);
     auto revocations = (*store)->Revocations(id);
-    absl::StatusOr<LossPlot> plot = !progress.ok() ? absl::StatusOr<LossPlot>(progress.status())
-                                    : !revocations.ok()
-                                        ? absl::StatusOr<LossPlot>(revocations.status())
-                                        : LossPlotOf(*job, *progress, *instances, *revocations);
+    absl::StatusOr<LossPlot> plot =
+        !progress.ok()      ? absl::StatusOr<LossPlot>(progress.status())
+        : !revocations.ok() ? absl::StatusOr<LossPlot>(revocations.status())
+                            : LossPlotOf(*job, *progress, *instances, *revocations, *events);
     if (!plot.ok()) {
       plot_error = std::string(plot.status().message());
     } else {
@@ -405,6 +409,8 @@ int Status(const Args& args, const Io& io) {
                   .String("state", std::string(job::Name(job->state)))
                   .String("message", job->message)
                   .Raw("summary", SummaryJson(*summary))
+                  .Raw("forecast",
+                       ForecastsJson(forecasts, summary->iterations_done, forecast_deadline_s))
                   .Raw("instances", "[" + absl::StrJoin(list, ",") + "]")
                   .Raw("events", "[" + absl::StrJoin(log, ",") + "]")
                   .Raw("gateway", GatewayJson(driver, *job))
@@ -428,6 +434,10 @@ int Status(const Args& args, const Io& io) {
   }
   PrintSummary(*summary, io.out);
   io.out << "\n";
+  if (forecasts.first.has_value()) {
+    PrintForecasts(forecasts, summary->iterations_done, forecast_deadline_s, io.out);
+    io.out << "\n";
+  }
   Table table({"instance", "role", "type", "market", "why", "state", "launched", "ended", "$/h"});
   for (size_t c : {1, 2, 3, 4, 5}) table.LeftAlign(c);
   for (const job::InstanceRecord& i : *instances) {
