@@ -190,6 +190,19 @@ TEST(ConvergenceWatchTest, RealFitMovesAFortyPercentOptimisticPriorToTheTruth) {
   EXPECT_GE(refit->iterations_p90, refit->iterations_p50);
 }
 
+// The profile's forecast with the real StepsToTarget: eq. 3 without noise, its mean inverted.
+TEST(ConvergenceWatchTest, PriorForecastWithTheRealPredictionIsTheMeanCurves) {
+  ConvergenceWatch watch(Eq3(kG3), {.target = kTarget});
+  const ConvergenceForecast f = watch.PriorForecast(kWorkers, kR, 10);
+  ASSERT_TRUE(f.reachable);
+  EXPECT_NEAR(f.iterations_p50, MeanSteps(Eq3(kG3)), 0.02 * MeanSteps(Eq3(kG3)));
+  EXPECT_NEAR(f.finish_p50_s, f.iterations_p50 / 10, 1e-9);
+  // From a running job's step: the steps left, counted from there.
+  auto needed = watch.StepsNeeded(kWorkers, kR, 300);
+  ASSERT_TRUE(needed.has_value());
+  EXPECT_NEAR(*needed, MeanSteps(Eq3(kG3)), 0.02 * MeanSteps(Eq3(kG3)));
+}
+
 TEST(ConvergenceWatchTest, RefitsAfterMinPointsThenEveryFewPoints) {
   int fits = 0;
   auto counting = [&fits](absl::Span<const profiler::ConvergenceRun> runs,
@@ -309,6 +322,10 @@ TEST(ConvergenceWatchTest, ForecastJsonRoundTrips) {
                         .rmse = 0.03,
                         .model = Eq3(kG3)};
   f.model.noise_sd = 0.01;
+  f.model.drop_ratios = {0.5, 0.8};
+  auto schedule = predictor::ParseLrSchedule("step:1000*0.1,2000*0.5");
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  f.model.schedule = *schedule;
   auto back = ParseForecastJson(ForecastJson(f));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->points, 150);
@@ -318,6 +335,9 @@ TEST(ConvergenceWatchTest, ForecastJsonRoundTrips) {
   EXPECT_EQ(back->model.form, ConvergenceModel::Form::kEq3);
   EXPECT_DOUBLE_EQ(back->model.g3, kG3);
   EXPECT_DOUBLE_EQ(back->model.noise_sd, 0.01);
+  EXPECT_EQ(back->model.drop_ratios, (std::vector<double>{0.5, 0.8}));
+  EXPECT_EQ(back->model.schedule.kind, predictor::LrSchedule::Kind::kStepDecay);
+  EXPECT_EQ(back->model.schedule.drop_steps, (std::vector<double>{1000, 2000}));
   f.reachable = false;
   f.iterations_p90 = f.finish_p90_s = std::numeric_limits<double>::infinity();
   back = ParseForecastJson(ForecastJson(f));

@@ -183,6 +183,7 @@ std::string ForecastJson(const ConvergenceForecast& f) {
       {"g4", m.g4},
       {"g5", m.g5},
       {"schedule", predictor::LrScheduleText(m.schedule)},
+      {"drop_ratios", m.drop_ratios},
       {"rho", m.rho},
       {"drop_time_steps", m.drop_time_steps},
       {"noise_sd", m.noise_sd},
@@ -250,6 +251,11 @@ absl::StatusOr<ConvergenceForecast> ParseForecastJson(const std::string& json) {
   model.g5 = NumOf(m, "g5");
   if (auto s = predictor::ParseLrSchedule(m.value("schedule", std::string("constant"))); s.ok()) {
     model.schedule = *s;
+  }
+  if (auto it = m.find("drop_ratios"); it != m.end() && it->is_array()) {
+    for (const nlohmann::json& v : *it) {
+      if (v.is_number()) model.drop_ratios.push_back(v.get<double>());
+    }
   }
   model.rho = NumOf(m, "rho", 1);
   model.drop_time_steps = NumOf(m, "drop_time_steps");
