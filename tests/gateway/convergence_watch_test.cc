@@ -261,9 +261,10 @@ TEST(ConvergenceWatchTest, FailedFitKeepsTheLastModel) {
 }
 
 TEST(ConvergenceWatchTest, ReplansWhenTheHeldFinishPassesTheDeadlineAtMostOncePerInterval) {
-  ConvergenceWatch watch(Eq3(kG3),
-                         {.target = kTarget, .deadline_s = 100, .min_replan_interval_s = 30},
-                         FakeFit, FakePredict);
+  ConvergenceWatch watch(
+      Eq3(kG3),
+      {.target = kTarget, .deadline_s = 100, .min_replan_interval_s = 30, .late_refits = 1},
+      FakeFit, FakePredict);
   ConvergenceForecast f{.steps_per_s = 10, .reachable = true};
   f.finish_p50_s = 95;
   f.finish_p90_s = 110;
@@ -280,7 +281,8 @@ TEST(ConvergenceWatchTest, ReplansWhenTheHeldFinishPassesTheDeadlineAtMostOncePe
   f.prior = true;  // the profile's own forecast never re-plans: the plan was made from it
   EXPECT_FALSE(watch.ShouldReplan(f, 80));
   // With a confidence the p90 is held to the deadline.
-  ConvergenceWatch sure(Eq3(kG3), {.target = kTarget, .deadline_s = 100, .confidence = 0.9},
+  ConvergenceWatch sure(Eq3(kG3),
+                        {.target = kTarget, .deadline_s = 100, .confidence = 0.9, .late_refits = 1},
                         FakeFit, FakePredict);
   ConvergenceForecast g{.steps_per_s = 10, .reachable = true};
   g.finish_p50_s = 95;
@@ -289,6 +291,38 @@ TEST(ConvergenceWatchTest, ReplansWhenTheHeldFinishPassesTheDeadlineAtMostOncePe
   // No deadline: never.
   ConvergenceWatch free(Eq3(kG3), {.target = kTarget}, FakeFit, FakePredict);
   EXPECT_FALSE(free.ShouldReplan(g, 50));
+}
+
+// A re-plan needs late_refits refits in a row that find the finish late: the first young fit
+// alone does not trigger one, and an on-time refit in between starts the count again.
+TEST(ConvergenceWatchTest, ReplansOnlyAfterTwoLateRefitsInARow) {
+  // The truth needs 607 steps; at 10 steps/s from the start that is a 61 s finish, past 50 s.
+  ConvergenceWatch watch(Eq3(kG3),
+                         {.target = kTarget,
+                          .deadline_s = 50,
+                          .min_points = 10,
+                          .refit_every_points = 10,
+                          .prior_samples = 1},
+                         FakeFit, FakePredict);
+  std::mt19937 rng(5);
+  Feed(watch, 1, 10, rng);
+  auto first = watch.Update(1, 10, kWorkers, kR, 10);
+  ASSERT_TRUE(first.has_value());
+  ASSERT_TRUE(watch.Late(*first)) << first->finish_p50_s;
+  EXPECT_FALSE(watch.ShouldReplan(*first, 1));
+  Feed(watch, 11, 10, rng);
+  auto second = watch.Update(2, 20, kWorkers, kR, 10);
+  ASSERT_TRUE(second.has_value() && watch.Late(*second));
+  EXPECT_TRUE(watch.ShouldReplan(*second, 2));
+  // Fast enough now (100 steps/s): on time, and the count starts again.
+  Feed(watch, 21, 10, rng);
+  auto on_time = watch.Update(3, 30, kWorkers, kR, 100);
+  ASSERT_TRUE(on_time.has_value());
+  EXPECT_FALSE(watch.Late(*on_time));
+  Feed(watch, 31, 10, rng);
+  auto late_again = watch.Update(4, 40, kWorkers, kR, 10);
+  ASSERT_TRUE(late_again.has_value() && watch.Late(*late_again));
+  EXPECT_FALSE(watch.ShouldReplan(*late_again, 4));
 }
 
 TEST(ConvergenceWatchTest, StepsNeededCountsFromTheCurrentStepForTheGivenWorkers) {

@@ -114,6 +114,20 @@ TEST(JobOutputForecast, StatusShowsTheFirstAndTheCurrentForecast) {
   EXPECT_EQ(doc["current"]["iterations_p90"], 944);
   EXPECT_EQ(doc["current"]["points"], 10);
   EXPECT_EQ(doc["iterations_done"], 120);
+  // The event log's table shows them in a few words.
+  EXPECT_EQ(EventDetailText(events[1]),
+            "from the profile: 540 (p10 513, p90 567) steps, finish 54.0 (p10 51.3, p90 56.7) s");
+  EXPECT_EQ(
+      EventDetailText(events[3]),
+      "10 points at step 50: 902 (p10 860, p90 944) steps, finish 90.2 (p10 86.0, p90 94.4) s");
+  EXPECT_EQ(EventDetailText(events[2]), "damaged");
+  EXPECT_EQ(EventDetailText(events[0]), "local.cpu=1");
+  EXPECT_EQ(
+      EventDetailText({.kind = "refit-replan", .detail = R"({"why": "late", "launch": "local.cpu=3",
+                                           "iterations": 1234.0, "replan": {}})"}),
+      "late; launch local.cpu=3 for 1234 iterations");
+  EXPECT_EQ(EventDetailText({.kind = "refit-replan", .detail = "no larger cluster meets it"}),
+            "no larger cluster meets it");
   // A job without forecasts: nulls, and no table.
   const JobForecasts none = ForecastsOf({{.kind = "planned"}});
   EXPECT_FALSE(none.first.has_value());

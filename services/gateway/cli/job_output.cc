@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 #include "services/gateway/cli/output.h"
 
 namespace spotdnn::gateway {
@@ -564,6 +565,26 @@ std::string ForecastsJson(const JobForecasts& forecasts, double iterations_done,
       .Number("iterations_done", iterations_done)
       .Number("deadline_s", deadline_s > 0 ? deadline_s : NAN)
       .str();
+}
+
+std::string EventDetailText(const job::JobEventRecord& event) {
+  if (event.kind == job::kForecastEvent) {
+    auto f = job::ParseForecastJson(event.detail);
+    if (!f.ok()) return event.detail;
+    return absl::StrCat(
+        f->prior ? "from the profile: " : "",
+        f->prior ? "" : absl::StrCat(f->points, " points at step ", Fixed(f->step, 0), ": "),
+        Interval(f->iterations_p10, f->iterations_p50, f->iterations_p90, 0), " steps, finish ",
+        Interval(f->finish_p10_s, f->finish_p50_s, f->finish_p90_s, 1), " s");
+  }
+  if (event.kind == "refit-replan") {
+    const nlohmann::json doc = nlohmann::json::parse(event.detail, nullptr, false);
+    if (!doc.is_object()) return event.detail;  // an infeasible re-plan: its reason, as text
+    return absl::StrCat(doc.value("why", std::string()), "; launch ",
+                        doc.value("launch", std::string()), " for ",
+                        Fixed(doc.value("iterations", 0.0), 0), " iterations");
+  }
+  return event.detail;
 }
 
 void PrintForecasts(const JobForecasts& forecasts, double iterations_done, double deadline_s,

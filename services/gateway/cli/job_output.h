@@ -35,6 +35,9 @@ JobForecasts ForecastsOf(const std::vector<job::JobEventRecord>& events);
 // Them as one JSON object ("first", "current": steps and finish p10/p50/p90, points, workers;
 // null when absent) with the job's `iterations_done` and `deadline_s`.
 std::string ForecastsJson(const JobForecasts& forecasts, double iterations_done, double deadline_s);
+// An event log entry's detail as the status table shows it: a forecast or a refit re-plan (JSON in
+// the log) in a few words, any other as it is.
+std::string EventDetailText(const job::JobEventRecord& event);
 // Them as a table beside the iterations done; nothing when there is no forecast.
 void PrintForecasts(const JobForecasts& forecasts, double iterations_done, double deadline_s,
                     std::ostream& out);

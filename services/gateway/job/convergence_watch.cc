@@ -142,20 +142,27 @@ std::optional<ConvergenceForecast> ConvergenceWatch::Update(double elapsed_s, do
     }
     refitted_at_ = n;
   }
-  return Forecast(model_, elapsed_s, step, workers, r, steps_per_s);
+  ConvergenceForecast forecast = Forecast(model_, elapsed_s, step, workers, r, steps_per_s);
+  late_streak_ = last_error_.empty() && Late(forecast) ? late_streak_ + 1 : 0;
+  return forecast;
 }
 
 double ConvergenceWatch::HeldFinish(const ConvergenceForecast& forecast) const {
   return options_.confidence > 0 ? forecast.finish_p90_s : forecast.finish_p50_s;
 }
 
-bool ConvergenceWatch::ShouldReplan(const ConvergenceForecast& forecast, double elapsed_s) const {
+bool ConvergenceWatch::Late(const ConvergenceForecast& forecast) const {
   if (options_.deadline_s <= 0 || forecast.prior) return false;
-  if (elapsed_s - last_replan_s_ < options_.min_replan_interval_s) return false;
   if (forecast.steps_per_s <= 0) return false;  // no speed measured: no finish to judge
   const double finish = HeldFinish(forecast);
   return !forecast.reachable || !std::isfinite(finish) ||
          finish > options_.deadline_s * (1 + options_.replan_margin);
+}
+
+bool ConvergenceWatch::ShouldReplan(const ConvergenceForecast& forecast, double elapsed_s) const {
+  if (elapsed_s - last_replan_s_ < options_.min_replan_interval_s) return false;
+  // late_refits <= 1: the forecast alone decides (it need not be an Update's).
+  return Late(forecast) && (options_.late_refits <= 1 || late_streak_ >= options_.late_refits);
 }
 
 std::optional<double> ConvergenceWatch::StepsNeeded(int workers, double r, double step) const {

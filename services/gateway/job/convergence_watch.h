@@ -61,6 +61,9 @@ struct ConvergenceWatchOptions {
   // A re-plan is asked only when the finish passes the deadline by this share of it (a forecast
   // just over the line by its noise does not buy a cluster).
   double replan_margin = 0.02;
+  // Refits in a row that must find the finish past the deadline before a re-plan: one young fit
+  // (a few measurements extrapolated far) does not buy a cluster.
+  int late_refits = 2;
   int draws = 1000;          // StepsToTarget's Monte Carlo runs
   size_t max_points = 2000;  // older measurements are thinned (every other one) past this
 };
@@ -99,14 +102,17 @@ class ConvergenceWatch {
   std::optional<ConvergenceForecast> Update(double elapsed_s, double step, int workers, double r,
                                             double steps_per_s, bool force = false);
 
-  // Whether `forecast` asks for a re-plan at `elapsed_s`: the deadline is set, the target is
-  // unreachable or the finish (p50, or p90 with a confidence) is past it by the margin, and the
-  // last re-plan was at least min_replan_interval_s ago.
+  // Whether `forecast` (the latest Update's) asks for a re-plan at `elapsed_s`: the deadline is
+  // set, the target is unreachable or the finish (p50, or p90 with a confidence) is past it by the
+  // margin, as it was in the late_refits refits before, and the last re-plan was at least
+  // min_replan_interval_s ago.
   bool ShouldReplan(const ConvergenceForecast& forecast, double elapsed_s) const;
   // A re-plan was made at `elapsed_s`.
   void MarkReplanned(double elapsed_s) { last_replan_s_ = elapsed_s; }
   // The finish the deadline is held to: p90 with a confidence, else p50.
   double HeldFinish(const ConvergenceForecast& forecast) const;
+  // Whether `forecast` finishes past the deadline (by the margin) or never.
+  bool Late(const ConvergenceForecast& forecast) const;
 
   // The global steps from the job's start that `workers` need to reach the target under the
   // current model, at the held quantile (p90 with a confidence, else p50), counted from `step`;
@@ -130,6 +136,7 @@ class ConvergenceWatch {
   size_t refitted_at_ = 0;  // points_.size() at the last refit (0: none yet)
   double last_rmse_ = 0;
   double last_replan_s_ = -1e300;
+  int late_streak_ = 0;  // refits in a row that were Late
   std::string last_error_;
 };
 
