@@ -170,24 +170,38 @@ TEST(ConvergenceWatchTest, SamplesUntilTheRefitIsWithinTenPercent) {
 }
 
 // The same with the real fit and prediction (profiler::FitConvergence with the prior,
-// predictor::StepsToTarget): N = 300 samples, half the way to the target.
+// predictor::StepsToTarget), refitting every 25 samples: the first count within 10% of the truth
+// is at most 400 (two thirds of the way to the target), and it stays within 10% from there on.
 TEST(ConvergenceWatchTest, RealFitMovesAFortyPercentOptimisticPriorToTheTruth) {
   const double truth = MeanSteps(Eq3(kG3));
   const double prior_g3 = (0.6 * truth + kG1) * (kTarget - kG5) / std::sqrt(kR * kWorkers);
-  ConvergenceWatch watch(Eq3(prior_g3), {.target = kTarget, .min_points = 20});
+  ConvergenceWatch watch(Eq3(prior_g3),
+                         {.target = kTarget, .min_points = 25, .refit_every_points = 25});
   std::mt19937 rng(11);
-  constexpr int kSamples = 300;
-  Feed(watch, 1, kSamples, rng);
-  auto refit = watch.Update(30, kSamples, kWorkers, kR, 10);
-  ASSERT_TRUE(refit.has_value());
-  if (absl::StrContains(watch.last_error(), "not yet")) {
-    GTEST_SKIP() << "profiler::FitConvergence is still the placeholder: " << watch.last_error();
+  int within = 0;
+  for (int n = 25; n <= 500; n += 25) {
+    Feed(watch, n - 24, 25, rng);
+    auto refit = watch.Update(n / 10.0, n, kWorkers, kR, 10);
+    ASSERT_TRUE(refit.has_value());
+    if (absl::StrContains(watch.last_error(), "not yet")) {
+      GTEST_SKIP() << "profiler::FitConvergence is still the placeholder: " << watch.last_error();
+    }
+    ASSERT_TRUE(watch.last_error().empty()) << n << ": " << watch.last_error();
+    ASSERT_TRUE(refit->reachable) << n;
+    EXPECT_LE(refit->iterations_p10, refit->iterations_p50);
+    EXPECT_GE(refit->iterations_p90, refit->iterations_p50);
+    const bool close = std::abs(refit->iterations_p50 - truth) <= 0.1 * truth;
+    std::cout << "[measured] real fit, " << n << " samples: p50 " << refit->iterations_p50
+              << " (p10 " << refit->iterations_p10 << ", p90 " << refit->iterations_p90 << ")"
+              << std::endl;
+    if (close && within == 0) within = n;
+    if (within > 0) {
+      EXPECT_TRUE(close) << n << " samples: " << refit->iterations_p50;
+    }
   }
-  ASSERT_TRUE(watch.last_error().empty()) << watch.last_error();
-  ASSERT_TRUE(refit->reachable);
-  EXPECT_NEAR(refit->iterations_p50, truth, 0.1 * truth);
-  EXPECT_LE(refit->iterations_p10, refit->iterations_p50);
-  EXPECT_GE(refit->iterations_p90, refit->iterations_p50);
+  ASSERT_GT(within, 0);
+  EXPECT_LE(within, 400);
+  RecordProperty("samples_within_10_percent_real_fit", within);
 }
 
 // The profile's forecast with the real StepsToTarget: eq. 3 without noise, its mean inverted.
