@@ -182,6 +182,23 @@ absl::Status JobRun::RefitReplan(const ConvergenceForecast& forecast) {
     needed = more;
   }
   if (!replan.ok()) return warn(absl::StrCat(why, "; ", replan.status().message()));
+  std::string fastest;  // set when no cluster meets the deadline and the fastest one is taken
+  if (!replan->plan().feasible() && std::isfinite(replan->best_finish_time_s()) &&
+      replan->best_finish_time_s() > 0) {
+    // No cluster meets the deadline: the one that finishes earliest (the cheapest that meets its
+    // finish), so the job misses by as little as it can.
+    const std::string reason = replan->plan().reason();
+    pb::Slo earliest = slo;
+    earliest.set_deadline_s(replan->best_finish_time_s() * 1.01);
+    auto again = RequestReplan(survivors, ClusterOf(survivors), job_.iterations_done, {},
+                               "re-planning after the convergence refit", &earliest);
+    if (again.ok() && again->plan().feasible()) {
+      fastest = absl::StrFormat("; no cluster meets the deadline (%s): the one finishing "
+                                "earliest, about %.0f s after the start",
+                                reason, replan->best_finish_time_s());
+      replan = std::move(again);
+    }
+  }
   if (!replan->plan().feasible()) {
     const std::string detail = absl::StrCat(why, "; no larger cluster meets it (",
                                             replan->plan().reason(), "): the job runs on as it is");
@@ -204,7 +221,7 @@ absl::Status JobRun::RefitReplan(const ConvergenceForecast& forecast) {
   std::vector<std::string> launch;
   for (const TypeCount& c : to_launch)
     launch.push_back(absl::StrCat(c.instance_type, "=", c.count));
-  const nlohmann::json record = {{"why", why},
+  const nlohmann::json record = {{"why", why + fastest},
                                  {"iterations", *needed},
                                  {"first_index", first_index},
                                  {"token", token},
@@ -217,7 +234,7 @@ absl::Status JobRun::RefitReplan(const ConvergenceForecast& forecast) {
                       .predicted_time_s = plan.time_s(),
                       .predicted_cost_usd = plan.cost_usd(),
                       .remaining_time_s = replan->remaining_time_s(),
-                      .detail = why,
+                      .detail = why + fastest,
                       .refit = true});
   if (to_launch.empty()) return absl::OkStatus();
   auto launched = Launch(to_launch, first_index, token, plan.prediction(), LaunchReason::kRefit,
