@@ -3,16 +3,20 @@
 // (SPOTDNN_PREDICTED_ITERATION_S, which `spotdnn run` sets) and reports every iteration to the
 // profiler (SPOTDNN_PROFILER) exactly as a real worker's reporting hook would; as a parameter
 // server (SPOTDNN_ROLE=ps) it waits. SIGTERM or SIGINT: it reports what is left and exits 0.
+// With --loss_curve it also reports a loss that follows a known curve in the job's global step
+// (the profiler's count of every worker's steps), for tests of the live convergence refit.
 // For demos and end-to-end tests of `spotdnn run` on the local provider. Against a secured
 // profiler it takes the agent's client flags (--tls_ca, --tls_cert, --tls_key, --auth_token_file).
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -20,6 +24,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "services/common/program.h"
@@ -34,6 +39,10 @@ ABSL_FLAG(std::string, profiler, "", "host:port of the profiler (default: $SPOTD
 ABSL_FLAG(absl::Duration, report_interval, absl::Milliseconds(500),
           "how often finished iterations are sent to the profiler");
 ABSL_FLAG(int64_t, max_steps, 0, "stop after this many iterations (0: until stopped)");
+ABSL_FLAG(std::string, loss_curve, "",
+          "A,B,C: report loss A / (j + B) + C at the job's global step j (the same curve "
+          "whatever the cluster); empty: no loss");
+ABSL_FLAG(double, loss_noise, 0, "standard deviation of Gaussian noise added to each loss");
 
 namespace {
 
@@ -134,6 +143,39 @@ int main(int argc, char** argv) {
   int batch = 0;
   (void)absl::SimpleAtoi(Env("SPOTDNN_BATCH_SIZE"), &batch);
   auto stub = pb::Profiler::NewStub(spotdnn::services::MakeChannel(profiler));
+  // The known loss curve, in the job's global step.
+  std::vector<double> curve;
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_loss_curve), ',', absl::SkipEmpty())) {
+    double v = 0;
+    if (!absl::SimpleAtod(part, &v) || !std::isfinite(v)) {
+      spdlog::error("--loss_curve = \"{}\": give A,B,C (numbers)", absl::GetFlag(FLAGS_loss_curve));
+      return 2;
+    }
+    curve.push_back(v);
+  }
+  if (!curve.empty() && curve.size() != 3) {
+    spdlog::error("--loss_curve = \"{}\": give three numbers A,B,C",
+                  absl::GetFlag(FLAGS_loss_curve));
+    return 2;
+  }
+  int workers = 1;
+  if (!absl::SimpleAtoi(Env("SPOTDNN_WORKERS"), &workers) || workers < 1) workers = 1;
+  std::mt19937 rng(std::hash<std::string>()(worker));
+  std::normal_distribution<double> noise(0, std::max(0.0, absl::GetFlag(FLAGS_loss_noise)));
+  // The job's global steps as the profiler last counted them, and this worker's step then.
+  int64_t global_at_poll = 0, own_at_poll = 0;
+  auto poll_global = [&](int64_t own) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    pb::GetJobProgressRequest request;
+    request.set_job_id(job);
+    pb::GetJobProgressResponse response;
+    if (stub->GetJobProgress(&context, request, &response).ok()) {
+      global_at_poll = response.total_steps();
+      own_at_poll = own;
+    }
+  };
 
   const absl::Time start = absl::Now();
   const absl::Duration per_step = absl::Seconds(iteration_s);
@@ -175,9 +217,15 @@ int main(int argc, char** argv) {
       s.set_step(step + 1);
       s.set_wall_time_s(absl::ToDoubleSeconds(start + per_step * (step + 1) - absl::UnixEpoch()));
       s.set_iteration_time_s(iteration_s);
+      if (!curve.empty()) {
+        // Every worker steps at about this pace: the others' steps since the poll too.
+        const double j = global_at_poll + static_cast<double>(step + 1 - own_at_poll) * workers;
+        s.set_loss(std::max(1e-6, curve[0] / (j + curve[1]) + curve[2] + noise(rng)));
+      }
       pending.push_back(std::move(s));
     }
     Report(*stub, pending);
+    if (!curve.empty()) poll_global(step);
     if (max_steps > 0 && step >= max_steps) break;
   }
   Report(*stub, pending);

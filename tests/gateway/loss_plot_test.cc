@@ -5,9 +5,11 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "predictor/convergence.h"
 #include "predictor/performance_model.h"
 #include "services/common/convert.h"
 #include "services/common/data_registry.h"
+#include "services/gateway/job/convergence_watch.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -140,6 +142,64 @@ TEST(LossPlot, TicksAreRoundAndTheTargetLabelStandsApartFromTheEnds) {
   // The target's label at the left end (x = 84), away from the ends' labels at the right.
   EXPECT_THAT(svg, HasSubstr("x=\"84.0\""));
   EXPECT_THAT(svg, HasSubstr("text-anchor=\"start\" fill=\"#2a9d4a\">target 2.6"));
+}
+
+}  // namespace
+}  // namespace spotdnn::gateway
+
+namespace spotdnn::gateway {
+namespace {
+
+// The live refit's latest forecast is drawn beside the first plan's curve: its mean curve from
+// the step it was made at, at the measured speed, to its p90 finish, and the finish interval.
+TEST(LossPlot, TheLatestRefitIsDrawnWithItsFinishInterval) {
+  const job::JobRecord job = Job();
+  std::vector<job::ProgressRecord> progress = {{.at_ms = 1'004'000, .iterations = 10, .loss = 3.1},
+                                               {.at_ms = 1'020'000, .iterations = 40, .loss = 2.7}};
+  job::ConvergenceForecast first{.prior = true,
+                                 .steps_per_s = 1.3,
+                                 .reachable = true,
+                                 .iterations_p50 = 49,
+                                 .finish_p50_s = 38.1};
+  job::ConvergenceForecast refit{.elapsed_s = 20,
+                                 .step = 40,
+                                 .points = 30,
+                                 .workers = 5,
+                                 .steps_per_s = 2,
+                                 .reachable = true,
+                                 .iterations_p10 = 70,
+                                 .iterations_p50 = 80,
+                                 .iterations_p90 = 90,
+                                 .finish_p10_s = 35,
+                                 .finish_p50_s = 40,
+                                 .finish_p90_s = 45};
+  refit.model.form = predictor::ConvergenceModel::Form::kEq3;
+  refit.model.g1 = 10;
+  refit.model.g3 = 5;
+  refit.model.g4 = 1;
+  refit.model.g5 = 2;
+  std::vector<job::JobEventRecord> events = {
+      {.kind = job::kForecastEvent, .detail = job::ForecastJson(first)},
+      {.kind = "warning", .detail = "x"},
+      {.kind = job::kForecastEvent, .detail = job::ForecastJson(refit)}};
+  auto plot = LossPlotOf(job, progress, {}, {}, events);
+  ASSERT_TRUE(plot.ok()) << plot.status();
+  ASSERT_GT(plot->refitted.size(), 10u);
+  EXPECT_DOUBLE_EQ(plot->refitted.front().time_s, 20);
+  EXPECT_NEAR(plot->refitted.back().time_s, 45, 1e-9);
+  EXPECT_DOUBLE_EQ(plot->refitted.front().loss, predictor::MeanValueAt(refit.model, 5, 0, 40));
+  EXPECT_DOUBLE_EQ(plot->refit_finish_p50_s, 40);
+  EXPECT_THAT(plot->refit_label, HasSubstr("refitted at step 40 (30 points)"));
+  const std::string svg = LossPlotSvg(*plot);
+  EXPECT_THAT(svg, HasSubstr("class=\"refitted\""));
+  EXPECT_THAT(svg, HasSubstr("class=\"refit-interval\""));
+  EXPECT_THAT(svg, HasSubstr("refitted end 40s"));
+  EXPECT_THAT(svg, HasSubstr("class=\"predicted\""));
+  // Without a refit (the profile's forecast alone) nothing more is drawn.
+  plot = LossPlotOf(job, progress, {}, {}, {events[0]});
+  ASSERT_TRUE(plot.ok());
+  EXPECT_TRUE(plot->refitted.empty());
+  EXPECT_THAT(LossPlotSvg(*plot), Not(HasSubstr("refitted")));
 }
 
 }  // namespace

@@ -348,15 +348,19 @@ int Status(const Args& args, const Io& io) {
   auto events = (*store)->Events(id);
   if (!events.ok()) return ReportError(events.status(), "status", io);
   const Driver driver = DriverOf(**store, *job);
+  // The live refit's first and latest forecasts, the deadline counted as they count it.
+  const JobForecasts forecasts = ForecastsOf(*events);
+  const double forecast_deadline_s =
+      summary->deadline_s > 0 ? summary->deadline_s - summary->profiling_s : 0;
   // --plot draws what the job has, and the status is shown whatever the plot could draw.
   std::string plot_file, plot_missing, plot_error;
   if (auto file = args.Get("--plot")) {
     auto progress = (*store)->Progress(id);
     auto revocations = (*store)->Revocations(id);
-    absl::StatusOr<LossPlot> plot = !progress.ok() ? absl::StatusOr<LossPlot>(progress.status())
-                                    : !revocations.ok()
-                                        ? absl::StatusOr<LossPlot>(revocations.status())
-                                        : LossPlotOf(*job, *progress, *instances, *revocations);
+    absl::StatusOr<LossPlot> plot =
+        !progress.ok()      ? absl::StatusOr<LossPlot>(progress.status())
+        : !revocations.ok() ? absl::StatusOr<LossPlot>(revocations.status())
+                            : LossPlotOf(*job, *progress, *instances, *revocations, *events);
     if (!plot.ok()) {
       plot_error = std::string(plot.status().message());
     } else {
@@ -405,6 +409,8 @@ int Status(const Args& args, const Io& io) {
                   .String("state", std::string(job::Name(job->state)))
                   .String("message", job->message)
                   .Raw("summary", SummaryJson(*summary))
+                  .Raw("forecast",
+                       ForecastsJson(forecasts, summary->iterations_done, forecast_deadline_s))
                   .Raw("instances", "[" + absl::StrJoin(list, ",") + "]")
                   .Raw("events", "[" + absl::StrJoin(log, ",") + "]")
                   .Raw("gateway", GatewayJson(driver, *job))
@@ -428,6 +434,10 @@ int Status(const Args& args, const Io& io) {
   }
   PrintSummary(*summary, io.out);
   io.out << "\n";
+  if (forecasts.first.has_value()) {
+    PrintForecasts(forecasts, summary->iterations_done, forecast_deadline_s, io.out);
+    io.out << "\n";
+  }
   Table table({"instance", "role", "type", "market", "why", "state", "launched", "ended", "$/h"});
   for (size_t c : {1, 2, 3, 4, 5}) table.LeftAlign(c);
   for (const job::InstanceRecord& i : *instances) {
@@ -441,7 +451,9 @@ int Status(const Args& args, const Io& io) {
   Table log({"time", "event", "detail"});
   log.LeftAlign(1);
   log.LeftAlign(2);
-  for (const job::JobEventRecord& e : *events) log.AddRow({Ms(e.at_ms), e.kind, e.detail});
+  for (const job::JobEventRecord& e : *events) {
+    log.AddRow({Ms(e.at_ms), e.kind, EventDetailText(e)});
+  }
   log.Print(io.out);
   if (!plot_file.empty()) {
     io.out << "\nChart written to " << plot_file
@@ -473,8 +485,11 @@ std::vector<Command> JobCommands() {
            "while the revoked one still runs. When spot capacity runs out\n(a takeover the cloud "
            "has no spot capacity for), the deadline policy decides what runs on\non-demand "
            "until spot returns (spec \"fallback\"; each decision a \"deadline\" event in the "
-           "job's log).\nIt ends with a summary: predicted vs actual time and cost, spot and "
-           "on-demand hours,\nrevocations handled, SLO met. The job's state is kept "
+           "job's log).\nWith a loss target it refits the job's convergence from its own loss as "
+           "it comes in (the\nprofile as the prior), logs the predicted finish (forecast events) "
+           "and re-plans a larger\ncluster when that passes the deadline. "
+           "It ends with a summary: predicted vs actual time and\ncost, spot and "
+           "on-demand hours, revocations handled, SLO met. The job's state is kept "
            "in\nDATA_DIR/jobs.db "
            "(or --store): after the gateway dies, `spotdnn run --resume JOB` reattaches to the\n"
            "running instances and launches nothing twice; one gateway runs a job at a time (a "
@@ -516,11 +531,13 @@ std::vector<Command> JobCommands() {
        .synopsis = "JOB [--json] [--data-dir D] [--store SPEC] [--plot FILE.svg]",
        .description =
            "Shows one job of DATA_DIR/jobs.db: its summary (with its profiling phase's time and "
-           "cost),\ninstances, revocations (with notice-to-takeover times), event log, and "
+           "cost),\nthe live refit's first and current forecast of the steps and the finish (p10, "
+           "p50, p90),\ninstances, revocations (with notice-to-takeover times), event log, and "
            "whether a gateway\ndrives it. A job not ended says whether it is on track, not what "
            "it has not yet met.\n--plot also writes an SVG chart of what the job has, and still "
            "prints the status: the\npredicted loss curve (the first plan's cluster, from the "
-           "workload's loss model) and the\nworkers' smoothed loss with the target and both "
+           "workload's loss model), the\nlive refit's latest curve with its finish interval, and "
+           "the workers' smoothed loss with the\ntarget and the "
            "ends, or, without a reported loss, the\niterations done against the plan's line; "
            "the revocation notices as marks and the cost. What\nit cannot draw (no loss "
            "reported, not started) is said on the chart and after \"Chart\nwritten to\".",

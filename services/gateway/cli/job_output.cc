@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 #include "services/gateway/cli/output.h"
 
 namespace spotdnn::gateway {
@@ -32,6 +33,31 @@ std::string KindOf(const JobEvent& event) {
         }
       },
       event.what);
+}
+
+// "607 (p10 577, p90 637)" global steps; "never" when unreachable.
+std::string Interval(double p10, double p50, double p90, int decimals) {
+  if (!std::isfinite(p50)) return "never";
+  auto one = [decimals](double v) { return std::isfinite(v) ? Fixed(v, decimals) : "never"; };
+  return absl::StrCat(one(p50), " (p10 ", one(p10), ", p90 ", one(p90), ")");
+}
+
+std::string ForecastLine(const ForecastEvent& e) {
+  const std::string deadline =
+      e.deadline_s > 0 ? absl::StrFormat("; deadline %.0f s", e.deadline_s) : "";
+  if (e.prior) {
+    return absl::StrCat("Forecast from the profile: ",
+                        Interval(e.iterations_p10, e.iterations_p50, e.iterations_p90, 0),
+                        " global steps, finish at ",
+                        Interval(e.finish_p10_s, e.finish_p50_s, e.finish_p90_s, 1), " s",
+                        deadline);
+  }
+  return absl::StrCat("Refit (", e.points, " points, step ", Fixed(e.step, 0), ", ",
+                      Plural(e.workers, "worker", "workers"),
+                      "): ", Interval(e.iterations_p10, e.iterations_p50, e.iterations_p90, 0),
+                      " global steps (first forecast ", Fixed(e.first_iterations_p50, 0),
+                      "), finish at ", Interval(e.finish_p10_s, e.finish_p50_s, e.finish_p90_s, 1),
+                      " s", deadline);
 }
 
 struct LineOf {
@@ -80,6 +106,13 @@ struct LineOf {
   }
   std::string operator()(const ReplannedEvent& e) const {
     const std::string launch = e.to_launch.empty() ? "nothing" : Counts(e.to_launch);
+    if (e.refit) {
+      return absl::StrCat(
+          "Re-planned after the convergence refit (", e.detail, "): ",
+          e.feasible ? absl::StrFormat("launch %s, %s more iterations in a predicted %.1f s",
+                                       launch, Fixed(e.more_iterations, 0), e.predicted_time_s)
+                     : "no larger cluster meets the deadline");
+    }
     if (e.instance.empty()) {
       return absl::StrFormat(
           "Re-planned around the missing capacity: launch %s; predicted %.1f s "
@@ -146,6 +179,7 @@ struct LineOf {
                          : "",
         e.deadline_in_s ? absl::StrFormat(", deadline in %.0f s", *e.deadline_in_s) : "");
   }
+  std::string operator()(const ForecastEvent& e) const { return ForecastLine(e); }
   std::string operator()(const WarningEvent& e) const { return "Warning: " + e.message; }
   std::string operator()(const DeadlineEvent& e) const {
     std::vector<std::string> acts;
@@ -204,12 +238,13 @@ struct JsonOf {
   }
   void operator()(const CapacityEvent& e) const { o.String("types", Counts(e.running)); }
   void operator()(const ReplannedEvent& e) const {
-    o.String("reason", e.instance.empty() ? "capacity" : "revocation");
+    o.String("reason", e.refit ? "refit" : e.instance.empty() ? "capacity" : "revocation");
     if (!e.instance.empty()) o.String("instance", e.instance);
     o.Bool("feasible", e.feasible)
         .String("to_launch", Counts(e.to_launch))
         .Number("predicted_time_s", e.predicted_time_s)
         .Number("predicted_cost_usd", e.predicted_cost_usd);
+    if (e.refit) o.Number("more_iterations", e.more_iterations);
     if (!e.instance.empty()) {
       o.Number("more_iterations", e.more_iterations)
           .Number("remaining_time_s", e.remaining_time_s)
@@ -249,6 +284,21 @@ struct JsonOf {
         .Integer("workers_running", e.workers_running)
         .Integer("workers_revoking", e.workers_revoking)
         .Number("deadline_in_s", e.deadline_in_s.value_or(NAN));
+  }
+  void operator()(const ForecastEvent& e) const {
+    o.Bool("prior", e.prior)
+        .Number("step", e.step)
+        .Integer("points", e.points)
+        .Integer("workers", e.workers)
+        .Bool("reachable", e.reachable)
+        .Number("iterations_p10", e.iterations_p10)
+        .Number("iterations_p50", e.iterations_p50)
+        .Number("iterations_p90", e.iterations_p90)
+        .Number("finish_p10_s", e.finish_p10_s)
+        .Number("finish_p50_s", e.finish_p50_s)
+        .Number("finish_p90_s", e.finish_p90_s)
+        .Number("first_iterations_p50", e.first_iterations_p50)
+        .Number("deadline_s", e.deadline_s > 0 ? e.deadline_s : NAN);
   }
   void operator()(const WarningEvent& e) const {
     if (!e.instance.empty()) o.String("instance", e.instance);
@@ -469,6 +519,95 @@ void PrintSummary(const JobSummary& s, std::ostream& out) {
   }
   out << "Loss reached: " << known(s.loss_reached) << "; deadline met: " << yes(s.deadline_met)
       << "; budget met: " << yes(s.budget_met) << "; SLO met: " << known(s.slo_met) << std::endl;
+}
+
+JobForecasts ForecastsOf(const std::vector<job::JobEventRecord>& events) {
+  JobForecasts out;
+  for (const job::JobEventRecord& e : events) {
+    if (e.kind != job::kForecastEvent) continue;
+    auto f = job::ParseForecastJson(e.detail);
+    if (!f.ok()) continue;
+    if (!out.first.has_value()) out.first = *f;
+    out.current = *f;
+  }
+  return out;
+}
+
+namespace {
+
+std::string ForecastObject(const std::optional<job::ConvergenceForecast>& f) {
+  if (!f.has_value()) return "null";
+  return JsonObject()
+      .Bool("prior", f->prior)
+      .Number("elapsed_s", f->elapsed_s)
+      .Number("step", f->step)
+      .Integer("points", f->points)
+      .Integer("workers", f->workers)
+      .Number("steps_per_s", f->steps_per_s)
+      .Bool("reachable", f->reachable)
+      .Number("iterations_p10", f->iterations_p10)
+      .Number("iterations_p50", f->iterations_p50)
+      .Number("iterations_p90", f->iterations_p90)
+      .Number("finish_p10_s", f->finish_p10_s)
+      .Number("finish_p50_s", f->finish_p50_s)
+      .Number("finish_p90_s", f->finish_p90_s)
+      .Number("rmse", f->rmse)
+      .str();
+}
+
+}  // namespace
+
+std::string ForecastsJson(const JobForecasts& forecasts, double iterations_done,
+                          double deadline_s) {
+  return JsonObject()
+      .Raw("first", ForecastObject(forecasts.first))
+      .Raw("current", ForecastObject(forecasts.current))
+      .Number("iterations_done", iterations_done)
+      .Number("deadline_s", deadline_s > 0 ? deadline_s : NAN)
+      .str();
+}
+
+std::string EventDetailText(const job::JobEventRecord& event) {
+  if (event.kind == job::kForecastEvent) {
+    auto f = job::ParseForecastJson(event.detail);
+    if (!f.ok()) return event.detail;
+    return absl::StrCat(
+        f->prior ? "from the profile: " : "",
+        f->prior ? "" : absl::StrCat(f->points, " points at step ", Fixed(f->step, 0), ": "),
+        Interval(f->iterations_p10, f->iterations_p50, f->iterations_p90, 0), " steps, finish ",
+        Interval(f->finish_p10_s, f->finish_p50_s, f->finish_p90_s, 1), " s");
+  }
+  if (event.kind == "refit-replan") {
+    const nlohmann::json doc = nlohmann::json::parse(event.detail, nullptr, false);
+    if (!doc.is_object()) return event.detail;  // an infeasible re-plan: its reason, as text
+    return absl::StrCat(doc.value("why", std::string()), "; launch ",
+                        doc.value("launch", std::string()), " for ",
+                        Fixed(doc.value("iterations", 0.0), 0), " iterations");
+  }
+  return event.detail;
+}
+
+void PrintForecasts(const JobForecasts& forecasts, double iterations_done, double deadline_s,
+                    std::ostream& out) {
+  if (!forecasts.first.has_value()) return;
+  Table table({"convergence forecast", "steps p50", "p10", "p90", "finish p50 (s)", "p10", "p90",
+               "points"});
+  auto cell = [](double v, int decimals) {
+    return std::isfinite(v) ? Fixed(v, decimals) : std::string("never");
+  };
+  auto row = [&](const std::string& name, const job::ConvergenceForecast& f) {
+    table.AddRow({name, cell(f.iterations_p50, 0), cell(f.iterations_p10, 0),
+                  cell(f.iterations_p90, 0), cell(f.finish_p50_s, 1), cell(f.finish_p10_s, 1),
+                  cell(f.finish_p90_s, 1), absl::StrCat(f.points)});
+  };
+  row("first (the profile's)", *forecasts.first);
+  if (forecasts.current.has_value() && !forecasts.current->prior) {
+    row(absl::StrCat("current (refit at step ", Fixed(forecasts.current->step, 0), ")"),
+        *forecasts.current);
+  }
+  table.AddRow({"iterations done", Fixed(iterations_done, 0), "", "", "", "", "", ""});
+  table.Print(out);
+  if (deadline_s > 0) out << "Deadline: " << Fixed(deadline_s, 1) << " s from the job's start.\n";
 }
 
 }  // namespace spotdnn::gateway

@@ -6,8 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "predictor/convergence.h"
 #include "predictor/performance_model.h"
 #include "services/common/convert.h"
+#include "services/gateway/job/convergence_watch.h"
 #include "services/gateway/job/job_run.h"
 #include "services/gateway/job/job_spec.h"
 #include "spotdnn/v1/common.pb.h"
@@ -57,7 +59,8 @@ std::string XmlEscape(const std::string& text) {
 absl::StatusOr<LossPlot> LossPlotOf(const job::JobRecord& job,
                                     const std::vector<job::ProgressRecord>& progress,
                                     const std::vector<job::InstanceRecord>& instances,
-                                    const std::vector<job::RevocationRecord>& revocations) {
+                                    const std::vector<job::RevocationRecord>& revocations,
+                                    const std::vector<job::JobEventRecord>& events) {
   LossPlot plot;
   plot.title = absl::StrCat("Job ", job.id, ": predicted and actual loss");
   if (auto spec = job::ParseJobSpec(job.spec_json); spec.ok()) plot.target_loss = spec->target_loss;
@@ -106,6 +109,30 @@ absl::StatusOr<LossPlot> LossPlotOf(const job::JobRecord& job,
   auto predicted = PredictedCurve(job, horizon);
   if (!predicted.ok()) return predicted.status();
   plot.predicted = std::move(*predicted);
+  // The latest refit's curve: its mean from the step it was made at, at the measured speed.
+  std::optional<job::ConvergenceForecast> refit;
+  for (const job::JobEventRecord& e : events) {
+    if (e.kind != job::kForecastEvent) continue;
+    if (auto f = job::ParseForecastJson(e.detail); f.ok() && !f->prior) refit = *f;
+  }
+  if (refit.has_value() && refit->steps_per_s > 0) {
+    plot.refit_finish_p10_s = std::isfinite(refit->finish_p10_s) ? refit->finish_p10_s : 0;
+    plot.refit_finish_p50_s = std::isfinite(refit->finish_p50_s) ? refit->finish_p50_s : 0;
+    plot.refit_finish_p90_s = std::isfinite(refit->finish_p90_s) ? refit->finish_p90_s : 0;
+    plot.refit_label =
+        absl::StrFormat("refitted at step %.0f (%d points)", refit->step, refit->points);
+    // To the p90 finish, or as far as the chart goes when the target is not reached.
+    const double end_s = plot.refit_finish_p90_s > refit->elapsed_s
+                             ? plot.refit_finish_p90_s
+                             : std::max(horizon, refit->elapsed_s + 1);
+    for (int i = 0; i <= kPredictedPoints; ++i) {
+      const double t = refit->elapsed_s + (end_s - refit->elapsed_s) * i / kPredictedPoints;
+      const double step = refit->step + (t - refit->elapsed_s) * refit->steps_per_s;
+      const double value =
+          predictor::MeanValueAt(refit->model, std::max(1, refit->workers), refit->r, step);
+      if (std::isfinite(value)) plot.refitted.push_back({t, value});
+    }
+  }
   return plot;
 }
 
@@ -131,9 +158,9 @@ std::string LossPlotSvg(const LossPlot& plot) {
   constexpr double kW = 760, kH = 460, kLeft = 80, kRight = 30, kTop = 50, kBottom = 80;
   // The y axis: the loss when one was reported, else the iterations.
   const bool loss = !plot.actual.empty();
-  double x_hi = std::max({plot.predicted_time_s, plot.finished_s, 1.0});
+  double x_hi = std::max({plot.predicted_time_s, plot.finished_s, plot.refit_finish_p90_s, 1.0});
   double y_lo = loss && plot.target_loss > 0 ? plot.target_loss : INFINITY, y_hi = 0;
-  for (const auto* curve : {&plot.predicted, &plot.actual}) {
+  for (const auto* curve : {&plot.predicted, &plot.actual, &plot.refitted}) {
     for (const CurvePoint& p : *curve) {
       x_hi = std::max(x_hi, p.time_s);
       y_lo = std::min(y_lo, p.loss);
@@ -193,11 +220,21 @@ std::string LossPlotSvg(const LossPlot& plot) {
         kLeft, kLeft + pw, Y(plot.target_loss), Y(plot.target_loss), kLeft + 4,
         Y(plot.target_loss) - 4, Num(plot.target_loss));
   }
+  // The refit's 80% interval of the finish as a band, under the ends' lines.
+  if (loss && plot.refit_finish_p90_s > plot.refit_finish_p10_s && plot.refit_finish_p10_s > 0) {
+    absl::StrAppendFormat(&svg,
+                          "<rect class=\"refit-interval\" x=\"%.1f\" y=\"%.1f\" "
+                          "width=\"%.1f\" height=\"%.1f\" fill=\"#8e44ad\" "
+                          "fill-opacity=\"0.12\"/>\n",
+                          X(plot.refit_finish_p10_s), kTop,
+                          X(plot.refit_finish_p90_s) - X(plot.refit_finish_p10_s), ph);
+  }
   const struct {
     double at;
     const char* colour;
     const char* label;
   } ends[] = {{plot.predicted_time_s, "#4a7bd0", "predicted end"},
+              {loss ? plot.refit_finish_p50_s : 0, "#8e44ad", "refitted end"},
               {plot.finished_s, "#d0702a", "actual end"}};
   for (const auto& e : ends) {
     if (e.at <= 0) continue;
@@ -235,6 +272,7 @@ std::string LossPlotSvg(const LossPlot& plot) {
     const char* label;
   } curves[] = {{&plot.predicted, "predicted", "#4a7bd0", "6 4", "predicted (first plan)"},
                 {&plot.actual, "actual", "#d0702a", "none", "actual (smoothed)"},
+                {&plot.refitted, "refitted", "#8e44ad", "3 3", plot.refit_label.c_str()},
                 {&plan_line, "plan", "#4a7bd0", "6 4", "the plan's iterations"},
                 {&iterations, "iterations", "#d0702a", "none", "iterations done"}};
   int row = 0;

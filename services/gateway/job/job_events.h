@@ -95,7 +95,8 @@ struct ReplannedEvent {
   double predicted_cost_usd = 0;
   double remaining_time_s = 0;
   int64_t replan_ms = 0;  // how long the re-plan took, from the notice's arrival
-  std::string detail;     // when infeasible: what was done instead
+  std::string detail;     // when infeasible: what was done instead (refit: why it re-planned)
+  bool refit = false;     // a re-plan after the live convergence refit (no `instance`)
 };
 
 // A revocation notice (or a revoked or lost instance) for one of the job's workers.
@@ -150,6 +151,21 @@ struct ProgressEvent {
   std::optional<double> deadline_in_s;
 };
 
+// The live refit's prediction of the finish (convergence_watch.h): the first one from the
+// profile's model (`prior`), then each refit from the job's own measurements.
+struct ForecastEvent {
+  static constexpr char kKind[] = "forecast";
+  bool prior = false;
+  double step = 0;  // global steps done
+  int points = 0;   // the job's measurements the refit used
+  int workers = 0;
+  bool reachable = false;
+  double iterations_p10 = 0, iterations_p50 = 0, iterations_p90 = 0;  // global steps from 0
+  double finish_p10_s = 0, finish_p50_s = 0, finish_p90_s = 0;        // from the job's start
+  double first_iterations_p50 = 0;  // the first forecast's (the profile's)
+  double deadline_s = 0;            // from the job's start; 0: none
+};
+
 // Something worth a person's attention that does not stop the job.
 struct WarningEvent {
   static constexpr char kKind[] = "warning";
@@ -176,7 +192,8 @@ struct JobEvent {
   std::string job_id;
   std::variant<ProfilingEvent, PlannedEvent, LaunchedEvent, CapacityEvent, ReplannedEvent,
                NoticeEvent, TakeoverEvent, TakeoverFailedEvent, InstanceEndedEvent, ProgressEvent,
-               WarningEvent, ResumedEvent, EndedEvent, DeadlineEvent>
+               WarningEvent, ResumedEvent, EndedEvent, DeadlineEvent,
+               ForecastEvent>
       what;
 };
 

@@ -127,11 +127,11 @@ pb::Cluster JobRun::ClusterOf(const std::map<std::string, int>& counts) const {
 
 absl::StatusOr<pb::ReplanResponse> JobRun::RequestReplan(
     const std::map<std::string, int>& survivors, const pb::Cluster& before, double iterations_done,
-    const std::map<std::string, int>& capped, const std::string& what) {
+    const std::map<std::string, int>& capped, const std::string& what, const pb::Slo* slo) {
   pb::ReplanRequest request;
   *request.mutable_workload()->mutable_profile() = workload_;
   *request.mutable_catalog()->mutable_catalog() = catalog_;
-  *request.mutable_slo() = SloOf(spec_);
+  *request.mutable_slo() = slo != nullptr ? *slo : SloOf(spec_);
   *request.mutable_options() = OptionsOf(spec_);
   if (!capped.empty()) {
     std::map<std::string, int> quotas(spec_.quotas.begin(), spec_.quotas.end());

@@ -37,7 +37,7 @@ absl::Status JobRun::Load() {
                           .loss = p.loss});
     }
   }
-  return absl::OkStatus();
+  return StartWatch();
 }
 
 absl::Status JobRun::Log(absl::string_view kind, const std::string& detail) {
@@ -139,6 +139,7 @@ absl::Status JobRun::Loop() {
     } else {
       last_warning_.clear();
     }
+    if (auto s = WatchConvergence(); !s.ok()) return s;
     if (clock_.Now() >= next_progress) {
       if (auto s = ShowProgress(); !s.ok()) return s;
       next_progress = clock_.Now() + options_.progress_every;

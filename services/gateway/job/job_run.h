@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "google/protobuf/message.h"
 #include "provisioner/launcher/cluster_launcher.h"
+#include "services/gateway/job/convergence_watch.h"
 #include "services/gateway/job/job_controller.h"
 #include "services/gateway/job/job_outlook.h"
 
@@ -121,7 +122,9 @@ class JobRun {
                                                    const pb::Cluster& before,
                                                    double iterations_done,
                                                    const std::map<std::string, int>& capped,
-                                                   const std::string& what);
+                                                   const std::string& what,
+                                                   const pb::Slo* slo = nullptr);
+  // `slo` replaces the spec's SLO when given (the refit's iterations target).
   // `counts` (type -> count) with the job's parameter servers.
   pb::Cluster ClusterOf(const std::map<std::string, int>& counts) const;
 
@@ -142,6 +145,14 @@ class JobRun {
                         int stop_on_demand, int first_index);
   // Running workers of `type` on `market`.
   int RunningOn(const std::string& type, launcher::Market market) const;
+  // ---- job_refit.cc (the live convergence refit, convergence_watch.h)
+  // Starts the watch of a loss target from the profile's model (none without one), fed the
+  // measurements so far; logs the first forecast of a job that has none.
+  absl::Status StartWatch();
+  // Feeds the latest measurement; on a refit logs the forecast, and re-plans a larger cluster
+  // when the predicted finish passes the deadline.
+  absl::Status WatchConvergence();
+  absl::Status RefitReplan(const ConvergenceForecast& forecast);
 
   // ---- job_takeover.cc
   absl::Status HandleFeed();
@@ -185,6 +196,11 @@ class JobRun {
   int deadline_decisions_ = 0;            // "deadline" events so far (numbers their tokens)
   std::map<std::string, double> on_demand_price_;
   absl::Time last_shown_at_ = absl::InfinitePast();
+  std::unique_ptr<ConvergenceWatch> watch_;  // null: no loss target or no model to refit
+  ConvergenceForecast first_forecast_;
+  std::optional<ConvergenceForecast> logged_forecast_;  // the last one in the job log
+  absl::Time next_refit_ = absl::InfinitePast();
+  int refit_replans_ = 0;
 };
 
 }  // namespace spotdnn::job

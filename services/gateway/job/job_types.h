@@ -18,9 +18,10 @@ enum class JobState { kLaunching, kRunning, kFinished, kFailed, kProfiling };
 // An instance as the job sees it: running, revoking (a notice is out; it still runs) or ended.
 enum class InstanceStatus { kRunning, kRevoking, kEnded };
 
-// Why an instance was launched: the plan, a capacity re-plan, a takeover after a revocation, or a
-// decision of the deadline guard (on-demand while spot cannot keep the deadline, spot again).
-enum class LaunchReason { kPlan, kCapacity, kTakeover, kDeadline };
+// Why an instance was launched: the plan, a capacity re-plan, a takeover after a revocation, a
+// decision of the deadline guard (on-demand while spot cannot keep the deadline, spot again), or
+// a larger cluster after the live convergence refit predicted a missed deadline (kRefit).
+enum class LaunchReason { kPlan, kCapacity, kTakeover, kDeadline, kRefit };
 
 // A revocation's handling: pending (re-plan and launch to do), launched (takeover running),
 // none-needed (the re-plan kept the survivors), failed (the takeover could not be launched).
