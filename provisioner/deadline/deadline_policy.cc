@@ -81,7 +81,11 @@ DeadlineDecision Make(const DeadlineInput& in, Mode mode, std::string reason) {
   return d;
 }
 
-std::string Hours(double s) { return absl::StrFormat("%.2f h", s / 3600); }
+// "2.10 h"; a supply with no history behind it is unbounded, not 2.7e302 h.
+std::string Hours(double s) {
+  if (!(std::abs(s) < 1e12)) return "unbounded (no availability history yet)";
+  return absl::StrFormat("%.2f h", s / 3600);
+}
 
 // The reason, formatted only when the caller wants one (the simulator does not: formatting would
 // cost more than the decision).

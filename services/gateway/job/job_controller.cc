@@ -32,10 +32,7 @@ absl::Status FromStoredJson(const std::string& json, absl::string_view what,
 
 pb::Slo SloOf(const JobSpec& spec) {
   pb::Slo slo;
-  slo.set_target_loss(spec.target_loss);
-  slo.set_target_iterations(spec.target_iterations);
-  slo.set_target_epochs(spec.target_epochs);
-  slo.set_dataset_size(spec.dataset_size);
+  SetSloTarget(spec, &slo);  // loss, iterations, epochs or a metric target
   slo.set_deadline_s(spec.deadline_s);
   slo.set_budget_usd(spec.budget_usd);
   return slo;
