@@ -44,7 +44,7 @@ double BaseError(const ConvergenceModel& m, int workers, double r, double j) {
     return x + m.g5;
   }
   return m.floor * std::pow(n, m.floor_exp) +
-         m.amplitude * std::exp(-j / (m.scale * std::pow(n, m.scale_exp)));
+         m.amplitude * std::exp(-std::pow(j / (m.scale * std::pow(n, m.scale_exp)), m.shape));
 }
 
 // The schedule's factor m(j) on the base error.
@@ -251,6 +251,9 @@ absl::Status ConvergenceModel::Validate() const {
   if (form == Form::kSaturating && !(Finite(scale) && scale > 0)) {
     return Bad(absl::StrCat(w, "scale"), scale, "must be a finite number > 0");
   }
+  if (form == Form::kSaturating && !(Finite(shape) && shape > 0 && shape <= 10)) {
+    return Bad(absl::StrCat(w, "shape"), shape, "must be in (0, 10]");
+  }
   if (!(Finite(rho) && rho > 0 && rho <= 1)) {
     return Bad(absl::StrCat(w, "rho"), rho, "must be in (0, 1]");
   }
@@ -274,8 +277,8 @@ std::string DescribeConvergence(const ConvergenceModel& m) {
       m.form == ConvergenceModel::Form::kEq3
           ? absl::StrFormat("error = %.4g sqrt((R + %.3g) N) / (j + %.4g) + %.4g", m.g3, m.g4, m.g1,
                             m.g5)
-          : absl::StrFormat("error = %.3g N^%.2f + %.3g exp(-j / (%.4g N^%.2f))", m.floor,
-                            m.floor_exp, m.amplitude, m.scale, m.scale_exp);
+          : absl::StrFormat("error = %.3g N^%.2f + %.3g exp(-(j / (%.4g N^%.2f))^%.2f)", m.floor,
+                            m.floor_exp, m.amplitude, m.scale, m.scale_exp, m.shape);
   absl::StrAppend(&out, "; ", LrScheduleText(m.schedule));
   if (!m.drop_ratios.empty()) {
     std::vector<std::string> r;

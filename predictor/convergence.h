@@ -63,8 +63,8 @@ struct ConvergenceModel {
 
   enum class Form { kSaturating, kEq3 };
   Form form = Form::kSaturating;
-  // kSaturating: base(j) = floor N^floor_exp + amplitude exp(-j / (scale N^scale_exp)).
-  double floor = 0, floor_exp = 0, amplitude = 0, scale = 1, scale_exp = 0;
+  // kSaturating: base(j) = floor N^floor_exp + amplitude exp(-(j / (scale N^scale_exp))^shape).
+  double floor = 0, floor_exp = 0, amplitude = 0, scale = 1, scale_exp = 0, shape = 1;
   // kEq3: base(j) = g3 sqrt((R + g4) N) / (j + g1) + g5 (g2 = 0: one batch), R of eq. 5.
   double g1 = 0, g3 = 0, g4 = 0, g5 = 0;
 

@@ -38,9 +38,9 @@ struct Point {
 };
 
 // What the solver varies: the base curve's parameters (kSaturating: log floor, floor_exp,
-// log amplitude, log scale, scale_exp; kEq3: log g1, log g3, log g4, g5), then one logit per
+// log amplitude, log scale, scale_exp, shape; kEq3: log g1, log g3, log g4, g5), then one logit per
 // drop ratio (or the cosine's rho), then log tau.
-constexpr int kBaseParams = 5;
+constexpr int kBaseParams = 6;
 
 template <typename T>
 T Logistic(const T& x) {
@@ -63,7 +63,7 @@ T ModelError(const T* const* x, const Point& p, ConvergenceModel::Form form, con
   } else {
     const T floor = exp(x[0][0]) * exp(x[1][0] * log(n));
     const T scale = exp(x[3][0]) * exp(x[4][0] * log(n));
-    base = floor + exp(x[2][0]) * exp(-T(j) / scale);
+    base = floor + exp(x[2][0]) * exp(-pow(T(std::max(j, 1e-9)) / scale, x[5][0]));
   }
   const T tau = exp(x[kBaseParams + std::max(drops, 1)][0]);
   const T ratio_exp = x[kBaseParams + std::max(drops, 1) + 1][0] * T(std::log(n));
@@ -400,6 +400,7 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
       x[2] = std::log(std::max(1e-9, hi - 0.9 * lo) * 2);
       x[3] = std::log(std::max(1.0, 0.1 * end));
       x[4] = one_size ? 0 : 0.5;
+      x[5] = 1;
     }
     for (int i = 0; i < std::max(drops, 1); ++i) x[kBaseParams + i] = Logit(0.6);
     x[kBaseParams + std::max(drops, 1)] = std::log(std::max(1.0, 0.005 * end));
@@ -413,7 +414,7 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
     pr.drops = s.kind == LrSchedule::Kind::kStepDecay ? static_cast<int>(s.drop_steps.size()) : 0;
     pr.fixed.assign(pr.size(), false);
     if (model.form == Form::kSaturating && one_size) pr.fixed[1] = pr.fixed[4] = true;
-    if (model.form == Form::kEq3) pr.fixed[4] = true;  // unused slot
+    if (model.form == Form::kEq3) pr.fixed[4] = pr.fixed[5] = true;  // unused slots
     if (s.kind == LrSchedule::Kind::kConstant) {
       pr.fixed[kBaseParams] = pr.fixed[kBaseParams + 1] = true;
     }
@@ -435,6 +436,7 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
       pr.lower[2] = std::log(1e-9), pr.upper[2] = top + std::log(1e3);
       pr.lower[3] = 0, pr.upper[3] = std::log(1e3 * max_step);
       pr.lower[4] = -1, pr.upper[4] = 3;
+      pr.lower[5] = 0.3, pr.upper[5] = 3;
     } else {
       pr.lower[0] = std::log(1e-6), pr.upper[0] = std::log(1e3 * max_step);
       pr.upper[1] = std::log(1e6 * max_step) + top;
@@ -469,7 +471,7 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
     if (p.form == Form::kSaturating && model.form == Form::kSaturating) {
       const double v[kBaseParams] = {std::log(std::max(1e-12, p.floor)), p.floor_exp,
                                      std::log(std::max(1e-12, p.amplitude)),
-                                     std::log(std::max(1e-12, p.scale)), p.scale_exp};
+                                     std::log(std::max(1e-12, p.scale)), p.scale_exp, p.shape};
       for (int i = 0; i < kBaseParams; ++i) pr.prior[i] = x[i] = v[i];
     } else if (p.form == Form::kEq3 && model.form == Form::kEq3) {
       const double v[4] = {std::log(std::max(1e-12, p.g1)), std::log(std::max(1e-12, p.g3)),
@@ -588,6 +590,7 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
     model.amplitude = std::exp(x[2]);
     model.scale = std::exp(x[3]);
     model.scale_exp = x[4];
+    model.shape = x[5];
   }
   model.drop_ratios.clear();
   for (int i = 0; i < drops; ++i) model.drop_ratios.push_back(Logistic(x[kBaseParams + i]));
@@ -599,9 +602,9 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
   if (schedule.kind == LrSchedule::Kind::kStepDecay) {
     for (int i = 0; i < drops; ++i) {
       fit.notes.push_back(absl::StrFormat(
-          "%s drop at global step %.15g: the error settles at %.2f of its level before it "
+          "%s at global step %.15g: the error settles at %.2f of its level before it "
           "(within %.0f steps)",
-          schedule.detected ? "step drop detected" : "declared", schedule.drop_steps[i],
+          schedule.detected ? "step drop detected" : "declared drop", schedule.drop_steps[i],
           model.drop_ratios[i], model.drop_time_steps));
     }
   }

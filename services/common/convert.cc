@@ -153,6 +153,7 @@ predictor::ConvergenceModel ToDomain(const pb::ConvergenceModel& in) {
   out.floor_exp = in.floor_exp();
   out.amplitude = in.amplitude();
   if (in.has_scale()) out.scale = in.scale();
+  if (in.has_shape()) out.shape = in.shape();
   out.scale_exp = in.scale_exp();
   out.g1 = in.g1();
   out.g3 = in.g3();
@@ -187,6 +188,7 @@ pb::ConvergenceModel ToProto(const predictor::ConvergenceModel& in) {
   out.set_floor_exp(in.floor_exp);
   out.set_amplitude(in.amplitude);
   out.set_scale(in.scale);
+  out.set_shape(in.shape);
   out.set_scale_exp(in.scale_exp);
   out.set_g1(in.g1);
   out.set_g3(in.g3);
