@@ -82,10 +82,10 @@ double RateFactor(const ConvergenceModel& m, int workers, double j) {
 
 double NoiseAt(const ConvergenceModel& m, int workers, double j) {
   const double n = std::max(1, workers);
-  const bool after = (m.schedule.kind == LrSchedule::Kind::kStepDecay &&
-                      !m.schedule.drop_steps.empty() && j > m.schedule.drop_steps.front()) ||
-                     (m.schedule.kind == LrSchedule::Kind::kCosine &&
-                      j > m.schedule.cosine_horizon_steps / 2);
+  const bool after =
+      (m.schedule.kind == LrSchedule::Kind::kStepDecay && !m.schedule.drop_steps.empty() &&
+       j > m.schedule.drop_steps.front()) ||
+      (m.schedule.kind == LrSchedule::Kind::kCosine && j > m.schedule.cosine_horizon_steps / 2);
   if (after && m.noise_sd_after > 0) return m.noise_sd_after * std::pow(n, m.noise_exp_after);
   return m.noise_sd * std::pow(n, m.noise_exp);
 }
@@ -125,8 +125,8 @@ absl::Status LrSchedule::Validate() const {
       return absl::InvalidArgumentError("lr_schedule: step decay needs at least one drop step");
     }
     if (static_cast<int>(drop_steps.size()) > kMaxScheduleDrops) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "lr_schedule: %d drops; at most %d", drop_steps.size(), kMaxScheduleDrops));
+      return absl::InvalidArgumentError(absl::StrFormat("lr_schedule: %d drops; at most %d",
+                                                        drop_steps.size(), kMaxScheduleDrops));
     }
     if (!drop_factors.empty() && drop_factors.size() != drop_steps.size()) {
       return absl::InvalidArgumentError(
@@ -153,9 +153,8 @@ absl::Status LrSchedule::Validate() const {
   } else if (!drop_steps.empty() || !drop_factors.empty()) {
     return absl::InvalidArgumentError("lr_schedule: drop steps belong to a step-decay schedule");
   }
-  if (kind == Kind::kCosine &&
-      !(Finite(cosine_horizon_steps) && cosine_horizon_steps > 0 &&
-        cosine_horizon_steps <= kMaxSteps)) {
+  if (kind == Kind::kCosine && !(Finite(cosine_horizon_steps) && cosine_horizon_steps > 0 &&
+                                 cosine_horizon_steps <= kMaxSteps)) {
     return Bad("lr_schedule.cosine_horizon_steps", cosine_horizon_steps,
                "must be a global step in (0, 1e15]");
   }
@@ -237,15 +236,15 @@ absl::Status ConvergenceModel::Validate() const {
     if (Finite(v) && v >= 0) return absl::OkStatus();
     return Bad(absl::StrCat(w, f), v, "must be a finite number >= 0");
   };
-  for (auto st : {finite("ceiling", ceiling), nonneg("floor", floor), finite("floor_exp", floor_exp),
-                  nonneg("amplitude", amplitude), finite("scale_exp", scale_exp),
-                  finite("g1", g1), finite("g3", g3), finite("g4", g4), finite("g5", g5),
-                  nonneg("drop_time_steps", drop_time_steps), finite("drop_ratio_exp", drop_ratio_exp),
-                  nonneg("noise_sd", noise_sd),
-                  finite("noise_exp", noise_exp), nonneg("noise_sd_after", noise_sd_after),
-                  finite("noise_exp_after", noise_exp_after),
-                  nonneg("eval_interval_steps", eval_interval_steps),
-                  finite("eval_interval_per_worker_steps", eval_interval_per_worker_steps)}) {
+  for (auto st :
+       {finite("ceiling", ceiling), nonneg("floor", floor), finite("floor_exp", floor_exp),
+        nonneg("amplitude", amplitude), finite("scale_exp", scale_exp), finite("g1", g1),
+        finite("g3", g3), finite("g4", g4), finite("g5", g5),
+        nonneg("drop_time_steps", drop_time_steps), finite("drop_ratio_exp", drop_ratio_exp),
+        nonneg("noise_sd", noise_sd), finite("noise_exp", noise_exp),
+        nonneg("noise_sd_after", noise_sd_after), finite("noise_exp_after", noise_exp_after),
+        nonneg("eval_interval_steps", eval_interval_steps),
+        finite("eval_interval_per_worker_steps", eval_interval_per_worker_steps)}) {
     if (!st.ok()) return st;
   }
   if (form == Form::kSaturating && !(Finite(scale) && scale > 0)) {
@@ -260,9 +259,8 @@ absl::Status ConvergenceModel::Validate() const {
   if (auto st = schedule.Validate(); !st.ok()) return st;
   if (schedule.kind == LrSchedule::Kind::kStepDecay &&
       drop_ratios.size() != schedule.drop_steps.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%sdrop_ratios: %d for %d drop steps", w, drop_ratios.size(),
-                        schedule.drop_steps.size()));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%sdrop_ratios: %d for %d drop steps", w, drop_ratios.size(), schedule.drop_steps.size()));
   }
   for (size_t i = 0; i < drop_ratios.size(); ++i) {
     if (!(Finite(drop_ratios[i]) && drop_ratios[i] > 0 && drop_ratios[i] <= 1)) {
@@ -283,8 +281,8 @@ std::string DescribeConvergence(const ConvergenceModel& m) {
   if (!m.drop_ratios.empty()) {
     std::vector<std::string> r;
     for (double d : m.drop_ratios) r.push_back(absl::StrFormat("%.2f", d));
-    absl::StrAppend(&out, absl::StrFormat(" (settles to %s within %.0f steps", absl::StrJoin(r, ", "),
-                                          m.drop_time_steps));
+    absl::StrAppend(&out, absl::StrFormat(" (settles to %s within %.0f steps",
+                                          absl::StrJoin(r, ", "), m.drop_time_steps));
     if (m.drop_ratio_exp != 0) {
       absl::StrAppend(&out, absl::StrFormat(", logit + %.2f ln N", m.drop_ratio_exp));
     }
@@ -298,7 +296,8 @@ std::string DescribeConvergence(const ConvergenceModel& m) {
   if (m.eval_interval_steps > 0) {
     absl::StrAppend(&out, absl::StrFormat("; evaluated every %.0f steps", m.eval_interval_steps));
     if (m.eval_interval_per_worker_steps > 0) {
-      absl::StrAppend(&out, absl::StrFormat(" + %.2f per worker", m.eval_interval_per_worker_steps));
+      absl::StrAppend(&out,
+                      absl::StrFormat(" + %.2f per worker", m.eval_interval_per_worker_steps));
     }
   }
   return out;
@@ -337,16 +336,15 @@ StepQuantiles StepsToTarget(const ConvergenceModel& model, int workers, double r
       std::min(kMaxSteps, std::max(end, Finite(mean_cross) ? 20 * mean_cross : 20 * end));
   // Evaluations: every eval_interval_steps from the start (a running job: from from_step), at
   // most 4,096 of them; without an interval, 512 points spread up to the horizon.
-  double interval = model.eval_interval_steps > 0
-                        ? model.eval_interval_steps +
-                              model.eval_interval_per_worker_steps * std::max(1, workers)
-                        : 0;
+  double interval =
+      model.eval_interval_steps > 0
+          ? model.eval_interval_steps + model.eval_interval_per_worker_steps * std::max(1, workers)
+          : 0;
   const double span = horizon - from_step;
   if (!(interval > 0) || span / interval > 4096) interval = span / 512;
   if (!(interval > 0)) return out;
-  const double first = model.eval_interval_steps > 0 && from_step == 0
-                           ? interval
-                           : from_step + interval;
+  const double first =
+      model.eval_interval_steps > 0 && from_step == 0 ? interval : from_step + interval;
   std::vector<double> steps, means, sds;
   for (double s = first; s <= horizon + 1e-9; s += interval) {
     steps.push_back(s);

@@ -85,9 +85,9 @@ struct ConvergenceModel {
   double eval_interval_steps = 0;
   double eval_interval_per_worker_steps = 0;
 
-  int runs = 0;            // runs the fit used
-  int points = 0;          // evaluations the fit used
-  std::string fitted_on;   // what the fit saw, e.g. "283 runs, 1-8 workers"
+  int runs = 0;           // runs the fit used
+  int points = 0;         // evaluations the fit used
+  std::string fitted_on;  // what the fit saw, e.g. "283 runs, 1-8 workers"
 
   // INVALID_ARGUMENT naming the field unless the numbers are usable.
   absl::Status Validate() const;

@@ -80,8 +80,8 @@ struct Estimate {
   // 50th and 90th percentiles of the global steps and of the time (p10 = p50 = p90 otherwise).
   double iterations_p10 = 0, iterations_p50 = 0, iterations_p90 = 0;
   double time_p10_s = 0, time_p50_s = 0, time_p90_s = 0;
-  bool has_spread = false;  // the percentiles come from a convergence model's spread
-  double price_per_hour = 0;             // spot $/h of workers and parameter servers
+  bool has_spread = false;    // the percentiles come from a convergence model's spread
+  double price_per_hour = 0;  // spot $/h of workers and parameter servers
   double on_demand_price_per_hour = 0;
   double cost_usd = 0;
   double on_demand_cost_usd = 0;

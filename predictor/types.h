@@ -138,7 +138,8 @@ struct WorkloadProfile {
   std::optional<SharedPsModel> shared_ps;     // kappa of the kSharedPs variant
   // Convergence of each metric the runs logged ("loss", "accuracy", ...), through the learning-rate
   // schedule and with the run-to-run spread (predictor/convergence.h). A target in a metric with
-  // an entry here is predicted by it (with p10/p50/p90); a loss target without one by eq. 3 (`loss`).
+  // an entry here is predicted by it (with p10/p50/p90); a loss target without one by eq. 3
+  // (`loss`).
   std::vector<ConvergenceModel> convergence;
   ModelVariant variant = ModelVariant::kPaper;
 
@@ -158,7 +159,7 @@ struct WorkloadProfile {
 struct Target {
   enum class Kind { kLoss, kIterations, kSamples, kMetric };
   Kind kind = Kind::kLoss;
-  double value = 0;  // the loss, the iterations, the samples or the metric's value
+  double value = 0;               // the loss, the iterations, the samples or the metric's value
   std::string metric{};           // kMetric: "accuracy" or a sample's metric name
   bool higher_is_better = false;  // kMetric: reach value or more (else value or less)
 

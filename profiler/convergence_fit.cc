@@ -24,9 +24,9 @@
 namespace spotdnn::profiler {
 namespace {
 
+using fit_internal::Median;
 using predictor::ConvergenceModel;
 using predictor::LrSchedule;
-using fit_internal::Median;
 
 // One evaluation of one run, in the error's unit.
 struct Point {
@@ -123,8 +123,8 @@ struct Problem {
   const std::vector<Point>* points;
   ConvergenceModel::Form form;
   LrSchedule schedule;
-  int drops = 0;  // step drops in `schedule` (kStepDecay)
-  std::vector<bool> fixed;  // per parameter
+  int drops = 0;              // step drops in `schedule` (kStepDecay)
+  std::vector<bool> fixed;    // per parameter
   std::vector<double> prior;  // per parameter, NaN = none
   double prior_weight = 0;
   std::vector<double> lower, upper;  // per parameter, NaN = unbounded
@@ -144,10 +144,9 @@ struct Problem {
     }
     for (size_t i = 0; i < x.size(); ++i) {
       if (i < prior.size() && std::isfinite(prior[i]) && prior_weight > 0) {
-        problem.AddResidualBlock(
-            new ceres::AutoDiffCostFunction<PriorResidual, 1, 1>(
-                new PriorResidual(prior[i], prior_weight)),
-            nullptr, blocks[i]);
+        problem.AddResidualBlock(new ceres::AutoDiffCostFunction<PriorResidual, 1, 1>(
+                                     new PriorResidual(prior[i], prior_weight)),
+                                 nullptr, blocks[i]);
       }
     }
     for (size_t i = 0; i < x.size(); ++i) {
@@ -387,7 +386,8 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
       std::vector<double> v;
       for (const Point& p : points) v.push_back(p.error);
       return v;
-    }()) : Median(late);
+    }())
+                                   : Median(late);
     const double hi = early.empty() ? max_error : Median(early);
     if (model.form == Form::kEq3) {
       x[0] = std::log(std::max(1.0, 0.05 * end));
@@ -469,9 +469,9 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
     const ConvergenceModel& p = *options.prior;
     pr.prior.assign(pr.size(), std::numeric_limits<double>::quiet_NaN());
     if (p.form == Form::kSaturating && model.form == Form::kSaturating) {
-      const double v[kBaseParams] = {std::log(std::max(1e-12, p.floor)), p.floor_exp,
-                                     std::log(std::max(1e-12, p.amplitude)),
-                                     std::log(std::max(1e-12, p.scale)), p.scale_exp, p.shape};
+      const double v[kBaseParams] = {
+          std::log(std::max(1e-12, p.floor)), p.floor_exp, std::log(std::max(1e-12, p.amplitude)),
+          std::log(std::max(1e-12, p.scale)), p.scale_exp, p.shape};
       for (int i = 0; i < kBaseParams; ++i) pr.prior[i] = x[i] = v[i];
     } else if (p.form == Form::kEq3 && model.form == Form::kEq3) {
       const double v[4] = {std::log(std::max(1e-12, p.g1)), std::log(std::max(1e-12, p.g3)),
@@ -595,8 +595,9 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
   model.drop_ratios.clear();
   for (int i = 0; i < drops; ++i) model.drop_ratios.push_back(Logistic(x[kBaseParams + i]));
   model.rho = schedule.kind == LrSchedule::Kind::kCosine ? Logistic(x[kBaseParams]) : 1;
-  model.drop_time_steps =
-      schedule.kind == LrSchedule::Kind::kConstant ? 0 : std::exp(x[kBaseParams + std::max(drops, 1)]);
+  model.drop_time_steps = schedule.kind == LrSchedule::Kind::kConstant
+                              ? 0
+                              : std::exp(x[kBaseParams + std::max(drops, 1)]);
   model.drop_ratio_exp =
       schedule.kind == LrSchedule::Kind::kConstant ? 0 : x[kBaseParams + std::max(drops, 1) + 1];
   if (schedule.kind == LrSchedule::Kind::kStepDecay) {
@@ -661,9 +662,9 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
   }
   model.runs = usable_runs;
   model.points = static_cast<int>(points.size());
-  model.fitted_on = absl::StrFormat("%d runs, %d evaluations, %d-%d workers", usable_runs,
-                                    points.size(), sizes.empty() ? 0 : *sizes.begin(),
-                                    sizes.empty() ? 0 : *sizes.rbegin());
+  model.fitted_on =
+      absl::StrFormat("%d runs, %d evaluations, %d-%d workers", usable_runs, points.size(),
+                      sizes.empty() ? 0 : *sizes.begin(), sizes.empty() ? 0 : *sizes.rbegin());
   if (auto st = model.Validate(); !st.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the convergence fit gave no usable model: ", st.message()));

@@ -19,9 +19,9 @@ namespace spotdnn::profiler {
 
 // One run's curve of one metric.
 struct ConvergenceRun {
-  std::string job;   // the job (and run) it came from
-  int workers = 1;   // |N|
-  double r = 0;      // eq. 5's R of its cluster (0 when not known: homogeneous is assumed)
+  std::string job;  // the job (and run) it came from
+  int workers = 1;  // |N|
+  double r = 0;     // eq. 5's R of its cluster (0 when not known: homogeneous is assumed)
   std::vector<std::pair<double, double>> points;  // (global step, metric value), step increasing
 };
 
@@ -46,7 +46,7 @@ struct ConvergenceFitOptions {
 
 struct ConvergenceFit {
   predictor::ConvergenceModel model;
-  double rmse = 0;         // of the mean curve against the points, in the metric's unit
+  double rmse = 0;  // of the mean curve against the points, in the metric's unit
   int points = 0;
   std::vector<std::string> notes;  // e.g. "step drop detected at global step 32000 (x0.11)"
 };

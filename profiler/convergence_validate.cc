@@ -35,8 +35,7 @@ absl::StatusOr<ConvergenceValidation> ValidateConvergence(absl::Span<const Conve
   for (int n : fit_sizes) {
     if (!sizes.count(n)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "fit_sizes: no run has ", n, " workers (the runs have ", absl::StrJoin(sizes, ","),
-          ")"));
+          "fit_sizes: no run has ", n, " workers (the runs have ", absl::StrJoin(sizes, ","), ")"));
     }
   }
   std::vector<int> held_out;

@@ -17,19 +17,18 @@ namespace spotdnn::profiler {
 // The global step at which a run first reaches `target` (at or above it when
 // `higher_is_better`), interpolated linearly between the evaluation before and the first one that
 // reaches it; nullopt when the run never does.
-std::optional<double> StepsToReach(const ConvergenceRun& run, double target,
-                                   bool higher_is_better);
+std::optional<double> StepsToReach(const ConvergenceRun& run, double target, bool higher_is_better);
 
 // One held-out cluster size and target.
 struct ConvergenceCheck {
   int workers = 0;
   double target = 0;
-  int runs = 0;                   // runs of that size
-  int reached = 0;                // of them, runs that reached the target
+  int runs = 0;                    // runs of that size
+  int reached = 0;                 // of them, runs that reached the target
   std::optional<double> observed;  // median over the runs that reached it (most must)
   predictor::StepQuantiles predicted;
-  double error_pct = 0;            // |p50 - observed| / observed, when both exist
-  bool inside = false;             // observed in [p10, p90]
+  double error_pct = 0;  // |p50 - observed| / observed, when both exist
+  bool inside = false;   // observed in [p10, p90]
 };
 
 struct ConvergenceValidation {

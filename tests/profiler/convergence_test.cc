@@ -1,6 +1,8 @@
 // The convergence model (predictor/convergence.h) and its fit (profiler/convergence_fit.h):
 // schedules, step-drop detection, parameter recovery from noisy curves, accuracy and loss targets,
 // and the ICAC 2019 runs.
+#include "predictor/convergence.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "predictor/convergence.h"
 #include "predictor/performance_model.h"
 #include "profiler/convergence_fit.h"
 #include "profiler/convergence_validate.h"
@@ -45,12 +46,12 @@ TEST(LrScheduleTest, RefusesBadSchedulesNamingThePart) {
     const char* text;
     const char* says;
   };
-  for (const Case& c : {Case{"linear:5", "expected constant"}, Case{"step:", "not a number"},
-                        Case{"step:4000,2000", "drop_steps[1] = 2000"},
-                        Case{"step:4000*1.5", "drop_factors[0] = 1.5"},
-                        Case{"cosine:-3", "cosine_horizon_steps = -3"},
-                        Case{"warmup:x+constant", "\"x\" is not a number"},
-                        Case{"step:nan", "not a number"}}) {
+  for (const Case& c :
+       {Case{"linear:5", "expected constant"}, Case{"step:", "not a number"},
+        Case{"step:4000,2000", "drop_steps[1] = 2000"},
+        Case{"step:4000*1.5", "drop_factors[0] = 1.5"},
+        Case{"cosine:-3", "cosine_horizon_steps = -3"},
+        Case{"warmup:x+constant", "\"x\" is not a number"}, Case{"step:nan", "not a number"}}) {
     auto s = predictor::ParseLrSchedule(c.text);
     ASSERT_FALSE(s.ok()) << c.text;
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
@@ -205,8 +206,13 @@ TEST(ConvergenceModelTest, AccuracyAndLossTargetsAgreeOnOneCurve) {
   profile.convergence = {acc, loss};
   predictor::InstanceCatalog catalog;
   catalog.name = "c";
-  catalog.types.push_back({.name = "t", .gpu_type = "g", .gpus = 1, .gpu_memory_gib = 16,
-                           .spot_price_per_hour = 1, .on_demand_price_per_hour = 3, .quota = 8});
+  catalog.types.push_back({.name = "t",
+                           .gpu_type = "g",
+                           .gpus = 1,
+                           .gpu_memory_gib = 16,
+                           .spot_price_per_hour = 1,
+                           .on_demand_price_per_hour = 3,
+                           .quota = 8});
   catalog.parameter_server.bandwidth_mb_per_s = 1000;
   catalog.pcie_bandwidth_mb_per_s = 10000;
   auto model = predictor::PerformanceModel::Create(profile, catalog);
@@ -242,12 +248,17 @@ std::vector<ConvergenceRun> IcacRuns() {
     folders.push_back({"experiment_1ps_vs_2ps/2ps" + std::to_string(n) + "k", 0});
     folders.push_back({"experiment_1ps_vs_2ps/1ps_k80/" + std::to_string(n) + "_data.csv", n});
   }
-  for (auto [f, n] : std::vector<std::pair<std::string, int>>{
-           {"k80_on_demand/k80-demand", 1}, {"k80_on_demand/2-demand", 2},
-           {"k80_on_demand/4-demand", 4}, {"k80_on_demand/8-demand", 8},
-           {"k80_spot/2-spot", 2}, {"k80_spot/4-spot", 4}, {"k80_spot/8-spot", 8},
-           {"p100_v100_spot/p100", 1}, {"p100_v100_spot/v100", 1},
-           {"p100_v100_spot/4p100", 4}, {"p100_v100_spot/4v100", 4}}) {
+  for (auto [f, n] : std::vector<std::pair<std::string, int>>{{"k80_on_demand/k80-demand", 1},
+                                                              {"k80_on_demand/2-demand", 2},
+                                                              {"k80_on_demand/4-demand", 4},
+                                                              {"k80_on_demand/8-demand", 8},
+                                                              {"k80_spot/2-spot", 2},
+                                                              {"k80_spot/4-spot", 4},
+                                                              {"k80_spot/8-spot", 8},
+                                                              {"p100_v100_spot/p100", 1},
+                                                              {"p100_v100_spot/v100", 1},
+                                                              {"p100_v100_spot/4p100", 4},
+                                                              {"p100_v100_spot/4v100", 4}}) {
     folders.push_back({f, n});
   }
   std::vector<ConvergenceRun> runs;

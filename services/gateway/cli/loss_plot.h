@@ -44,9 +44,9 @@ struct LossPlot {
   // step it was made at to its p90 finish at the measured speed, and its finish p10/p50/p90.
   std::vector<CurvePoint> refitted;
   double refit_finish_p10_s = 0, refit_finish_p50_s = 0, refit_finish_p90_s = 0;
-  std::string refit_label;      // "refitted at step 200 (200 points)"
-  double finished_s = 0;        // when the job ended, from its start (0: still running)
-  double cost_usd = 0;          // the instances' cost to the end (or now)
+  std::string refit_label;  // "refitted at step 200 (200 points)"
+  double finished_s = 0;    // when the job ended, from its start (0: still running)
+  double cost_usd = 0;      // the instances' cost to the end (or now)
   // What could not be drawn, said on the chart (empty: nothing missing).
   std::string missing;
 };

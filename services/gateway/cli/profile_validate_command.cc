@@ -262,8 +262,8 @@ absl::StatusOr<TargetList> ParseTargetList(absl::string_view text) {
   out.higher_is_better = op != absl::string_view::npos;
   if (!out.higher_is_better) op = text.find("<=");
   if (op == absl::string_view::npos || op == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--targets = \"", text, "\": expected METRIC>=V[,V...] or METRIC<=V[,V...]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--targets = \"", text, "\": expected METRIC>=V[,V...] or METRIC<=V[,V...]"));
   }
   out.metric = std::string(absl::StripAsciiWhitespace(text.substr(0, op)));
   for (absl::string_view v : absl::StrSplit(text.substr(op + 2), ',')) {
@@ -306,8 +306,9 @@ int ValidateConvergenceCommand(const Args& args, const Io& io) {
   }
   if (auto s = args.Get("--schedule"); s && *s != "detect") {
     auto schedule = predictor::ParseLrSchedule(*s);
-    if (!schedule.ok()) return fail(absl::InvalidArgumentError(
-        absl::StrCat("--schedule: ", schedule.status().message())));
+    if (!schedule.ok())
+      return fail(
+          absl::InvalidArgumentError(absl::StrCat("--schedule: ", schedule.status().message())));
     options.schedule = *schedule;
   }
   std::vector<profiler::ConvergenceRun> runs;
@@ -335,8 +336,8 @@ int ValidateConvergenceCommand(const Args& args, const Io& io) {
     }
   }
   if (runs.empty()) {
-    return fail(absl::FailedPreconditionError(absl::StrCat(
-        "--runs: no run logs ", targets->metric, " at two or more steps")));
+    return fail(absl::FailedPreconditionError(
+        absl::StrCat("--runs: no run logs ", targets->metric, " at two or more steps")));
   }
   auto v = profiler::ValidateConvergence(runs, fit_sizes, targets->values, options);
   if (!v.ok()) {
@@ -374,21 +375,18 @@ int ValidateConvergenceCommand(const Args& args, const Io& io) {
     for (const std::string& n : v->notes) notes.push_back(JsonString(n));
     io.out << "{\"metric\":" << JsonString(targets->metric) << ",\"direction\":\"" << op
            << "\",\"in_sample\":" << (v->in_sample ? "true" : "false") << ",\"fit_sizes\":\""
-           << absl::StrJoin(fit_sizes, ",")
-           << "\",\"runs\":" << runs.size() << ",\"checks\":[" << absl::StrJoin(checks, ",")
-           << "],\"targets\":[" << absl::StrJoin(per_target, ",")
+           << absl::StrJoin(fit_sizes, ",") << "\",\"runs\":" << runs.size() << ",\"checks\":["
+           << absl::StrJoin(checks, ",") << "],\"targets\":[" << absl::StrJoin(per_target, ",")
            << "],\"mape_pct\":" << ShortestNumber(v->mape) << ",\"compared\":" << v->compared
            << ",\"inside_interval\":" << v->inside << ",\"skipped_lines\":" << skipped
            << ",\"notes\":[" << absl::StrJoin(notes, ",") << "]}\n";
     return kExitOk;
   }
-  io.out << "Steps to " << targets->metric << " " << op << " target: " << runs.size()
-         << " runs, "
-         << (fit_sizes.empty() ? std::string("each cluster size left out in turn")
-                               : absl::StrCat("fitted on ", absl::StrJoin(fit_sizes, ","),
-                                              " workers",
-                                              v->in_sample ? " and checked on the same (in sample)"
-                                                           : ""))
+  io.out << "Steps to " << targets->metric << " " << op << " target: " << runs.size() << " runs, "
+         << (fit_sizes.empty()
+                 ? std::string("each cluster size left out in turn")
+                 : absl::StrCat("fitted on ", absl::StrJoin(fit_sizes, ","), " workers",
+                                v->in_sample ? " and checked on the same (in sample)" : ""))
          << "\n\n";
   Table t({"workers", "target", "runs", "observed", "p50", "p10-p90", "error %", "inside"});
   auto steps = [](double s) { return std::isfinite(s) ? absl::StrFormat("%.0f", s) : "never"; };
@@ -407,8 +405,9 @@ int ValidateConvergenceCommand(const Args& args, const Io& io) {
   for (size_t i = 0; i < targets->values.size(); ++i) {
     io.out << absl::StrFormat(" %g: %.1f%%;", targets->values[i], v->target_mape[i]);
   }
-  io.out << absl::StrFormat(" all: %.1f%% over %d checks; observed inside the 80%% interval: %d/%d\n",
-                            v->mape, v->compared, v->inside, v->compared);
+  io.out << absl::StrFormat(
+      " all: %.1f%% over %d checks; observed inside the 80%% interval: %d/%d\n", v->mape,
+      v->compared, v->inside, v->compared);
   for (const std::string& n : v->notes) io.out << "Note: " << n << "\n";
   return kExitOk;
 }

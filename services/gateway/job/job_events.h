@@ -192,8 +192,7 @@ struct JobEvent {
   std::string job_id;
   std::variant<ProfilingEvent, PlannedEvent, LaunchedEvent, CapacityEvent, ReplannedEvent,
                NoticeEvent, TakeoverEvent, TakeoverFailedEvent, InstanceEndedEvent, ProgressEvent,
-               WarningEvent, ResumedEvent, EndedEvent, DeadlineEvent,
-               ForecastEvent>
+               WarningEvent, ResumedEvent, EndedEvent, DeadlineEvent, ForecastEvent>
       what;
 };
 

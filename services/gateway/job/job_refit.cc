@@ -193,9 +193,10 @@ absl::Status JobRun::RefitReplan(const ConvergenceForecast& forecast) {
     auto again = RequestReplan(survivors, ClusterOf(survivors), job_.iterations_done, {},
                                "re-planning after the convergence refit", &earliest);
     if (again.ok() && again->plan().feasible()) {
-      fastest = absl::StrFormat("; no cluster meets the deadline (%s): the one finishing "
-                                "earliest, about %.0f s after the start",
-                                reason, replan->best_finish_time_s());
+      fastest = absl::StrFormat(
+          "; no cluster meets the deadline (%s): the one finishing "
+          "earliest, about %.0f s after the start",
+          reason, replan->best_finish_time_s());
       replan = std::move(again);
     }
   }

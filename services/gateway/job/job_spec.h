@@ -42,8 +42,8 @@ struct JobSpec {
   // ... a metric's value (slo.accuracy, slo.target "accuracy>=0.88"; a loss target given so is
   // target_loss).
   std::optional<spotdnn::v1::MetricTarget> target_metric;
-  double deadline_s = 0;              // 0: none (then budget_usd is required)
-  double budget_usd = 0;              // 0: none
+  double deadline_s = 0;  // 0: none (then budget_usd is required)
+  double budget_usd = 0;  // 0: none
   spotdnn::v1::PlanStrategy strategy = spotdnn::v1::PLAN_STRATEGY_EXACT;
   // The cloud and its settings (checked by launcher::ValidateProviderSpec).
   launcher::ProviderSpec provider;
