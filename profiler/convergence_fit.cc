@@ -673,6 +673,10 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
   fit.model = std::move(model);
   fit.points = static_cast<int>(points.size());
   fit.rmse = std::sqrt(sse / points.size());
+  double mean = 0, sst = 0;
+  for (const Point& p : points) mean += p.error / points.size();
+  for (const Point& p : points) sst += (p.error - mean) * (p.error - mean);
+  fit.r_squared = sst > 0 ? 1 - sse / sst : 0;
   return fit;
 }
 
@@ -731,6 +735,7 @@ std::vector<predictor::ConvergenceModel> FitConvergences(
     }
     q.identified = true;
     q.rmse = fit->rmse;
+    q.r_squared = fit->r_squared;
     q.points = fit->points;
     q.note = absl::StrCat(fit->model.fitted_on, "; schedule ",
                           predictor::LrScheduleText(fit->model.schedule),

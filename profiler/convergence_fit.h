@@ -46,7 +46,8 @@ struct ConvergenceFitOptions {
 
 struct ConvergenceFit {
   predictor::ConvergenceModel model;
-  double rmse = 0;  // of the mean curve against the points, in the metric's unit
+  double rmse = 0;       // of the mean curve against the points, in the metric's unit
+  double r_squared = 0;  // 1 - SS_res / SS_tot of the same
   int points = 0;
   std::vector<std::string> notes;  // e.g. "step drop detected at global step 32000 (x0.11)"
 };
