@@ -286,7 +286,9 @@ Estimate PerformanceModel::Evaluate(absl::Span<const int> counts, const Target& 
                                     int parameter_servers, double current_loss) const {
   if (target.is_metric()) {
     const ConvergenceModel* m = ConvergenceOf(target.MetricName());
-    if (m == nullptr && target.is_loss()) {
+    // A loss target stays with eq. 3 when the profile has it (the paper's model, and what plans
+    // of such profiles have always used); the convergence model answers the rest.
+    if (target.is_loss() && (m == nullptr || has_loss_)) {
       return Evaluate(counts, target.value, parameter_servers, current_loss);
     }
     Estimate out;

@@ -365,6 +365,22 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
         options.metric, points.size(), runs.size()));
   }
   ConvergenceFit fit;
+  // A bounded problem: a live job logs a loss every step, and a study many runs. Beyond
+  // kMaxFitPoints evaluations every k-th of each run is kept (its first and last always), so a fit
+  // (and the drop search, which solves it once per candidate) stays well under a second.
+  constexpr size_t kMaxFitPoints = 1500;
+  if (points.size() > kMaxFitPoints) {
+    const size_t k = (points.size() + kMaxFitPoints - 1) / kMaxFitPoints;
+    std::vector<Point> kept;
+    for (size_t i = 0; i < points.size(); ++i) {
+      const bool first = i == 0 || points[i - 1].run != points[i].run;
+      const bool last = i + 1 == points.size() || points[i + 1].run != points[i].run;
+      if (first || last || i % k == 0) kept.push_back(points[i]);
+    }
+    fit.notes.push_back(absl::StrFormat("fitted on %d of the %d evaluations (every %d-th of a run)",
+                                        kept.size(), points.size(), k));
+    points = std::move(kept);
+  }
   const double interval = gaps.empty() ? 0 : Median(gaps);
   double max_step = 0, max_error = 0;
   for (const Point& p : points) {
@@ -535,7 +551,15 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
       LrSchedule best_schedule;
       std::pair<Problem, Solved> best_fit;
       bool found = false;
-      for (const auto& [g, step] : group_min) {
+      // At most 24 candidates, spread evenly over the evaluation steps.
+      std::vector<double> candidates;
+      for (const auto& [g, step] : group_min) candidates.push_back(step);
+      if (candidates.size() > 24) {
+        std::vector<double> spread;
+        for (int c = 0; c < 24; ++c) spread.push_back(candidates[c * candidates.size() / 24]);
+        candidates = std::move(spread);
+      }
+      for (double step : candidates) {
         if (step < 0.1 * max_step || step > 0.95 * max_step) continue;
         if (std::find(schedule.drop_steps.begin(), schedule.drop_steps.end(), step) !=
             schedule.drop_steps.end()) {
