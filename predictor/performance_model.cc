@@ -314,7 +314,9 @@ Estimate PerformanceModel::Evaluate(absl::Span<const int> counts, const Target& 
 
 struct PerformanceModel::QuantileCache {
   struct Key {
-    const ConvergenceModel* model;
+    // The model's index in the profile, not its address: copies of a PerformanceModel share this
+    // cache but not their profile, and an address may be reused by another profile once freed.
+    size_t model;
     int workers;
     int64_t r;  // R x 1e6
     double target, from;
@@ -361,8 +363,8 @@ void PerformanceModel::EvaluateConvergence(const ConvergenceModel& m, const Targ
       from = hi;
     }
   }
-  const QuantileCache::Key key{&m, out.workers, static_cast<int64_t>(std::llround(r * 1e6)),
-                               target.value, from};
+  const QuantileCache::Key key{static_cast<size_t>(&m - profile_.convergence.data()), out.workers,
+                               static_cast<int64_t>(std::llround(r * 1e6)), target.value, from};
   StepQuantiles q;
   bool cached = false;
   {
