@@ -84,6 +84,10 @@ DeadlineDecision Make(const DeadlineInput& in, Mode mode, std::string reason) {
 // "2.10 h"; a supply with no history behind it is unbounded, not 2.7e302 h.
 std::string Hours(double s) {
   if (!(std::abs(s) < 1e12)) return "unbounded (no availability history yet)";
+  // In the unit that fits: a job of minutes has its slack in seconds, not "0.00 h".
+  const double a = std::abs(s);
+  if (a < 120) return absl::StrFormat("%.0f s", s);
+  if (a < 2 * 3600) return absl::StrFormat("%.1f min", s / 60);
   return absl::StrFormat("%.2f h", s / 3600);
 }
 

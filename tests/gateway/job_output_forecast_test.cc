@@ -104,7 +104,7 @@ TEST(JobOutputForecast, StatusShowsTheFirstAndTheCurrentForecast) {
   EXPECT_DOUBLE_EQ(forecasts.current->iterations_p50, 902);
   std::ostringstream table;
   PrintForecasts(forecasts, 120, 60, table);
-  EXPECT_THAT(table.str(), HasSubstr("first (the profile's)"));
+  EXPECT_THAT(table.str(), HasSubstr("first (the plan's model)"));
   EXPECT_THAT(table.str(), HasSubstr("current (refit at step 50)"));
   EXPECT_THAT(table.str(), HasSubstr("902"));
   EXPECT_THAT(table.str(), HasSubstr("iterations done"));
