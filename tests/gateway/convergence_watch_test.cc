@@ -270,10 +270,11 @@ TEST(ConvergenceWatchTest, RefitsAfterMinPointsThenEveryFewPoints) {
   Feed(watch, 15, 1, rng);
   EXPECT_TRUE(watch.Update(1, 15, kWorkers, kR, 10).has_value());
   EXPECT_EQ(fits, 2);
-  // A step not past the last one is not a new measurement.
+  // The last one's step again is not a new measurement; an earlier one rewinds (a restore).
   watch.Add(15, 0.9);
-  watch.Add(3, 0.9);
   EXPECT_EQ(watch.points(), 15u);
+  watch.Add(3, 0.9);
+  EXPECT_EQ(watch.points(), 3u);
 }
 
 TEST(ConvergenceWatchTest, PriorWeighsSamplesNotMeasurements) {

@@ -707,6 +707,25 @@ TEST_F(JobControllerTest, ATakeoverIsReplannedFromTheJobsForecast) {
   EXPECT_EQ(outcome->summary.revocations_handled, 1);
 }
 
+// A job with an iterations target whose workers report no loss: the summary names the target it
+// judged (the global steps, measured) and claims nothing about a loss.
+TEST_F(JobControllerTest, TheSummaryNamesTheTargetItJudged) {
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller, R"({
+    "name": "job-x", "workload": "resnet110", "slo": {"iterations": 60, "deadline": 600},
+    "catalog": "aws-spotdnn-prototype",
+    "commands": {"worker": "train", "parameter_server": "serve"}})");
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  const JobSummary& s = outcome->summary;
+  EXPECT_EQ(outcome->record.state, JobState::kFinished);
+  EXPECT_FALSE(s.loss_reached.has_value()) << "no loss target, no loss measured";
+  EXPECT_EQ(s.target_kind, "iterations");
+  EXPECT_EQ(s.target_reached, true);
+  ASSERT_TRUE(s.target_measured.has_value());
+  EXPECT_GE(*s.target_measured, 60);
+  EXPECT_THAT(s.target_measure, HasSubstr("global steps"));
+}
+
 TEST_F(JobControllerTest, WorkersThatNeverReportFailTheJobAfterTheStallTimeout) {
   rate_ = 0;
   JobController controller = Controller();

@@ -695,7 +695,7 @@ TEST_F(RunEndToEnd, KilledGatewayResumesWithoutLaunchingTwice) {
   EXPECT_THAT(healthy.out, ::testing::ContainsRegex("Status: running, (on track|behind)"));
   EXPECT_THAT(healthy.out, ::testing::HasSubstr("Driven by gateway pid "));
   EXPECT_THAT(healthy.out, ::testing::Not(::testing::HasSubstr("SLO met: NO")));
-  EXPECT_THAT(healthy.out, ::testing::Not(::testing::HasSubstr("Loss reached: NO")));
+  EXPECT_THAT(healthy.out, ::testing::Not(::testing::HasSubstr("Target reached: NO")));
   gateway->Kill();  // kill -9, mid-job
 
   // The job is shown as having no gateway, with the command to resume it.
