@@ -387,16 +387,8 @@ void PerformanceModel::EvaluateConvergence(const ConvergenceModel& m, const Targ
   // A value already reached: the mean curve's step there.
   double from = 0;
   if (std::isfinite(current)) {
-    const double goal = m.ErrorOf(current);
-    double lo = 0, hi = 1;
-    while (hi < 1e15 && m.ErrorOf(MeanValueAt(m, out.workers, r, hi)) > goal) hi *= 2;
-    if (hi < 1e15) {
-      for (int i = 0; i < 60; ++i) {
-        const double mid = (lo + hi) / 2;
-        (m.ErrorOf(MeanValueAt(m, out.workers, r, mid)) > goal ? lo : hi) = mid;
-      }
-      from = hi;
-    }
+    const double step = MeanStepAt(m, out.workers, r, current);
+    if (std::isfinite(step)) from = step;
   }
   const QuantileCache::Key key{static_cast<size_t>(&m - profile_.convergence.data()), out.workers,
                                static_cast<int64_t>(std::llround(r * 1e6)), target.value, from};

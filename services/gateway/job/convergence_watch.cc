@@ -65,9 +65,20 @@ void ConvergenceWatch::Rewind(double step) {
   refitted_at_ = std::min(refitted_at_, points_.size());
 }
 
+double ConvergenceWatch::EquivalentStep(double step, int from_workers, double from_r, int workers,
+                                        double r) const {
+  if ((std::max(1, from_workers) == std::max(1, workers) && from_r == r) ||
+      model_.schedule.kind != predictor::LrSchedule::Kind::kConstant) {
+    return step;
+  }
+  const double value = predictor::MeanValueAt(model_, std::max(1, from_workers), from_r, step);
+  const double equivalent = predictor::MeanStepAt(model_, std::max(1, workers), r, value);
+  return std::isfinite(equivalent) ? equivalent : step;
+}
+
 ConvergenceForecast ConvergenceWatch::Forecast(const predictor::ConvergenceModel& model,
                                                double elapsed_s, double step, int workers, double r,
-                                               double steps_per_s) const {
+                                               double steps_per_s, double from) const {
   ConvergenceForecast f{.elapsed_s = elapsed_s,
                         .step = step,
                         .points = static_cast<int>(points_.size()),
@@ -76,8 +87,8 @@ ConvergenceForecast ConvergenceWatch::Forecast(const predictor::ConvergenceModel
                         .steps_per_s = steps_per_s,
                         .rmse = last_rmse_,
                         .model = model};
-  const predictor::StepQuantiles q =
-      predict_(model, std::max(1, workers), r, options_.target, step, options_.draws);
+  const predictor::StepQuantiles q = predict_(model, std::max(1, workers), r, options_.target,
+                                              from >= 0 ? from : step, options_.draws);
   f.reachable = q.reachable;
   auto total = [&](double left) { return q.reachable && std::isfinite(left) ? step + left : kInf; };
   auto finish = [&](double left) {
@@ -159,9 +170,11 @@ bool ConvergenceWatch::ShouldReplan(const ConvergenceForecast& forecast, double 
   return Late(forecast) && (options_.late_refits <= 1 || late_streak_ >= options_.late_refits);
 }
 
-std::optional<double> ConvergenceWatch::StepsNeeded(int workers, double r, double step) const {
+std::optional<double> ConvergenceWatch::StepsNeeded(int workers, double r, double step,
+                                                    int from_workers, double from_r) const {
   const predictor::StepQuantiles q =
-      predict_(model_, std::max(1, workers), r, options_.target, step, options_.draws);
+      predict_(model_, std::max(1, workers), r, options_.target,
+               EquivalentStep(step, from_workers, from_r, workers, r), options_.draws);
   const double left = options_.confidence > 0 ? q.p90 : q.p50;
   if (!q.reachable || !std::isfinite(left)) return std::nullopt;
   return step + left;

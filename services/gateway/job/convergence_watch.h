@@ -118,10 +118,19 @@ class ConvergenceWatch {
 
   // The forecast of the current model (the latest refit's, else the prior) for `workers` at
   // `steps_per_s` from `step` at `elapsed_s`, without a refit (a re-plan's new cluster).
+  // The job stands at global step `step` on the curve of `from_workers` (R `from_r`); on another
+  // cluster's curve it stands where that curve reaches the same mean value (EquivalentStep).
   ConvergenceForecast Current(double elapsed_s, double step, int workers, double r,
-                              double steps_per_s) const {
-    return Forecast(model_, elapsed_s, step, workers, r, steps_per_s);
+                              double steps_per_s, int from_workers, double from_r) const {
+    return Forecast(model_, elapsed_s, step, workers, r, steps_per_s,
+                    EquivalentStep(step, from_workers, from_r, workers, r));
   }
+  // Where a job at global step `step` of a cluster of `from_workers` (R `from_r`) stands on the
+  // curve of `workers` (R `r`): the step at which that curve's mean reaches the same value (the
+  // convergence state is the value reached, not the steps counted). `step` itself for the same
+  // cluster, and for a schedule that drops the rate at fixed global steps.
+  double EquivalentStep(double step, int from_workers, double from_r, int workers,
+                        double r) const;
 
   // Whether `forecast` (the latest Update's) asks for a re-plan at `elapsed_s`: the deadline is
   // set, the target is unreachable or the finish (p50, or p90 with a confidence) is past it by the
@@ -138,15 +147,23 @@ class ConvergenceWatch {
   // The global steps from the job's start that `workers` need to reach the target under the
   // current model, at the held quantile (p90 with a confidence, else p50), counted from `step`;
   // nullopt when unreachable.
-  std::optional<double> StepsNeeded(int workers, double r, double step) const;
+  std::optional<double> StepsNeeded(int workers, double r, double step) const {
+    return StepsNeeded(workers, r, step, workers, r);
+  }
+  // The same for a cluster change: the job stands at `step` of `from_workers` (R `from_r`), and
+  // the rest is counted on the new cluster's curve from the equivalent step.
+  std::optional<double> StepsNeeded(int workers, double r, double step, int from_workers,
+                                    double from_r) const;
 
   const predictor::ConvergenceModel& model() const { return model_; }
   const std::string& last_error() const { return last_error_; }
   const ConvergenceWatchOptions& options() const { return options_; }
 
  private:
+  // `from`: where the job stands on this cluster's curve (default: `step`).
   ConvergenceForecast Forecast(const predictor::ConvergenceModel& model, double elapsed_s,
-                               double step, int workers, double r, double steps_per_s) const;
+                               double step, int workers, double r, double steps_per_s,
+                               double from = -1) const;
 
   predictor::ConvergenceModel prior_;
   predictor::ConvergenceModel model_;  // the latest refit (the prior before the first)

@@ -218,8 +218,14 @@ absl::StatusOr<JobRun::ForecastReplan> JobRun::ReplanFromForecast(
     const std::string& what) {
   ForecastReplan out;
   const double deadline_s = ForecastDeadline();
-  std::optional<double> needed =
-      watch_->StepsNeeded(Sum(survivors), r_weight_ * cluster_r_, job_.iterations_done);
+  // Where the job stands: its global steps on the cluster that made them (its R: the plan's or
+  // the last re-plan's).
+  const int from_workers = std::max(1, Sum(LiveWorkers()));
+  const double from_r = r_weight_ * cluster_r_;
+  out.from_workers = from_workers;
+  out.from_r = from_r;
+  std::optional<double> needed = watch_->StepsNeeded(Sum(survivors), from_r, job_.iterations_done,
+                                                     from_workers, from_r);
   if (!needed.has_value()) {
     out.unreachable = absl::StrFormat(
         "the current forecast (%s, %d points) does not reach the target loss %g on %d workers, "
@@ -243,7 +249,7 @@ absl::StatusOr<JobRun::ForecastReplan> JobRun::ReplanFromForecast(
     const pb::Prediction& p = replan->plan().prediction();
     std::optional<double> more = watch_->StepsNeeded(
         WorkersAfter(replan->plan(), survivors), r_weight_ * p.convergence_coefficient(),
-        job_.iterations_done);
+        job_.iterations_done, from_workers, from_r);
     if (!more.has_value() || *more <= *needed * 1.02) break;
     needed = more;
   }
@@ -276,12 +282,14 @@ int WorkersAfter(const pb::Plan& plan, const std::map<std::string, int>& survivo
   return n;
 }
 
-ConvergenceForecast JobRun::ForecastForPlan(const pb::Plan& plan, int workers, double needed) {
+ConvergenceForecast JobRun::ForecastForPlan(const pb::Plan& plan, int workers, double needed,
+                                            int from_workers, double from_r) {
   const pb::Prediction& p = plan.prediction();
   const double rest = needed - job_.iterations_done;
   const double speed = plan.time_s() > 0 && rest > 0 ? rest / plan.time_s() : MeasuredSpeed();
-  ConvergenceForecast f = watch_->Current(ElapsedS(), job_.iterations_done, workers,
-                                          r_weight_ * p.convergence_coefficient(), speed);
+  ConvergenceForecast f =
+      watch_->Current(ElapsedS(), job_.iterations_done, workers,
+                      r_weight_ * p.convergence_coefficient(), speed, from_workers, from_r);
   f.source = "re-plan";
   return f;
 }
@@ -357,7 +365,8 @@ absl::Status JobRun::RefitReplan(const ConvergenceForecast& forecast) {
                       .detail = why + planned->fastest,
                       .refit = true});
   // The forecast for the new cluster: the current model, its workers.
-  if (auto s = AdoptForecast(ForecastForPlan(plan, WorkersAfter(plan, survivors), planned->needed));
+  if (auto s = AdoptForecast(ForecastForPlan(plan, WorkersAfter(plan, survivors), planned->needed,
+                                             planned->from_workers, planned->from_r));
       !s.ok()) {
     return s;
   }

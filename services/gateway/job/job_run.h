@@ -167,7 +167,10 @@ class JobRun {
   absl::Status AdoptForecast(const ConvergenceForecast& forecast);
   // The current model's forecast for the `workers` of re-plan `plan`, which needs `needed` global
   // steps from the start in the plan's time from now.
-  ConvergenceForecast ForecastForPlan(const pb::Plan& plan, int workers, double needed);
+  // The job stands at its global steps on the curve of `from_workers` (R `from_r`), the cluster
+  // before the change.
+  ConvergenceForecast ForecastForPlan(const pb::Plan& plan, int workers, double needed,
+                                      int from_workers, double from_r);
   // A re-plan of the rest of the job from the current forecast: the global steps the chosen
   // cluster needs under the current model, as an iterations target (re-asked until they settle:
   // more workers need more steps); where no cluster meets the deadline, the one finishing earliest.
@@ -176,6 +179,8 @@ class JobRun {
     double needed = 0;        // global steps from the start the re-plan was asked for
     std::string fastest;      // set when the earliest finish was taken (no cluster meets it)
     std::string unreachable;  // set when the model does not reach the target: nothing asked
+    int from_workers = 1;     // the cluster the job's steps were made on, and its R
+    double from_r = 0;
   };
   absl::StatusOr<ForecastReplan> ReplanFromForecast(const std::map<std::string, int>& survivors,
                                                     const pb::Cluster& before,

@@ -130,6 +130,8 @@ absl::Status JobRun::Takeover(RevocationRecord& revocation) {
     absl::StatusOr<pb::ReplanResponse> replanned;
     double needed = 0;  // with a forecast: the global steps the new cluster needs from the start
     std::string fastest;
+    int from_workers = 1;  // the cluster the steps so far were made on, and its R
+    double from_r = 0;
     if (TargetReached(job_, spec_)) {
       not_replaced = absl::StrCat("not replaced: the job has reached its target (",
                                   TargetDescription(job_, spec_), "); it finishes now");
@@ -143,6 +145,8 @@ absl::Status JobRun::Takeover(RevocationRecord& revocation) {
         replanned = std::move(planned->replan);
         needed = planned->needed;
         fastest = planned->fastest;
+        from_workers = planned->from_workers;
+        from_r = planned->from_r;
       }
     } else {
       replanned =
@@ -179,8 +183,8 @@ absl::Status JobRun::Takeover(RevocationRecord& revocation) {
       job_.predicted_cost_usd = CostSoFar() + replan.plan().cost_usd();
       if (watch_ != nullptr) {
         cluster_r_ = p.convergence_coefficient();
-        const ConvergenceForecast f =
-            ForecastForPlan(replan.plan(), WorkersAfter(replan.plan(), survivors), needed);
+        const ConvergenceForecast f = ForecastForPlan(
+            replan.plan(), WorkersAfter(replan.plan(), survivors), needed, from_workers, from_r);
         if (auto st = AdoptForecast(f); !st.ok()) return st;
         if (replan.plan().to_launch().instances().empty()) {
           revocation.detail = absl::StrFormat(
