@@ -272,6 +272,27 @@ TEST_F(BinariesManners, HelpExitsZeroWithGroupsByPurposeAndNoSourcePaths) {
   }
 }
 
+// Each flag's default is said once: a help text that says its own ("default: $SPOTDNN_PROFILER")
+// gets no "(default: ...)" after it.
+TEST_F(BinariesManners, HelpSaysEachDefaultOnce) {
+  for (const Binary& b : Binaries()) {
+    SCOPED_TRACE(b.name);
+    Proc help = Run(b.name, {"--help"});
+    ASSERT_EQ(help.code, 0) << help.err;
+    // One entry per flag: from "\n  --NAME" to the next.
+    std::vector<std::string> entries = absl::StrSplit(help.out, "\n  --");
+    for (size_t i = 1; i < entries.size(); ++i) {
+      const std::string entry = absl::AsciiStrToLower(entries[i]);
+      size_t defaults = 0;
+      for (size_t at = entry.find("default:"); at != std::string::npos;
+           at = entry.find("default:", at + 1)) {
+        ++defaults;
+      }
+      EXPECT_LE(defaults, 1u) << "--" << entries[i];
+    }
+  }
+}
+
 // A store in a folder that does not exist is bad input naming the flag and the path; the folder
 // is not created (systemd's StateDirectory or `spotdnn up` make the data folders).
 TEST_F(BinariesManners, AStoreInAMissingFolderIsBadInputAndCreatesNothing) {
