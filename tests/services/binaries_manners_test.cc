@@ -327,10 +327,10 @@ TEST_F(BinariesManners, AnAddressInUseIsRefusedNamingIt) {
   const std::string port_file = dir_ + "/port";
   auto grpc_server = [&](const std::string& name, bool store) {
     std::vector<std::string> first = {"--listen=127.0.0.1:0", "--port_file=" + port_file};
-    if (store) first.push_back("--db=" + dir_ + "/first.db");
-    return Server{name, first, [store, this](int port) {
+    if (store) first.push_back("--db=" + dir_ + "/" + name + "-first.db");
+    return Server{name, first, [name, store, this](int port) {
                     std::vector<std::string> second = {absl::StrCat("--listen=127.0.0.1:", port)};
-                    if (store) second.push_back("--db=" + dir_ + "/second.db");
+                    if (store) second.push_back("--db=" + dir_ + "/" + name + "-second.db");
                     return second;
                   }};
   };
