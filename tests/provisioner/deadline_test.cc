@@ -13,6 +13,7 @@ namespace spotdnn::provisioner::deadline {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 AvailabilityTrace Ticks(std::vector<int> counts, double gap = 100) {
   AvailabilityTrace t;
@@ -84,12 +85,22 @@ TEST(AvailabilityTraceTest, RefusesBrokenFilesNamingFileAndLine) {
       {"0,1\n100,1\n50,1\n", false, "f:3: time = 50: goes back"},
       {"0,1\n10,-1\n", false, "f:2: count = -1"},
       {"time,count\n", false, "f:2: no time,count rows"},
+      // A value written quoted is shown as written, not in a second pair of quotes.
+      {"{\"metadata\": {\"gap_seconds\": 60}, \"data\": [1, 2, \"a\"]}", true,
+       "f:1: data[2] = \"a\": not a whole number"},
+      {"{\"metadata\": {\"gap_seconds\": 60}, \"data\": [\"a b\", 1]}", true,
+       "f:1: data[0] = \"a b\": not a whole number"},
+      {"{\"metadata\": {\"gap_seconds\": \"60\"}, \"data\": [1]}", true,
+       "f:1: metadata.gap_seconds = \"60\": not a number"},
+      {"0,1\n10,\"x\"\n", false, "f:2: count = \"x\": not a whole number"},
+      {"0,1\n\"t\",2\n", false, "f:2: time = \"t\": not a number"},
   };
   for (const Case& c : cases) {
     auto t = c.json ? ParseJsonTrace(c.text, "f") : ParseCsvTrace(c.text, "f", false);
     ASSERT_FALSE(t.ok()) << c.text;
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(t.status().message()), HasSubstr(c.want)) << c.text;
+    EXPECT_THAT(std::string(t.status().message()), Not(HasSubstr("\"\""))) << c.text;
   }
   EXPECT_EQ(ReadAvailabilityTrace("/nonexistent/trace.json").status().code(),
             absl::StatusCode::kNotFound);
