@@ -245,28 +245,26 @@ absl::Status DetectorStore::FlushHeartbeats(
 }
 
 absl::StatusOr<int64_t> DetectorStore::JoinLease(const std::string& replica_id, int64_t lease_ms) {
-  int64_t epoch = 0;
-  absl::Status s = db_->Write([&]() -> absl::Status {
-    auto forgot =
-        db_->Exec(absl::StrCat("DELETE FROM replicas WHERE expires_ms < ", NowMs(), " - 20 * ?1"),
-                  {lease_ms});
-    if (!forgot.ok()) return Doing(forgot.status(), "forget expired leases");
-    // Epochs never repeat for an id, even once its row was forgotten: the database's clock in ms,
-    // or one more than the row's, whichever is larger (an old holder's epoch stays fenced off).
-    auto row = db_->QueryOne(
-        absl::StrCat("INSERT INTO replicas (replica_id, epoch, expires_ms) VALUES (?1, ", NowMs(),
-                     ", ", NowMs(),
-                     " + ?2) ON CONFLICT (replica_id) DO UPDATE SET epoch = CASE WHEN "
-                     "replicas.epoch >= excluded.epoch THEN replicas.epoch + 1 ELSE "
-                     "excluded.epoch END, expires_ms = excluded.expires_ms RETURNING epoch"),
-        {replica_id, lease_ms});
-    if (!row.ok()) return Doing(row.status(), "join");
-    if (!row->has_value()) return absl::InternalError("detector store: join returned no epoch");
-    epoch = (*row)->Int(0);
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
-  return epoch;
+  // Two statements, each atomic on its own, outside a write transaction: a write transaction
+  // queues for the store's one writer lock behind every replica's event appends, and on a starved
+  // host a replica that lost its lease then waited seconds to join again, its instances polled by
+  // nobody meanwhile. Nothing here needs that lock: forgetting long-expired rows can happen any
+  // time, and the upsert takes the row's own lock.
+  auto forgot = db_->Exec(
+      absl::StrCat("DELETE FROM replicas WHERE expires_ms < ", NowMs(), " - 20 * ?1"), {lease_ms});
+  if (!forgot.ok()) return Doing(forgot.status(), "forget expired leases");
+  // Epochs never repeat for an id, even once its row was forgotten: the database's clock in ms,
+  // or one more than the row's, whichever is larger (an old holder's epoch stays fenced off).
+  auto row = db_->QueryOne(
+      absl::StrCat("INSERT INTO replicas (replica_id, epoch, expires_ms) VALUES (?1, ", NowMs(),
+                   ", ", NowMs(),
+                   " + ?2) ON CONFLICT (replica_id) DO UPDATE SET epoch = CASE WHEN "
+                   "replicas.epoch >= excluded.epoch THEN replicas.epoch + 1 ELSE "
+                   "excluded.epoch END, expires_ms = excluded.expires_ms RETURNING epoch"),
+      {replica_id, lease_ms});
+  if (!row.ok()) return Doing(row.status(), "join");
+  if (!row->has_value()) return absl::InternalError("detector store: join returned no epoch");
+  return (*row)->Int(0);
 }
 
 absl::StatusOr<bool> DetectorStore::RenewLease(const std::string& replica_id, int64_t epoch,

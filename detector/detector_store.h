@@ -95,11 +95,11 @@ class DetectorStore {
   absl::StatusOr<std::vector<Event>> EventsAfter(uint64_t after, size_t limit);
 
   // Leases. Join takes (or takes over) `replica_id`'s row with a new epoch (larger than any that
-  // id had, its row forgotten or not), valid for
-  // `lease_ms`, and deletes the rows of leases expired 20 leases ago (replicas that are gone:
-  // pods come with new ids); Renew extends it while it is still held with `epoch` and unexpired
-  // (false when it was lost); Leave ends it at once (the others take its instances without
-  // waiting).
+  // id had, its row forgotten or not), valid for `lease_ms`, and deletes the rows of leases
+  // expired 20 leases ago (replicas that are gone: pods come with new ids); Renew extends it while
+  // it is still held with `epoch` and unexpired (false when it was lost); Leave ends it at once
+  // (the others take its instances without waiting). None of them waits for the store's writer
+  // lock (a replica appending events does not hold a join up).
   absl::StatusOr<int64_t> JoinLease(const std::string& replica_id, int64_t lease_ms);
   absl::StatusOr<bool> RenewLease(const std::string& replica_id, int64_t epoch, int64_t lease_ms);
   absl::Status LeaveLease(const std::string& replica_id, int64_t epoch);
