@@ -247,8 +247,11 @@ void Detector::ApplyLeaseLocked() {
     ++lease_changes_;
     observer_.OnLeaseChange(true);
     Log()->info("replica {}: joined with lease epoch {}", options_.replica_id, held);
-    // After a loss its view of the instances is stale: read them back before polling them.
-    for (auto& [id, e] : entries_) e.seen.clear();
+    // The notice keys it knows stay: each was recorded in the shared log for the lifetime it
+    // belongs to (a lifetime that ended meanwhile is forgotten when the registry is read back),
+    // and a lease loss un-records nothing. Forgetting them made every recorded notice a write
+    // again after each loss, one per notice it held: on a starved host, losing the lease every
+    // few seconds, those writes queued for the store's writer lock ahead of the new notices.
     for (auto& [id, e] : entries_) ReconcilePollingLocked(e);
   }
   if (news.live.has_value() && SetLiveReplicasLocked(*std::move(news.live))) {

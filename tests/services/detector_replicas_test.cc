@@ -613,5 +613,31 @@ TEST_F(StarvedReplicaTest, AReplicaJoinsAgainWhileTheStoresWriterLockIsHeld) {
   EXPECT_TRUE(appended.ok()) << appended.status();
 }
 
+// A replica that lost its lease and joined again does not write the notices it had recorded
+// again (each such write waits for the store's writer lock; on a starved host, losing the lease
+// every few seconds, they crowded out the new notices). Counted by a trigger on the event log.
+TEST_F(StarvedReplicaTest, AReplicaThatJoinsAgainDoesNotWriteItsRecordedNoticesAgain) {
+  auto a = Replica("a", /*poll=*/true);
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(a->Register(Polled("i-1")).ok());
+  emulator_->ScheduleNotice("i-1", {.cloud = d::Cloud::kAws, .effective_unix_ms = InAnHour()});
+  ASSERT_TRUE(Advancing([&] { return a->last_sequence() == 1; }));
+  Sql("CREATE TABLE public.append_attempts (n INTEGER); INSERT INTO public.append_attempts "
+      "VALUES (0)");
+  Sql("CREATE FUNCTION public.count_append() RETURNS trigger AS $$ BEGIN UPDATE "
+      "public.append_attempts SET n = n + 1; RETURN NEW; END $$ LANGUAGE plpgsql");
+  Sql("CREATE TRIGGER count_append BEFORE INSERT ON spotdnn_detector.events FOR EACH ROW "
+      "EXECUTE FUNCTION public.count_append()");
+
+  const uint64_t changes = a->lease_changes();
+  TakeLease("a");
+  ASSERT_TRUE(Advancing([&] { return a->lease_changes() >= changes + 2 && a->serving(); }));
+  // Polled again (a new poll target since the fence), the notice read again every round.
+  const int polls = polls_.healthy();
+  ASSERT_TRUE(Eventually([&] { return polls_.healthy() >= polls + 5; }, kPatience));
+  EXPECT_EQ(Sql("SELECT n FROM public.append_attempts"), "0");
+  EXPECT_EQ(Notices(*a, "i-1"), 1);
+}
+
 }  // namespace
 }  // namespace spotdnn::services
