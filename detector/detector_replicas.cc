@@ -347,15 +347,22 @@ void Detector::RetryPending() {
   if (fenced_) return;  // kept until this replica holds a lease again
   std::vector<PendingNotice> pending;
   pending.swap(pending_notices_);
+  bool failed = false;
   for (PendingNotice& p : pending) {
     auto it = entries_.find(p.instance_id);
-    // Gone, a new lifetime, or another replica's now (it polls the notice itself).
-    if (it == entries_.end() || it->second.stored.instance.registered_unix_ms != p.lifetime_ms ||
-        !HoldsLocked(p.instance_id)) {
+    // Gone, or a new lifetime: the notice was the old lifetime's.
+    if (it == entries_.end() || it->second.stored.instance.registered_unix_ms != p.lifetime_ms) {
       continue;
     }
-    if (!NoticeLocked(it->second, p.notice, p.seen_unix_ms).ok()) {
+    // Recorded here whichever replica polls the instance now (once: the store keeps a notice
+    // once per lifetime and key). Left to the new owner, a notice this replica had read waited
+    // for that owner's next poll, on a starved host for as long as the owner could not poll, and
+    // was lost if the metadata service did not say it again.
+    if (failed || !NoticeLocked(it->second, p.notice, p.seen_unix_ms).ok()) {
       pending_notices_.push_back(std::move(p));
+      // The lease is gone or the database away: the others would fail too, each a write waiting
+      // for the store's writer lock. They are tried at the next round.
+      failed = true;
     }
   }
 }

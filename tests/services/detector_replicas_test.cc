@@ -639,5 +639,36 @@ TEST_F(StarvedReplicaTest, AReplicaThatJoinsAgainDoesNotWriteItsRecordedNoticesA
   EXPECT_EQ(Notices(*a, "i-1"), 1);
 }
 
+// A notice whose write was refused (the replica's lease lapsed between its poll and its write) is
+// recorded by that replica once it joins again, although the instance moved meanwhile to another
+// live replica, one that does not poll it (as a starved one does not). It was dropped for the new
+// owner to find, and the new owner never polled.
+TEST_F(StarvedReplicaTest, ARefusedNoticeIsRecordedAfterItsInstanceMoved) {
+  const d::HashRing ring({"a", "b"});
+  std::string id;
+  for (int i = 0; id.empty(); ++i) {
+    if (ring.Owner("m-" + std::to_string(i)) == "b") id = "m-" + std::to_string(i);
+  }
+  auto a = Replica("a", /*poll=*/true);
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(a->Register(Polled(id)).ok());
+  ASSERT_TRUE(Eventually([&] { return a->Get(id)->state == d::InstanceState::kHealthy; }));
+  // The lease lapses; the replica does not know yet (its clock stands still), polls on, reads the
+  // notice, and the store refuses its write.
+  TakeLease("a");
+  const uint64_t errors = a->store_errors();
+  emulator_->ScheduleNotice(id, {.cloud = d::Cloud::kAws, .effective_unix_ms = InAnHour()});
+  ASSERT_TRUE(Eventually([&] { return a->store_errors() > errors; }, kPatience));
+  // Replica b joins (and never polls): the ring gives it the instance. a fences itself, joins
+  // again, and records the notice it read.
+  ASSERT_TRUE(other_->JoinLease("b", 60000).ok());
+  EXPECT_TRUE(Advancing([&] { return a->last_sequence() >= 1; }))
+      << "live " << a->LiveReplicas().size() << ", serving " << a->serving() << ", polled "
+      << a->polled();
+  EXPECT_EQ(a->OwnerOf(id), "b");
+  EXPECT_EQ(a->polled(), 0u);
+  EXPECT_EQ(Notices(*a, id), 1);
+}
+
 }  // namespace
 }  // namespace spotdnn::services
