@@ -110,7 +110,8 @@ absl::Status Detector::Load() {
   if (!instances.ok()) return instances.status();
   auto seen = store_->LoadSeen();
   if (!seen.ok()) return seen.status();
-  auto events = store_->LoadEvents(options_.event_retention);
+  std::vector<RecordedKey> keys;
+  auto events = store_->LoadEvents(options_.event_retention, &keys);
   if (!events.ok()) return events.status();
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t now = clock_.NowUnixMs();
@@ -127,6 +128,7 @@ absl::Status Detector::Load() {
   for (auto& [id, key] : *seen) {
     if (auto it = entries_.find(id); it != entries_.end()) it->second.seen.insert(key);
   }
+  LearnKeysLocked(keys);
   events_.assign(events->begin(), events->end());
   if (!events_.empty()) {
     next_sequence_ = events_.back().sequence + 1;

@@ -265,6 +265,9 @@ class Detector {
   void MergeLocked(Entry& entry, const StoredInstance& row);
   void SyncRegistry();
   void TailEvents();
+  // Notes notice keys the log holds as reported, for the entries of the same lifetime. Caller
+  // holds mu_.
+  void LearnKeysLocked(const std::vector<RecordedKey>& keys);
   void RetryPending();
   void HeartbeatLocked(Entry& entry, int64_t unix_ms, const std::string& problem = "");
   // Records the end of an entry's current lifetime (when its start is known). Caller holds mu_.

@@ -324,7 +324,8 @@ void Detector::TailEvents() {
     cursor = tail_cursor_;
   }
   constexpr size_t kBatch = 1000;
-  absl::StatusOr<std::vector<Event>> events = shared_store_->EventsAfter(cursor, kBatch);
+  std::vector<RecordedKey> keys;
+  absl::StatusOr<std::vector<Event>> events = shared_store_->EventsAfter(cursor, kBatch, &keys);
   std::lock_guard<std::mutex> lock(mu_);
   if (!events.ok()) {
     store_ok_ = false;
@@ -332,6 +333,7 @@ void Detector::TailEvents() {
     return;
   }
   if (events->empty()) return;
+  LearnKeysLocked(keys);
   for (Event& e : *events) {
     if (e.sequence <= tail_cursor_) continue;
     tail_cursor_ = e.sequence;
@@ -340,6 +342,18 @@ void Detector::TailEvents() {
   }
   if (events->size() == kBatch) wake_tail_ = true;  // more to read
   event_cv_.notify_all();
+}
+
+void Detector::LearnKeysLocked(const std::vector<RecordedKey>& keys) {
+  // Whichever replica recorded them: one that takes the instance over later (its owner lapsed,
+  // the ring moved) then does not write each of its recorded notices again, a write waiting for
+  // the store's writer lock, at a time when the replicas are short of it already.
+  for (const RecordedKey& k : keys) {
+    auto it = entries_.find(k.instance_id);
+    if (it != entries_.end() && it->second.stored.instance.registered_unix_ms == k.lifetime_ms) {
+      it->second.seen.insert(k.key);
+    }
+  }
 }
 
 void Detector::RetryPending() {

@@ -83,7 +83,8 @@ StoredInstance InstanceOf(const Row& r) {
 }
 
 constexpr char kEventColumns[] =
-    "SELECT sequence, instance_id, job_id, cloud, kind, action, notice_ms, effective_ms, detail ";
+    "SELECT sequence, instance_id, job_id, cloud, kind, action, notice_ms, effective_ms, detail, "
+    "lifetime_ms, dedupe ";
 
 Event EventOf(const Row& r) {
   Event e;
@@ -97,6 +98,14 @@ Event EventOf(const Row& r) {
   e.effective_unix_ms = r.Int(7);
   e.detail = r.Text(8);
   return e;
+}
+
+// The notice key an event row read with kEventColumns holds, if any, into `keys` (when given).
+void KeepKey(const Row& r, const Event& e, std::vector<RecordedKey>* keys) {
+  const bool notice = e.kind == EventKind::kNotice || e.kind == EventKind::kRebalance ||
+                      e.kind == EventKind::kMaintenance;
+  if (keys == nullptr || !notice || r.IsNull(10)) return;
+  keys->push_back({e.instance_id, r.Int(9), r.Text(10)});
 }
 
 // `status` with what the store was doing.
@@ -158,7 +167,8 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> DetectorStore::
   return out;
 }
 
-absl::StatusOr<std::vector<Event>> DetectorStore::LoadEvents(size_t limit) {
+absl::StatusOr<std::vector<Event>> DetectorStore::LoadEvents(size_t limit,
+                                                             std::vector<RecordedKey>* keys) {
   auto rows = db_->QueryAll(
       absl::StrCat(kEventColumns,
                    "FROM (SELECT * FROM events ORDER BY sequence DESC LIMIT ?1) AS newest "
@@ -166,17 +176,24 @@ absl::StatusOr<std::vector<Event>> DetectorStore::LoadEvents(size_t limit) {
       {static_cast<int64_t>(limit)});
   if (!rows.ok()) return Doing(rows.status(), "load events");
   std::vector<Event> out;
-  for (const Row& r : *rows) out.push_back(EventOf(r));
+  for (const Row& r : *rows) {
+    out.push_back(EventOf(r));
+    KeepKey(r, out.back(), keys);
+  }
   return out;
 }
 
-absl::StatusOr<std::vector<Event>> DetectorStore::EventsAfter(uint64_t after, size_t limit) {
+absl::StatusOr<std::vector<Event>> DetectorStore::EventsAfter(uint64_t after, size_t limit,
+                                                              std::vector<RecordedKey>* keys) {
   auto rows = db_->QueryAll(
       absl::StrCat(kEventColumns, "FROM events WHERE sequence > ?1 ORDER BY sequence LIMIT ?2"),
       {static_cast<int64_t>(after), static_cast<int64_t>(limit)});
   if (!rows.ok()) return Doing(rows.status(), "read events");
   std::vector<Event> out;
-  for (const Row& r : *rows) out.push_back(EventOf(r));
+  for (const Row& r : *rows) {
+    out.push_back(EventOf(r));
+    KeepKey(r, out.back(), keys);
+  }
   return out;
 }
 

@@ -639,6 +639,40 @@ TEST_F(StarvedReplicaTest, AReplicaThatJoinsAgainDoesNotWriteItsRecordedNoticesA
   EXPECT_EQ(Notices(*a, "i-1"), 1);
 }
 
+// A replica that takes an instance over (its owner left, or lapsed) does not write the notices
+// the owner recorded again: it learnt their keys from the event log it reads back. On a starved
+// host, where leases lapse and instances move every few seconds, each such write waited for the
+// store's writer lock ahead of new notices.
+TEST_F(StarvedReplicaTest, AReplicaTakingAnInstanceOverDoesNotWriteItsRecordedNoticesAgain) {
+  const d::HashRing ring({"a", "b"});
+  std::string id;
+  for (int i = 0; id.empty(); ++i) {
+    if (ring.Owner("t-" + std::to_string(i)) == "a") id = "t-" + std::to_string(i);
+  }
+  auto a = Replica("a", /*poll=*/true);
+  auto b = Replica("b", /*poll=*/true);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  ASSERT_TRUE(a->Register(Polled(id)).ok());
+  ASSERT_TRUE(Advancing([&] {
+    return a->LiveReplicas().size() == 2 && b->LiveReplicas().size() == 2 && a->polled() == 1;
+  }));
+  emulator_->ScheduleNotice(id, {.cloud = d::Cloud::kAws, .effective_unix_ms = InAnHour()});
+  ASSERT_TRUE(Advancing([&] { return b->last_sequence() == 1; }));
+  Sql("CREATE TABLE public.append_attempts (n INTEGER); INSERT INTO public.append_attempts "
+      "VALUES (0)");
+  Sql("CREATE FUNCTION public.count_append() RETURNS trigger AS $$ BEGIN UPDATE "
+      "public.append_attempts SET n = n + 1; RETURN NEW; END $$ LANGUAGE plpgsql");
+  Sql("CREATE TRIGGER count_append BEFORE INSERT ON spotdnn_detector.events FOR EACH ROW "
+      "EXECUTE FUNCTION public.count_append()");
+
+  a.reset();  // leaves its lease: b takes the instance over
+  ASSERT_TRUE(Advancing([&] { return b->LiveReplicas().size() == 1 && b->polled() == 1; }));
+  const int polls = polls_.healthy();
+  ASSERT_TRUE(Eventually([&] { return polls_.healthy() >= polls + 5; }, kPatience));
+  EXPECT_EQ(Sql("SELECT n FROM public.append_attempts"), "0");
+  EXPECT_EQ(Notices(*b, id), 1);
+}
+
 // A notice whose write was refused (the replica's lease lapsed between its poll and its write) is
 // recorded by that replica once it joins again, although the instance moved meanwhile to another
 // live replica, one that does not poll it (as a starved one does not). It was dropped for the new
