@@ -163,9 +163,12 @@ struct Arrivals {
   std::map<std::string, int> notices;       // notice events per instance
   std::map<std::string, int64_t> first_ms;  // when its first notice event arrived
   std::vector<double> latency_ms;           // first event's arrival minus the notice's visibility
+  // Its two parts: visible until a poll read it (the event's notice time), and read until the
+  // subscriber had the event (the write, the log's read-back, the stream).
+  std::vector<double> read_ms, delivered_ms;
   int other_events = 0;
 
-  void Add(const std::string& instance_id, bool notice,
+  void Add(const std::string& instance_id, bool notice, int64_t notice_unix_ms,
            const std::map<std::string, int64_t>& visible_at, int64_t now) {
     if (!notice) {
       ++other_events;
@@ -174,7 +177,10 @@ struct Arrivals {
     if (++notices[instance_id] > 1) return;
     first_ms[instance_id] = now;
     auto it = visible_at.find(instance_id);
-    if (it != visible_at.end()) latency_ms.push_back(static_cast<double>(now - it->second));
+    if (it == visible_at.end()) return;
+    latency_ms.push_back(static_cast<double>(now - it->second));
+    read_ms.push_back(static_cast<double>(notice_unix_ms - it->second));
+    delivered_ms.push_back(static_cast<double>(now - notice_unix_ms));
   }
   // How many of the scheduled notices have arrived.
   size_t Arrived(const std::map<std::string, int64_t>& visible_at) const {
@@ -213,6 +219,11 @@ void PrintSummary(const std::map<std::string, int64_t>& visible_at, const Arriva
   std::printf("notice-to-event latency ms: p50 %.0f  p90 %.0f  p99 %.0f  max %.0f\n",
               Percentile(a.latency_ms, 0.5), Percentile(a.latency_ms, 0.9),
               Percentile(a.latency_ms, 0.99), Percentile(a.latency_ms, 1.0));
+  std::printf(
+      "  of which visible to read by a poll: p50 %.0f  p99 %.0f; read to delivered: p50 %.0f  "
+      "p99 %.0f\n",
+      Percentile(a.read_ms, 0.5), Percentile(a.read_ms, 0.99), Percentile(a.delivered_ms, 0.5),
+      Percentile(a.delivered_ms, 0.99));
   std::printf("detector process CPU: %.3f cores (%.2f s over %.1f s)\n", cpu / wall, cpu, wall);
 }
 
@@ -374,8 +385,8 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
         after = e.sequence();
         const int64_t now = ::spotdnn::base::RealClock::Get().NowUnixMs();
         std::lock_guard<std::mutex> lock(mu);
-        arrivals.Add(e.instance_id(), e.kind() == pb::RevocationEvent::KIND_NOTICE, visible_at,
-                     now);
+        arrivals.Add(e.instance_id(), e.kind() == pb::RevocationEvent::KIND_NOTICE,
+                     e.notice_unix_ms(), visible_at, now);
       }
       const grpc::Status s = reader->Finish();
       std::lock_guard<std::mutex> lock(mu);
@@ -398,11 +409,32 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
                               ? t0 + static_cast<int64_t>(f.kill_replica_at_s * 1000)
                               : std::numeric_limits<int64_t>::max();
   bool killed = false;
+  // The instances' states as the watching replica has them, every 10 s of the window.
+  std::vector<std::string> snapshots;
+  int64_t next_snapshot = t0 + 10000;
   while (::spotdnn::base::RealClock::Get().NowUnixMs() < end) {
     if (!killed && ::spotdnn::base::RealClock::Get().NowUnixMs() >= kill_at) {
       cpu1[0] = ChildCpuSeconds(replicas[0]->pid());
       replicas[0]->Kill();
       killed = true;
+    }
+    if (::spotdnn::base::RealClock::Get().NowUnixMs() >= next_snapshot) {
+      grpc::ClientContext c;
+      c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      pb::ListInstancesResponse listed;
+      (void)stubs[watcher]->ListInstances(&c, {}, &listed);
+      std::map<std::string, int> states;
+      for (const auto& w : listed.instances()) {
+        std::string state = pb::InstanceState_Name(w.state());
+        if (!w.reason().empty() && w.state() != pb::INSTANCE_STATE_NOTICE) {
+          state += ": " + w.reason().substr(0, 60);
+        }
+        ++states[state];
+      }
+      std::string line = "at " + std::to_string((next_snapshot - t0) / 1000) + " s:";
+      for (const auto& [state, n] : states) line += " " + std::to_string(n) + " x " + state + ";";
+      snapshots.push_back(line);
+      next_snapshot += 10000;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -503,6 +535,7 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
             std::to_string(n.second);
   }
   std::printf("visible/arrived by 5 s of the window:%s\n", line.c_str());
+  for (const std::string& snapshot : snapshots) std::printf("  states %s\n", snapshot.c_str());
   for (int r = killed ? 1 : 0; r < f.replicas; ++r) {
     const auto s = status_of(r);
     std::printf("  replica %s: lease changes %llu, store errors %llu%s%s\n", s.replica().c_str(),
@@ -663,7 +696,8 @@ int main(int argc, char** argv) {
     auto events = detector->EventsAfter(cursor, "", 10000, &cursor);
     const int64_t read_at = ::spotdnn::base::RealClock::Get().NowUnixMs();
     for (const d::Event& e : *events) {
-      arrivals.Add(e.instance_id, e.kind == d::EventKind::kNotice, visible_at, read_at);
+      arrivals.Add(e.instance_id, e.kind == d::EventKind::kNotice, e.notice_unix_ms, visible_at,
+                   read_at);
     }
   }
   const double waited_s =
