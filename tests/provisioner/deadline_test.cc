@@ -309,14 +309,22 @@ TEST(WindowReplayTest, OursIsCloseToTheOptimumOnLongOutages) {
     WindowJob job;
     job.work_s = 24 * 3600;
     job.deadline_s = 36 * 3600;
-    for (const char* name : {"ours", "uniform-progress", "optimum"}) {
+    for (const char* name : {"ours", "uniform-progress"}) {
       auto s = ReplayWindows(t, job, 12 * 3600, name);
       ASSERT_TRUE(s.ok()) << s.status();
       EXPECT_EQ(s->met_fraction, 1.0) << name;
-      (std::string(name) == "ours"      ? ours
-       : std::string(name) == "optimum" ? opt
-                                        : up) += s->mean_cost_usd;
+      (std::string(name) == "ours" ? ours : up) += s->mean_cost_usd;
     }
+    // The optimum's cost alone (its schedule is not needed here, and doubles its time).
+    auto starts = WindowStarts(t, job, 12 * 3600);
+    ASSERT_TRUE(starts.ok());
+    double optimum = 0;
+    for (double start : *starts) {
+      const WindowResult w = OptimumWindow(t, start, job, /*with_schedule=*/false);
+      EXPECT_TRUE(w.met);
+      optimum += w.cost_usd;
+    }
+    opt += optimum / static_cast<double>(starts->size());
   }
   EXPECT_LT(ours, up);
   EXPECT_LT(ours, 1.06 * opt);
