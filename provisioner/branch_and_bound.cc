@@ -204,6 +204,9 @@ struct SizeSetup {
   std::vector<TypeAtSize> types;
   std::vector<int> min_after, max_after;
   double batch_min = 0, batch_max = 0;  // of the usable types at this size
+  // Per depth, the prices, rates and free counts (hi - lo) of the types from there on.
+  std::vector<std::vector<double>> prices_from, rates_from;
+  std::vector<std::vector<int>> caps_from;
 };
 
 struct MemoSize {
@@ -366,6 +369,16 @@ class BranchAndBound {
       s.min_after[d] = s.min_after[d + 1] + s.types[d].lo;
       s.max_after[d] = s.max_after[d + 1] + s.types[d].hi;
     }
+    s.prices_from.assign(depth_count, {});
+    s.rates_from.assign(depth_count, {});
+    s.caps_from.assign(depth_count, {});
+    for (size_t d = 0; d < depth_count; ++d) {
+      for (size_t i = d; i < depth_count; ++i) {
+        s.prices_from[d].push_back(s.types[i].price);
+        s.rates_from[d].push_back(s.types[i].rate);
+        s.caps_from[d].push_back(s.types[i].hi - s.types[i].lo);
+      }
+    }
   }
 
   void SolveSize(int n) {
@@ -503,20 +516,11 @@ class BranchAndBound {
     if (std::isfinite(budget_time) && budget_time > 0 && j_lb > 0) {
       const double rate_floor = j_lb / budget_time * (1 - kTolerance);
       if (rate_floor > sb.rate_at_ratio_lb && rate_floor <= sb.rate_ub) {
-        const std::vector<TypeAtSize>& types = size_->types;
-        const size_t rest = types.size() - depth;
-        a_.resize(rest);
-        b_.resize(rest);
-        cap_.resize(rest);
-        for (size_t i = 0; i < rest; ++i) {
-          const TypeAtSize& t = types[depth + i];
-          a_[i] = t.price;
-          b_[i] = t.rate;
-          cap_[i] = t.hi - t.lo;
-        }
-        ratio = std::max(ratio, MinSumWithFloor(sb.base_price, sb.base_rate, a_, b_, cap_, sb.free,
-                                                rate_floor, idx_) /
-                                    rate_floor);
+        ratio =
+            std::max(ratio, MinSumWithFloor(sb.base_price, sb.base_rate, size_->prices_from[depth],
+                                            size_->rates_from[depth], size_->caps_from[depth],
+                                            sb.free, rate_floor, idx_) /
+                                rate_floor);
       }
     }
     bound.cost_usd = (j_lb * ratio + extra * (extra >= 0 ? sb.price_lb : sb.price_ub)) / 3600.0;
