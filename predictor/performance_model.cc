@@ -362,8 +362,7 @@ absl::StatusOr<TargetConvergence> ConvergenceForTarget(const WorkloadProfile& pr
   }
   return absl::FailedPreconditionError(
       absl::StrCat("workload \"", profile.name, "\" has no convergence model of ",
-                   target.Describe(),
-                   target.is_loss() ? " and no eq. 3 loss model (g1..g5)" : "",
+                   target.Describe(), target.is_loss() ? " and no eq. 3 loss model (g1..g5)" : "",
                    ": fit one from runs that log it (spotdnn profile fit), or give the target in "
                    "iterations or epochs"));
 }

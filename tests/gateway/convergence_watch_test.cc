@@ -116,8 +116,8 @@ TEST(ConvergenceWatchTest, PriorIsTheModelThePlanIsMadeWith) {
   ASSERT_TRUE(prior.ok());
   EXPECT_DOUBLE_EQ(prior->r, 0);  // the prototype drops R, as its plans do
   EXPECT_DOUBLE_EQ(prior->r_weight, 0);
-  EXPECT_TRUE(absl::IsNotFound(
-      PriorOf(profile, predictor::Target::Accuracy(0.9), 64, 0.7).status()));
+  EXPECT_TRUE(
+      absl::IsNotFound(PriorOf(profile, predictor::Target::Accuracy(0.9), 64, 0.7).status()));
   ConvergenceModel fitted;
   fitted.metric = "loss";
   fitted.amplitude = 7;

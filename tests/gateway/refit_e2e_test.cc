@@ -255,8 +255,8 @@ TEST_F(RefitEndToEnd, ALossFarSlowerThanItsProfileIsReplannedNotStopped) {
   EXPECT_LE(record->loss, 1.5);
   EXPECT_LE((record->finished_ms - record->started_ms) / 1000.0, kDeadlineS);
   std::cout << "[measured] " << job << ": finished in "
-            << (record->finished_ms - record->started_ms) / 1000.0 << " s of " << kDeadlineS
-            << ", " << record->iterations_done << " global steps (truth 3000)" << std::endl;
+            << (record->finished_ms - record->started_ms) / 1000.0 << " s of " << kDeadlineS << ", "
+            << record->iterations_done << " global steps (truth 3000)" << std::endl;
 }
 
 }  // namespace

@@ -387,8 +387,8 @@ TEST_F(RunEndToEnd, ASlowerLossThanPredictedRunsOnWhileTheDeadlineCanBeMet) {
     if (p["predicted_iterations"].is_number()) {
       // The end shown is the job's current forecast, never one the job has passed.
       EXPECT_GE(p["predicted_iterations"].get<double>(), done * 0.999) << p;
-      repredicted |= p.value("predicted_by", "") == "forecast" &&
-                     p.value("forecast_source", "") == "refit";
+      repredicted |=
+          p.value("predicted_by", "") == "forecast" && p.value("forecast_source", "") == "refit";
     }
     EXPECT_GE(p["cost_usd"].get<double>(), 0) << p;
     if (i > 0) {

@@ -111,11 +111,11 @@ struct LineOf {
   std::string operator()(const ReplannedEvent& e) const {
     const std::string launch = e.to_launch.empty() ? "nothing" : Counts(e.to_launch);
     if (e.refit) {
-      if (!e.feasible) return absl::StrCat("A re-plan after the convergence refit could not help: ", e.detail);
+      if (!e.feasible)
+        return absl::StrCat("A re-plan after the convergence refit could not help: ", e.detail);
       return absl::StrCat("Re-planned after the convergence refit (", e.detail, "): ",
                           absl::StrFormat("launch %s, %s more global steps in a predicted %.1f s",
-                                          launch, Fixed(e.more_iterations, 0),
-                                          e.predicted_time_s));
+                                          launch, Fixed(e.more_iterations, 0), e.predicted_time_s));
     }
     if (e.instance.empty()) {
       return absl::StrFormat(
@@ -141,9 +141,9 @@ struct LineOf {
   std::string operator()(const TakeoverEvent& e) const {
     if (e.takeover.empty()) {
       return absl::StrCat("Not replacing ", e.instance,
-                          e.detail.empty() ? std::string(": no takeover needed")
-                                           : absl::StrCat(": ", absl::StripPrefix(e.detail,
-                                                                                  "not replaced: ")));
+                          e.detail.empty()
+                              ? std::string(": no takeover needed")
+                              : absl::StrCat(": ", absl::StripPrefix(e.detail, "not replaced: ")));
     }
     return absl::StrCat("Takeover ", absl::StrJoin(e.takeover, ","), " running for ", e.instance,
                         ", ", e.notice_to_running_ms, " ms after the notice");
@@ -163,11 +163,11 @@ struct LineOf {
     std::vector<std::string> notes;
     if (e.predicted_by == "forecast") {
       predicted = e.forecast_unreachable ? 0 : e.predicted_iterations;
-      const std::string by =
-          e.forecast_source == "refit"     ? absl::StrCat("refit at step ", Fixed(e.forecast_step, 0))
-          : e.forecast_source == "re-plan" ? absl::StrCat("re-planned at step ",
-                                                          Fixed(e.forecast_step, 0))
-                                           : std::string("the plan's model");
+      const std::string by = e.forecast_source == "refit"
+                                 ? absl::StrCat("refit at step ", Fixed(e.forecast_step, 0))
+                             : e.forecast_source == "re-plan"
+                                 ? absl::StrCat("re-planned at step ", Fixed(e.forecast_step, 0))
+                                 : std::string("the plan's model");
       if (predicted > 0) {
         notes.push_back(absl::StrFormat("%.1f%%", 100 * e.iterations_done / predicted));
         notes.push_back(absl::StrCat("forecast: ", by));
@@ -208,10 +208,10 @@ struct LineOf {
         e.steps_lost > 0 ? absl::StrFormat(" (%.0f step%s lost to takeovers)", e.steps_lost,
                                            e.steps_lost == 1 ? "" : "s")
                          : "",
-        !e.deadline_in_s         ? ""
-        : *e.deadline_in_s >= 0 ? absl::StrCat(", deadline in ", HumanDuration(*e.deadline_in_s))
-                                : absl::StrCat(", deadline passed ", HumanDuration(-*e.deadline_in_s),
-                                               " ago"));
+        !e.deadline_in_s ? ""
+        : *e.deadline_in_s >= 0
+            ? absl::StrCat(", deadline in ", HumanDuration(*e.deadline_in_s))
+            : absl::StrCat(", deadline passed ", HumanDuration(-*e.deadline_in_s), " ago"));
   }
   std::string operator()(const ForecastEvent& e) const { return ForecastLine(e); }
   std::string operator()(const WarningEvent& e) const { return "Warning: " + e.message; }
@@ -234,12 +234,12 @@ struct LineOf {
       acts.push_back(absl::StrCat("keeping ", e.kept_on_demand,
                                   " on-demand running until spot covers the workers wanted"));
     }
-    return absl::StrCat(
-        "Deadline (", e.trigger, ") ", e.instance_type, ": running spot ", e.running_spot,
-        ", on-demand ", e.running_on_demand, "; the policy wants spot ", e.spot, ", on-demand ",
-        e.on_demand, " (", e.probe ? "if the probe finds spot: " : "", e.reason, "; ",
-        HumanDuration(e.time_left_s), " left, ", HumanDuration(e.work_left_s), " of work)",
-        acts.empty() ? "" : ": " + absl::StrJoin(acts, ", "));
+    return absl::StrCat("Deadline (", e.trigger, ") ", e.instance_type, ": running spot ",
+                        e.running_spot, ", on-demand ", e.running_on_demand,
+                        "; the policy wants spot ", e.spot, ", on-demand ", e.on_demand, " (",
+                        e.probe ? "if the probe finds spot: " : "", e.reason, "; ",
+                        HumanDuration(e.time_left_s), " left, ", HumanDuration(e.work_left_s),
+                        " of work)", acts.empty() ? "" : ": " + absl::StrJoin(acts, ", "));
   }
   std::string operator()(const DeadlineDoneEvent& e) const {
     std::vector<std::string> parts;
@@ -255,10 +255,10 @@ struct LineOf {
     if (e.stopped_on_demand > 0) {
       parts.push_back(absl::StrCat(e.stopped_on_demand, " on-demand stopped"));
     }
-    std::string line = absl::StrCat("Deadline ", e.instance_type, ": ",
-                                     parts.empty() ? "nothing to change" : absl::StrJoin(parts, ", "),
-                                     "; running spot ", e.running_spot, ", on-demand ",
-                                     e.running_on_demand);
+    std::string line =
+        absl::StrCat("Deadline ", e.instance_type, ": ",
+                     parts.empty() ? "nothing to change" : absl::StrJoin(parts, ", "),
+                     "; running spot ", e.running_spot, ", on-demand ", e.running_on_demand);
     if (e.spot_refused && e.next_probe_in_s > 0) {
       absl::StrAppend(&line, "; next spot probe in ", HumanDuration(e.next_probe_in_s));
     }

@@ -28,8 +28,7 @@ absl::StatusOr<predictor::TargetConvergence> PriorOf(const predictor::WorkloadPr
                                                      const predictor::Target& target,
                                                      double wa_batch,
                                                      double convergence_coefficient) {
-  auto found =
-      predictor::ConvergenceForTarget(profile, target, wa_batch, convergence_coefficient);
+  auto found = predictor::ConvergenceForTarget(profile, target, wa_batch, convergence_coefficient);
   if (!found.ok()) return absl::NotFoundError(found.status().message());
   return found;
 }

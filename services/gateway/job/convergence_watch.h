@@ -28,7 +28,7 @@ namespace spotdnn::job {
 
 // One prediction of the job's finish.
 struct ConvergenceForecast {
-  bool prior = false;      // made from the profile's model alone (no sample of the job's yet)
+  bool prior = false;  // made from the profile's model alone (no sample of the job's yet)
   // What made it: "profile" (the plan's model, before any measurement), "refit" (the model
   // refitted to the job's measurements) or "re-plan" (the current model, for the cluster a re-plan
   // or a takeover chose).
@@ -129,8 +129,7 @@ class ConvergenceWatch {
   // curve of `workers` (R `r`): the step at which that curve's mean reaches the same value (the
   // convergence state is the value reached, not the steps counted). `step` itself for the same
   // cluster, and for a schedule that drops the rate at fixed global steps.
-  double EquivalentStep(double step, int from_workers, double from_r, int workers,
-                        double r) const;
+  double EquivalentStep(double step, int from_workers, double from_r, int workers, double r) const;
 
   // Whether `forecast` (the latest Update's) asks for a re-plan at `elapsed_s`: the deadline is
   // set, the target is unreachable or the finish (p50, or p90 with a confidence) is past it by the

@@ -156,8 +156,8 @@ absl::Status JobRun::GuardTick() {
                        .work_left_s = a.input.work_left_s,
                        .running_spot = a.input.running_spot,
                        .running_on_demand = a.input.running_on_demand,
-                       .kept_on_demand = std::max(0, a.input.running_on_demand - a.stop_on_demand -
-                                                         a.decision.on_demand),
+                       .kept_on_demand = std::max(
+                           0, a.input.running_on_demand - a.stop_on_demand - a.decision.on_demand),
                        .probe = a.probe});
     if (auto s = CarryOut(number, a.instance_type, a.launch_spot, a.launch_on_demand,
                           a.stop_on_demand, first_index, a.probe);
@@ -256,18 +256,17 @@ absl::Status JobRun::CarryOut(int number, const std::string& type, int launch_sp
   if (auto s = Log("deadline-done", done.dump()); !s.ok()) return s;
   // What came of it, in the words of what runs now: a refused probe is not "spot is back".
   const absl::Time next_probe = guard_->NextProbe(type);
-  Emit(DeadlineDoneEvent{
-      .instance_type = type,
-      .probe = probe,
-      .spot_refused = launch_spot > 0 && !spot_ok,
-      .launched_spot = spot_ok ? launch_spot : 0,
-      .launched_on_demand = launch_on_demand,
-      .stopped_on_demand = static_cast<int>(stopped_ids.size()),
-      .running_spot = RunningOn(type, Market::kSpot),
-      .running_on_demand = RunningOn(type, Market::kOnDemand),
-      .next_probe_in_s = next_probe > clock_.Now()
-                             ? absl::ToDoubleSeconds(next_probe - clock_.Now())
-                             : 0});
+  Emit(DeadlineDoneEvent{.instance_type = type,
+                         .probe = probe,
+                         .spot_refused = launch_spot > 0 && !spot_ok,
+                         .launched_spot = spot_ok ? launch_spot : 0,
+                         .launched_on_demand = launch_on_demand,
+                         .stopped_on_demand = static_cast<int>(stopped_ids.size()),
+                         .running_spot = RunningOn(type, Market::kSpot),
+                         .running_on_demand = RunningOn(type, Market::kOnDemand),
+                         .next_probe_in_s = next_probe > clock_.Now()
+                                                ? absl::ToDoubleSeconds(next_probe - clock_.Now())
+                                                : 0});
   return absl::OkStatus();
 }
 

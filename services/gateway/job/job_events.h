@@ -165,12 +165,13 @@ struct ProgressEvent {
   // measured loss's straight line (0: unknown, the loss does not fall).
   double predicted_iterations = 0;
   // Where predicted_iterations comes from: "forecast" (the job's current forecast), "plan" or
-  // "measured loss"; with a forecast, what made it ("profile", "refit", "re-plan") and at which step.
+  // "measured loss"; with a forecast, what made it ("profile", "refit", "re-plan") and at which
+  // step.
   std::string predicted_by = "plan";
   std::string forecast_source;
   double forecast_step = 0;
   bool forecast_unreachable = false;  // the current forecast does not reach the target
-  std::optional<double> loss;  // the workers' reported loss, smoothed
+  std::optional<double> loss;         // the workers' reported loss, smoothed
   double target_loss = 0;
   double steps_lost = 0;        // undone by parameter-server takeovers
   double cost_usd = 0;          // so far: the profiling and every instance from its launch

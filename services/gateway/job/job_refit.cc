@@ -130,9 +130,8 @@ absl::Status JobRun::StartWatch() {
   if (auto s = Log(kForecastEvent, ForecastJson(first_forecast_)); !s.ok()) return s;
   Emit(EventOf(first_forecast_, first_forecast_.iterations_p50, deadline_s));
   const double planned_iterations = planned.normalized_iterations();
-  if (planned_iterations > 0 &&
-      !(std::abs(first_forecast_.iterations_p50 - planned_iterations) <=
-        1 + kPlanForecastTolerance * planned_iterations)) {
+  if (planned_iterations > 0 && !(std::abs(first_forecast_.iterations_p50 - planned_iterations) <=
+                                  1 + kPlanForecastTolerance * planned_iterations)) {
     return Warn(absl::StrFormat(
         "the plan's %.0f iterations and the profile's forecast of %s global steps differ: the "
         "plan was not made from this job's profile (%s); the forecast is what the job follows",
@@ -159,7 +158,8 @@ absl::Status JobRun::AdoptForecast(const ConvergenceForecast& forecast) {
     if (std::isfinite(finish) && finish > 0) {
       const double elapsed_s = ElapsedS();
       job_.predicted_time_s = std::max(finish, elapsed_s);
-      job_.predicted_cost_usd = CostSoFar() + HourlyCost() * std::max(0.0, finish - elapsed_s) / 3600;
+      job_.predicted_cost_usd =
+          CostSoFar() + HourlyCost() * std::max(0.0, finish - elapsed_s) / 3600;
     }
     if (auto s = Save(); !s.ok()) return s;
   }
@@ -224,8 +224,8 @@ absl::StatusOr<JobRun::ForecastReplan> JobRun::ReplanFromForecast(
   const double from_r = r_weight_ * cluster_r_;
   out.from_workers = from_workers;
   out.from_r = from_r;
-  std::optional<double> needed = watch_->StepsNeeded(Sum(survivors), from_r, job_.iterations_done,
-                                                     from_workers, from_r);
+  std::optional<double> needed =
+      watch_->StepsNeeded(Sum(survivors), from_r, job_.iterations_done, from_workers, from_r);
   if (!needed.has_value()) {
     out.unreachable = absl::StrFormat(
         "the current forecast (%s, %d points) does not reach the target loss %g on %d workers, "
@@ -247,9 +247,9 @@ absl::StatusOr<JobRun::ForecastReplan> JobRun::ReplanFromForecast(
     replan = RequestReplan(survivors, before, job_.iterations_done, {}, what, &slo);
     if (!replan.ok() || !replan->plan().feasible()) break;
     const pb::Prediction& p = replan->plan().prediction();
-    std::optional<double> more = watch_->StepsNeeded(
-        WorkersAfter(replan->plan(), survivors), r_weight_ * p.convergence_coefficient(),
-        job_.iterations_done, from_workers, from_r);
+    std::optional<double> more = watch_->StepsNeeded(WorkersAfter(replan->plan(), survivors),
+                                                     r_weight_ * p.convergence_coefficient(),
+                                                     job_.iterations_done, from_workers, from_r);
     if (!more.has_value() || *more <= *needed * 1.02) break;
     needed = more;
   }
@@ -323,8 +323,8 @@ absl::Status JobRun::RefitReplan(const ConvergenceForecast& forecast) {
     return could_not_help(absl::StrCat("the re-plan failed: ", planned.status().message()));
   }
   if (!planned->unreachable.empty()) {
-    return could_not_help(absl::StrCat(planned->unreachable,
-                                       ", so there is no number of steps to re-plan for"));
+    return could_not_help(
+        absl::StrCat(planned->unreachable, ", so there is no number of steps to re-plan for"));
   }
   const pb::ReplanResponse& replan = planned->replan;
   if (!replan.plan().feasible()) {

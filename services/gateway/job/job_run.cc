@@ -179,8 +179,8 @@ absl::Status JobRun::Loop() {
                    .replan_at_s = late_replan_.has_value() ? late_replan_->at_s : 0,
                    .replan_outcome = late_replan_.has_value() ? late_replan_->outcome : "",
                    .outlook = &now})
-            : restoring_ ? StopDecision::GoOn()
-                         : outlook.Check(now);
+        : restoring_ ? StopDecision::GoOn()
+                     : outlook.Check(now);
     if (stop.Stops()) {
       if (auto st = ShowProgress(); !st.ok()) return st;
       if (auto st = Log("decision", absl::StrCat("stop: ", stop.why)); !st.ok()) return st;
@@ -315,7 +315,8 @@ absl::Status JobRun::ShowProgress() {
   }
   if (forecast_.has_value()) {
     // The job's one forecast: the line shows what it says now, whatever made it.
-    const double held = spec_.confidence > 0 ? forecast_->iterations_p90 : forecast_->iterations_p50;
+    const double held =
+        spec_.confidence > 0 ? forecast_->iterations_p90 : forecast_->iterations_p50;
     p.predicted_by = "forecast";
     p.forecast_source = forecast_->source;
     p.forecast_step = forecast_->step;

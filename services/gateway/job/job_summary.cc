@@ -48,9 +48,9 @@ JudgedTarget JudgeTarget(const JobRecord& job, const JobSpec& spec) {
         job.target_iterations);
     t.measured = std::nullopt;
   } else if (spec.target_epochs > 0) {
-    by_steps("epochs", absl::StrFormat("%g epochs of %g samples (%.0f global steps)",
-                                       spec.target_epochs, spec.dataset_size,
-                                       job.target_iterations));
+    by_steps("epochs",
+             absl::StrFormat("%g epochs of %g samples (%.0f global steps)", spec.target_epochs,
+                             spec.dataset_size, job.target_iterations));
   } else {
     by_steps("iterations", absl::StrFormat("%.0f global steps", job.target_iterations));
   }

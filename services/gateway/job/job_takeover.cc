@@ -157,6 +157,10 @@ absl::Status JobRun::Takeover(RevocationRecord& revocation) {
       pb::InstanceCount* c = replan.mutable_plan()->mutable_to_launch()->add_instances();
       c->set_instance_type(instances_[revocation.instance_id].instance_type);
       c->set_count(1);
+      // The instance's pace as the current plan predicts it (a failed re-plan predicts none).
+      if (!replan.plan().has_prediction()) {
+        *replan.mutable_plan()->mutable_prediction() = plan_.prediction();
+      }
       revocation.detail = why;
     };
     if (!not_replaced.empty()) {

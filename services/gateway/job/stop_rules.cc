@@ -40,8 +40,8 @@ StopDecision ForecastRule::Check(const ForecastStopInputs& in) const {
   if (in.elapsed_s > in.deadline_s && in.outlook->hopeless) {
     return StopDecision::GiveUp(absl::StrCat(in.outlook->why, "; ", forecast_says));
   }
-  const bool late = !f.reachable || !std::isfinite(f.finish_p10_s) ||
-                    f.finish_p10_s > in.deadline_s;
+  const bool late =
+      !f.reachable || !std::isfinite(f.finish_p10_s) || f.finish_p10_s > in.deadline_s;
   if (!late || f.prior) return StopDecision::GoOn();
   // Stopping is the last resort: a re-plan first, after the forecast turned late.
   if (!in.replanned || in.replan_helped) return StopDecision::GoOn();
