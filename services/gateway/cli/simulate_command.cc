@@ -138,6 +138,9 @@ int SimulateWindows(const Args& args, const Io& io) {
         policy == "spot-only"
             ? "--fallback none replays spot anyway; on-demand alone would cost no more and is "
               "never preempted"
+        : policy == "optimum"
+            ? "the optimum buys spot only where it costs no more (the online policies run "
+              "on-demand all the way)"
             : "the policies run on-demand all the way (spot would add preemptions for no "
               "saving)"));
   }
