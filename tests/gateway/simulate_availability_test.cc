@@ -335,8 +335,7 @@ TEST_F(ClusterAvailabilityTest, APlanWithoutRoomForAChangeoverIsExplainedWithWha
   EXPECT_EQ(av.fields().at("spot_hours").number_value(), 0);
   EXPECT_THAT(notes_of(av), HasSubstr("never starts spot"));
   EXPECT_THAT(notes_of(av), HasSubstr("For spot to be tried: --overhead 10m 00s"));
-  // plan --availability: the 45-minute plan leaves no room either (it used to answer P = 0.0000
-  // without a word).
+  // plan --availability: the 45-minute plan leaves no room either; P = 0 comes with the note.
   r = Cli(Readme("plan", {"--deadline", "45m", "--availability", traces}));
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("with the on-demand fallback            0.0000"));
