@@ -587,11 +587,13 @@ TEST_F(RunEndToEnd, RevocationIsTakenOverBeforeTheInstanceGoes) {
   const std::string spec = WriteJob("e2e-revoke");
   auto gateway = StartGateway({"run", spec}, "run.log");
   WaitUntilTraining("e2e-revoke", 5);
+  // Revoked first, early in the job, so that the instance goes (8 s on) while the job still runs
+  // on a busy machine too; the check of a second gateway comes after.
+  const std::string victim = RevokeAWorker("e2e-revoke", absl::Seconds(8));
   // A second gateway on the same job is refused while this one runs it.
   CliRun second = Cli({"run", "--resume", "e2e-revoke", "--data-dir", dir_.string()});
   EXPECT_NE(second.code, 0);
   EXPECT_THAT(second.err, ::testing::HasSubstr("is being run by another gateway (pid "));
-  const std::string victim = RevokeAWorker("e2e-revoke", absl::Seconds(8));
   std::optional<int> code = gateway->Wait(std::chrono::seconds(110));
   ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
   EXPECT_EQ(*code, 0);

@@ -115,7 +115,8 @@ TEST(DetectorReplicas, KilledAndPausedReplicasLoseAndRepeatNoNotice) {
                                  "--heartbeat_interval=200ms", "--lost_after_intervals=5"},
         (dir / (id + ".log")).string()));
     const int port = ReadPort((dir / id).string());
-    ASSERT_GT(port, 0) << id;
+    ASSERT_GT(port, 0) << id << " wrote no port; its log:\n"
+                       << testing_util::FileText((dir / (id + ".log")).string());
     stubs.push_back(pb::Detector::NewStub(MakeChannel("127.0.0.1:" + std::to_string(port))));
   }
   ASSERT_TRUE(Eventually([&] { return StatusOf(*stubs[2]).live_replicas_size() == 3; }, kPatience));

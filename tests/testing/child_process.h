@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
@@ -91,15 +92,25 @@ class Child {
   pid_t pid_ = -1;
 };
 
-// The port a server wrote to `file` (--port_file), waiting up to 10 s; 0 when none came.
-inline int ReadPort(const std::string& file) {
-  for (int i = 0; i < 500; ++i) {
+// The port a server wrote to `file` (--port_file), waiting up to `patience`; 0 when none came.
+// The default is generous: a sanitized binary opening its store on a busy 2-core CI machine can
+// take well over ten seconds to serve.
+inline int ReadPort(const std::string& file,
+                    std::chrono::milliseconds patience = std::chrono::seconds(45)) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  while (true) {
     std::ifstream in(file);
     int port = 0;
     if (in >> port && port > 0) return port;
+    if (std::chrono::steady_clock::now() > deadline) return 0;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return 0;
+}
+
+// The whole of a (log) file, or "" when it cannot be read: for failure messages.
+inline std::string FileText(const std::string& file) {
+  std::ifstream in(file);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 }  // namespace spotdnn::testing_util
