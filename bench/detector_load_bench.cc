@@ -2,9 +2,16 @@
 // SQLite store, in this process) watches N instances served by spotdnn-metadata-emulator (a
 // separate process on 127.0.0.1), every instance gets a notice at a random time, and a
 // subscriber reads the event log. Reports notice-to-event latency (from the moment the emulator
-// starts showing the notice to the moment the subscriber has the event), lost and duplicated
-// events, and this process's CPU use over the window (detector + subscriber; the emulator's CPU
-// is not counted).
+// starts showing the notice to the moment the subscriber has the event), late, lost and
+// duplicated events, and this process's CPU use over the window (detector + subscriber; the
+// emulator's CPU is not counted).
+//
+// A notice is on time when its event arrives before the window's end plus one poll interval and
+// 2 s; late when it arrives after that, while the bench reads on for up to --drain_s more seconds
+// (or until every notice has arrived); lost when it never arrives. On a starved host a detector
+// may be late; a lost notice is a bug. With replicas, lost notices are told apart: never written
+// to the event log (a second, independent replay of the log says), or written but missing from
+// the subscriber's stream; and the lost instances' states and owners are listed.
 //
 // With --replicas N (N > 1) or a PostgreSQL --store, the detectors are N spotdnn-detector
 // processes sharing one PostgreSQL database (a throwaway server the bench starts itself, like the
@@ -16,7 +23,8 @@
 //          [--cloud aws|azure|gce|mixed] [--notice_fraction 1.0] [--connections 128]
 //          [--emulator_threads 300] [--seed 1] [--emulator PATH]
 //          [--replicas 1] [--store sqlite|postgres|postgres://USER@HOST/DB]
-//          [--kill_replica_at_s 0] [--lease_ms 1000] [--detector PATH]
+//          [--kill_replica_at_s 0] [--lease_ms 1000] [--detector PATH] [--drain_s 120]
+//          [--logs_dir DIR]
 #include <curl/curl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -34,6 +42,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -68,6 +77,8 @@ struct Flags {
   double kill_replica_at_s = 0;
   int lease_ms = 1000;
   std::string detector = SPOTDNN_BINARY_DIR "/spotdnn-detector";
+  int drain_s = 120;     // how long after the window late events are waited for
+  std::string logs_dir;  // where the replicas' logs are kept ("": a temporary folder, removed)
 };
 
 Flags ParseFlags(int argc, char** argv) {
@@ -102,6 +113,10 @@ Flags ParseFlags(int argc, char** argv) {
       f.lease_ms = std::stoi(v);
     else if (k == "--detector")
       f.detector = v;
+    else if (k == "--drain_s")
+      f.drain_s = std::stoi(v);
+    else if (k == "--logs_dir")
+      f.logs_dir = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       std::exit(2);
@@ -143,26 +158,72 @@ double ChildCpuSeconds(pid_t pid) {
   return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
-// Prints the summary lines every mode prints.
-void PrintSummary(const std::map<std::string, int64_t>& visible_at,
-                  const std::map<std::string, int>& notices_per_instance,
-                  const std::vector<double>& latency_ms, int other_events, double cpu,
-                  double wall) {
-  int lost = 0, duplicated = 0, unexpected = 0;
-  for (const auto& [id, at] : visible_at) {
-    if (!notices_per_instance.count(id)) ++lost;
+// What the subscriber saw: each instance's notice events and when the first arrived.
+struct Arrivals {
+  std::map<std::string, int> notices;       // notice events per instance
+  std::map<std::string, int64_t> first_ms;  // when its first notice event arrived
+  std::vector<double> latency_ms;           // first event's arrival minus the notice's visibility
+  // Its two parts: visible until a poll read it (the event's notice time), and read until the
+  // subscriber had the event (the write, the log's read-back, the stream).
+  std::vector<double> read_ms, delivered_ms;
+  int other_events = 0;
+
+  void Add(const std::string& instance_id, bool notice, int64_t notice_unix_ms,
+           const std::map<std::string, int64_t>& visible_at, int64_t now) {
+    if (!notice) {
+      ++other_events;
+      return;
+    }
+    if (++notices[instance_id] > 1) return;
+    first_ms[instance_id] = now;
+    auto it = visible_at.find(instance_id);
+    if (it == visible_at.end()) return;
+    latency_ms.push_back(static_cast<double>(now - it->second));
+    read_ms.push_back(static_cast<double>(notice_unix_ms - it->second));
+    delivered_ms.push_back(static_cast<double>(now - notice_unix_ms));
   }
-  for (const auto& [id, n] : notices_per_instance) {
+  // How many of the scheduled notices have arrived.
+  size_t Arrived(const std::map<std::string, int64_t>& visible_at) const {
+    size_t n = 0;
+    for (const auto& [id, at] : visible_at) n += first_ms.count(id);
+    return n;
+  }
+};
+
+// Prints the summary lines every mode prints. Events arriving after `on_time_by_ms` are late;
+// a scheduled notice with no event at all is lost.
+void PrintSummary(const std::map<std::string, int64_t>& visible_at, const Arrivals& a,
+                  int64_t on_time_by_ms, double waited_s, double cpu, double wall) {
+  int lost = 0, late = 0, duplicated = 0, unexpected = 0;
+  for (const auto& [id, at] : visible_at) {
+    auto it = a.first_ms.find(id);
+    if (it == a.first_ms.end()) {
+      ++lost;
+    } else if (it->second > on_time_by_ms) {
+      ++late;
+    }
+  }
+  for (const auto& [id, n] : a.notices) {
     if (n > 1) duplicated += n - 1;
     if (!visible_at.count(id)) unexpected += n;
   }
   std::printf(
-      "notices scheduled %zu, events %zu, lost %d, duplicated %d, unexpected %d, "
-      "other events %d\n",
-      visible_at.size(), latency_ms.size(), lost, duplicated, unexpected, other_events);
+      "notices scheduled %zu, events %zu (on time %zu, late %d), lost %d, duplicated %d, "
+      "unexpected %d, other events %d\n",
+      visible_at.size(), a.latency_ms.size(), a.latency_ms.size() - late, late, lost, duplicated,
+      unexpected, a.other_events);
+  std::printf(
+      "  on time: by the window's end + interval + 2 s; late: after that, within the %.0f s the "
+      "bench read on; lost: no event by then\n",
+      waited_s);
   std::printf("notice-to-event latency ms: p50 %.0f  p90 %.0f  p99 %.0f  max %.0f\n",
-              Percentile(latency_ms, 0.5), Percentile(latency_ms, 0.9),
-              Percentile(latency_ms, 0.99), Percentile(latency_ms, 1.0));
+              Percentile(a.latency_ms, 0.5), Percentile(a.latency_ms, 0.9),
+              Percentile(a.latency_ms, 0.99), Percentile(a.latency_ms, 1.0));
+  std::printf(
+      "  of which visible to read by a poll: p50 %.0f  p99 %.0f; read to delivered: p50 %.0f  "
+      "p99 %.0f\n",
+      Percentile(a.read_ms, 0.5), Percentile(a.read_ms, 0.99), Percentile(a.delivered_ms, 0.5),
+      Percentile(a.delivered_ms, 0.99));
   std::printf("detector process CPU: %.3f cores (%.2f s over %.1f s)\n", cpu / wall, cpu, wall);
 }
 
@@ -218,6 +279,8 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
                  f.store.c_str());
     return 2;
   }
+  const std::filesystem::path logs = f.logs_dir.empty() ? tmp : std::filesystem::path(f.logs_dir);
+  if (!f.logs_dir.empty()) std::filesystem::create_directories(logs);
   std::vector<std::unique_ptr<tu::Child>> replicas;  // killed on an early return
   std::vector<std::unique_ptr<pb::Detector::Stub>> stubs;
   for (int r = 0; r < f.replicas; ++r) {
@@ -229,11 +292,11 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
                                  "--poll_interval=" + std::to_string(f.interval_ms) + "ms",
                                  "--request_timeout=800ms", "--gce_long_poll_timeout_s=30",
                                  "--lease=" + std::to_string(f.lease_ms) + "ms"},
-        (tmp / (id + ".log")).string()));
+        (logs / (id + ".log")).string()));
     const int port = tu::ReadPort(port_file);
     if (port == 0) {
       std::fprintf(stderr, "replica %s did not start (see %s)\n", id.c_str(),
-                   (tmp / (id + ".log")).c_str());
+                   (logs / (id + ".log")).c_str());
       return 1;
     }
     stubs.push_back(pb::Detector::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
@@ -297,28 +360,42 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
     std::fprintf(stderr, "scheduling the notices overran the window start\n");
     return 1;
   }
-  // The subscriber: one WatchEvents stream on the last replica, from the newest event on.
+  // The subscriber: one WatchEvents stream on the last replica, from the newest event on; if the
+  // stream breaks it resumes after the last event it read (as spotdnn watch does), and says so.
+  const uint64_t first_after = status_of(watcher).last_sequence();
   std::mutex mu;
-  std::map<std::string, int> notices_per_instance;
-  std::vector<double> latency_ms;
-  int other_events = 0;
-  grpc::ClientContext watch_context;
-  pb::WatchEventsRequest watch_request;
-  watch_request.set_after_sequence(status_of(watcher).last_sequence());
+  Arrivals arrivals;
+  int stream_breaks = 0;
+  std::atomic<bool> stop_watching{false};
+  grpc::ClientContext* watch_context = nullptr;  // guarded by mu
   std::thread subscriber([&] {
-    auto reader = stubs[watcher]->WatchEvents(&watch_context, watch_request);
-    pb::RevocationEvent e;
-    while (reader->Read(&e)) {
-      const int64_t now = ::spotdnn::base::RealClock::Get().NowUnixMs();
-      std::lock_guard<std::mutex> lock(mu);
-      if (e.kind() != pb::RevocationEvent::KIND_NOTICE) {
-        ++other_events;
-        continue;
+    uint64_t after = first_after;
+    while (!stop_watching) {
+      grpc::ClientContext context;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (stop_watching) break;
+        watch_context = &context;
       }
-      const int n = ++notices_per_instance[e.instance_id()];
-      auto it = visible_at.find(e.instance_id());
-      if (it != visible_at.end() && n == 1)
-        latency_ms.push_back(static_cast<double>(now - it->second));
+      pb::WatchEventsRequest request;
+      request.set_after_sequence(after);
+      auto reader = stubs[watcher]->WatchEvents(&context, request);
+      pb::RevocationEvent e;
+      while (reader->Read(&e)) {
+        after = e.sequence();
+        const int64_t now = ::spotdnn::base::RealClock::Get().NowUnixMs();
+        std::lock_guard<std::mutex> lock(mu);
+        arrivals.Add(e.instance_id(), e.kind() == pb::RevocationEvent::KIND_NOTICE,
+                     e.notice_unix_ms(), visible_at, now);
+      }
+      const grpc::Status s = reader->Finish();
+      std::lock_guard<std::mutex> lock(mu);
+      watch_context = nullptr;
+      if (stop_watching) break;
+      ++stream_breaks;
+      std::fprintf(stderr, "subscriber: stream ended (%s); resuming after %llu\n",
+                   s.error_message().c_str(), static_cast<unsigned long long>(after));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
   while (::spotdnn::base::RealClock::Get().NowUnixMs() < t0)
@@ -332,11 +409,32 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
                               ? t0 + static_cast<int64_t>(f.kill_replica_at_s * 1000)
                               : std::numeric_limits<int64_t>::max();
   bool killed = false;
+  // The instances' states as the watching replica has them, every 10 s of the window.
+  std::vector<std::string> snapshots;
+  int64_t next_snapshot = t0 + 10000;
   while (::spotdnn::base::RealClock::Get().NowUnixMs() < end) {
     if (!killed && ::spotdnn::base::RealClock::Get().NowUnixMs() >= kill_at) {
       cpu1[0] = ChildCpuSeconds(replicas[0]->pid());
       replicas[0]->Kill();
       killed = true;
+    }
+    if (::spotdnn::base::RealClock::Get().NowUnixMs() >= next_snapshot) {
+      grpc::ClientContext c;
+      c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      pb::ListInstancesResponse listed;
+      (void)stubs[watcher]->ListInstances(&c, {}, &listed);
+      std::map<std::string, int> states;
+      for (const auto& w : listed.instances()) {
+        std::string state = pb::InstanceState_Name(w.state());
+        if (!w.reason().empty() && w.state() != pb::INSTANCE_STATE_NOTICE) {
+          state += ": " + w.reason().substr(0, 60);
+        }
+        ++states[state];
+      }
+      std::string line = "at " + std::to_string((next_snapshot - t0) / 1000) + " s:";
+      for (const auto& [state, n] : states) line += " " + std::to_string(n) + " x " + state + ";";
+      snapshots.push_back(line);
+      next_snapshot += 10000;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -347,10 +445,56 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
     if (cpu1[r] < 0) cpu1[r] = ChildCpuSeconds(replicas[r]->pid());
     cpu += cpu1[r] - cpu0[r];
   }
-  // As in the single-process mode: one more poll interval and 2 s for late events.
-  std::this_thread::sleep_for(std::chrono::milliseconds(f.interval_ms + 2000));
-  watch_context.TryCancel();
+  // On time: within one more poll interval and 2 s. Then late events are waited for, up to
+  // --drain_s, or until every notice has arrived.
+  const int64_t on_time_by = end + f.interval_ms + 2000;
+  const int64_t drain_until = std::max(on_time_by, end + int64_t{f.drain_s} * 1000);
+  while (::spotdnn::base::RealClock::Get().NowUnixMs() < on_time_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  while (::spotdnn::base::RealClock::Get().NowUnixMs() < drain_until) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (arrivals.Arrived(visible_at) == visible_at.size()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const double waited_s =
+      static_cast<double>(::spotdnn::base::RealClock::Get().NowUnixMs() - end) / 1000;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stop_watching = true;
+    if (watch_context != nullptr) watch_context->TryCancel();
+  }
   subscriber.join();
+
+  // Which of the notices with no event on the stream were never written: a replay of the log on
+  // another replica (the second one; the last one when there are two), independent of the stream.
+  const int checker = f.replicas > 2 ? 1 : watcher;
+  const uint64_t newest = status_of(checker).last_sequence();
+  std::set<std::string> written;
+  if (newest > first_after) {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    pb::WatchEventsRequest request;
+    request.set_after_sequence(first_after);
+    auto reader = stubs[checker]->WatchEvents(&c, request);
+    pb::RevocationEvent e;
+    while (reader->Read(&e)) {
+      if (e.kind() == pb::RevocationEvent::KIND_NOTICE) written.insert(e.instance_id());
+      if (e.sequence() >= newest) break;
+    }
+    c.TryCancel();
+  }
+  std::map<std::string, pb::WatchedInstance> listed;
+  {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    pb::ListInstancesResponse response;
+    (void)stubs[checker]->ListInstances(&c, {}, &response);
+    for (const auto& w : response.instances()) listed[w.instance_id()] = w;
+  }
+
   const auto status = status_of(watcher);
   std::string live;
   for (const std::string& r : status.live_replicas()) live += (live.empty() ? "" : ",") + r;
@@ -362,7 +506,44 @@ int RunReplicas(const Flags& f, const std::string& base, const std::filesystem::
                      : "none killed",
               live.c_str());
   std::lock_guard<std::mutex> lock(mu);
-  PrintSummary(visible_at, notices_per_instance, latency_ms, other_events, cpu, wall);
+  PrintSummary(visible_at, arrivals, on_time_by, waited_s, cpu, wall);
+  int never_written = 0, not_streamed = 0;
+  std::map<std::string, int> lost_by_state;
+  for (const auto& [id, at] : visible_at) {
+    if (arrivals.first_ms.count(id)) continue;
+    written.count(id) ? ++not_streamed : ++never_written;
+    auto it = listed.find(id);
+    const std::string state =
+        it == listed.end()
+            ? "not listed"
+            : pb::InstanceState_Name(it->second.state()) + " on " + it->second.replica() +
+                  (it->second.reason().empty() ? "" : ": " + it->second.reason().substr(0, 100));
+    ++lost_by_state[state];
+  }
+  std::printf(
+      "lost: %d never written to the event log, %d written but not on the stream; "
+      "stream breaks %d\n",
+      never_written, not_streamed, stream_breaks);
+  for (const auto& [state, n] : lost_by_state) std::printf("  lost: %d x %s\n", n, state.c_str());
+  // When notices became visible and when their events arrived, by 5 s from the window's start.
+  std::map<int64_t, std::pair<int, int>> timeline;
+  for (const auto& [id, at] : visible_at) ++timeline[(at - t0) / 5000].first;
+  for (const auto& [id, at] : arrivals.first_ms) ++timeline[(at - t0) / 5000].second;
+  std::string line;
+  for (const auto& [bucket, n] : timeline) {
+    line += " " + std::to_string(bucket * 5) + "s:" + std::to_string(n.first) + "/" +
+            std::to_string(n.second);
+  }
+  std::printf("visible/arrived by 5 s of the window:%s\n", line.c_str());
+  for (const std::string& snapshot : snapshots) std::printf("  states %s\n", snapshot.c_str());
+  for (int r = killed ? 1 : 0; r < f.replicas; ++r) {
+    const auto s = status_of(r);
+    std::printf("  replica %s: lease changes %llu, store errors %llu%s%s\n", s.replica().c_str(),
+                static_cast<unsigned long long>(s.lease_changes()),
+                static_cast<unsigned long long>(s.store_errors()),
+                s.last_store_error().empty() ? "" : ", last: ",
+                s.last_store_error().substr(0, 160).c_str());
+  }
   for (auto& r : replicas) r->Stop();  // SIGTERM: each gives its lease up
   return 0;
 }
@@ -482,9 +663,7 @@ int main(int argc, char** argv) {
   if (!scheduled) return 1;
 
   // The subscriber, and the measurement window.
-  std::map<std::string, int> notices_per_instance;
-  std::vector<double> latency_ms;
-  int other_events = 0;
+  Arrivals arrivals;
   if (::spotdnn::base::RealClock::Get().NowUnixMs() > t0) {
     std::fprintf(stderr, "scheduling the notices overran the window start\n");
     return 1;
@@ -496,34 +675,35 @@ int main(int argc, char** argv) {
   // Notices appear until 4 s before the end; the last seconds let late events arrive.
   const int64_t end = t0 + f.window_s * 1000;
   uint64_t cursor = detector->last_sequence();
-  // After the window, events keep being read for one poll interval and 2 s more (not counted in
-  // the CPU figure): a notice is lost only if it never arrives.
-  const int64_t grace_end = end + f.interval_ms + 2000;
+  // After the window, events keep being read (not counted in the CPU figure): on time within one
+  // poll interval and 2 s, late after that, up to --drain_s or until every notice has arrived.
+  const int64_t on_time_by = end + f.interval_ms + 2000;
+  const int64_t drain_until = std::max(on_time_by, end + int64_t{f.drain_s} * 1000);
   bool window_open = true;
   double wall = 0, cpu = 0;
-  while (::spotdnn::base::RealClock::Get().NowUnixMs() < grace_end) {
-    if (window_open && ::spotdnn::base::RealClock::Get().NowUnixMs() >= end) {
+  while (true) {
+    const int64_t now = ::spotdnn::base::RealClock::Get().NowUnixMs();
+    if (window_open && now >= end) {
       window_open = false;
       wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
       cpu = CpuSeconds() - cpu0;
     }
+    if (now >= drain_until ||
+        (now >= on_time_by && arrivals.Arrived(visible_at) == visible_at.size())) {
+      break;
+    }
     detector->WaitForEvents(cursor, absl::Milliseconds(100));
     auto events = detector->EventsAfter(cursor, "", 10000, &cursor);
-    const int64_t now = ::spotdnn::base::RealClock::Get().NowUnixMs();
+    const int64_t read_at = ::spotdnn::base::RealClock::Get().NowUnixMs();
     for (const d::Event& e : *events) {
-      if (e.kind != d::EventKind::kNotice) {
-        ++other_events;
-        continue;
-      }
-      ++notices_per_instance[e.instance_id];
-      auto it = visible_at.find(e.instance_id);
-      if (it != visible_at.end() && notices_per_instance[e.instance_id] == 1) {
-        latency_ms.push_back(static_cast<double>(now - it->second));
-      }
+      arrivals.Add(e.instance_id, e.kind == d::EventKind::kNotice, e.notice_unix_ms, visible_at,
+                   read_at);
     }
   }
+  const double waited_s =
+      static_cast<double>(::spotdnn::base::RealClock::Get().NowUnixMs() - end) / 1000;
 
-  PrintSummary(visible_at, notices_per_instance, latency_ms, other_events, cpu, wall);
+  PrintSummary(visible_at, arrivals, on_time_by, waited_s, cpu, wall);
 
   detector->Shutdown();
   detector.reset();

@@ -110,7 +110,8 @@ absl::Status Detector::Load() {
   if (!instances.ok()) return instances.status();
   auto seen = store_->LoadSeen();
   if (!seen.ok()) return seen.status();
-  auto events = store_->LoadEvents(options_.event_retention);
+  std::vector<RecordedKey> keys;
+  auto events = store_->LoadEvents(options_.event_retention, &keys);
   if (!events.ok()) return events.status();
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t now = clock_.NowUnixMs();
@@ -127,6 +128,7 @@ absl::Status Detector::Load() {
   for (auto& [id, key] : *seen) {
     if (auto it = entries_.find(id); it != entries_.end()) it->second.seen.insert(key);
   }
+  LearnKeysLocked(keys);
   events_.assign(events->begin(), events->end());
   if (!events_.empty()) {
     next_sequence_ = events_.back().sequence + 1;
@@ -180,10 +182,11 @@ void Detector::ReconcilePollingLocked(Entry& e) {
                     HoldsLocked(e.stored.instance.instance_id) &&
                     e.stored.instance.state != InstanceState::kRevoked;
   if (want && !e.polled) {
-    e.polled = poller_
-                   ->Add({e.stored.instance.instance_id, e.stored.instance.cloud,
-                          e.stored.instance.metadata_endpoint})
-                   .ok();
+    e.polled =
+        poller_
+            ->Add({e.stored.instance.instance_id, e.stored.instance.cloud,
+                   e.stored.instance.metadata_endpoint, e.stored.instance.registered_unix_ms})
+            .ok();
   } else if (!want && e.polled) {
     poller_->Remove(e.stored.instance.instance_id);
     e.polled = false;
@@ -508,26 +511,28 @@ absl::Status Detector::ReportNotice(const std::string& instance_id, const std::s
 void Detector::HandlePollResult(const PollResult& r) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(r.instance_id);
-  if (it == entries_.end() || !it->second.polled) return;  // unregistered or moved meanwhile
+  if (it == entries_.end()) return;  // unregistered meanwhile
   Entry& e = it->second;
-  observer_.OnPoll(e.stored.instance.cloud, r.healthy);
+  // A poll of an earlier lifetime (or endpoint) of this id answered late: not this one's notice.
+  if (r.tag != e.stored.instance.registered_unix_ms) return;
+  // A poll that was in flight when this replica stopped polling the instance (its lease lapsed, or
+  // the ring gave the instance to another replica) still read the instance's notices: they are
+  // recorded like any others (once, whoever else reports them). The state is left to the poller
+  // of the instance now.
+  const bool ours = e.polled;
+  if (ours) observer_.OnPoll(e.stored.instance.cloud, r.healthy);
   for (Notice n : r.notices) {
     // What a metadata service says is bounded like what agents send.
     n.key = limits::BoundedKey(n.key);
     n.action = limits::ValidUtf8(n.action, limits::kMaxNameBytes);
     n.detail = limits::ValidUtf8(n.detail, limits::kMaxTextBytes);
-    if (!NoticeLocked(e, n, r.observed_unix_ms).ok() && shared_) {
-      // The metadata service may not say it again (a GCE long poll answers changes only).
-      bool queued = false;
-      for (const PendingNotice& p : pending_notices_) {
-        queued |= p.instance_id == r.instance_id && p.notice.key == n.key;
-      }
-      if (!queued) {
-        pending_notices_.push_back(
-            {r.instance_id, e.stored.instance.registered_unix_ms, n, r.observed_unix_ms});
-      }
+    const bool fenced = shared_ && fenced_;
+    // A fenced replica writes nothing (its lease lapsed): the notice waits for its next lease.
+    if ((fenced || !NoticeLocked(e, n, r.observed_unix_ms).ok()) && shared_) {
+      QueuePendingLocked(e, n, r.observed_unix_ms);
     }
   }
+  if (!ours) return;
   WatchedInstance& w = e.stored.instance;
   if (r.healthy) {
     w.last_heartbeat_unix_ms = r.observed_unix_ms;
@@ -543,6 +548,16 @@ void Detector::HandlePollResult(const PollResult& r) {
     w.reason = r.reason;
     PersistLocked(e);
   }
+}
+
+void Detector::QueuePendingLocked(const Entry& e, const Notice& n, int64_t seen_unix_ms) {
+  // The metadata service may not say it again (a GCE long poll answers changes only).
+  if (n.key.empty() || e.seen.count(n.key)) return;
+  const std::string& id = e.stored.instance.instance_id;
+  for (const PendingNotice& p : pending_notices_) {
+    if (p.instance_id == id && p.notice.key == n.key) return;
+  }
+  pending_notices_.push_back({id, e.stored.instance.registered_unix_ms, n, seen_unix_ms});
 }
 
 void Detector::CheckDeadlines(int64_t now) {

@@ -22,7 +22,11 @@
 //     the instance's owner applies the heartbeat deadline.
 //   - A write the database refuses is not acknowledged: a registration or an agent's report
 //     fails (UNAVAILABLE, the caller retries), and a polled notice is tried again until it is
-//     recorded.
+//     recorded. A notice this replica has read is never dropped for a lease lost or an instance
+//     moved meanwhile (a poll in flight then, a write refused): it waits for this replica's next
+//     lease and is recorded then, whichever replica polls the instance by that time. On a starved
+//     host a notice may be late; it is not lost while a replica that read it, or the instance's
+//     poller, runs.
 //
 // States: unknown -> healthy (a poll or heartbeat succeeded); healthy/unknown -> unknown + reason
 // (a poll failed); any -> notice (a revocation notice; event KIND_NOTICE once per notice);
@@ -125,7 +129,10 @@ class Detector {
   // cut to those limits instead (BoundedKey for their keys).
   absl::Status ReportNotice(const std::string& instance_id, const std::string& job_id, Cloud cloud,
                             const Notice& notice, int64_t seen_unix_ms);
-  // One round of polling (the poller's sink).
+  // One round of polling (the poller's sink). A result whose tag is not the instance's lifetime
+  // (registered_unix_ms) is an earlier lifetime's and is ignored. The notices of a poll that was
+  // in flight when this replica stopped polling the instance (fenced, or the instance moved) are
+  // still recorded; only the instance's poller changes its state.
   void HandlePollResult(const PollResult& result);
 
   // Registered instances (of one job, or all when `job_id` is empty), sorted by id.
@@ -198,7 +205,9 @@ class Detector {
     bool polled = false;         // in this replica's poller
     int64_t written_ms = 0;      // when this replica last registered it (shared)
   };
-  // A polled notice a shared store did not take yet.
+  // A polled notice a shared store did not take yet (refused, or read while fenced). Kept until
+  // recorded (here or by another replica) or the instance's lifetime ends, whoever polls the
+  // instance meanwhile.
   struct PendingNotice {
     std::string instance_id;
     int64_t lifetime_ms;
@@ -222,6 +231,9 @@ class Detector {
   // Applies a notice to an entry. Caller holds mu_. OK, or (shared) the store's error: nothing
   // changed then.
   absl::Status NoticeLocked(Entry& entry, const Notice& notice, int64_t seen_unix_ms);
+  // Shared: keeps a notice the store did not take for RetryPending (once per instance and key).
+  // Caller holds mu_.
+  void QueuePendingLocked(const Entry& entry, const Notice& notice, int64_t seen_unix_ms);
   // Shared: the registration as the database has it now, merged into `entry` (a new lifetime
   // there replaces this replica's view; none there leaves a fresh entry). Whether it has one.
   // Caller holds mu_.
@@ -253,6 +265,9 @@ class Detector {
   void MergeLocked(Entry& entry, const StoredInstance& row);
   void SyncRegistry();
   void TailEvents();
+  // Notes notice keys the log holds as reported, for the entries of the same lifetime. Caller
+  // holds mu_.
+  void LearnKeysLocked(const std::vector<RecordedKey>& keys);
   void RetryPending();
   void HeartbeatLocked(Entry& entry, int64_t unix_ms, const std::string& problem = "");
   // Records the end of an entry's current lifetime (when its start is known). Caller holds mu_.

@@ -247,8 +247,11 @@ void Detector::ApplyLeaseLocked() {
     ++lease_changes_;
     observer_.OnLeaseChange(true);
     Log()->info("replica {}: joined with lease epoch {}", options_.replica_id, held);
-    // After a loss its view of the instances is stale: read them back before polling them.
-    for (auto& [id, e] : entries_) e.seen.clear();
+    // The notice keys it knows stay: each was recorded in the shared log for the lifetime it
+    // belongs to (a lifetime that ended meanwhile is forgotten when the registry is read back),
+    // and a lease loss un-records nothing. Forgetting them made every recorded notice a write
+    // again after each loss, one per notice it held: on a starved host, losing the lease every
+    // few seconds, those writes queued for the store's writer lock ahead of the new notices.
     for (auto& [id, e] : entries_) ReconcilePollingLocked(e);
   }
   if (news.live.has_value() && SetLiveReplicasLocked(*std::move(news.live))) {
@@ -321,7 +324,8 @@ void Detector::TailEvents() {
     cursor = tail_cursor_;
   }
   constexpr size_t kBatch = 1000;
-  absl::StatusOr<std::vector<Event>> events = shared_store_->EventsAfter(cursor, kBatch);
+  std::vector<RecordedKey> keys;
+  absl::StatusOr<std::vector<Event>> events = shared_store_->EventsAfter(cursor, kBatch, &keys);
   std::lock_guard<std::mutex> lock(mu_);
   if (!events.ok()) {
     store_ok_ = false;
@@ -329,6 +333,7 @@ void Detector::TailEvents() {
     return;
   }
   if (events->empty()) return;
+  LearnKeysLocked(keys);
   for (Event& e : *events) {
     if (e.sequence <= tail_cursor_) continue;
     tail_cursor_ = e.sequence;
@@ -339,20 +344,39 @@ void Detector::TailEvents() {
   event_cv_.notify_all();
 }
 
+void Detector::LearnKeysLocked(const std::vector<RecordedKey>& keys) {
+  // Whichever replica recorded them: one that takes the instance over later (its owner lapsed,
+  // the ring moved) then does not write each of its recorded notices again, a write waiting for
+  // the store's writer lock, at a time when the replicas are short of it already.
+  for (const RecordedKey& k : keys) {
+    auto it = entries_.find(k.instance_id);
+    if (it != entries_.end() && it->second.stored.instance.registered_unix_ms == k.lifetime_ms) {
+      it->second.seen.insert(k.key);
+    }
+  }
+}
+
 void Detector::RetryPending() {
   std::lock_guard<std::mutex> lock(mu_);
   if (fenced_) return;  // kept until this replica holds a lease again
   std::vector<PendingNotice> pending;
   pending.swap(pending_notices_);
+  bool failed = false;
   for (PendingNotice& p : pending) {
     auto it = entries_.find(p.instance_id);
-    // Gone, a new lifetime, or another replica's now (it polls the notice itself).
-    if (it == entries_.end() || it->second.stored.instance.registered_unix_ms != p.lifetime_ms ||
-        !HoldsLocked(p.instance_id)) {
+    // Gone, or a new lifetime: the notice was the old lifetime's.
+    if (it == entries_.end() || it->second.stored.instance.registered_unix_ms != p.lifetime_ms) {
       continue;
     }
-    if (!NoticeLocked(it->second, p.notice, p.seen_unix_ms).ok()) {
+    // Recorded here whichever replica polls the instance now (once: the store keeps a notice
+    // once per lifetime and key). Left to the new owner, a notice this replica had read waited
+    // for that owner's next poll, on a starved host for as long as the owner could not poll, and
+    // was lost if the metadata service did not say it again.
+    if (failed || !NoticeLocked(it->second, p.notice, p.seen_unix_ms).ok()) {
       pending_notices_.push_back(std::move(p));
+      // The lease is gone or the database away: the others would fail too, each a write waiting
+      // for the store's writer lock. They are tried at the next round.
+      failed = true;
     }
   }
 }

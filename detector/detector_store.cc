@@ -83,7 +83,8 @@ StoredInstance InstanceOf(const Row& r) {
 }
 
 constexpr char kEventColumns[] =
-    "SELECT sequence, instance_id, job_id, cloud, kind, action, notice_ms, effective_ms, detail ";
+    "SELECT sequence, instance_id, job_id, cloud, kind, action, notice_ms, effective_ms, detail, "
+    "lifetime_ms, dedupe ";
 
 Event EventOf(const Row& r) {
   Event e;
@@ -97,6 +98,14 @@ Event EventOf(const Row& r) {
   e.effective_unix_ms = r.Int(7);
   e.detail = r.Text(8);
   return e;
+}
+
+// The notice key an event row read with kEventColumns holds, if any, into `keys` (when given).
+void KeepKey(const Row& r, const Event& e, std::vector<RecordedKey>* keys) {
+  const bool notice = e.kind == EventKind::kNotice || e.kind == EventKind::kRebalance ||
+                      e.kind == EventKind::kMaintenance;
+  if (keys == nullptr || !notice || r.IsNull(10)) return;
+  keys->push_back({e.instance_id, r.Int(9), r.Text(10)});
 }
 
 // `status` with what the store was doing.
@@ -158,7 +167,8 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> DetectorStore::
   return out;
 }
 
-absl::StatusOr<std::vector<Event>> DetectorStore::LoadEvents(size_t limit) {
+absl::StatusOr<std::vector<Event>> DetectorStore::LoadEvents(size_t limit,
+                                                             std::vector<RecordedKey>* keys) {
   auto rows = db_->QueryAll(
       absl::StrCat(kEventColumns,
                    "FROM (SELECT * FROM events ORDER BY sequence DESC LIMIT ?1) AS newest "
@@ -166,17 +176,24 @@ absl::StatusOr<std::vector<Event>> DetectorStore::LoadEvents(size_t limit) {
       {static_cast<int64_t>(limit)});
   if (!rows.ok()) return Doing(rows.status(), "load events");
   std::vector<Event> out;
-  for (const Row& r : *rows) out.push_back(EventOf(r));
+  for (const Row& r : *rows) {
+    out.push_back(EventOf(r));
+    KeepKey(r, out.back(), keys);
+  }
   return out;
 }
 
-absl::StatusOr<std::vector<Event>> DetectorStore::EventsAfter(uint64_t after, size_t limit) {
+absl::StatusOr<std::vector<Event>> DetectorStore::EventsAfter(uint64_t after, size_t limit,
+                                                              std::vector<RecordedKey>* keys) {
   auto rows = db_->QueryAll(
       absl::StrCat(kEventColumns, "FROM events WHERE sequence > ?1 ORDER BY sequence LIMIT ?2"),
       {static_cast<int64_t>(after), static_cast<int64_t>(limit)});
   if (!rows.ok()) return Doing(rows.status(), "read events");
   std::vector<Event> out;
-  for (const Row& r : *rows) out.push_back(EventOf(r));
+  for (const Row& r : *rows) {
+    out.push_back(EventOf(r));
+    KeepKey(r, out.back(), keys);
+  }
   return out;
 }
 
@@ -245,28 +262,26 @@ absl::Status DetectorStore::FlushHeartbeats(
 }
 
 absl::StatusOr<int64_t> DetectorStore::JoinLease(const std::string& replica_id, int64_t lease_ms) {
-  int64_t epoch = 0;
-  absl::Status s = db_->Write([&]() -> absl::Status {
-    auto forgot =
-        db_->Exec(absl::StrCat("DELETE FROM replicas WHERE expires_ms < ", NowMs(), " - 20 * ?1"),
-                  {lease_ms});
-    if (!forgot.ok()) return Doing(forgot.status(), "forget expired leases");
-    // Epochs never repeat for an id, even once its row was forgotten: the database's clock in ms,
-    // or one more than the row's, whichever is larger (an old holder's epoch stays fenced off).
-    auto row = db_->QueryOne(
-        absl::StrCat("INSERT INTO replicas (replica_id, epoch, expires_ms) VALUES (?1, ", NowMs(),
-                     ", ", NowMs(),
-                     " + ?2) ON CONFLICT (replica_id) DO UPDATE SET epoch = CASE WHEN "
-                     "replicas.epoch >= excluded.epoch THEN replicas.epoch + 1 ELSE "
-                     "excluded.epoch END, expires_ms = excluded.expires_ms RETURNING epoch"),
-        {replica_id, lease_ms});
-    if (!row.ok()) return Doing(row.status(), "join");
-    if (!row->has_value()) return absl::InternalError("detector store: join returned no epoch");
-    epoch = (*row)->Int(0);
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
-  return epoch;
+  // Two statements, each atomic on its own, outside a write transaction: a write transaction
+  // queues for the store's one writer lock behind every replica's event appends, and on a starved
+  // host a replica that lost its lease then waited seconds to join again, its instances polled by
+  // nobody meanwhile. Nothing here needs that lock: forgetting long-expired rows can happen any
+  // time, and the upsert takes the row's own lock.
+  auto forgot = db_->Exec(
+      absl::StrCat("DELETE FROM replicas WHERE expires_ms < ", NowMs(), " - 20 * ?1"), {lease_ms});
+  if (!forgot.ok()) return Doing(forgot.status(), "forget expired leases");
+  // Epochs never repeat for an id, even once its row was forgotten: the database's clock in ms,
+  // or one more than the row's, whichever is larger (an old holder's epoch stays fenced off).
+  auto row = db_->QueryOne(
+      absl::StrCat("INSERT INTO replicas (replica_id, epoch, expires_ms) VALUES (?1, ", NowMs(),
+                   ", ", NowMs(),
+                   " + ?2) ON CONFLICT (replica_id) DO UPDATE SET epoch = CASE WHEN "
+                   "replicas.epoch >= excluded.epoch THEN replicas.epoch + 1 ELSE "
+                   "excluded.epoch END, expires_ms = excluded.expires_ms RETURNING epoch"),
+      {replica_id, lease_ms});
+  if (!row.ok()) return Doing(row.status(), "join");
+  if (!row->has_value()) return absl::InternalError("detector store: join returned no epoch");
+  return (*row)->Int(0);
 }
 
 absl::StatusOr<bool> DetectorStore::RenewLease(const std::string& replica_id, int64_t epoch,

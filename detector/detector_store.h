@@ -26,6 +26,13 @@ struct StoredInstance {
   int64_t notice_effective_unix_ms = 0;  // deadline of the outstanding notice
 };
 
+// Shared: a notice key the event log holds for an instance's lifetime (recorded once there).
+struct RecordedKey {
+  std::string instance_id;
+  int64_t lifetime_ms = 0;  // the lifetime's registered_unix_ms
+  std::string key;
+};
+
 // One row of the replicas table: a replica's lease.
 struct Lease {
   std::string replica_id;
@@ -63,8 +70,10 @@ class DetectorStore {
   absl::StatusOr<std::optional<StoredInstance>> LoadInstance(const std::string& instance_id);
   // (instance_id, key) pairs of notices already reported.
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> LoadSeen();
-  // The newest `limit` events, oldest first.
-  absl::StatusOr<std::vector<Event>> LoadEvents(size_t limit);
+  // The newest `limit` events, oldest first; `keys`, when given, receives the notice keys among
+  // them (shared stores keep them with the event).
+  absl::StatusOr<std::vector<Event>> LoadEvents(size_t limit,
+                                                std::vector<RecordedKey>* keys = nullptr);
 
   // Inserts or replaces a registration.
   absl::Status PutInstance(const StoredInstance& instance);
@@ -91,15 +100,16 @@ class DetectorStore {
   absl::Status UpdateInstanceState(const StoredInstance& instance);
   // Shared: moves heartbeat times forward, in one transaction.
   absl::Status FlushHeartbeats(const std::vector<std::pair<std::string, int64_t>>& heartbeats);
-  // Up to `limit` events with a sequence above `after`, oldest first.
-  absl::StatusOr<std::vector<Event>> EventsAfter(uint64_t after, size_t limit);
+  // Up to `limit` events with a sequence above `after`, oldest first; `keys` as for LoadEvents.
+  absl::StatusOr<std::vector<Event>> EventsAfter(uint64_t after, size_t limit,
+                                                 std::vector<RecordedKey>* keys = nullptr);
 
   // Leases. Join takes (or takes over) `replica_id`'s row with a new epoch (larger than any that
-  // id had, its row forgotten or not), valid for
-  // `lease_ms`, and deletes the rows of leases expired 20 leases ago (replicas that are gone:
-  // pods come with new ids); Renew extends it while it is still held with `epoch` and unexpired
-  // (false when it was lost); Leave ends it at once (the others take its instances without
-  // waiting).
+  // id had, its row forgotten or not), valid for `lease_ms`, and deletes the rows of leases
+  // expired 20 leases ago (replicas that are gone: pods come with new ids); Renew extends it while
+  // it is still held with `epoch` and unexpired (false when it was lost); Leave ends it at once
+  // (the others take its instances without waiting). None of them waits for the store's writer
+  // lock (a replica appending events does not hold a join up).
   absl::StatusOr<int64_t> JoinLease(const std::string& replica_id, int64_t lease_ms);
   absl::StatusOr<bool> RenewLease(const std::string& replica_id, int64_t epoch, int64_t lease_ms);
   absl::Status LeaveLease(const std::string& replica_id, int64_t epoch);

@@ -1,5 +1,7 @@
 #include "detector/metadata_emulator.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -101,6 +103,12 @@ absl::StatusOr<std::unique_ptr<MetadataEmulator>> MetadataEmulator::Start(const 
   server.set_keep_alive_max_count(options.keep_alive ? 100000 : 1);
   server.set_keep_alive_timeout(5);
   server.set_tcp_nodelay(true);  // headers and body go out as separate writes
+  // SO_REUSEADDR only (a restart may rebind at once). httplib's default adds SO_REUSEPORT, with
+  // which a second emulator on a taken port would start too and share its connections.
+  server.set_socket_options([](int socket) {
+    int yes = 1;
+    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   MetadataEmulator* self = emulator.get();
   auto handler = [self](const httplib::Request& req, httplib::Response& res) {
     self->Handle(req, res);
@@ -113,7 +121,8 @@ absl::StatusOr<std::unique_ptr<MetadataEmulator>> MetadataEmulator::Start(const 
                  : (server.bind_to_port(options.host, options.port) ? options.port : -1);
   if (port <= 0) {
     return absl::UnavailableError(
-        absl::StrCat("metadata emulator: cannot bind ", options.host, ":", options.port));
+        absl::StrCat("metadata emulator: cannot listen on ", options.host, ":", options.port,
+                     ": the address is in use (another server listens there) or invalid"));
   }
   emulator->port_ = port;
   emulator->thread_ = std::thread([self] { self->server_->listen_after_bind(); });

@@ -97,7 +97,8 @@ class MetadataEmulator {
     absl::Duration max_long_poll = absl::ZeroDuration();
   };
 
-  // Binds and starts serving. UNAVAILABLE when the address cannot be bound.
+  // Binds and starts serving. UNAVAILABLE naming the address when it cannot be bound, as when
+  // another server listens there (the port is never shared: no SO_REUSEPORT).
   static absl::StatusOr<std::unique_ptr<MetadataEmulator>> Start(const Options& options);
   ~MetadataEmulator();
   MetadataEmulator(const MetadataEmulator&) = delete;

@@ -406,6 +406,7 @@ struct MetadataPoller::Impl {
     result.reason = absl::StrJoin(reasons, "; ");
     result.notices = std::move(notices);
     result.observed_unix_ms = clock->NowUnixMs();
+    result.tag = t->t.tag;
     owner->sink_(result);
   }
 

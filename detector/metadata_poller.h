@@ -20,6 +20,7 @@
 #define SPOTDNN_DETECTOR_METADATA_POLLER_H_
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,9 @@ struct PollTarget {
   std::string instance_id;
   Cloud cloud = Cloud::kUnspecified;
   std::string endpoint;  // base URL, e.g. http://169.254.169.254 or http://127.0.0.1:P/i/ID
+  // Whatever the caller needs to tell this target's results from those of an earlier target with
+  // the same id (the detector: the instance's lifetime); echoed in each PollResult.
+  int64_t tag = 0;
 };
 
 // How to poll.
@@ -71,6 +75,7 @@ struct PollResult {
   std::string reason;           // why not healthy
   std::vector<Notice> notices;  // notices read in this round (the same one repeats each round)
   int64_t observed_unix_ms = 0;
+  int64_t tag = 0;  // the target's tag
 };
 
 // Parses a base URL for a target: http:// or https://, no query; INVALID_ARGUMENT naming

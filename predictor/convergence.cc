@@ -317,6 +317,20 @@ double MeanValueAt(const ConvergenceModel& model, int workers, double r, double 
   return model.ValueOf(MeanError(model, workers, r, step));
 }
 
+double MeanStepAt(const ConvergenceModel& model, int workers, double r, double value) {
+  const double goal = model.ErrorOf(value);
+  if (!Finite(goal)) return std::numeric_limits<double>::infinity();
+  auto above = [&](double step) { return MeanError(model, workers, r, step) > goal; };
+  double lo = 0, hi = 1;
+  while (hi < 1e15 && above(hi)) hi *= 2;
+  if (hi >= 1e15) return std::numeric_limits<double>::infinity();
+  for (int i = 0; i < 60; ++i) {
+    const double mid = (lo + hi) / 2;
+    (above(mid) ? lo : hi) = mid;
+  }
+  return hi;
+}
+
 StepQuantiles StepsToTarget(const ConvergenceModel& model, int workers, double r, double target,
                             double from_step, int draws) {
   StepQuantiles out;

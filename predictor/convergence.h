@@ -114,6 +114,12 @@ std::string DescribeConvergence(const ConvergenceModel& model);
 // `r`, eq. 5; used by kEq3 only).
 double MeanValueAt(const ConvergenceModel& model, int workers, double r, double step);
 
+// The first global step at which the mean curve of `workers` workers (R `r`) reaches `value` (in
+// the metric's unit), by doubling then bisection; +infinity when it does not within 1e15 steps.
+// Where a running job stands on another cluster's curve: the step that cluster reaches the same
+// value at.
+double MeanStepAt(const ConvergenceModel& model, int workers, double r, double value);
+
 // Global steps to a target, over runs.
 struct StepQuantiles {
   bool reachable = false;  // false: fewer than half of the runs reach it within the horizon

@@ -346,6 +346,40 @@ absl::Status PerformanceModel::CheckTarget(const Target& target) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<TargetConvergence> ConvergenceForTarget(const WorkloadProfile& profile,
+                                                       const Target& target, double wa_batch,
+                                                       double convergence_coefficient) {
+  if (!target.is_metric()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "target ", target.Describe(), ": only a loss or a metric target has a convergence model"));
+  }
+  const std::string metric = target.MetricName();
+  const bool higher = target.kind == Target::Kind::kMetric && target.higher_is_better;
+  if (target.is_loss() && profile.loss.has_value()) {
+    const LossModel& g = *profile.loss;
+    const double weight = CoefficientsOf(profile.variant).convergence_weight;
+    TargetConvergence out{.r = weight * convergence_coefficient, .r_weight = weight, .eq3 = true};
+    out.model.metric = "loss";
+    out.model.form = ConvergenceModel::Form::kEq3;
+    out.model.g1 = g.g1;
+    out.model.g3 = g.g2 * std::max(0.0, wa_batch) + g.g3;  // kEq3 has no g2: one WA batch folded in
+    out.model.g4 = g.g4;
+    out.model.g5 = g.g5;
+    out.model.fitted_on = "eq. 3 (g1..g5) of the profile";
+    return out;
+  }
+  for (const ConvergenceModel& m : profile.convergence) {
+    if (m.metric != metric || m.higher_is_better != higher) continue;
+    const double weight = m.form == ConvergenceModel::Form::kEq3 ? 1 : 0;
+    return TargetConvergence{.model = m, .r = weight * convergence_coefficient, .r_weight = weight};
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("workload \"", profile.name, "\" has no convergence model of ",
+                   target.Describe(), target.is_loss() ? " and no eq. 3 loss model (g1..g5)" : "",
+                   ": fit one from runs that log it (spotdnn profile fit), or give the target in "
+                   "iterations or epochs"));
+}
+
 const ConvergenceModel* PerformanceModel::ConvergenceOf(absl::string_view metric) const {
   for (const ConvergenceModel& m : profile_.convergence) {
     if (m.metric == metric) return &m;
@@ -369,16 +403,8 @@ void PerformanceModel::EvaluateConvergence(const ConvergenceModel& m, const Targ
   // A value already reached: the mean curve's step there.
   double from = 0;
   if (std::isfinite(current)) {
-    const double goal = m.ErrorOf(current);
-    double lo = 0, hi = 1;
-    while (hi < 1e15 && m.ErrorOf(MeanValueAt(m, out.workers, r, hi)) > goal) hi *= 2;
-    if (hi < 1e15) {
-      for (int i = 0; i < 60; ++i) {
-        const double mid = (lo + hi) / 2;
-        (m.ErrorOf(MeanValueAt(m, out.workers, r, mid)) > goal ? lo : hi) = mid;
-      }
-      from = hi;
-    }
+    const double step = MeanStepAt(m, out.workers, r, current);
+    if (std::isfinite(step)) from = step;
   }
   const QuantileCache::Key key{static_cast<size_t>(&m - profile_.convergence.data()), out.workers,
                                static_cast<int64_t>(std::llround(r * 1e6)), target.value, from};

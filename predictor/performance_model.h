@@ -123,6 +123,29 @@ struct LossPoint {
   double loss = 0;
 };
 
+// The convergence a prediction of a metric target is made with: the model, and the R (eq. 5,
+// weighted as the profile's variant weighs it) it is evaluated at. The planner and a running job's
+// forecast both take it from here, so that the plan's iterations and the job's first forecast are
+// the same number.
+struct TargetConvergence {
+  ConvergenceModel model;
+  double r = 0;
+  // What R of eq. 5 is weighted by for this model (r = r_weight x R): the variant's weight for
+  // eq. 3, 1 for a fitted eq. 3 form, 0 for the saturating form (R plays no part).
+  double r_weight = 0;
+  bool eq3 = false;  // the profile's g1..g5 (eq. 3) serve the target, not a fitted model
+};
+
+// Which convergence serves `target` (a loss or another metric) for `profile` on a cluster with WA
+// batch `wa_batch` and convergence coefficient `convergence_coefficient` (R of eq. 5): a loss
+// target stays with eq. 3 when the profile has g1..g5 (g2 b_w + g3 folded into the model's g3);
+// every other metric target, and a loss without eq. 3, takes the profile's fitted model of that
+// metric. FAILED_PRECONDITION naming the metric and the workload when the profile has neither;
+// INVALID_ARGUMENT for a target that is not a loss or metric.
+absl::StatusOr<TargetConvergence> ConvergenceForTarget(const WorkloadProfile& profile,
+                                                       const Target& target, double wa_batch,
+                                                       double convergence_coefficient);
+
 // The model for one workload on one catalog. Immutable after Create; safe to share across threads.
 class PerformanceModel {
  public:

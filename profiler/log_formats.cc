@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "base/text.h"
 #include "profiler/import_internal.h"
 #include "profiler/importers.h"
 
@@ -45,7 +46,7 @@ absl::StatusOr<absl::Time> ParseDateTime(absl::string_view text) {
     if (absl::ParseTime(format, t, absl::UTCTimeZone(), &time, &err)) return time;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("datetime = \"", t, "\": expected YYYY-MM-DD HH:MM:SS[.fff]"));
+      absl::StrCat("datetime = ", base::QuotedValue(t), ": expected YYYY-MM-DD HH:MM:SS[.fff]"));
 }
 
 // The tag of a TensorBoard scalar export, from the name TensorBoard gives the download

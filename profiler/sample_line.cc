@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "base/text.h"
 #include "profiler/import_internal.h"
 #include "profiler/importers.h"
 #include "services/common/limits.h"
@@ -25,7 +26,8 @@ absl::StatusOr<double> ParseDouble(absl::string_view field, absl::string_view te
   double value = 0;
   if (text.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " is empty"));
   if (!absl::SimpleAtod(text, &value)) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " = \"", text, "\": not a number"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " = ", base::QuotedValue(text), ": not a number"));
   }
   return value;
 }
@@ -34,8 +36,8 @@ absl::StatusOr<std::int64_t> ParseInteger(absl::string_view field, absl::string_
   auto value = ParseDouble(field, text);
   if (!value.ok()) return value.status();
   if (!std::isfinite(*value) || *value != std::floor(*value) || std::fabs(*value) > 9e15) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " = \"", absl::StripAsciiWhitespace(text), "\": not a whole number"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " = ", base::QuotedValue(absl::StripAsciiWhitespace(text)), ": not a whole number"));
   }
   return static_cast<std::int64_t>(*value);
 }
@@ -112,7 +114,7 @@ absl::Status SetField(absl::string_view key, absl::string_view text, Sample& s) 
   if (k == "accuracy") return set_double(s.accuracy);
   if (k == "parameter_servers") return set_int(s.parameter_servers);
   if (k == "cluster") return (s.cluster = value, absl::OkStatus());
-  return absl::NotFoundError(absl::StrCat("unknown field \"", key, "\""));
+  return absl::NotFoundError(absl::StrCat("unknown field ", base::QuotedValue(key)));
 }
 
 }  // namespace import_internal
@@ -129,7 +131,7 @@ absl::StatusOr<std::optional<Sample>> ParseSampleLine(absl::string_view line) {
     const size_t eq = token.find('=');
     if (eq == absl::string_view::npos || eq == 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("\"", token, "\": expected key=value after ", kSampleLineMarker));
+          absl::StrCat(base::QuotedValue(token), ": expected key=value after ", kSampleLineMarker));
     }
     if (auto status = SetField(token.substr(0, eq), token.substr(eq + 1), s); !status.ok()) {
       return status;

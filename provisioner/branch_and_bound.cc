@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <numeric>
 
 #include "predictor/equations.h"
@@ -120,11 +121,34 @@ double MinSumWithFloor(double a0, double b0, const std::vector<double>& a,
                        std::vector<int>& idx) {
   const size_t n = a.size();
   idx.resize(n);
+  // The keys a_i - mu b_i once per multiplier, in the order std::sort gives them (for the few
+  // types of a catalog, up to 16, an insertion sort that keeps equal keys in index order; the
+  // simulator's re-plans spend much of their time here).
+  double key_buffer[16];
+  std::vector<double> key_heap;
+  double* key = key_buffer;
+  if (n > 16) {
+    key_heap.resize(n);
+    key = key_heap.data();
+  }
   // Returns L(mu) and the slack q - (b0 + sum y b) of the minimising y.
   auto dual = [&](double mu, double& slack) {
     std::iota(idx.begin(), idx.end(), 0);
-    std::sort(idx.begin(), idx.end(),
-              [&](int i, int j) { return a[i] - mu * b[i] < a[j] - mu * b[j]; });
+    if (n <= 16) {
+      for (size_t i = 0; i < n; ++i) key[i] = a[i] - mu * b[i];
+      for (size_t i = 1; i < n; ++i) {  // stable insertion sort
+        const int v = idx[i];
+        size_t j = i;
+        while (j > 0 && key[v] < key[idx[j - 1]]) {
+          idx[j] = idx[j - 1];
+          --j;
+        }
+        idx[j] = v;
+      }
+    } else {
+      std::sort(idx.begin(), idx.end(),
+                [&](int i, int j) { return a[i] - mu * b[i] < a[j] - mu * b[j]; });
+    }
     double value = a0 + mu * (q - b0);
     double den = b0;
     int left = m;
@@ -157,6 +181,98 @@ double MinSumWithFloor(double a0, double b0, const std::vector<double>& a,
   return best;
 }
 
+// The parts of a node's bounds that depend only on the problem's shape, the cluster size and the
+// counts fixed above the node (SearchMemo keeps them).
+struct StaticBound {
+  double rate_ub = 0, price_lb = 0, price_ub = 0;  // extremes of the linear sums
+  double ratio_lb = 0, rate_at_ratio_lb = 0;       // price / rate, relaxed
+  double bw_lb = 0, bw_ub = 0;                     // b_w
+  double r_lb = 0;                                 // R
+  double base_price = 0, base_rate = 0;            // fixed counts and the rest's lower bounds
+  int free = 0;                                    // workers above the rest's lower bounds
+};
+
+// A search node in the memo: its static bound and its children by count (x - x_min).
+struct MemoNode {
+  bool have = false;
+  StaticBound bound;
+  std::vector<std::unique_ptr<MemoNode>> children;
+};
+
+// What a cluster size sets up before its search.
+struct SizeSetup {
+  std::vector<TypeAtSize> types;
+  std::vector<int> min_after, max_after;
+  double batch_min = 0, batch_max = 0;  // of the usable types at this size
+  // Per depth, the prices, rates and free counts (hi - lo) of the types from there on.
+  std::vector<std::vector<double>> prices_from, rates_from;
+  std::vector<std::vector<int>> caps_from;
+};
+
+struct MemoSize {
+  bool have = false;
+  double network_time_s = 0;  // the model's at this size when it was set up
+  SizeSetup setup;
+  MemoNode root;
+};
+
+// What a search's static bounds read from the model and the problem, besides the network time
+// per size (MemoSize checks that): a memo is of one shape whatever the objects' addresses.
+std::vector<double> Shape(const PerformanceModel& m, const PlanProblem& p) {
+  std::vector<double> shape = {static_cast<double>(p.parameter_servers),
+                               p.on_demand ? 1.0 : 0.0,
+                               m.NetworkTimeIsExact() ? 1.0 : 0.0,
+                               m.coefficients().convergence_weight,
+                               m.catalog().parameter_server.spot_price_per_hour,
+                               m.catalog().parameter_server.on_demand_price_per_hour};
+  for (size_t k = 0; k < m.types().size(); ++k) {
+    const predictor::TypeModel& t = m.types()[k];
+    const predictor::InstanceType& it = m.catalog().types[k];
+    shape.insert(shape.end(),
+                 {t.usable ? 1.0 : 0.0, static_cast<double>(t.batch_size), t.compute_time_s,
+                  t.pcie_time_s, it.spot_price_per_hour, it.on_demand_price_per_hour,
+                  static_cast<double>(p.min_counts[k]), static_cast<double>(p.max_counts[k])});
+  }
+  return shape;
+}
+
+// Most nodes one memo holds; it starts over when a search begins above it, and stops adding
+// nodes during a search that reaches it.
+constexpr size_t kMaxMemoNodes = 2'000'000;
+
+}  // namespace
+
+struct SearchMemo::Impl {
+  std::vector<double> shape;
+  std::vector<std::unique_ptr<MemoSize>> sizes;  // by cluster size
+  size_t nodes = 0;
+
+  // Makes the memo one of `problem`'s shape (starting over when it was of another, or full).
+  void Fit(const PerformanceModel& m, const PlanProblem& problem) {
+    std::vector<double> now = Shape(m, problem);
+    if (now == shape && nodes < kMaxMemoNodes) return;
+    shape = std::move(now);
+    sizes.clear();
+    nodes = 0;
+  }
+  // Size n's entry, set up afresh when the model's network time there is not the one it was set
+  // up with.
+  MemoSize& Size(int n, double network_time_s) {
+    if (sizes.size() <= static_cast<size_t>(n)) sizes.resize(n + 1);
+    if (!sizes[n] || sizes[n]->network_time_s != network_time_s) {
+      sizes[n] = std::make_unique<MemoSize>();
+      sizes[n]->network_time_s = network_time_s;
+    }
+    return *sizes[n];
+  }
+};
+
+SearchMemo::SearchMemo() : impl_(std::make_unique<Impl>()) {}
+SearchMemo::~SearchMemo() = default;
+size_t SearchMemo::nodes() const { return impl_->nodes; }
+
+namespace {
+
 class BranchAndBound {
  public:
   BranchAndBound(const PerformanceModel& model, const PlanProblem& problem, Mode mode,
@@ -181,6 +297,10 @@ class BranchAndBound {
     counts_.assign(problem.max_counts.size(), 0);
     for (size_t k = 0; k < problem.max_counts.size(); ++k) {
       if (model.types()[k].usable && problem.max_counts[k] > 0) usable_.push_back(k);
+    }
+    if (problem.memo != nullptr) {
+      memo_ = &problem.memo->impl();
+      memo_->Fit(model, problem);
     }
   }
 
@@ -211,10 +331,9 @@ class BranchAndBound {
     return mode == Mode::kMinTime ? Objective::kMinTime : Objective::kMinCost;
   }
 
-  void SolveSize(int n) {
-    n_ = n;
-    types_.clear();
-    const double network = model_.NetworkTime(n, problem_.parameter_servers);
+  // The types at size n in search order, and the count bounds after each depth.
+  void SetUp(double network, SizeSetup& s) const {
+    s.types.clear();
     for (size_t k : usable_) {
       const predictor::TypeModel& t = model_.types()[k];
       const predictor::InstanceType& it = model_.catalog().types[k];
@@ -225,51 +344,82 @@ class BranchAndBound {
       a.price = problem_.on_demand ? it.on_demand_price_per_hour : it.spot_price_per_hour;
       a.lo = problem_.min_counts[k];
       a.hi = problem_.max_counts[k];
-      types_.push_back(a);
+      s.types.push_back(a);
     }
-    if (types_.empty()) return;
-    batch_min_ = std::numeric_limits<double>::infinity();
-    batch_max_ = 0;
-    for (const TypeAtSize& a : types_) {
+    if (s.types.empty()) return;
+    s.batch_min = std::numeric_limits<double>::infinity();
+    s.batch_max = 0;
+    for (const TypeAtSize& a : s.types) {
       const double b = model_.types()[a.k].batch_size;
-      batch_min_ = std::min(batch_min_, b);
-      batch_max_ = std::max(batch_max_, b);
+      s.batch_min = std::min(s.batch_min, b);
+      s.batch_max = std::max(s.batch_max, b);
     }
     // Types whose batch differs most from the rest first: j depends on the WA batch, and fixing
     // those counts early narrows its range (and so tightens every bound below); then the
     // cost-efficient ones (least $ per iteration rate), so good plans turn up early.
-    std::sort(types_.begin(), types_.end(), [&](const TypeAtSize& a, const TypeAtSize& b) {
+    std::sort(s.types.begin(), s.types.end(), [&](const TypeAtSize& a, const TypeAtSize& b) {
       const int ba = model_.types()[a.k].batch_size, bb = model_.types()[b.k].batch_size;
       if (ba != bb) return ba > bb;
       return a.price / a.rate < b.price / b.rate;
     });
-    const size_t depth_count = types_.size();
-    min_after_.assign(depth_count + 1, 0);
-    max_after_.assign(depth_count + 1, 0);
+    const size_t depth_count = s.types.size();
+    s.min_after.assign(depth_count + 1, 0);
+    s.max_after.assign(depth_count + 1, 0);
     for (size_t d = depth_count; d-- > 0;) {
-      min_after_[d] = min_after_[d + 1] + types_[d].lo;
-      max_after_[d] = max_after_[d + 1] + types_[d].hi;
+      s.min_after[d] = s.min_after[d + 1] + s.types[d].lo;
+      s.max_after[d] = s.max_after[d + 1] + s.types[d].hi;
     }
-    if (n < min_after_[0] || n > max_after_[0]) return;
+    s.prices_from.assign(depth_count, {});
+    s.rates_from.assign(depth_count, {});
+    s.caps_from.assign(depth_count, {});
+    for (size_t d = 0; d < depth_count; ++d) {
+      for (size_t i = d; i < depth_count; ++i) {
+        s.prices_from[d].push_back(s.types[i].price);
+        s.rates_from[d].push_back(s.types[i].rate);
+        s.caps_from[d].push_back(s.types[i].hi - s.types[i].lo);
+      }
+    }
+  }
+
+  void SolveSize(int n) {
+    n_ = n;
+    const double network = model_.NetworkTime(n, problem_.parameter_servers);
+    MemoNode* root_node = nullptr;
+    if (memo_ != nullptr) {
+      MemoSize& m = memo_->Size(n, network);
+      if (!m.have) {
+        SetUp(network, m.setup);
+        m.have = true;
+      }
+      size_ = &m.setup;
+      root_node = &m.root;
+    } else {
+      SetUp(network, own_size_);
+      size_ = &own_size_;
+    }
+    if (size_->types.empty()) return;
+    if (n < size_->min_after[0] || n > size_->max_after[0]) return;
     Sums root;
     root.price = problem_.parameter_servers *
                  (problem_.on_demand ? model_.catalog().parameter_server.on_demand_price_per_hour
                                      : model_.catalog().parameter_server.spot_price_per_hour);
-    Dfs(0, n, root);
+    Dfs(0, n, root, root_node);
   }
 
-  // Lower bounds on time and cost over every completion of the node (types [depth, end) take
-  // `left` workers between their bounds).
-  Bound ComputeBound(size_t depth, int left, const Sums& fixed) {
+  // The parts of the bounds of a node (types [depth, end) take `left` workers between their
+  // bounds) that do not depend on the target, the progress, the deadline or the overhead.
+  StaticBound ComputeStaticBound(size_t depth, int left, const Sums& fixed) {
+    const std::vector<TypeAtSize>& types = size_->types;
+    StaticBound sb;
     Sums base = fixed;
-    const size_t rest = types_.size() - depth;
+    const size_t rest = types.size() - depth;
     a_.resize(rest);
     b_.resize(rest);
     cap_.resize(rest);
     int free = left;
     double v_max = fixed.vmax;
     for (size_t i = 0; i < rest; ++i) {
-      const TypeAtSize& t = types_[depth + i];
+      const TypeAtSize& t = types[depth + i];
       base.rate += t.lo * t.rate;
       base.speed += t.lo * t.speed;
       base.price += t.lo * t.price;
@@ -294,47 +444,53 @@ class BranchAndBound {
       }
       return sum;
     };
-    auto rate = [&](int i) { return types_[depth + i].rate; };
-    auto speed = [&](int i) { return types_[depth + i].speed; };
-    auto price = [&](int i) { return types_[depth + i].price; };
-    const double rate_ub = base.rate + extreme(rate, true);
-    const double price_lb = base.price + extreme(price, false);
-    const double price_ub = base.price + extreme(price, true);
+    auto rate = [&](int i) { return types[depth + i].rate; };
+    auto speed = [&](int i) { return types[depth + i].speed; };
+    auto price = [&](int i) { return types[depth + i].price; };
+    sb.rate_ub = base.rate + extreme(rate, true);
+    sb.price_lb = base.price + extreme(price, false);
+    sb.price_ub = base.price + extreme(price, true);
 
     // Cost per hour over iteration rate (the part of cost that is linear-fractional).
     for (size_t i = 0; i < rest; ++i) {
       a_[i] = price(i);
       b_[i] = rate(i);
     }
-    double rate_at_ratio_lb = 0;
-    const double ratio_lb =
-        MinRatio(base.price, base.rate, a_, b_, cap_, free, idx_, &rate_at_ratio_lb);
+    sb.ratio_lb = MinRatio(base.price, base.rate, a_, b_, cap_, free, idx_, &sb.rate_at_ratio_lb);
     // b_w = speed / rate, both ways; with inexact rates, b_w is still an average of the batches.
-    double bw_lb = batch_min_, bw_ub = batch_max_;
+    sb.bw_lb = size_->batch_min;
+    sb.bw_ub = size_->batch_max;
     if (exact_rates_) {
       for (size_t i = 0; i < rest; ++i) a_[i] = speed(i);
-      bw_lb = MinRatio(base.speed, base.rate, a_, b_, cap_, free, idx_);
+      sb.bw_lb = MinRatio(base.speed, base.rate, a_, b_, cap_, free, idx_);
       for (size_t i = 0; i < rest; ++i) a_[i] = -speed(i);
-      bw_ub = -MinRatio(-base.speed, base.rate, a_, b_, cap_, free, idx_);
+      sb.bw_ub = -MinRatio(-base.speed, base.rate, a_, b_, cap_, free, idx_);
     }
 
     // R >= (1 - w_1) sqrt(n / (n - 1)), w_1 = v_fastest / v at most v_max / (least v).
-    double r_lb = 0;
     if (r_weight_ > 0 && n_ > 1 && exact_rates_) {
       const double speed_lb = base.speed + extreme(speed, false);
       const double w1_ub = speed_lb > 0 ? std::min(1.0, v_max / speed_lb) : 1.0;
-      r_lb = (1 - w1_ub) * std::sqrt(static_cast<double>(n_) / (n_ - 1));
+      sb.r_lb = (1 - w1_ub) * std::sqrt(static_cast<double>(n_) / (n_ - 1));
     }
+    sb.base_price = base.price;
+    sb.base_rate = base.rate;
+    sb.free = free;
+    return sb;
+  }
+
+  // Lower bounds on time and cost over every completion of the node, from its static part.
+  Bound ComputeBound(size_t depth, const StaticBound& sb) {
     double j_lb = 0;
-    const double k_arg = r_weight_ * r_lb + loss_.g4;
-    const double a_lb = loss_.g2 >= 0 ? loss_.g2 * (bw_lb - bw_slack_) + loss_.g3
-                                      : loss_.g2 * (bw_ub + bw_slack_) + loss_.g3;
+    const double k_arg = r_weight_ * sb.r_lb + loss_.g4;
+    const double a_lb = loss_.g2 >= 0 ? loss_.g2 * (sb.bw_lb - bw_slack_) + loss_.g3
+                                      : loss_.g2 * (sb.bw_ub + bw_slack_) + loss_.g3;
     if (problem_.target_kind == predictor::Target::Kind::kIterations) {
       j_lb = std::max(0.0, problem_.target_amount - j_slack_);
     } else if (problem_.target_kind == predictor::Target::Kind::kSamples) {
       // j = samples / b_w, at least samples / the largest b_w.
-      if (bw_ub + bw_slack_ > 0) {
-        j_lb = std::max(0.0, problem_.target_amount / (bw_ub + bw_slack_) - j_slack_);
+      if (sb.bw_ub + bw_slack_ > 0) {
+        j_lb = std::max(0.0, problem_.target_amount / (sb.bw_ub + bw_slack_) - j_slack_);
       }
     } else if (problem_.target_kind == predictor::Target::Kind::kLoss && eq3_bound_ && k_arg >= 0 &&
                a_lb > 0) {
@@ -350,23 +506,24 @@ class BranchAndBound {
     }
     const double extra = problem_.overhead_s - t_slack_;
     Bound bound;
-    bound.time_s = j_lb / rate_ub + extra;
+    bound.time_s = j_lb / sb.rate_ub + extra;
     // Cost is j * (price / rate). A plan meeting the deadline has rate >= j / (deadline - extra)
     // >= rate_floor. price / rate is quasiconvex along the relaxation's lower price boundary, so
     // when its unconstrained minimum is slower than the floor, the constrained minimum is at the
     // floor: at least min{price : rate >= floor} / floor.
-    double ratio = ratio_lb;
+    double ratio = sb.ratio_lb;
     const double budget_time = problem_.deadline_s - extra;
     if (std::isfinite(budget_time) && budget_time > 0 && j_lb > 0) {
       const double rate_floor = j_lb / budget_time * (1 - kTolerance);
-      if (rate_floor > rate_at_ratio_lb && rate_floor <= rate_ub) {
-        for (size_t i = 0; i < rest; ++i) a_[i] = price(i);
-        ratio = std::max(
-            ratio, MinSumWithFloor(base.price, base.rate, a_, b_, cap_, free, rate_floor, idx_) /
-                       rate_floor);
+      if (rate_floor > sb.rate_at_ratio_lb && rate_floor <= sb.rate_ub) {
+        ratio =
+            std::max(ratio, MinSumWithFloor(sb.base_price, sb.base_rate, size_->prices_from[depth],
+                                            size_->rates_from[depth], size_->caps_from[depth],
+                                            sb.free, rate_floor, idx_) /
+                                rate_floor);
       }
     }
-    bound.cost_usd = (j_lb * ratio + extra * (extra >= 0 ? price_lb : price_ub)) / 3600.0;
+    bound.cost_usd = (j_lb * ratio + extra * (extra >= 0 ? sb.price_lb : sb.price_ub)) / 3600.0;
     return bound;
   }
 
@@ -398,20 +555,31 @@ class BranchAndBound {
     }
   }
 
-  void Dfs(size_t depth, int left, const Sums& sums) {
+  // `node`: the memo's entry for this node, or null (no memo, or the memo is full).
+  void Dfs(size_t depth, int left, const Sums& sums, MemoNode* node) {
     if (!poll_.Tick()) return;
     ++result_.nodes;
-    const TypeAtSize& t = types_[depth];
-    if (depth + 1 == types_.size()) {
+    const std::vector<TypeAtSize>& types = size_->types;
+    const TypeAtSize& t = types[depth];
+    if (depth + 1 == types.size()) {
       if (left < t.lo || left > t.hi) return;
       counts_[t.k] = left;
       Leaf();
       counts_[t.k] = 0;
       return;
     }
-    if (Prune(ComputeBound(depth, left, sums))) return;
-    const int x_min = std::max(t.lo, left - max_after_[depth + 1]);
-    const int x_max = std::min(t.hi, left - min_after_[depth + 1]);
+    const int x_min = std::max(t.lo, left - size_->max_after[depth + 1]);
+    const int x_max = std::min(t.hi, left - size_->min_after[depth + 1]);
+    if (node != nullptr) {
+      if (!node->have) {
+        node->bound = ComputeStaticBound(depth, left, sums);
+        node->have = true;
+        node->children.resize(std::max(0, x_max - x_min + 1));
+      }
+      if (Prune(ComputeBound(depth, node->bound))) return;
+    } else if (Prune(ComputeBound(depth, ComputeStaticBound(depth, left, sums)))) {
+      return;
+    }
     for (int x = x_max; x >= x_min; --x) {
       Sums next = sums;
       next.rate += x * t.rate;
@@ -419,7 +587,16 @@ class BranchAndBound {
       next.price += x * t.price;
       if (x > 0) next.vmax = std::max(next.vmax, t.speed);
       counts_[t.k] = x;
-      Dfs(depth + 1, left - x, next);
+      MemoNode* child = nullptr;
+      if (node != nullptr && depth + 2 < types.size()) {  // (a leaf has no bound to keep)
+        std::unique_ptr<MemoNode>& slot = node->children[x - x_min];
+        if (!slot && memo_->nodes < kMaxMemoNodes) {
+          slot = std::make_unique<MemoNode>();
+          ++memo_->nodes;
+        }
+        child = slot.get();
+      }
+      Dfs(depth + 1, left - x, next, child);
     }
     counts_[t.k] = 0;
   }
@@ -431,13 +608,13 @@ class BranchAndBound {
   StopPoll poll_;
   double r_weight_ = 0, j_slack_ = 0, bw_slack_ = 0, t_slack_ = 0;
   bool exact_rates_ = true;
-  double batch_min_ = 0, batch_max_ = 0;  // of the usable types at this size
   predictor::LossModel loss_;
   bool eq3_bound_ = false;  // a loss target's steps are bounded by eq. 3 (see the constructor)
   std::vector<size_t> usable_;
   int n_ = 0;
-  std::vector<TypeAtSize> types_;
-  std::vector<int> min_after_, max_after_;
+  SearchMemo::Impl* memo_ = nullptr;  // problem.memo's, when given
+  const SizeSetup* size_ = nullptr;   // this size's (the memo's, or own_size_)
+  SizeSetup own_size_;
   std::vector<int> counts_;
   Candidate candidate_;
   PlanResult result_;

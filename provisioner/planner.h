@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,30 @@ using StopCheck = std::function<absl::Status()>;
 // for a list of L instances, so this admits lists of up to 2,000 instances.
 inline constexpr uint64_t kSpotdnnWindowLimit = 4'000'000;
 
+// Work the exact search can reuse across searches of problems of one shape (model, quotas,
+// running instances, parameter servers, prices): per cluster size and search node, the parts of
+// its bounds that depend on nothing else (not on the target, current loss, deadline, budget or
+// overhead). The simulator keeps one per set of surviving instances, since its re-plans differ
+// only in those; the search gives the same answers with or without one, only faster. A memo used
+// with a problem of another shape (compared by value: the types' times, batches and prices, the
+// network time per size, the quotas, running instances, parameter servers and prices) starts
+// over. Not thread-safe.
+class SearchMemo {
+ public:
+  SearchMemo();
+  ~SearchMemo();
+  SearchMemo(const SearchMemo&) = delete;
+  SearchMemo& operator=(const SearchMemo&) = delete;
+  // Search nodes remembered.
+  size_t nodes() const;
+
+  struct Impl;  // branch_and_bound.cc
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 // One planning question. Counts are indexed like the model's catalog types.
 struct PlanProblem {
   double target_loss = 0;  // L_obj (when target_kind is kLoss)
@@ -67,6 +92,8 @@ struct PlanProblem {
   bool on_demand = false;  // price with on-demand instead of spot prices
   Objective objective = Objective::kMinCost;
   StopCheck stop;  // polled during searches; empty = run to the end
+  // Optional, not owned: reused by exact searches (SolveExact, Frontier) of this problem's shape.
+  SearchMemo* memo = nullptr;
 
   // The target the model evaluates: Loss(target_loss), or target_amount of target_kind.
   predictor::Target target() const {

@@ -19,6 +19,8 @@ namespace {
 constexpr int kMaxRevocationsPerRun = 100'000;
 // Most re-plans kept in the cache; it starts over when full.
 constexpr size_t kMaxCachedReplans = 1'000'000;
+// Most search memos kept (one per set of survivors); they start over when there are more.
+constexpr size_t kMaxSearchMemos = 4096;
 
 // One instance in a run.
 struct Instance {
@@ -167,6 +169,12 @@ const Simulator::Decision& Simulator::Replan(const std::vector<int>& survivors,
   Decision d;
   PlanProblem p = problem_;
   p.min_counts = survivors;
+  if (options_.reuse_search && options_.strategy == Strategy::kExact) {
+    if (memos_.size() >= kMaxSearchMemos && memos_.count(survivors) == 0) memos_.clear();
+    std::unique_ptr<SearchMemo>& memo = memos_[survivors];
+    if (!memo) memo = std::make_unique<SearchMemo>();
+    p.memo = memo.get();
+  }
   JobProgress progress{
       .elapsed_s = *clock_used, .iterations_done = *progress_used, .cluster_before = before};
   ++solves_;

@@ -16,6 +16,7 @@
 #define SPOTDNN_PROVISIONER_SIMULATOR_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +66,10 @@ struct SimulationOptions {
   // The strategy (and exhaustive limit) of the re-plans; the gateway re-plans with the job's.
   Strategy strategy = Strategy::kExact;
   uint64_t exhaustive_limit = kDefaultExhaustiveLimit;
+  // Exact re-plans with the same survivors share a SearchMemo (the parts of the search's bounds
+  // that do not depend on the clock or the progress). The answers are the same either way; false
+  // searches from scratch every time (slower; for comparisons).
+  bool reuse_search = true;
 };
 
 // OK when the options are usable; INVALID_ARGUMENT naming the field (simulation.runs, ...).
@@ -157,6 +162,7 @@ class Simulator {
   RevocationModel revocations_;
   SimulationOptions options_;
   std::unordered_map<Key, Decision, KeyHash> cache_;
+  std::map<std::vector<int>, std::unique_ptr<SearchMemo>> memos_;  // by survivors
   uint64_t solves_ = 0;
   absl::Status stopped_;  // what the problem's stop check said during a re-plan of this Run
 };

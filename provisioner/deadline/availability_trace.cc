@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/text.h"
 
 namespace spotdnn::provisioner::deadline {
 namespace {
@@ -55,10 +56,15 @@ class Scanner {
     ++pos_;
     return true;
   }
-  // The raw text of a scalar (number, true, false, null).
+  // The raw text of a scalar (number, true, false, null; a string with its quotes).
   absl::string_view Scalar() {
     SkipSpace();
     const size_t begin = pos_;
+    if (pos_ < text_.size() && text_[pos_] == '"') {
+      std::string ignored;
+      if (String(&ignored)) return text_.substr(begin, pos_ - begin);
+      pos_ = begin;
+    }
     while (pos_ < text_.size() && text_[pos_] != ',' && text_[pos_] != ']' && text_[pos_] != '}' &&
            !absl::ascii_isspace(static_cast<unsigned char>(text_[pos_]))) {
       ++pos_;
@@ -141,7 +147,8 @@ absl::StatusOr<AvailabilityTrace> ParseJsonTrace(absl::string_view text, absl::s
               double gap = 0;
               if (!absl::SimpleAtod(v, &gap) || !std::isfinite(gap)) {
                 return Bad(source, gap_line,
-                           absl::StrCat("metadata.gap_seconds = \"", v, "\": not a number"));
+                           absl::StrCat("metadata.gap_seconds = ", base::QuotedValue(v),
+                                        ": not a number"));
               }
               if (!(gap > 0)) {
                 return Bad(source, gap_line,
@@ -167,8 +174,8 @@ absl::StatusOr<AvailabilityTrace> ParseJsonTrace(absl::string_view text, absl::s
             int count = 0;
             if (!ParseCount(v, &count)) {
               return Bad(source, line,
-                         absl::StrCat("data[", trace.counts.size(), "] = \"", v,
-                                      "\": not a whole number"));
+                         absl::StrCat("data[", trace.counts.size(), "] = ", base::QuotedValue(v),
+                                      ": not a whole number"));
             }
             if (count < 0) {
               return Bad(source, line,
@@ -219,11 +226,12 @@ absl::StatusOr<AvailabilityTrace> ParseCsvTrace(absl::string_view text, absl::st
       if (rows.empty() && line_no == 1 && !absl::ascii_isdigit(ts.empty() ? 'x' : ts[0])) {
         continue;  // a header
       }
-      return Bad(source, line_no, absl::StrCat("time = \"", ts, "\": not a number"));
+      return Bad(source, line_no, absl::StrCat("time = ", base::QuotedValue(ts), ": not a number"));
     }
     int count = 0;
     if (!ParseCount(cs, &count)) {
-      return Bad(source, line_no, absl::StrCat("count = \"", cs, "\": not a whole number"));
+      return Bad(source, line_no,
+                 absl::StrCat("count = ", base::QuotedValue(cs), ": not a whole number"));
     }
     if (t < 0) return Bad(source, line_no, absl::StrCat("time = ", ts, ": cannot be negative"));
     if (count < 0) {

@@ -84,6 +84,10 @@ DeadlineDecision Make(const DeadlineInput& in, Mode mode, std::string reason) {
 // "2.10 h"; a supply with no history behind it is unbounded, not 2.7e302 h.
 std::string Hours(double s) {
   if (!(std::abs(s) < 1e12)) return "unbounded (no availability history yet)";
+  // In the unit that fits: a job of minutes has its slack in seconds, not "0.00 h".
+  const double a = std::abs(s);
+  if (a < 120) return absl::StrFormat("%.0f s", s);
+  if (a < 2 * 3600) return absl::StrFormat("%.1f min", s / 60);
   return absl::StrFormat("%.2f h", s / 3600);
 }
 
@@ -92,6 +96,23 @@ std::string Hours(double s) {
 template <typename F>
 std::string Why(const DeadlineInput& in, F reason) {
   return in.explain ? reason() : std::string();
+}
+
+// On-demand costs no more than spot (a catalog may list spot above on-demand, as AWS's p2.xlarge
+// was in 2023): on-demand is never preempted and needs no second changeover, so spot can only
+// lose. Prices of 0 and 0 are unknown, not equal.
+bool OnDemandNoDearer(const DeadlineInput& in) {
+  return in.spot_price_per_hour > 0 && in.on_demand_price_per_hour <= in.spot_price_per_hour;
+}
+
+// The decision for that case, with its reason.
+DeadlineDecision OnDemandCheaper(const DeadlineInput& in) {
+  return Make(in, Mode::kOnDemand, Why(in, [&] {
+                return absl::StrFormat(
+                    "on-demand ($%.4f/h) is no dearer than spot ($%.4f/h): on-demand, never "
+                    "preempted",
+                    in.on_demand_price_per_hour, in.spot_price_per_hour);
+              }));
 }
 
 class OnDemandPolicy final : public DeadlinePolicy {
@@ -118,6 +139,7 @@ class SpotOnlyPolicy final : public DeadlinePolicy {
 class GreedyPolicy final : public DeadlinePolicy {
  public:
   DeadlineDecision Decide(const DeadlineInput& in) override {
+    if (OnDemandNoDearer(in)) return OnDemandCheaper(in);
     const View v = See(in);
     if (committed_ || v.on_demand) {
       committed_ = true;
@@ -146,6 +168,7 @@ class GreedyPolicy final : public DeadlinePolicy {
 class UniformProgressPolicy final : public DeadlinePolicy {
  public:
   DeadlineDecision Decide(const DeadlineInput& in) override {
+    if (OnDemandNoDearer(in)) return OnDemandCheaper(in);
     const View v = See(in);
     const double total = in.now_s + in.time_left_s;  // D
     if (total_work_ <= 0) total_work_ = v.work;      // W: the first call sees all of it
@@ -203,6 +226,7 @@ class OursPolicy final : public DeadlinePolicy {
       have_first_slack_ = true;
     }
     if (v.work <= 0) return Make(in, Mode::kIdle, "done");
+    if (OnDemandNoDearer(in)) return OnDemandCheaper(in);
     const double rate = UsableRate();
     double horizon = v.left;
     if (!v.spot_up && o_.outage_residual) horizon = std::max(0.0, v.left - ResidualOutage());

@@ -8,6 +8,8 @@
 // running, the job progresses at k / wanted of the plan's rate, so `work_left_s` is the time the
 // rest of the job takes with all `wanted` instances running. Each start of an instance (spot or
 // on-demand) costs `changeover_s` of billed time without progress. Progress survives preemption.
+// Every policy but spot-only runs on-demand when on-demand costs no more than spot (spot would add
+// preemptions for no saving).
 #ifndef SPOTDNN_PROVISIONER_DEADLINE_DEADLINE_POLICY_H_
 #define SPOTDNN_PROVISIONER_DEADLINE_DEADLINE_POLICY_H_
 

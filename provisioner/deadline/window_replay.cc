@@ -150,7 +150,19 @@ WindowResult ReplayWindow(const AvailabilityTrace& trace, double start_s, const 
   return r;
 }
 
-WindowResult OptimumWindow(const AvailabilityTrace& trace, double start_s, const WindowJob& job) {
+namespace {
+
+// What the rest of an optimal schedule does from a state: the hours it bills on each kind of
+// instance, the instance starts and when the work is done (seconds from the window's start).
+struct Tail {
+  double spot_s = 0, on_demand_s = 0, finish_s = 0;
+  int starts = 0;
+};
+
+// The optimum's dynamic program; with kSchedule it also carries the Tail of the chosen schedule
+// beside each state's cost (the same choices: ties go the same way).
+template <bool kSchedule>
+WindowResult Optimum(const AvailabilityTrace& trace, double start_s, const WindowJob& job) {
   WindowResult r;
   r.start_s = start_s;
   r.on_demand_can_meet = job.deadline_s >= job.work_s + job.changeover_s - 1e-9;
@@ -158,9 +170,13 @@ WindowResult OptimumWindow(const AvailabilityTrace& trace, double start_s, const
   const std::vector<Segment> seg = Segments(trace, start_s, end);
   const int K = static_cast<int>(seg.size());
   auto on_demand_only = [&] {
+    // No schedule meets the deadline: on-demand from the start, finishing after it.
     r.met = false;
     r.cost_usd = (job.work_s + job.changeover_s) / 3600 * job.on_demand_price_per_hour;
     r.finish_s = job.work_s + job.changeover_s;
+    r.on_demand_hours = (job.work_s + job.changeover_s) / 3600;
+    r.spot_hours = 0;
+    r.changeovers = 1;
     return r;
   };
   if (K == 0) return on_demand_only();
@@ -195,8 +211,12 @@ WindowResult OptimumWindow(const AvailabilityTrace& trace, double start_s, const
     hi[k] = std::min(W - 1, units(epoch[k] - start_s));
     lo[k] = std::max(0, W - static_cast<int>(std::ceil((end - epoch[k]) / unit + 1e-9)));
   }
-  std::vector<double> next(static_cast<size_t>(M) * stride, kInf), cur(next.size(), kInf);
+  const size_t states = static_cast<size_t>(M) * stride;
+  std::vector<double> next(states, kInf), cur(states, kInf);
   std::vector<double> start_value(stride);
+  // With kSchedule: the tail of each state's schedule, beside `next` and `cur`.
+  std::vector<Tail> next_tail(kSchedule ? states : 0), cur_tail(kSchedule ? states : 0);
+  std::vector<Tail> start_tail(kSchedule ? stride : 0);
   std::vector<double> rem_buffer(J + 1);
   for (int k = K - 1; k >= 0; --k) {
     const Segment& s = seg[k];
@@ -218,36 +238,111 @@ WindowResult OptimumWindow(const AvailabilityTrace& trace, double start_s, const
       if (q < lo[k + 1] || q > hi[k + 1]) return kInf;
       return price[kind] * s.len + next[static_cast<size_t>(mode(kind, j)) * stride + q];
     };
+    // The tail of the choice `value` scored (only asked for a finite value).
+    auto tail = [&](int kind, int j, int p) {
+      const double unproductive = std::min(s.len, rem[j]);
+      const int gain = units(s.len - unproductive);
+      Tail t;
+      double billed = s.len;
+      if (p + gain >= W) {
+        billed = std::min(s.len, unproductive + (W - p) * unit);
+        t.finish_s = s.t + billed - start_s;
+      } else {
+        t = next_tail[static_cast<size_t>(mode(kind, j)) * stride + p + gain];
+      }
+      (kind == 0 ? t.spot_s : t.on_demand_s) += billed;
+      return t;
+    };
     const int pl = lo[k], ph = hi[k];
+    // With the schedule, a choice as cheap as the best so far (to rounding) wins when it finishes
+    // sooner: of the optimal schedules, the one reported is among the earliest to finish (waiting
+    // and starting later often costs the same).
+    auto better = [&](double v, double best, auto tail_of_v, const Tail& best_tail) {
+      if constexpr (!kSchedule) {
+        return v < best;
+      } else {
+        if (!std::isfinite(v)) return false;
+        if (!std::isfinite(best)) return true;
+        const double eps = 1e-9 * std::fabs(best) + 1e-12;
+        if (v < best - eps) return true;
+        if (v > best + eps) return false;
+        return tail_of_v().finish_s < best_tail.finish_s - 1e-9;
+      }
+    };
     for (int p = pl; p <= ph; ++p) {
       double best = (p >= lo[k + 1] && p <= hi[k + 1]) ? next[p] : kInf;  // idle
-      if (up) best = std::min(best, value(0, 0, p));
-      best = std::min(best, value(1, 0, p));
+      Tail best_tail;
+      if constexpr (kSchedule) {
+        if (std::isfinite(best)) best_tail = next_tail[p];
+      }
+      for (int kind : {0, 1}) {
+        if (kind == 0 && !up) continue;
+        const double v = value(kind, 0, p);
+        auto started = [&] {
+          Tail t = tail(kind, 0, p);
+          ++t.starts;
+          return t;
+        };
+        if (better(v, best, started, best_tail)) {
+          best = v;
+          if constexpr (kSchedule) best_tail = started();
+        }
+      }
       start_value[p] = best;
+      if constexpr (kSchedule) start_tail[p] = best_tail;
     }
     for (int m = 0; m < M; ++m) {
       double* out = &cur[static_cast<size_t>(m) * stride];
+      Tail* out_tail = kSchedule ? &cur_tail[static_cast<size_t>(m) * stride] : nullptr;
+      auto keep_start = [&](int p) {
+        out[p] = start_value[p];
+        if constexpr (kSchedule) out_tail[p] = start_tail[p];
+      };
       if (m == 0) {
-        for (int p = pl; p <= ph; ++p) out[p] = start_value[p];
+        for (int p = pl; p <= ph; ++p) keep_start(p);
         continue;
       }
       const int kind = (m - 1) / (J + 1), j = (m - 1) % (J + 1);
       const int jn = std::min(j + 1, J);
       if (kind == 0 && !up) {
-        for (int p = pl; p <= ph; ++p) out[p] = start_value[p];
+        for (int p = pl; p <= ph; ++p) keep_start(p);
         continue;
       }
-      for (int p = pl; p <= ph; ++p) out[p] = std::min(start_value[p], value(kind, jn, p));
+      for (int p = pl; p <= ph; ++p) {
+        const double v = value(kind, jn, p);
+        auto continued = [&] { return tail(kind, jn, p); };
+        if (better(v, start_value[p], continued, kSchedule ? start_tail[p] : Tail{})) {
+          out[p] = v;
+          if constexpr (kSchedule) out_tail[p] = continued();
+        } else {
+          keep_start(p);
+        }
+      }
     }
     // Outside the band nothing is reachable: the lookups above check the band, so stale values
     // there are never read.
     std::swap(cur, next);
+    if constexpr (kSchedule) std::swap(cur_tail, next_tail);
   }
   const double best = (0 >= lo[0] && 0 <= hi[0]) ? next[0] : kInf;
   if (!std::isfinite(best)) return on_demand_only();
   r.met = true;
-  r.cost_usd = best * 1.0;
+  r.cost_usd = best;
+  if constexpr (kSchedule) {
+    const Tail& t = next_tail[0];
+    r.finish_s = t.finish_s;
+    r.spot_hours = t.spot_s / 3600;
+    r.on_demand_hours = t.on_demand_s / 3600;
+    r.changeovers = t.starts;
+  }
   return r;
+}
+
+}  // namespace
+
+WindowResult OptimumWindow(const AvailabilityTrace& trace, double start_s, const WindowJob& job,
+                           bool with_schedule) {
+  return with_schedule ? Optimum<true>(trace, start_s, job) : Optimum<false>(trace, start_s, job);
 }
 
 absl::StatusOr<std::vector<double>> WindowStarts(const AvailabilityTrace& trace,

@@ -52,10 +52,13 @@ WindowResult ReplayWindow(const AvailabilityTrace& trace, double start_s, const 
 // instance and its changeover phase). Exact when the work, deadline, changeover, start and tick
 // are whole multiples of a common unit of at least 1 s with at most `kMaxOptimumSteps` units of
 // work; otherwise progress is counted in coarser units, rounded down (never below the true
-// optimum's cost). Hours are not reported (0); `met` is false and the cost that of on-demand when
-// no schedule meets the deadline.
+// optimum's cost). With `with_schedule` the result also gives the optimal schedule's finish, its
+// spot and on-demand hours and its changeovers (about twice the time and memory; without, they
+// are 0). When no schedule meets the deadline, `met` is false and the result is on-demand's from
+// the window's start (one changeover, finishing after the deadline).
 inline constexpr int kMaxOptimumSteps = 20000;
-WindowResult OptimumWindow(const AvailabilityTrace& trace, double start_s, const WindowJob& job);
+WindowResult OptimumWindow(const AvailabilityTrace& trace, double start_s, const WindowJob& job,
+                           bool with_schedule = true);
 
 // All windows of a trace and their totals.
 struct ReplaySummary {

@@ -230,14 +230,22 @@ absl::StatusOr<std::unique_ptr<LocalProvider>> LocalProvider::Create(Options opt
                        ": expected trace seconds per second > 0"));
     }
     if (options.capacity_trace_origin == absl::InfinitePast()) {
-      // Kept in the state dir: every process that runs the instances reads the same trace time.
-      const std::string path = options.state_dir + "/capacity_trace_origin";
+      // Kept in the state dir, per job: every process that runs the job's instances reads the
+      // same trace time. A new job starts the trace afresh (the time an earlier job kept there
+      // would be its end, or past it: nothing would be replayed).
+      const std::string path =
+          CapacityTraceOriginPath(options.state_dir, options.capacity_trace_job);
       int64_t origin_ms = 0;
       std::ifstream in(path);
       std::string text;
-      if (!(in && std::getline(in, text) && absl::SimpleAtoi(text, &origin_ms))) {
+      if (!options.capacity_trace_resume ||
+          !(in && std::getline(in, text) && absl::SimpleAtoi(text, &origin_ms))) {
         origin_ms = absl::ToUnixMillis(absl::Now());
-        std::ofstream(path, std::ios::trunc) << origin_ms << "\n";
+        std::ofstream out(path, std::ios::trunc);
+        out << origin_ms << "\n";
+        if (!out) {
+          return absl::InternalError(absl::StrCat("capacity trace: cannot write ", path));
+        }
       }
       options.capacity_trace_origin = absl::FromUnixMillis(origin_ms);
     }
@@ -574,6 +582,12 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
 
 std::string LocalProvider::OutputLocation() const {
   return (fs::path(options_.state_dir) / "logs").string();
+}
+
+std::string CapacityTraceOriginPath(const std::string& state_dir, const std::string& job) {
+  return (fs::path(state_dir) /
+          (job.empty() ? std::string("capacity_trace_origin") : "capacity_trace_origin." + job))
+      .string();
 }
 
 absl::StatusOr<int> FreeLoopbackPort() {

@@ -87,10 +87,16 @@ class LocalProvider final : public CloudProvider {
     std::map<std::string, CapacityTrace> capacity_trace;
     // Trace seconds per real second (3600: a trace hour per second, so tests take seconds).
     double capacity_trace_time_scale = 1;
-    // The real time of trace time 0. InfinitePast: the time kept in STATE_DIR/capacity_trace_origin
-    // (written by the first provider that replays a trace there), so every process that runs a
-    // job's instances (a resumed `spotdnn run` too) reads the trace at the same time.
+    // The real time of trace time 0. InfinitePast: the time kept in the state dir for
+    // `capacity_trace_job` (see CapacityTraceOriginPath), so that every process that runs a job's
+    // instances (a resumed `spotdnn run` too) reads the trace at the same time.
     absl::Time capacity_trace_origin = absl::InfinitePast();
+    // The job the trace is replayed for: each job keeps its own trace time 0.
+    std::string capacity_trace_job;
+    // With the origin kept in the state dir: false (a new job) replays the trace from its start,
+    // now, and keeps that time in place of any kept before (a job of the same name run before);
+    // true (a resumed job) continues from the kept time (now when none is kept).
+    bool capacity_trace_resume = false;
     // How long before a trace revocation stops the instance. Zero: AWS's two minutes in trace
     // time (scaled), at least 3 s (for the detector, polling each second, to see the notice).
     absl::Duration trace_notice = absl::ZeroDuration();
@@ -184,6 +190,10 @@ class LocalProvider final : public CloudProvider {
 
 // The default state dir: $SPOTDNN_HOME/local, else $HOME/.spotdnn/local, else ./.spotdnn/local.
 std::string DefaultLocalStateDir();
+
+// Where job `job`'s capacity trace time 0 is kept in `state_dir` (unix milliseconds, one line):
+// STATE_DIR/capacity_trace_origin.JOB, or STATE_DIR/capacity_trace_origin without a job.
+std::string CapacityTraceOriginPath(const std::string& state_dir, const std::string& job);
 
 // A port on 127.0.0.1 that was free a moment ago (the kernel's choice for port 0). INTERNAL when
 // no socket can be bound.

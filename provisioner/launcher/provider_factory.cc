@@ -52,6 +52,8 @@ absl::StatusOr<std::unique_ptr<CloudProvider>> MakeLocal(const ProviderSpec& spe
     options.capacity_trace[type] = *std::move(trace);
   }
   options.capacity_trace_time_scale = spec.capacity_trace_time_scale;
+  options.capacity_trace_job = environment.job_id;
+  options.capacity_trace_resume = environment.resume;
   auto local = LocalProvider::Create(options);
   if (!local.ok()) return local.status();
   return std::unique_ptr<CloudProvider>(std::move(*local));

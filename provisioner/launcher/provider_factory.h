@@ -61,6 +61,11 @@ struct ProviderEnvironment {
   // instance's notice to the command and streams its SPOTDNN_SAMPLE lines to the profiler; the
   // detector polls a local instance's emulated metadata itself). "none": no wrapper.
   std::string local_wrapper;
+  // local: the job whose capacity trace is replayed, and whether it is resumed. A new job replays
+  // the trace from its start; a resumed one continues from where its first run started it (the
+  // time is kept per job in the state dir).
+  std::string job_id;
+  bool resume = false;
 };
 
 // The provider `spec` names, validated, with its credentials resolved from the environment (aws:

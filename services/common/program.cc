@@ -14,6 +14,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -125,8 +126,13 @@ void PrintHelp(absl::string_view name, absl::string_view usage, bool full, std::
       if (*kind.placeholder != '\0') out << "=" << kind.placeholder;
       std::string value = flag->DefaultValue();
       if (flag->IsOfType<std::string>()) value = absl::StrCat("\"", value, "\"");
-      out << "\n      " << absl::StrReplaceAll(flag->Help(), {{"\n", "\n      "}})
-          << " (default: " << value << ")\n";
+      const std::string help = flag->Help();
+      out << "\n      " << absl::StrReplaceAll(help, {{"\n", "\n      "}});
+      // A help text that says its own default ("default: $SPOTDNN_PROFILER") gets no second one.
+      if (!absl::StrContains(absl::AsciiStrToLower(help), "default:")) {
+        out << " (default: " << value << ")";
+      }
+      out << "\n";
     }
     groups.erase(it);
   };

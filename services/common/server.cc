@@ -295,6 +295,10 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
   // The sync server's polling threads wait this long for work before looking again; gRPC's 10 s
   // default held a shutdown that long after the last call had ended.
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 200);
+  // gRPC sets SO_REUSEPORT on its listeners by default: a second server on a taken address would
+  // then start too, and the kernel would split the connections between the two. Without it the
+  // second one cannot bind and says so.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
@@ -310,7 +314,8 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || (!listen.empty() && started.port == 0)) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on \"", listen, "\": address invalid or in use"));
+        absl::StrCat("cannot listen on \"", listen,
+                     "\": the address is in use (another server listens there) or invalid"));
   }
   if (grpc::HealthCheckServiceInterface* health = started.server->GetHealthCheckService()) {
     for (const std::string& name : SpotdnnServiceNames(services)) {

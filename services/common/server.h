@@ -34,7 +34,8 @@ inline constexpr absl::string_view kUnknownMethod = "unknown";
 // SERVING for "" and for each spotdnn service's full name ("spotdnn.v1.Predictor"). A unary or
 // server-streaming request that cannot be parsed answers INVALID_ARGUMENT naming the message
 // type (gRPC alone answers INTERNAL with no message). INVALID_ARGUMENT for a bad `security`
-// (nothing is bound then); UNAVAILABLE when the address cannot be bound.
+// (nothing is bound then); UNAVAILABLE naming the address when it cannot be bound, as when
+// another server listens there (the port is not shared: no SO_REUSEPORT).
 absl::StatusOr<StartedServer> StartServer(const std::string& listen,
                                           const std::vector<grpc::Service*>& services,
                                           const ServerSecurity& security = {});

@@ -114,8 +114,8 @@ absl::Status CheckRevocable(const predictor::InstanceCatalog& catalog,
   return absl::InvalidArgumentError(absl::StrCat(
       field, ": no instance type of catalog \"", catalog.name,
       "\" can be revoked under the revocation model, so there is nothing to simulate; give "
-      "lifetimes (options.simulation.lifetimes or lifetime_groups, e.g. spotdnn --lifetimes FILE) "
-      "or the catalog's interruption_rate_per_hour or lifetimes (spotdnn catalog hazards)"));
+      "lifetimes (options.simulation.lifetimes or lifetime_groups) or a catalog whose types have "
+      "interruption_rate_per_hour or lifetimes (`spotdnn catalog hazards` writes them)"));
 }
 
 std::string Counts(const predictor::InstanceCatalog& catalog, const std::vector<int>& counts) {
@@ -481,6 +481,23 @@ grpc::Status ProvisionerServiceImpl::Simulate(grpc::ServerContext* context,
     }
     counts = plan->best.counts;
   }
+  // The cluster scored without revocations, and why it misses the SLO when it does.
+  auto score = [&]() -> absl::Status {
+    Candidate c;
+    if (!provisioner::Score(m, in->problem, counts, c)) {
+      return m.ErrorStatus(c.estimate, in->problem.target_loss);
+    }
+    *response->mutable_plan() = ToPlan(*in, c, strategy);
+    if (!provisioner::MeetsSlo(in->problem, c)) {
+      response->mutable_plan()->set_feasible(false);
+      response->mutable_plan()->set_reason(absl::StrFormat(
+          "even without revocations this cluster does not meet the SLO: %.1f s (deadline %.1f s) "
+          "for $%.4f",
+          c.time_s, in->problem.deadline_s, c.cost_usd));
+    }
+    return absl::OkStatus();
+  };
+  if (request->plan_only()) return ToGrpc(score());
   auto revocations = RevocationModelOf(models_.registry(), request->catalog(), m.catalog(),
                                        request->options().simulation());
   if (!revocations.ok()) return ToGrpc(revocations.status());
@@ -498,18 +515,7 @@ grpc::Status ProvisionerServiceImpl::Simulate(grpc::ServerContext* context,
   if (!r.ok()) {
     return ToGrpc(absl::Status(r.status().code(), absl::StrCat("cluster: ", r.status().message())));
   }
-  Candidate c;
-  if (!provisioner::Score(m, in->problem, counts, c)) {
-    return ToGrpc(m.ErrorStatus(c.estimate, in->problem.target_loss));
-  }
-  *response->mutable_plan() = ToPlan(*in, c, strategy);
-  if (!provisioner::MeetsSlo(in->problem, c)) {
-    response->mutable_plan()->set_feasible(false);
-    response->mutable_plan()->set_reason(absl::StrFormat(
-        "even without revocations this cluster does not meet the SLO: %.1f s (deadline %.1f s) "
-        "for $%.4f",
-        c.time_s, in->problem.deadline_s, c.cost_usd));
-  }
+  if (auto s = score(); !s.ok()) return ToGrpc(s);
   RiskToProto(*r, response->mutable_plan()->mutable_risk());
   response->mutable_plan()->set_solve_ms(ms);
   return grpc::Status::OK;

@@ -179,6 +179,44 @@ TEST_F(DetectorTest, PolledNoticeBecomesOneEvent) {
   EXPECT_GE(observer_.PollsOf(Cloud::kAws, /*healthy=*/true), 1);
 }
 
+// A poll that was in flight when the detector stopped polling its instance (a replica's lease
+// lapsed, or the ring gave the instance to another replica) answers afterwards: the notice it read
+// is recorded all the same, once; the instance's state is left to its poller. An answer to a poll
+// of an earlier lifetime of the id is not this lifetime's notice. (Fed by hand: without a poller
+// the detector polls nothing, so every answer here is one for an instance it does not poll.)
+TEST_F(DetectorTest, ANoticeReadByAPollInFlightWhenPollingStoppedIsRecorded) {
+  auto d = OpenDetector(ByHand());
+  ASSERT_TRUE(d->Register(Polled("p-1", Cloud::kAws)).ok());
+  const int64_t lifetime = d->Get("p-1")->registered_unix_ms;
+  PollResult earlier;
+  earlier.instance_id = "p-1";
+  earlier.tag = lifetime - 1;
+  earlier.observed_unix_ms = clock_.NowUnixMs();
+  earlier.notices.push_back({.action = "terminate", .key = "aws:instance-action:terminate:old"});
+  d->HandlePollResult(earlier);
+  EXPECT_EQ(d->last_sequence(), 0u);
+
+  PollResult failed;
+  failed.instance_id = "p-1";
+  failed.tag = lifetime;
+  failed.healthy = false;
+  failed.reason = "what only the instance's poller may say";
+  d->HandlePollResult(failed);
+  EXPECT_EQ(StateOf(*d, "p-1"), InstanceState::kUnknown);
+  EXPECT_NE(d->Get("p-1")->reason, failed.reason);
+
+  PollResult late = earlier;
+  late.tag = lifetime;
+  late.notices = {{.action = "terminate", .key = "aws:instance-action:terminate:now"}};
+  d->HandlePollResult(late);
+  d->HandlePollResult(late);
+  auto events = All(*d);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, EventKind::kNotice);
+  EXPECT_EQ(events[0].instance_id, "p-1");
+  EXPECT_EQ(StateOf(*d, "p-1"), InstanceState::kNotice);
+}
+
 TEST_F(DetectorTest, FaultyEndpointIsUnknownAndOthersAreServed) {
   auto d = OpenDetector(Options());
   emulator_->SetFault("bad", EmulatorFault::kGarbage);

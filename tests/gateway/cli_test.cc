@@ -227,6 +227,46 @@ TEST(Cli, HelpUnknownCommandAndListings) {
   EXPECT_EQ(ParseJsonObject(workloads.out).fields().at("workloads").list_value().values_size(), 6);
 }
 
+// A mistyped command or subcommand: one line naming it and the nearest name, exit 2, not the
+// overview or the group's help.
+TEST(Cli, AMistypedCommandSuggestsTheNearestInOneLine) {
+  struct Case {
+    std::vector<std::string> argv;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"plann"}, "spotdnn: unknown command \"plann\"; did you mean \"plan\"?\n"},
+           {{"local", "revok", "i-1"},
+            "spotdnn local: unknown subcommand \"revok\"; did you mean \"revoke\"?\n"},
+           {{"profile", "fitt", "--name", "x"},
+            "spotdnn profile: unknown subcommand \"fitt\"; did you mean \"fit\"?\n"},
+           {{"help", "plann"}, "spotdnn help: unknown command \"plann\"; did you mean \"plan\"?\n"},
+           {{"help", "local", "revok"},
+            "spotdnn help: unknown subcommand \"revok\"; did you mean \"revoke\"?\n"},
+           {{"zzqqxx"}, "spotdnn: unknown command \"zzqqxx\"; `spotdnn help` lists the commands\n"},
+       }) {
+    const CliRun r = Cli(c.argv);
+    EXPECT_EQ(r.code, kExitBadInput) << c.argv[0];
+    EXPECT_EQ(r.err, c.says);
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+// A missing argument is said once, naming it, with one pointer to --help.
+TEST(Cli, AMissingArgumentIsNamedOnce) {
+  const CliRun r = Cli({"local", "revoke"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_THAT(r.err, HasSubstr("missing argument INSTANCE"));
+  size_t hints = 0;
+  for (size_t at = r.err.find("--help"); at != std::string::npos;
+       at = r.err.find("--help", at + 1)) {
+    ++hints;
+  }
+  EXPECT_EQ(hints, 1u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 2) << r.err;
+  EXPECT_THAT(Cli({"profile", "show"}).err, HasSubstr("missing argument NAME"));
+}
+
 // The command table: each command takes only its own flags, stray arguments are refused, and
 // --help is generated from the table, so every flag a command takes is documented.
 TEST(Cli, EveryCommandTakesOnlyItsOwnFlagsAndDocumentsThem) {

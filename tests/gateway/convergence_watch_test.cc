@@ -93,27 +93,59 @@ void Feed(ConvergenceWatch& watch, int from, int n, std::mt19937& rng) {
   for (int j = from; j < from + n; ++j) watch.Add(j, Eq3Mean(truth, kWorkers, kR, j) + noise(rng));
 }
 
-TEST(ConvergenceWatchTest, PriorIsTheProfilesModelOrEq3) {
+// The prior is the model the planner predicts the target with, at the R it evaluates it at: eq. 3
+// (g1..g5, the WA batch folded in, R weighted by the profile's variant) for a loss when the profile
+// has g1..g5, even beside a fitted loss model; the fitted model otherwise.
+TEST(ConvergenceWatchTest, PriorIsTheModelThePlanIsMadeWith) {
   predictor::WorkloadProfile profile;
   profile.name = "w";
-  EXPECT_TRUE(absl::IsNotFound(PriorOf(profile, "loss", 64).status()));
+  const predictor::Target loss = predictor::Target::Loss(0.5);
+  EXPECT_TRUE(absl::IsNotFound(PriorOf(profile, loss, 64, 0.7).status()));
   profile.loss = predictor::LossModel{.g1 = 10, .g2 = 0.5, .g3 = 3, .g4 = 1, .g5 = 0.1};
-  auto prior = PriorOf(profile, "loss", 64);
+  auto prior = PriorOf(profile, loss, 64, 0.7);
   ASSERT_TRUE(prior.ok()) << prior.status();
-  EXPECT_EQ(prior->form, ConvergenceModel::Form::kEq3);
-  EXPECT_DOUBLE_EQ(prior->g3, 0.5 * 64 + 3);  // g2 b_w + g3
-  EXPECT_DOUBLE_EQ(prior->g1, 10);
-  EXPECT_DOUBLE_EQ(prior->g4, 1);
-  EXPECT_DOUBLE_EQ(prior->g5, 0.1);
-  EXPECT_TRUE(absl::IsNotFound(PriorOf(profile, "accuracy", 64).status()));
+  EXPECT_TRUE(prior->eq3);
+  EXPECT_EQ(prior->model.form, ConvergenceModel::Form::kEq3);
+  EXPECT_DOUBLE_EQ(prior->model.g3, 0.5 * 64 + 3);  // g2 b_w + g3
+  EXPECT_DOUBLE_EQ(prior->model.g1, 10);
+  EXPECT_DOUBLE_EQ(prior->model.g4, 1);
+  EXPECT_DOUBLE_EQ(prior->model.g5, 0.1);
+  EXPECT_DOUBLE_EQ(prior->r, 0.7);  // the paper's variant weighs R by 1
+  profile.variant = predictor::ModelVariant::kSpotdnnPrototype;
+  prior = PriorOf(profile, loss, 64, 0.7);
+  ASSERT_TRUE(prior.ok());
+  EXPECT_DOUBLE_EQ(prior->r, 0);  // the prototype drops R, as its plans do
+  EXPECT_DOUBLE_EQ(prior->r_weight, 0);
+  EXPECT_TRUE(
+      absl::IsNotFound(PriorOf(profile, predictor::Target::Accuracy(0.9), 64, 0.7).status()));
   ConvergenceModel fitted;
   fitted.metric = "loss";
   fitted.amplitude = 7;
   profile.convergence.push_back(fitted);
-  prior = PriorOf(profile, "loss", 64);
+  prior = PriorOf(profile, loss, 64, 0.7);
   ASSERT_TRUE(prior.ok());
-  EXPECT_EQ(prior->form, ConvergenceModel::Form::kSaturating);
-  EXPECT_DOUBLE_EQ(prior->amplitude, 7);
+  EXPECT_EQ(prior->model.form, ConvergenceModel::Form::kEq3) << "the plan uses eq. 3 here";
+  profile.loss.reset();
+  prior = PriorOf(profile, loss, 64, 0.7);
+  ASSERT_TRUE(prior.ok());
+  EXPECT_EQ(prior->model.form, ConvergenceModel::Form::kSaturating);
+  EXPECT_DOUBLE_EQ(prior->model.amplitude, 7);
+  EXPECT_DOUBLE_EQ(prior->r, 0);
+}
+
+// A parameter-server restore undoes the steps past its checkpoint: a measurement before the last
+// one's step rewinds the watch, so the curve is measured again from there.
+TEST(ConvergenceWatchTest, AnEarlierStepRewindsTheMeasurements) {
+  ConvergenceWatch watch(Eq3(kG3), {.target = kTarget}, FakeFit, FakePredict);
+  for (int j = 1; j <= 10; ++j) watch.Add(10 * j, 1.0 / j);
+  EXPECT_EQ(watch.points(), 10u);
+  watch.Add(100, 0.2);  // the same step again: ignored
+  EXPECT_EQ(watch.points(), 10u);
+  watch.Add(55, 0.3);  // restored at 55: the points at 60..100 go
+  EXPECT_EQ(watch.points(), 6u);
+  EXPECT_DOUBLE_EQ(watch.last_step(), 55);
+  watch.Rewind(30);
+  EXPECT_DOUBLE_EQ(watch.last_step(), 20);
 }
 
 // The mechanics with fakes of the fit and the prediction: the watch refits from the job's
@@ -238,10 +270,11 @@ TEST(ConvergenceWatchTest, RefitsAfterMinPointsThenEveryFewPoints) {
   Feed(watch, 15, 1, rng);
   EXPECT_TRUE(watch.Update(1, 15, kWorkers, kR, 10).has_value());
   EXPECT_EQ(fits, 2);
-  // A step not past the last one is not a new measurement.
+  // The last one's step again is not a new measurement; an earlier one rewinds (a restore).
   watch.Add(15, 0.9);
-  watch.Add(3, 0.9);
   EXPECT_EQ(watch.points(), 15u);
+  watch.Add(3, 0.9);
+  EXPECT_EQ(watch.points(), 3u);
 }
 
 TEST(ConvergenceWatchTest, PriorWeighsSamplesNotMeasurements) {
@@ -371,6 +404,8 @@ TEST(ConvergenceWatchTest, ForecastJsonRoundTrips) {
                         .model = Eq3(kG3)};
   f.model.noise_sd = 0.01;
   f.model.drop_ratios = {0.5, 0.8};
+  f.model.drop_ratio_exp = 0.3;
+  f.model.eval_interval_per_worker_steps = 2;
   auto schedule = predictor::ParseLrSchedule("step:1000*0.1,2000*0.5");
   ASSERT_TRUE(schedule.ok()) << schedule.status();
   f.model.schedule = *schedule;
@@ -386,6 +421,25 @@ TEST(ConvergenceWatchTest, ForecastJsonRoundTrips) {
   EXPECT_EQ(back->model.drop_ratios, (std::vector<double>{0.5, 0.8}));
   EXPECT_EQ(back->model.schedule.kind, predictor::LrSchedule::Kind::kStepDecay);
   EXPECT_EQ(back->model.schedule.drop_steps, (std::vector<double>{1000, 2000}));
+  EXPECT_DOUBLE_EQ(back->model.drop_ratio_exp, 0.3);
+  EXPECT_DOUBLE_EQ(back->model.eval_interval_per_worker_steps, 2);
+  // A saturating model with a stretched exponential comes back whole: the curve read back from
+  // the log (status --plot) is the one the forecast was made with.
+  ConvergenceForecast s = f;
+  s.model = ConvergenceModel{};
+  s.model.floor = 0.08;
+  s.model.amplitude = 2.3;
+  s.model.scale = 150;
+  s.model.scale_exp = 0.4;
+  s.model.shape = 0.55;
+  s.model.floor_exp = 0.1;
+  auto saturating = ParseForecastJson(ForecastJson(s));
+  ASSERT_TRUE(saturating.ok()) << saturating.status();
+  for (double step : {0.0, 50.0, 300.0, 900.0, 5000.0}) {
+    EXPECT_DOUBLE_EQ(predictor::MeanValueAt(saturating->model, 3, 0, step),
+                     predictor::MeanValueAt(s.model, 3, 0, step))
+        << "at step " << step;
+  }
   f.reachable = false;
   f.iterations_p90 = f.finish_p90_s = std::numeric_limits<double>::infinity();
   back = ParseForecastJson(ForecastJson(f));

@@ -31,6 +31,7 @@ using ::testing::_;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::Invoke;
+using ::testing::Not;
 using ::testing::Return;
 
 // Time that passes only when the controller sleeps; actions scheduled at a time run when it
@@ -220,12 +221,22 @@ class JobControllerTest : public ::testing::Test {
               plan->set_time_s(8);
               return grpc::Status::OK;
             });
+    // The profiler stores no profile: the job's workload is the built-in one it names.
+    ON_CALL(profiler_, GetProfile(_, _, _))
+        .WillByDefault(Return(grpc::Status(grpc::StatusCode::NOT_FOUND, "no stored profile")));
     // Progress: the workers report `rate_` steps per simulated second once launched.
     ON_CALL(profiler_, GetJobProgress(_, _, _))
         .WillByDefault([this](grpc::ClientContext*, const pb::GetJobProgressRequest&,
                               pb::GetJobProgressResponse* out) {
           if (!profiler_up_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting");
-          steps_ += rate_ * absl::ToDoubleSeconds(clock_.Now() - last_progress_);
+          double rate = rate_;
+          if (rate_per_worker_ > 0) {
+            rate = 0;
+            for (const launcher::Instance& i : cloud_.Running()) {
+              if (i.role == launcher::Role::kWorker) rate += rate_per_worker_;
+            }
+          }
+          steps_ += rate * absl::ToDoubleSeconds(clock_.Now() - last_progress_);
           last_progress_ = clock_.Now();
           out->set_total_steps(static_cast<int64_t>(steps_));
           for (const launcher::Instance& i : cloud_.Running()) {
@@ -233,7 +244,11 @@ class JobControllerTest : public ::testing::Test {
             pb::WorkerProgress* w = out->add_workers();
             w->set_worker_id(i.id);
             w->set_steps(1);
-            if (loss_) w->set_last_loss(loss_(steps_));
+            if (flat_loss_ > 0) {
+              w->set_last_loss(flat_loss_);
+            } else if (loss_) {
+              w->set_last_loss(loss_(steps_ - rewound_));
+            }
           }
           return grpc::Status::OK;
         });
@@ -320,6 +335,17 @@ class JobControllerTest : public ::testing::Test {
     return kinds;
   }
 
+  // The job's event log, a line an event, for failure messages.
+  std::string LogText() {
+    std::string text;
+    auto events = store_->Events("job-x");
+    if (!events.ok()) return text;
+    for (const JobEventRecord& e : *events) {
+      absl::StrAppend(&text, e.at_ms, " ", e.kind, ": ", e.detail.substr(0, 300), "\n");
+    }
+    return text;
+  }
+
   fs::path dir_;
   FakeClock clock_;
   FakeCloud cloud_{clock_};
@@ -338,6 +364,12 @@ class JobControllerTest : public ::testing::Test {
   std::vector<pb::WatchedInstance> registered_;
   std::set<std::string> unregistered_;
   double rate_ = 10;  // steps per simulated second
+  // When > 0: steps per simulated second per running worker (instead of rate_).
+  double rate_per_worker_ = 0;
+  // When > 0: the loss every worker reports (a parameter server gone quiet: the loss stands still).
+  double flat_loss_ = 0;
+  // Steps a parameter-server restore undid: the loss follows the curve at steps_ - rewound_.
+  double rewound_ = 0;
   // The workers' reported loss after this many iterations; none when unset (like the simulator).
   std::function<double(double)> loss_;
   double steps_ = 0;
@@ -392,8 +424,9 @@ TEST_F(JobControllerTest, ANoticeIsTakenOverBeforeTheInstanceGoes) {
   auto outcome = PlanAndRun(controller);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(outcome->record.state, JobState::kFinished);
-  // The re-plan had the survivors and the progress so far on the cluster before.
-  ASSERT_EQ(replans_.size(), 1u);
+  // The re-plan had the survivors and the progress so far on the cluster before (asked again
+  // for the steps its cluster needs: more workers, more global steps).
+  ASSERT_GE(replans_.size(), 1u);
   const pb::ReplanRequest& r = replans_[0];
   EXPECT_EQ(r.survivors().instances_size(), 1);
   EXPECT_EQ(r.survivors().instances(0).instance_type(), "p2.xlarge");
@@ -411,7 +444,10 @@ TEST_F(JobControllerTest, ANoticeIsTakenOverBeforeTheInstanceGoes) {
   EXPECT_TRUE(*s.revocations[0].takeover_before_revoked_ended);
   EXPECT_NEAR(*s.revocations[0].notice_to_takeover_running_s, 0, 0.3);
   ASSERT_TRUE(s.revocations[0].notice_to_takeover_training_s.has_value());
-  EXPECT_DOUBLE_EQ(s.target_iterations, r.progress().normalized_iterations_done() + 50);
+  // The rest of the job is the job's forecast for the new cluster: the steps the re-plan was
+  // asked for.
+  EXPECT_GT(replans_.back().slo().target_iterations(), 0);
+  EXPECT_NEAR(s.target_iterations, replans_.back().slo().target_iterations(), 1);
   EXPECT_EQ(Count<NoticeEvent>(), 1);
   EXPECT_EQ(Count<TakeoverEvent>(), 1);
   EXPECT_EQ(Count<InstanceEndedEvent>(), 1);
@@ -458,16 +494,29 @@ TEST_F(JobControllerTest, ALossTargetIsMetByTheReportedLoss) {
   EXPECT_GT(curve->front().loss, curve->back().loss);
 }
 
-// A loss that does not come down: the job fails once the measurements show it cannot reach the
-// target by the deadline (job_outlook.h), instead of training (and paying) for ever.
+// A loss that does not come down, and a re-plan that finds no larger cluster: only then does the
+// job fail, instead of training (and paying) for ever; its message says what the forecast said,
+// what the re-plan tried and what the measured loss shows.
 TEST_F(JobControllerTest, ALossThatNeverComesFailsTheJobWhenTheDeadlineCannotBeMet) {
   loss_ = [](double) { return 2.9; };
+  ON_CALL(provisioner_, Replan(_, _, _))
+      .WillByDefault(
+          [this](grpc::ClientContext*, const pb::ReplanRequest& r, pb::ReplanResponse* out) {
+            replans_.push_back(r);
+            out->mutable_plan()->set_feasible(false);
+            out->mutable_plan()->set_reason("every type is at its quota");
+            return grpc::Status::OK;
+          });
   JobController controller = Controller();
   auto outcome = PlanAndRun(controller);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
+  SCOPED_TRACE(LogText());
   EXPECT_EQ(outcome->record.state, JobState::kFailed);
   EXPECT_THAT(outcome->record.message, HasSubstr("has not fallen"));
-  EXPECT_LT(outcome->record.iterations_done, 100);
+  EXPECT_THAT(outcome->record.message, HasSubstr("could not help"));
+  EXPECT_THAT(outcome->record.message, HasSubstr("the job's forecast"));
+  EXPECT_THAT(LogKinds(), Contains("refit-replan"));
+  EXPECT_THAT(LogKinds(), Contains("decision"));
 }
 
 // A loss slower than the profile's but that can make the 600 s deadline (2.6 at 400 iterations,
@@ -551,6 +600,132 @@ TEST_F(JobControllerTest, AParameterServerIsReplacedFromItsCheckpoint) {
             (checkpoints / "job-x").string());
 }
 
+// A 45 s deadline for a loss that falls slowly: 3.0 at the start, 2.6 at global step 2667, where
+// the plan's 3 workers make 30 steps a second (89 s). The straight line through the first
+// measurements misses the deadline from the start; the job's forecast sees it too, and the job
+// re-plans (nine more workers) instead of stopping, and meets its deadline.
+constexpr char kFortyFiveSecondSpec[] = R"({
+  "name": "job-x",
+  "workload": "resnet110",
+  "slo": {"loss": 2.6, "deadline": 45},
+  "catalog": "aws-spotdnn-prototype",
+  "commands": {"worker": "train", "parameter_server": "serve"}
+})";
+
+TEST_F(JobControllerTest, ALateForecastIsReplannedBeforeAStopIsConsidered) {
+  loss_ = [](double j) { return 2.0 + 4000 / (j + 4000); };
+  rate_per_worker_ = 10;
+  ON_CALL(provisioner_, Replan(_, _, _))
+      .WillByDefault(
+          [this](grpc::ClientContext*, const pb::ReplanRequest& r, pb::ReplanResponse* out) {
+            replans_.push_back(r);
+            pb::Plan* plan = out->mutable_plan();
+            plan->set_feasible(true);
+            Add(plan->mutable_to_launch(), "p2.xlarge", 9);
+            plan->mutable_prediction()->set_normalized_iterations(1500);
+            plan->mutable_prediction()->set_worker_count(12);
+            AddWorker(plan->mutable_prediction(), "p2.xlarge", 9, 0.1);
+            plan->set_time_s(20);
+            return grpc::Status::OK;
+          });
+  JobController controller = Controller();
+  const absl::Time start = clock_.Now();
+  auto outcome = PlanAndRun(controller, kFortyFiveSecondSpec);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  SCOPED_TRACE(LogText());
+  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
+  EXPECT_THAT(LogKinds(), Contains("refit-replan"));
+  EXPECT_GE(cloud_.Launched(), 1 + 3 + 9);
+  EXPECT_LE(absl::ToDoubleSeconds(clock_.Now() - start), 45);
+  EXPECT_EQ(outcome->summary.deadline_met, true);
+  EXPECT_EQ(outcome->summary.target_reached, true);
+}
+
+// A parameter server's notice: while it writes its checkpoint (10 s here) and the workers are
+// relaunched, the loss the old workers report stands still. That is a restore, not a stall: no
+// refit takes those points and no re-plan launches workers for them.
+TEST_F(JobControllerTest, ALossFlatDuringAParameterServerRestoreIsNotRefitted) {
+  loss_ = [](double j) { return 2.0 + 300 / (j + 300); };  // 2.6 at 1200: 120 s of 600
+  const fs::path checkpoints = dir_ / "checkpoints";
+  std::string server;
+  double at_notice = 0;
+  clock_.At(absl::Seconds(20), [&] {
+    for (const launcher::Instance& i : cloud_.Running()) {
+      if (i.role == launcher::Role::kParameterServer) server = i.id;
+    }
+    at_notice = steps_;
+    flat_loss_ = loss_(steps_);
+    Notice(server, absl::Seconds(10));
+  });
+  clock_.At(absl::Seconds(30), [&] {
+    // Its last checkpoint, at the step of the notice, then it exits; the restored workers train
+    // from there.
+    fs::create_directories(checkpoints / "job-x");
+    std::ofstream(checkpoints / "job-x" / "ps-0.json")
+        << absl::StrCat(R"({"step": )", static_cast<int>(at_notice), R"(, "file": "ps.pt"})");
+    rewound_ = steps_ - at_notice;
+    flat_loss_ = 0;
+    cloud_.End(server);
+  });
+  JobController controller(
+      {.provisioner = &provisioner_client_,
+       .profiler = &profiler_client_,
+       .detector = &detector_client_,
+       .provider = &cloud_,
+       .store = store_.get(),
+       .clock = &clock_,
+       .open_feed = [this](const std::string&,
+                           uint64_t) { return std::make_unique<FakeFeed>(feed_); }},
+      {.stall_timeout = absl::Seconds(60), .checkpoint_root = checkpoints.string()},
+      [this](const JobEvent& e) { events_.push_back(e); });
+  cloud_.shares_files = true;
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  SCOPED_TRACE(LogText());
+  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
+  EXPECT_THAT(LogKinds(), Not(Contains("refit-replan")));
+  EXPECT_NEAR(outcome->record.steps_lost, 100, 5);  // 10 s of steps past the checkpoint
+  // The job's prediction at the end is its forecast, not one made of the flat loss.
+  EXPECT_LT(outcome->record.target_iterations, 2 * outcome->record.iterations_done);
+}
+
+// A revocation is re-planned from the job's forecast: the steps the current model says the new
+// cluster needs, as an iterations target, not the profile's model's loss at the steps done.
+TEST_F(JobControllerTest, ATakeoverIsReplannedFromTheJobsForecast) {
+  loss_ = [](double j) { return 2.0 + 300 / (j + 300); };
+  clock_.At(absl::Seconds(10), [&] { Notice(WorkerOf("p2.xlarge"), absl::Seconds(5)); });
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  SCOPED_TRACE(LogText());
+  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
+  ASSERT_FALSE(replans_.empty());
+  const pb::ReplanRequest& r = replans_.front();
+  EXPECT_EQ(r.slo().target_loss(), 0);
+  EXPECT_GT(r.slo().target_iterations(), r.progress().normalized_iterations_done());
+  EXPECT_EQ(r.progress().current_loss(), 0);
+  EXPECT_EQ(outcome->summary.revocations_handled, 1);
+}
+
+// A job with an iterations target whose workers report no loss: the summary names the target it
+// judged (the global steps, measured) and claims nothing about a loss.
+TEST_F(JobControllerTest, TheSummaryNamesTheTargetItJudged) {
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller, R"({
+    "name": "job-x", "workload": "resnet110", "slo": {"iterations": 60, "deadline": 600},
+    "catalog": "aws-spotdnn-prototype",
+    "commands": {"worker": "train", "parameter_server": "serve"}})");
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  const JobSummary& s = outcome->summary;
+  EXPECT_EQ(outcome->record.state, JobState::kFinished);
+  EXPECT_FALSE(s.loss_reached.has_value()) << "no loss target, no loss measured";
+  EXPECT_EQ(s.target_kind, "iterations");
+  EXPECT_EQ(s.target_reached, true);
+  ASSERT_TRUE(s.target_measured.has_value());
+  EXPECT_GE(*s.target_measured, 60);
+  EXPECT_THAT(s.target_measure, HasSubstr("global steps"));
+}
+
 TEST_F(JobControllerTest, WorkersThatNeverReportFailTheJobAfterTheStallTimeout) {
   rate_ = 0;
   JobController controller = Controller();
@@ -570,9 +745,13 @@ TEST_F(JobControllerTest, AProfilerOutageIsAWarningOnceNotAFailure) {
   auto outcome = PlanAndRun(controller);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(outcome->record.state, JobState::kFinished);
-  std::vector<std::string> kinds = LogKinds();
-  const int warnings = static_cast<int>(std::count(kinds.begin(), kinds.end(), "warning"));
-  EXPECT_EQ(warnings, 1);
+  auto events = store_->Events("job-x");
+  ASSERT_TRUE(events.ok());
+  int warnings = 0;
+  for (const JobEventRecord& e : *events) {
+    warnings += e.kind == "warning" && absl::StrContains(e.detail, "profiler");
+  }
+  EXPECT_EQ(warnings, 1) << LogText();
 }
 
 // A gateway killed after the takeover decision was written but before it launched: the resumed
@@ -706,7 +885,7 @@ namespace {
 constexpr char kTightSpec[] = R"({
   "name": "job-x",
   "workload": "resnet110",
-  "slo": {"loss": 2.6, "deadline": 26},
+  "slo": {"iterations": 100, "deadline": 26},
   "catalog": "aws-spotdnn-prototype",
   "revocation_overhead": 2,
   "commands": {"worker": "train", "parameter_server": "serve"}

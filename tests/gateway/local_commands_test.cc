@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/text.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -366,7 +367,7 @@ TEST(LocalCommandTest, CleanRemovesKeptLogsAndCheckpoints) {
   LaunchOneWorker(home, "clean-job", &w);
   ASSERT_FALSE(w.id.empty());
   fs::create_directories(home / "checkpoints" / "clean-job");
-  std::ofstream(home / "checkpoints" / "clean-job" / "step-10.pt") << std::string(4096, 'x');
+  std::ofstream(home / "checkpoints" / "clean-job" / "step-10.pt") << std::string(120 << 10, 'x');
   std::string out, err;
   EXPECT_EQ(RunSpotdnn({"local", "clean"}, &out, &err), kExitBadInput);
   EXPECT_THAT(err, HasSubstr(w.id));
@@ -375,8 +376,12 @@ TEST(LocalCommandTest, CleanRemovesKeptLogsAndCheckpoints) {
   ASSERT_EQ(RunSpotdnn({"local", "terminate", "--all"}, &out), kExitOk);
   w.launcher.join();
   EXPECT_TRUE(fs::exists(home / "local" / "logs" / (w.id + ".log")));
+  const uintmax_t log_bytes = fs::file_size(home / "local" / "logs" / (w.id + ".log"));
   ASSERT_EQ(RunSpotdnn({"local", "clean"}, &out, &err), kExitOk) << err;
   EXPECT_THAT(out, HasSubstr("Removed"));
+  // What was removed, in a unit that fits it: "(120 KiB)", not "(0.1 MiB)".
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("(", base::FormatBytes((120 << 10) + log_bytes), ")")));
+  EXPECT_THAT(out, ::testing::ContainsRegex("\\(1[0-9][0-9] KiB\\)")) << out;
   EXPECT_FALSE(fs::exists(home / "local" / "logs"));
   EXPECT_FALSE(fs::exists(home / "checkpoints"));
   ASSERT_EQ(RunSpotdnn({"local", "clean"}, &out, &err), kExitOk) << err;

@@ -402,7 +402,7 @@ TEST_F(Newcomer, ProgressAndSummarySayWhichPlanTheirNumbersComeFrom) {
                               .first_plan_iterations = 49,
                               .workers_running = 1};
   const std::string line = EventLine({.at = absl::Now(), .job_id = "j", .what = progress});
-  EXPECT_THAT(line, HasSubstr("10/137 iterations"));
+  EXPECT_THAT(line, HasSubstr("10/137 global steps"));
   EXPECT_THAT(line, HasSubstr("first plan 49"));
   EXPECT_THAT(line, HasSubstr("1 worker running"));  // not "1 workers"
   job::JobSummary summary{.job_id = "j",
@@ -418,7 +418,7 @@ TEST_F(Newcomer, ProgressAndSummarySayWhichPlanTheirNumbersComeFrom) {
   std::ostringstream out;
   PrintSummary(summary, out);
   EXPECT_THAT(out.str(), HasSubstr("first plan"));
-  EXPECT_THAT(out.str(), HasSubstr("current plan"));
+  EXPECT_THAT(out.str(), HasSubstr("current"));
   // No budget, no loss target: null, as `plan --json` says them.
   const auto json = nlohmann::json::parse(SummaryJson(summary));
   EXPECT_TRUE(json["budget_usd"].is_null());
@@ -438,7 +438,7 @@ TEST_F(Newcomer, ASummaryClaimsOnlyWhatWasMeasured) {
                        .budget_met = true};
   std::ostringstream out;
   PrintSummary(none, out);
-  EXPECT_THAT(out.str(), HasSubstr("Loss reached: unknown"));
+  EXPECT_THAT(out.str(), HasSubstr("Target reached: unknown"));
   EXPECT_THAT(out.str(), HasSubstr("SLO met: unknown"));
   EXPECT_THAT(out.str(), HasSubstr("not measured"));
   const std::string text = SummaryJson(none);
@@ -453,12 +453,18 @@ TEST_F(Newcomer, ASummaryClaimsOnlyWhatWasMeasured) {
   measured.loss_smoothing = job::kLossSmoothingName;
   measured.worker_last_losses = {{"w-1", 0.118}, {"w-2", 0.111}};
   measured.loss_reached = true;
+  measured.target_kind = "loss";
+  measured.target = "loss <= 0.1";
+  measured.target_measure = "the workers' smoothed loss";
+  measured.target_measured = 0.0996;
+  measured.target_reached = true;
   measured.slo_met = true;
   std::ostringstream out2;
   PrintSummary(measured, out2);
   EXPECT_THAT(out2.str(), HasSubstr("moving average"));
   EXPECT_THAT(out2.str(), HasSubstr("w-1 0.118, w-2 0.111"));
-  EXPECT_THAT(out2.str(), HasSubstr("Loss reached: yes"));
+  EXPECT_THAT(out2.str(), HasSubstr("Target reached: yes"));
+  EXPECT_THAT(out2.str(), HasSubstr("Target loss <= 0.1: judged by the workers' smoothed loss (0.0996)"));
   // A running job is on track or behind, not "SLO met: NO".
   job::JobSummary running = none;
   running.state = job::JobState::kRunning;
@@ -476,7 +482,7 @@ TEST_F(Newcomer, ASummaryClaimsOnlyWhatWasMeasured) {
                           .eta_s = 12,
                           .workers_running = 2};
   const std::string line = EventLine({.at = absl::Now(), .job_id = "j", .what = past});
-  EXPECT_THAT(line, HasSubstr("371/520 iterations (71.3%; re-predicted"));
+  EXPECT_THAT(line, HasSubstr("371/520 global steps (71.3%; re-predicted"));
   EXPECT_THAT(line, HasSubstr("the plan's 360"));
   EXPECT_THAT(line, HasSubstr("$0.0123 so far"));
   EXPECT_THAT(line, HasSubstr("left"));

@@ -128,9 +128,10 @@ class OnDemandEndToEnd : public ::testing::Test {
     return store.ok() ? std::move(*store) : nullptr;
   }
 
-  // Trace time 0: when the gateway's provider first replayed the trace (kept in the state dir).
-  absl::Time TraceOrigin() {
-    std::ifstream in(dir_ / "local" / "capacity_trace_origin");
+  // Trace time 0 of `job`: when the gateway's provider first replayed the trace (kept in the
+  // state dir).
+  absl::Time TraceOrigin(const std::string& job) {
+    std::ifstream in(launcher::CapacityTraceOriginPath((dir_ / "local").string(), job));
     int64_t ms = 0;
     std::string text;
     EXPECT_TRUE(std::getline(in, text) && absl::SimpleAtoi(text, &ms)) << text;
@@ -160,7 +161,7 @@ TEST_F(OnDemandEndToEnd, SpotGoneMidRunFallsBackToOnDemandAndReturnsToSpot) {
   ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - start);
   EXPECT_EQ(*code, 0);
-  const absl::Time origin = TraceOrigin();
+  const absl::Time origin = TraceOrigin(job);
   const int64_t gone_ms = absl::ToUnixMillis(origin + absl::Seconds(4));
   const int64_t back_ms = absl::ToUnixMillis(origin + absl::Seconds(10));
 

@@ -79,7 +79,7 @@ TEST_F(ProfileCommandTest, ImportsSampleLinesFitsShowsAndExports) {
 
   CliRun imported = Profile({"import", path});
   ASSERT_EQ(imported.code, 0) << imported.err;
-  EXPECT_THAT(imported.out, ContainsRegex("samples imported +20\n"));
+  EXPECT_THAT(imported.out, ContainsRegex("samples imported +20 new, 0 already stored\n"));
   EXPECT_THAT(imported.out, HasSubstr("train.log:22: iteration_time_s = inf: must be finite"));
 
   CliRun strict = Profile({"import", path, "--stop-on-error"});
@@ -240,7 +240,8 @@ TEST_F(ProfileCommandTest, TalksToARunningProfilerWithServer) {
   // Sent again: nothing is stored twice.
   CliRun again = Cli({"profile", "import", log, "--job", "remote", "--server", server});
   ASSERT_EQ(again.code, 0) << again.err;
-  EXPECT_THAT(again.out, HasSubstr("samples already stored"));
+  // Said once, as what it is: none new, both already stored (not "2 imported" beside it).
+  EXPECT_THAT(again.out, ContainsRegex("samples imported +0 new, 2 already stored\n"));
   EXPECT_EQ(*service_store_count(), 2);
   // A folder is imported by path, which a server without --import_root does not read.
   CliRun folder = Cli({"profile", "import", dir_.string(), "--server", server});

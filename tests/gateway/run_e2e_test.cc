@@ -23,6 +23,7 @@
 #include "nlohmann/json.hpp"
 #include "provisioner/launcher/local_provider.h"
 #include "services/gateway/cli/job_output.h"
+#include "services/gateway/job/job_run.h"
 #include "services/gateway/job/job_store.h"
 #include "tests/gateway/cli_runner.h"
 #include "tests/testing/child_process.h"
@@ -214,9 +215,9 @@ class RunEndToEnd : public ::testing::Test {
     EXPECT_EQ(summary["deadline_met"], true);
     CliRun text = Cli({"status", job, "--data-dir", dir_.string()});
     ASSERT_EQ(text.code, 0) << text.err;
-    EXPECT_THAT(text.out, ::testing::HasSubstr("Loss reached: unknown"));
+    EXPECT_THAT(text.out, ::testing::HasSubstr("Target reached: unknown"));
     EXPECT_THAT(text.out, ::testing::HasSubstr("SLO met: unknown"));
-    EXPECT_THAT(text.out, ::testing::Not(::testing::HasSubstr("Loss reached: yes")));
+    EXPECT_THAT(text.out, ::testing::Not(::testing::HasSubstr("Target reached: yes")));
     // Issue 27, 2: --plot of a job without losses prints the status and draws its progress,
     // its cost and its revocation, saying the loss is missing.
     const std::string svg_path = (dir_ / "plot.svg").string();
@@ -334,17 +335,22 @@ TEST_F(RunEndToEnd, APlainScriptThatOnlyPrintsSamplesRunsToItsTarget) {
   }
 }
 
-// Issue 27, 6 and 3: a print-only script whose loss falls more slowly than the profile predicts
-// (each worker's loss 3.0 - 0.0005 x its step: 2.6 at its 800th step, about 40 s in) is not
-// stopped at a multiple of the prediction while the loss falls and the deadline (120 s) is far:
-// it runs to its target. Its progress is shown against a re-predicted end once the plan's is
-// exceeded (never "N/M" with N > M at 100%), with the cost so far and never the same line twice.
+// A print-only script whose loss falls more slowly than the profile predicts (the job's loss
+// 3.0 - 0.01 a second since the test started: 2.6 about 40 s in, whatever the cluster, where the
+// plan predicted 38 s for 49 global steps) is not stopped at a multiple of the prediction while
+// the loss falls and the deadline (120 s) is far: it runs to its target. Its progress is shown
+// against the job's current forecast (never "N/M" with N > M at 100%), with the cost so far and
+// never the same line twice.
 TEST_F(RunEndToEnd, ASlowerLossThanPredictedRunsOnWhileTheDeadlineCanBeMet) {
   const fs::path path = dir_ / "e2e-slow.json";
-  const std::string worker =
-      "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); l=$((3000-i/2)); [ $l -lt 100 ] && l=100; "
+  const fs::path t0 = dir_ / "t0";
+  std::ofstream(t0) << absl::ToUnixMillis(absl::Now());
+  const std::string worker = absl::StrCat(
+      "t0=$(cat ", t0.string(),
+      "); i=0; while [ $i -lt 100000 ]; do i=$((i+1)); "
+      "l=$((3000-($(date +%s%3N)-t0)/100)); [ $l -lt 100 ] && l=100; "
       "echo \"SPOTDNN_SAMPLE step=$i iteration_time_s=0.05 loss=$((l/1000)).$(printf %03d "
-      "$((l%1000))) batch_size=128\"; sleep 0.05; done";
+      "$((l%1000))) batch_size=128\"; sleep 0.05; done");
   std::ofstream(path) << nlohmann::json{{"name", "e2e-slow"},
                                         {"workload", {{"profile", "resnet110"}}},
                                         {"slo", {{"loss", 2.6}, {"deadline", "120s"}}},
@@ -363,8 +369,10 @@ TEST_F(RunEndToEnd, ASlowerLossThanPredictedRunsOnWhileTheDeadlineCanBeMet) {
   EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
   EXPECT_EQ(*code, 0);
   EXPECT_LE(record->loss, 2.6);
-  EXPECT_GT(record->iterations_done, 3 * record->target_iterations)
-      << "the test needs a loss slower than 3x the prediction";
+  spotdnn::v1::Plan plan;
+  ASSERT_TRUE(job::FromStoredJson(record->plan_json, "plan", &plan).ok());
+  EXPECT_GT(record->iterations_done, 3 * plan.prediction().normalized_iterations())
+      << "the test needs a loss slower than 3x the plan's prediction";
   EXPECT_FALSE(record->worker_losses.empty());  // the raw last losses beside the smoothed one
 
   std::vector<nlohmann::json> progress;
@@ -377,12 +385,10 @@ TEST_F(RunEndToEnd, ASlowerLossThanPredictedRunsOnWhileTheDeadlineCanBeMet) {
     const nlohmann::json& p = progress[i];
     const double done = p["iterations_done"].get<double>();
     if (p["predicted_iterations"].is_number()) {
-      const double predicted = p["predicted_iterations"].get<double>();
-      // Past the plan's prediction, the end shown is a new one (or unknown), not the plan's.
-      if (done > p["target_iterations"].get<double>()) {
-        EXPECT_GE(predicted, done * 0.999) << p;
-        repredicted |= predicted != p["target_iterations"].get<double>();
-      }
+      // The end shown is the job's current forecast, never one the job has passed.
+      EXPECT_GE(p["predicted_iterations"].get<double>(), done * 0.999) << p;
+      repredicted |=
+          p.value("predicted_by", "") == "forecast" && p.value("forecast_source", "") == "refit";
     }
     EXPECT_GE(p["cost_usd"].get<double>(), 0) << p;
     if (i > 0) {
@@ -390,7 +396,7 @@ TEST_F(RunEndToEnd, ASlowerLossThanPredictedRunsOnWhileTheDeadlineCanBeMet) {
           << "the same progress shown twice: " << p;
     }
   }
-  EXPECT_TRUE(repredicted) << "no progress line was re-predicted from the measured loss";
+  EXPECT_TRUE(repredicted) << "no progress line counted against a refit of the measured loss";
   EXPECT_GT(progress.back()["cost_usd"].get<double>(), 0);
   // The summary names the loss's smoothing and the raw values.
   CliRun status = Cli({"status", "e2e-slow", "--json", "--data-dir", dir_.string()});
@@ -597,7 +603,84 @@ TEST_F(RunEndToEnd, RevocationIsTakenOverBeforeTheInstanceGoes) {
                            "ended", "finished"}) {
     EXPECT_THAT(kinds, ::testing::Contains(kind)) << "no " << kind << " event in the --json output";
   }
+  // One job, one model: the plan's global steps and the first forecast's are the same number,
+  // and the first progress lines count against it.
+  std::optional<double> planned, forecast, first_progress;
+  for (const auto& e : JsonLines(dir_ / "run.log")) {
+    const std::string kind = e.value("event", "");
+    if (kind == "planned" && !planned) planned = e["target_iterations"].get<double>();
+    if (kind == "forecast" && !forecast) forecast = e["iterations_p50"].get<double>();
+    if (kind == "progress" && !first_progress && e["predicted_iterations"].is_number()) {
+      first_progress = e["predicted_iterations"].get<double>();
+    }
+  }
+  ASSERT_TRUE(planned && forecast && first_progress);
+  EXPECT_NEAR(*forecast, *planned, 1) << "the plan and the first forecast disagree";
+  EXPECT_NEAR(*first_progress, *planned, 1) << "the first progress line counts against another";
   CheckRevocationHandled("e2e-revoke", victim);
+}
+
+// A revocation near the target, on a job whose loss falls more slowly (in global steps) than its
+// profile says: the re-plan starts from the job's measured progress (its forecast), not from where
+// the profile's model says the loss is by now, and the revocation is handled (a takeover, or a
+// logged decision not to replace). The workers follow loss = 1300 / (j + 500) + 2 at global step
+// j, 2.6 at step 1667 (about 17 s at 100 steps a second); the profile's eq. 3 put 2.6 at 49.
+TEST_F(RunEndToEnd, ARevocationNearTheTargetIsHandled) {
+  const std::string job = "e2e-near";
+  const fs::path path = dir_ / "near.json";
+  const std::string worker = bin_ +
+                             "/spotdnn-sim-worker --iteration_time_s=0.05 "
+                             "--loss_curve=1300,500,2 --loss_noise=0.002";
+  std::ofstream(path) << nlohmann::json{{"name", job},
+                                        {"workload", {{"profile", "resnet110"}}},
+                                        {"slo", {{"loss", 2.6}, {"deadline", "90s"}}},
+                                        {"catalog", "aws-spotdnn-prototype"},
+                                        {"provider", {{"name", "local"}}},
+                                        {"quotas", {{"p2.8xlarge", 5}}},
+                                        {"commands",
+                                         {{"worker", worker},
+                                          {"parameter_server", bin_ + "/spotdnn-sim-worker"}}}}
+                             .dump(2);
+  auto gateway = StartGateway({"run", path.string()}, "near.log");
+  WaitUntilTraining(job, 1000);  // loss about 2.87
+  const std::string victim = RevokeAWorker(job, absl::Seconds(10));
+  std::optional<int> code = gateway->Wait(std::chrono::seconds(110));
+  ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
+  provider_->WaitForRevocations();
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  auto record = store->GetJob(job);
+  ASSERT_TRUE(record.ok()) << record.status();
+  auto events = store->Events(job);
+  ASSERT_TRUE(events.ok());
+  std::string log;
+  for (const JobEventRecord& e : *events) {
+    absl::StrAppend(&log, e.at_ms - record->started_ms, " ms ", e.kind, ": ",
+                    e.detail.substr(0, 300), "\n");
+  }
+  SCOPED_TRACE(log);
+  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
+  EXPECT_EQ(*code, 0);
+  auto revocations = store->Revocations(job);
+  ASSERT_TRUE(revocations.ok());
+  ASSERT_EQ(revocations->size(), 1u);
+  const RevocationRecord& r = revocations->front();
+  EXPECT_EQ(r.instance_id, victim);
+  EXPECT_TRUE(r.status == job::RevocationStatus::kLaunched ||
+              r.status == job::RevocationStatus::kNoneNeeded)
+      << "status " << static_cast<int>(r.status) << ": " << r.detail;
+  if (r.status == job::RevocationStatus::kNoneNeeded) {
+    EXPECT_THAT(r.detail, ::testing::HasSubstr("not replaced: "));
+  }
+  CliRun status = Cli({"status", job, "--json", "--data-dir", dir_.string()});
+  ASSERT_EQ(status.code, 0) << status.err;
+  const nlohmann::json summary = nlohmann::json::parse(status.out)["summary"];
+  EXPECT_EQ(summary["revocations_handled"], 1) << summary;
+  EXPECT_EQ(summary["target_reached"], true) << summary;
+  EXPECT_EQ(summary["target_kind"], "loss") << summary;
+  std::cout << "[measured] " << job << ": revocation " << r.detail << "; finished at "
+            << record->iterations_done << " global steps in "
+            << (record->finished_ms - record->started_ms) / 1000.0 << " s" << std::endl;
 }
 
 TEST_F(RunEndToEnd, KilledGatewayResumesWithoutLaunchingTwice) {
@@ -618,7 +701,7 @@ TEST_F(RunEndToEnd, KilledGatewayResumesWithoutLaunchingTwice) {
   EXPECT_THAT(healthy.out, ::testing::ContainsRegex("Status: running, (on track|behind)"));
   EXPECT_THAT(healthy.out, ::testing::HasSubstr("Driven by gateway pid "));
   EXPECT_THAT(healthy.out, ::testing::Not(::testing::HasSubstr("SLO met: NO")));
-  EXPECT_THAT(healthy.out, ::testing::Not(::testing::HasSubstr("Loss reached: NO")));
+  EXPECT_THAT(healthy.out, ::testing::Not(::testing::HasSubstr("Target reached: NO")));
   gateway->Kill();  // kill -9, mid-job
 
   // The job is shown as having no gateway, with the command to resume it.

@@ -17,6 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class SimulateAvailabilityTest : public ::testing::Test {
  protected:
@@ -139,16 +140,20 @@ TEST_F(SimulateAvailabilityTest, BadFlagsNameFlagAndValue) {
 // The cluster forms: simulate and plan with TYPE=FILE traces (no revocation model in this catalog,
 // so simulate replays the cheapest plan's capacity alone).
 TEST_F(SimulateAvailabilityTest, ClusterSimulateAndPlanReplayTheTraces) {
-  const std::string csv = (dir_ / "p2.csv").string();
-  std::ofstream(csv) << "time,count\n0,1\n36000,1\n36000,0\n43200,0\n43200,1\n200000,1\n";
-  const std::vector<std::string> common = {"--workload",     "resnet110",
-                                           "--catalog",      "aws-spotdnn-prototype",
-                                           "--loss",         "0.9",
-                                           "--deadline",     "1h",
-                                           "--availability", "p2.xlarge=" + csv,
-                                           "--changeover",   "2m",
-                                           "--start-every",  "2h",
-                                           "--json"};
+  // Spot for 10 h, an outage of 2 h, spot again. (Not for p2.xlarge: its spot price is above its
+  // on-demand price, so the replay buys it on-demand; the quota leaves it out.)
+  const std::string csv = (dir_ / "spot.csv").string();
+  std::ofstream(csv) << "time,count\n0,9\n36000,9\n36000,0\n43200,0\n43200,9\n200000,9\n";
+  std::string traces;
+  for (const char* type : {"g4dn.4xlarge", "g3.8xlarge", "g3.16xlarge", "p2.8xlarge"}) {
+    traces += (traces.empty() ? "" : ",") + std::string(type) + "=" + csv;
+  }
+  const std::vector<std::string> common = {
+      "--workload",   "resnet110",   "--catalog",      "aws-spotdnn-prototype",
+      "--loss",       "0.9",         "--deadline",     "1h",
+      "--quota",      "p2.xlarge=0", "--availability", traces,
+      "--changeover", "2m",          "--start-every",  "2h",
+      "--json"};
   std::vector<std::string> a = {"simulate"};
   a.insert(a.end(), common.begin(), common.end());
   CliRun r = Cli(a);
@@ -178,10 +183,192 @@ TEST_F(SimulateAvailabilityTest, ClusterSimulateAndPlanReplayTheTraces) {
   r = Cli(plan);
   EXPECT_THAT(r.out, HasSubstr("with the on-demand fallback"));
   plan.push_back("--json");
-  plan[10] = "p2.xlarge";  // not TYPE=FILE
+  plan[12] = "p2.xlarge";  // not TYPE=FILE
   r = Cli(plan);
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_THAT(r.err, HasSubstr("--availability = \"p2.xlarge\""));
+}
+
+// --policy optimum shows the schedule it found like the other policies: a finish, spot and
+// on-demand hours, changeovers.
+TEST_F(SimulateAvailabilityTest, OptimumShowsFinishHoursAndChangeovers) {
+  CliRun r = Cli(Args({"--policy", "optimum", "--json"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const auto f = Json(r.out).fields();
+  for (const auto& v : f.at("windows").list_value().values()) {
+    const auto& w = v.struct_value().fields();
+    ASSERT_TRUE(w.at("met").bool_value());
+    // Done within the deadline, after at least the work and one changeover.
+    EXPECT_GE(w.at("finish_s").number_value(), 10.2 * 3600 - 1e-6);
+    EXPECT_LE(w.at("finish_s").number_value(), 16 * 3600 + 1e-6);
+    const double spot = w.at("spot_hours").number_value(),
+                 od = w.at("on_demand_hours").number_value();
+    EXPECT_GE(spot + od, 10.2 - 1e-9);
+    EXPECT_NEAR(w.at("cost_usd").number_value(), spot * 0.918 + od * 3.06, 1e-6);
+    EXPECT_GE(w.at("changeovers").number_value(), 1);
+  }
+  EXPECT_GT(f.at("spot_hours").number_value(), 0);
+  EXPECT_GT(f.at("changeovers").number_value(), 0);
+  r = Cli(Args({"--policy", "optimum"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("spot h"));
+  EXPECT_THAT(r.out, HasSubstr("changeovers in all"));
+  EXPECT_THAT(r.out, Not(HasSubstr(" 0.0s\n")));  // no window finishes at 0
+}
+
+// Spot dearer than on-demand (or as dear): the policies run on-demand, and the output says why.
+TEST_F(SimulateAvailabilityTest, SpotNoCheaperThanOnDemandRunsOnDemandAndSaysSo) {
+  for (const char* policy : {"ours", "greedy", "uniform-progress"}) {
+    CliRun r =
+        Cli(Args({"--spot-price", "4", "--on-demand-price", "3", "--policy", policy, "--json"}));
+    ASSERT_EQ(r.code, kExitOk) << r.err;
+    const auto f = Json(r.out).fields();
+    EXPECT_EQ(f.at("spot_hours").number_value(), 0) << policy;
+    EXPECT_NEAR(f.at("mean_cost_usd").number_value(), 10.2 * 3, 1e-6) << policy;
+    ASSERT_EQ(f.at("notes").list_value().values_size(), 1) << policy;
+    EXPECT_THAT(f.at("notes").list_value().values(0).string_value(),
+                HasSubstr("costs no more than spot"));
+  }
+  CliRun r = Cli(Args({"--spot-price", "4", "--on-demand-price", "3"}));
+  EXPECT_THAT(r.out, HasSubstr("Note: on-demand ($3.0000/h) costs no more than spot ($4.0000/h)"));
+}
+
+// A deadline without room for a changeover: every window misses, and the output says why and what
+// would help.
+TEST_F(SimulateAvailabilityTest, NoRoomForAChangeoverIsExplained) {
+  CliRun r = Cli(Args({"--deadline", "10h05m", "--json"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  auto f = Json(r.out).fields();
+  EXPECT_EQ(f.at("met_fraction").number_value(), 0);
+  ASSERT_EQ(f.at("notes").list_value().values_size(), 1);
+  const std::string note = f.at("notes").list_value().values(0).string_value();
+  EXPECT_THAT(note, HasSubstr("less than one changeover (12m 00s)"));
+  EXPECT_THAT(note, HasSubstr("a later --deadline (at least 10h 12m)"));
+  EXPECT_THAT(note, HasSubstr("a --changeover under 5m 00s"));
+  // Room for on-demand but not for spot: the policy never tries spot, and says so.
+  r = Cli(Args({"--deadline", "10h20m", "--json"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  f = Json(r.out).fields();
+  EXPECT_EQ(f.at("met_fraction").number_value(), 1);
+  EXPECT_EQ(f.at("spot_hours").number_value(), 0);
+  EXPECT_THAT(f.at("notes").list_value().values(0).string_value(), HasSubstr("never starts spot"));
+}
+
+// The README's own plan (loss 0.9 by 30 minutes) and a catalog without a revocation model.
+class ClusterAvailabilityTest : public SimulateAvailabilityTest {
+ protected:
+  // Spot capacity of 20 instances for a day: always there.
+  std::string AlwaysUp() const {
+    const std::string csv = (dir_ / "up.csv").string();
+    std::ofstream(csv) << "time,count\n0,20\n86400,20\n";
+    return csv;
+  }
+  std::vector<std::string> Readme(const std::string& command, std::vector<std::string> extra) {
+    std::vector<std::string> a = {
+        command, "--workload", "resnet110", "--catalog", "aws-spotdnn-prototype", "--loss", "0.9"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+};
+
+TEST_F(ClusterAvailabilityTest, WithoutLifetimesTheTracesAloneAreUsedForAGivenCluster) {
+  const CliRun r =
+      Cli(Readme("simulate", {"--deadline", "1h", "--cluster", "g3.8xlarge=4", "--availability",
+                              "g3.8xlarge=" + AlwaysUp(), "--json"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const auto f = Json(r.out).fields();
+  EXPECT_EQ(f.at("cluster_from").string_value(), "given");
+  const auto& av = f.at("availability").struct_value().fields();
+  EXPECT_EQ(av.at("met_fraction").number_value(), 1);
+  EXPECT_GT(av.at("spot_hours").number_value(), 0);
+}
+
+TEST_F(ClusterAvailabilityTest, NoRevocationModelNamesTheFlagsThatGiveOne) {
+  const CliRun r = Cli(Readme("simulate", {"--deadline", "30m"}));
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_THAT(r.err, HasSubstr("nothing to simulate"));
+  EXPECT_THAT(r.err, HasSubstr("give lifetimes (--lifetimes FILE)"));
+  EXPECT_THAT(r.err, HasSubstr("--availability TYPE=FILE"));
+  EXPECT_THAT(r.err, Not(HasSubstr("spotdnn --lifetimes")));
+}
+
+TEST_F(ClusterAvailabilityTest, ATraceForATypeNotInTheCatalogIsRefused) {
+  for (const char* command : {"plan", "simulate"}) {
+    const CliRun r =
+        Cli(Readme(command, {"--deadline", "30m", "--availability", "p9.xlarge=" + AlwaysUp()}));
+    EXPECT_EQ(r.code, kExitBadInput) << command << ": " << r.out;
+    EXPECT_THAT(r.err, HasSubstr("instance type \"p9.xlarge\" is not in catalog "
+                                 "\"aws-spotdnn-prototype\"; did you mean p2.xlarge?"))
+        << command;
+  }
+}
+
+TEST_F(ClusterAvailabilityTest, APlanWithoutRoomForAChangeoverIsExplainedWithWhatHelps) {
+  const std::string up = AlwaysUp();
+  std::string traces;
+  for (const char* type :
+       {"p2.xlarge", "g4dn.4xlarge", "g3.8xlarge", "g3.16xlarge", "p2.8xlarge"}) {
+    traces += (traces.empty() ? "" : ",") + std::string(type) + "=" + up;
+  }
+  auto notes_of = [](const google::protobuf::Struct& availability) {
+    std::string notes;
+    for (const auto& n : availability.fields().at("notes").list_value().values()) {
+      notes += n.string_value() + "\n";
+    }
+    return notes;
+  };
+  // The cheapest plan uses the whole deadline: 5 s spare, less than the 5-minute changeover.
+  CliRun r = Cli(Readme("simulate", {"--deadline", "30m", "--availability", traces, "--json"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  auto av = Json(r.out).fields().at("availability").struct_value();
+  EXPECT_EQ(av.fields().at("met_fraction").number_value(), 0);
+  EXPECT_LT(av.fields().at("slack_s").number_value(), 300);
+  EXPECT_THAT(notes_of(av), HasSubstr("less than one changeover (5m 00s): no window can meet"));
+  EXPECT_THAT(notes_of(av), HasSubstr("What would help: --overhead 5m 00s"));
+  // What the note suggests works: with a changeover budgeted every window meets the deadline (on
+  // on-demand: spot needs two changeovers of room, and the next note says so).
+  r = Cli(Readme("simulate",
+                 {"--deadline", "30m", "--overhead", "5m", "--availability", traces, "--json"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  av = Json(r.out).fields().at("availability").struct_value();
+  EXPECT_EQ(av.fields().at("met_fraction").number_value(), 1);
+  EXPECT_EQ(av.fields().at("spot_hours").number_value(), 0);
+  EXPECT_THAT(notes_of(av), HasSubstr("never starts spot"));
+  EXPECT_THAT(notes_of(av), HasSubstr("For spot to be tried: --overhead 10m 00s"));
+  // plan --availability: the 45-minute plan leaves no room either; P = 0 comes with the note.
+  r = Cli(Readme("plan", {"--deadline", "45m", "--availability", traces}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("with the on-demand fallback            0.0000"));
+  EXPECT_THAT(r.out, HasSubstr("Note: the cluster's predicted time (44m 22s) leaves"));
+  EXPECT_THAT(r.out, HasSubstr("What would help: --overhead 5m 00s"));
+}
+
+// The prototype's p2.xlarge costs more on spot than on-demand: the replay buys it on-demand (no
+// trace needed), and plan says so.
+TEST_F(ClusterAvailabilityTest, SpotDearerTypesAreBoughtOnDemandAndNamed) {
+  // The README's plan uses two p2.xlarge: with no trace for it, and an outage of every other type
+  // all day, the replay still buys p2.xlarge on-demand (needing no trace) and says so.
+  const std::string down = (dir_ / "down.csv").string();
+  std::ofstream(down) << "time,count\n0,0\n86400,0\n";
+  CliRun r = Cli(Readme("simulate", {"--deadline", "30m", "--availability",
+                                     "g4dn.4xlarge=" + down + ",g3.8xlarge=" + down, "--json"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const auto f = Json(r.out).fields();
+  const auto& av = f.at("availability").struct_value().fields();
+  ASSERT_EQ(av.at("bought_on_demand").list_value().values_size(), 1) << r.out;
+  EXPECT_EQ(av.at("bought_on_demand").list_value().values(0).string_value(), "p2.xlarge");
+  EXPECT_EQ(av.at("without_trace").list_value().values_size(), 0) << r.out;
+  EXPECT_THAT(av.at("notes").list_value().values(0).string_value(),
+              HasSubstr("p2.xlarge=2 bought on-demand in every window"));
+  // Its spot price ($0.918/h) counts as on-demand ($0.90/h) in the unit's spot price: 2 x $0.018
+  // below the plan's spot price per hour.
+  EXPECT_NEAR(av.at("spot_price_per_hour").number_value(), 0.918 * 2 + 0.3612 + 0.684 * 3 - 0.036,
+              1e-9);
+  // plan says so too, beside the plan itself.
+  r = Cli(Readme("plan", {"--deadline", "30m"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Note: p2.xlarge costs $0.9180/h on spot, not less than $0.9000/h "
+                               "on-demand: the plan's 2 would cost no more on-demand"));
 }
 
 }  // namespace

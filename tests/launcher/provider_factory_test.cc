@@ -5,9 +5,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "provisioner/launcher/local_provider.h"
 #include "tests/launcher/test_keys.h"
 
 namespace spotdnn::launcher {
@@ -43,6 +45,47 @@ TEST(ProviderFactoryTest, MakesTheNamedProvider) {
   EXPECT_EQ((*local)->name(), "local");
   EXPECT_EQ((*local)->OutputLocation(), dir + "/logs");
   EXPECT_EQ(MakeProvider({.name = "aws"}, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A job's capacity trace starts when the job does: a new job replays it from its start whatever
+// a job run before in the same state dir kept there (that job's time would put the new one at the
+// trace's end, replaying nothing); only a resumed job continues from the time its first run kept.
+TEST(ProviderFactoryTest, ANewJobReplaysTheCapacityTraceFromItsStart) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "factory-trace";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // Two p2.xlarge for the first trace hour, none after.
+  const fs::path trace = dir / "p2.csv";
+  std::ofstream(trace) << "time_h,count\n0,2\n1,2\n1,0\n";
+  const ProviderSpec spec{.name = "local",
+                          .capacity_trace = {{"p2.xlarge", trace.string()}},
+                          .capacity_trace_time_scale = 1};
+  // Jobs that started two hours ago kept their trace time 0 there (and so did the providers
+  // before trace times were kept per job, in one file for the whole state dir).
+  const int64_t two_hours_ago = absl::ToUnixMillis(absl::Now() - absl::Hours(2));
+  for (const std::string& job : {"", "earlier", "resumed"}) {
+    std::ofstream(CapacityTraceOriginPath(dir.string(), job)) << two_hours_ago << "\n";
+  }
+  auto capacity_now = [&](const std::string& job, bool resume) {
+    auto provider = MakeProvider(spec, {.local_state_dir = dir.string(),
+                                        .local_wrapper = "none",
+                                        .job_id = job,
+                                        .resume = resume});
+    EXPECT_TRUE(provider.ok()) << provider.status();
+    if (!provider.ok()) return -2;
+    auto* local = dynamic_cast<LocalProvider*>(provider->get());
+    EXPECT_NE(local, nullptr);
+    return local == nullptr ? -2 : local->SpotCapacityNow("p2.xlarge");
+  };
+  EXPECT_EQ(capacity_now("new-job", false), 2) << "a new job did not replay the trace's start";
+  // A job of an earlier one's name run anew (the earlier record gone) starts the trace afresh too.
+  EXPECT_EQ(capacity_now("earlier", false), 2);
+  // A resumed job continues where its trace was: two hours in, no capacity left.
+  EXPECT_EQ(capacity_now("resumed", true), 0);
+  // And the new job's own time was kept for its resume: still at the trace's start.
+  EXPECT_EQ(capacity_now("new-job", true), 2);
+  fs::remove_all(dir);
 }
 
 TEST(ProviderFactoryTest, GceAndAzureKeysAreChecked) {

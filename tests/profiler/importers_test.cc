@@ -212,6 +212,15 @@ TEST(CsvImport, MapsNamedColumnsAndIgnoresOthers) {
                           HasSubstr("runs.csv:5: expected 8 comma-separated fields")));
 }
 
+// A quoted field is shown as written: `loss = "x"`, not `loss = ""x""`.
+TEST(CsvImport, AQuotedValueIsShownInOnePairOfQuotes) {
+  auto result = ImportText("job_id,step,loss,batch_size\na,1,\"x\",2\na,2,2.4,\"y\"\n", "runs.csv",
+                           {.format = LogFormat::kCsv});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(result->errors, ElementsAre("runs.csv:2: loss = \"x\": not a number",
+                                          "runs.csv:3: batch_size = \"y\": not a number"));
+}
+
 TEST(CsvImport, RejectsAHeaderThatNamesNoField) {
   auto result = ImportText("a,b,c\n1,2,3\n", "x.csv", {.format = LogFormat::kCsv});
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);

@@ -309,6 +309,59 @@ TEST(ExactVsExhaustive, SameOptimumForTheSharedPsVariantAndEveryTargetKind) {
   EXPECT_GT(kinds[predictor::Target::Kind::kSamples], 200);
 }
 
+// A SearchMemo only saves work: every search of problems of one shape (the simulator's re-plans
+// differ in the current loss, the deadline and what is left of the target) answers exactly as
+// without it, node for node, and a memo given a problem of another shape starts over.
+TEST(SearchMemo, SameSearchesAsWithoutIt) {
+  std::mt19937 rng(5);
+  auto uniform = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
+  SearchMemo memo;  // shared by every instance below: each starts it over
+  int remembered = 0, feasible = 0;
+  for (int i = 0; i < 240; ++i) {
+    RandomInstance r = i % 3 == 0 ? MakeRandomSharedPs(rng) : MakeRandom(rng);
+    for (int variant = 0; variant < 4; ++variant) {
+      PlanProblem p = r.problem;
+      if (variant > 0) {
+        if (p.target_kind == predictor::Target::Kind::kLoss) {
+          p.current_loss = p.target_loss + uniform(0.01, 3);
+        } else {
+          p.target_amount *= uniform(0.2, 1);
+        }
+        if (std::isfinite(p.deadline_s)) p.deadline_s *= uniform(0.5, 1.2);
+        if (std::isfinite(p.budget_usd)) p.budget_usd *= uniform(0.5, 1.2);
+        p.overhead_s = uniform(0, 30);
+      }
+      const PlanResult plain = SolveExact(r.model, p);
+      p.memo = &memo;
+      const PlanResult memoized = SolveExact(r.model, p);
+      remembered += memo.nodes() > 0;
+      ASSERT_EQ(memoized.feasible, plain.feasible) << "instance " << i << " variant " << variant;
+      EXPECT_EQ(memoized.nodes, plain.nodes) << "instance " << i << " variant " << variant;
+      EXPECT_EQ(memoized.evaluated, plain.evaluated);
+      if (!plain.feasible) continue;
+      ++feasible;
+      EXPECT_EQ(memoized.best.counts, plain.best.counts) << "instance " << i;
+      EXPECT_EQ(memoized.best.cost_usd, plain.best.cost_usd);
+      EXPECT_EQ(memoized.best.time_s, plain.best.time_s);
+      if (variant == 3) {
+        auto front = Frontier(r.model, p, Strategy::kExact);
+        p.memo = nullptr;
+        auto reference = Frontier(r.model, p, Strategy::kExact);
+        ASSERT_TRUE(front.ok() && reference.ok());
+        ASSERT_EQ(front->size(), reference->size()) << "instance " << i;
+        for (size_t k = 0; k < front->size(); ++k) {
+          EXPECT_EQ((*front)[k].counts, (*reference)[k].counts);
+          EXPECT_EQ((*front)[k].cost_usd, (*reference)[k].cost_usd);
+        }
+      }
+    }
+  }
+  EXPECT_GT(feasible, 200);
+  EXPECT_GT(remembered, 100);
+}
+
 TEST(Replan, AnIterationsTargetPlansWhatIsLeft) {
   InstanceCatalog c;
   c.name = "gce";

@@ -326,6 +326,42 @@ TEST(Simulator, ResolutionRoundsTheReplanInputsTowardsSlack) {
   EXPECT_EQ(a->replans_solved, a->replans);
 }
 
+// Re-plans with the same survivors share a search memo (continuous lifetimes make every re-plan
+// a new search); the numbers are those of searching every re-plan from scratch, to the bit.
+TEST(Simulator, ReusedSearchesGiveTheSameNumbersAsSearchesFromScratch) {
+  const PerformanceModel m = PerformanceModel::Create(predictor::testing_inputs::PrototypeProfile(),
+                                                      predictor::testing_inputs::PrototypeCatalog())
+                                 .value();
+  for (const double deadline : {1800.0, 2400.0}) {
+    PlanProblem p = DefaultProblem(m, 0.9, deadline);
+    const PlanResult plain = SolveExact(m, p);
+    ASSERT_TRUE(plain.feasible);
+    const RevocationModel rev = Model({Exp(0.8), Exp(0.5), Exp(0.6), Exp(0.6), Exp(0.8)});
+    SimulationOptions o{.runs = 600, .seed = 17, .notice_s = 30, .takeover_delay_s = 60};
+    auto memoized = Simulator::Create(m, p, rev, o);
+    o.reuse_search = false;
+    auto scratch = Simulator::Create(m, p, rev, o);
+    ASSERT_TRUE(memoized.ok() && scratch.ok());
+    auto a = (*memoized)->Run(plain.best.counts);
+    auto b = (*scratch)->Run(plain.best.counts);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_GT(a->replans_solved, 200u) << "deadline " << deadline;
+    EXPECT_EQ(a->replans, b->replans);
+    EXPECT_EQ(a->replans_solved, b->replans_solved);
+    EXPECT_EQ(a->replan_errors, b->replan_errors);
+    EXPECT_EQ(a->met_deadline, b->met_deadline) << "deadline " << deadline;
+    EXPECT_EQ(a->unfinished, b->unfinished);
+    for (auto [x, y] : {std::pair{a->time_s, b->time_s}, std::pair{a->cost_usd, b->cost_usd},
+                        std::pair{a->revocations, b->revocations}}) {
+      EXPECT_EQ(x.mean, y.mean);
+      EXPECT_EQ(x.p50, y.p50);
+      EXPECT_EQ(x.p90, y.p90);
+      EXPECT_EQ(x.max, y.max);
+      EXPECT_EQ(x.stddev, y.stddev);
+    }
+  }
+}
+
 TEST(Simulator, BoundsTheReplansItSolves) {
   const PerformanceModel m = TwoTypeModel(3, 3);
   PlanProblem p = DefaultProblem(m, 1.0);

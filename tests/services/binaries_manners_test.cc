@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -17,7 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -123,6 +126,28 @@ class BinariesManners : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return {code, ReadAll(out), ReadAll(err)};
+  }
+
+  // BINARY ARGS... in dir_ in the background, its output in `log`; the caller waits for it.
+  pid_t Spawn(const std::string& binary, const std::vector<std::string>& args,
+              const std::string& log) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int in = open("/dev/null", O_RDONLY);
+      const int o = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(in, 0);
+      dup2(o, 1);
+      dup2(o, 2);
+      if (chdir(dir_.c_str()) != 0) _exit(126);
+      std::vector<std::string> argv = {absl::StrCat(SPOTDNN_BINARY_DIR, "/", binary)};
+      argv.insert(argv.end(), args.begin(), args.end());
+      std::vector<char*> raw;
+      for (std::string& a : argv) raw.push_back(a.data());
+      raw.push_back(nullptr);
+      execv(raw[0], raw.data());
+      _exit(127);
+    }
+    return pid;
   }
 
   std::string dir_;
@@ -247,6 +272,27 @@ TEST_F(BinariesManners, HelpExitsZeroWithGroupsByPurposeAndNoSourcePaths) {
   }
 }
 
+// Each flag's default is said once: a help text that says its own ("default: $SPOTDNN_PROFILER")
+// gets no "(default: ...)" after it.
+TEST_F(BinariesManners, HelpSaysEachDefaultOnce) {
+  for (const Binary& b : Binaries()) {
+    SCOPED_TRACE(b.name);
+    Proc help = Run(b.name, {"--help"});
+    ASSERT_EQ(help.code, 0) << help.err;
+    // One entry per flag: from "\n  --NAME" to the next.
+    std::vector<std::string> entries = absl::StrSplit(help.out, "\n  --");
+    for (size_t i = 1; i < entries.size(); ++i) {
+      const std::string entry = absl::AsciiStrToLower(entries[i]);
+      size_t defaults = 0;
+      for (size_t at = entry.find("default:"); at != std::string::npos;
+           at = entry.find("default:", at + 1)) {
+        ++defaults;
+      }
+      EXPECT_LE(defaults, 1u) << "--" << entries[i];
+    }
+  }
+}
+
 // A store in a folder that does not exist is bad input naming the flag and the path; the folder
 // is not created (systemd's StateDirectory or `spotdnn up` make the data folders).
 TEST_F(BinariesManners, AStoreInAMissingFolderIsBadInputAndCreatesNothing) {
@@ -264,6 +310,66 @@ TEST_F(BinariesManners, AStoreInAMissingFolderIsBadInputAndCreatesNothing) {
       EXPECT_THAT(p.err, HasSubstr(missing));
       EXPECT_FALSE(fs::exists(dir_ + "/nonexistent")) << flag;
     }
+  }
+}
+
+// A server given an address another one already listens on exits with the README's status for
+// it (1), naming the address, instead of sharing the port (gRPC and cpp-httplib set SO_REUSEPORT
+// by default, with which the kernel would split the connections between the two). The first one
+// is started on port 0, which keeps working.
+TEST_F(BinariesManners, AnAddressInUseIsRefusedNamingIt) {
+  const auto table = ReadmeExitTable();
+  struct Server {
+    std::string name;
+    std::vector<std::string> first;                            // on port 0
+    std::function<std::vector<std::string>(int port)> second;  // on the first one's port
+  };
+  const std::string port_file = dir_ + "/port";
+  auto grpc_server = [&](const std::string& name, bool store) {
+    std::vector<std::string> first = {"--listen=127.0.0.1:0", "--port_file=" + port_file};
+    if (store) first.push_back("--db=" + dir_ + "/" + name + "-first.db");
+    return Server{name, first, [name, store, this](int port) {
+                    std::vector<std::string> second = {absl::StrCat("--listen=127.0.0.1:", port)};
+                    if (store) second.push_back("--db=" + dir_ + "/" + name + "-second.db");
+                    return second;
+                  }};
+  };
+  const std::vector<Server> servers = {
+      grpc_server("spotdnn-predictor", false),
+      grpc_server("spotdnn-provisioner", false),
+      grpc_server("spotdnn-profiler", true),
+      grpc_server("spotdnn-detector", true),
+      {"spotdnn-metadata-emulator",
+       {"--port=0", "--port_file=" + port_file},
+       [](int port) { return std::vector<std::string>{absl::StrCat("--port=", port)}; }},
+  };
+  for (const Server& server : servers) {
+    SCOPED_TRACE(server.name);
+    ASSERT_TRUE(table.contains(server.name));
+    const int in_use = StatusFor(table.at(server.name), "address in use");
+    EXPECT_EQ(in_use, 1) << "the README's table says no status for an address in use";
+    fs::remove(port_file);
+    const pid_t first = Spawn(server.name, server.first, dir_ + "/.first");
+    int port = 0;
+    for (int i = 0; i < 500 && port == 0; ++i) {
+      std::string text = ReadAll(port_file);
+      if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port)) port = 0;
+      if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (port == 0) {
+      kill(first, SIGKILL);
+      waitpid(first, nullptr, 0);
+      FAIL() << "the first server wrote no port within 10 s: " << ReadAll(dir_ + "/.first");
+    }
+    Proc second = Run(server.name, server.second(port));
+    kill(first, SIGTERM);
+    int status = 0;
+    waitpid(first, &status, 0);
+    EXPECT_EQ(second.code, in_use) << second.err;
+    EXPECT_THAT(second.err, HasSubstr(absl::StrCat("127.0.0.1:", port)));
+    EXPECT_THAT(second.err, HasSubstr("in use"));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "the first server did not stop cleanly: " << ReadAll(dir_ + "/.first");
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include "base/clock.h"
 #include "detector/detector.h"
+#include "detector/hash_ring.h"
 #include "detector/metadata_emulator.h"
 #include "gtest/gtest.h"
 #include "libpq-fe.h"
@@ -459,6 +460,248 @@ TEST(DetectorReplicas, ALeaseIsRenewedWhileTheDetectorsLockIsHeld) {
   EXPECT_TRUE(detector->serving());
   EXPECT_EQ(detector->lease_changes(), changes_before);
   detector.reset();
+}
+
+// A starved host, simulated. A replica runs on a fake clock: its lease loop, monitor and
+// background loop act only when the test moves that clock, so the test decides when a renewal is
+// tried and when a refused write is tried again; its poller asks the metadata emulator in real
+// time. Its lease in the database lasts a minute of real time and never runs out by itself here:
+// where a starved replica's lease would lapse (a renewal descheduled past the lease), the test
+// takes the lease over, as a join of the same replica id does, which has the same effect on the
+// replica: its writes are refused, its next renewal fails, it fences itself and joins again with a
+// new epoch. Nothing here asserts how long anything took.
+class StarvedReplicaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = testing_util::SharedPostgresServer();
+    ASSERT_TRUE(server.ok()) << server.status();
+    auto dsn = (*server)->CreateDatabase();
+    ASSERT_TRUE(dsn.ok()) << dsn.status();
+    dsn_ = *dsn;
+    auto emulator = d::MetadataEmulator::Start({});
+    ASSERT_TRUE(emulator.ok()) << emulator.status();
+    emulator_ = *std::move(emulator);
+    auto other = d::DetectorStore::Open(dsn_);
+    ASSERT_TRUE(other.ok()) << other.status();
+    other_ = *std::move(other);
+    sql_ = PQconnectdb(dsn_.c_str());
+    ASSERT_EQ(PQstatus(sql_), CONNECTION_OK) << PQerrorMessage(sql_);
+  }
+  void TearDown() override {
+    if (sql_ != nullptr) {
+      // A test that failed while the event log was locked unlocks it.
+      if (PQtransactionStatus(sql_) != PQTRANS_IDLE) Sql("ROLLBACK");
+      PQfinish(sql_);
+    }
+    if (emulator_) emulator_->Stop();
+  }
+
+  // Counts the detector's polls of instances it holds.
+  class Polls final : public d::DetectorObserver {
+   public:
+    void OnPoll(d::Cloud, bool healthy) override { healthy_ += healthy ? 1 : 0; }
+    int healthy() const { return healthy_; }
+
+   private:
+    std::atomic<int> healthy_{0};
+  };
+
+  // Replica `id` on this test's database, on the fake clock; `poll`: with its poller (10 ms rounds
+  // in real time). Once it serves.
+  std::unique_ptr<d::Detector> Replica(const std::string& id, bool poll) {
+    d::DetectorOptions o;
+    o.db_path = dsn_;
+    o.replica_id = id;
+    o.clock = &clock_;
+    o.observer = &polls_;
+    o.run_poller = poll;
+    o.poller.clock = &base::RealClock::Get();
+    o.poller.interval = absl::Milliseconds(10);
+    o.poller.request_timeout = absl::Milliseconds(300);
+    o.poller.max_backoff = absl::Milliseconds(50);
+    o.lease = absl::Minutes(1);
+    o.sync_interval = absl::Milliseconds(100);
+    o.heartbeat_interval = absl::Seconds(1);  // the monitor applies lease news every 100 ms
+    auto opened = d::Detector::Open(o);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    if (!opened.ok()) return nullptr;
+    std::unique_ptr<d::Detector> replica = *std::move(opened);
+    EXPECT_TRUE(Advancing([&] { return replica->serving(); }));
+    return replica;
+  }
+  d::WatchedInstance Polled(const std::string& id) {
+    d::WatchedInstance w;
+    w.instance_id = id;
+    w.job_id = "job";
+    w.cloud = d::Cloud::kAws;
+    w.metadata_endpoint = emulator_->EndpointFor(id);
+    return w;
+  }
+  // Moves the replicas' time on, 100 ms at a time, until `pred` holds (false if it never does).
+  bool Advancing(const std::function<bool()>& pred) {
+    return Eventually(
+        [&] {
+          clock_.Advance(absl::Milliseconds(100));
+          return pred();
+        },
+        kPatience, absl::Milliseconds(2));
+  }
+  // What a lapsed lease does to replica `id`: another holder of its id, with a newer epoch.
+  void TakeLease(const std::string& id) { ASSERT_TRUE(other_->JoinLease(id, 60000).ok()); }
+  // Runs `sql` on the test's own connection; its first value ("" for none).
+  std::string Sql(const std::string& sql) {
+    PGresult* r = PQexec(sql_, sql.c_str());
+    const ExecStatusType st = PQresultStatus(r);
+    EXPECT_TRUE(st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+        << sql << ": " << PQerrorMessage(sql_);
+    std::string value =
+        st == PGRES_TUPLES_OK && PQntuples(r) > 0 && PQnfields(r) > 0 ? PQgetvalue(r, 0, 0) : "";
+    PQclear(r);
+    return value;
+  }
+  // A notice's effective time far beyond the time the tests move through (no revocation).
+  static int64_t InAnHour() { return base::RealClock::Get().NowUnixMs() + 3'600'000; }
+  static int Notices(const d::Detector& replica, const std::string& instance_id) {
+    int n = 0;
+    for (const d::Event& e : replica.EventsAfter(0, "", 1000).value_or(std::vector<d::Event>{})) {
+      n += e.kind == d::EventKind::kNotice && e.instance_id == instance_id;
+    }
+    return n;
+  }
+
+  base::FakeClock clock_{absl::FromUnixMillis(base::RealClock::Get().NowUnixMs())};
+  Polls polls_;
+  std::string dsn_;
+  std::unique_ptr<d::MetadataEmulator> emulator_;
+  std::unique_ptr<d::DetectorStore> other_;  // another process's connection to the store
+  PGconn* sql_ = nullptr;
+};
+
+// A replica that lost its lease joins again at once, even while another replica holds the
+// store's writer lock (here for as long as the test likes: its append waits on a locked event
+// log): a join does not queue behind event appends. Joining behind them, a starved replica's
+// instances went unpolled for seconds after every lease loss.
+TEST_F(StarvedReplicaTest, AReplicaJoinsAgainWhileTheStoresWriterLockIsHeld) {
+  auto a = Replica("a", /*poll=*/false);
+  ASSERT_NE(a, nullptr);
+  const uint64_t changes = a->lease_changes();
+  TakeLease("a");
+  // Another replica appends an event while the log is locked: it holds the writer lock meanwhile.
+  auto holder = d::DetectorStore::Open(dsn_);
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  auto epoch = (*holder)->JoinLease("h", 60000);
+  ASSERT_TRUE(epoch.ok()) << epoch.status();
+  Sql("BEGIN");
+  Sql("LOCK TABLE spotdnn_detector.events IN ACCESS EXCLUSIVE MODE");
+  absl::StatusOr<bool> appended;
+  std::thread append([&] {
+    d::Event event;
+    event.instance_id = "held";
+    event.kind = d::EventKind::kNotice;
+    d::StoredInstance instance;
+    instance.instance.instance_id = "held";
+    appended = (*holder)->AppendSharedEvent(event, 1, "k", instance, "h", *epoch);
+  });
+  EXPECT_TRUE(Eventually([&] {
+    return Sql("SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND NOT granted") != "0";
+  }));
+  // The replica finds its lease gone at its next renewal, fences itself and joins again.
+  EXPECT_TRUE(Advancing([&] { return a->lease_changes() >= changes + 2 && a->serving(); }))
+      << "lease changes " << a->lease_changes() - changes << ", serving " << a->serving();
+  Sql("COMMIT");
+  append.join();
+  EXPECT_TRUE(appended.ok()) << appended.status();
+}
+
+// A replica that lost its lease and joined again does not write the notices it had recorded
+// again (each such write waits for the store's writer lock; on a starved host, losing the lease
+// every few seconds, they crowded out the new notices). Counted by a trigger on the event log.
+TEST_F(StarvedReplicaTest, AReplicaThatJoinsAgainDoesNotWriteItsRecordedNoticesAgain) {
+  auto a = Replica("a", /*poll=*/true);
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(a->Register(Polled("i-1")).ok());
+  emulator_->ScheduleNotice("i-1", {.cloud = d::Cloud::kAws, .effective_unix_ms = InAnHour()});
+  ASSERT_TRUE(Advancing([&] { return a->last_sequence() == 1; }));
+  Sql("CREATE TABLE public.append_attempts (n INTEGER); INSERT INTO public.append_attempts "
+      "VALUES (0)");
+  Sql("CREATE FUNCTION public.count_append() RETURNS trigger AS $$ BEGIN UPDATE "
+      "public.append_attempts SET n = n + 1; RETURN NEW; END $$ LANGUAGE plpgsql");
+  Sql("CREATE TRIGGER count_append BEFORE INSERT ON spotdnn_detector.events FOR EACH ROW "
+      "EXECUTE FUNCTION public.count_append()");
+
+  const uint64_t changes = a->lease_changes();
+  TakeLease("a");
+  ASSERT_TRUE(Advancing([&] { return a->lease_changes() >= changes + 2 && a->serving(); }));
+  // Polled again (a new poll target since the fence), the notice read again every round.
+  const int polls = polls_.healthy();
+  ASSERT_TRUE(Eventually([&] { return polls_.healthy() >= polls + 5; }, kPatience));
+  EXPECT_EQ(Sql("SELECT n FROM public.append_attempts"), "0");
+  EXPECT_EQ(Notices(*a, "i-1"), 1);
+}
+
+// A replica that takes an instance over (its owner left, or lapsed) does not write the notices
+// the owner recorded again: it learnt their keys from the event log it reads back. On a starved
+// host, where leases lapse and instances move every few seconds, each such write waited for the
+// store's writer lock ahead of new notices.
+TEST_F(StarvedReplicaTest, AReplicaTakingAnInstanceOverDoesNotWriteItsRecordedNoticesAgain) {
+  const d::HashRing ring({"a", "b"});
+  std::string id;
+  for (int i = 0; id.empty(); ++i) {
+    if (ring.Owner("t-" + std::to_string(i)) == "a") id = "t-" + std::to_string(i);
+  }
+  auto a = Replica("a", /*poll=*/true);
+  auto b = Replica("b", /*poll=*/true);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  ASSERT_TRUE(a->Register(Polled(id)).ok());
+  ASSERT_TRUE(Advancing([&] {
+    return a->LiveReplicas().size() == 2 && b->LiveReplicas().size() == 2 && a->polled() == 1;
+  }));
+  emulator_->ScheduleNotice(id, {.cloud = d::Cloud::kAws, .effective_unix_ms = InAnHour()});
+  ASSERT_TRUE(Advancing([&] { return b->last_sequence() == 1; }));
+  Sql("CREATE TABLE public.append_attempts (n INTEGER); INSERT INTO public.append_attempts "
+      "VALUES (0)");
+  Sql("CREATE FUNCTION public.count_append() RETURNS trigger AS $$ BEGIN UPDATE "
+      "public.append_attempts SET n = n + 1; RETURN NEW; END $$ LANGUAGE plpgsql");
+  Sql("CREATE TRIGGER count_append BEFORE INSERT ON spotdnn_detector.events FOR EACH ROW "
+      "EXECUTE FUNCTION public.count_append()");
+
+  a.reset();  // leaves its lease: b takes the instance over
+  ASSERT_TRUE(Advancing([&] { return b->LiveReplicas().size() == 1 && b->polled() == 1; }));
+  const int polls = polls_.healthy();
+  ASSERT_TRUE(Eventually([&] { return polls_.healthy() >= polls + 5; }, kPatience));
+  EXPECT_EQ(Sql("SELECT n FROM public.append_attempts"), "0");
+  EXPECT_EQ(Notices(*b, id), 1);
+}
+
+// A notice whose write was refused (the replica's lease lapsed between its poll and its write) is
+// recorded by that replica once it joins again, although the instance moved meanwhile to another
+// live replica, one that does not poll it (as a starved one does not). It was dropped for the new
+// owner to find, and the new owner never polled.
+TEST_F(StarvedReplicaTest, ARefusedNoticeIsRecordedAfterItsInstanceMoved) {
+  const d::HashRing ring({"a", "b"});
+  std::string id;
+  for (int i = 0; id.empty(); ++i) {
+    if (ring.Owner("m-" + std::to_string(i)) == "b") id = "m-" + std::to_string(i);
+  }
+  auto a = Replica("a", /*poll=*/true);
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(a->Register(Polled(id)).ok());
+  ASSERT_TRUE(Eventually([&] { return a->Get(id)->state == d::InstanceState::kHealthy; }));
+  // The lease lapses; the replica does not know yet (its clock stands still), polls on, reads the
+  // notice, and the store refuses its write.
+  TakeLease("a");
+  const uint64_t errors = a->store_errors();
+  emulator_->ScheduleNotice(id, {.cloud = d::Cloud::kAws, .effective_unix_ms = InAnHour()});
+  ASSERT_TRUE(Eventually([&] { return a->store_errors() > errors; }, kPatience));
+  // Replica b joins (and never polls): the ring gives it the instance. a fences itself, joins
+  // again, and records the notice it read.
+  ASSERT_TRUE(other_->JoinLease("b", 60000).ok());
+  EXPECT_TRUE(Advancing([&] { return a->last_sequence() >= 1; }))
+      << "live " << a->LiveReplicas().size() << ", serving " << a->serving() << ", polled "
+      << a->polled();
+  EXPECT_EQ(a->OwnerOf(id), "b");
+  EXPECT_EQ(a->polled(), 0u);
+  EXPECT_EQ(Notices(*a, id), 1);
 }
 
 }  // namespace

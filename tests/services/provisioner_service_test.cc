@@ -12,6 +12,7 @@ namespace spotdnn::services {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class ProvisionerServiceTest : public ::testing::Test {
  protected:
@@ -582,6 +583,48 @@ TEST_F(RiskServiceTest, SimulateAClusterOrThePlanOrIterations) {
   big->set_count(4);
   const grpc::Status q = simulate(over_quota, &ignored);
   EXPECT_THAT(q.error_message(), HasSubstr("cluster: plan count of p2.xlarge = 4"));
+}
+
+// Without a revocation model there is nothing to simulate, but plan_only still answers the plan
+// (the cheapest, or the cluster given), scored without revocations: what the CLI replays through
+// availability traces.
+TEST_F(RiskServiceTest, SimulatePlanOnlyNeedsNoRevocationModel) {
+  pb::SimulateRequest r;
+  r.mutable_workload()->set_name("resnet110");
+  r.mutable_catalog()->set_name("aws-spotdnn-prototype");
+  r.mutable_slo()->set_target_loss(0.9);
+  r.mutable_slo()->set_deadline_s(1800);
+  auto simulate = [&](const pb::SimulateRequest& req, pb::SimulateResponse* out) {
+    grpc::ClientContext context;
+    return stub_->Simulate(&context, req, out);
+  };
+  pb::SimulateResponse refused;
+  const grpc::Status s = simulate(r, &refused);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("nothing to simulate"));
+  EXPECT_THAT(s.error_message(), HasSubstr("options.simulation.lifetimes or lifetime_groups"));
+  EXPECT_THAT(s.error_message(), Not(HasSubstr("e.g. spotdnn")));
+
+  r.set_plan_only(true);
+  pb::SimulateResponse planned;
+  ASSERT_TRUE(simulate(r, &planned).ok());
+  EXPECT_TRUE(planned.plan().feasible());
+  EXPECT_EQ(planned.plan().strategy(), pb::PLAN_STRATEGY_EXACT);
+  EXPECT_GT(planned.plan().time_s(), 0);
+  EXPECT_GT(planned.plan().spot_cost_usd(), 0);
+  EXPECT_FALSE(planned.plan().has_risk());
+
+  auto* c = r.mutable_cluster()->add_instances();
+  c->set_instance_type("g3.8xlarge");
+  c->set_count(4);
+  pb::SimulateResponse given;
+  ASSERT_TRUE(simulate(r, &given).ok());
+  EXPECT_EQ(given.plan().strategy(), pb::PLAN_STRATEGY_GIVEN);
+  EXPECT_EQ(Count(given.plan().cluster(), "g3.8xlarge"), 4);
+  // It misses the 30 minutes even without revocations, and says so.
+  EXPECT_FALSE(given.plan().feasible());
+  EXPECT_GT(given.plan().time_s(), 1800);
+  EXPECT_THAT(given.plan().reason(), HasSubstr("does not meet the SLO"));
 }
 
 // Simulations and confidence searches are bounded like the other searches: the request's limits

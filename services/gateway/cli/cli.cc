@@ -2,9 +2,12 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "services/common/program.h"
 #include "services/gateway/cli/command.h"
 #include "services/gateway/cli/output.h"
 #include "services/gateway/cli/security_options.h"
@@ -53,16 +56,50 @@ const Command* Find(const std::string& name) {
   return nullptr;
 }
 
-// The subcommand names of group `name` ("import, fit, ...").
-std::string SubcommandNames(const std::string& group) {
+bool IsHelp(const std::string& arg) { return arg == "--help" || arg == "-h"; }
+
+// One line for a command name no command has, with the nearest one when it looks like a typo:
+// "unknown command \"plann\"; did you mean \"plan\"?". `group` is "" for a command, the group's
+// name for a subcommand ("local").
+std::string UnknownCommandMessage(const std::string& typed, const std::string& group) {
   std::vector<std::string> names;
   for (const Command& c : CommandTable()) {
-    if (absl::StartsWith(c.name, group + " ")) names.push_back(c.name.substr(group.size() + 1));
+    if (group.empty() ? c.name.find(' ') == std::string::npos
+                      : absl::StartsWith(c.name, group + " ")) {
+      names.push_back(group.empty() ? c.name : c.name.substr(group.size() + 1));
+    }
   }
-  return absl::StrJoin(names, ", ");
+  if (group.empty()) names.insert(names.end(), {"help", "version"});
+  const std::string nearest = services::NearestName(typed, names);
+  const std::string what = group.empty() ? "command" : "subcommand";
+  std::string message = absl::StrCat("unknown ", what, " \"", typed, "\"");
+  if (!nearest.empty()) {
+    absl::StrAppend(&message, "; did you mean \"", nearest, "\"?");
+  } else if (group.empty()) {
+    absl::StrAppend(&message, "; `spotdnn help` lists the commands");
+  } else {
+    absl::StrAppend(&message, " (expected ", absl::StrJoin(names, ", "), ")");
+  }
+  return message;
 }
 
-bool IsHelp(const std::string& arg) { return arg == "--help" || arg == "-h"; }
+// The names of a command's required arguments, from its synopsis' leading words in capitals
+// ("INSTANCE [--notice 10s] ..." -> INSTANCE), for the message that one is missing.
+std::string RequiredArguments(const Command& command) {
+  std::vector<std::string> names;
+  for (absl::string_view word :
+       absl::StrSplit(command.synopsis, absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
+    // A placeholder: capitals first ("PATH|-", "INSTANCE..."); a flag or "[" ends them.
+    if (!absl::ascii_isupper(word[0]) || !std::all_of(word.begin(), word.end(), [](char c) {
+          return absl::ascii_isupper(c) || absl::ascii_isdigit(c) || c == '_' || c == '.' ||
+                 c == '|' || c == '-';
+        })) {
+      break;
+    }
+    names.emplace_back(word);
+  }
+  return absl::StrJoin(names, " ");
+}
 
 }  // namespace
 
@@ -140,7 +177,11 @@ int RunCli(const std::vector<std::string>& raw_argv, std::ostream& out, std::ost
     const std::string topic = absl::StrJoin(argv.begin() + 1, argv.end(), " ");
     const Command* command = Find(topic);
     if (command == nullptr) {
-      err << "spotdnn help: unknown command \"" << topic << "\"\n\n" << Overview();
+      const Command* group = argv.size() > 2 ? Find(argv[1]) : nullptr;
+      err << "spotdnn help: "
+          << (group != nullptr && !group->run ? UnknownCommandMessage(argv[2], group->name)
+                                              : UnknownCommandMessage(topic, ""))
+          << "\n";
       return kExitBadInput;
     }
     out << HelpText(*command);
@@ -148,7 +189,8 @@ int RunCli(const std::vector<std::string>& raw_argv, std::ostream& out, std::ost
   }
   const Command* command = Find(argv[0]);
   if (command == nullptr) {
-    err << "spotdnn: unknown command \"" << argv[0] << "\"\n\n" << Overview();
+    // One line, not the whole overview: the typo and its fix stay on the screen.
+    err << "spotdnn: " << UnknownCommandMessage(argv[0], "") << "\n";
     return kExitBadInput;
   }
   size_t consumed = 1;
@@ -159,9 +201,8 @@ int RunCli(const std::vector<std::string>& raw_argv, std::ostream& out, std::ost
     }
     const Command* sub = Find(command->name + " " + argv[1]);
     if (sub == nullptr) {
-      err << "spotdnn " << command->name << ": unknown subcommand \"" << argv[1] << "\" (expected "
-          << SubcommandNames(command->name) << ")\n\n"
-          << HelpText(*command);
+      err << "spotdnn " << command->name << ": " << UnknownCommandMessage(argv[1], command->name)
+          << "\n";
       return kExitBadInput;
     }
     command = sub;
@@ -184,8 +225,11 @@ int RunCli(const std::vector<std::string>& raw_argv, std::ostream& out, std::ost
       args = absl::InvalidArgumentError(absl::StrCat(
           "unexpected argument \"", args->positional()[command->max_positional], "\""));
     } else if (given < command->min_positional) {
-      args = absl::InvalidArgumentError(
-          absl::StrCat("missing argument: see `spotdnn ", command->name, " --help`"));
+      // The hint to see --help follows below: the message names what is missing.
+      const std::string missing = RequiredArguments(*command);
+      args =
+          absl::InvalidArgumentError(missing.empty() ? std::string("missing argument")
+                                                     : absl::StrCat("missing argument ", missing));
     }
   }
   if (!args.ok()) {

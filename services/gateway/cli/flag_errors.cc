@@ -57,6 +57,7 @@ const FieldFlags& ProvisionerFieldFlags() {
       {"options.simulation.screening_runs", "--screening-runs"},
       {"options.simulation.max_candidates", "--max-candidates"},
       {"options.simulation.lifetimes", "--lifetimes"},
+      {"options.simulation.lifetimes or lifetime_groups", "--lifetimes FILE"},
       {"options.simulation.lifetime_groups", "--lifetimes"},
       {"simulation.runs", "--runs"},
       {"simulation.notice_s", "--notice"},

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "provisioner/launcher/local_provider.h"
 #include "provisioner/launcher/provider_factory.h"
 #include "services/clients/service_clients.h"
 #include "services/common/db/database.h"
@@ -179,12 +180,29 @@ int Run(const Args& args, const Io& io) {
   const clients::ProvisionerClient provisioner(*provisioner_stub);
   const clients::ProfilerClient profiler(*profiler_stub);
   const clients::DetectorClient detector(*detector_stub);
+  // A capacity trace is replayed from its start for a new job; a resumed one continues where its
+  // first run started it. (A spec naming a job that already ran is refused below: its trace time
+  // stays as it was.)
+  const bool ran_before = [&] {
+    auto existing = (*store)->GetJob(spec->name);
+    return existing.ok() && existing->started_ms != 0;
+  }();
+  const bool continue_trace = resume.has_value() || ran_before;
   // Local instances find the spotdnn binaries (spotdnn-agent, spotdnn-sim-worker) beside this one.
   auto provider = launcher::MakeProvider(
       spec->provider, {.local_state_dir = (fs::path(data_dir) / "local").string(),
                        .metadata_emulator = endpoints->emulator,
-                       .bin_dir = SelfDir()});
+                       .bin_dir = SelfDir(),
+                       .job_id = spec->name,
+                       .resume = continue_trace});
   if (!provider.ok()) return ReportError(provider.status(), "run", io);
+  if (!spec->provider.capacity_trace.empty() && !io.json && (resume || !ran_before)) {
+    io.out << (resume ? "Capacity trace: continuing from the time this job's first run started "
+                        "it (kept in "
+                      : "Capacity trace: replayed from its start, now (the time is kept in ")
+           << launcher::CapacityTraceOriginPath((fs::path(data_dir) / "local").string(), spec->name)
+           << (resume ? ")." : " for --resume).") << std::endl;
+  }
   if (resume) {
     if (absl::Status s = CheckLocalInstancesAreHere(**store, **provider, spec->name, data_dir);
         !s.ok()) {

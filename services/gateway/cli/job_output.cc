@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 #include "services/gateway/cli/output.h"
 
@@ -45,12 +46,15 @@ std::string Interval(double p10, double p50, double p90, int decimals) {
 std::string ForecastLine(const ForecastEvent& e) {
   const std::string deadline =
       e.deadline_s > 0 ? absl::StrFormat("; deadline %.0f s", e.deadline_s) : "";
-  if (e.prior) {
-    return absl::StrCat("Forecast from the profile: ",
-                        Interval(e.iterations_p10, e.iterations_p50, e.iterations_p90, 0),
-                        " global steps, finish at ",
-                        Interval(e.finish_p10_s, e.finish_p50_s, e.finish_p90_s, 1), " s",
-                        deadline);
+  const std::string says =
+      absl::StrCat(Interval(e.iterations_p10, e.iterations_p50, e.iterations_p90, 0),
+                   " global steps, finish at ",
+                   Interval(e.finish_p10_s, e.finish_p50_s, e.finish_p90_s, 1), " s", deadline);
+  if (e.prior) return absl::StrCat("Forecast from the plan's model: ", says);
+  if (e.source == "re-plan") {
+    return absl::StrCat("Forecast for the re-planned cluster (step ", Fixed(e.step, 0), ", ",
+                        Plural(e.workers, "worker", "workers"), "; the current model): ", says,
+                        " (first forecast ", Fixed(e.first_iterations_p50, 0), ")");
   }
   return absl::StrCat("Refit (", e.points, " points, step ", Fixed(e.step, 0), ", ",
                       Plural(e.workers, "worker", "workers"),
@@ -83,7 +87,7 @@ struct LineOf {
   }
   std::string operator()(const PlannedEvent& e) const {
     return absl::StrFormat(
-        "Plan for %s: %s, %s iterations, predicted %.1f s and $%.4f (%s)%s", event.job_id,
+        "Plan for %s: %s, %s global steps, predicted %.1f s and $%.4f (%s)%s", event.job_id,
         Counts(e.cluster), Fixed(e.target_iterations, 0), e.predicted_time_s, e.predicted_cost_usd,
         e.strategy,
         e.p_meet_deadline >= 0
@@ -107,11 +111,11 @@ struct LineOf {
   std::string operator()(const ReplannedEvent& e) const {
     const std::string launch = e.to_launch.empty() ? "nothing" : Counts(e.to_launch);
     if (e.refit) {
-      return absl::StrCat(
-          "Re-planned after the convergence refit (", e.detail, "): ",
-          e.feasible ? absl::StrFormat("launch %s, %s more iterations in a predicted %.1f s",
-                                       launch, Fixed(e.more_iterations, 0), e.predicted_time_s)
-                     : "no larger cluster meets the deadline");
+      if (!e.feasible)
+        return absl::StrCat("A re-plan after the convergence refit could not help: ", e.detail);
+      return absl::StrCat("Re-planned after the convergence refit (", e.detail, "): ",
+                          absl::StrFormat("launch %s, %s more global steps in a predicted %.1f s",
+                                          launch, Fixed(e.more_iterations, 0), e.predicted_time_s));
     }
     if (e.instance.empty()) {
       return absl::StrFormat(
@@ -121,7 +125,7 @@ struct LineOf {
     }
     return absl::StrCat("Re-planned in ", e.replan_ms, " ms: launch ", launch,
                         e.feasible
-                            ? absl::StrFormat(", %s more iterations in a predicted %.1f s",
+                            ? absl::StrFormat(", %s more global steps in a predicted %.1f s",
                                               Fixed(e.more_iterations, 0), e.predicted_time_s)
                             : absl::StrCat(" (", e.detail, ")"));
   }
@@ -135,7 +139,12 @@ struct LineOf {
         e.parameter_server ? "): replacing it from its checkpoint" : "): re-planning");
   }
   std::string operator()(const TakeoverEvent& e) const {
-    if (e.takeover.empty()) return absl::StrCat("No takeover needed for ", e.instance);
+    if (e.takeover.empty()) {
+      return absl::StrCat("Not replacing ", e.instance,
+                          e.detail.empty()
+                              ? std::string(": no takeover needed")
+                              : absl::StrCat(": ", absl::StripPrefix(e.detail, "not replaced: ")));
+    }
     return absl::StrCat("Takeover ", absl::StrJoin(e.takeover, ","), " running for ", e.instance,
                         ", ", e.notice_to_running_ms, " ms after the notice");
   }
@@ -146,27 +155,49 @@ struct LineOf {
     return absl::StrCat("Instance ", e.instance, " (", e.instance_type, ") stopped");
   }
   std::string operator()(const ProgressEvent& e) const {
-    // Against the current prediction: the plan's until exceeded, then re-predicted from the
-    // measured loss (the plan's kept beside it); "?" when nothing predicts the end.
-    const double predicted = e.predicted_iterations > 0                 ? e.predicted_iterations
-                             : e.iterations_done <= e.target_iterations ? e.target_iterations
-                                                                        : 0;
+    // Against the job's current prediction of its global steps: its forecast (the plan's model,
+    // refitted to the job's measurements) when it has one, saying what made it; else the plan's
+    // until exceeded, then re-predicted from the measured loss (the plan's kept beside it); "?"
+    // when nothing predicts the end.
+    double predicted = 0;
     std::vector<std::string> notes;
-    if (predicted > 0)
-      notes.push_back(absl::StrFormat("%.1f%%", 100 * e.iterations_done / predicted));
-    if (predicted == 0) {
-      notes.push_back(absl::StrCat("the plan's ", Fixed(e.target_iterations, 0),
-                                   " exceeded; no end predicted yet"));
-    } else if (std::abs(predicted - e.target_iterations) > 0.5) {
-      notes.push_back(absl::StrCat("re-predicted from the measured loss; the plan's ",
-                                   Fixed(e.target_iterations, 0)));
-    }
-    // After a re-plan the first plan's is named beside the current plan's.
-    if (std::abs(e.first_plan_iterations - e.target_iterations) > 0.5) {
-      notes.push_back(absl::StrCat("current plan, first plan ", Fixed(e.first_plan_iterations, 0)));
+    if (e.predicted_by == "forecast") {
+      predicted = e.forecast_unreachable ? 0 : e.predicted_iterations;
+      const std::string by = e.forecast_source == "refit"
+                                 ? absl::StrCat("refit at step ", Fixed(e.forecast_step, 0))
+                             : e.forecast_source == "re-plan"
+                                 ? absl::StrCat("re-planned at step ", Fixed(e.forecast_step, 0))
+                                 : std::string("the plan's model");
+      if (predicted > 0) {
+        notes.push_back(absl::StrFormat("%.1f%%", 100 * e.iterations_done / predicted));
+        notes.push_back(absl::StrCat("forecast: ", by));
+      } else {
+        notes.push_back(absl::StrCat("the forecast (", by, ") does not reach the target"));
+      }
+      if (predicted > 0 && std::abs(e.first_plan_iterations - predicted) > 0.5) {
+        notes.push_back(absl::StrCat("first plan ", Fixed(e.first_plan_iterations, 0)));
+      }
+    } else {
+      predicted = e.predicted_iterations > 0                 ? e.predicted_iterations
+                  : e.iterations_done <= e.target_iterations ? e.target_iterations
+                                                             : 0;
+      if (predicted > 0)
+        notes.push_back(absl::StrFormat("%.1f%%", 100 * e.iterations_done / predicted));
+      if (predicted == 0) {
+        notes.push_back(absl::StrCat("the plan's ", Fixed(e.target_iterations, 0),
+                                     " exceeded; no end predicted yet"));
+      } else if (std::abs(predicted - e.target_iterations) > 0.5) {
+        notes.push_back(absl::StrCat("re-predicted from the measured loss; the plan's ",
+                                     Fixed(e.target_iterations, 0)));
+      }
+      // After a re-plan the first plan's is named beside the current plan's.
+      if (std::abs(e.first_plan_iterations - e.target_iterations) > 0.5) {
+        notes.push_back(
+            absl::StrCat("current plan, first plan ", Fixed(e.first_plan_iterations, 0)));
+      }
     }
     return absl::StrFormat(
-        "[%6.1fs] %s/%s iterations (%s)%s, %s so far%s, %s running%s%s%s", e.elapsed_s,
+        "[%6.1fs] %s/%s global steps (%s)%s, %s so far%s, %s running%s%s%s", e.elapsed_s,
         Fixed(e.iterations_done, 0), predicted > 0 ? Fixed(predicted, 0) : "?",
         absl::StrJoin(notes, "; "),
         e.loss ? absl::StrFormat(", loss %.4g (target %g)", *e.loss, e.target_loss) : "",
@@ -177,23 +208,61 @@ struct LineOf {
         e.steps_lost > 0 ? absl::StrFormat(" (%.0f step%s lost to takeovers)", e.steps_lost,
                                            e.steps_lost == 1 ? "" : "s")
                          : "",
-        e.deadline_in_s ? absl::StrFormat(", deadline in %.0f s", *e.deadline_in_s) : "");
+        !e.deadline_in_s ? ""
+        : *e.deadline_in_s >= 0
+            ? absl::StrCat(", deadline in ", HumanDuration(*e.deadline_in_s))
+            : absl::StrCat(", deadline passed ", HumanDuration(-*e.deadline_in_s), " ago"));
   }
   std::string operator()(const ForecastEvent& e) const { return ForecastLine(e); }
   std::string operator()(const WarningEvent& e) const { return "Warning: " + e.message; }
   std::string operator()(const DeadlineEvent& e) const {
     std::vector<std::string> acts;
-    if (e.launch_spot > 0) acts.push_back(absl::StrCat("launching ", e.launch_spot, " on spot"));
+    if (e.launch_spot > 0) {
+      acts.push_back(e.probe ? absl::StrCat("probing spot with ", e.launch_spot, " launch",
+                                            e.launch_spot == 1 ? "" : "es")
+                             : absl::StrCat("launching ", e.launch_spot, " on spot"));
+    }
     if (e.launch_on_demand > 0) {
       acts.push_back(absl::StrCat("launching ", e.launch_on_demand, " on-demand"));
     }
     if (e.stop_on_demand > 0) {
-      acts.push_back(absl::StrCat("stopping ", e.stop_on_demand, " on-demand"));
+      acts.push_back(e.launch_spot > 0
+                         ? absl::StrCat("stopping ", e.stop_on_demand, " on-demand once spot runs")
+                         : absl::StrCat("stopping ", e.stop_on_demand, " on-demand"));
     }
-    return absl::StrFormat(
-        "Deadline (%s) %s: spot %d, on-demand %d (%s; %.0f s left, %.0f s of work)%s", e.trigger,
-        e.instance_type, e.spot, e.on_demand, e.reason, e.time_left_s, e.work_left_s,
-        acts.empty() ? "" : ": " + absl::StrJoin(acts, ", "));
+    if (e.kept_on_demand > 0) {
+      acts.push_back(absl::StrCat("keeping ", e.kept_on_demand,
+                                  " on-demand running until spot covers the workers wanted"));
+    }
+    return absl::StrCat("Deadline (", e.trigger, ") ", e.instance_type, ": running spot ",
+                        e.running_spot, ", on-demand ", e.running_on_demand,
+                        "; the policy wants spot ", e.spot, ", on-demand ", e.on_demand, " (",
+                        e.probe ? "if the probe finds spot: " : "", e.reason, "; ",
+                        HumanDuration(e.time_left_s), " left, ", HumanDuration(e.work_left_s),
+                        " of work)", acts.empty() ? "" : ": " + absl::StrJoin(acts, ", "));
+  }
+  std::string operator()(const DeadlineDoneEvent& e) const {
+    std::vector<std::string> parts;
+    if (e.spot_refused) {
+      parts.push_back(e.probe ? "the spot probe was refused (no capacity)"
+                              : "spot launch refused (no capacity)");
+    } else if (e.launched_spot > 0) {
+      parts.push_back(absl::StrCat(e.launched_spot, " launched on spot"));
+    }
+    if (e.launched_on_demand > 0) {
+      parts.push_back(absl::StrCat(e.launched_on_demand, " launched on-demand"));
+    }
+    if (e.stopped_on_demand > 0) {
+      parts.push_back(absl::StrCat(e.stopped_on_demand, " on-demand stopped"));
+    }
+    std::string line =
+        absl::StrCat("Deadline ", e.instance_type, ": ",
+                     parts.empty() ? "nothing to change" : absl::StrJoin(parts, ", "),
+                     "; running spot ", e.running_spot, ", on-demand ", e.running_on_demand);
+    if (e.spot_refused && e.next_probe_in_s > 0) {
+      absl::StrAppend(&line, "; next spot probe in ", HumanDuration(e.next_probe_in_s));
+    }
+    return line;
   }
   std::string operator()(const ResumedEvent& e) const {
     return absl::StrCat("Resumed job ", event.job_id, " with ",
@@ -263,6 +332,7 @@ struct JsonOf {
     o.String("instance", e.instance)
         .String("takeover", absl::StrJoin(e.takeover, ","))
         .Integer("notice_to_takeover_ms", e.notice_to_running_ms);
+    if (!e.detail.empty()) o.String("detail", e.detail);
   }
   void operator()(const TakeoverFailedEvent& e) const {
     o.String("instance", e.instance).String("error", e.error);
@@ -276,6 +346,9 @@ struct JsonOf {
         .Number("target_iterations", e.target_iterations)
         .Number("first_plan_iterations", e.first_plan_iterations)
         .Number("predicted_iterations", e.predicted_iterations > 0 ? e.predicted_iterations : NAN)
+        .String("predicted_by", e.predicted_by)
+        .String("forecast_source", e.forecast_source)
+        .Number("forecast_step", e.predicted_by == "forecast" ? e.forecast_step : NAN)
         .Number("cost_usd", e.cost_usd)
         .Number("eta_s", e.eta_s.value_or(NAN))
         .Number("loss", e.loss.value_or(NAN))
@@ -287,6 +360,7 @@ struct JsonOf {
   }
   void operator()(const ForecastEvent& e) const {
     o.Bool("prior", e.prior)
+        .String("source", e.source)
         .Number("step", e.step)
         .Integer("points", e.points)
         .Integer("workers", e.workers)
@@ -305,8 +379,23 @@ struct JsonOf {
     o.String("message", e.message);
   }
   void operator()(const ResumedEvent& e) const { o.Integer("instances", e.instances); }
+  void operator()(const DeadlineDoneEvent& e) const {
+    o.String("instance_type", e.instance_type)
+        .Bool("probe", e.probe)
+        .Bool("spot_refused", e.spot_refused)
+        .Integer("launched_spot", e.launched_spot)
+        .Integer("launched_on_demand", e.launched_on_demand)
+        .Integer("stopped_on_demand", e.stopped_on_demand)
+        .Integer("running_spot", e.running_spot)
+        .Integer("running_on_demand", e.running_on_demand)
+        .Number("next_probe_in_s", e.spot_refused ? e.next_probe_in_s : NAN);
+  }
   void operator()(const DeadlineEvent& e) const {
     o.String("instance_type", e.instance_type)
+        .Bool("probe", e.probe)
+        .Integer("running_spot", e.running_spot)
+        .Integer("running_on_demand", e.running_on_demand)
+        .Integer("kept_on_demand", e.kept_on_demand)
         .String("trigger", e.trigger)
         .String("reason", e.reason)
         .Integer("spot", e.spot)
@@ -404,6 +493,11 @@ std::string SummaryJson(const JobSummary& s) {
       .Integer("revocations", static_cast<long long>(s.revocations.size()))
       .Integer("revocations_handled", s.revocations_handled)
       .Raw("revocation_list", "[" + absl::StrJoin(revocations, ",") + "]")
+      .String("target_kind", s.target_kind)
+      .String("target", s.target)
+      .String("target_measure", s.target_measure)
+      .Number("target_measured", s.target_measured.value_or(NAN))
+      .Raw("target_reached", Tristate(s.target_reached))
       .Raw("loss_reached", Tristate(s.loss_reached))
       .Bool("deadline_met", s.deadline_met)
       .Number("confidence", s.confidence > 0 ? s.confidence : NAN)
@@ -423,7 +517,9 @@ std::string SummaryJson(const JobSummary& s) {
 void PrintSummary(const JobSummary& s, std::ostream& out) {
   const bool replanned = std::abs(s.first_plan_iterations - s.target_iterations) > 0.5 ||
                          std::abs(s.first_plan_time_s - s.predicted_time_s) > 0.05;
-  Table table(replanned ? std::vector<std::string>{"", "first plan", "current plan", "actual"}
+  // "current": the job's current prediction (its forecast, or the last re-plan's) beside the first
+  // plan's.
+  Table table(replanned ? std::vector<std::string>{"", "first plan", "current", "actual"}
                         : std::vector<std::string>{"", "predicted", "actual"});
   auto row = [&](const std::string& what, const std::string& first, const std::string& current,
                  const std::string& actual) {
@@ -434,7 +530,7 @@ void PrintSummary(const JobSummary& s, std::ostream& out) {
       HumanDuration(s.actual_time_s));
   row("cost", Dollars(s.first_plan_cost_usd), Dollars(s.predicted_cost_usd),
       Dollars(s.actual_cost_usd));
-  row("normalized iterations", Fixed(s.first_plan_iterations, 0), Fixed(s.target_iterations, 0),
+  row("global steps", Fixed(s.first_plan_iterations, 0), Fixed(s.target_iterations, 0),
       Fixed(s.iterations_done, 0));
   if (s.final_loss) {
     row("loss (smoothed)", Fixed(s.target_loss, 4), Fixed(s.target_loss, 4),
@@ -513,11 +609,19 @@ void PrintSummary(const JobSummary& s, std::ostream& out) {
   if (!IsDone(s.state)) {
     // Not ended: nothing is met or missed yet; the plan's line says how it goes.
     out << "Status: " << Name(s.state) << ", " << (s.on_track ? "on track" : "behind")
-        << " (the plan's line: " << Fixed(s.target_iterations, 0) << " iterations in "
+        << " (the current prediction: " << Fixed(s.target_iterations, 0) << " global steps in "
         << HumanDuration(s.predicted_time_s) << ")" << std::endl;
     return;
   }
-  out << "Loss reached: " << known(s.loss_reached) << "; deadline met: " << yes(s.deadline_met)
+  if (!s.target.empty()) {
+    out << "Target " << s.target << ": judged by " << s.target_measure
+        << (s.target_measured && s.target_kind == "loss"
+                ? absl::StrCat(" (", Fixed(*s.target_measured, 4), ")")
+            : s.target_measured ? absl::StrCat(" (", Fixed(*s.target_measured, 0), ")")
+                                : std::string())
+        << "\n";
+  }
+  out << "Target reached: " << known(s.target_reached) << "; deadline met: " << yes(s.deadline_met)
       << "; budget met: " << yes(s.budget_met) << "; SLO met: " << known(s.slo_met) << std::endl;
 }
 
@@ -600,9 +704,10 @@ void PrintForecasts(const JobForecasts& forecasts, double iterations_done, doubl
                   cell(f.iterations_p90, 0), cell(f.finish_p50_s, 1), cell(f.finish_p10_s, 1),
                   cell(f.finish_p90_s, 1), absl::StrCat(f.points)});
   };
-  row("first (the profile's)", *forecasts.first);
+  row("first (the plan's model)", *forecasts.first);
   if (forecasts.current.has_value() && !forecasts.current->prior) {
-    row(absl::StrCat("current (refit at step ", Fixed(forecasts.current->step, 0), ")"),
+    row(absl::StrCat("current (", forecasts.current->source == "re-plan" ? "re-plan" : "refit",
+                     " at step ", Fixed(forecasts.current->step, 0), ")"),
         *forecasts.current);
   }
   table.AddRow({"iterations done", Fixed(iterations_done, 0), "", "", "", "", "", ""});

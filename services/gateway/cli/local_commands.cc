@@ -8,8 +8,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/text.h"
 #include "detector/metadata_emulator.h"
 #include "provisioner/launcher/aws_provider.h"
 #include "provisioner/launcher/cluster_launcher.h"
@@ -344,7 +344,7 @@ int LocalClean(const Args& args, const Io& io) {
     io.out << "Removed "
            << Plural(exited.size(), "exited instance's record", "exited instances' records")
            << (removed.empty() ? "" : ", " + absl::StrJoin(removed, ", ")) << " ("
-           << absl::StrFormat("%.1f", bytes / 1048576.0) << " MiB).\n";
+           << base::FormatBytes(bytes) << ").\n";
   }
   return kExitOk;
 }

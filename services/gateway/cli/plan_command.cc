@@ -19,6 +19,7 @@
 #include "provisioner/deadline/window_replay.h"
 #include "services/clients/service_clients.h"
 #include "services/common/convert.h"
+#include "services/gateway/cli/availability_replay.h"
 #include "services/gateway/cli/cli.h"
 #include "services/gateway/cli/command.h"
 #include "services/gateway/cli/connection.h"
@@ -32,84 +33,49 @@
 namespace spotdnn::gateway {
 namespace {
 
-namespace dl = ::spotdnn::provisioner::deadline;
-
-// `plan --availability TYPE=FILE,...`: the traces and how the plan is replayed through them.
-struct AvailabilityFlags {
-  std::vector<std::pair<std::string, dl::AvailabilityTrace>> traces;  // per type
-  double changeover_s = 300;
-  double start_every_s = 3600;
-};
-
-absl::StatusOr<AvailabilityFlags> ParseAvailabilityFlags(const Args& args) {
-  AvailabilityFlags f;
-  auto traces = dl::ReadTypeTraces("--availability", *args.Get("--availability"));
-  if (!traces.ok()) return traces.status();
-  f.traces = *std::move(traces);
-  if (auto c = args.Get("--changeover")) {
-    auto v = ParseDuration("--changeover", *c, /*allow_zero=*/true);
-    if (!v.ok()) return v.status();
-    f.changeover_s = *v;
-  }
-  if (auto e = args.Get("--start-every")) {
-    auto v = ParseDuration("--start-every", *e);
-    if (!v.ok()) return v.status();
-    f.start_every_s = *v;
-  }
-  return f;
-}
-
-// One plan replayed through the traces: with the on-demand fallback (policy ours) and spot only.
+// One plan replayed through the traces (`plan --availability TYPE=FILE,...`): with the on-demand
+// fallback (policy ours) and spot only.
 struct AvailabilityOutcome {
   bool ok = false;
   std::string why;  // when not ok
   int windows = 0;
   double p_meet_fallback = 0, cost_fallback = 0, on_demand_hours_fallback = 0;
   double p_meet_spot_only = 0, cost_spot_only = 0;
+  double work_s = 0, slack_s = 0;
+  std::vector<std::string> bought_on_demand, without_trace, notes;
 };
 
-AvailabilityOutcome ReplayPlan(const pb::Plan& p, double deadline_s, const AvailabilityFlags& f) {
+AvailabilityOutcome ReplayPlan(const pb::Plan& p, double deadline_s, double overhead_s,
+                               const ClusterAvailability& f, const pb::InstanceCatalog* catalog) {
   AvailabilityOutcome out;
   if (!p.feasible() || !(p.time_s() > 0)) {
     out.why = "no plan to replay";
     return out;
   }
-  std::vector<std::pair<const dl::AvailabilityTrace*, int>> parts;
-  for (const pb::InstanceCount& c : p.cluster().instances()) {
-    if (c.count() <= 0) continue;
-    for (const auto& [type, trace] : f.traces) {
-      if (type == c.instance_type()) parts.emplace_back(&trace, c.count());
-    }
-  }
-  if (parts.empty()) {
-    out.why = "no trace for the plan's types (spot assumed always there)";
+  auto with =
+      ReplayPlanCluster(p, deadline_s, overhead_s, f, "ours", catalog, PlanOrigin::kPlanned);
+  if (!with.ok()) {
+    out.why = std::string(with.status().message());
     return out;
   }
-  auto joint = dl::JointTrace(parts);
-  if (!joint.ok()) {
-    out.why = std::string(joint.status().message());
-    return out;
-  }
-  // The plan as one unit: its predicted time is the work; its prices per hour from its costs.
-  dl::WindowJob job;
-  job.work_s = p.time_s();
-  job.deadline_s = deadline_s;
-  job.changeover_s = f.changeover_s;
-  job.spot_price_per_hour = p.spot_cost_usd() / p.time_s() * 3600;
-  job.on_demand_price_per_hour = p.on_demand_cost_usd() / p.time_s() * 3600;
-  auto with = dl::ReplayWindows(*joint, job, f.start_every_s, "ours");
-  auto without = dl::ReplayWindows(*joint, job, f.start_every_s, "spot-only");
-  if (!with.ok() || !without.ok()) {
-    out.why = std::string((with.ok() ? without.status() : with.status()).message());
+  auto without =
+      ReplayPlanCluster(p, deadline_s, overhead_s, f, "spot-only", catalog, PlanOrigin::kPlanned);
+  if (!without.ok()) {
+    out.why = std::string(without.status().message());
     return out;
   }
   out.ok = true;
-  out.windows = static_cast<int>(with->windows.size());
-  out.p_meet_fallback = with->met_fraction;
-  out.cost_fallback = with->mean_cost_usd;
-  out.on_demand_hours_fallback = with->on_demand_hours / out.windows;
-  out.p_meet_spot_only = without->met_fraction;
-  out.cost_spot_only = without->mean_cost_usd;
+  out.windows = static_cast<int>(with->summary.windows.size());
+  out.p_meet_fallback = with->summary.met_fraction;
+  out.cost_fallback = with->summary.mean_cost_usd;
+  out.on_demand_hours_fallback = with->summary.on_demand_hours / out.windows;
+  out.p_meet_spot_only = without->summary.met_fraction;
+  out.cost_spot_only = without->summary.mean_cost_usd;
+  out.work_s = with->job.work_s;
+  out.slack_s = with->job.deadline_s - with->job.work_s;
+  out.bought_on_demand = with->on_demand_types;
+  out.without_trace = with->untraced_types;
+  out.notes = with->notes;
   return out;
 }
 
@@ -117,6 +83,11 @@ JsonObject AvailabilityJson(const AvailabilityOutcome& a) {
   JsonObject o;
   if (!a.ok) return o.String("skipped", a.why);
   return o.Integer("windows", a.windows)
+      .Number("work_s", a.work_s)
+      .Number("slack_s", a.slack_s)
+      .Raw("bought_on_demand", JsonStrings(a.bought_on_demand))
+      .Raw("without_trace", JsonStrings(a.without_trace))
+      .Raw("notes", JsonStrings(a.notes))
       .Raw("with_fallback", JsonObject()
                                 .Number("p_meet_deadline", a.p_meet_fallback)
                                 .Number("expected_cost_usd", a.cost_fallback)
@@ -392,16 +363,10 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     return fail(absl::InvalidArgumentError(
         absl::StrCat("--mode = \"", mode, "\": expected deadline, budget or frontier")));
   }
-  std::optional<AvailabilityFlags> availability;
-  if (args.Has("--availability")) {
-    if (mode != "deadline") {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          "--availability: the probability is of meeting a deadline; use --mode deadline, not ",
-          mode)));
-    }
-    auto f = ParseAvailabilityFlags(args);
-    if (!f.ok()) return fail(f.status());
-    availability = *std::move(f);
+  if (args.Has("--availability") && mode != "deadline") {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "--availability: the probability is of meeting a deadline; use --mode deadline, not ",
+        mode)));
   }
   pb::PlanRequest request;
   request.set_mode(mode == "budget" ? pb::PLAN_MODE_BUDGET : pb::PLAN_MODE_DEADLINE);
@@ -417,6 +382,16 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   if (!catalog_ref.ok()) return fail(catalog_ref.status());
   *request.mutable_workload() = *workload_ref;
   *request.mutable_catalog() = *catalog_ref;
+  // Its types and prices, when known here (a name only a remote server knows is not).
+  const std::optional<pb::InstanceCatalog> known = KnownCatalog(*catalog_ref, local);
+  const pb::InstanceCatalog* known_catalog = known ? &*known : nullptr;
+  std::optional<ClusterAvailability> availability;
+  if (args.Has("--availability")) {
+    auto f = ParseClusterAvailability(args, known_catalog, /*with_policy=*/false);
+    if (!f.ok()) return fail(f.status());
+    if (!args.Has("--start-every")) f->every_s = 3600;
+    availability = *std::move(f);
+  }
   auto target = ParseTargetFlags(args);
   if (!target.ok()) return fail(target.status());
   target->ApplyTo(request.mutable_slo());
@@ -619,17 +594,24 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   const pb::Plan& p = response.plan();
   AvailabilityOutcome replayed, replayed_plain;
   if (availability) {
-    replayed = ReplayPlan(p, request.slo().deadline_s(), *availability);
+    const double overhead = request.options().revocation_overhead_s();
+    replayed = ReplayPlan(p, request.slo().deadline_s(), overhead, *availability, known_catalog);
     if (confidence > 0) {
-      replayed_plain = ReplayPlan(response.plain_plan(), request.slo().deadline_s(), *availability);
+      replayed_plain = ReplayPlan(response.plain_plan(), request.slo().deadline_s(), overhead,
+                                  *availability, known_catalog);
     }
   }
+  // Types the plan prices at spot whose on-demand price is no higher.
+  const std::vector<std::string> dearer =
+      known_catalog && p.feasible() && !request.options().on_demand_prices()
+          ? SpotDearerNotes(p.cluster(), *known_catalog)
+          : std::vector<std::string>{};
   if (io.json) {
     JsonObject o = RiskPlanJson(p);
     if (availability) {
       o.Raw("availability", AvailabilityJson(replayed)
                                 .Number("changeover_s", availability->changeover_s)
-                                .Number("start_every_s", availability->start_every_s)
+                                .Number("start_every_s", availability->every_s)
                                 .str());
       if (confidence > 0) o.Raw("plain_plan_availability", AvailabilityJson(replayed_plain).str());
     }
@@ -669,13 +651,15 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     std::vector<std::string> excluded;
     for (const std::string& e : p.excluded_types()) excluded.push_back(JsonString(e));
     o.Raw("excluded_types", "[" + absl::StrJoin(excluded, ",") + "]");
+    o.Raw("notes", JsonStrings(dearer));
     io.out << o.str() << "\n";
   } else {
     PrintPlan(response, request, described, catalog, *target, io.out);
+    for (const std::string& n : dearer) io.out << "Note: " << n << "\n";
     if (p.has_risk() || response.plain_plan().has_risk()) PrintRisk(response, confidence, io.out);
     if (availability) {
       io.out << "\nUnder the availability traces (a window every "
-             << HumanDuration(availability->start_every_s) << ", changeover "
+             << HumanDuration(availability->every_s) << ", changeover "
              << HumanDuration(availability->changeover_s) << "):\n";
       auto show = [&](const char* label, const AvailabilityOutcome& a) {
         if (!a.ok) {
@@ -689,6 +673,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
         t.Print(io.out);
         io.out << "  (" << a.windows << " windows; on-demand "
                << Fixed(a.on_demand_hours_fallback, 2) << " h per window with the fallback)\n";
+        for (const std::string& n : a.notes) io.out << "  Note: " << n << "\n";
       };
       show(confidence > 0 ? "risk-aware plan" : "plan", replayed);
       if (confidence > 0) show("plain plan", replayed_plain);

@@ -1,5 +1,6 @@
 // spotdnn profile: import logs, fit, store, show and export workload profiles; the subcommand
 // table. validate and validate-speed are in profile_validate_command.cc.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -204,8 +205,11 @@ int ImportCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io&
   }
   Table table({"quantity", "value"});
   table.AddRow({"files read", absl::StrCat(response.files())});
-  table.AddRow({"samples imported", absl::StrCat(response.imported())});
-  table.AddRow({"samples already stored", absl::StrCat(response.duplicates())});
+  // `imported` counts the samples already stored too (the service's answer says so): a re-import
+  // reads "0 new, 1309 already stored", not 1309 imported beside 1309 already stored.
+  const uint64_t duplicates = std::min(response.duplicates(), response.imported());
+  table.AddRow({"samples imported", absl::StrCat(response.imported() - duplicates, " new, ",
+                                                 duplicates, " already stored")});
   table.AddRow({"runs (jobs)", absl::StrCat(response.runs())});
   table.AddRow({"lines skipped", absl::StrCat(response.skipped())});
   table.Print(io.out);

@@ -14,6 +14,7 @@
 #include "provisioner/deadline/window_replay.h"
 #include "services/clients/service_clients.h"
 #include "services/common/convert.h"
+#include "services/gateway/cli/availability_replay.h"
 #include "services/gateway/cli/cli.h"
 #include "services/gateway/cli/command.h"
 #include "services/gateway/cli/connection.h"
@@ -128,21 +129,25 @@ int SimulateWindows(const Args& args, const Io& io) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   const double on_demand_only =
       (job.work_s + job.changeover_s) / 3600 * job.on_demand_price_per_hour;
-  const bool optimum = policy == "optimum";
+  // What the answer needs said beside it: spot that cannot save anything, no room to start.
+  std::vector<std::string> notes;
+  if (job.spot_price_per_hour > 0 && job.on_demand_price_per_hour <= job.spot_price_per_hour) {
+    notes.push_back(absl::StrCat(
+        "on-demand (", Dollars(job.on_demand_price_per_hour), "/h) costs no more than spot (",
+        Dollars(job.spot_price_per_hour), "/h): ",
+        policy == "spot-only"
+            ? "--fallback none replays spot anyway; on-demand alone would cost no more and is "
+              "never preempted"
+        : policy == "optimum"
+            ? "the optimum buys spot only where it costs no more (the online policies run "
+              "on-demand all the way)"
+            : "the policies run on-demand all the way (spot would add preemptions for no "
+              "saving)"));
+  }
+  if (std::string note = SlackNote(job, policy, PlanOrigin::kOneInstance); !note.empty()) {
+    notes.push_back(std::move(note));
+  }
   if (io.json) {
-    std::vector<std::string> windows;
-    for (const dl::WindowResult& w : summary->windows) {
-      JsonObject o;
-      o.Number("start_s", w.start_s).Bool("met", w.met).Number("cost_usd", w.cost_usd);
-      if (w.met || !optimum) o.Number("finish_s", w.finish_s);
-      if (!optimum) {
-        o.Number("spot_hours", w.spot_hours)
-            .Number("on_demand_hours", w.on_demand_hours)
-            .Integer("changeovers", w.changeovers);
-      }
-      o.Bool("on_demand_can_meet", w.on_demand_can_meet);
-      windows.push_back(o.str());
-    }
     JsonObject o;
     o.String("policy", policy)
         .String("availability", file)
@@ -153,17 +158,16 @@ int SimulateWindows(const Args& args, const Io& io) {
         .Number("on_demand_price_per_hour", job.on_demand_price_per_hour)
         .Number("start_every_s", every)
         .String("fallback", fallback)
-        .Raw("windows", "[" + absl::StrJoin(windows, ",") + "]")
+        .Raw("windows", WindowsJson(*summary))
         .Number("met_fraction", summary->met_fraction)
         .Number("mean_cost_usd", summary->mean_cost_usd)
         .Number("on_demand_only_cost_usd", on_demand_only)
-        .Integer("missed_where_on_demand_could_meet", summary->missed_on_demand_could_meet);
-    if (!optimum) {
-      o.Number("spot_hours", summary->spot_hours)
-          .Number("on_demand_hours", summary->on_demand_hours)
-          .Integer("changeovers", summary->changeovers);
-    }
-    o.Number("simulate_ms", ms);
+        .Integer("missed_where_on_demand_could_meet", summary->missed_on_demand_could_meet)
+        .Number("spot_hours", summary->spot_hours)
+        .Number("on_demand_hours", summary->on_demand_hours)
+        .Integer("changeovers", summary->changeovers)
+        .Raw("notes", JsonStrings(notes))
+        .Number("simulate_ms", ms);
     io.out << o.str() << "\n";
     return kExitOk;
   }
@@ -174,124 +178,56 @@ int SimulateWindows(const Args& args, const Io& io) {
          << "trace " << file << " (" << HumanDuration(trace->duration_s()) << ", tick "
          << HumanDuration(trace->gap_s) << "), a window every " << HumanDuration(every)
          << ", policy " << policy << "\n\n";
-  Table table(optimum ? std::vector<std::string>{"start", "met", "cost", "finish"}
-                      : std::vector<std::string>{"start", "met", "cost", "spot h", "on-demand h",
-                                                 "changeovers", "finish"});
-  for (const dl::WindowResult& w : summary->windows) {
-    std::vector<std::string> row = {HumanDuration(w.start_s), w.met ? "yes" : "MISSED",
-                                    Dollars(w.cost_usd)};
-    if (!optimum) {
-      row.push_back(Fixed(w.spot_hours, 2));
-      row.push_back(Fixed(w.on_demand_hours, 2));
-      row.push_back(absl::StrCat(w.changeovers));
-    }
-    row.push_back(w.met || !optimum ? HumanDuration(w.finish_s) : "-");
-    table.AddRow(std::move(row));
-  }
-  table.Print(io.out);
+  PrintWindows(*summary, io.out);
   io.out << "\n"
          << summary->windows.size() << " windows: deadline met in "
          << Fixed(100 * summary->met_fraction, 1) << "%, mean cost "
          << Dollars(summary->mean_cost_usd) << " (on-demand only " << Dollars(on_demand_only)
          << ")\n";
-  if (!optimum) {
-    io.out << "spot " << Fixed(summary->spot_hours, 1) << " h, on-demand "
-           << Fixed(summary->on_demand_hours, 1) << " h, " << summary->changeovers
-           << " changeovers in all\n";
-  }
+  io.out << "spot " << Fixed(summary->spot_hours, 1) << " h, on-demand "
+         << Fixed(summary->on_demand_hours, 1) << " h, " << summary->changeovers
+         << " changeovers in all\n";
   if (summary->missed_on_demand_could_meet > 0) {
     io.out << "missed where on-demand alone would have met the deadline: "
            << summary->missed_on_demand_could_meet << "\n";
   }
+  for (const std::string& n : notes) io.out << "Note: " << n << "\n";
   return kExitOk;
 }
 
-// `simulate --availability TYPE=FILE,...` (the cluster form): the cluster replayed as one unit
-// through its types' traces (spot when every type has capacity for its count), a window per
-// --start-every, with the fallback's policy. Prints its section of the output.
-struct ClusterReplay {
-  std::vector<std::pair<std::string, dl::AvailabilityTrace>> traces;
-  std::string fallback = "on-demand";
-  std::string policy = "ours";
-  double changeover_s = 300;
-  std::optional<double> every_s;
-};
-
-absl::StatusOr<ClusterReplay> ParseClusterReplay(const Args& args) {
-  ClusterReplay c;
-  auto traces = dl::ReadTypeTraces("--availability", *args.Get("--availability"));
-  if (!traces.ok()) return traces.status();
-  c.traces = *std::move(traces);
-  c.fallback = args.Get("--fallback").value_or("on-demand");
-  if (c.fallback != "on-demand" && c.fallback != "none") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--fallback = \"", c.fallback, "\": must be on-demand or none"));
-  }
-  c.policy = c.fallback == "none" ? "spot-only" : args.Get("--policy").value_or("ours");
-  if (c.policy != "optimum" && !dl::MakeDeadlinePolicy(c.policy).ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--policy = \"", c.policy,
-                     "\": unknown (known: ours, uniform-progress, greedy, on-demand, optimum)"));
-  }
-  if (auto v = args.Get("--changeover")) {
-    auto d = ParseDuration("--changeover", *v, /*allow_zero=*/true);
-    if (!d.ok()) return d.status();
-    c.changeover_s = *d;
-  }
-  if (auto v = args.Get("--start-every")) {
-    auto d = ParseDuration("--start-every", *v);
-    if (!d.ok()) return d.status();
-    c.every_s = *d;
-  }
-  return c;
+// The cluster form's section of the table output: the replay's settings, its windows, totals and
+// notes.
+void PrintClusterReplay(const ClusterReplay& r, std::ostream& out) {
+  PrintWindows(r.summary, out);
+  out << r.summary.windows.size() << " windows: deadline met in "
+      << Fixed(100 * r.summary.met_fraction, 1) << "%, mean cost "
+      << Dollars(r.summary.mean_cost_usd) << "; spot " << Fixed(r.summary.spot_hours, 2)
+      << " h, on-demand " << Fixed(r.summary.on_demand_hours, 2) << " h, " << r.summary.changeovers
+      << " changeovers in all\n";
+  for (const std::string& n : r.notes) out << "Note: " << n << "\n";
 }
 
-// Replays `p`'s cluster; "" and the JSON, or the reason it could not.
-absl::StatusOr<dl::ReplaySummary> ReplayCluster(const pb::Plan& p, double deadline_s,
-                                                const ClusterReplay& c, dl::WindowJob* job) {
-  std::vector<std::pair<const dl::AvailabilityTrace*, int>> parts;
-  for (const pb::InstanceCount& n : p.cluster().instances()) {
-    if (n.count() <= 0) continue;
-    for (const auto& [type, trace] : c.traces) {
-      if (type == n.instance_type()) parts.emplace_back(&trace, n.count());
-    }
-  }
-  if (parts.empty()) {
-    return absl::InvalidArgumentError(
-        "--availability: no trace for the cluster's types (give TYPE=FILE for them)");
-  }
-  auto joint = dl::JointTrace(parts);
-  if (!joint.ok()) return joint.status();
-  if (!(p.time_s() > 0)) return absl::FailedPreconditionError("the cluster has no predicted time");
-  job->work_s = p.time_s();
-  job->deadline_s = deadline_s;
-  job->changeover_s = c.changeover_s;
-  job->spot_price_per_hour = p.spot_cost_usd() / p.time_s() * 3600;
-  job->on_demand_price_per_hour = p.on_demand_cost_usd() / p.time_s() * 3600;
-  auto summary = dl::ReplayWindows(*joint, *job, c.every_s.value_or(deadline_s), c.policy);
-  if (!summary.ok()) {
-    std::string message(summary.status().message());
-    for (const char* field : {"deadline", "start-every"}) {
-      if (absl::StartsWith(message, absl::StrCat(field, " = "))) message = "--" + message;
-    }
-    return absl::InvalidArgumentError(message);
-  }
-  return summary;
-}
-
-std::string WindowsJson(const dl::ReplaySummary& s) {
-  std::vector<std::string> windows;
-  for (const dl::WindowResult& w : s.windows) {
-    windows.push_back(JsonObject()
-                          .Number("start_s", w.start_s)
-                          .Bool("met", w.met)
-                          .Number("cost_usd", w.cost_usd)
-                          .Number("spot_hours", w.spot_hours)
-                          .Number("on_demand_hours", w.on_demand_hours)
-                          .Integer("changeovers", w.changeovers)
-                          .str());
-  }
-  return "[" + absl::StrJoin(windows, ",") + "]";
+// The cluster form's JSON object.
+std::string ClusterReplayJson(const ClusterAvailability& c, const ClusterReplay& r) {
+  return JsonObject()
+      .String("fallback", c.fallback)
+      .String("policy", r.summary.policy)
+      .Number("changeover_s", r.job.changeover_s)
+      .Number("work_s", r.job.work_s)
+      .Number("slack_s", r.job.deadline_s - r.job.work_s)
+      .Number("spot_price_per_hour", r.job.spot_price_per_hour)
+      .Number("on_demand_price_per_hour", r.job.on_demand_price_per_hour)
+      .Raw("windows", WindowsJson(r.summary))
+      .Number("met_fraction", r.summary.met_fraction)
+      .Number("mean_cost_usd", r.summary.mean_cost_usd)
+      .Number("spot_hours", r.summary.spot_hours)
+      .Number("on_demand_hours", r.summary.on_demand_hours)
+      .Integer("changeovers", r.summary.changeovers)
+      .Integer("missed_where_on_demand_could_meet", r.summary.missed_on_demand_could_meet)
+      .Raw("bought_on_demand", JsonStrings(r.on_demand_types))
+      .Raw("without_trace", JsonStrings(r.untraced_types))
+      .Raw("notes", JsonStrings(r.notes))
+      .str();
 }
 
 }  // namespace
@@ -312,12 +248,6 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
     return fail(absl::InvalidArgumentError(
         "give one of --accuracy A, --target METRIC>=V, --loss L and --iterations N"));
   }
-  std::optional<ClusterReplay> replay;
-  if (args.Has("--availability")) {
-    auto c = ParseClusterReplay(args);
-    if (!c.ok()) return fail(c.status());
-    replay = *std::move(c);
-  }
   pb::SimulateRequest request;
   const std::string workload = *args.Get("--workload"), catalog = *args.Get("--catalog");
   auto workload_ref = ResolveWorkloadArg(args, workload, local);
@@ -326,6 +256,16 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
   if (!catalog_ref.ok()) return fail(catalog_ref.status());
   *request.mutable_workload() = *workload_ref;
   *request.mutable_catalog() = *catalog_ref;
+  // Its types and prices, when known here (a name only a remote server knows is not).
+  const std::optional<pb::InstanceCatalog> known = KnownCatalog(*catalog_ref, local);
+  const pb::InstanceCatalog* known_catalog = known ? &*known : nullptr;
+  std::optional<ClusterAvailability> replay;
+  if (args.Has("--availability")) {
+    auto c = ParseClusterAvailability(args, known_catalog, /*with_policy=*/true);
+    if (!c.ok()) return fail(c.status());
+    replay = *std::move(c);
+  }
+  const PlanOrigin origin = args.Has("--cluster") ? PlanOrigin::kGiven : PlanOrigin::kPlanned;
   std::string target_text;
   if (metric_target) {
     auto target = ParseTargetFlags(args);  // --loss, --accuracy or --target (one)
@@ -374,61 +314,59 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
 
   const clients::ProvisionerClient provisioner(stub, clients::CallPolicy::LongRunning());
   auto simulated_response = provisioner.Simulate(request);
-  if (!simulated_response.ok() && replay && !args.Has("--cluster") &&
-      absl::StrContains(simulated_response.status().message(), "nothing to simulate")) {
-    // No revocation model: the availability traces alone (capacity replay of the cheapest plan).
-    pb::PlanRequest plan_request;
-    *plan_request.mutable_workload() = request.workload();
-    *plan_request.mutable_catalog() = request.catalog();
-    *plan_request.mutable_slo() = request.slo();
-    *plan_request.mutable_options() = request.options();
-    plan_request.mutable_options()->clear_simulation();
-    plan_request.set_mode(pb::PLAN_MODE_DEADLINE);
-    auto planned = provisioner.Plan(plan_request);
+  const bool no_revocation_model =
+      !simulated_response.ok() &&
+      absl::StrContains(simulated_response.status().message(), "nothing to simulate");
+  if (no_revocation_model && !replay) {
+    return fail(absl::Status(
+        simulated_response.status().code(),
+        absl::StrCat(simulated_response.status().message(),
+                     "; or replay spot capacity instead with --availability TYPE=FILE,...")));
+  }
+  if (no_revocation_model) {
+    // No revocation model: the availability traces alone (capacity replay of the cluster given
+    // or the cheapest plan).
+    request.set_plan_only(true);
+    request.mutable_options()->clear_simulation();
+    auto planned = provisioner.Simulate(request);
     if (!planned.ok()) return fail(planned.status());
-    if (!planned->plan().feasible()) return fail(simulated_response.status());
-    dl::WindowJob job;
-    auto s = ReplayCluster(planned->plan(), *deadline, *replay, &job);
-    if (!s.ok()) return fail(s.status());
     const pb::Plan& p = planned->plan();
+    if (!(p.time_s() > 0)) {  // no cluster given and no plan meets the SLO
+      if (io.json) {
+        io.out << JsonObject().Bool("feasible", false).String("reason", p.reason()).str() << "\n";
+      } else {
+        io.out << "No plan meets the SLO, so there is nothing to replay: " << p.reason() << "\n";
+      }
+      return kExitInfeasible;
+    }
+    auto r = ReplayPlanCluster(p, *deadline, options.revocation_overhead_s(), *replay,
+                               replay->policy, known_catalog, origin);
+    if (!r.ok()) return fail(r.status());
     if (io.json) {
       io.out << JsonObject()
                     .Raw("cluster", ClusterJson(p.cluster()))
+                    .String("cluster_from", origin == PlanOrigin::kGiven ? "given" : "plan")
+                    .Bool("meets_slo_without_revocations", p.feasible())
                     .Number("deadline_s", *deadline)
                     .Number("planned_time_s", p.time_s())
                     .Number("planned_cost_usd", p.cost_usd())
                     .String("revocations", "none (no revocation model): capacity alone")
-                    .Raw("availability", JsonObject()
-                                             .String("fallback", replay->fallback)
-                                             .String("policy", s->policy)
-                                             .Number("changeover_s", job.changeover_s)
-                                             .Raw("windows", WindowsJson(*s))
-                                             .Number("met_fraction", s->met_fraction)
-                                             .Number("mean_cost_usd", s->mean_cost_usd)
-                                             .Number("spot_hours", s->spot_hours)
-                                             .Number("on_demand_hours", s->on_demand_hours)
-                                             .Integer("changeovers", s->changeovers)
-                                             .str())
+                    .Raw("availability", ClusterReplayJson(*replay, *r))
                     .str()
              << "\n";
       return kExitOk;
     }
     io.out << "Simulation: " << workload << " on " << catalog << ", cluster "
-           << ClusterText(p.cluster()) << " (the cheapest plan: " << HumanDuration(p.time_s())
-           << ", " << Dollars(p.cost_usd()) << "), deadline " << HumanDuration(*deadline)
-           << "; no revocation model, so the availability traces alone (fallback "
-           << replay->fallback << ", policy " << s->policy << ", changeover "
-           << HumanDuration(job.changeover_s) << ")\n\n";
-    Table t({"start", "met", "cost", "spot h", "on-demand h", "changeovers"});
-    for (const dl::WindowResult& w : s->windows) {
-      t.AddRow({HumanDuration(w.start_s), w.met ? "yes" : "MISSED", Dollars(w.cost_usd),
-                Fixed(w.spot_hours, 2), Fixed(w.on_demand_hours, 2), absl::StrCat(w.changeovers)});
-    }
-    t.Print(io.out);
-    io.out << s->windows.size() << " windows: deadline met in " << Fixed(100 * s->met_fraction, 1)
-           << "%, mean cost " << Dollars(s->mean_cost_usd) << "; spot " << Fixed(s->spot_hours, 2)
-           << " h, on-demand " << Fixed(s->on_demand_hours, 2) << " h, " << s->changeovers
-           << " changeovers in all\n";
+           << ClusterText(p.cluster()) << " ("
+           << (origin == PlanOrigin::kGiven ? "given" : "the cheapest plan") << ": "
+           << HumanDuration(p.time_s()) << ", " << Dollars(p.cost_usd()) << "), deadline "
+           << HumanDuration(*deadline) << "\n";
+    if (!p.feasible()) io.out << "Note: " << p.reason() << "\n";
+    io.out << "No revocation model, so the availability traces alone (fallback " << replay->fallback
+           << ", policy " << r->summary.policy << ", changeover "
+           << HumanDuration(r->job.changeover_s) << ", a window every "
+           << HumanDuration(replay->every_s > 0 ? replay->every_s : *deadline) << ")\n\n";
+    PrintClusterReplay(*r, io.out);
     return kExitOk;
   }
   if (!simulated_response.ok()) return fail(simulated_response.status());
@@ -444,13 +382,16 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
     return kExitInfeasible;
   }
   const pb::RiskEstimate& r = p.risk();
-  dl::WindowJob replay_job;
-  std::optional<dl::ReplaySummary> replayed;
+  std::optional<ClusterReplay> replayed;
   if (replay) {
-    auto s = ReplayCluster(p, *deadline, *replay, &replay_job);
+    auto s = ReplayPlanCluster(p, *deadline, options.revocation_overhead_s(), *replay,
+                               replay->policy, known_catalog, origin);
     if (!s.ok()) return fail(s.status());
     replayed = *std::move(s);
   }
+  const std::vector<std::string> dearer = known_catalog && !options.on_demand_prices()
+                                              ? SpotDearerNotes(p.cluster(), *known_catalog)
+                                              : std::vector<std::string>{};
   if (io.json) {
     std::vector<std::string> models;
     for (const std::string& m : response.revocation_models()) models.push_back(JsonString(m));
@@ -467,23 +408,9 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
         .Number("planned_cost_usd", p.cost_usd())
         .Number("normalized_iterations", p.prediction().normalized_iterations())
         .Number("simulate_ms", p.solve_ms())
-        .Raw("revocation_models", "[" + absl::StrJoin(models, ",") + "]");
-    if (replayed) {
-      o.Raw("availability",
-            JsonObject()
-                .String("fallback", replay->fallback)
-                .String("policy", replayed->policy)
-                .Number("changeover_s", replay_job.changeover_s)
-                .Number("spot_price_per_hour", replay_job.spot_price_per_hour)
-                .Number("on_demand_price_per_hour", replay_job.on_demand_price_per_hour)
-                .Raw("windows", WindowsJson(*replayed))
-                .Number("met_fraction", replayed->met_fraction)
-                .Number("mean_cost_usd", replayed->mean_cost_usd)
-                .Number("spot_hours", replayed->spot_hours)
-                .Number("on_demand_hours", replayed->on_demand_hours)
-                .Integer("changeovers", replayed->changeovers)
-                .str());
-    }
+        .Raw("revocation_models", "[" + absl::StrJoin(models, ",") + "]")
+        .Raw("notes", JsonStrings(dearer));
+    if (replayed) o.Raw("availability", ClusterReplayJson(*replay, *replayed));
     io.out << o.str() << "\n";
     return kExitOk;
   }
@@ -496,6 +423,7 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
          << "): predicted " << HumanDuration(p.time_s()) << " and " << Dollars(p.cost_usd())
          << " without revocations\n";
   if (!p.feasible()) io.out << "Note: " << p.reason() << "\n";
+  for (const std::string& n : dearer) io.out << "Note: " << n << "\n";
   io.out << "\n";
   Table table({"quantity", "mean", "p50", "p90"});
   table.AddRow({"time", HumanDuration(r.expected_time_s()), HumanDuration(r.time_p50_s()),
@@ -513,19 +441,9 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
   io.out << "P(no revocation)   " << Fixed(r.p_no_revocation(), 4) << "\n";
   if (replayed) {
     io.out << "\nUnder the availability traces (capacity alone, the cluster as one unit; fallback "
-           << replay->fallback << ", policy " << replayed->policy << ", changeover "
-           << HumanDuration(replay_job.changeover_s) << "):\n";
-    Table t({"start", "met", "cost", "spot h", "on-demand h", "changeovers"});
-    for (const dl::WindowResult& w : replayed->windows) {
-      t.AddRow({HumanDuration(w.start_s), w.met ? "yes" : "MISSED", Dollars(w.cost_usd),
-                Fixed(w.spot_hours, 2), Fixed(w.on_demand_hours, 2), absl::StrCat(w.changeovers)});
-    }
-    t.Print(io.out);
-    io.out << replayed->windows.size() << " windows: deadline met in "
-           << Fixed(100 * replayed->met_fraction, 1) << "%, mean cost "
-           << Dollars(replayed->mean_cost_usd) << "; spot " << Fixed(replayed->spot_hours, 2)
-           << " h, on-demand " << Fixed(replayed->on_demand_hours, 2) << " h, "
-           << replayed->changeovers << " changeovers in all\n";
+           << replay->fallback << ", policy " << replayed->summary.policy << ", changeover "
+           << HumanDuration(replayed->job.changeover_s) << "):\n";
+    PrintClusterReplay(*replayed, io.out);
   }
   if (r.unfinished_runs() > 0) {
     io.out << "runs stopped at 10x the deadline: " << r.unfinished_runs() << "\n";
@@ -599,7 +517,9 @@ std::vector<Command> SimulateCommands() {
            {"--availability", "FILE | TYPE=FILE,...",
             "spot availability traces (NSDI'24 JSON or time,count CSV): with --work one\n"
             "FILE (the one-instance form); with --workload TYPE=FILE per type: the\n"
-            "cluster is also replayed through them, a window per --start-every"},
+            "cluster (--cluster or the cheapest plan) is also replayed through them, a\n"
+            "window per --start-every; alone when there is no revocation model. Types\n"
+            "whose spot price is not below on-demand are bought on-demand (no trace)"},
            {"--work", "D", "the one-instance form: work in seconds of one instance (24h)"},
            {"--changeover", "D",
             "billed time without progress at each instance start (one-instance form\n"
@@ -612,8 +532,8 @@ std::vector<Command> SimulateCommands() {
     commands[0].flags.push_back(std::move(f));
   }
   commands[0].synopsis +=
-      "\n[--availability TYPE=FILE,... [--fallback on-demand|none] [--changeover D]\n"
-      "[--start-every D]]\n\n"
+      "\n[--availability TYPE=FILE,... [--fallback on-demand|none] [--policy P]\n"
+      "[--changeover D] [--start-every D]]\n\n"
       "or, one instance against an availability trace:\n"
       "--availability FILE --work D --deadline D --spot-price USD\n"
       "--on-demand-price USD [--changeover D] [--start-every D]\n"

@@ -1,5 +1,6 @@
 #include "services/gateway/job/convergence_watch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -23,27 +24,13 @@ double NumOf(const nlohmann::json& doc, const char* key, double otherwise = 0) {
 
 }  // namespace
 
-absl::StatusOr<predictor::ConvergenceModel> PriorOf(const predictor::WorkloadProfile& profile,
-                                                    const std::string& metric, double wa_batch) {
-  for (const predictor::ConvergenceModel& m : profile.convergence) {
-    if (m.metric == metric) return m;
-  }
-  if (metric == "loss" && profile.loss.has_value() &&
-      (profile.loss->g3 != 0 || profile.loss->g2 != 0)) {
-    const predictor::LossModel& g = *profile.loss;
-    predictor::ConvergenceModel prior;
-    prior.metric = "loss";
-    prior.form = predictor::ConvergenceModel::Form::kEq3;
-    prior.g1 = g.g1;
-    prior.g3 = g.g2 * std::max(0.0, wa_batch) + g.g3;  // kEq3 has no g2: one WA batch folded in
-    prior.g4 = g.g4;
-    prior.g5 = g.g5;
-    prior.fitted_on = "eq. 3 (g1..g5) of the profile";
-    return prior;
-  }
-  return absl::NotFoundError(absl::StrCat("workload \"", profile.name,
-                                          "\": no convergence model of \"", metric,
-                                          "\" and no eq. 3 loss model to start a refit from"));
+absl::StatusOr<predictor::TargetConvergence> PriorOf(const predictor::WorkloadProfile& profile,
+                                                     const predictor::Target& target,
+                                                     double wa_batch,
+                                                     double convergence_coefficient) {
+  auto found = predictor::ConvergenceForTarget(profile, target, wa_batch, convergence_coefficient);
+  if (!found.ok()) return absl::NotFoundError(found.status().message());
+  return found;
 }
 
 ConvergenceWatch::ConvergenceWatch(predictor::ConvergenceModel prior,
@@ -57,7 +44,8 @@ ConvergenceWatch::ConvergenceWatch(predictor::ConvergenceModel prior,
 
 void ConvergenceWatch::Add(double step, double value) {
   if (!std::isfinite(step) || !std::isfinite(value) || step < 0) return;
-  if (!points_.empty() && step <= points_.back().first) return;
+  if (!points_.empty() && step == points_.back().first) return;
+  if (!points_.empty() && step < points_.back().first) Rewind(step);
   points_.emplace_back(step, value);
   if (points_.size() > options_.max_points) {
     // Every other one of the older half: the curve's span and its recent end kept whole.
@@ -71,9 +59,25 @@ void ConvergenceWatch::Add(double step, double value) {
   }
 }
 
+void ConvergenceWatch::Rewind(double step) {
+  while (!points_.empty() && points_.back().first >= step) points_.pop_back();
+  refitted_at_ = std::min(refitted_at_, points_.size());
+}
+
+double ConvergenceWatch::EquivalentStep(double step, int from_workers, double from_r, int workers,
+                                        double r) const {
+  if ((std::max(1, from_workers) == std::max(1, workers) && from_r == r) ||
+      model_.schedule.kind != predictor::LrSchedule::Kind::kConstant) {
+    return step;
+  }
+  const double value = predictor::MeanValueAt(model_, std::max(1, from_workers), from_r, step);
+  const double equivalent = predictor::MeanStepAt(model_, std::max(1, workers), r, value);
+  return std::isfinite(equivalent) ? equivalent : step;
+}
+
 ConvergenceForecast ConvergenceWatch::Forecast(const predictor::ConvergenceModel& model,
                                                double elapsed_s, double step, int workers, double r,
-                                               double steps_per_s) const {
+                                               double steps_per_s, double from) const {
   ConvergenceForecast f{.elapsed_s = elapsed_s,
                         .step = step,
                         .points = static_cast<int>(points_.size()),
@@ -82,8 +86,8 @@ ConvergenceForecast ConvergenceWatch::Forecast(const predictor::ConvergenceModel
                         .steps_per_s = steps_per_s,
                         .rmse = last_rmse_,
                         .model = model};
-  const predictor::StepQuantiles q =
-      predict_(model, std::max(1, workers), r, options_.target, step, options_.draws);
+  const predictor::StepQuantiles q = predict_(model, std::max(1, workers), r, options_.target,
+                                              from >= 0 ? from : step, options_.draws);
   f.reachable = q.reachable;
   auto total = [&](double left) { return q.reachable && std::isfinite(left) ? step + left : kInf; };
   auto finish = [&](double left) {
@@ -165,40 +169,99 @@ bool ConvergenceWatch::ShouldReplan(const ConvergenceForecast& forecast, double 
   return Late(forecast) && (options_.late_refits <= 1 || late_streak_ >= options_.late_refits);
 }
 
-std::optional<double> ConvergenceWatch::StepsNeeded(int workers, double r, double step) const {
+std::optional<double> ConvergenceWatch::StepsNeeded(int workers, double r, double step,
+                                                    int from_workers, double from_r) const {
   const predictor::StepQuantiles q =
-      predict_(model_, std::max(1, workers), r, options_.target, step, options_.draws);
+      predict_(model_, std::max(1, workers), r, options_.target,
+               EquivalentStep(step, from_workers, from_r, workers, r), options_.draws);
   const double left = options_.confidence > 0 ? q.p90 : q.p50;
   if (!q.reachable || !std::isfinite(left)) return std::nullopt;
   return step + left;
 }
 
+namespace {
+
+// Every field of the model, so that a forecast read back from the log predicts (and draws) what
+// the live one did.
+nlohmann::json ModelJson(const predictor::ConvergenceModel& m) {
+  return {{"metric", m.metric},
+          {"higher_is_better", m.higher_is_better},
+          {"ceiling", m.ceiling},
+          {"form", m.form == predictor::ConvergenceModel::Form::kEq3 ? "eq3" : "saturating"},
+          {"floor", m.floor},
+          {"floor_exp", m.floor_exp},
+          {"amplitude", m.amplitude},
+          {"scale", m.scale},
+          {"scale_exp", m.scale_exp},
+          {"shape", m.shape},
+          {"g1", m.g1},
+          {"g3", m.g3},
+          {"g4", m.g4},
+          {"g5", m.g5},
+          {"schedule", predictor::LrScheduleText(m.schedule)},
+          {"schedule_detected", m.schedule.detected},
+          {"drop_ratios", m.drop_ratios},
+          {"rho", m.rho},
+          {"drop_time_steps", m.drop_time_steps},
+          {"drop_ratio_exp", m.drop_ratio_exp},
+          {"noise_sd", m.noise_sd},
+          {"noise_exp", m.noise_exp},
+          {"noise_sd_after", m.noise_sd_after},
+          {"noise_exp_after", m.noise_exp_after},
+          {"eval_interval_steps", m.eval_interval_steps},
+          {"eval_interval_per_worker_steps", m.eval_interval_per_worker_steps},
+          {"runs", m.runs},
+          {"points", m.points},
+          {"fitted_on", m.fitted_on}};
+}
+
+predictor::ConvergenceModel ModelOf(const nlohmann::json& m) {
+  predictor::ConvergenceModel model;
+  model.metric = m.value("metric", std::string("loss"));
+  model.higher_is_better = m.value("higher_is_better", false);
+  model.ceiling = NumOf(m, "ceiling", 1);
+  model.form = m.value("form", std::string()) == "eq3"
+                   ? predictor::ConvergenceModel::Form::kEq3
+                   : predictor::ConvergenceModel::Form::kSaturating;
+  model.floor = NumOf(m, "floor");
+  model.floor_exp = NumOf(m, "floor_exp");
+  model.amplitude = NumOf(m, "amplitude");
+  model.scale = NumOf(m, "scale", 1);
+  model.scale_exp = NumOf(m, "scale_exp");
+  model.shape = NumOf(m, "shape", 1);
+  model.g1 = NumOf(m, "g1");
+  model.g3 = NumOf(m, "g3");
+  model.g4 = NumOf(m, "g4");
+  model.g5 = NumOf(m, "g5");
+  if (auto s = predictor::ParseLrSchedule(m.value("schedule", std::string("constant"))); s.ok()) {
+    model.schedule = *s;
+  }
+  model.schedule.detected = m.value("schedule_detected", false);
+  if (auto it = m.find("drop_ratios"); it != m.end() && it->is_array()) {
+    for (const nlohmann::json& v : *it) {
+      if (v.is_number()) model.drop_ratios.push_back(v.get<double>());
+    }
+  }
+  model.rho = NumOf(m, "rho", 1);
+  model.drop_time_steps = NumOf(m, "drop_time_steps");
+  model.drop_ratio_exp = NumOf(m, "drop_ratio_exp");
+  model.noise_sd = NumOf(m, "noise_sd");
+  model.noise_exp = NumOf(m, "noise_exp");
+  model.noise_sd_after = NumOf(m, "noise_sd_after");
+  model.noise_exp_after = NumOf(m, "noise_exp_after");
+  model.eval_interval_steps = NumOf(m, "eval_interval_steps");
+  model.eval_interval_per_worker_steps = NumOf(m, "eval_interval_per_worker_steps");
+  model.runs = static_cast<int>(NumOf(m, "runs"));
+  model.points = static_cast<int>(NumOf(m, "points"));
+  model.fitted_on = m.value("fitted_on", std::string());
+  return model;
+}
+
+}  // namespace
+
 std::string ForecastJson(const ConvergenceForecast& f) {
-  const predictor::ConvergenceModel& m = f.model;
-  nlohmann::json model = {
-      {"metric", m.metric},
-      {"higher_is_better", m.higher_is_better},
-      {"ceiling", m.ceiling},
-      {"form", m.form == predictor::ConvergenceModel::Form::kEq3 ? "eq3" : "saturating"},
-      {"floor", m.floor},
-      {"floor_exp", m.floor_exp},
-      {"amplitude", m.amplitude},
-      {"scale", m.scale},
-      {"scale_exp", m.scale_exp},
-      {"g1", m.g1},
-      {"g3", m.g3},
-      {"g4", m.g4},
-      {"g5", m.g5},
-      {"schedule", predictor::LrScheduleText(m.schedule)},
-      {"drop_ratios", m.drop_ratios},
-      {"rho", m.rho},
-      {"drop_time_steps", m.drop_time_steps},
-      {"noise_sd", m.noise_sd},
-      {"noise_exp", m.noise_exp},
-      {"noise_sd_after", m.noise_sd_after},
-      {"noise_exp_after", m.noise_exp_after},
-      {"eval_interval_steps", m.eval_interval_steps}};
   nlohmann::json doc = {{"prior", f.prior},
+                        {"source", f.source},
                         {"elapsed_s", f.elapsed_s},
                         {"step", f.step},
                         {"points", f.points},
@@ -213,7 +276,7 @@ std::string ForecastJson(const ConvergenceForecast& f) {
                         {"finish_p50_s", Num(f.finish_p50_s)},
                         {"finish_p90_s", Num(f.finish_p90_s)},
                         {"rmse", f.rmse},
-                        {"model", model}};
+                        {"model", ModelJson(f.model)}};
   return doc.dump();
 }
 
@@ -225,6 +288,7 @@ absl::StatusOr<ConvergenceForecast> ParseForecastJson(const std::string& json) {
   }
   ConvergenceForecast f;
   f.prior = doc.value("prior", false);
+  f.source = doc.value("source", std::string(f.prior ? "profile" : "refit"));
   f.elapsed_s = NumOf(doc, "elapsed_s");
   f.step = NumOf(doc, "step");
   f.points = static_cast<int>(NumOf(doc, "points"));
@@ -239,38 +303,7 @@ absl::StatusOr<ConvergenceForecast> ParseForecastJson(const std::string& json) {
   f.finish_p50_s = NumOf(doc, "finish_p50_s");
   f.finish_p90_s = NumOf(doc, "finish_p90_s");
   f.rmse = NumOf(doc, "rmse");
-  const nlohmann::json& m = doc["model"];
-  predictor::ConvergenceModel& model = f.model;
-  model.metric = m.value("metric", std::string("loss"));
-  model.higher_is_better = m.value("higher_is_better", false);
-  model.ceiling = NumOf(m, "ceiling", 1);
-  model.form = m.value("form", std::string()) == "eq3"
-                   ? predictor::ConvergenceModel::Form::kEq3
-                   : predictor::ConvergenceModel::Form::kSaturating;
-  model.floor = NumOf(m, "floor");
-  model.floor_exp = NumOf(m, "floor_exp");
-  model.amplitude = NumOf(m, "amplitude");
-  model.scale = NumOf(m, "scale", 1);
-  model.scale_exp = NumOf(m, "scale_exp");
-  model.g1 = NumOf(m, "g1");
-  model.g3 = NumOf(m, "g3");
-  model.g4 = NumOf(m, "g4");
-  model.g5 = NumOf(m, "g5");
-  if (auto s = predictor::ParseLrSchedule(m.value("schedule", std::string("constant"))); s.ok()) {
-    model.schedule = *s;
-  }
-  if (auto it = m.find("drop_ratios"); it != m.end() && it->is_array()) {
-    for (const nlohmann::json& v : *it) {
-      if (v.is_number()) model.drop_ratios.push_back(v.get<double>());
-    }
-  }
-  model.rho = NumOf(m, "rho", 1);
-  model.drop_time_steps = NumOf(m, "drop_time_steps");
-  model.noise_sd = NumOf(m, "noise_sd");
-  model.noise_exp = NumOf(m, "noise_exp");
-  model.noise_sd_after = NumOf(m, "noise_sd_after");
-  model.noise_exp_after = NumOf(m, "noise_exp_after");
-  model.eval_interval_steps = NumOf(m, "eval_interval_steps");
+  f.model = ModelOf(doc["model"]);
   return f;
 }
 

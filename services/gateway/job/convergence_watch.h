@@ -1,12 +1,13 @@
-// The live refit of a running job's convergence (issue 25, item 4). The job's own metric
-// measurements (global step, value) are refitted against the convergence model with the
-// profile's model as the prior (profiler::FitConvergence with ConvergenceFitOptions::prior), so
-// a few hundred of them move it; the refitted model re-predicts the global steps to the target
-// from the current step (p10/p50/p90, predictor::StepsToTarget) and, at the measured speed, the
-// finish. The forecast goes to the job log ("forecast" events, ForecastJson) and `spotdnn status`
-// shows the latest beside the first (the profile's). When the predicted finish (p50, or p90 with
-// a confidence) passes the deadline, the controller re-plans a larger cluster (ShouldReplan), at
-// most once per minimum interval. Pure: no clock, no I/O (the caller hands it the times).
+// A running job's one forecast. It starts from the model the plan was made with (PriorOf: the
+// same model and R, so the first forecast's steps are the plan's iterations); the job's own metric
+// measurements (global step, value) then refit that model with it as the prior
+// (profiler::FitConvergence with ConvergenceFitOptions::prior), so a few hundred of them move it;
+// the refitted model re-predicts the global steps to the target from the current step
+// (p10/p50/p90, predictor::StepsToTarget) and, at the measured speed, the finish. The forecast
+// goes to the job log ("forecast" events, ForecastJson) and `spotdnn status` shows the latest
+// beside the first. When the predicted finish (p50, or p90 with a confidence) passes the
+// deadline, the controller re-plans a larger cluster (ShouldReplan), at most once per minimum
+// interval. Pure: no clock, no I/O (the caller hands it the times).
 #ifndef SPOTDNN_SERVICES_GATEWAY_JOB_CONVERGENCE_WATCH_H_
 #define SPOTDNN_SERVICES_GATEWAY_JOB_CONVERGENCE_WATCH_H_
 
@@ -19,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "predictor/convergence.h"
+#include "predictor/performance_model.h"
 #include "predictor/types.h"
 #include "profiler/convergence_fit.h"
 
@@ -26,7 +28,11 @@ namespace spotdnn::job {
 
 // One prediction of the job's finish.
 struct ConvergenceForecast {
-  bool prior = false;      // made from the profile's model alone (no sample of the job's yet)
+  bool prior = false;  // made from the profile's model alone (no sample of the job's yet)
+  // What made it: "profile" (the plan's model, before any measurement), "refit" (the model
+  // refitted to the job's measurements) or "re-plan" (the current model, for the cluster a re-plan
+  // or a takeover chose).
+  std::string source = "profile";
   double elapsed_s = 0;    // when, seconds from the job's start
   double step = 0;         // global steps done then
   int points = 0;          // the job's measurements the refit used
@@ -75,11 +81,14 @@ using StepsPredictor =
     std::function<predictor::StepQuantiles(const predictor::ConvergenceModel&, int workers,
                                            double r, double target, double from_step, int draws)>;
 
-// The prior for a loss target: the profile's convergence model of `metric` when it has one; else,
-// for "loss", eq. 3's g1..g5 as a Form::kEq3 model (g2 b_w + g3 folded into g3, `wa_batch` the
-// plan's WA batch). NOT_FOUND when the profile has neither.
-absl::StatusOr<predictor::ConvergenceModel> PriorOf(const predictor::WorkloadProfile& profile,
-                                                    const std::string& metric, double wa_batch);
+// The prior of a job's target: the convergence the planner predicts `target` with for a cluster of
+// WA batch `wa_batch` and R `convergence_coefficient` (predictor::ConvergenceForTarget: eq. 3's
+// g1..g5 for a loss when the profile has them, else its fitted model of the metric), with the R
+// it is evaluated at. NOT_FOUND when the profile has neither.
+absl::StatusOr<predictor::TargetConvergence> PriorOf(const predictor::WorkloadProfile& profile,
+                                                     const predictor::Target& target,
+                                                     double wa_batch,
+                                                     double convergence_coefficient);
 
 class ConvergenceWatch {
  public:
@@ -87,9 +96,14 @@ class ConvergenceWatch {
                    ConvergenceFitter fit = profiler::FitConvergence,
                    StepsPredictor predict = predictor::StepsToTarget);
 
-  // A measurement: the metric's `value` at global step `step` (ignored unless finite and past
-  // the last one's step).
+  // A measurement: the metric's `value` at global step `step` (ignored unless finite; ignored at
+  // the last one's step; one before it rewinds first: a parameter-server restore undid the steps
+  // past its checkpoint, and the curve is measured again from there).
   void Add(double step, double value);
+  // Drops the measurements at or past `step`.
+  void Rewind(double step);
+  // The last measurement's global step (-1: none).
+  double last_step() const { return points_.empty() ? -1 : points_.back().first; }
   // Measurements kept.
   size_t points() const { return points_.size(); }
 
@@ -101,6 +115,21 @@ class ConvergenceWatch {
   // is in `last_error()`). `step` is the global steps done at `elapsed_s`.
   std::optional<ConvergenceForecast> Update(double elapsed_s, double step, int workers, double r,
                                             double steps_per_s, bool force = false);
+
+  // The forecast of the current model (the latest refit's, else the prior) for `workers` at
+  // `steps_per_s` from `step` at `elapsed_s`, without a refit (a re-plan's new cluster).
+  // The job stands at global step `step` on the curve of `from_workers` (R `from_r`); on another
+  // cluster's curve it stands where that curve reaches the same mean value (EquivalentStep).
+  ConvergenceForecast Current(double elapsed_s, double step, int workers, double r,
+                              double steps_per_s, int from_workers, double from_r) const {
+    return Forecast(model_, elapsed_s, step, workers, r, steps_per_s,
+                    EquivalentStep(step, from_workers, from_r, workers, r));
+  }
+  // Where a job at global step `step` of a cluster of `from_workers` (R `from_r`) stands on the
+  // curve of `workers` (R `r`): the step at which that curve's mean reaches the same value (the
+  // convergence state is the value reached, not the steps counted). `step` itself for the same
+  // cluster, and for a schedule that drops the rate at fixed global steps.
+  double EquivalentStep(double step, int from_workers, double from_r, int workers, double r) const;
 
   // Whether `forecast` (the latest Update's) asks for a re-plan at `elapsed_s`: the deadline is
   // set, the target is unreachable or the finish (p50, or p90 with a confidence) is past it by the
@@ -117,15 +146,23 @@ class ConvergenceWatch {
   // The global steps from the job's start that `workers` need to reach the target under the
   // current model, at the held quantile (p90 with a confidence, else p50), counted from `step`;
   // nullopt when unreachable.
-  std::optional<double> StepsNeeded(int workers, double r, double step) const;
+  std::optional<double> StepsNeeded(int workers, double r, double step) const {
+    return StepsNeeded(workers, r, step, workers, r);
+  }
+  // The same for a cluster change: the job stands at `step` of `from_workers` (R `from_r`), and
+  // the rest is counted on the new cluster's curve from the equivalent step.
+  std::optional<double> StepsNeeded(int workers, double r, double step, int from_workers,
+                                    double from_r) const;
 
   const predictor::ConvergenceModel& model() const { return model_; }
   const std::string& last_error() const { return last_error_; }
   const ConvergenceWatchOptions& options() const { return options_; }
 
  private:
+  // `from`: where the job stands on this cluster's curve (default: `step`).
   ConvergenceForecast Forecast(const predictor::ConvergenceModel& model, double elapsed_s,
-                               double step, int workers, double r, double steps_per_s) const;
+                               double step, int workers, double r, double steps_per_s,
+                               double from = -1) const;
 
   predictor::ConvergenceModel prior_;
   predictor::ConvergenceModel model_;  // the latest refit (the prior before the first)

@@ -59,6 +59,11 @@ int DeadlineGuard::Wanted(const std::string& type) const {
   return it == types_.end() || !it->second.fallback ? 0 : it->second.wanted;
 }
 
+absl::Time DeadlineGuard::NextProbe(const std::string& type) const {
+  auto it = types_.find(type);
+  return it == types_.end() || !it->second.fallback ? absl::InfinitePast() : it->second.next_probe;
+}
+
 std::vector<GuardAction> DeadlineGuard::Tick(const GuardNow& now) {
   std::set<std::string> types;
   for (const auto& [type, unused] : now.types) types.insert(type);

@@ -1,4 +1,4 @@
-// The job controller's deadline guard (issue 26): keeps the deadline when spot runs out. Per
+// The job controller's deadline guard: keeps the deadline when spot runs out. Per
 // worker type it knows whether spot capacity is short (a spot launch the cloud refused, a
 // takeover it could not launch) and asks the deadline policy (provisioner/deadline) what to run:
 // spot and/or on-demand instances. While spot is short it probes with a spot launch, at most once
@@ -89,6 +89,8 @@ class DeadlineGuard {
   bool OnFallback() const;
   // The workers `type` should have while on fallback (0 when it is not).
   int Wanted(const std::string& type) const;
+  // When the next spot probe of `type` is due (InfinitePast: none pending).
+  absl::Time NextProbe(const std::string& type) const;
 
  private:
   struct TypeState {

@@ -72,7 +72,7 @@ absl::Status JobRun::StartGuard() {
     }
     if (auto s = CarryOut(number, doc.value("instance_type", ""), doc.value("launch_spot", 0),
                           doc.value("launch_on_demand", 0), doc.value("stop_on_demand", 0),
-                          doc.value("first_index", 0));
+                          doc.value("first_index", 0), doc.value("probe", false));
         !s.ok()) {
       return s;
     }
@@ -140,6 +140,7 @@ absl::Status JobRun::GuardTick() {
                                    {"launch_spot", a.launch_spot},
                                    {"launch_on_demand", a.launch_on_demand},
                                    {"stop_on_demand", a.stop_on_demand},
+                                   {"probe", a.probe},
                                    {"first_index", first_index}};
     // Written before acting on it: a resumed gateway carries out what was not done.
     if (auto s = Log("deadline", record.dump()); !s.ok()) return s;
@@ -152,9 +153,14 @@ absl::Status JobRun::GuardTick() {
                        .launch_on_demand = a.launch_on_demand,
                        .stop_on_demand = a.stop_on_demand,
                        .time_left_s = a.input.time_left_s,
-                       .work_left_s = a.input.work_left_s});
+                       .work_left_s = a.input.work_left_s,
+                       .running_spot = a.input.running_spot,
+                       .running_on_demand = a.input.running_on_demand,
+                       .kept_on_demand = std::max(
+                           0, a.input.running_on_demand - a.stop_on_demand - a.decision.on_demand),
+                       .probe = a.probe});
     if (auto s = CarryOut(number, a.instance_type, a.launch_spot, a.launch_on_demand,
-                          a.stop_on_demand, first_index);
+                          a.stop_on_demand, first_index, a.probe);
         !s.ok()) {
       return s;
     }
@@ -163,7 +169,8 @@ absl::Status JobRun::GuardTick() {
 }
 
 absl::Status JobRun::CarryOut(int number, const std::string& type, int launch_spot,
-                              int launch_on_demand, int stop_on_demand, int first_index) {
+                              int launch_on_demand, int stop_on_demand, int first_index,
+                              bool probe) {
   const std::string prefix = absl::StrCat(job_.id, "-deadline-", number, "-");
   std::vector<std::string> launched_ids, stopped_ids;
   // A launch that fails for another reason than capacity is a warning: the guard asks again at
@@ -246,7 +253,21 @@ absl::Status JobRun::CarryOut(int number, const std::string& type, int launch_sp
                                {"instance_type", type},
                                {"launched", launched_ids},
                                {"stopped", stopped_ids}};
-  return Log("deadline-done", done.dump());
+  if (auto s = Log("deadline-done", done.dump()); !s.ok()) return s;
+  // What came of it, in the words of what runs now: a refused probe is not "spot is back".
+  const absl::Time next_probe = guard_->NextProbe(type);
+  Emit(DeadlineDoneEvent{.instance_type = type,
+                         .probe = probe,
+                         .spot_refused = launch_spot > 0 && !spot_ok,
+                         .launched_spot = spot_ok ? launch_spot : 0,
+                         .launched_on_demand = launch_on_demand,
+                         .stopped_on_demand = static_cast<int>(stopped_ids.size()),
+                         .running_spot = RunningOn(type, Market::kSpot),
+                         .running_on_demand = RunningOn(type, Market::kOnDemand),
+                         .next_probe_in_s = next_probe > clock_.Now()
+                                                ? absl::ToDoubleSeconds(next_probe - clock_.Now())
+                                                : 0});
+  return absl::OkStatus();
 }
 
 }  // namespace spotdnn::job

@@ -68,7 +68,7 @@ struct CapacityEvent {
   std::vector<TypeCount> running;
 };
 
-// A decision of the deadline guard for one instance type (issue 26): what the deadline policy
+// A decision of the deadline guard for one instance type: what the deadline policy
 // said should run (spot and on-demand), why, and what was launched or stopped for it.
 struct DeadlineEvent {
   static constexpr char kKind[] = "deadline";
@@ -82,6 +82,27 @@ struct DeadlineEvent {
   int stop_on_demand = 0;
   double time_left_s = 0;
   double work_left_s = 0;
+  // What runs of the type when it is decided, and the on-demand instances kept running beyond
+  // the decision's count until spot covers the workers wanted (they are never stopped into a gap).
+  int running_spot = 0;
+  int running_on_demand = 0;
+  int kept_on_demand = 0;
+  bool probe = false;  // the spot launch is a probe of capacity: it may be refused
+};
+
+// What came of a deadline decision once carried out: the spot launch got capacity or was refused,
+// and what runs of the type now.
+struct DeadlineDoneEvent {
+  static constexpr char kKind[] = "deadline-done";
+  std::string instance_type;
+  bool probe = false;
+  bool spot_refused = false;  // the cloud had no spot capacity for the launch
+  int launched_spot = 0;
+  int launched_on_demand = 0;
+  int stopped_on_demand = 0;
+  int running_spot = 0;
+  int running_on_demand = 0;
+  double next_probe_in_s = 0;  // when spot was refused: the next probe's wait
 };
 
 // A re-plan: after a capacity shortfall (no `instance`) or a revocation of `instance`.
@@ -113,8 +134,9 @@ struct NoticeEvent {
 struct TakeoverEvent {
   static constexpr char kKind[] = "takeover";
   std::string instance;
-  std::vector<std::string> takeover;
+  std::vector<std::string> takeover;  // empty: not replaced (`detail` says why)
   int64_t notice_to_running_ms = 0;
+  std::string detail;  // the re-plan's note: why not replaced, like for like, ...
 };
 
 // A takeover could not be launched.
@@ -138,10 +160,18 @@ struct ProgressEvent {
   double iterations_done = 0;
   double target_iterations = 0;      // of the current plan
   double first_plan_iterations = 0;  // of the first plan
-  // The current prediction: the plan's until exceeded, then re-predicted from the measured loss
-  // (0: unknown, the loss does not fall).
+  // The current prediction of the global steps the job needs: the job's forecast (the plan's model,
+  // refitted to the job's measurements) when it has one, else the plan's until exceeded, then the
+  // measured loss's straight line (0: unknown, the loss does not fall).
   double predicted_iterations = 0;
-  std::optional<double> loss;  // the workers' reported loss, smoothed
+  // Where predicted_iterations comes from: "forecast" (the job's current forecast), "plan" or
+  // "measured loss"; with a forecast, what made it ("profile", "refit", "re-plan") and at which
+  // step.
+  std::string predicted_by = "plan";
+  std::string forecast_source;
+  double forecast_step = 0;
+  bool forecast_unreachable = false;  // the current forecast does not reach the target
+  std::optional<double> loss;         // the workers' reported loss, smoothed
   double target_loss = 0;
   double steps_lost = 0;        // undone by parameter-server takeovers
   double cost_usd = 0;          // so far: the profiling and every instance from its launch
@@ -156,8 +186,9 @@ struct ProgressEvent {
 struct ForecastEvent {
   static constexpr char kKind[] = "forecast";
   bool prior = false;
-  double step = 0;  // global steps done
-  int points = 0;   // the job's measurements the refit used
+  std::string source = "profile";  // ConvergenceForecast::source
+  double step = 0;                 // global steps done
+  int points = 0;                  // the job's measurements the refit used
   int workers = 0;
   bool reachable = false;
   double iterations_p10 = 0, iterations_p50 = 0, iterations_p90 = 0;  // global steps from 0
@@ -192,7 +223,8 @@ struct JobEvent {
   std::string job_id;
   std::variant<ProfilingEvent, PlannedEvent, LaunchedEvent, CapacityEvent, ReplannedEvent,
                NoticeEvent, TakeoverEvent, TakeoverFailedEvent, InstanceEndedEvent, ProgressEvent,
-               WarningEvent, ResumedEvent, EndedEvent, DeadlineEvent, ForecastEvent>
+               WarningEvent, ResumedEvent, EndedEvent, DeadlineEvent, DeadlineDoneEvent,
+               ForecastEvent>
       what;
 };
 

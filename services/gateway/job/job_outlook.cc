@@ -90,7 +90,9 @@ Outlook EstimateOutlook(const OutlookInputs& in) {
     return out;
   }
   if (!measured) return out;  // too few measurements to say
-  if (optimistic_slope >= 0) {
+  // A fall of less than a billionth of the loss over the window is none (rounding in the fit).
+  const double span = window.back().iterations - window.front().iterations;
+  if (optimistic_slope * std::max(1.0, span) >= -1e-9 * last_loss) {
     out.hopeless = true;
     out.why = absl::StrFormat(
         "the workers' loss is %.4g after %.0f iterations and has not fallen over the last %.0f s "

@@ -1,6 +1,7 @@
 #include "services/gateway/job/job_run.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -72,6 +73,16 @@ absl::Status JobRun::EndRevocationsOf(const std::string& instance_id, int64_t en
   return absl::OkStatus();
 }
 
+bool JobRun::Restoring(const std::vector<RevocationRecord>& revocations) const {
+  for (const RevocationRecord& r : revocations) {
+    auto it = instances_.find(r.instance_id);
+    if (it == instances_.end() || it->second.role != launcher::Role::kParameterServer) continue;
+    if (r.status == RevocationStatus::kPending) return true;
+    if (r.status == RevocationStatus::kLaunched && r.takeover_reported_ms == 0) return true;
+  }
+  return false;
+}
+
 void JobRun::RegisterRunning() {
   for (const auto& [id, i] : instances_) {
     if (i.state != InstanceStatus::kRunning) continue;
@@ -115,6 +126,7 @@ absl::Status JobRun::Loop() {
   // The rules that end the job (stop_rules.h), asked in this order each tick.
   const TargetRule target;
   const OutlookRule outlook;
+  const ForecastRule forecast_rule;
   StallRule stall(options_.stall_timeout, job_.iterations_done, clock_.Now(), where);
   const WorkersLeftRule workers_left(spec_.worker_command, where);
   while (true) {
@@ -124,6 +136,9 @@ absl::Status JobRun::Loop() {
     }
     if (auto s = HandleFeed(); !s.ok()) return s;
     if (auto s = HandlePending(); !s.ok()) return s;
+    auto revocations = services_.store->Revocations(job_.id);
+    if (!revocations.ok()) return revocations.status();
+    restoring_ = Restoring(*revocations);
     if (auto s = GuardTick(); !s.ok()) return s;  // job_deadline.cc
     if (clock_.Now() >= next_describe) {
       if (auto s = PollInstances(); !s.ok()) return s;
@@ -148,17 +163,33 @@ absl::Status JobRun::Loop() {
       if (auto s = ShowProgress(); !s.ok()) return s;
       return Finish();
     }
-    // Stopped for its loss only when even the best current estimate misses the deadline.
-    if (StopDecision d = outlook.Check(CurrentOutlook()); d.Stops()) {
+    // Stopped for its target only as the last resort: with a forecast, when it is late even at
+    // its best case, a re-plan could not help and the measured loss agrees; without one, when
+    // even the measured loss's best case misses the deadline.
+    const Outlook now = CurrentOutlook();
+    const StopDecision stop =
+        watch_ != nullptr
+            ? forecast_rule.Check(
+                  {.forecast = forecast_.has_value() ? &*forecast_ : nullptr,
+                   .deadline_s = ForecastDeadline(),
+                   .elapsed_s = ElapsedS(),
+                   .restoring = restoring_,
+                   .replanned = late_replan_.has_value(),
+                   .replan_helped = late_replan_.has_value() && late_replan_->helped,
+                   .replan_at_s = late_replan_.has_value() ? late_replan_->at_s : 0,
+                   .replan_outcome = late_replan_.has_value() ? late_replan_->outcome : "",
+                   .outlook = &now})
+        : restoring_ ? StopDecision::GoOn()
+                     : outlook.Check(now);
+    if (stop.Stops()) {
       if (auto st = ShowProgress(); !st.ok()) return st;
-      return Fail(d.why);
+      if (auto st = Log("decision", absl::StrCat("stop: ", stop.why)); !st.ok()) return st;
+      return Fail(stop.why);
     }
     if (StopDecision d = stall.Check(job_.iterations_done, job_.target_iterations, clock_.Now());
         d.Stops()) {
       return Fail(d.why);
     }
-    auto revocations = services_.store->Revocations(job_.id);
-    if (!revocations.ok()) return revocations.status();
     const bool pending = std::any_of(
         revocations->begin(), revocations->end(),
         [](const RevocationRecord& r) { return r.status == RevocationStatus::kPending; });
@@ -278,6 +309,25 @@ absl::Status JobRun::ShowProgress() {
                   .steps_lost = job_.steps_lost,
                   .cost_usd = job_.profiling_cost_usd + CostSoFar(),
                   .eta_s = outlook.eta_s};
+  if (outlook.predicted_iterations > 0 && spec_.target_loss > 0 &&
+      job_.iterations_done > job_.target_iterations) {
+    p.predicted_by = "measured loss";
+  }
+  if (forecast_.has_value()) {
+    // The job's one forecast: the line shows what it says now, whatever made it.
+    const double held =
+        spec_.confidence > 0 ? forecast_->iterations_p90 : forecast_->iterations_p50;
+    p.predicted_by = "forecast";
+    p.forecast_source = forecast_->source;
+    p.forecast_step = forecast_->step;
+    p.forecast_unreachable = !forecast_->reachable || !std::isfinite(held);
+    p.predicted_iterations = p.forecast_unreachable ? 0 : std::max(held, job_.iterations_done);
+    const double speed = outlook.iterations_per_s;
+    p.eta_s = std::nullopt;
+    if (!p.forecast_unreachable && speed > 0) {
+      p.eta_s = std::max(0.0, (p.predicted_iterations - job_.iterations_done) / speed);
+    }
+  }
   if (job_.loss > 0) p.loss = job_.loss;
   for (const auto& [id, i] : instances_) {
     if (i.role != launcher::Role::kWorker) continue;

@@ -35,6 +35,10 @@ pb::PlanOptions OptionsOf(const JobSpec& spec);
 // "p2.xlarge=2,g3.8xlarge=1" parts of a cluster (types with a count).
 std::vector<TypeCount> CountsOf(const pb::Cluster& cluster);
 
+// The workers a re-plan's cluster has: its prediction's count, else the survivors and what it
+// launches.
+int WorkersAfter(const pb::Plan& plan, const std::map<std::string, int>& survivors);
+
 // The job's profiling step: imports its logs and makes its short runs (each launched on the
 // job's provider as its own job, JOB-profiling-K, until every worker has done its steps), then
 // fits the profile the spec names from all of their samples.
@@ -99,6 +103,9 @@ class JobRun {
   std::map<std::string, int> LiveWorkers() const;
   // Workers of `type` on record that have not ended.
   int WorkersOf(const std::string& type) const;
+  // Whether a parameter-server restore is under way among `revocations`: a server's notice whose
+  // relaunched workers have not reported yet.
+  bool Restoring(const std::vector<RevocationRecord>& revocations) const;
   // Revocations of this job; marks `ended_ms` of those of `instance_id` not yet ended.
   absl::Status EndRevocationsOf(const std::string& instance_id, int64_t ended_ms);
 
@@ -141,18 +148,53 @@ class JobRun {
   // Spot is short for `type` (wanted workers; spot ones running): logged, then told the guard.
   absl::Status SpotShort(const std::string& type, int wanted);
   // Carries out decision `number` (logged before): spot first, then on-demand, then the stops.
+  // `probe`: the spot launch probes capacity (its refusal is said as such).
   absl::Status CarryOut(int number, const std::string& type, int launch_spot, int launch_on_demand,
-                        int stop_on_demand, int first_index);
+                        int stop_on_demand, int first_index, bool probe = false);
   // Running workers of `type` on `market`.
   int RunningOn(const std::string& type, launcher::Market market) const;
-  // ---- job_refit.cc (the live convergence refit, convergence_watch.h)
-  // Starts the watch of a loss target from the profile's model (none without one), fed the
-  // measurements so far; logs the first forecast of a job that has none.
+  // ---- job_refit.cc (the job's one forecast, convergence_watch.h)
+  // Starts the watch of a loss target from the model the plan was made with (none without one),
+  // fed the measurements so far; logs the first forecast of a job that has none (and says so when
+  // it differs from the plan's iterations).
   absl::Status StartWatch();
-  // Feeds the latest measurement; on a refit logs the forecast, and re-plans a larger cluster
-  // when the predicted finish passes the deadline.
+  // Feeds the latest measurement (none during a parameter-server restore); on a refit adopts the
+  // forecast, and re-plans a larger cluster when the predicted finish passes the deadline.
   absl::Status WatchConvergence();
   absl::Status RefitReplan(const ConvergenceForecast& forecast);
+  // Makes `forecast` the job's current one: its iterations and finish on the job's record, logged
+  // (and emitted) when it moved.
+  absl::Status AdoptForecast(const ConvergenceForecast& forecast);
+  // The current model's forecast for the `workers` of re-plan `plan`, which needs `needed` global
+  // steps from the start in the plan's time from now.
+  // The job stands at its global steps on the curve of `from_workers` (R `from_r`), the cluster
+  // before the change.
+  ConvergenceForecast ForecastForPlan(const pb::Plan& plan, int workers, double needed,
+                                      int from_workers, double from_r);
+  // A re-plan of the rest of the job from the current forecast: the global steps the chosen
+  // cluster needs under the current model, as an iterations target (re-asked until they settle:
+  // more workers need more steps); where no cluster meets the deadline, the one finishing earliest.
+  struct ForecastReplan {
+    pb::ReplanResponse replan;
+    double needed = 0;        // global steps from the start the re-plan was asked for
+    std::string fastest;      // set when the earliest finish was taken (no cluster meets it)
+    std::string unreachable;  // set when the model does not reach the target: nothing asked
+    int from_workers = 1;     // the cluster the job's steps were made on, and its R
+    double from_r = 0;
+  };
+  absl::StatusOr<ForecastReplan> ReplanFromForecast(const std::map<std::string, int>& survivors,
+                                                    const pb::Cluster& before,
+                                                    const std::string& what);
+  // The deadline the forecast is held to (from the job's start, less the profiling); 0: none.
+  double ForecastDeadline() const;
+  // Seconds since the job's launch (0 before it).
+  double ElapsedS();
+  // Global steps a second lately (0: not measured yet).
+  double MeasuredSpeed();
+  // What the instances running now cost an hour.
+  double HourlyCost() const;
+  // Logs and emits a warning.
+  absl::Status Warn(const std::string& message);
 
   // ---- job_takeover.cc
   absl::Status HandleFeed();
@@ -198,7 +240,21 @@ class JobRun {
   absl::Time last_shown_at_ = absl::InfinitePast();
   std::unique_ptr<ConvergenceWatch> watch_;  // null: no loss target or no model to refit
   ConvergenceForecast first_forecast_;
+  std::optional<ConvergenceForecast> forecast_;         // the job's current forecast
   std::optional<ConvergenceForecast> logged_forecast_;  // the last one in the job log
+  double r_weight_ = 0;   // the forecast's R is r_weight_ x the cluster's R of eq. 5
+  double cluster_r_ = 0;  // R of the cluster running (the plan's, then each re-plan's)
+  // The last re-plan asked because the forecast was late, and whether it helped (launched
+  // workers); what it found when it did not, for the stop rule's message.
+  struct LateReplan {
+    double at_s = 0;
+    bool helped = false;
+    std::string outcome;
+  };
+  std::optional<LateReplan> late_replan_;
+  // A parameter-server restore is under way (a server's notice until the relaunched workers
+  // report): the loss is not the curve's, so nothing is refitted, re-planned or stopped for it.
+  bool restoring_ = false;
   absl::Time next_refit_ = absl::InfinitePast();
   int refit_replans_ = 0;
 };

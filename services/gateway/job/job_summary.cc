@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/util/json_util.h"
 #include "services/gateway/job/job_outlook.h"
@@ -13,6 +14,56 @@ namespace spotdnn::job {
 bool TargetReached(const JobRecord& job, const JobSpec& spec) {
   if (job.loss > 0 && spec.target_loss > 0) return job.loss <= spec.target_loss;
   return job.target_iterations > 0 && job.iterations_done >= job.target_iterations;
+}
+
+JudgedTarget JudgeTarget(const JobRecord& job, const JobSpec& spec) {
+  JudgedTarget t;
+  const bool steps_known = job.target_iterations > 0;
+  auto by_steps = [&](std::string kind, std::string target) {
+    t.kind = std::move(kind);
+    t.target = std::move(target);
+    t.measure = "global steps done";
+    t.measured = job.iterations_done;
+    if (steps_known) t.reached = job.iterations_done >= job.target_iterations;
+  };
+  if (spec.target_loss > 0) {
+    t.kind = "loss";
+    t.target = absl::StrFormat("loss <= %g", spec.target_loss);
+    if (job.loss > 0) {
+      t.measure = "the workers' smoothed loss";
+      t.measured = job.loss;
+      t.reached = job.loss <= spec.target_loss;
+    } else {
+      t.measure = "no loss reported (the job ran to its predicted global steps)";
+    }
+  } else if (spec.target_metric.has_value()) {
+    const spotdnn::v1::MetricTarget& m = *spec.target_metric;
+    t.kind = m.metric();
+    t.target = absl::StrFormat(
+        "%s %s %g", m.metric(),
+        m.direction() == spotdnn::v1::MetricTarget::DIRECTION_AT_MOST ? "<=" : ">=", m.value());
+    // The metric is not measured while the job runs: it ran to the predicted global steps.
+    t.measure = absl::StrFormat(
+        "not measured while the job runs; it ran to the predicted %.0f global steps",
+        job.target_iterations);
+    t.measured = std::nullopt;
+  } else if (spec.target_epochs > 0) {
+    by_steps("epochs",
+             absl::StrFormat("%g epochs of %g samples (%.0f global steps)", spec.target_epochs,
+                             spec.dataset_size, job.target_iterations));
+  } else {
+    by_steps("iterations", absl::StrFormat("%.0f global steps", job.target_iterations));
+  }
+  return t;
+}
+
+std::string TargetDescription(const JobRecord& job, const JobSpec& spec) {
+  const JudgedTarget t = JudgeTarget(job, spec);
+  if (t.kind == "loss" && t.measured) {
+    return absl::StrFormat("the workers' smoothed loss %.4g %s %g", *t.measured,
+                           *t.reached ? "<=" : ">", spec.target_loss);
+  }
+  return absl::StrFormat("%.0f of %.0f global steps", job.iterations_done, job.target_iterations);
 }
 
 std::vector<std::pair<std::string, double>> ParseWorkerLosses(const std::string& text) {
@@ -128,17 +179,19 @@ absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_
     s.loss_smoothing = kLossSmoothingName;
     s.worker_last_losses = ParseWorkerLosses(job->worker_losses);
   }
-  if (spec->target_loss > 0) {
-    if (s.final_loss) s.loss_reached = *s.final_loss <= spec->target_loss;
-  } else {
-    s.loss_reached = job->target_iterations > 0 && job->iterations_done >= job->target_iterations;
-  }
+  const JudgedTarget judged = JudgeTarget(*job, *spec);
+  s.target_kind = judged.kind;
+  s.target = judged.target;
+  s.target_measure = judged.measure;
+  s.target_measured = judged.measured;
+  s.target_reached = judged.reached;
+  if (spec->target_loss > 0) s.loss_reached = judged.reached;
   s.steps_lost = job->steps_lost;
   s.deadline_met = spec->deadline_s == 0 || s.profiling_s + s.actual_time_s <= spec->deadline_s;
   s.budget_met = spec->budget_usd == 0 || s.actual_cost_usd <= spec->budget_usd;
-  if (!s.deadline_met || !s.budget_met || s.loss_reached == false) {
+  if (!s.deadline_met || !s.budget_met || s.target_reached == false) {
     s.slo_met = false;
-  } else if (s.loss_reached) {
+  } else if (s.target_reached) {
     s.slo_met = true;
   }
   s.on_track = OnTrack(s.iterations_done, s.actual_time_s, s.target_iterations, s.predicted_time_s);

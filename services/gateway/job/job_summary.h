@@ -82,8 +82,16 @@ struct JobSummary {
   std::optional<double> predicted_p_meet_deadline;
   double predicted_p_meet_deadline_low = 0;
   double predicted_p_meet_deadline_high = 0;
-  // Measured only: the loss target is reached by a measured loss (absent: no loss was measured,
-  // "unknown"); a job without a loss target reaches its iterations.
+  // The target the job was judged by: its kind ("loss", "iterations", "epochs", or a metric's
+  // name), in words ("loss <= 2.6", "6400 global steps", "accuracy >= 0.88"), what was measured
+  // to judge it ("the workers' smoothed loss", "global steps done") and its value then, and
+  // whether it was reached (absent: not measured, "unknown").
+  std::string target_kind;
+  std::string target;
+  std::string target_measure;
+  std::optional<double> target_measured;
+  std::optional<bool> target_reached;
+  // A loss target only: reached by a measured loss (absent: no loss target, or no loss measured).
   std::optional<bool> loss_reached;
   bool deadline_met = false;
   bool budget_met = false;
@@ -97,6 +105,19 @@ struct JobSummary {
 // report a loss, else the target iterations (workers that report no loss: the plan's prediction
 // is all there is, and the summary says the loss is unknown).
 bool TargetReached(const JobRecord& job, const JobSpec& spec);
+
+// The target a job is judged by, as the summary names it (JobSummary::target_*).
+struct JudgedTarget {
+  std::string kind;
+  std::string target;
+  std::string measure;
+  std::optional<double> measured;
+  std::optional<bool> reached;
+};
+JudgedTarget JudgeTarget(const JobRecord& job, const JobSpec& spec);
+// The judged target in a few words, e.g. "the workers' smoothed loss 2.59 <= 2.6",
+// "137 of 137 global steps".
+std::string TargetDescription(const JobRecord& job, const JobSpec& spec);
 
 // "worker=loss,..." (JobRecord::worker_losses) as pairs.
 std::vector<std::pair<std::string, double>> ParseWorkerLosses(const std::string& text);

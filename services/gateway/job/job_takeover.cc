@@ -10,6 +10,7 @@
 #include "services/common/convert.h"
 #include "services/common/data_registry.h"
 #include "services/gateway/job/job_run.h"
+#include "services/gateway/job/job_summary.h"
 
 namespace spotdnn::job {
 
@@ -122,35 +123,87 @@ absl::Status JobRun::Takeover(RevocationRecord& revocation) {
         ++before[i.instance_type];
       }
     }
-    auto replanned =
-        RequestReplan(survivors, ClusterOf(before), job_.iterations_done, {}, "re-planning");
-    if (!replanned.ok()) return replanned.status();
-    replan = *std::move(replanned);
-    if (!replan.plan().feasible()) {
-      // No plan meets the deadline any more: replace like for like and finish as early as can be.
-      const std::string reason = replan.plan().reason();
+    // Every revocation ends in a takeover or in a decision not to replace the instance, with the
+    // reason and its effect on the finish; the re-plan starts from the job's one measure of
+    // progress: its forecast (the plan's model refitted to the job's own loss) when it has one.
+    std::string not_replaced;
+    absl::StatusOr<pb::ReplanResponse> replanned;
+    double needed = 0;  // with a forecast: the global steps the new cluster needs from the start
+    std::string fastest;
+    int from_workers = 1;  // the cluster the steps so far were made on, and its R
+    double from_r = 0;
+    if (TargetReached(job_, spec_)) {
+      not_replaced = absl::StrCat("not replaced: the job has reached its target (",
+                                  TargetDescription(job_, spec_), "); it finishes now");
+    } else if (watch_ != nullptr) {
+      auto planned = ReplanFromForecast(survivors, ClusterOf(before), "re-planning");
+      if (!planned.ok()) {
+        replanned = planned.status();
+      } else if (!planned->unreachable.empty()) {
+        replanned = absl::FailedPreconditionError(planned->unreachable);
+      } else {
+        replanned = std::move(planned->replan);
+        needed = planned->needed;
+        fastest = planned->fastest;
+        from_workers = planned->from_workers;
+        from_r = planned->from_r;
+      }
+    } else {
+      replanned =
+          RequestReplan(survivors, ClusterOf(before), job_.iterations_done, {}, "re-planning");
+    }
+    auto like_for_like = [&](const std::string& why) {
       replan.mutable_plan()->mutable_to_launch()->Clear();
       pb::InstanceCount* c = replan.mutable_plan()->mutable_to_launch()->add_instances();
       c->set_instance_type(instances_[revocation.instance_id].instance_type);
       c->set_count(1);
-      revocation.detail =
-          absl::StrCat("no plan meets the SLO any more (", reason, "); replaced like for like");
+      // The instance's pace as the current plan predicts it (a failed re-plan predicts none).
+      if (!replan.plan().has_prediction()) {
+        *replan.mutable_plan()->mutable_prediction() = plan_.prediction();
+      }
+      revocation.detail = why;
+    };
+    if (!not_replaced.empty()) {
+      replan.mutable_plan()->set_feasible(true);
+      revocation.detail = not_replaced;
+    } else if (!replanned.ok()) {
+      // The re-plan could not be made: the cluster is kept as planned, the instance replaced.
+      like_for_like(absl::StrCat("re-planning failed (", replanned.status().message(),
+                                 "); replaced like for like"));
+    } else if (replan = *std::move(replanned); !replan.plan().feasible()) {
+      // No plan meets the deadline any more: replace like for like and finish as early as can be.
+      like_for_like(absl::StrCat("no plan meets the SLO any more (", replan.plan().reason(),
+                                 "); replaced like for like"));
     } else {
       // The rest of the job, on the new cluster, from the progress so far: under the model the
       // iterations still needed depend on the cluster that does them.
+      const pb::Prediction& p = replan.plan().prediction();
       job_.target_iterations =
-          job_.iterations_done + replan.plan().prediction().normalized_iterations();
+          watch_ != nullptr ? needed : job_.iterations_done + p.normalized_iterations();
       // The current plan's prediction for the whole job, beside its iterations: the time and
       // cost so far, then the re-plan's (the summary shows it next to the first plan's).
-      const int64_t now = NowMs();
-      double spent = 0;
-      for (const auto& [id, i] : instances_) {
-        const int64_t stop = i.ended_ms > 0 ? i.ended_ms : now;
-        spent += i.price_per_hour * std::max<int64_t>(0, stop - i.launched_ms) / 3.6e6;
-      }
-      const double elapsed_s = job_.started_ms > 0 ? (now - job_.started_ms) / 1000.0 : 0;
+      const double elapsed_s = ElapsedS();
       job_.predicted_time_s = elapsed_s + replan.plan().time_s();
-      job_.predicted_cost_usd = spent + replan.plan().cost_usd();
+      job_.predicted_cost_usd = CostSoFar() + replan.plan().cost_usd();
+      if (watch_ != nullptr) {
+        cluster_r_ = p.convergence_coefficient();
+        const ConvergenceForecast f = ForecastForPlan(
+            replan.plan(), WorkersAfter(replan.plan(), survivors), needed, from_workers, from_r);
+        if (auto st = AdoptForecast(f); !st.ok()) return st;
+        if (replan.plan().to_launch().instances().empty()) {
+          revocation.detail = absl::StrFormat(
+              "not replaced: the %d surviving workers reach the target at step %.0f (the current "
+              "forecast), finishing at about %.0f s, within the %.0f s deadline",
+              f.workers, f.iterations_p50, f.finish_p50_s, ForecastDeadline());
+        } else if (!fastest.empty()) {
+          revocation.detail = fastest.substr(2);
+        }
+      } else if (replan.plan().to_launch().instances().empty()) {
+        revocation.detail = absl::StrFormat(
+            "not replaced: the surviving workers finish the rest (%.0f more iterations) in a "
+            "predicted %.0f s, within the SLO",
+            p.normalized_iterations(), replan.plan().time_s());
+      }
     }
     revocation.replanned_ms = NowMs();
     revocation.replan_json = ToStoredJson(replan);
@@ -165,7 +218,9 @@ absl::Status JobRun::Takeover(RevocationRecord& revocation) {
     Emit(ReplannedEvent{.instance = revocation.instance_id,
                         .feasible = replan.plan().feasible(),
                         .to_launch = CountsOf(replan.plan().to_launch()),
-                        .more_iterations = replan.plan().prediction().normalized_iterations(),
+                        .more_iterations = watch_ != nullptr && needed > 0
+                                               ? needed - job_.iterations_done
+                                               : replan.plan().prediction().normalized_iterations(),
                         .predicted_time_s = replan.plan().time_s(),
                         .predicted_cost_usd = replan.plan().cost_usd(),
                         .remaining_time_s = replan.remaining_time_s(),
@@ -220,9 +275,17 @@ absl::Status JobRun::RecordTakeover(RevocationRecord& revocation,
   }
   const int64_t notice =
       revocation.cloud_notice_ms > 0 ? revocation.cloud_notice_ms : revocation.received_ms;
+  if (ids.empty()) {
+    // A decision not to replace: logged with its reason and its effect on the finish.
+    if (auto st = Log("decision", absl::StrCat(revocation.instance_id, " ", revocation.detail));
+        !st.ok()) {
+      return st;
+    }
+  }
   Emit(TakeoverEvent{.instance = revocation.instance_id,
                      .takeover = ids,
-                     .notice_to_running_ms = revocation.takeover_launched_ms - notice});
+                     .notice_to_running_ms = revocation.takeover_launched_ms - notice,
+                     .detail = revocation.detail});
   return absl::OkStatus();
 }
 
@@ -290,6 +353,12 @@ absl::Status JobRun::ServerTakeover(RevocationRecord& revocation) {
     const double lost = std::max(0.0, job_.iterations_done - *step);
     job_.steps_lost += lost;
     job_.iterations_done -= lost;
+    // The measurements past the checkpoint belong to steps the restore undid: the curve is
+    // measured again from there.
+    history_.erase(std::remove_if(history_.begin(), history_.end(),
+                                  [&](const LossPoint& p) { return p.iterations > *step; }),
+                   history_.end());
+    if (watch_ != nullptr) watch_->Rewind(*step + 1);
     // The workers start again against the replacement: the same composition.
     for (const auto& [type, n] : LiveWorkers()) {
       pb::InstanceCount* c = relaunch.mutable_plan()->mutable_to_launch()->add_instances();

@@ -1,5 +1,6 @@
 #include "services/gateway/job/stop_rules.h"
 
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,39 @@ StopDecision OutlookRule::Check(const Outlook& outlook) const {
   return StopDecision::GiveUp(absl::StrCat(outlook.why,
                                            " (refit the profile with `spotdnn profile fit`, or "
                                            "ask for a reachable loss or a later deadline)"));
+}
+
+StopDecision ForecastRule::Check(const ForecastStopInputs& in) const {
+  if (in.deadline_s <= 0 || in.forecast == nullptr || in.outlook == nullptr) {
+    return StopDecision::GoOn();
+  }
+  if (in.restoring) return StopDecision::GoOn();
+  const ConvergenceForecast& f = *in.forecast;
+  auto finish = [](double s) {
+    return std::isfinite(s) ? absl::StrFormat("%.0f s", s) : std::string("never");
+  };
+  auto steps = [](double s) {
+    return std::isfinite(s) ? absl::StrFormat("%.0f", s) : std::string("never");
+  };
+  const std::string forecast_says = absl::StrFormat(
+      "the job's forecast (%s at step %.0f, %d workers) puts the target at step %s (p10 %s), "
+      "finishing at %s (best case %s)",
+      f.source, f.step, f.workers, steps(f.iterations_p50), steps(f.iterations_p10),
+      finish(f.finish_p50_s), finish(f.finish_p10_s));
+  if (in.elapsed_s > in.deadline_s && in.outlook->hopeless) {
+    return StopDecision::GiveUp(absl::StrCat(in.outlook->why, "; ", forecast_says));
+  }
+  const bool late =
+      !f.reachable || !std::isfinite(f.finish_p10_s) || f.finish_p10_s > in.deadline_s;
+  if (!late || f.prior) return StopDecision::GoOn();
+  // Stopping is the last resort: a re-plan first, after the forecast turned late.
+  if (!in.replanned || in.replan_helped) return StopDecision::GoOn();
+  if (!in.outlook->hopeless) return StopDecision::GoOn();
+  return StopDecision::GiveUp(absl::StrFormat(
+      "%s, past the %.0f s deadline; the re-plan at %.0f s could not help (%s); and %s (refit "
+      "the profile with `spotdnn profile fit`, raise the quotas, or ask for a reachable loss or a "
+      "later deadline)",
+      forecast_says, in.deadline_s, in.replan_at_s, in.replan_outcome, in.outlook->why));
 }
 
 StallRule::StallRule(absl::Duration timeout, double iterations, absl::Time now, std::string where)

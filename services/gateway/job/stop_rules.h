@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "services/gateway/job/convergence_watch.h"
 #include "services/gateway/job/job_outlook.h"
 #include "services/gateway/job/job_spec.h"
 #include "services/gateway/job/job_store.h"
@@ -52,6 +53,35 @@ class OutlookRule {
  public:
   // The decision for the job's current outlook.
   StopDecision Check(const Outlook& outlook) const;
+};
+
+// Gives a job with a forecast (convergence_watch.h) up for its target, as the last resort. It stops
+// only when all of these hold:
+//  - the job's current forecast, on the cluster running, finishes past the deadline even at its
+//    best case (the p10 finish; "never" when the model does not reach the target);
+//  - a re-plan was asked since the forecast turned late, and it could not help (no cluster within
+//    the quotas that adds workers, or the model reaches the target on none);
+//  - the measured loss agrees: even the optimistic straight line through its recent fall
+//    (Outlook::hopeless, job_outlook.h) misses the deadline, so a young refit that extrapolates
+//    a few measurements far cannot end a job on its own;
+//  - no parameter-server restore is under way (its flat loss is not a stall).
+// Past the deadline with the target not reached the job stops as well. The message says what the
+// forecast said, what the re-plan tried and why it could not help.
+struct ForecastStopInputs {
+  const ConvergenceForecast* forecast = nullptr;  // the current one; null: none yet
+  double deadline_s = 0;                          // from the job's start; 0: none
+  double elapsed_s = 0;
+  bool restoring = false;
+  // The last re-plan asked because the forecast was late: whether it helped, and what it found.
+  bool replanned = false;
+  bool replan_helped = false;
+  double replan_at_s = 0;
+  std::string replan_outcome;
+  const Outlook* outlook = nullptr;  // the measured loss's best case
+};
+class ForecastRule {
+ public:
+  StopDecision Check(const ForecastStopInputs& in) const;
 };
 
 // Gives the job up when no worker has reported a new iteration for `timeout` (a zero or negative
