@@ -256,6 +256,9 @@ absl::Status ConvergenceModel::Validate() const {
   if (!(Finite(rho) && rho > 0 && rho <= 1)) {
     return Bad(absl::StrCat(w, "rho"), rho, "must be in (0, 1]");
   }
+  if (best_value && !Finite(*best_value)) {
+    return Bad(absl::StrCat(w, "best_value"), *best_value, "must be a finite number");
+  }
   if (auto st = schedule.Validate(); !st.ok()) return st;
   if (schedule.kind == LrSchedule::Kind::kStepDecay &&
       drop_ratios.size() != schedule.drop_steps.size()) {
@@ -268,6 +271,12 @@ absl::Status ConvergenceModel::Validate() const {
     }
   }
   return absl::OkStatus();
+}
+
+bool ConvergenceModel::IsExtrapolation(double target) const {
+  if (!best_value) return false;
+  const double best_error = ErrorOf(*best_value);
+  return ErrorOf(target) < best_error - 0.02 * std::abs(best_error);
 }
 
 std::string DescribeConvergence(const ConvergenceModel& m) {
@@ -293,6 +302,7 @@ std::string DescribeConvergence(const ConvergenceModel& m) {
     absl::StrAppend(&out, absl::StrFormat(" before the drop, %.3g N^%.2f after", m.noise_sd_after,
                                           m.noise_exp_after));
   }
+  if (m.best_value) absl::StrAppend(&out, absl::StrFormat("; best seen %.4g", *m.best_value));
   if (m.eval_interval_steps > 0) {
     absl::StrAppend(&out, absl::StrFormat("; evaluated every %.0f steps", m.eval_interval_steps));
     if (m.eval_interval_per_worker_steps > 0) {

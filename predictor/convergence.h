@@ -19,6 +19,7 @@
 #ifndef SPOTDNN_PREDICTOR_CONVERGENCE_H_
 #define SPOTDNN_PREDICTOR_CONVERGENCE_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,12 +89,20 @@ struct ConvergenceModel {
   int runs = 0;           // runs the fit used
   int points = 0;         // evaluations the fit used
   std::string fitted_on;  // what the fit saw, e.g. "283 runs, 1-8 workers"
+  // The best value any evaluation of the fitted runs reached (the highest accuracy, the lowest
+  // loss), in the metric's unit; unset when not known (a declared model). A target beyond it is
+  // an extrapolation (IsExtrapolation).
+  std::optional<double> best_value;
 
   // INVALID_ARGUMENT naming the field unless the numbers are usable.
   absl::Status Validate() const;
   // The error of a metric value (0 = perfect), and back.
   double ErrorOf(double value) const { return higher_is_better ? ceiling - value : value; }
   double ValueOf(double error) const { return higher_is_better ? ceiling - error : error; }
+  // True when `target` (in the metric's unit) is beyond the best value the runs reached by more
+  // than a small tolerance (2% of the best's error): the model then predicts what the data never
+  // showed. False without a best_value.
+  bool IsExtrapolation(double target) const;
 };
 
 // The model in one line: "error = 0.12 N^0.10 + 0.80 exp(-j / (2500 N^0.70)); step:32000*0.1

@@ -333,6 +333,19 @@ struct PerformanceModel::QuantileCache {
   absl::flat_hash_map<Key, StepQuantiles> answers ABSL_GUARDED_BY(mu);
 };
 
+absl::Status PerformanceModel::CheckTarget(const Target& target) const {
+  if (!target.is_metric()) return absl::OkStatus();
+  const ConvergenceModel* m = ConvergenceOf(target.MetricName());
+  if (target.is_loss()) {
+    if (has_loss_ || m != nullptr) return absl::OkStatus();
+    return ErrorStatus({.error = EstimateError::kNoLossModel}, target);
+  }
+  if (m == nullptr || m->higher_is_better != target.higher_is_better) {
+    return ErrorStatus({.error = EstimateError::kNoConvergenceModel}, target);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TargetConvergence> ConvergenceForTarget(const WorkloadProfile& profile,
                                                        const Target& target, double wa_batch,
                                                        double convergence_coefficient) {
@@ -380,6 +393,10 @@ void PerformanceModel::EvaluateConvergence(const ConvergenceModel& m, const Targ
   if (higher != m.higher_is_better) {
     out.error = EstimateError::kNoConvergenceModel;
     return;
+  }
+  if (m.best_value) {
+    out.data_best = *m.best_value;
+    out.extrapolated = m.IsExtrapolation(target.value);
   }
   // R only matters to the eq. 3 form; homogeneous clusters have sqrt((N - 1) / N).
   const double r = m.form == ConvergenceModel::Form::kEq3 ? out.convergence_coefficient : 0;
@@ -521,14 +538,18 @@ absl::Status PerformanceModel::ErrorStatus(const Estimate& e, const Target& targ
           "workload \"", profile_.name, "\" has no convergence model of ", target.Describe(),
           have.empty() ? std::string(" (it has none)")
                        : absl::StrCat(" (it has ", absl::StrJoin(have, ", "), ")"),
-          ": fit one from runs that log it (spotdnn profile fit), or give the target in "
-          "iterations or epochs"));
+          ": import runs that log ", target.MetricName(),
+          " (spotdnn profile import) and fit the profile from them (spotdnn profile fit), or give "
+          "the target in iterations or epochs"));
     }
     case EstimateError::kTargetNotReached:
       return absl::InvalidArgumentError(absl::StrFormat(
           "target %s: most runs of a %d-worker cluster never reach it, by the workload's "
-          "convergence model; choose a target its runs reach",
-          target.Describe(), e.workers));
+          "convergence model; choose a target its runs reach%s",
+          target.Describe(), e.workers,
+          e.extrapolated || e.data_best != 0
+              ? absl::StrFormat(" (the profile's runs reached %.4g at best)", e.data_best)
+              : ""));
     case EstimateError::kNoBatch:
       return absl::FailedPreconditionError(absl::StrCat(
           "cluster uses ", catalog_.types[e.unusable_type].name, " (",

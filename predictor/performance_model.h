@@ -80,7 +80,12 @@ struct Estimate {
   // 50th and 90th percentiles of the global steps and of the time (p10 = p50 = p90 otherwise).
   double iterations_p10 = 0, iterations_p50 = 0, iterations_p90 = 0;
   double time_p10_s = 0, time_p50_s = 0, time_p90_s = 0;
-  bool has_spread = false;    // the percentiles come from a convergence model's spread
+  bool has_spread = false;  // the percentiles come from a convergence model's spread
+  // A target beyond the best value the convergence model's runs reached (see
+  // ConvergenceModel::IsExtrapolation): the prediction is an extrapolation; data_best is that
+  // best value, in the target's unit.
+  bool extrapolated = false;
+  double data_best = 0;
   double price_per_hour = 0;  // spot $/h of workers and parameter servers
   double on_demand_price_per_hour = 0;
   double cost_usd = 0;
@@ -190,6 +195,10 @@ class PerformanceModel {
 
   // Whether the profile has a loss model (loss targets and curves need one).
   bool has_loss_model() const { return has_loss_; }
+  // FAILED_PRECONDITION (as ErrorStatus says it) when the profile cannot predict `target` on any
+  // cluster: a loss without a loss model or a convergence model of the loss, or a metric the
+  // profile has no convergence model of in that direction. OK for iterations and samples.
+  absl::Status CheckTarget(const Target& target) const;
   // The profile's convergence model of `metric` ("loss", "accuracy", ...), or nullptr.
   const ConvergenceModel* ConvergenceOf(absl::string_view metric) const;
 

@@ -42,11 +42,22 @@ struct TypeInfo {
   int batch_per_gpu = 0;  // 0 when no sample gave a batch
 };
 
+// A job (or one configuration of it) that gave no run, and why.
+struct LeftOutJob {
+  std::string job{};
+  std::string reason{};  // without the job: "its samples name no instance_type or gpu_type ..."
+};
+
 // Runs, the types they use, and the jobs that gave no run (with why).
 struct RunSet {
   std::vector<ClusterRun> runs{};
   std::map<std::string, TypeInfo> types{};
-  std::vector<std::string> notes{};
+  std::vector<std::string> notes{};  // one line per job left out: "job J left out: why"
+  std::vector<LeftOutJob> left_out{};
+
+  // The jobs left out, grouped by reason with their counts: "207 jobs left out: 200 because
+  // their samples name no ... (the first: J), 7 because ..."; empty when none was.
+  std::string LeftOutSummary() const;
 };
 
 // Groups samples by job (and, within a job, by composition and server count) into runs. A run's

@@ -41,7 +41,9 @@ RunSet RunsFromSamples(absl::Span<const Sample> samples) {
     if (composition.empty()) {
       const std::string key = TypeKey(s);
       if (key.empty()) {
-        why_not.emplace(s.job_id, "its samples name no instance_type or gpu_type");
+        why_not.emplace(s.job_id,
+                        "its samples name no instance_type or gpu_type (import it with "
+                        "--instance-type or --gpu-type)");
         continue;
       }
       composition = absl::StrCat(key, "=", std::max(1, s.cluster_workers));
@@ -69,16 +71,19 @@ RunSet RunsFromSamples(absl::Span<const Sample> samples) {
     if (info.gpu_type.empty()) info.gpu_type = key;
   }
 
+  auto leave_out = [&](const std::string& job, std::string reason) {
+    out.notes.push_back(absl::StrCat("job ", job, " left out: ", reason));
+    out.left_out.push_back({job, std::move(reason)});
+  };
   for (const std::string& job : jobs) {
     if (!grouped.count(job)) {
-      out.notes.push_back(absl::StrCat("job ", job, " left out: ", why_not[job]));
+      leave_out(job, why_not[job]);
       continue;
     }
     for (const auto& [config, members] : grouped[job]) {
       auto composition = ParseComposition(config.first);
       if (!composition.ok()) {
-        out.notes.push_back(
-            absl::StrCat("job ", job, " left out: ", composition.status().message()));
+        leave_out(job, std::string(composition.status().message()));
         continue;
       }
       ClusterRun run;
@@ -147,10 +152,9 @@ RunSet RunsFromSamples(absl::Span<const Sample> samples) {
         speed = Median(v);
       }
       if (!(speed > 0) || !std::isfinite(speed)) {
-        out.notes.push_back(absl::StrCat(
-            "job ", job, " (", config.first,
-            ") left out: no speed (no iteration times, no two checkpoints with steps and wall "
-            "times, no cluster_steps_per_s)"));
+        leave_out(absl::StrCat(job, " (", config.first, ")"),
+                  "no speed (no iteration times, no two checkpoints with steps and wall times, "
+                  "no cluster_steps_per_s)");
         continue;
       }
       run.steps_per_s = speed;
@@ -158,6 +162,25 @@ RunSet RunsFromSamples(absl::Span<const Sample> samples) {
     }
   }
   return out;
+}
+
+std::string RunSet::LeftOutSummary() const {
+  if (left_out.empty()) return "";
+  // Reasons in order of first appearance, each with its count and first job.
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<int, std::string>> by_reason;
+  for (const LeftOutJob& j : left_out) {
+    auto [it, fresh] = by_reason.try_emplace(j.reason, 0, j.job);
+    if (fresh) order.push_back(j.reason);
+    ++it->second.first;
+  }
+  std::vector<std::string> parts;
+  for (const std::string& reason : order) {
+    const auto& [count, first] = by_reason[reason];
+    parts.push_back(absl::StrFormat("%d because %s (the first: %s)", count, reason, first));
+  }
+  return absl::StrFormat("%d %s left out: %s", left_out.size(),
+                         left_out.size() == 1 ? "job" : "jobs", absl::StrJoin(parts, "; "));
 }
 
 std::string ClusterObservation::Describe() const {

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -108,6 +110,16 @@ struct PriorResidual {
   }
   double value, weight;
 };
+
+// "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", ...
+std::string Ordinal(size_t n) {
+  const size_t tens = n % 100;
+  const char* suffix = "th";
+  if (tens < 11 || tens > 13) {
+    suffix = n % 10 == 1 ? "st" : n % 10 == 2 ? "nd" : n % 10 == 3 ? "rd" : "th";
+  }
+  return absl::StrCat(n, suffix);
+}
 
 double Logit(double p) {
   p = std::clamp(p, 1e-6, 1 - 1e-6);
@@ -267,6 +279,7 @@ std::vector<ConvergenceRun> ConvergenceRunsOf(absl::Span<const Sample> samples,
                                               absl::string_view metric) {
   const std::vector<double> global = GlobalSteps(samples);
   std::map<std::string, ConvergenceRun> by_job;
+  std::map<std::string, std::set<std::string>> worker_ids;  // per job, of per-worker samples
   std::vector<std::string> order;
   for (size_t i = 0; i < samples.size(); ++i) {
     const Sample& s = samples[i];
@@ -287,15 +300,22 @@ std::vector<ConvergenceRun> ConvergenceRunsOf(absl::Span<const Sample> samples,
     if (fresh) order.push_back(s.job_id);
     ConvergenceRun& run = it->second;
     run.job = s.job_id;
-    int workers = std::max(1, s.cluster_workers);
+    if (fresh) run.workers_known = false;
+    // The cluster's size: what a sample says (its composition, else cluster_workers); a run
+    // that never says is of unknown size (see below).
+    int workers = s.cluster_workers;
     if (!s.cluster.empty()) {
       if (auto c = ParseComposition(s.cluster); c.ok()) {
         int sum = 0;
         for (const auto& [type, count] : *c) sum += count;
-        workers = std::max(1, sum);
+        workers = sum;
       }
     }
-    run.workers = workers;
+    if (workers > 0) {
+      run.workers = workers;
+      run.workers_known = true;
+    }
+    if (!s.worker_id.empty()) worker_ids[s.job_id].insert(s.worker_id);
     run.points.emplace_back(global[i], value);
   }
   std::vector<ConvergenceRun> out;
@@ -313,15 +333,49 @@ std::vector<ConvergenceRun> ConvergenceRunsOf(absl::Span<const Sample> samples,
       }
     }
     run.points = std::move(unique);
+    // Per-worker samples that never name the cluster's size: as many workers as logged.
+    if (!run.workers_known && !worker_ids[job].empty()) {
+      run.workers = static_cast<int>(worker_ids[job].size());
+      run.workers_known = true;
+    }
+    if (!run.workers_known) run.workers = 1;
     run.r = std::sqrt(double(run.workers - 1) / run.workers);
     if (run.points.size() >= 2) out.push_back(std::move(run));
   }
   return out;
 }
 
-absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> runs,
+absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> all_runs,
                                               const ConvergenceFitOptions& options) {
   using Form = ConvergenceModel::Form;
+  std::vector<std::string> size_notes;
+  // Runs of unknown size among runs of known sizes are left out: a cluster's size changes its
+  // curve (and where a step drop shows), and taking them for one worker would mix sizes. When no
+  // run says its size, they are all one size.
+  std::vector<ConvergenceRun> known_runs;
+  absl::Span<const ConvergenceRun> runs = all_runs;
+  {
+    int unknown = 0;
+    std::string first;
+    for (const ConvergenceRun& r : all_runs) {
+      if (r.workers_known) {
+        known_runs.push_back(r);
+      } else if (unknown++ == 0) {
+        first = r.job;
+      }
+    }
+    if (unknown > 0 && !known_runs.empty()) {
+      runs = known_runs;
+      size_notes.push_back(absl::StrFormat(
+          "%d %s left out: the cluster size is not known (the first: %s); import them with "
+          "--workers N or --cluster TYPE=N,...",
+          unknown, unknown == 1 ? "run" : "runs", first));
+    } else if (unknown > 0) {
+      size_notes.push_back(
+          "no run says its cluster size: all fitted as one size (import them with --workers N "
+          "or --cluster TYPE=N,... to fit how the size changes the curve)");
+    }
+  }
   ConvergenceModel model;
   model.metric = options.metric;
   model.higher_is_better = options.higher_is_better;
@@ -365,6 +419,19 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
         options.metric, points.size(), runs.size()));
   }
   ConvergenceFit fit;
+  fit.notes = std::move(size_notes);
+  // The best value the runs reached (all their evaluations, before any are thinned out below); a
+  // live refit keeps the profile's when that is better.
+  {
+    double best_error = std::numeric_limits<double>::infinity();
+    for (const Point& p : points) best_error = std::min(best_error, p.error);
+    double best = model.ValueOf(best_error);
+    if (options.prior && options.prior->best_value) {
+      const double prior_best = *options.prior->best_value;
+      if (model.ErrorOf(prior_best) < best_error) best = prior_best;
+    }
+    model.best_value = best;
+  }
   // A bounded problem: a live job logs a loss every step, and a study many runs. Beyond
   // kMaxFitPoints evaluations every k-th of each run is kept (its first and last always), so a fit
   // (and the drop search, which solves it once per candidate) stays well under a second.
@@ -372,13 +439,19 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
   if (points.size() > kMaxFitPoints) {
     const size_t k = (points.size() + kMaxFitPoints - 1) / kMaxFitPoints;
     std::vector<Point> kept;
+    size_t in_run = 0;  // the point's index within its run
     for (size_t i = 0; i < points.size(); ++i) {
       const bool first = i == 0 || points[i - 1].run != points[i].run;
       const bool last = i + 1 == points.size() || points[i + 1].run != points[i].run;
-      if (first || last || i % k == 0) kept.push_back(points[i]);
+      if (first) in_run = 0;
+      // Staggered from run to run (run r keeps the evaluations r, r + k, ... of its own), so that
+      // together the runs keep every step they evaluated at (a drop right after one included).
+      if (first || last || (in_run + points[i].run) % k == 0) kept.push_back(points[i]);
+      ++in_run;
     }
-    fit.notes.push_back(absl::StrFormat("fitted on %d of the %d evaluations (every %d-th of a run)",
-                                        kept.size(), points.size(), k));
+    fit.notes.push_back(absl::StrFormat(
+        "fitted on %d of the %d evaluations (every %s of each run, staggered across runs)",
+        kept.size(), points.size(), Ordinal(k)));
     points = std::move(kept);
   }
   const double interval = gaps.empty() ? 0 : Median(gaps);
@@ -469,6 +542,12 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
       if (interval > 0) settle = interval / 4;
     }
     if (s.kind == LrSchedule::Kind::kCosine) settle = s.cosine_horizon_steps;
+    // Each drop's ratio (the cosine's rho) within logistic(+-10): a finite slope for the solver
+    // (a logit of -1000 overflows its derivative).
+    for (int i = 0; i < std::max(pr.drops, 1); ++i) {
+      pr.lower[kBaseParams + i] = -10;
+      pr.upper[kBaseParams + i] = 10;
+    }
     const int t = kBaseParams + std::max(pr.drops, 1);
     pr.lower[t] = 0;
     pr.upper[t] = std::log(std::max(2.0, settle));
@@ -701,6 +780,14 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
   for (const Point& p : points) mean += p.error / points.size();
   for (const Point& p : points) sst += (p.error - mean) * (p.error - mean);
   fit.r_squared = sst > 0 ? 1 - sse / sst : 0;
+  double ape = 0;
+  int ape_n = 0;
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (!(points[i].error > 0)) continue;
+    ape += std::abs(fitted[i] - points[i].error) / points[i].error;
+    ++ape_n;
+  }
+  fit.mape = ape_n > 0 ? 100 * ape / ape_n : 0;
   return fit;
 }
 
@@ -760,6 +847,7 @@ std::vector<predictor::ConvergenceModel> FitConvergences(
     q.identified = true;
     q.rmse = fit->rmse;
     q.r_squared = fit->r_squared;
+    q.mape = fit->mape;
     q.points = fit->points;
     q.note = absl::StrCat(fit->model.fitted_on, "; schedule ",
                           predictor::LrScheduleText(fit->model.schedule),

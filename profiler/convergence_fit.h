@@ -21,13 +21,18 @@ namespace spotdnn::profiler {
 struct ConvergenceRun {
   std::string job;  // the job (and run) it came from
   int workers = 1;  // |N|
-  double r = 0;     // eq. 5's R of its cluster (0 when not known: homogeneous is assumed)
+  // False when the samples never said the cluster's size (no cluster_workers, no composition, no
+  // worker ids): `workers` is then 1 by default, and a fit over runs of known sizes leaves the
+  // run out rather than take it for one worker.
+  bool workers_known = true;
+  double r = 0;  // eq. 5's R of its cluster (0 when not known: homogeneous is assumed)
   std::vector<std::pair<double, double>> points;  // (global step, metric value), step increasing
 };
 
 // The runs of `samples` for `metric` ("loss", "accuracy" or a metric name): one per job, global
-// steps as GlobalSteps counts them, workers from cluster_workers or the composition. Samples
-// without the metric are left out; runs with fewer than 2 points too.
+// steps as GlobalSteps counts them, workers from the composition or cluster_workers, else the
+// number of distinct worker ids, else unknown (workers_known false). Samples without the metric
+// are left out; runs with fewer than 2 points too.
 std::vector<ConvergenceRun> ConvergenceRunsOf(absl::Span<const Sample> samples,
                                               absl::string_view metric);
 
@@ -48,6 +53,7 @@ struct ConvergenceFit {
   predictor::ConvergenceModel model;
   double rmse = 0;       // of the mean curve against the points, in the metric's unit
   double r_squared = 0;  // 1 - SS_res / SS_tot of the same
+  double mape = 0;       // mean absolute percentage error of the fitted error against the points'
   int points = 0;
   std::vector<std::string> notes;  // e.g. "step drop detected at global step 32000 (x0.11)"
 };

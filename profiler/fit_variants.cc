@@ -116,9 +116,7 @@ FitQuality RunsRow(const RunSet& runs, size_t configurations) {
   q.note = absl::StrCat(runs.runs.size(), runs.runs.size() == 1 ? " run in " : " runs in ",
                         configurations,
                         configurations == 1 ? " cluster configuration" : " cluster configurations");
-  if (!runs.notes.empty()) {
-    absl::StrAppend(&q.note, "; ", runs.notes.size(), " left out, first: ", runs.notes[0]);
-  }
+  if (!runs.left_out.empty()) absl::StrAppend(&q.note, "; ", runs.LeftOutSummary());
   return q;
 }
 
@@ -273,6 +271,7 @@ absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
   if (fit.ok()) {
     fit->convergence = FitConvergences(samples, known.declared_convergence, &fit->quality);
     if (auto s = PollFitStop(); !s.ok()) return s;
+    NoteWorseThanMean(fit->quality);
   }
   return fit;
 }

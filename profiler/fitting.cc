@@ -99,6 +99,18 @@ double PredictLoss(const predictor::LossModel& g, const LossPoint& p) {
 
 }  // namespace
 
+bool WorseThanMean(const FitQuality& q) { return q.identified && q.points > 0 && q.r_squared < 0; }
+
+void NoteWorseThanMean(std::vector<FitQuality>& rows) {
+  for (FitQuality& q : rows) {
+    if (!WorseThanMean(q) || q.worse_than_mean) continue;
+    q.worse_than_mean = true;
+    q.note =
+        absl::StrCat(absl::StrFormat("worse than the data's mean (R^2 = %.3g < 0)", q.r_squared),
+                     q.note.empty() ? "" : ": ", q.note);
+  }
+}
+
 FitQuality Quality(std::string parameter, absl::Span<const double> observed,
                    absl::Span<const double> predicted) {
   FitQuality q;

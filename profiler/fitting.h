@@ -28,7 +28,15 @@ struct FitQuality {
   double mape = 0;          // mean absolute percentage error of the fitted values, %
   int points = 0;           // observations used
   std::string note{};
+  bool worse_than_mean = false;  // R^2 < 0: set (with a note) by NoteWorseThanMean
 };
+
+// True when a fitted row explains its data worse than their mean would (R^2 < 0): the model's
+// predictions are then not worth using as they are.
+bool WorseThanMean(const FitQuality& q);
+// Marks every such row (worse_than_mean) and starts its note with "worse than the data's mean
+// (R^2 = -0.31 < 0): ".
+void NoteWorseThanMean(std::vector<FitQuality>& rows);
 
 // Residual statistics of `predicted` against `observed`.
 FitQuality Quality(std::string parameter, absl::Span<const double> observed,

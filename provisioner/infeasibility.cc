@@ -65,6 +65,15 @@ absl::StatusOr<Infeasibility> ExplainInfeasible(const PerformanceModel& model,
   why.cheapest = SolveCheapest(model, problem);
   if (!why.cheapest.stopped.ok()) return why.cheapest.stopped;
   why.reason = InfeasibleReason(problem, why.fastest, why.cheapest);
+  // No cluster reaches a target beyond what the profile's runs ever reached: say so.
+  const predictor::Target target = problem.target();
+  if (!why.fastest.feasible && target.is_metric()) {
+    const predictor::ConvergenceModel* m = model.ConvergenceOf(target.MetricName());
+    if (m != nullptr && m->best_value && m->IsExtrapolation(target.value)) {
+      absl::StrAppend(&why.reason, absl::StrFormat(" (the profile's runs reached %.4g at best)",
+                                                   *m->best_value));
+    }
+  }
   return why;
 }
 

@@ -46,6 +46,9 @@ absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& p
   }
   if (p.target_kind != predictor::Target::Kind::kLoss) {
     if (auto s = p.target().Validate("target"); !s.ok()) return s;
+    // A metric the profile has no convergence model of: no cluster can answer, so the question
+    // is refused (as `predict` refuses it), not answered "infeasible".
+    if (auto s = model.CheckTarget(p.target()); !s.ok()) return s;
     if (std::isfinite(p.current_loss)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "current_loss = %g: only a loss target resumes from a loss; give the %s left instead",
@@ -57,8 +60,8 @@ absl::Status ValidateProblem(const PerformanceModel& model, const PlanProblem& p
   } else if (!std::isfinite(p.target_loss)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("target_loss = %g: must be a finite number", p.target_loss));
-  } else if (!model.has_loss_model()) {
-    return model.ErrorStatus({.error = predictor::EstimateError::kNoLossModel}, p.target_loss);
+  } else if (auto s = model.CheckTarget(p.target()); !s.ok()) {
+    return s;
   }
   if (!(p.deadline_s > 0)) {
     return absl::InvalidArgumentError(

@@ -173,6 +173,7 @@ predictor::ConvergenceModel ToDomain(const pb::ConvergenceModel& in) {
   out.runs = in.runs();
   out.points = in.points();
   out.fitted_on = in.fitted_on();
+  if (in.has_best_value()) out.best_value = in.best_value();
   return out;
 }
 
@@ -208,6 +209,7 @@ pb::ConvergenceModel ToProto(const predictor::ConvergenceModel& in) {
   out.set_runs(in.runs);
   out.set_points(in.points);
   out.set_fitted_on(in.fitted_on);
+  if (in.best_value) out.set_best_value(*in.best_value);
   return out;
 }
 
@@ -468,6 +470,8 @@ void EstimateToProto(const predictor::Estimate& e, pb::Prediction* out) {
   out->set_time_p50_s(spread ? e.time_p50_s : e.time_s);
   out->set_time_p90_s(spread ? e.time_p90_s : e.time_s);
   out->set_has_spread(e.has_spread);
+  out->set_extrapolated(e.extrapolated);
+  if (e.data_best != 0) out->set_data_best(e.data_best);
 }
 
 pb::Prediction ToProto(const predictor::Prediction& p, const predictor::InstanceCatalog& catalog) {

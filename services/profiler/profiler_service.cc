@@ -146,6 +146,7 @@ void AddQuality(const std::vector<profiler::FitQuality>& quality,
     p->set_identified(q.identified);
     p->set_note(q.note);
     p->set_points(q.points);
+    p->set_worse_than_mean(q.worse_than_mean);
   }
 }
 

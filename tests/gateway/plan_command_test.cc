@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -6,6 +8,7 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "services/common/data_registry.h"
 #include "services/common/server.h"
 #include "services/gateway/cli/cli.h"
 #include "services/provisioner/provisioner_service.h"
@@ -87,6 +90,118 @@ TEST(PlanCommand, BadInputExitsTwo) {
   r = Cli(PlanArgs({"--loss", "0.9", "--mode", "budget"}));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--budget"));
+}
+
+// `plan` refuses a metric the profile has no convergence model of as `predict` does: exit 2, the
+// same FAILED_PRECONDITION naming the metric, the workload and what to do (not exit 3,
+// "No plan meets the SLO").
+TEST(PlanCommand, AMetricWithoutAConvergenceModelIsRefusedAsPredictRefusesIt) {
+  for (const std::vector<std::string>& target : {std::vector<std::string>{"--target", "top5>=0.9"},
+                                                 std::vector<std::string>{"--accuracy", "0.9"}}) {
+    std::vector<std::string> plan = {"plan",      "--workload",    "resnet32-cifar10-gce",
+                                     "--catalog", "gce-icac-2019", "--deadline",
+                                     "2h"};
+    plan.insert(plan.end(), target.begin(), target.end());
+    const CliRun planned = Cli(plan);
+    EXPECT_EQ(planned.code, 2) << planned.out << planned.err;
+    EXPECT_THAT(planned.out, ::testing::Not(HasSubstr("No plan meets the SLO")));
+    EXPECT_THAT(planned.err, HasSubstr("FAILED_PRECONDITION"));
+    EXPECT_THAT(planned.err,
+                HasSubstr("workload \"resnet32-cifar10-gce\" has no convergence model"));
+    EXPECT_THAT(planned.err, HasSubstr("spotdnn profile import"));
+    std::vector<std::string> predict = {"predict",   "--workload",    "resnet32-cifar10-gce",
+                                        "--catalog", "gce-icac-2019", "--cluster",
+                                        "gce-k80=2"};
+    predict.insert(predict.end(), target.begin(), target.end());
+    const CliRun predicted = Cli(predict);
+    EXPECT_EQ(predicted.code, 2);
+    // The same message after the command's name.
+    auto after = [](const std::string& err) { return err.substr(err.find(": ") + 2); };
+    EXPECT_EQ(after(planned.err), after(predicted.err));
+    plan.push_back("--json");
+    const CliRun json = Cli(plan);
+    EXPECT_EQ(json.code, 2);
+    EXPECT_EQ(Json(json.out).fields().at("error").struct_value().fields().at("code").string_value(),
+              "FAILED_PRECONDITION")
+        << json.out;
+  }
+}
+
+// The built-in ICAC profile with an accuracy model (plateau 0.93) whose runs reached `best`
+// (0: not known), written to a file named after `tag`.
+std::string ProfileWithAccuracyModel(const std::string& tag, double best) {
+  auto profile = services::DataRegistry::WithBuiltins().ResolveWorkload("resnet32-cifar10-gce");
+  EXPECT_TRUE(profile.ok()) << profile.status();
+  v1::ConvergenceModel* m = profile->add_convergence();
+  m->set_metric("accuracy");
+  m->set_higher_is_better(true);
+  m->set_floor(0.07);
+  m->set_amplitude(0.9);
+  m->set_scale(4000);
+  if (best > 0) m->set_best_value(best);
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("plan-" + tag + "-" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  std::ofstream(file) << services::ToJson(*profile);
+  return file;
+}
+
+// The metric target has one shape in every --json: {"metric", "direction", "value"}, the
+// direction as the enum's name without its prefix.
+TEST(PlanCommand, JsonTargetMetricIsAnObjectAsInPredict) {
+  const std::string file = ProfileWithAccuracyModel("target-json", 0);
+  const std::vector<std::string> common = {"--workload", file,   "--catalog", "gce-icac-2019",
+                                           "--accuracy", "0.85", "--json"};
+  std::vector<std::string> plan = {"plan", "--deadline", "4h"};
+  plan.insert(plan.end(), common.begin(), common.end());
+  std::vector<std::string> predict = {"predict", "--cluster", "gce-v100=2"};
+  predict.insert(predict.end(), common.begin(), common.end());
+  for (const auto& argv : {plan, predict}) {
+    const CliRun r = Cli(argv);
+    ASSERT_EQ(r.code, 0) << argv[0] << ": " << r.err;
+    const auto f = Json(r.out).fields();
+    ASSERT_TRUE(f.contains("target_metric")) << argv[0] << ": " << r.out;
+    const auto& t = f.at("target_metric").struct_value().fields();
+    EXPECT_EQ(t.at("metric").string_value(), "accuracy") << argv[0];
+    EXPECT_EQ(t.at("direction").string_value(), "at-least") << argv[0];
+    EXPECT_EQ(t.at("value").number_value(), 0.85) << argv[0];
+  }
+  std::filesystem::remove(file);
+}
+
+// A target beyond the best value the profile's runs reached is flagged as an extrapolation, with
+// that best value, in `predict` and `plan` (table and --json); a target within it is not.
+TEST(PlanCommand, ATargetBeyondTheRunsBestIsFlaggedAsAnExtrapolation) {
+  const std::string file = ProfileWithAccuracyModel("best-0.9", 0.9);
+  for (const char* command : {"plan", "predict"}) {
+    std::vector<std::string> argv = {command, "--workload", file, "--catalog", "gce-icac-2019"};
+    if (std::string(command) == "plan") {
+      argv.insert(argv.end(), {"--deadline", "4h"});
+    } else {
+      argv.insert(argv.end(), {"--cluster", "gce-v100=2"});
+    }
+    for (const char* target : {"0.92", "0.85"}) {
+      std::vector<std::string> a = argv;
+      a.insert(a.end(), {"--accuracy", target, "--json"});
+      const CliRun r = Cli(a);
+      ASSERT_EQ(r.code, 0) << command << " " << target << ": " << r.err;
+      const auto f = Json(r.out).fields();
+      const bool beyond = std::string(target) == "0.92";
+      ASSERT_TRUE(f.contains("extrapolated")) << command << ": " << r.out;
+      EXPECT_EQ(f.at("extrapolated").bool_value(), beyond) << command << " " << target;
+      EXPECT_EQ(f.at("data_best").number_value(), 0.9) << command;
+      a.pop_back();
+      const CliRun table = Cli(a);
+      ASSERT_EQ(table.code, 0) << table.err;
+      if (beyond) {
+        EXPECT_THAT(table.out, HasSubstr("an extrapolation: the runs reached 0.9 at best"))
+            << command;
+      } else {
+        EXPECT_THAT(table.out, ::testing::Not(HasSubstr("an extrapolation"))) << command;
+      }
+    }
+  }
+  std::filesystem::remove(file);
 }
 
 TEST(PlanCommand, OptionsReachThePlanner) {

@@ -389,6 +389,52 @@ TEST(ProfileCommand, AFailingServiceIsRetriedThenExitsOne) {
   EXPECT_THAT(err.str(), HasSubstr("UNAVAILABLE: connection refused"));
 }
 
+// The fit table: a row that only counts (the runs) shows no residual statistics, a small MAPE
+// keeps its digits (not "0.00"), and a fit worse than the data's mean is flagged in --json.
+TEST(ProfileCommand, TheFitTableShowsWhatWasMeasuredWithItsDigits) {
+  pb::MockProfilerStub stub;
+  pb::FitProfileResponse answer;
+  answer.mutable_profile()->set_name("icac");
+  answer.mutable_profile()->set_version(1);
+  pb::FitQuality* runs = answer.add_quality();
+  runs->set_parameter("runs");
+  runs->set_identified(true);
+  runs->set_points(70);
+  runs->set_note("70 runs in 14 cluster configurations");
+  pb::FitQuality* k80 = answer.add_quality();
+  k80->set_parameter("T_comp[K80]");
+  k80->set_identified(true);
+  k80->set_points(7);
+  k80->set_rmse(0.01);
+  k80->set_r_squared(0.9986);
+  k80->set_mape(0.00431);
+  pb::FitQuality* conv = answer.add_quality();
+  conv->set_parameter("convergence[accuracy]");
+  conv->set_identified(true);
+  conv->set_points(1830);
+  conv->set_rmse(0.2);
+  conv->set_r_squared(-0.31);
+  conv->set_mape(48.2);
+  conv->set_worse_than_mean(true);
+  conv->set_note("worse than the data's mean (R^2 = -0.31 < 0): 274 runs");
+  EXPECT_CALL(stub, FitProfile(_, _, _))
+      .Times(2)
+      .WillRepeatedly(
+          ::testing::DoAll(::testing::SetArgPointee<2>(answer), Return(grpc::Status::OK)));
+  auto args = Args::Parse({"--name", "icac"}, {.values = {"--name"}});
+  ASSERT_TRUE(args.ok()) << args.status();
+  std::ostringstream out, err;
+  ASSERT_EQ(Profile("fit", *args, stub, {out, err, false}), kExitOk) << err.str();
+  const std::string table = out.str();
+  EXPECT_THAT(table, ContainsRegex("runs +yes +70 +- +- +- +70 runs"));
+  EXPECT_THAT(table, HasSubstr("0.00431"));
+  EXPECT_THAT(table, ::testing::Not(HasSubstr(" 0.00 ")));
+  EXPECT_THAT(table, ContainsRegex("-0.3100 +48.2 +worse than the data's mean"));
+  std::ostringstream json, json_err;
+  ASSERT_EQ(Profile("fit", *args, stub, {json, json_err, true}), kExitOk);
+  EXPECT_THAT(json.str(), HasSubstr("\"worse_than_mean\":true"));
+}
+
 TEST(ValidateSpeedCommand, MeetsTheTargetOnCmdareK80AndP100) {
   const std::string k80 = DataDir() + "/cmdare/k80", p100 = DataDir() + "/cmdare/p100";
   if (!std::filesystem::exists(k80) || !std::filesystem::exists(p100)) {

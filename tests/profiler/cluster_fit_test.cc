@@ -292,6 +292,39 @@ TEST(FitWorkload, ChoosesSharedPsForRunsAndNamesWhatItNeeds) {
   EXPECT_TRUE(paper->parameter_size_mb.has_value());
 }
 
+// The runs row says which jobs the cluster fit left out, grouped by why, with counts and what to
+// do: not just "3 left out, first: ...".
+TEST(FitWorkload, TheRunsRowGroupsTheJobsLeftOutByWhy) {
+  std::vector<Sample> samples = StudySamples(Truth());
+  for (const char* job : {"untyped-1", "untyped-2"}) {
+    Sample s;
+    s.job_id = job;
+    s.wall_time_s = 1;
+    s.cluster_steps_per_s = 5;
+    samples.push_back(s);
+  }
+  Sample no_speed;
+  no_speed.job_id = "no-speed";
+  no_speed.instance_type = "gce-K80";
+  no_speed.gpu_type = "K80";
+  no_speed.cluster_workers = 2;
+  samples.push_back(no_speed);
+  KnownParameters known;
+  known.ps_bandwidth_mb_per_s = 1000;
+  auto fit = FitWorkload(samples, known);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  const FitQuality* runs = nullptr;
+  for (const FitQuality& q : fit->quality) {
+    if (q.parameter == "runs") runs = &q;
+  }
+  ASSERT_NE(runs, nullptr);
+  EXPECT_THAT(runs->note,
+              HasSubstr("3 jobs left out: 2 because its samples name no instance_type or gpu_type "
+                        "(import it with --instance-type or --gpu-type) (the first: untyped-1); 1 "
+                        "because no speed"));
+  EXPECT_THAT(runs->note, HasSubstr("(the first: no-speed (gce-K80=2))"));
+}
+
 // The cluster fits poll the fit's stop check at every solver iteration too: a shared-ps fit (and a
 // validation, which fits) ends with the stop's status, and the check is not asked again.
 TEST(FitWorkload, TheClusterFitsStopWhenTheStopCheckSaysSo) {

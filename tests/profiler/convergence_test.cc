@@ -3,6 +3,7 @@
 // and the ICAC 2019 runs.
 #include "predictor/convergence.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "predictor/performance_model.h"
 #include "profiler/convergence_fit.h"
 #include "profiler/convergence_validate.h"
+#include "profiler/fitting.h"
 #include "profiler/importers.h"
 
 namespace spotdnn {
@@ -287,7 +289,7 @@ TEST(ConvergenceFitTest, IcacRunsLeaveOneSizeOut) {
   options.schedule = *predictor::ParseLrSchedule("step:32000");
   auto v = profiler::ValidateConvergence(runs, {}, {0.80, 0.85, 0.88}, options);
   ASSERT_TRUE(v.ok()) << v.status();
-  // Measured 8.3% over 24 checks, 22 inside the interval; eq. 3 as written is about 21%.
+  // Measured 8.4% over 24 checks, 23 inside the interval; eq. 3 as written is about 21%.
   EXPECT_LT(v->mape, 14) << "MAPE of steps to 0.80/0.85/0.88 with each size left out";
   EXPECT_GE(v->inside, 18) << "of " << v->compared;
   options.form = ConvergenceModel::Form::kEq3;
@@ -295,6 +297,132 @@ TEST(ConvergenceFitTest, IcacRunsLeaveOneSizeOut) {
   auto eq3 = profiler::ValidateConvergence(runs, {}, {0.80, 0.85, 0.88}, options);
   ASSERT_TRUE(eq3.ok()) << eq3.status();
   EXPECT_GT(eq3->mape, v->mape) << "the schedule should beat eq. 3 as written";
+}
+
+}  // namespace
+}  // namespace spotdnn
+
+namespace spotdnn {
+namespace {
+
+// A fit thinned to at most 1,500 evaluations says which it kept in words: "every 2nd of a run".
+TEST(ConvergenceFitTest, AThinnedFitSaysWhichEvaluationsItKeptAsAnOrdinal) {
+  const auto runs = Generate(Truth(), {1, 2, 4, 8}, 10, 60000, 13);  // about 2,400 evaluations
+  profiler::ConvergenceFitOptions options;
+  options.metric = "accuracy";
+  options.higher_is_better = true;
+  options.schedule = Truth().schedule;
+  auto fit = profiler::FitConvergence(runs, options);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  std::string notes;
+  for (const std::string& n : fit->notes) notes += n + "\n";
+  EXPECT_NE(notes.find("(every 2nd of each run"), std::string::npos) << notes;
+  EXPECT_EQ(notes.find("-th"), std::string::npos) << notes;
+}
+
+// A profile with one convergence model of the accuracy, on a one-type catalog.
+absl::StatusOr<predictor::PerformanceModel> ModelOf(const ConvergenceModel& accuracy) {
+  predictor::WorkloadProfile profile;
+  profile.name = "synthetic";
+  profile.parameter_size_mb = 10;
+  profile.required_bandwidth_mb_per_s = 1000;
+  profile.compute.push_back({.instance_type = "t", .batch_per_gpu = 32, .compute_time_s = 0.1});
+  profile.contention = predictor::ContentionModel{0, 0};
+  profile.convergence = {accuracy};
+  predictor::InstanceCatalog catalog;
+  catalog.name = "c";
+  catalog.types.push_back({.name = "t",
+                           .gpu_type = "g",
+                           .gpus = 1,
+                           .gpu_memory_gib = 16,
+                           .spot_price_per_hour = 1,
+                           .on_demand_price_per_hour = 3,
+                           .quota = 8});
+  catalog.parameter_server.bandwidth_mb_per_s = 1000;
+  catalog.pcie_bandwidth_mb_per_s = 10000;
+  return predictor::PerformanceModel::Create(profile, catalog);
+}
+
+// The fit keeps the best value its runs reached; a target beyond it (by more than 2% of its
+// error) is an extrapolation, which the prediction says (with the best value), and a target its
+// runs do not reach says what they reached.
+TEST(ConvergenceFitTest, KeepsTheBestValueTheRunsReachedAndFlagsTargetsBeyondIt) {
+  const auto runs = Generate(Truth(), {1, 2, 4, 8}, 3, 60000, 21);
+  double best = 0;
+  for (const ConvergenceRun& r : runs) {
+    for (const auto& [step, value] : r.points) {
+      if (step > 0) best = std::max(best, value);
+    }
+  }
+  profiler::ConvergenceFitOptions options;
+  options.metric = "accuracy";
+  options.higher_is_better = true;
+  options.schedule = Truth().schedule;
+  auto fit = profiler::FitConvergence(runs, options);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  ASSERT_TRUE(fit->model.best_value.has_value());
+  EXPECT_DOUBLE_EQ(*fit->model.best_value, best);
+  EXPECT_FALSE(fit->model.IsExtrapolation(best));
+  EXPECT_FALSE(fit->model.IsExtrapolation(best - 0.01));
+  EXPECT_TRUE(fit->model.IsExtrapolation(best + 0.01));
+  // A loss (lower is better): beyond is below.
+  ConvergenceModel loss = Truth();
+  loss.metric = "loss";
+  loss.higher_is_better = false;
+  loss.best_value = 0.5;
+  EXPECT_TRUE(loss.IsExtrapolation(0.4));
+  EXPECT_FALSE(loss.IsExtrapolation(0.495));
+  EXPECT_FALSE(loss.IsExtrapolation(0.6));
+
+  ConvergenceModel truth = Truth();  // reaches about 0.95 at 4 workers
+  truth.best_value = 0.9;
+  auto model = ModelOf(truth);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int> counts = {4};
+  const auto beyond = model->Evaluate(counts, predictor::Target::Accuracy(0.93));
+  ASSERT_TRUE(beyond.ok()) << model->ErrorStatus(beyond, predictor::Target::Accuracy(0.93));
+  EXPECT_TRUE(beyond.extrapolated);
+  EXPECT_DOUBLE_EQ(beyond.data_best, 0.9);
+  const auto within = model->Evaluate(counts, predictor::Target::Accuracy(0.85));
+  ASSERT_TRUE(within.ok());
+  EXPECT_FALSE(within.extrapolated);
+  const auto never = model->Evaluate(counts, predictor::Target::Accuracy(0.995));
+  EXPECT_EQ(never.error, predictor::EstimateError::kTargetNotReached);
+  EXPECT_NE(model->ErrorStatus(never, predictor::Target::Accuracy(0.995))
+                .message()
+                .find("the profile's runs reached 0.9 at best"),
+            std::string::npos);
+}
+
+// Every ICAC 2019 folder imported together, as `spotdnn profile import DIR` reads them: the
+// folders whose names give no cluster size (the K80 on-demand and spot runs, the P100/V100 runs)
+// are left out of the convergence fit with a note, not taken for one worker among the 2-8-worker
+// runs; so the fit finds the learning-rate drop at 32,000 and does not promise an accuracy far
+// beyond the runs' plateau (0.92-0.93).
+TEST(ConvergenceFitTest, IcacFoldersImportedTogetherFindTheDrop) {
+  const char* dir = std::getenv("SPOTDNN_DATA_DIR");
+  const std::string root = std::string(dir ? dir : SPOTDNN_DATA_DIR) + "/icac2019";
+  if (!std::filesystem::exists(root)) GTEST_SKIP() << "no " << root;
+  profiler::ImportOptions o;
+  o.job_id = "icac";
+  auto imported = profiler::ImportPath(root, o);
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  std::vector<profiler::FitQuality> quality;
+  const auto models = profiler::FitConvergences(imported->samples, {}, &quality);
+  ASSERT_EQ(models.size(), 1u);
+  const ConvergenceModel& m = models[0];
+  ASSERT_EQ(m.schedule.kind, LrSchedule::Kind::kStepDecay) << predictor::DescribeConvergence(m);
+  EXPECT_NEAR(m.schedule.drop_steps[0], 32000, 100) << predictor::DescribeConvergence(m);
+  ASSERT_EQ(quality.size(), 1u);
+  EXPECT_NE(quality[0].note.find("left out: the cluster size is not known"), std::string::npos)
+      << quality[0].note;
+  EXPECT_GT(quality[0].r_squared, 0.8);
+  ASSERT_TRUE(m.best_value.has_value());
+  EXPECT_GT(*m.best_value, 0.92);
+  EXPECT_LT(*m.best_value, 0.95);
+  for (int n = 1; n <= 8; ++n) {
+    EXPECT_FALSE(predictor::StepsToTarget(m, n, std::sqrt((n - 1.0) / n), 0.99).reachable) << n;
+  }
 }
 
 }  // namespace

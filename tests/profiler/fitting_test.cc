@@ -282,6 +282,25 @@ TEST(FitLoss, FixesWhatOneCurveCannotTell) {
             "loss coefficients g1..g5 need at least 8 samples with a loss; got 0");
 }
 
+// A fit that explains its data worse than their mean says so, in its note and its flag; a row
+// that only counts (no residuals) or fits well is left as it is.
+TEST(FitQuality, AFitWorseThanTheDataMeanSaysSo) {
+  FitQuality bad = Quality("convergence[accuracy]", {1, 2, 3}, {3, 2, 1});
+  ASSERT_LT(bad.r_squared, 0);
+  bad.note = "274 runs";
+  FitQuality good = Quality("T_comp[k80]", {1, 2, 3}, {1.1, 2, 2.9});
+  FitQuality runs{.parameter = "runs", .identified = true, .points = 70, .note = "70 runs"};
+  std::vector<FitQuality> rows = {bad, good, runs};
+  NoteWorseThanMean(rows);
+  EXPECT_TRUE(rows[0].worse_than_mean);
+  EXPECT_EQ(rows[0].note, "worse than the data's mean (R^2 = -3 < 0): 274 runs");
+  EXPECT_FALSE(rows[1].worse_than_mean);
+  EXPECT_FALSE(rows[2].worse_than_mean);
+  EXPECT_EQ(rows[2].note, "70 runs");
+  NoteWorseThanMean(rows);  // once is enough
+  EXPECT_EQ(rows[0].note, "worse than the data's mean (R^2 = -3 < 0): 274 runs");
+}
+
 TEST(FitWorkload, FitsEveryParameterFromACompleteProfilingRun) {
   const Workload w;
   KnownParameters known;

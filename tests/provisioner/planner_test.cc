@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "provisioner/infeasibility.h"
 #include "provisioner/pareto.h"
 #include "provisioner/replan.h"
 #include "tests/testing/prototype_inputs.h"
@@ -404,10 +405,25 @@ TEST(Replan, AnIterationsTargetPlansWhatIsLeft) {
   EXPECT_EQ(ValidateProblem(*model, loss).code(), absl::StatusCode::kFailedPrecondition);
 }
 
-// Issue 25: a metric target travels through the problem to the model unchanged, and a re-plan
-// needs the cluster it trained on (the steps a metric needs depend on the cluster).
+// The prototype's inputs with convergence models of an accuracy and of a word error rate.
+PerformanceModel PrototypeModelWithConvergence() {
+  WorkloadProfile profile = predictor::testing_inputs::PrototypeProfile();
+  for (auto [metric, higher] : {std::pair{"accuracy", true}, std::pair{"wer", false}}) {
+    predictor::ConvergenceModel m;
+    m.metric = metric;
+    m.higher_is_better = higher;
+    m.floor = 0.05;
+    m.amplitude = 0.9;
+    m.scale = 3000;
+    profile.convergence.push_back(m);
+  }
+  return *PerformanceModel::Create(profile, predictor::testing_inputs::PrototypeCatalog());
+}
+
+// A metric target travels through the problem to the model unchanged, and a re-plan needs the
+// cluster it trained on (the steps a metric needs depend on the cluster).
 TEST(MetricTarget, TheProblemCarriesItToTheModel) {
-  const PerformanceModel model = PrototypeModel();
+  const PerformanceModel model = PrototypeModelWithConvergence();
   PlanProblem problem = DefaultProblem(model, predictor::Target::Accuracy(0.88), 3600);
   const predictor::Target t = problem.target();
   EXPECT_EQ(t.kind, predictor::Target::Kind::kMetric);
@@ -426,6 +442,50 @@ TEST(MetricTarget, TheProblemCarriesItToTheModel) {
   EXPECT_THAT(no_cluster.status().message(), HasSubstr("progress.cluster_before is required"));
   auto lossy = Replan(model, problem, {.elapsed_s = 60, .current_loss = 1.0});
   EXPECT_THAT(lossy.status().message(), HasSubstr("progress.current_loss = 1"));
+}
+
+// A metric the profile has no convergence model of (or only in the other direction) is refused
+// as `predict` refuses it, FAILED_PRECONDITION naming the metric, the workload and the fix, not
+// searched and answered "infeasible".
+TEST(MetricTarget, WithoutAConvergenceModelIsRefusedNotInfeasible) {
+  const PerformanceModel model = PrototypeModelWithConvergence();
+  for (const predictor::Target& target : {predictor::Target::Metric("top5", true, 0.9),
+                                          predictor::Target::Metric("accuracy", false, 0.5)}) {
+    const PlanProblem problem = DefaultProblem(model, target, 3600);
+    const absl::Status s = ValidateProblem(model, problem);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << target.Describe() << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr("no convergence model of " + target.Describe()));
+    EXPECT_THAT(s.message(), HasSubstr(model.profile().name));
+    EXPECT_THAT(s.message(), HasSubstr("spotdnn profile fit"));
+    auto solved = Solve(model, problem, Strategy::kExact);
+    EXPECT_EQ(solved.status().code(), absl::StatusCode::kFailedPrecondition) << target.Describe();
+  }
+  // The prototype profile has no accuracy model at all.
+  const PerformanceModel plain = PrototypeModel();
+  EXPECT_EQ(
+      ValidateProblem(plain, DefaultProblem(plain, predictor::Target::Accuracy(0.88), 3600)).code(),
+      absl::StatusCode::kFailedPrecondition);
+}
+
+// A target no cluster reaches, beyond what the profile's runs reached: the reason says what they
+// reached.
+TEST(MetricTarget, BeyondTheRunsBestTheInfeasibleReasonSaysWhatTheyReached) {
+  WorkloadProfile profile = predictor::testing_inputs::PrototypeProfile();
+  predictor::ConvergenceModel m;
+  m.metric = "accuracy";
+  m.higher_is_better = true;
+  m.floor = 0.07;
+  m.amplitude = 0.9;
+  m.scale = 3000;
+  m.best_value = 0.925;
+  profile.convergence.push_back(m);
+  const PerformanceModel model =
+      *PerformanceModel::Create(profile, predictor::testing_inputs::PrototypeCatalog());
+  auto why =
+      ExplainInfeasible(model, DefaultProblem(model, predictor::Target::Accuracy(0.99), 3600));
+  ASSERT_TRUE(why.ok()) << why.status();
+  EXPECT_FALSE(why->fastest.feasible);
+  EXPECT_THAT(why->reason, HasSubstr("(the profile's runs reached 0.925 at best)"));
 }
 
 TEST(Frontier, HoldsTheCheapestAndTheFastestPlan) {

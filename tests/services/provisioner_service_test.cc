@@ -174,6 +174,31 @@ TEST_F(ProvisionerServiceTest, BadInputIsInvalidArgumentNamingTheField) {
   expect(r, "workload");
 }
 
+// A metric target the profile has no convergence model of is FAILED_PRECONDITION, as the
+// predictor answers it, for Plan and Frontier alike (not an infeasible plan).
+TEST_F(ProvisionerServiceTest, AMetricWithoutAConvergenceModelIsAFailedPrecondition) {
+  pb::PlanRequest r = Request(0, 7200);
+  r.mutable_workload()->set_name("resnet32-cifar10-gce");
+  r.mutable_catalog()->set_name("gce-icac-2019");
+  pb::MetricTarget* target = r.mutable_slo()->mutable_target_metric();
+  target->set_metric("top5");
+  target->set_direction(pb::MetricTarget::DIRECTION_AT_LEAST);
+  target->set_value(0.9);
+  pb::PlanResponse response;
+  const grpc::Status s = Plan(r, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("no convergence model of top5 >= 0.9"));
+  EXPECT_THAT(s.error_message(), HasSubstr("resnet32-cifar10-gce"));
+  pb::FrontierRequest f;
+  *f.mutable_workload() = r.workload();
+  *f.mutable_catalog() = r.catalog();
+  *f.mutable_slo() = r.slo();
+  pb::FrontierResponse front;
+  grpc::ClientContext context;
+  EXPECT_EQ(stub_->Frontier(&context, f, &front).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
 TEST_F(ProvisionerServiceTest, ExcludedTypesAreNamed) {
   pb::PlanRequest r = Request(0.9, 3600);
   r.mutable_catalog()->set_name("aws-paper-2023");

@@ -123,6 +123,9 @@ JsonObject PlanJson(const pb::Plan& p) {
         .Number("convergence_coefficient", p.prediction().convergence_coefficient())
         .Number("cluster_speed", p.prediction().cluster_speed())
         .Integer("workers", p.prediction().worker_count());
+    // A target beyond what the profile's runs ever reached: the plan rests on an extrapolation.
+    o.Bool("extrapolated", p.prediction().extrapolated());
+    if (p.prediction().has_data_best()) o.Number("data_best", p.prediction().data_best());
   } else {
     o.String("reason", p.reason());
   }
@@ -240,6 +243,7 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
                                                   HumanDuration(e.time_p50_s() + overhead), " / ",
                                                   HumanDuration(e.time_p90_s() + overhead), note)});
     }
+    if (p.prediction().extrapolated()) summary.AddRow(BeyondTheDataRow(p.prediction()));
     summary.AddRow({"WA batch b_w", Fixed(p.prediction().wa_batch(), 1)});
     summary.AddRow(
         {"convergence coefficient R", Fixed(p.prediction().convergence_coefficient(), 4)});
@@ -627,7 +631,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
         .Number("target_iterations", target->iterations)
         .Number("target_epochs", target->epochs)
         .Number("dataset_size", target->dataset_size);
-    if (target->metric) o.String("target_metric", target->Describe());
+    if (target->metric) o.Raw("target_metric", MetricTargetJson(*target->metric));
     o.Number("deadline_s", request.slo().deadline_s() > 0 ? request.slo().deadline_s() : NAN)
         .Number("budget_usd", request.slo().budget_usd() > 0 ? request.slo().budget_usd() : NAN);
     if (!p.feasible()) {

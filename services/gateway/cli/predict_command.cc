@@ -68,6 +68,7 @@ void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveRes
   summary.AddRow(
       {"time T (s)", absl::StrCat(Fixed(p.time_s(), 2), " (", HumanDuration(p.time_s()), ")")});
   AddIntervalRows(p, summary);
+  if (p.extrapolated()) summary.AddRow(BeyondTheDataRow(p));
   summary.AddRow(
       {"spot cost", absl::StrCat(Dollars(p.cost_usd()), " (", Dollars(p.price_per_hour()), "/h)")});
   summary.AddRow({"on-demand cost", absl::StrCat(Dollars(p.on_demand_cost_usd()), " (",
@@ -228,10 +229,16 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
   }
 
   if (io.json) {
-    // One object: the prediction's fields at the top level, plus what it was for.
-    std::string body = services::ToJson(response.prediction());
+    // One object: the prediction's fields at the top level, plus what it was for. The metric
+    // target in the shape every command gives it (MetricTargetJson), not the message's.
+    pb::Prediction prediction = response.prediction();
     std::string head = absl::StrCat("{\"workload\":", JsonString(response.workload()),
                                     ",\"catalog\":", JsonString(response.catalog()), ",");
+    if (prediction.has_target_metric()) {
+      head += absl::StrCat("\"target_metric\":", MetricTargetJson(prediction.target_metric()), ",");
+      prediction.clear_target_metric();
+    }
+    std::string body = services::ToJson(prediction);
     if (curve_points > 0) {
       std::string points = services::ToJson(curve);  // {"points":[...],"expected_...":x}
       head += absl::StrCat("\"loss_curve\":", points, ",");

@@ -29,6 +29,10 @@
 namespace spotdnn::gateway {
 namespace {
 
+// A percentage to three significant digits ("1.57", "0.05", "0.00123"): a small error keeps its
+// digits instead of reading "0.00".
+std::string Percent(double pct) { return absl::StrFormat("%.3g", pct); }
+
 // Imports and fits of large logs may take minutes.
 clients::ProfilerClient ClientOf(pb::Profiler::StubInterface& stub) {
   return clients::ProfilerClient(stub, clients::CallPolicy::LongRunning());
@@ -275,11 +279,13 @@ int FitCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io
   quality.LeftAlign(1);
   quality.LeftAlign(6);
   for (const pb::FitQuality& q : response.quality()) {
-    const bool measured = q.identified() && q.points() > 0;
+    const bool counted = q.identified() && q.points() > 0;
+    // A row that only counts (the runs) has no residuals: "-", not zeros.
+    const bool measured = counted && (q.rmse() > 0 || q.r_squared() != 0 || q.mape() > 0);
     quality.AddRow(
-        {q.parameter(), q.identified() ? "yes" : "no", measured ? absl::StrCat(q.points()) : "-",
+        {q.parameter(), q.identified() ? "yes" : "no", counted ? absl::StrCat(q.points()) : "-",
          measured ? absl::StrFormat("%.4g", q.rmse()) : "-",
-         measured ? Fixed(q.r_squared(), 4) : "-", measured ? Fixed(q.mape(), 2) : "-", q.note()});
+         measured ? Fixed(q.r_squared(), 4) : "-", measured ? Percent(q.mape()) : "-", q.note()});
   }
   quality.Print(io.out);
   io.out << "\n";

@@ -400,7 +400,9 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
         .String("cluster_from", p.strategy() == pb::PLAN_STRATEGY_GIVEN ? "given" : "plan")
         .Bool("meets_slo_without_revocations", p.feasible())
         .Number("target_loss", response.target_loss());
-    if (!target_text.empty()) o.String("target_metric", target_text);
+    if (request.slo().has_target_metric()) {
+      o.Raw("target_metric", MetricTargetJson(request.slo().target_metric()));
+    }
     o.Number("deadline_s", *deadline)
         .Number("planned_time_s", p.time_s())
         .Number("planned_cost_usd", p.cost_usd())

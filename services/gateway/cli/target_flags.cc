@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "services/common/convert.h"
+#include "services/gateway/cli/output.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -60,6 +61,19 @@ std::vector<FlagHelp> MetricTargetFlagHelp() {
           {"--target", "METRIC>=V|METRIC<=V",
            "instead: a target in any metric the samples carry, with its direction\n"
            "(accuracy>=0.88, top5>=0.9, loss<=0.5)"}};
+}
+
+std::string MetricTargetJson(const v1::MetricTarget& target) {
+  return JsonObject()
+      .String("metric", target.metric())
+      .String("direction", services::EnumLabel(target.direction()))
+      .Number("value", target.value())
+      .str();
+}
+
+std::vector<std::string> BeyondTheDataRow(const v1::Prediction& p) {
+  return {"beyond the data",
+          absl::StrFormat("an extrapolation: the runs reached %.4g at best", p.data_best())};
 }
 
 std::string TargetFlags::Describe() const {

@@ -53,6 +53,15 @@ absl::StatusOr<TargetFlags> ParseTargetExpression(absl::string_view flag, absl::
 // ParseTargetExpression says.
 absl::StatusOr<TargetFlags> ParseTargetFlags(const Args& args);
 
+// A metric target as every command's --json gives it: {"metric": "accuracy", "direction":
+// "at-least", "value": 0.88} (the direction's enum name without its prefix, as a job spec's
+// slo.target takes it).
+std::string MetricTargetJson(const v1::MetricTarget& target);
+
+// The table row of a prediction whose target lies beyond the best value the profile's runs
+// reached: {"beyond the data", "an extrapolation: the runs reached 0.9332 at best"}.
+std::vector<std::string> BeyondTheDataRow(const v1::Prediction& p);
+
 // The target flags' help lines, for a command's flag table: --loss, --accuracy, --target.
 std::vector<FlagHelp> MetricTargetFlagHelp();
 
