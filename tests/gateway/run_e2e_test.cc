@@ -587,9 +587,10 @@ TEST_F(RunEndToEnd, RevocationIsTakenOverBeforeTheInstanceGoes) {
   const std::string spec = WriteJob("e2e-revoke");
   auto gateway = StartGateway({"run", spec}, "run.log");
   WaitUntilTraining("e2e-revoke", 5);
-  // Revoked first, early in the job, so that the instance goes (8 s on) while the job still runs
-  // on a busy machine too; the check of a second gateway comes after.
-  const std::string victim = RevokeAWorker("e2e-revoke", absl::Seconds(8));
+  // Revoked first, early in the job, so that the instance goes (6 s on; the takeover runs within
+  // about 1 s) while the job still runs, on a busy machine too; the check of a second gateway
+  // comes after.
+  const std::string victim = RevokeAWorker("e2e-revoke", absl::Seconds(6));
   // A second gateway on the same job is refused while this one runs it.
   CliRun second = Cli({"run", "--resume", "e2e-revoke", "--data-dir", dir_.string()});
   EXPECT_NE(second.code, 0);
