@@ -10,6 +10,7 @@
 // Needs Debian's python3-torch and python3-sklearn (deploy/setup.sh installs them).
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -262,6 +263,46 @@ TEST_F(DigitsEndToEnd, ProfilesPlansAndTrainsToTheLossThroughWorkerAndServerRevo
     if (i.role == launcher::Role::kWorker && i.launched_ms >= ps->received_ms) ++relaunched;
   }
   EXPECT_GT(relaunched, 0);
+
+  // One forecast per job, through a parameter server's restore too: every progress line counts
+  // against the current forecast (within the 2% it may move before a new forecast line), and the
+  // job's record ends on it, not on a forecast made while the loss stood still.
+  double current = 0;
+  int progress_lines = 0;
+  {
+    std::ifstream in(dir_ / "run.log");
+    std::string line;
+    while (std::getline(in, line)) {
+      const nlohmann::json e = nlohmann::json::parse(line, nullptr, false);
+      if (!e.is_object()) continue;
+      const std::string kind = e.value("event", "");
+      if (kind == "forecast" && e.value("reachable", false)) {
+        current = e["iterations_p50"].get<double>();
+      } else if (kind == "progress" && e.value("predicted_by", "") == "forecast" &&
+                 e["predicted_iterations"].is_number() && current > 0) {
+        // A job past its forecast shows its steps done as the least it needs.
+        const double expected = std::max(current, e["iterations_done"].get<double>());
+        ++progress_lines;
+        EXPECT_NEAR(e["predicted_iterations"].get<double>(), expected, 0.021 * expected) << line;
+      }
+    }
+  }
+  EXPECT_GT(progress_lines, 0);
+  // The restore (the server's notice until its relaunched workers report) is no stall: the loss
+  // stands still then, and no refit is made of it.
+  auto job_events = store->Events(kJob);
+  ASSERT_TRUE(job_events.ok());
+  const int64_t restored = ps->takeover_reported_ms > 0 ? ps->takeover_reported_ms
+                                                        : record->finished_ms;
+  for (const job::JobEventRecord& e : *job_events) {
+    if (e.kind != "forecast" || e.at_ms < ps->received_ms || e.at_ms >= restored) continue;
+    const nlohmann::json f = nlohmann::json::parse(e.detail, nullptr, false);
+    EXPECT_NE(f.value("source", ""), "refit")
+        << "a refit during the parameter server's restore, " << e.at_ms - ps->received_ms
+        << " ms after its notice: " << e.detail;
+  }
+  EXPECT_NEAR(record->target_iterations, current, 0.021 * current)
+      << "the job's record ends on another number than its last forecast";
 
   // No sample stored twice; the job's count is within what was stored.
   const auto [samples, distinct] = SampleCounts();
