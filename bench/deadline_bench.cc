@@ -1,4 +1,4 @@
-// Deadline policies against the omniscient optimum (issue 26). For every trace in
+// Deadline policies against the omniscient optimum. For every trace in
 // SPOTDNN_DATA_DIR/bamboo-spot and for synthetic traces with long outages (45 days of 195 s ticks,
 // availability 17-90%, heavy-tailed outages), it replays every window of several work/deadline
 // pairs (changeover 12 min, spot $0.918/h, on-demand $3.06/h: a V100 on AWS) under ours,

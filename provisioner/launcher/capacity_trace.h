@@ -9,7 +9,7 @@
 // hours, e.g. `time_h,count`, makes the times hours). After its last row or tick the last count
 // holds.
 //
-// Issue 26 has a second reader (provisioner/deadline, for `simulate` and `plan`); this one is kept
+// There is a second reader (provisioner/deadline, for `simulate` and `plan`); this one is kept
 // behind ReadCapacityTrace so that the two can become one.
 #ifndef SPOTDNN_PROVISIONER_LAUNCHER_CAPACITY_TRACE_H_
 #define SPOTDNN_PROVISIONER_LAUNCHER_CAPACITY_TRACE_H_

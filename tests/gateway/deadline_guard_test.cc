@@ -1,4 +1,4 @@
-// The deadline guard's decisions (issue 26), in fake time: on-demand while spot is short and the
+// The deadline guard's decisions, in fake time: on-demand while spot is short and the
 // deadline needs it, waiting while the slack allows, probing spot at most once a probe interval
 // with backoff, back to spot when a probe gets capacity. The policy is the one deadline_policy.h
 // makes (a stub until the real policies land; these tests hold for any safe policy's choices

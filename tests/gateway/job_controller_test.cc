@@ -520,7 +520,7 @@ TEST_F(JobControllerTest, ALossThatNeverComesFailsTheJobWhenTheDeadlineCannotBeM
 }
 
 // A loss slower than the profile's but that can make the 600 s deadline (2.6 at 400 iterations,
-// 4 times the 100 predicted): it runs on to its target (issue 27: it was failed at 3 times).
+// 4 times the 100 predicted): it runs on to its target.
 TEST_F(JobControllerTest, ASlowerLossThatCanMakeTheDeadlineRunsToItsTarget) {
   loss_ = [](double iterations) { return 3.0 - iterations / 1000; };
   JobController controller = Controller();
@@ -874,7 +874,7 @@ TEST(DetectorFeedTest, ForwardsEventsAndReportsARestartedLog) {
 namespace spotdnn::job {
 namespace {
 
-// Issue 26: a takeover the cloud has no spot capacity for (g3.8xlarge: spot $0.684/h, on-demand
+// A takeover the cloud has no spot capacity for (g3.8xlarge: spot $0.684/h, on-demand
 // $2.28/h; the catalog's p2.xlarge spot costs more than on-demand, where a policy rightly stays on
 // on-demand). The deadline guard runs the missing
 // worker on on-demand (the slack is too small to wait), probes spot once a second with backoff,
@@ -969,7 +969,7 @@ TEST_F(JobControllerTest, NoSpotForATakeoverRunsOnDemandUntilAProbeGetsSpotBack)
   EXPECT_TRUE(cloud_.Running().empty());
 }
 
-// Issue 26: a gateway that logged a deadline decision and died before it was done (simulated: the
+// A gateway that logged a deadline decision and died before it was done (simulated: the
 // decision logged again after its end) carries it out again when resumed, with the same client
 // token: the cloud answers with the instance it launched, and nothing is launched twice.
 TEST_F(JobControllerTest, AResumedDecisionIsReissuedWithItsTokenAndLaunchesNothingTwice) {
@@ -1031,7 +1031,7 @@ TEST_F(JobControllerTest, AResumedDecisionIsReissuedWithItsTokenAndLaunchesNothi
   EXPECT_THAT(LogKinds(), Contains("resumed"));
 }
 
-// Issue 26: no spot capacity for a planned type at launch and no spot plan without it: the job
+// No spot capacity for a planned type at launch and no spot plan without it: the job
 // does not fail; the deadline guard runs the type on on-demand.
 TEST_F(JobControllerTest, NoSpotAtLaunchAndNoSpotPlanWithoutItRunsOnDemand) {
   cloud_.capacity["g3.8xlarge"] = 0;

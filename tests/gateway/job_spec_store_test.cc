@@ -71,7 +71,7 @@ TEST(JobSpecTest, ParsesEveryField) {
   EXPECT_EQ(spec->ps_command, "python train.py");  // defaults to the worker's
 }
 
-// Issue 26: the fallback (on-demand by default, with the "ours" policy) and the local provider's
+// The fallback (on-demand by default, with the "ours" policy) and the local provider's
 // capacity trace.
 TEST(JobSpecTest, TheFallbackAndALocalCapacityTraceParse) {
   auto defaults = ParseJobSpec(kGood);
@@ -121,7 +121,7 @@ TEST(JobSpecTest, TheSloTakesIterationsOrEpochsInsteadOfALoss) {
   }
 }
 
-// Issue 25: an accuracy or any metric with a direction, beside the loss (the old forms unchanged).
+// An accuracy or any metric with a direction, beside the loss (the old forms unchanged).
 TEST(JobSpecTest, TheSloTakesAnAccuracyOrAMetricTarget) {
   const std::string base = R"({"name": "j", "workload": "w", "catalog": "c",
     "commands": {"worker": "x"}, "slo": )";
@@ -203,7 +203,7 @@ TEST(JobSpecTest, BadInputNamesTheFieldAndTheValue) {
       {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
            "provider": "nimbus", "commands": {"worker": "x"}})",
        "provider.name = \"nimbus\""},
-      // Issue 26: the on-demand fallback and the local provider's capacity trace.
+      // The on-demand fallback and the local provider's capacity trace.
       {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
            "fallback": "spot", "commands": {"worker": "x"}})",
        "fallback = \"spot\": expected on-demand or none"},

@@ -1,4 +1,4 @@
-// The newcomer's path (issue 18), as a new user meets it: the built `spotdnn` and service
+// The newcomer's path, as a new user meets it: the built `spotdnn` and service
 // binaries run as processes, with HOME and SPOTDNN_HOME pointing at fresh folders.
 #include <fcntl.h>
 #include <stdlib.h>
@@ -330,7 +330,7 @@ TEST_F(Newcomer, ErrorsNameTheFlagsAndFollowTheExitTable) {
   EXPECT_THAT(p.out, HasSubstr("nothing to stop"));
 }
 
-// Issue 27: a second `up` starts nothing and does not say it does.
+// A second `up` starts nothing and does not say it does.
 TEST_F(Newcomer, ASecondUpSaysItStartedNothing) {
   Proc first = Spotdnn({"up", "--data-dir", Data()});
   ASSERT_EQ(first.code, 0) << first.err;
@@ -344,7 +344,7 @@ TEST_F(Newcomer, ASecondUpSaysItStartedNothing) {
   EXPECT_EQ(Spotdnn({"down", "--data-dir", Data()}).code, 0);
 }
 
-// Issue 27: the service binaries refuse bad flags as the CLI does, and --help is 0.
+// The service binaries refuse bad flags as the CLI does, and --help is 0.
 TEST_F(Newcomer, ServiceBinariesRefuseBadFlagsAndHelpExitsZero) {
   for (const char* binary :
        {"spotdnn-predictor", "spotdnn-provisioner", "spotdnn-profiler", "spotdnn-detector"}) {
@@ -426,7 +426,7 @@ TEST_F(Newcomer, ProgressAndSummarySayWhichPlanTheirNumbersComeFrom) {
   EXPECT_TRUE(json["target_loss"].is_null());
 }
 
-// Issue 27: what a job's summary and progress claim is what was measured.
+// What a job's summary and progress claim is what was measured.
 TEST_F(Newcomer, ASummaryClaimsOnlyWhatWasMeasured) {
   job::JobSummary none{.job_id = "j",
                        .state = job::JobState::kFinished,

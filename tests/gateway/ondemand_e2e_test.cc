@@ -1,4 +1,4 @@
-// Issue 26 end to end: `spotdnn run` on the local provider whose spot capacity of the job's type
+// End to end: `spotdnn run` on the local provider whose spot capacity of the job's type
 // is a trace (a trace hour a second). The spot capacity disappears mid-run: the plan's worker gets
 // a spot notice and goes, its takeover finds no spot capacity, and the deadline guard runs the
 // job on on-demand; when the trace gives spot back, a probe launches spot and the on-demand

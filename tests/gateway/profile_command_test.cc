@@ -144,7 +144,7 @@ TEST_F(ProfileCommandTest, ExportedProfilesAreWhatPredictReads) {
   EXPECT_THAT(deleted.out, HasSubstr("Deleted 2 versions"));
 }
 
-// Issue 25: a profile's convergence models (with their schedules) survive the store, `profile
+// A profile's convergence models (with their schedules) survive the store, `profile
 // export` and a re-import of the .json.
 TEST_F(ProfileCommandTest, ConvergenceModelsRoundTripThroughImportAndExport) {
   std::ifstream in(std::string(SPOTDNN_SOURCE_DIR) + "/deploy/workloads/resnet110.json");

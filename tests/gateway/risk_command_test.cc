@@ -154,7 +154,7 @@ TEST_F(RiskCommandTest, SimulateReportsTheDistributionsAndIsDeterministicForASee
                        a.out.substr(a.out.find("\"simulate_ms\"")));
   const auto f = Json(a.out).fields();
   EXPECT_EQ(f.at("runs").number_value(), 3000);
-  EXPECT_EQ(f.at("seed").number_value(), 7);  // a number, as the other counts (issue 27)
+  EXPECT_EQ(f.at("seed").number_value(), 7);  // a number, as the other counts
   EXPECT_EQ(f.at("cluster_from").string_value(), "plan");
   for (const char* key : {"p_meet_deadline", "p_meet_deadline_low", "p_meet_deadline_high",
                           "expected_cost_usd", "cost_p50_usd", "cost_p90_usd", "expected_time_s",

@@ -207,7 +207,7 @@ class RunEndToEnd : public ::testing::Test {
     nlohmann::json doc = nlohmann::json::parse(status.out);
     const nlohmann::json& summary = doc["summary"];
     EXPECT_EQ(summary["state"], "finished");
-    // Issue 27, 1: spotdnn-sim-worker reports no loss, so none is claimed: the loss and whether
+    // spotdnn-sim-worker reports no loss, so none is claimed: the loss and whether
     // it reached the target are unknown, and so is the SLO (the deadline and budget were met).
     EXPECT_TRUE(summary["final_loss"].is_null()) << summary;
     EXPECT_TRUE(summary["loss_reached"].is_null()) << summary;
@@ -218,7 +218,7 @@ class RunEndToEnd : public ::testing::Test {
     EXPECT_THAT(text.out, ::testing::HasSubstr("Target reached: unknown"));
     EXPECT_THAT(text.out, ::testing::HasSubstr("SLO met: unknown"));
     EXPECT_THAT(text.out, ::testing::Not(::testing::HasSubstr("Target reached: yes")));
-    // Issue 27, 2: --plot of a job without losses prints the status and draws its progress,
+    // --plot of a job without losses prints the status and draws its progress,
     // its cost and its revocation, saying the loss is missing.
     const std::string svg_path = (dir_ / "plot.svg").string();
     CliRun plot = Cli({"status", job, "--plot", svg_path, "--data-dir", dir_.string()});
@@ -407,7 +407,7 @@ TEST_F(RunEndToEnd, ASlowerLossThanPredictedRunsOnWhileTheDeadlineCanBeMet) {
   EXPECT_FALSE(summary["worker_last_losses"].empty());
 }
 
-// Issue 27, 4: profiling is a phase of the job. A spec with a profiling run (the job's own
+// Profiling is a phase of the job. A spec with a profiling run (the job's own
 // command: a shell loop that prints SPOTDNN_SAMPLE lines and stops after $SPOTDNN_MAX_STEPS,
 // 0.1 s a step) is stored from its start: `spotdnn jobs` and `status` list it as profiling while
 // the run goes, the run prints its progress with an ETA, its time and cost are in the summary
@@ -695,7 +695,7 @@ TEST_F(RunEndToEnd, KilledGatewayResumesWithoutLaunchingTwice) {
   const std::string spec = WriteJob(job);
   auto gateway = StartGateway({"run", spec}, "run.log");
   WaitUntilTraining(job, 3);
-  // Issue 27, 5 (and 2 mid-run): a healthy running job is on track or behind, driven by its
+  // A healthy running job is on track or behind, driven by its
   // gateway, not "SLO met: NO"; --plot prints the status too.
   CliRun healthy =
       Cli({"status", job, "--plot", (dir_ / "mid.svg").string(), "--data-dir", dir_.string()});
@@ -819,7 +819,7 @@ TEST_F(RunEndToEnd, NoCapacityForAPlannedTypeIsReplannedAround) {
   CliRun status = Cli({"status", job, "--json", "--data-dir", dir_.string()});
   ASSERT_EQ(status.code, 0) << status.err;
   const nlohmann::json summary = nlohmann::json::parse(status.out)["summary"];
-  EXPECT_TRUE(summary["slo_met"].is_null());  // no loss measured (issue 27)
+  EXPECT_TRUE(summary["slo_met"].is_null());  // no loss measured
   EXPECT_EQ(summary["deadline_met"], true);
   EXPECT_DOUBLE_EQ(summary["target_iterations"].get<double>(), 123);
 }

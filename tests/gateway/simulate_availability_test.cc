@@ -1,4 +1,4 @@
-// spotdnn simulate --availability FILE --work ...: the one-instance form (issue 26), in-process.
+// spotdnn simulate --availability FILE --work ...: the one-instance form, in-process.
 #include <unistd.h>
 
 #include <algorithm>

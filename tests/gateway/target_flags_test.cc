@@ -1,4 +1,4 @@
-// Issue 25 in the CLI: --accuracy and --target METRIC>=V|<=V beside --loss, and the 80% interval
+// In the CLI: --accuracy and --target METRIC>=V|<=V beside --loss, and the 80% interval
 // in `spotdnn predict` (its --json keys and its table).
 #include "services/gateway/cli/target_flags.h"
 

@@ -137,7 +137,7 @@ TEST_F(AwsProviderTest, LaunchDescribeTerminate) {
 
 // EC2 refuses a whole TerminateInstances call when one id is unknown (it forgets ended instances):
 // the known ones must still be terminated, not left running and billing.
-// Issue 26: an on-demand launch is RunInstances without the spot market options, with a client
+// An on-demand launch is RunInstances without the spot market options, with a client
 // token of its own (the same request on spot and on on-demand are two launches), and Describe
 // reports its market from EC2's instanceLifecycle.
 TEST_F(AwsProviderTest, AnOnDemandLaunchHasNoSpotMarketOptions) {

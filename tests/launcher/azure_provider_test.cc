@@ -141,7 +141,7 @@ TEST_F(AzureProviderTest, LaunchDescribeTerminate) {
   EXPECT_THAT(unknown.message(), HasSubstr("spotdnn-0000000000000000-0"));
 }
 
-// Issue 26: an on-demand VM has priority Regular and neither an eviction policy nor a billing
+// An on-demand VM has priority Regular and neither an eviction policy nor a billing
 // profile (Azure refuses those on a Regular VM); Describe reports its market.
 TEST_F(AzureProviderTest, AnOnDemandLaunchIsARegularVm) {
   auto provider = Provider();

@@ -1,4 +1,4 @@
-// The local provider's capacity traces (issue 26): both formats, the step function they draw, the
+// The local provider's capacity traces: both formats, the step function they draw, the
 // Bamboo files as published, and broken files refused naming the file and line.
 #include "provisioner/launcher/capacity_trace.h"
 

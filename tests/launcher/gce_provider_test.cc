@@ -149,7 +149,7 @@ TEST_F(GceProviderTest, LaunchDescribeTerminate) {
   EXPECT_THAT(unknown.message(), HasSubstr("spotdnn-0000000000000000-0"));
 }
 
-// Issue 26: an on-demand VM has provisioning model STANDARD, no termination action, and restarts
+// An on-demand VM has provisioning model STANDARD, no termination action, and restarts
 // after host maintenance like any standard VM; Describe reports its market.
 TEST_F(GceProviderTest, AnOnDemandLaunchIsAStandardVm) {
   auto provider = Provider();

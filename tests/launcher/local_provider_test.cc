@@ -411,7 +411,7 @@ TEST(EmulatorMetadataClientTest, PostsTheNoticeToTheControlRoute) {
 namespace spotdnn::launcher {
 namespace {
 
-// Issue 26: on-demand instances are neither limited by the spot capacity nor revoked, and do not
+// On-demand instances are neither limited by the spot capacity nor revoked, and do not
 // use the capacity up.
 TEST_F(LocalProviderTest, OnDemandIsNotLimitedByCapacityAndIsNeverRevoked) {
   LocalProvider::Options options{.state_dir = (dir_ / "state").string(),
@@ -448,7 +448,7 @@ TEST_F(LocalProviderTest, OnDemandIsNotLimitedByCapacityAndIsNeverRevoked) {
   EXPECT_EQ(on_demand_seen, 2);
 }
 
-// Issue 26: a capacity trace replayed as the spot capacity, a trace second being 1/20 s here:
+// A capacity trace replayed as the spot capacity, a trace second being 1/20 s here:
 // 2 instances, then 1 from trace second 20 (1 s), 0 from 40, 2 again from 60. Spot launches beyond
 // the count fail as a cloud without capacity does; when it drops, the newest spot instances get a
 // notice on their metadata endpoint and stop; on-demand ones are untouched.

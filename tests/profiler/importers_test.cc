@@ -246,7 +246,7 @@ TEST(SampleLineImport, FindsMarkedLinesInsideAnyLog) {
                                           HasSubstr("train.log:5: \"iteration_time_s\"")));
 }
 
-// Issue 25: accuracy and any metric, in sample lines (metric.NAME=V) and CSV columns (metric.NAME).
+// Accuracy and any metric, in sample lines (metric.NAME=V) and CSV columns (metric.NAME).
 TEST(SampleLineImport, ReadsAccuracyAndNamedMetrics) {
   const std::string log =
       "SPOTDNN_SAMPLE job_id=r step=100 loss=1.2 accuracy=0.9 metric.top5=0.97 "
@@ -555,7 +555,7 @@ TEST(Composition, ParsesAndPrintsTypeCounts) {
   EXPECT_THAT(ValidateSample(s).message(), HasSubstr("cluster_workers = 4"));
 }
 
-// Compositions, and the sample fields issue 13 added, are bounded like the others.
+// Compositions, and the sample fields beside them, are bounded like the others.
 TEST(Composition, IsBoundedInWorkersTypesAndBytes) {
   EXPECT_TRUE(ParseComposition("a=100000").ok());
   EXPECT_THAT(ParseComposition("a=100001").status().message(),

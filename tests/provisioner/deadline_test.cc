@@ -1,4 +1,4 @@
-// The deadline policies, the availability traces and the window replay (issue 26).
+// The deadline policies, the availability traces and the window replay.
 #include <random>
 #include <string>
 

@@ -1,4 +1,4 @@
-// Issue 27: every spotdnn binary behaves like the CLI with its command line. Each is run as a
+// Every spotdnn binary behaves like the CLI with its command line. Each is run as a
 // process with a stray argument, an unknown flag, a typo'd flag, a bad value, `--help`, and (the
 // profiler and detector) a store in a missing folder; the exit statuses expected are read from the
 // README's exit-status table, so the test fails when the README and the binaries disagree.

@@ -373,7 +373,7 @@ TEST(DetectorReplicas, HealthIsNotServingWhileTheDatabaseIsAway) {
   std::filesystem::remove_all(dir);
 }
 
-// Issue 23: under load a replica's database calls slow down, and a renewal queued behind a slow
+// Under load a replica's database calls slow down, and a renewal queued behind a slow
 // read of the event log arrived past the fence (p99 notice latency 7.3 s beside a test run, 1.4 s
 // idle). Here the event log is locked for three leases by another session: reading it back blocks,
 // and the lease must still be renewed (its own connection and thread), so the replica neither
@@ -430,7 +430,7 @@ TEST(DetectorReplicas, ALeaseIsRenewedWhileTheEventLogIsLocked) {
   detector.reset();
 }
 
-// Issue 23: on a busy host (load 20 on 2 cores) a thread holding the detector's lock was
+// On a busy host (load 20 on 2 cores) a thread holding the detector's lock was
 // descheduled for up to 2 s, and the lease loop, which took that lock around every renewal, lost
 // the lease again and again (the renewal itself took 0-336 ms). Here the lock is held for three
 // leases: the lease must stay live in the database throughout, and the replica must not fence

@@ -190,7 +190,7 @@ class InstanceWrapperBinaries : public ::testing::Test {
   int emulator_port_ = 0;
 };
 
-// Issue 14's test: a plain script that only prints SPOTDNN_SAMPLE lines, under the wrapper, with
+// A plain script that only prints SPOTDNN_SAMPLE lines, under the wrapper, with
 // the profiler stopped for 5 s mid-run: every sample arrives, none is stored twice.
 TEST_F(InstanceWrapperBinaries, SamplesReachTheProfilerThroughAFiveSecondOutage) {
   StartEmulator();
@@ -254,7 +254,7 @@ TEST_F(InstanceWrapperBinaries, SamplesReachTheProfilerThroughAFiveSecondOutage)
             << std::endl;
 }
 
-// Issue 23: lines the profiler could not take (strings that are not UTF-8) are refused at the
+// Lines the profiler could not take (strings that are not UTF-8) are refused at the
 // agent, counted and logged, and never poison a batch: every valid step after them arrives, at
 // once (not after --flush_timeout).
 TEST_F(InstanceWrapperBinaries, AnInvalidLineCostsNoValidSample) {
@@ -329,7 +329,7 @@ TEST_F(InstanceWrapperBinaries, TheSpoolCarriesSamplesAcrossAnAgentRestart) {
   EXPECT_EQ(progress.workers(0).samples(), 25);
 }
 
-// Issue 14's test: the training process receives the notice signal and finds the notice file
+// The training process receives the notice signal and finds the notice file
 // before the instance is stopped.
 TEST_F(InstanceWrapperBinaries, TheCommandGetsTheNoticeFileAndSignalBeforeTheDeadline) {
   StartEmulator();

@@ -1,4 +1,4 @@
-// Issue 25 at the service edge: metric targets (MetricTarget <-> predictor::Target), the
+// At the service edge: metric targets (MetricTarget <-> predictor::Target), the
 // convergence model and its schedule in a profile message (and its JSON), the prediction's
 // 80% interval.
 #include <cmath>

@@ -101,7 +101,7 @@ TEST(CheckRequest, RefusesNonFiniteNumbersAndLongRepeatedFields) {
             "samples[4].loss = nan: must be a finite number");
 }
 
-// The fields issue 13 added are bounded like every other: names and compositions, enums (the
+// The shared-ps and target fields are bounded like every other: names and compositions, enums (the
 // shared-ps variant is known), finite targets.
 TEST(CheckRequest, CoversTheSharedPsAndTargetFields) {
   v1::FitProfileRequest f;
@@ -145,7 +145,7 @@ TEST(CheckRequest, CoversTheSharedPsAndTargetFields) {
   EXPECT_EQ(CheckRequest(plan).message(), "slo.target_epochs = nan: must be a finite number");
 }
 
-// Lifetime observations may be many more than other repeated fields (issue 17's revocation
+// Lifetime observations may be many more than other repeated fields (the revocation
 // models), up to limits::kMaxLifetimeObservations per type or group.
 TEST(CheckRequest, LetsManyLifetimeObservationsThrough) {
   v1::SimulateRequest r;

@@ -1,6 +1,6 @@
 // Robustness of the four services against hostile or broken clients, on the real binaries
 // (spotdnn-predictor, -provisioner, -profiler, -detector) serving 127.0.0.1:0 with a bearer token:
-// malformed bytes to every RPC, the inputs of the adversarial probe (issue 19) with the status
+// malformed bytes to every RPC, the inputs of the adversarial probe with the status
 // and message each must answer, runaway searches stopped by the call's deadline, its cancellation
 // and SIGTERM, imports that must not read outside the import roots, streams with undecodable
 // messages, unbounded strings, resends, unknown enums and out-of-range numbers, and PredictBatch
@@ -432,8 +432,8 @@ TEST_F(RobustnessTest, MalformedBytesToEveryRpcAnswerInvalidArgumentNamingTheMes
       }
     }
   }
-  EXPECT_EQ(methods, 25);  // with Profiler.ValidateProfile (issue 13), Provisioner.Simulate and
-                           // Detector.ListLifetimes (issue 17)
+  EXPECT_EQ(methods, 25);  // with Profiler.ValidateProfile, Provisioner.Simulate and
+                           // Detector.ListLifetimes
 }
 
 // Random bytes: whatever they parse as, the answer is a documented status with a short, valid
@@ -1123,7 +1123,7 @@ TEST_F(RobustnessTest, PredictBatchRefusesAnswersThatCannotFitAndBoundsMemory) {
 #endif
 }
 
-// Issue 23: 40,000,000 empty cluster.instances make an 80 MB Predict (under the 256 MiB message
+// 40,000,000 empty cluster.instances make an 80 MB Predict (under the 256 MiB message
 // limit) that parsed into 2.18 GiB before the edge check refused it. A Predict cannot need 80 MB
 // within its fields' limits, so it is refused before it is parsed.
 TEST_F(RobustnessTest, AHugeRepeatedFieldIsRefusedBeforeItIsParsed) {

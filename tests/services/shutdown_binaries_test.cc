@@ -1,4 +1,4 @@
-// Issue 23 against the real spotdnn-predictor: /metrics labels from a closed set whatever method
+// Against the real spotdnn-predictor: /metrics labels from a closed set whatever method
 // names clients make up, /metrics clients that send slowly or not at all holding neither scrapes
 // nor SIGTERM, and SIGTERM ending the process at once when nothing is in flight (an idle client
 // connection open) and within the grace when a call is. Bounds here are hang checks, far above

@@ -96,7 +96,7 @@ grep -q "spotdnn run --resume walk-killed" <<< "$orphan" || fail "status does no
 "$bin/spotdnn" run --resume walk-killed --data-dir "$D" > /dev/null  # finishes it: nothing left
 "$bin/spotdnn" down --data-dir "$D" > /dev/null
 
-# The service binaries take their flags as the CLI does (issue 27): bad input is exit 2 with one
+# The service binaries take their flags as the CLI does: bad input is exit 2 with one
 # line naming it (and the nearest flag for a typo), --help is 0 and grouped by purpose, a store in
 # a missing folder creates nothing.
 expect_status() {  # STATUS COMMAND...: runs it, checks its exit status; its output in $out

@@ -512,7 +512,7 @@ std::vector<Command> SimulateCommands() {
           },
   }};
   for (FlagHelp& f : SimulationFlagHelp()) commands[0].flags.push_back(std::move(f));
-  // The one-instance form with an availability trace (issue 26).
+  // The one-instance form with an availability trace.
   for (FlagHelp f : std::vector<FlagHelp>{
            {"--availability", "FILE | TYPE=FILE,...",
             "spot availability traces (NSDI'24 JSON or time,count CSV): with --work one\n"

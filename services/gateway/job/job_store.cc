@@ -239,7 +239,7 @@ absl::Status SchemaV2(db::Database& db) {
   return absl::OkStatus();
 }
 
-// Version 3 (issue 26): each instance's market (spot or on-demand).
+// Version 3: each instance's market (spot or on-demand).
 absl::Status SchemaV3(db::Database& db) {
   return db.AddColumnIfMissing("instances", "market", "TEXT");
 }
