@@ -193,19 +193,15 @@ TEST(ConvergenceModelTest, PercentilesAreOrderedAndDeterministic) {
   EXPECT_LT(later.p50, a.p50);
 }
 
-TEST(ConvergenceModelTest, AccuracyAndLossTargetsAgreeOnOneCurve) {
-  // The same error curve as a loss (lower is better) and as an accuracy (1 - error).
-  ConvergenceModel acc = Truth();
-  ConvergenceModel loss = acc;
-  loss.metric = "loss";
-  loss.higher_is_better = false;
+// A profile with these convergence models, on a one-type catalog.
+absl::StatusOr<predictor::PerformanceModel> ModelOf(std::vector<ConvergenceModel> convergence) {
   predictor::WorkloadProfile profile;
   profile.name = "synthetic";
   profile.parameter_size_mb = 10;
   profile.required_bandwidth_mb_per_s = 1000;
   profile.compute.push_back({.instance_type = "t", .batch_per_gpu = 32, .compute_time_s = 0.1});
   profile.contention = predictor::ContentionModel{0, 0};
-  profile.convergence = {acc, loss};
+  profile.convergence = std::move(convergence);
   predictor::InstanceCatalog catalog;
   catalog.name = "c";
   catalog.types.push_back({.name = "t",
@@ -217,7 +213,16 @@ TEST(ConvergenceModelTest, AccuracyAndLossTargetsAgreeOnOneCurve) {
                            .quota = 8});
   catalog.parameter_server.bandwidth_mb_per_s = 1000;
   catalog.pcie_bandwidth_mb_per_s = 10000;
-  auto model = predictor::PerformanceModel::Create(profile, catalog);
+  return predictor::PerformanceModel::Create(profile, catalog);
+}
+
+TEST(ConvergenceModelTest, AccuracyAndLossTargetsAgreeOnOneCurve) {
+  // The same error curve as a loss (lower is better) and as an accuracy (1 - error).
+  ConvergenceModel acc = Truth();
+  ConvergenceModel loss = acc;
+  loss.metric = "loss";
+  loss.higher_is_better = false;
+  auto model = ModelOf({acc, loss});
   ASSERT_TRUE(model.ok()) << model.status();
   const std::vector<int> counts = {4};
   const auto by_accuracy = model->Evaluate(counts, predictor::Target::Accuracy(0.85));
@@ -320,29 +325,6 @@ TEST(ConvergenceFitTest, AThinnedFitSaysWhichEvaluationsItKeptAsAnOrdinal) {
   EXPECT_EQ(notes.find("-th"), std::string::npos) << notes;
 }
 
-// A profile with one convergence model of the accuracy, on a one-type catalog.
-absl::StatusOr<predictor::PerformanceModel> ModelOf(const ConvergenceModel& accuracy) {
-  predictor::WorkloadProfile profile;
-  profile.name = "synthetic";
-  profile.parameter_size_mb = 10;
-  profile.required_bandwidth_mb_per_s = 1000;
-  profile.compute.push_back({.instance_type = "t", .batch_per_gpu = 32, .compute_time_s = 0.1});
-  profile.contention = predictor::ContentionModel{0, 0};
-  profile.convergence = {accuracy};
-  predictor::InstanceCatalog catalog;
-  catalog.name = "c";
-  catalog.types.push_back({.name = "t",
-                           .gpu_type = "g",
-                           .gpus = 1,
-                           .gpu_memory_gib = 16,
-                           .spot_price_per_hour = 1,
-                           .on_demand_price_per_hour = 3,
-                           .quota = 8});
-  catalog.parameter_server.bandwidth_mb_per_s = 1000;
-  catalog.pcie_bandwidth_mb_per_s = 10000;
-  return predictor::PerformanceModel::Create(profile, catalog);
-}
-
 // The fit keeps the best value its runs reached; a target beyond it (by more than 2% of its
 // error) is an extrapolation, which the prediction says (with the best value), and a target its
 // runs do not reach says what they reached.
@@ -376,7 +358,7 @@ TEST(ConvergenceFitTest, KeepsTheBestValueTheRunsReachedAndFlagsTargetsBeyondIt)
 
   ConvergenceModel truth = Truth();  // reaches about 0.95 at 4 workers
   truth.best_value = 0.9;
-  auto model = ModelOf(truth);
+  auto model = ModelOf({truth});
   ASSERT_TRUE(model.ok()) << model.status();
   const std::vector<int> counts = {4};
   const auto beyond = model->Evaluate(counts, predictor::Target::Accuracy(0.93));
