@@ -2,6 +2,9 @@
 // plan; the actual one from the recorded progress; both end up in the SVG.
 #include "services/gateway/cli/loss_plot.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -200,6 +203,49 @@ TEST(LossPlot, TheLatestRefitIsDrawnWithItsFinishInterval) {
   ASSERT_TRUE(plot.ok());
   EXPECT_TRUE(plot->refitted.empty());
   EXPECT_THAT(LossPlotSvg(*plot), Not(HasSubstr("refitted")));
+}
+
+// The refitted curve is the forecast's own model, whatever its form: a stretched exponential
+// (shape 0.5, as fits of real losses come out) is drawn as the forecast computed it, and it
+// crosses the target loss where the forecast's p50 finish says, not above the target at its end.
+TEST(LossPlot, TheRefittedCurveCrossesTheTargetWhereItsForecastSays) {
+  const job::JobRecord job = Job();  // loss target 2.6
+  std::vector<job::ProgressRecord> progress = {{.at_ms = 1'004'000, .iterations = 10, .loss = 3.9},
+                                               {.at_ms = 1'020'000, .iterations = 40, .loss = 3.3}};
+  job::ConvergenceForecast refit{
+      .elapsed_s = 20, .step = 40, .points = 30, .workers = 5, .steps_per_s = 2, .reachable = true};
+  refit.model.metric = "loss";
+  refit.model.higher_is_better = false;
+  refit.model.form = predictor::ConvergenceModel::Form::kSaturating;
+  refit.model.floor = 0.5;
+  refit.model.amplitude = 4;
+  refit.model.scale = 300;
+  refit.model.shape = 0.5;
+  const double crossing = predictor::MeanStepAt(refit.model, 5, 0, 2.6);
+  ASSERT_GT(crossing, 100);  // about 124.5 global steps
+  refit.iterations_p10 = crossing - 10;
+  refit.iterations_p50 = crossing;
+  refit.iterations_p90 = crossing + 20;
+  const auto finish = [&](double step) { return 20 + (step - 40) / 2; };
+  refit.finish_p10_s = finish(refit.iterations_p10);
+  refit.finish_p50_s = finish(crossing);
+  refit.finish_p90_s = finish(refit.iterations_p90);
+  auto plot = LossPlotOf(job, progress, {}, {},
+                         {{.kind = job::kForecastEvent, .detail = job::ForecastJson(refit)}});
+  ASSERT_TRUE(plot.ok()) << plot.status();
+  ASSERT_GT(plot->refitted.size(), 10u);
+  std::optional<double> first_below;
+  double spacing = 0;
+  for (size_t i = 0; i < plot->refitted.size(); ++i) {
+    const CurvePoint& p = plot->refitted[i];
+    const double step = 40 + (p.time_s - 20) * 2;
+    EXPECT_NEAR(p.loss, predictor::MeanValueAt(refit.model, 5, 0, step), 1e-9) << p.time_s;
+    if (!first_below && p.loss <= 2.6) first_below = p.time_s;
+    if (i > 0) spacing = std::max(spacing, p.time_s - plot->refitted[i - 1].time_s);
+  }
+  ASSERT_TRUE(first_below.has_value()) << "the refitted curve never reaches the target";
+  EXPECT_GE(*first_below, refit.finish_p50_s - 1e-9);
+  EXPECT_LE(*first_below, refit.finish_p50_s + spacing + 1e-9);
 }
 
 }  // namespace
