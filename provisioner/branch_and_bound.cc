@@ -47,6 +47,48 @@ struct Bound {
   double cost_usd;
 };
 
+// Scratch room for the keys of a ranking: on the stack for the few types of a catalog (up to
+// 16), on the heap beyond.
+class KeyBuffer {
+ public:
+  explicit KeyBuffer(size_t n) {
+    if (n > kSmall) {
+      heap_.resize(n);
+      data_ = heap_.data();
+    }
+  }
+  KeyBuffer(const KeyBuffer&) = delete;
+  KeyBuffer& operator=(const KeyBuffer&) = delete;
+  double* data() { return data_; }
+
+  static constexpr size_t kSmall = 16;
+
+ private:
+  double small_[kSmall];
+  std::vector<double> heap_;
+  double* data_ = small_;
+};
+
+// idx = 0..n-1 ordered by key, ascending, in the order std::sort gives: for up to 16 keys
+// std::sort is an insertion sort, which keeps equal keys in index order, and so is this one (the
+// hot spot of the simulator's re-plans, without std::sort's overhead).
+void OrderByKey(const double* key, size_t n, std::vector<int>& idx) {
+  std::iota(idx.begin(), idx.end(), 0);
+  if (n <= KeyBuffer::kSmall) {
+    for (size_t i = 1; i < n; ++i) {
+      const int v = idx[i];
+      size_t j = i;
+      while (j > 0 && key[v] < key[idx[j - 1]]) {
+        idx[j] = idx[j - 1];
+        --j;
+      }
+      idx[j] = v;
+    }
+  } else {
+    std::sort(idx.begin(), idx.end(), [&](int i, int j) { return key[i] < key[j]; });
+  }
+}
+
 // min over y of (a0 + sum y_i a_i) / (b0 + sum y_i b_i) with sum y = m, 0 <= y_i <= cap_i (the
 // continuous relaxation), by Dinkelbach's method; denominators are positive.
 double MinRatio(double a0, double b0, const std::vector<double>& a, const std::vector<double>& b,
@@ -58,32 +100,12 @@ double MinRatio(double a0, double b0, const std::vector<double>& a, const std::v
     if (den_at_min != nullptr) *den_at_min = b0;
     return a0 / b0;
   }
-  // The keys a_i - lambda b_i are computed once per lambda (the hot spot of the simulator's
-  // re-plans); the order is the one std::sort gave on the same keys: for the few types of a
-  // catalog (up to 16) std::sort is an insertion sort, which keeps equal keys in index order.
-  double key_buffer[16];
-  std::vector<double> key_heap;
-  double* key = key_buffer;
-  if (n > 16) {
-    key_heap.resize(n);
-    key = key_heap.data();
-  }
+  // The keys a_i - lambda b_i, computed once per lambda.
+  KeyBuffer keys(n);
+  double* key = keys.data();
   auto best_for = [&](double lambda, double& num, double& den) {
     for (size_t i = 0; i < n; ++i) key[i] = a[i] - lambda * b[i];
-    std::iota(idx.begin(), idx.end(), 0);
-    if (n <= 16) {
-      for (size_t i = 1; i < n; ++i) {  // stable insertion sort
-        const int v = idx[i];
-        size_t j = i;
-        while (j > 0 && key[v] < key[idx[j - 1]]) {
-          idx[j] = idx[j - 1];
-          --j;
-        }
-        idx[j] = v;
-      }
-    } else {
-      std::sort(idx.begin(), idx.end(), [&](int i, int j) { return key[i] < key[j]; });
-    }
+    OrderByKey(key, n, idx);
     num = a0;
     den = b0;
     int left = m;
@@ -121,34 +143,13 @@ double MinSumWithFloor(double a0, double b0, const std::vector<double>& a,
                        std::vector<int>& idx) {
   const size_t n = a.size();
   idx.resize(n);
-  // The keys a_i - mu b_i once per multiplier, in the order std::sort gives them (for the few
-  // types of a catalog, up to 16, an insertion sort that keeps equal keys in index order; the
-  // simulator's re-plans spend much of their time here).
-  double key_buffer[16];
-  std::vector<double> key_heap;
-  double* key = key_buffer;
-  if (n > 16) {
-    key_heap.resize(n);
-    key = key_heap.data();
-  }
+  // The keys a_i - mu b_i, computed once per multiplier.
+  KeyBuffer keys(n);
+  double* key = keys.data();
   // Returns L(mu) and the slack q - (b0 + sum y b) of the minimising y.
   auto dual = [&](double mu, double& slack) {
-    std::iota(idx.begin(), idx.end(), 0);
-    if (n <= 16) {
-      for (size_t i = 0; i < n; ++i) key[i] = a[i] - mu * b[i];
-      for (size_t i = 1; i < n; ++i) {  // stable insertion sort
-        const int v = idx[i];
-        size_t j = i;
-        while (j > 0 && key[v] < key[idx[j - 1]]) {
-          idx[j] = idx[j - 1];
-          --j;
-        }
-        idx[j] = v;
-      }
-    } else {
-      std::sort(idx.begin(), idx.end(),
-                [&](int i, int j) { return a[i] - mu * b[i] < a[j] - mu * b[j]; });
-    }
+    for (size_t i = 0; i < n; ++i) key[i] = a[i] - mu * b[i];
+    OrderByKey(key, n, idx);
     double value = a0 + mu * (q - b0);
     double den = b0;
     int left = m;
