@@ -292,8 +292,8 @@ TEST_F(DigitsEndToEnd, ProfilesPlansAndTrainsToTheLossThroughWorkerAndServerRevo
   // stands still then, and no refit is made of it.
   auto job_events = store->Events(kJob);
   ASSERT_TRUE(job_events.ok());
-  const int64_t restored = ps->takeover_reported_ms > 0 ? ps->takeover_reported_ms
-                                                        : record->finished_ms;
+  const int64_t restored =
+      ps->takeover_reported_ms > 0 ? ps->takeover_reported_ms : record->finished_ms;
   for (const job::JobEventRecord& e : *job_events) {
     if (e.kind != "forecast" || e.at_ms < ps->received_ms || e.at_ms >= restored) continue;
     const nlohmann::json f = nlohmann::json::parse(e.detail, nullptr, false);

@@ -292,6 +292,21 @@ class JobControllerTest : public ::testing::Test {
                          });
   }
 
+  // A controller that reads parameter servers' checkpoints under `root` (the cloud shares files).
+  JobController CheckpointingController(const fs::path& root) {
+    return JobController(
+        {.provisioner = &provisioner_client_,
+         .profiler = &profiler_client_,
+         .detector = &detector_client_,
+         .provider = &cloud_,
+         .store = store_.get(),
+         .clock = &clock_,
+         .open_feed = [this](const std::string&,
+                             uint64_t) { return std::make_unique<FakeFeed>(feed_); }},
+        {.stall_timeout = absl::Seconds(60), .checkpoint_root = root.string()},
+        [this](const JobEvent& e) { events_.push_back(e); });
+  }
+
   // Plans and runs the job to its end.
   absl::StatusOr<JobOutcome> PlanAndRun(JobController& controller, const char* spec = kSpec) {
     auto planned = controller.Plan(spec, services::DataRegistry::WithBuiltins());
@@ -549,17 +564,7 @@ TEST_F(JobControllerTest, AParameterServerIsReplacedFromItsCheckpoint) {
     std::ofstream(checkpoints / "job-x" / "ps-0.json") << R"({"step": 30, "file": "ps-0-30.pt"})";
     cloud_.End(server);
   });
-  JobController controller(
-      {.provisioner = &provisioner_client_,
-       .profiler = &profiler_client_,
-       .detector = &detector_client_,
-       .provider = &cloud_,
-       .store = store_.get(),
-       .clock = &clock_,
-       .open_feed = [this](const std::string&,
-                           uint64_t) { return std::make_unique<FakeFeed>(feed_); }},
-      {.stall_timeout = absl::Seconds(60), .checkpoint_root = checkpoints.string()},
-      [this](const JobEvent& e) { events_.push_back(e); });
+  JobController controller = CheckpointingController(checkpoints);
   cloud_.shares_files = true;
   auto outcome = PlanAndRun(controller);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
@@ -667,17 +672,7 @@ TEST_F(JobControllerTest, ALossFlatDuringAParameterServerRestoreIsNotRefitted) {
     flat_loss_ = 0;
     cloud_.End(server);
   });
-  JobController controller(
-      {.provisioner = &provisioner_client_,
-       .profiler = &profiler_client_,
-       .detector = &detector_client_,
-       .provider = &cloud_,
-       .store = store_.get(),
-       .clock = &clock_,
-       .open_feed = [this](const std::string&,
-                           uint64_t) { return std::make_unique<FakeFeed>(feed_); }},
-      {.stall_timeout = absl::Seconds(60), .checkpoint_root = checkpoints.string()},
-      [this](const JobEvent& e) { events_.push_back(e); });
+  JobController controller = CheckpointingController(checkpoints);
   cloud_.shares_files = true;
   auto outcome = PlanAndRun(controller);
   ASSERT_TRUE(outcome.ok()) << outcome.status();

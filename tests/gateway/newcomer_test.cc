@@ -464,7 +464,8 @@ TEST_F(Newcomer, ASummaryClaimsOnlyWhatWasMeasured) {
   EXPECT_THAT(out2.str(), HasSubstr("moving average"));
   EXPECT_THAT(out2.str(), HasSubstr("w-1 0.118, w-2 0.111"));
   EXPECT_THAT(out2.str(), HasSubstr("Target reached: yes"));
-  EXPECT_THAT(out2.str(), HasSubstr("Target loss <= 0.1: judged by the workers' smoothed loss (0.0996)"));
+  EXPECT_THAT(out2.str(),
+              HasSubstr("Target loss <= 0.1: judged by the workers' smoothed loss (0.0996)"));
   // A running job is on track or behind, not "SLO met: NO".
   job::JobSummary running = none;
   running.state = job::JobState::kRunning;

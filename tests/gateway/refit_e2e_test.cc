@@ -78,6 +78,66 @@ class RefitEndToEnd : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
 
+  // A job on one local worker type (a worker steps every 0.1 s: 10 global steps a second), its
+  // workload profile's eq. 3 loss model `loss_model`, its workers' true loss the sim worker's
+  // `worker_flags`, its SLO `target_loss` within 60 s.
+  struct JobSetup {
+    std::string job;
+    std::string workload;  // the profile's name
+    int quota = 0;
+    std::string description;
+    nlohmann::json loss_model;  // {"g1": ..., "g5": ...}
+    std::string worker_flags;
+    double target_loss = 0;
+  };
+
+  // Writes the job's catalog, workload and spec under dir_ and runs it with `spotdnn run --json`
+  // (output to JOB.log): the gateway's exit status, nullopt when it did not finish in 110 s.
+  std::optional<int> RunJob(const JobSetup& setup) {
+    const fs::path catalog = dir_ / (setup.job + ".catalog.json");
+    std::ofstream(catalog) << nlohmann::json{{"name", "refit-cpu"},
+                                             {"provider", "local"},
+                                             {"region", "here"},
+                                             {"instance_types",
+                                              {{{"name", "local.cpu"},
+                                                {"gpu_type", "CPU"},
+                                                {"gpus", 1},
+                                                {"gpu_memory_gib", 1},
+                                                {"spot_price_per_hour", 0.02},
+                                                {"on_demand_price_per_hour", 0.06},
+                                                {"quota", setup.quota}}}},
+                                             {"parameter_server",
+                                              {{"instance_type", "local.ps"},
+                                               {"bandwidth_mb_per_s", 1000},
+                                               {"spot_price_per_hour", 0.01},
+                                               {"on_demand_price_per_hour", 0.01}}},
+                                             {"pcie_bandwidth_mb_per_s", 10000}};
+    const fs::path workload = dir_ / (setup.job + ".workload.json");
+    std::ofstream(workload) << nlohmann::json{
+        {"name", setup.workload},
+        {"description", setup.description},
+        {"parameter_size_mb", 0.01},
+        {"required_bandwidth_mb_per_s", 100},
+        {"compute",
+         {{{"instance_type", "local.cpu"}, {"batch_per_gpu", 16}, {"compute_time_s", 0.1}}}},
+        {"contention", {{"a1", 0}, {"b1", 0}}},
+        {"loss", setup.loss_model}};
+    const fs::path spec = dir_ / (setup.job + ".json");
+    std::ofstream(spec)
+        << nlohmann::json{{"name", setup.job},
+                          {"workload", {{"file", workload.string()}}},
+                          {"slo", {{"loss", setup.target_loss}, {"deadline", "60s"}}},
+                          {"catalog", catalog.string()},
+                          {"provider", {{"name", "local"}}},
+                          {"commands",
+                           {{"worker", bin_ + "/spotdnn-sim-worker " + setup.worker_flags},
+                            {"parameter_server", bin_ + "/spotdnn-sim-worker"}}}}
+               .dump(2);
+    Child gateway({bin_ + "/spotdnn", "run", spec.string(), "--json", "--data-dir", dir_.string()},
+                  (dir_ / (setup.job + ".log")).string());
+    return gateway.Wait(std::chrono::seconds(110));
+  }
+
   const std::string bin_ = SPOTDNN_BINARY_DIR;
   fs::path dir_;
   bool started_ = false;
@@ -85,36 +145,15 @@ class RefitEndToEnd : public ::testing::Test {
 };
 
 TEST_F(RefitEndToEnd, AFortyPercentOptimisticProfileStillMeetsItsDeadlineByARefitReplan) {
-  // One worker type; a worker steps every 0.1 s (10 global steps a second).
-  const fs::path catalog = dir_ / "catalog.json";
-  std::ofstream(catalog) << R"({"name": "refit-cpu", "provider": "local", "region": "here",
-    "instance_types": [{"name": "local.cpu", "gpu_type": "CPU", "gpus": 1, "gpu_memory_gib": 1,
-      "spot_price_per_hour": 0.02, "on_demand_price_per_hour": 0.06, "quota": 12}],
-    "parameter_server": {"instance_type": "local.ps", "bandwidth_mb_per_s": 1000,
-      "spot_price_per_hour": 0.01, "on_demand_price_per_hour": 0.01},
-    "pcie_bandwidth_mb_per_s": 10000})";
   // eq. 3 with g3 = 192: 540 steps to loss 0.4 on one worker, 60% of the truth's 900.
-  const fs::path workload = dir_ / "workload.json";
-  std::ofstream(workload) << R"({"name": "refit-sim", "description": "40% optimistic",
-    "parameter_size_mb": 0.01, "required_bandwidth_mb_per_s": 100,
-    "compute": [{"instance_type": "local.cpu", "batch_per_gpu": 16, "compute_time_s": 0.1}],
-    "contention": {"a1": 0, "b1": 0},
-    "loss": {"g1": 100, "g2": 0, "g3": 192, "g4": 1, "g5": 0.1}})";
-  const std::string worker =
-      bin_ + "/spotdnn-sim-worker --loss_curve=300,100,0.1 --loss_noise=0.01";
-  const fs::path spec = dir_ / "job.json";
-  std::ofstream(spec) << nlohmann::json{{"name", kJob},
-                                        {"workload", {{"file", workload.string()}}},
-                                        {"slo", {{"loss", 0.4}, {"deadline", "60s"}}},
-                                        {"catalog", catalog.string()},
-                                        {"provider", {{"name", "local"}}},
-                                        {"commands",
-                                         {{"worker", worker},
-                                          {"parameter_server", bin_ + "/spotdnn-sim-worker"}}}}
-                             .dump(2);
-  Child gateway({bin_ + "/spotdnn", "run", spec.string(), "--json", "--data-dir", dir_.string()},
-                (dir_ / "gateway.log").string());
-  std::optional<int> code = gateway.Wait(std::chrono::seconds(110));
+  std::optional<int> code =
+      RunJob({.job = kJob,
+              .workload = "refit-sim",
+              .quota = 12,
+              .description = "40% optimistic",
+              .loss_model = {{"g1", 100}, {"g2", 0}, {"g3", 192}, {"g4", 1}, {"g5", 0.1}},
+              .worker_flags = "--loss_curve=300,100,0.1 --loss_noise=0.01",
+              .target_loss = 0.4});
   ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
 
   auto store = job::JobStore::Open((dir_ / "jobs.db").string());
@@ -202,35 +241,15 @@ TEST_F(RefitEndToEnd, AFortyPercentOptimisticProfileStillMeetsItsDeadlineByARefi
 // so the plan is that one worker (50 s of a 60 s deadline) where the truth takes 300 s on it and
 // needs about a dozen workers.
 TEST_F(RefitEndToEnd, ALossFarSlowerThanItsProfileIsReplannedNotStopped) {
-  const fs::path catalog = dir_ / "catalog.json";
-  std::ofstream(catalog) << R"({"name": "refit-cpu", "provider": "local", "region": "here",
-    "instance_types": [{"name": "local.cpu", "gpu_type": "CPU", "gpus": 1, "gpu_memory_gib": 1,
-      "spot_price_per_hour": 0.02, "on_demand_price_per_hour": 0.06, "quota": 14}],
-    "parameter_server": {"instance_type": "local.ps", "bandwidth_mb_per_s": 1000,
-      "spot_price_per_hour": 0.01, "on_demand_price_per_hour": 0.01},
-    "pcie_bandwidth_mb_per_s": 10000})";
-  const fs::path workload = dir_ / "workload.json";
-  std::ofstream(workload) << R"({"name": "refit-slow", "description": "6x optimistic",
-    "parameter_size_mb": 0.01, "required_bandwidth_mb_per_s": 100,
-    "compute": [{"instance_type": "local.cpu", "batch_per_gpu": 16, "compute_time_s": 0.1}],
-    "contention": {"a1": 0, "b1": 0},
-    "loss": {"g1": 3000, "g2": 0, "g3": 3500, "g4": 1, "g5": 0.5}})";
-  const std::string worker =
-      bin_ + "/spotdnn-sim-worker --loss_curve=6000,3000,0.5 --loss_noise=0.005";
   const std::string job = "refit-slow";
-  const fs::path spec = dir_ / "slow.json";
-  std::ofstream(spec) << nlohmann::json{{"name", job},
-                                        {"workload", {{"file", workload.string()}}},
-                                        {"slo", {{"loss", 1.5}, {"deadline", "60s"}}},
-                                        {"catalog", catalog.string()},
-                                        {"provider", {{"name", "local"}}},
-                                        {"commands",
-                                         {{"worker", worker},
-                                          {"parameter_server", bin_ + "/spotdnn-sim-worker"}}}}
-                             .dump(2);
-  Child gateway({bin_ + "/spotdnn", "run", spec.string(), "--json", "--data-dir", dir_.string()},
-                (dir_ / "slow.log").string());
-  std::optional<int> code = gateway.Wait(std::chrono::seconds(110));
+  std::optional<int> code =
+      RunJob({.job = job,
+              .workload = "refit-slow",
+              .quota = 14,
+              .description = "6x optimistic",
+              .loss_model = {{"g1", 3000}, {"g2", 0}, {"g3", 3500}, {"g4", 1}, {"g5", 0.5}},
+              .worker_flags = "--loss_curve=6000,3000,0.5 --loss_noise=0.005",
+              .target_loss = 1.5});
   ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
 
   auto store = job::JobStore::Open((dir_ / "jobs.db").string());

@@ -560,6 +560,24 @@ class StarvedReplicaTest : public ::testing::Test {
     PQclear(r);
     return value;
   }
+  // Counts the attempts to append to the event log from now on (SELECT n FROM
+  // public.append_attempts), by a trigger.
+  void CountAppends() {
+    Sql("CREATE TABLE public.append_attempts (n INTEGER); INSERT INTO public.append_attempts "
+        "VALUES (0)");
+    Sql("CREATE FUNCTION public.count_append() RETURNS trigger AS $$ BEGIN UPDATE "
+        "public.append_attempts SET n = n + 1; RETURN NEW; END $$ LANGUAGE plpgsql");
+    Sql("CREATE TRIGGER count_append BEFORE INSERT ON spotdnn_detector.events FOR EACH ROW "
+        "EXECUTE FUNCTION public.count_append()");
+  }
+  // The first instance id PREFIX0, PREFIX1, ... that replica `owner` owns on the ring of a and b.
+  static std::string OwnedBy(const std::string& owner, const std::string& prefix) {
+    const d::HashRing ring({"a", "b"});
+    for (int i = 0;; ++i) {
+      const std::string id = prefix + std::to_string(i);
+      if (ring.Owner(id) == owner) return id;
+    }
+  }
   // A notice's effective time far beyond the time the tests move through (no revocation).
   static int64_t InAnHour() { return base::RealClock::Get().NowUnixMs() + 3'600'000; }
   static int Notices(const d::Detector& replica, const std::string& instance_id) {
@@ -623,12 +641,7 @@ TEST_F(StarvedReplicaTest, AReplicaThatJoinsAgainDoesNotWriteItsRecordedNoticesA
   ASSERT_TRUE(a->Register(Polled("i-1")).ok());
   emulator_->ScheduleNotice("i-1", {.cloud = d::Cloud::kAws, .effective_unix_ms = InAnHour()});
   ASSERT_TRUE(Advancing([&] { return a->last_sequence() == 1; }));
-  Sql("CREATE TABLE public.append_attempts (n INTEGER); INSERT INTO public.append_attempts "
-      "VALUES (0)");
-  Sql("CREATE FUNCTION public.count_append() RETURNS trigger AS $$ BEGIN UPDATE "
-      "public.append_attempts SET n = n + 1; RETURN NEW; END $$ LANGUAGE plpgsql");
-  Sql("CREATE TRIGGER count_append BEFORE INSERT ON spotdnn_detector.events FOR EACH ROW "
-      "EXECUTE FUNCTION public.count_append()");
+  CountAppends();
 
   const uint64_t changes = a->lease_changes();
   TakeLease("a");
@@ -645,11 +658,7 @@ TEST_F(StarvedReplicaTest, AReplicaThatJoinsAgainDoesNotWriteItsRecordedNoticesA
 // host, where leases lapse and instances move every few seconds, each such write waited for the
 // store's writer lock ahead of new notices.
 TEST_F(StarvedReplicaTest, AReplicaTakingAnInstanceOverDoesNotWriteItsRecordedNoticesAgain) {
-  const d::HashRing ring({"a", "b"});
-  std::string id;
-  for (int i = 0; id.empty(); ++i) {
-    if (ring.Owner("t-" + std::to_string(i)) == "a") id = "t-" + std::to_string(i);
-  }
+  const std::string id = OwnedBy("a", "t-");
   auto a = Replica("a", /*poll=*/true);
   auto b = Replica("b", /*poll=*/true);
   ASSERT_TRUE(a != nullptr && b != nullptr);
@@ -659,12 +668,7 @@ TEST_F(StarvedReplicaTest, AReplicaTakingAnInstanceOverDoesNotWriteItsRecordedNo
   }));
   emulator_->ScheduleNotice(id, {.cloud = d::Cloud::kAws, .effective_unix_ms = InAnHour()});
   ASSERT_TRUE(Advancing([&] { return b->last_sequence() == 1; }));
-  Sql("CREATE TABLE public.append_attempts (n INTEGER); INSERT INTO public.append_attempts "
-      "VALUES (0)");
-  Sql("CREATE FUNCTION public.count_append() RETURNS trigger AS $$ BEGIN UPDATE "
-      "public.append_attempts SET n = n + 1; RETURN NEW; END $$ LANGUAGE plpgsql");
-  Sql("CREATE TRIGGER count_append BEFORE INSERT ON spotdnn_detector.events FOR EACH ROW "
-      "EXECUTE FUNCTION public.count_append()");
+  CountAppends();
 
   a.reset();  // leaves its lease: b takes the instance over
   ASSERT_TRUE(Advancing([&] { return b->LiveReplicas().size() == 1 && b->polled() == 1; }));
@@ -679,11 +683,7 @@ TEST_F(StarvedReplicaTest, AReplicaTakingAnInstanceOverDoesNotWriteItsRecordedNo
 // live replica, one that does not poll it (as a starved one does not). It was dropped for the new
 // owner to find, and the new owner never polled.
 TEST_F(StarvedReplicaTest, ARefusedNoticeIsRecordedAfterItsInstanceMoved) {
-  const d::HashRing ring({"a", "b"});
-  std::string id;
-  for (int i = 0; id.empty(); ++i) {
-    if (ring.Owner("m-" + std::to_string(i)) == "b") id = "m-" + std::to_string(i);
-  }
+  const std::string id = OwnedBy("b", "m-");
   auto a = Replica("a", /*poll=*/true);
   ASSERT_NE(a, nullptr);
   ASSERT_TRUE(a->Register(Polled(id)).ok());

@@ -402,6 +402,21 @@ namespace {
 // Risk-aware planning, simulation and simulated frontiers.
 class RiskServiceTest : public ProvisionerServiceTest {
  protected:
+  // The README's SLO (loss 0.9 by 30 min) for resnet110 on the prototype catalog, to simulate.
+  static pb::SimulateRequest SimulateRequest() {
+    pb::SimulateRequest r;
+    r.mutable_workload()->set_name("resnet110");
+    r.mutable_catalog()->set_name("aws-spotdnn-prototype");
+    r.mutable_slo()->set_target_loss(0.9);
+    r.mutable_slo()->set_deadline_s(1800);
+    return r;
+  }
+
+  grpc::Status Simulate(const pb::SimulateRequest& r, pb::SimulateResponse* out) {
+    grpc::ClientContext context;
+    return stub_->Simulate(&context, r, out);
+  }
+
   // The README's SLO (loss 0.9 by 30 min) with every prototype type revoked at `rate` per hour,
   // given as lifetime groups named by GPU type (as `--lifetimes FILE` sends them).
   static pb::PlanRequest RiskRequest(double confidence) {
@@ -536,18 +551,10 @@ TEST_F(RiskServiceTest, BadRiskInputNamesTheField) {
 }
 
 TEST_F(RiskServiceTest, SimulateAClusterOrThePlanOrIterations) {
-  pb::SimulateRequest r;
-  r.mutable_workload()->set_name("resnet110");
-  r.mutable_catalog()->set_name("aws-spotdnn-prototype");
-  r.mutable_slo()->set_target_loss(0.9);
-  r.mutable_slo()->set_deadline_s(1800);
+  pb::SimulateRequest r = SimulateRequest();
   *r.mutable_options()->mutable_simulation() = RiskRequest(0.9).options().simulation();
-  auto simulate = [&](const pb::SimulateRequest& req, pb::SimulateResponse* out) {
-    grpc::ClientContext context;
-    return stub_->Simulate(&context, req, out);
-  };
   pb::SimulateResponse planned;
-  ASSERT_TRUE(simulate(r, &planned).ok());
+  ASSERT_TRUE(Simulate(r, &planned).ok());
   EXPECT_TRUE(planned.plan().feasible());
   EXPECT_EQ(planned.plan().strategy(), pb::PLAN_STRATEGY_EXACT);
   EXPECT_EQ(planned.plan().risk().runs(), 2000u);
@@ -558,7 +565,7 @@ TEST_F(RiskServiceTest, SimulateAClusterOrThePlanOrIterations) {
   c->set_instance_type("g3.8xlarge");
   c->set_count(5);
   pb::SimulateResponse cluster;
-  ASSERT_TRUE(simulate(given, &cluster).ok());
+  ASSERT_TRUE(Simulate(given, &cluster).ok());
   EXPECT_EQ(cluster.plan().strategy(), pb::PLAN_STRATEGY_GIVEN);
   EXPECT_EQ(Count(cluster.plan().cluster(), "g3.8xlarge"), 5);
 
@@ -566,14 +573,14 @@ TEST_F(RiskServiceTest, SimulateAClusterOrThePlanOrIterations) {
   iterations.mutable_slo()->set_target_loss(0);
   iterations.set_iterations(3000);
   pb::SimulateResponse by_iterations;
-  ASSERT_TRUE(simulate(iterations, &by_iterations).ok());
+  ASSERT_TRUE(Simulate(iterations, &by_iterations).ok());
   EXPECT_GT(by_iterations.target_loss(), 0.5);
   EXPECT_NEAR(by_iterations.plan().prediction().normalized_iterations(), 3000, 1);
 
   pb::SimulateRequest no_deadline = r;
   no_deadline.mutable_slo()->set_deadline_s(0);
   pb::SimulateResponse ignored;
-  const grpc::Status s = simulate(no_deadline, &ignored);
+  const grpc::Status s = Simulate(no_deadline, &ignored);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("slo.deadline_s"));
 
@@ -581,7 +588,7 @@ TEST_F(RiskServiceTest, SimulateAClusterOrThePlanOrIterations) {
   auto* big = over_quota.mutable_cluster()->add_instances();
   big->set_instance_type("p2.xlarge");
   big->set_count(4);
-  const grpc::Status q = simulate(over_quota, &ignored);
+  const grpc::Status q = Simulate(over_quota, &ignored);
   EXPECT_THAT(q.error_message(), HasSubstr("cluster: plan count of p2.xlarge = 4"));
 }
 
@@ -589,17 +596,9 @@ TEST_F(RiskServiceTest, SimulateAClusterOrThePlanOrIterations) {
 // (the cheapest, or the cluster given), scored without revocations: what the CLI replays through
 // availability traces.
 TEST_F(RiskServiceTest, SimulatePlanOnlyNeedsNoRevocationModel) {
-  pb::SimulateRequest r;
-  r.mutable_workload()->set_name("resnet110");
-  r.mutable_catalog()->set_name("aws-spotdnn-prototype");
-  r.mutable_slo()->set_target_loss(0.9);
-  r.mutable_slo()->set_deadline_s(1800);
-  auto simulate = [&](const pb::SimulateRequest& req, pb::SimulateResponse* out) {
-    grpc::ClientContext context;
-    return stub_->Simulate(&context, req, out);
-  };
+  pb::SimulateRequest r = SimulateRequest();
   pb::SimulateResponse refused;
-  const grpc::Status s = simulate(r, &refused);
+  const grpc::Status s = Simulate(r, &refused);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("nothing to simulate"));
   EXPECT_THAT(s.error_message(), HasSubstr("options.simulation.lifetimes or lifetime_groups"));
@@ -607,7 +606,7 @@ TEST_F(RiskServiceTest, SimulatePlanOnlyNeedsNoRevocationModel) {
 
   r.set_plan_only(true);
   pb::SimulateResponse planned;
-  ASSERT_TRUE(simulate(r, &planned).ok());
+  ASSERT_TRUE(Simulate(r, &planned).ok());
   EXPECT_TRUE(planned.plan().feasible());
   EXPECT_EQ(planned.plan().strategy(), pb::PLAN_STRATEGY_EXACT);
   EXPECT_GT(planned.plan().time_s(), 0);
@@ -618,7 +617,7 @@ TEST_F(RiskServiceTest, SimulatePlanOnlyNeedsNoRevocationModel) {
   c->set_instance_type("g3.8xlarge");
   c->set_count(4);
   pb::SimulateResponse given;
-  ASSERT_TRUE(simulate(r, &given).ok());
+  ASSERT_TRUE(Simulate(r, &given).ok());
   EXPECT_EQ(given.plan().strategy(), pb::PLAN_STRATEGY_GIVEN);
   EXPECT_EQ(Count(given.plan().cluster(), "g3.8xlarge"), 4);
   // It misses the 30 minutes even without revocations, and says so.
@@ -631,11 +630,7 @@ TEST_F(RiskServiceTest, SimulatePlanOnlyNeedsNoRevocationModel) {
 // first, then the call's deadline or the server's --max_solve_time, through the plan search, the
 // re-plans and the simulated runs.
 TEST_F(RiskServiceTest, SimulationsAreCheckedAndStopAtTheServersLimit) {
-  pb::SimulateRequest r;
-  r.mutable_workload()->set_name("resnet110");
-  r.mutable_catalog()->set_name("aws-spotdnn-prototype");
-  r.mutable_slo()->set_target_loss(0.9);
-  r.mutable_slo()->set_deadline_s(1800);
+  pb::SimulateRequest r = SimulateRequest();
   *r.mutable_options()->mutable_simulation() = RiskRequest(0.9).options().simulation();
   pb::SimulateRequest bad = r;
   bad.mutable_options()->mutable_simulation()->set_unmatched_types(
