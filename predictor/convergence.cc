@@ -253,6 +253,9 @@ absl::Status ConvergenceModel::Validate() const {
   if (form == Form::kSaturating && !(Finite(shape) && shape > 0 && shape <= 10)) {
     return Bad(absl::StrCat(w, "shape"), shape, "must be in (0, 10]");
   }
+  if (!(Finite(noise_run_share) && noise_run_share >= 0 && noise_run_share <= 0.99)) {
+    return Bad(absl::StrCat(w, "noise_run_share"), noise_run_share, "must be in [0, 0.99]");
+  }
   if (!(Finite(rho) && rho > 0 && rho <= 1)) {
     return Bad(absl::StrCat(w, "rho"), rho, "must be in (0, 1]");
   }
@@ -301,6 +304,10 @@ std::string DescribeConvergence(const ConvergenceModel& m) {
   if (m.noise_sd_after > 0) {
     absl::StrAppend(&out, absl::StrFormat(" before the drop, %.3g N^%.2f after", m.noise_sd_after,
                                           m.noise_exp_after));
+  }
+  if (m.noise_run_share > 0) {
+    absl::StrAppend(
+        &out, absl::StrFormat(" (%.0f%% of its variance a run's own)", 100 * m.noise_run_share));
   }
   if (m.best_value) absl::StrAppend(&out, absl::StrFormat("; best seen %.4g", *m.best_value));
   if (m.eval_interval_steps > 0) {
@@ -383,11 +390,16 @@ StepQuantiles StepsToTarget(const ConvergenceModel& model, int workers, double r
   hits.reserve(draws);
   // The curve starts at its mean (a running job: where the mean curve is at from_step).
   const double start_error = mean_at(from_step);
+  // Each run's own offset (in units of the noise's sd) is drawn once; each evaluation adds its
+  // own draw, so that the two together have the noise's sd.
+  const double run_part = std::sqrt(std::clamp(model.noise_run_share, 0.0, 0.99));
+  const double eval_part = std::sqrt(1 - run_part * run_part);
   for (int d = 0; d < draws; ++d) {
     double prev_step = from_step, prev_err = start_error;
     double hit = std::numeric_limits<double>::infinity();
+    const double offset = run_part > 0 ? run_part * normal(rng) : 0.0;
     for (size_t k = 0; k < steps.size(); ++k) {
-      const double e = means[k] + sds[k] * normal(rng);
+      const double e = means[k] + sds[k] * (offset + eval_part * normal(rng));
       if (e <= goal) {
         if (Finite(prev_err) && prev_err > goal) {
           hit = prev_step + (prev_err - goal) / (prev_err - e) * (steps[k] - prev_step);

@@ -13,9 +13,12 @@
 // rho + (1 - rho) lr(j - tau) / lr0 (rho: what is left of the error once the rate is near 0).
 // A run is seen only when it evaluates (every `eval_interval_steps`), each evaluation off the mean
 // by Gaussian noise of sd noise_sd N^noise_exp (before the first drop) or noise_sd_after
-// N^noise_exp_after (after it). The steps to a target are the first evaluation that reaches it,
-// interpolated linearly from the one before (as a person reading the curve would): their median
-// and 10th/90th percentiles over runs are the prediction's p50 and 80% interval.
+// N^noise_exp_after (after it). Of that noise's variance, the share `noise_run_share` is the run's
+// own offset, drawn once per run (a run above the mean stays above: runs of one size differ in
+// their hardware, parameter servers and data order), the rest fresh at each evaluation. The steps
+// to a target are the first evaluation that reaches it, interpolated linearly from the one before
+// (as a person reading the curve would): their median and 10th/90th percentiles over runs are the
+// prediction's p50 and 80% interval.
 #ifndef SPOTDNN_PREDICTOR_CONVERGENCE_H_
 #define SPOTDNN_PREDICTOR_CONVERGENCE_H_
 
@@ -80,6 +83,10 @@ struct ConvergenceModel {
   // Run-to-run spread of one evaluation about the mean, in the error's unit.
   double noise_sd = 0, noise_exp = 0;              // before the first drop
   double noise_sd_after = 0, noise_exp_after = 0;  // after it
+  // Of the noise's variance, the share that is a run's own and persists from one evaluation to
+  // the next (the correlation of a run's deviations from the mean), in [0, 0.99]; 0 = every
+  // evaluation draws afresh.
+  double noise_run_share = 0;
   // The runs' evaluation interval in global steps, interval + per_worker N for N workers (an
   // asynchronous cluster's global step runs ahead of its chief's count by about a step per worker
   // at each evaluation); 0 = every step (no gaps).

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -273,6 +274,62 @@ std::pair<double, double> SpreadLaw(const std::vector<Point>& points,
   return {std::exp(my - b * mx), b};
 }
 
+// How much of the run-to-run spread is a run's own: over the cluster sizes with at least 3 runs,
+// each evaluation's deviation from the mean of its size's evaluations at the same grid step (in
+// units of that size's robust sd, clipped at 3 so that an outlier weighs little), and the
+// correlation of the deviations of every two evaluations of the same run, pooled over the runs:
+// sum of d_i d_j over sum of (d_i^2 + d_j^2) / 2. In [0, 0.95]; nullopt with fewer than 3 runs
+// of 3 such evaluations each.
+std::optional<double> RunShare(const std::vector<Point>& points, double interval,
+                               const std::function<bool(const Point&)>& use, int* runs_used) {
+  std::map<std::pair<int, int>, std::pair<double, int>> cells;  // (workers, group) -> sum, count
+  std::map<int, std::set<int>> runs_of;
+  for (const Point& p : points) {
+    if (!use(p)) continue;
+    auto& cell = cells[{p.workers, GroupOf(p.step, interval)}];
+    cell.first += p.error;
+    ++cell.second;
+    runs_of[p.workers].insert(p.run);
+  }
+  std::map<int, std::vector<std::pair<int, double>>> by_size;  // workers -> (run, deviation)
+  for (const Point& p : points) {
+    if (!use(p) || runs_of[p.workers].size() < 3) continue;
+    const auto& [sum, k] = cells[{p.workers, GroupOf(p.step, interval)}];
+    if (k < 3) continue;
+    by_size[p.workers].push_back(
+        {p.run, (p.error - sum / k) * std::sqrt(static_cast<double>(k) / (k - 1))});
+  }
+  double num = 0, den = 0;
+  int runs = 0;
+  for (const auto& [n, devs] : by_size) {
+    std::vector<double> abs_dev;
+    for (const auto& [run, d] : devs) abs_dev.push_back(std::abs(d));
+    const double sd = 1.4826 * Median(abs_dev);
+    if (!(sd > 0)) continue;
+    std::map<int, std::vector<double>> of_run;
+    for (const auto& [run, d] : devs) of_run[run].push_back(std::clamp(d / sd, -3.0, 3.0));
+    for (auto& [run, z] : of_run) {
+      if (z.size() < 3) continue;
+      // A run that logs every step: 64 of its evaluations, evenly spread, are enough.
+      if (z.size() > 64) {
+        std::vector<double> kept;
+        for (size_t i = 0; i < 64; ++i) kept.push_back(z[i * (z.size() - 1) / 63]);
+        z = std::move(kept);
+      }
+      ++runs;
+      for (size_t i = 0; i < z.size(); ++i) {
+        for (size_t j = i + 1; j < z.size(); ++j) {
+          num += z[i] * z[j];
+          den += (z[i] * z[i] + z[j] * z[j]) / 2;
+        }
+      }
+    }
+  }
+  *runs_used = runs;
+  if (runs < 3 || !(den > 0)) return std::nullopt;
+  return std::clamp(num / den, 0.0, 0.95);
+}
+
 }  // namespace
 
 std::vector<ConvergenceRun> ConvergenceRunsOf(absl::Span<const Sample> samples,
@@ -436,6 +493,8 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> a
   // kMaxFitPoints evaluations every k-th of each run is kept (its first and last always), so a fit
   // (and the drop search, which solves it once per candidate) stays well under a second.
   constexpr size_t kMaxFitPoints = 1500;
+  // The share of the spread that is a run's own needs each run's evaluations side by side.
+  const std::vector<Point> all_points = points;
   if (points.size() > kMaxFitPoints) {
     const size_t k = (points.size() + kMaxFitPoints - 1) / kMaxFitPoints;
     std::vector<Point> kept;
@@ -743,6 +802,15 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> a
     if (std::isfinite(first_drop)) {
       std::tie(model.noise_sd_after, model.noise_exp_after) =
           SpreadLaw(points, fitted, interval, after, &fit.notes, "after the drop");
+    }
+    // A refit of one job's points has no runs to compare: it keeps the profile's share.
+    int share_runs = 0;
+    if (auto share = RunShare(all_points, interval, before, &share_runs)) {
+      model.noise_run_share = *share;
+      fit.notes.push_back(absl::StrFormat(
+          "a run's deviation from the mean persists: %.0f%% of the spread's variance is the "
+          "run's own (the correlation of its evaluations%s, over %d runs)",
+          100 * *share, std::isfinite(first_drop) ? " before the drop" : "", share_runs));
     }
   }
   // The evaluation interval against the cluster size: least squares over the runs' own gaps.

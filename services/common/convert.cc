@@ -166,6 +166,7 @@ predictor::ConvergenceModel ToDomain(const pb::ConvergenceModel& in) {
   out.noise_exp = in.noise_exp();
   out.noise_sd_after = in.noise_sd_after();
   out.noise_exp_after = in.noise_exp_after();
+  out.noise_run_share = in.noise_run_share();
   out.eval_interval_steps = in.eval_interval_steps();
   out.eval_interval_per_worker_steps = in.eval_interval_per_worker_steps();
   out.drop_ratios.assign(in.drop_ratios().begin(), in.drop_ratios().end());
@@ -202,6 +203,7 @@ pb::ConvergenceModel ToProto(const predictor::ConvergenceModel& in) {
   out.set_noise_exp(in.noise_exp);
   out.set_noise_sd_after(in.noise_sd_after);
   out.set_noise_exp_after(in.noise_exp_after);
+  out.set_noise_run_share(in.noise_run_share);
   out.set_eval_interval_steps(in.eval_interval_steps);
   out.set_eval_interval_per_worker_steps(in.eval_interval_per_worker_steps);
   for (double r : in.drop_ratios) out.add_drop_ratios(r);

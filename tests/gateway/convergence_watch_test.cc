@@ -423,6 +423,14 @@ TEST(ConvergenceWatchTest, ForecastJsonRoundTrips) {
   EXPECT_EQ(back->model.schedule.drop_steps, (std::vector<double>{1000, 2000}));
   EXPECT_DOUBLE_EQ(back->model.drop_ratio_exp, 0.3);
   EXPECT_DOUBLE_EQ(back->model.eval_interval_per_worker_steps, 2);
+  // Every field of the model comes back, those added since the codec was written too.
+  f.model.best_value = 0.93;
+  f.model.noise_run_share = 0.4;
+  back = ParseForecastJson(ForecastJson(f));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->model.best_value.has_value());
+  EXPECT_DOUBLE_EQ(*back->model.best_value, 0.93);
+  EXPECT_DOUBLE_EQ(back->model.noise_run_share, 0.4);
   // A saturating model with a stretched exponential comes back whole: the curve read back from
   // the log (status --plot) is the one the forecast was made with.
   ConvergenceForecast s = f;
@@ -447,7 +455,36 @@ TEST(ConvergenceWatchTest, ForecastJsonRoundTrips) {
   EXPECT_TRUE(std::isinf(back->iterations_p90));
   EXPECT_TRUE(std::isinf(back->finish_p90_s));
   EXPECT_TRUE(absl::IsDataLoss(ParseForecastJson("{}").status()));
+  EXPECT_TRUE(absl::IsDataLoss(
+      ParseForecastJson(R"({"iterations_p50": 5, "model": {"floor": "low"}})").status()));
   EXPECT_TRUE(absl::IsDataLoss(ParseForecastJson("not json").status()));
+}
+
+// A forecast an earlier version logged (its model field by field, the schedule as text) is still
+// read: a job resumed or shown after an upgrade keeps its forecasts.
+TEST(ConvergenceWatchTest, ForecastOfAnEarlierVersionIsRead) {
+  const std::string logged =
+      R"({"prior":false,"source":"refit","elapsed_s":40,"step":800,"points":120,"workers":2,)"
+      R"("r":0,"steps_per_s":20,"reachable":true,"iterations_p10":1500,"iterations_p50":1700,)"
+      R"("iterations_p90":1900,"finish_p10_s":75,"finish_p50_s":85,"finish_p90_s":95,"rmse":0.02,)"
+      R"("model":{"metric":"loss","higher_is_better":false,"ceiling":1,"form":"saturating",)"
+      R"("floor":0.08,"floor_exp":0.1,"amplitude":2.3,"scale":150,"scale_exp":0.4,"shape":0.55,)"
+      R"("g1":0,"g3":0,"g4":0,"g5":0,"schedule":"step:1000*0.1","schedule_detected":true,)"
+      R"("drop_ratios":[0.5],"rho":1,"drop_time_steps":20,"drop_ratio_exp":0,"noise_sd":0.01,)"
+      R"("noise_exp":0.2,"noise_sd_after":0.004,"noise_exp_after":0,"eval_interval_steps":0,)"
+      R"("eval_interval_per_worker_steps":0,"runs":1,"points":120,"fitted_on":"1 run"}})";
+  auto f = ParseForecastJson(logged);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_DOUBLE_EQ(f->iterations_p50, 1700);
+  EXPECT_EQ(f->model.form, ConvergenceModel::Form::kSaturating);
+  EXPECT_DOUBLE_EQ(f->model.shape, 0.55);
+  EXPECT_DOUBLE_EQ(f->model.scale, 150);
+  EXPECT_EQ(f->model.schedule.kind, predictor::LrSchedule::Kind::kStepDecay);
+  EXPECT_TRUE(f->model.schedule.detected);
+  EXPECT_EQ(f->model.drop_ratios, (std::vector<double>{0.5}));
+  EXPECT_DOUBLE_EQ(f->model.noise_sd_after, 0.004);
+  EXPECT_EQ(f->model.fitted_on, "1 run");
+  EXPECT_TRUE(f->model.Validate().ok()) << f->model.Validate();
 }
 
 }  // namespace

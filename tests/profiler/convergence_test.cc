@@ -85,24 +85,28 @@ ConvergenceModel Truth() {
 }
 
 // `runs` runs per cluster size of `truth`, evaluated every 1,000 steps (plus one step per worker,
-// as an asynchronous cluster's global step runs ahead), with the model's own noise.
+// as an asynchronous cluster's global step runs ahead), with the model's own noise: each run's
+// own offset (noise_run_share of the variance) and a fresh draw at each evaluation.
 std::vector<ConvergenceRun> Generate(const ConvergenceModel& truth, std::vector<int> sizes,
                                      int runs, double end, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0, 1);
   std::vector<ConvergenceRun> out;
+  const double run_part = std::sqrt(truth.noise_run_share);
+  const double eval_part = std::sqrt(1 - truth.noise_run_share);
   for (int n : sizes) {
     for (int k = 0; k < runs; ++k) {
       ConvergenceRun r;
       r.job = "n" + std::to_string(n) + "-" + std::to_string(k);
       r.workers = n;
+      const double offset = run_part * normal(rng);
       for (double s = 0; s <= end; s += 1000 + n) {
         const double mean = predictor::MeanValueAt(truth, n, 0, s);
         const bool after =
             !truth.schedule.drop_steps.empty() && s > truth.schedule.drop_steps.front();
         const double sd = after ? truth.noise_sd_after * std::pow(n, truth.noise_exp_after)
                                 : truth.noise_sd * std::pow(n, truth.noise_exp);
-        r.points.push_back({s, mean + sd * normal(rng)});
+        r.points.push_back({s, mean + sd * (offset + eval_part * normal(rng))});
       }
       out.push_back(std::move(r));
     }
@@ -127,6 +131,57 @@ TEST(ConvergenceFitTest, DetectsStepDropsAtKnownSteps) {
   EXPECT_NEAR(s.drop_steps[1], 45000, 1010);
   EXPECT_NEAR(fit->model.drop_ratios[0], 0.55, 0.08);
   EXPECT_NEAR(fit->model.drop_ratios[1], 0.6, 0.08);
+}
+
+// Runs that stay above or below the mean (their own offset) are told from runs whose every
+// evaluation scatters afresh: the fit measures the share of the spread that is a run's own.
+TEST(ConvergenceFitTest, MeasuresTheShareOfTheSpreadThatIsARunsOwn) {
+  profiler::ConvergenceFitOptions options;
+  options.metric = "accuracy";
+  options.higher_is_better = true;
+  options.schedule = Truth().schedule;
+  for (double share : {0.0, 0.4, 0.8}) {
+    ConvergenceModel truth = Truth();
+    truth.noise_run_share = share;
+    auto fit = profiler::FitConvergence(Generate(truth, {1, 2, 4, 8}, 12, 60000, 5), options);
+    ASSERT_TRUE(fit.ok()) << fit.status();
+    EXPECT_NEAR(fit->model.noise_run_share, share, 0.12)
+        << predictor::DescribeConvergence(fit->model);
+    std::string notes;
+    for (const std::string& n : fit->notes) notes += n + "\n";
+    EXPECT_NE(notes.find("of the spread's variance is the run's own"), std::string::npos) << notes;
+  }
+}
+
+// A target the mean curve only grazes before a drop is reached by chance: by most runs within a
+// few evaluations when each evaluation draws afresh, later (many only after the drop) when a run
+// that is behind stays behind.
+TEST(ConvergenceModelTest, ARunsOwnOffsetDelaysAPlateauTarget) {
+  ConvergenceModel m;
+  m.metric = "accuracy";
+  m.higher_is_better = true;
+  m.floor = 0.16;  // the mean plateaus at 0.84, then the drop at 40,000 takes it to 0.92
+  m.amplitude = 0.7;
+  m.scale = 3000;
+  m.schedule = *predictor::ParseLrSchedule("step:40000");
+  m.drop_ratios = {0.5};
+  m.drop_time_steps = 100;
+  m.noise_sd = 0.02;
+  m.noise_sd_after = 0.005;
+  m.eval_interval_steps = 4000;
+  ASSERT_TRUE(m.Validate().ok()) << m.Validate();
+  const auto fresh = predictor::StepsToTarget(m, 1, 0, 0.85);
+  m.noise_run_share = 0.6;
+  ASSERT_TRUE(m.Validate().ok());
+  const auto persistent = predictor::StepsToTarget(m, 1, 0, 0.85);
+  ASSERT_TRUE(fresh.reachable);
+  ASSERT_TRUE(persistent.reachable);
+  EXPECT_LT(fresh.p90, 40000) << "fresh draws cross the plateau target before the drop";
+  EXPECT_GT(persistent.p50, 1.3 * fresh.p50);
+  EXPECT_GT(persistent.p90, 40000) << "runs that stay behind reach it only after the drop";
+  EXPECT_GT(persistent.p90 - persistent.p10, fresh.p90 - fresh.p10);
+  m.noise_run_share = 1;
+  EXPECT_NE(m.Validate().message().find("noise_run_share"), std::string::npos);
 }
 
 TEST(ConvergenceFitTest, FindsNoDropInACurveWithout) {
@@ -302,6 +357,33 @@ TEST(ConvergenceFitTest, IcacRunsLeaveOneSizeOut) {
   auto eq3 = profiler::ValidateConvergence(runs, {}, {0.80, 0.85, 0.88}, options);
   ASSERT_TRUE(eq3.ok()) << eq3.status();
   EXPECT_GT(eq3->mape, v->mape) << "the schedule should beat eq. 3 as written";
+}
+
+// In sample, 4 workers to accuracy 0.85, a target the curves reach only on their plateau before
+// the drop at 32,000: the runs' median is 25,928 steps. Runs that are behind stay behind (their
+// evaluations correlate), so the model must not let each evaluation cross by chance afresh: it
+// said 23,774 (-8%) when it did.
+TEST(ConvergenceFitTest, IcacPlateauTargetInSample) {
+  const auto runs = IcacRuns();
+  if (runs.empty()) GTEST_SKIP() << "no ../shared/data/icac2019";
+  profiler::ConvergenceFitOptions options;
+  options.metric = "accuracy";
+  options.higher_is_better = true;
+  auto v = profiler::ValidateConvergence(runs, {1, 2, 3, 4, 5, 6, 7, 8}, {0.85}, options);
+  ASSERT_TRUE(v.ok()) << v.status();
+  bool checked = false;
+  for (const auto& c : v->checks) {
+    if (c.workers != 4) continue;
+    checked = true;
+    ASSERT_TRUE(c.observed.has_value());
+    EXPECT_NEAR(*c.observed, 25928, 1);
+    // Measured +0.6% (26,091); the runs' median itself moves by about 4% from one half of the
+    // runs to the other.
+    EXPECT_LT(c.error_pct, 5) << "p50 " << c.predicted.p50;
+    EXPECT_TRUE(c.inside);
+  }
+  EXPECT_TRUE(checked);
+  EXPECT_GT(v->mape, 0);
 }
 
 }  // namespace

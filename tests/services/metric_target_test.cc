@@ -154,6 +154,7 @@ predictor::ConvergenceModel HandBuiltModel() {
   m.noise_exp = 0.3;
   m.noise_sd_after = 0.005;
   m.noise_exp_after = 0.2;
+  m.noise_run_share = 0.39;
   m.eval_interval_steps = 2000;
   m.runs = 283;
   m.points = 9000;
@@ -187,6 +188,7 @@ void ExpectSame(const predictor::ConvergenceModel& a, const predictor::Convergen
   EXPECT_EQ(a.noise_exp, b.noise_exp);
   EXPECT_EQ(a.noise_sd_after, b.noise_sd_after);
   EXPECT_EQ(a.noise_exp_after, b.noise_exp_after);
+  EXPECT_EQ(a.noise_run_share, b.noise_run_share);
   EXPECT_EQ(a.eval_interval_steps, b.eval_interval_steps);
   EXPECT_EQ(a.runs, b.runs);
   EXPECT_EQ(a.points, b.points);

@@ -5,7 +5,9 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
+#include "services/common/convert.h"
 
 namespace spotdnn::job {
 
@@ -181,41 +183,21 @@ std::optional<double> ConvergenceWatch::StepsNeeded(int workers, double r, doubl
 
 namespace {
 
-// Every field of the model, so that a forecast read back from the log predicts (and draws) what
-// the live one did.
+// The model as the profile stores it (the proto's JSON), so that a forecast read back from the
+// log predicts (and draws) what the live one did, with every field the model has.
 nlohmann::json ModelJson(const predictor::ConvergenceModel& m) {
-  return {{"metric", m.metric},
-          {"higher_is_better", m.higher_is_better},
-          {"ceiling", m.ceiling},
-          {"form", m.form == predictor::ConvergenceModel::Form::kEq3 ? "eq3" : "saturating"},
-          {"floor", m.floor},
-          {"floor_exp", m.floor_exp},
-          {"amplitude", m.amplitude},
-          {"scale", m.scale},
-          {"scale_exp", m.scale_exp},
-          {"shape", m.shape},
-          {"g1", m.g1},
-          {"g3", m.g3},
-          {"g4", m.g4},
-          {"g5", m.g5},
-          {"schedule", predictor::LrScheduleText(m.schedule)},
-          {"schedule_detected", m.schedule.detected},
-          {"drop_ratios", m.drop_ratios},
-          {"rho", m.rho},
-          {"drop_time_steps", m.drop_time_steps},
-          {"drop_ratio_exp", m.drop_ratio_exp},
-          {"noise_sd", m.noise_sd},
-          {"noise_exp", m.noise_exp},
-          {"noise_sd_after", m.noise_sd_after},
-          {"noise_exp_after", m.noise_exp_after},
-          {"eval_interval_steps", m.eval_interval_steps},
-          {"eval_interval_per_worker_steps", m.eval_interval_per_worker_steps},
-          {"runs", m.runs},
-          {"points", m.points},
-          {"fitted_on", m.fitted_on}};
+  std::string text;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  // Cannot fail for a message this process built (no Any fields).
+  if (!google::protobuf::util::MessageToJsonString(services::ToProto(m), &text, options).ok()) {
+    return {};
+  }
+  return nlohmann::json::parse(text, nullptr, false);
 }
 
-predictor::ConvergenceModel ModelOf(const nlohmann::json& m) {
+// A model logged by an earlier version, field by field with the schedule as its text.
+predictor::ConvergenceModel LegacyModelOf(const nlohmann::json& m) {
   predictor::ConvergenceModel model;
   model.metric = m.value("metric", std::string("loss"));
   model.higher_is_better = m.value("higher_is_better", false);
@@ -303,7 +285,17 @@ absl::StatusOr<ConvergenceForecast> ParseForecastJson(const std::string& json) {
   f.finish_p50_s = NumOf(doc, "finish_p50_s");
   f.finish_p90_s = NumOf(doc, "finish_p90_s");
   f.rmse = NumOf(doc, "rmse");
-  f.model = ModelOf(doc["model"]);
+  const nlohmann::json& model = doc["model"];
+  if (model.contains("schedule") && model["schedule"].is_string()) {
+    f.model = LegacyModelOf(model);
+  } else {
+    v1::ConvergenceModel proto;
+    if (auto st = google::protobuf::util::JsonStringToMessage(model.dump(), &proto); !st.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("forecast event's model is not readable: ", st.ToString()));
+    }
+    f.model = services::ToDomain(proto);
+  }
   return f;
 }
 
