@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "provisioner/launcher/local_provider.h"
 #include "services/common/data_registry.h"
 #include "services/gateway/cli/cli.h"
 #include "tests/launcher/fake_azure.h"
@@ -368,6 +369,9 @@ TEST(LocalCommandTest, CleanRemovesKeptLogsAndCheckpoints) {
   ASSERT_FALSE(w.id.empty());
   fs::create_directories(home / "checkpoints" / "clean-job");
   std::ofstream(home / "checkpoints" / "clean-job" / "step-10.pt") << std::string(120 << 10, 'x');
+  // A trace-driven job's trace time 0, kept for its resume, goes too.
+  std::ofstream(launcher::CapacityTraceOriginPath((home / "local").string(), "clean-job"))
+      << "1700000000000\n";
   std::string out, err;
   EXPECT_EQ(RunSpotdnn({"local", "clean"}, &out, &err), kExitBadInput);
   EXPECT_THAT(err, HasSubstr(w.id));
@@ -384,6 +388,8 @@ TEST(LocalCommandTest, CleanRemovesKeptLogsAndCheckpoints) {
   EXPECT_THAT(out, ::testing::ContainsRegex("\\(1[0-9][0-9] KiB\\)")) << out;
   EXPECT_FALSE(fs::exists(home / "local" / "logs"));
   EXPECT_FALSE(fs::exists(home / "checkpoints"));
+  EXPECT_FALSE(
+      fs::exists(launcher::CapacityTraceOriginPath((home / "local").string(), "clean-job")));
   ASSERT_EQ(RunSpotdnn({"local", "clean"}, &out, &err), kExitOk) << err;
   EXPECT_THAT(out, HasSubstr("Nothing to clean"));
   fs::remove_all(home);

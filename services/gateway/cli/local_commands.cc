@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/text.h"
@@ -317,7 +318,19 @@ int LocalClean(const Args& args, const Io& io) {
   const fs::path data_dir = DataDirOf(args);
   std::vector<std::string> removed;
   uintmax_t bytes = 0;
-  for (const fs::path& path : {fs::path((*provider)->OutputLocation()), data_dir / "checkpoints"}) {
+  // The logs, the checkpoints, and each trace-driven job's trace time 0 (kept for its resume).
+  std::vector<fs::path> paths = {fs::path((*provider)->OutputLocation()), data_dir / "checkpoints"};
+  {
+    std::error_code ec;
+    for (auto it = fs::directory_iterator((*provider)->state_dir(), ec);
+         !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name == "capacity_trace_origin" || absl::StartsWith(name, "capacity_trace_origin.")) {
+        paths.push_back(it->path());
+      }
+    }
+  }
+  for (const fs::path& path : paths) {
     std::error_code ec;
     if (!fs::exists(path, ec)) continue;
     bytes += SizeOf(path);
@@ -416,7 +429,8 @@ std::vector<Command> LocalCommands() {
        .description =
            "Removes what the local provider and finished jobs keep in the data directory: the "
            "records of\nexited instances, their output (DATA_DIR/local/logs) and the parameter "
-           "servers' checkpoints\n(DATA_DIR/checkpoints). Refused while a local instance runs; a "
+           "servers' checkpoints\n(DATA_DIR/checkpoints) and the trace time 0 of jobs that "
+           "replayed a capacity trace\n(DATA_DIR/local/capacity_trace_origin.JOB). Refused while a local instance runs; a "
            "job you mean to resume\nneeds its checkpoints, so clean after it finished.",
        .flags = {DataDirFlag()},
        .run = LocalClean},
