@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -259,7 +260,7 @@ absl::Status WorkloadProfile::Validate(Completeness completeness) const {
     const std::string field = absl::StrCat(where, "allreduce[", i, "]");
     if (auto s = allreduce[i].Validate(field); !s.ok()) return s;
     for (size_t j = 0; j < i; ++j) {
-      if (allreduce[j].gpu_type == allreduce[i].gpu_type) {
+      if (absl::EqualsIgnoreCase(allreduce[j].gpu_type, allreduce[i].gpu_type)) {
         return absl::InvalidArgumentError(absl::StrCat(
             field, ".gpu_type = \"", allreduce[i].gpu_type, "\": given more than once"));
       }
@@ -287,8 +288,9 @@ absl::StatusOr<SyncKind> ParseSyncKind(absl::string_view name, absl::string_view
 }
 
 const AllReduceModel* WorkloadProfile::AllReduceOf(absl::string_view gpu_type) const {
+  // GPU type names are matched as a catalog and a user write them: "T4" and "t4" are one type.
   for (const AllReduceModel& m : allreduce) {
-    if (m.gpu_type == gpu_type) return &m;
+    if (absl::EqualsIgnoreCase(m.gpu_type, gpu_type)) return &m;
   }
   return nullptr;
 }

@@ -2,10 +2,12 @@
 // throughput file, fit, export, predict.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -72,14 +74,23 @@ TEST_F(SyncFlowTest, ImportFitExportPredict) {
   CliRun exported = Cli({"profile", "export", "c10", "--db", db_, "--out", workload});
   ASSERT_EQ(exported.code, 0) << exported.err;
 
-  // Two g4dn.12xlarge (4 T4 each) at local batch 64: Pollux measured 0.1706 s ("44,64").
-  CliRun predicted =
-      Cli({"predict", "--workload", workload, "--catalog", catalog_, "--cluster", "g4dn.12xlarge=2",
-           "--local-batch", "64", "--iterations", "1000", "--json"});
-  ASSERT_EQ(predicted.code, 0) << predicted.err;
-  const double step = IterationTime(predicted.out);
-  EXPECT_NEAR(step, 0.1706, 0.1706 * 0.2) << predicted.out;
-  EXPECT_THAT(predicted.out, HasSubstr("\"time_s\":"));
+  // Two, three and four g4dn.12xlarge (4 T4 each) at local batch 64 against what Pollux
+  // measured ("44", "444", "4444" at 64 in the same file): within 20% on average (the model's
+  // held-out error on these traces is about 13%).
+  const std::pair<int, double> measured[] = {{2, 0.17055}, {3, 0.15622}, {4, 0.19280}};
+  double error = 0, step = 0;
+  for (const auto& [count, observed] : measured) {
+    CliRun predicted = Cli({"predict", "--workload", workload, "--catalog", catalog_, "--cluster",
+                            "g4dn.12xlarge=" + std::to_string(count), "--local-batch", "64",
+                            "--iterations", "1000", "--json"});
+    ASSERT_EQ(predicted.code, 0) << predicted.err;
+    EXPECT_THAT(predicted.out, HasSubstr("\"time_s\":"));
+    const double predicted_s = IterationTime(predicted.out);
+    ASSERT_GT(predicted_s, 0) << predicted.out;
+    error += std::abs(predicted_s - observed) / observed / 3;
+    if (count == 2) step = predicted_s;
+  }
+  EXPECT_LT(error, 0.2);
 
   // Types of one GPU type share its compute: eight one-GPU instances are a different placement
   // of the same model (no ring inside an instance, eight instances across).

@@ -55,8 +55,7 @@ void PrintProfile(const pb::WorkloadProfile& p, std::ostream& out) {
   Table summary({"quantity", "value"});
   summary.AddRow({"profile", absl::StrCat(p.name(), " (version ", p.version(), ")")});
   if (!p.source().empty()) summary.AddRow({"source", p.source()});
-  const bool allreduce = p.sync() == pb::SYNC_KIND_ALLREDUCE;
-  summary.AddRow({"training", allreduce ? "synchronous all-reduce" : "parameter server"});
+  if (p.sync() == pb::SYNC_KIND_ALLREDUCE) summary.AddRow({"training", "synchronous all-reduce"});
   summary.AddRow({"model variant", services::EnumLabel(p.model_variant())});
   summary.AddRow(
       {"S_parm (MB)", p.parameter_size_mb() > 0 ? Fixed(p.parameter_size_mb(), 3) : "-"});
