@@ -350,7 +350,7 @@ TEST(SampleLineReader, ForwardsASynchronousSample) {
                          "sync_time_s=0.3")
                    .has_value());
   ASSERT_EQ(reader.reasons().size(), 1u);
-  EXPECT_THAT(reader.reasons()[0], HasSubstr("above the step time"));
+  EXPECT_THAT(reader.reasons()[0], HasSubstr("exceeds iteration_time_s"));
 }
 
 TEST(SampleLineReader, ASampleWithoutAJobIsMalformed) {
