@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -190,8 +191,11 @@ std::string Target::MetricName() const {
 
 absl::Status WorkloadProfile::Validate(Completeness completeness) const {
   const std::string where = absl::StrCat("workload \"", name, "\": ");
+  // A synchronous profile predicts from its all-reduce models; S_parm and B_req are optional.
   const auto size_check =
-      completeness == Completeness::kComplete ? RequirePositive : RequireNonNegative;
+      completeness == Completeness::kComplete && sync == SyncKind::kParameterServer
+          ? RequirePositive
+          : RequireNonNegative;
   if (auto s = size_check(absl::StrCat(where, "parameter_size_mb"), parameter_size_mb); !s.ok()) {
     return s;
   }
@@ -251,6 +255,72 @@ absl::Status WorkloadProfile::Validate(Completeness completeness) const {
     for (auto [g, value] : gs) {
       if (auto s = RequireFinite(absl::StrCat(where, "loss.", g), value); !s.ok()) return s;
     }
+  }
+  for (size_t i = 0; i < allreduce.size(); ++i) {
+    const std::string field = absl::StrCat(where, "allreduce[", i, "]");
+    if (auto s = allreduce[i].Validate(field); !s.ok()) return s;
+    for (size_t j = 0; j < i; ++j) {
+      if (absl::EqualsIgnoreCase(allreduce[j].gpu_type, allreduce[i].gpu_type)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".gpu_type = \"", allreduce[i].gpu_type, "\": given more than once"));
+      }
+    }
+  }
+  if (completeness == Completeness::kComplete && sync == SyncKind::kAllReduce &&
+      allreduce.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where,
+        "sync = allreduce: the profile has no allreduce model; import a synchronous run's "
+        "samples (spotdnn profile import) and fit it (spotdnn profile fit)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::string_view SyncKindName(SyncKind kind) {
+  return kind == SyncKind::kAllReduce ? "allreduce" : "ps";
+}
+
+absl::StatusOr<SyncKind> ParseSyncKind(absl::string_view name, absl::string_view field) {
+  if (name == "allreduce") return SyncKind::kAllReduce;
+  if (name == "ps") return SyncKind::kParameterServer;
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " = \"", name, "\": expected allreduce or ps"));
+}
+
+const AllReduceModel* WorkloadProfile::AllReduceOf(absl::string_view gpu_type) const {
+  // GPU type names are matched as a catalog and a user write them: "T4" and "t4" are one type.
+  for (const AllReduceModel& m : allreduce) {
+    if (absl::EqualsIgnoreCase(m.gpu_type, gpu_type)) return &m;
+  }
+  return nullptr;
+}
+
+absl::Status AllReduceModel::Validate(absl::string_view field) const {
+  if (gpu_type.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ".gpu_type: empty"));
+  const std::string at = absl::StrCat(field, "[", gpu_type, "]");
+  const std::pair<const char*, double> values[] = {{"compute_fixed_s", compute_fixed_s},
+                                                   {"compute_per_sample_s", compute_per_sample_s},
+                                                   {"compute_contention", compute_contention},
+                                                   {"intra_fixed_s", intra_fixed_s},
+                                                   {"intra_ring_s", intra_ring_s},
+                                                   {"cross_fixed_s", cross_fixed_s},
+                                                   {"cross_straggler_s", cross_straggler_s},
+                                                   {"cross_per_gpu_s", cross_per_gpu_s}};
+  for (const auto& [name, value] : values) {
+    if (auto s = RequireNonNegative(absl::StrCat(at, ".", name), value); !s.ok()) return s;
+  }
+  if (!(overlap_gamma >= 1 && overlap_gamma <= 10)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, ".overlap_gamma = ", overlap_gamma, ": must be in [1, 10]"));
+  }
+  if (compute_fixed_s + compute_per_sample_s <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        at, ".compute_fixed_s + compute_per_sample_s = 0: a step must take some compute time"));
+  }
+  if (max_gpus_per_instance < 0 || max_gpus_per_instance > kMaxGpusPerInstance) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, ".max_gpus_per_instance = ", max_gpus_per_instance, ": must be in [0, ",
+                     kMaxGpusPerInstance, "]"));
   }
   return absl::OkStatus();
 }

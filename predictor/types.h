@@ -126,6 +126,38 @@ struct LossModel {
   double g1 = 0, g2 = 0, g3 = 0, g4 = 0, g5 = 0;
 };
 
+// How a workload trains: asynchronous parameter-server training (the paper's) or synchronous
+// all-reduce data parallelism (PyTorch DDP).
+enum class SyncKind { kParameterServer, kAllReduce };
+// "ps" or "allreduce".
+absl::string_view SyncKindName(SyncKind kind);
+// The kind SyncKindName calls `name`; INVALID_ARGUMENT naming `field` and the known ones otherwise.
+absl::StatusOr<SyncKind> ParseSyncKind(absl::string_view name, absl::string_view field = "sync");
+
+// The synchronous step time of one GPU type (predictor/allreduce.h evaluates it). With k GPUs busy
+// on an instance and local batch b, a rank computes for (a_c + b_c b)(1 + d (k - 1)); the gradients
+// are all-reduced inside the busiest instance (k_max GPUs) as a ring, a_r + b_r 2(k_max - 1)/k_max,
+// and across N > 1 instances for a_n + b_s sqrt(2 ln N) + c_k (k_max - 1); compute and all-reduce
+// overlap as (compute^gamma + all-reduce^gamma)^(1/gamma).
+struct AllReduceModel {
+  std::string gpu_type;
+  double compute_fixed_s = 0;       // a_c
+  double compute_per_sample_s = 0;  // b_c
+  double compute_contention = 0;    // d
+  double intra_fixed_s = 0;         // a_r
+  double intra_ring_s = 0;          // b_r
+  bool cross_instance = false;      // a_n, b_s, c_k were fitted (runs on more than one instance)
+  double cross_fixed_s = 0;         // a_n
+  double cross_straggler_s = 0;     // b_s
+  double cross_per_gpu_s = 0;       // c_k
+  double overlap_gamma = 1;         // gamma, in [1, 10]
+  int max_gpus_per_instance = 0;    // the most GPUs on one instance in the fitted runs (0: unsaid)
+
+  // OK when every number is finite and not negative, gamma in [1, 10] and the compute time of a
+  // sample positive; INVALID_ARGUMENT naming `field` ("allreduce[T4].overlap_gamma = 0.5: ...").
+  absl::Status Validate(absl::string_view field) const;
+};
+
 // Everything the model knows about a training workload.
 struct WorkloadProfile {
   std::string name;
@@ -142,6 +174,12 @@ struct WorkloadProfile {
   // (`loss`).
   std::vector<ConvergenceModel> convergence;
   ModelVariant variant = ModelVariant::kPaper;
+  SyncKind sync = SyncKind::kParameterServer;
+  // The synchronous step-time model per GPU type (one entry per type).
+  std::vector<AllReduceModel> allreduce;
+
+  // The all-reduce model of `gpu_type`, or nullptr.
+  const AllReduceModel* AllReduceOf(absl::string_view gpu_type) const;
 
   // How complete a profile must be: a profile to predict with needs S_parm and B_req
   // (kComplete); one a fit stores may leave what its samples did not determine at 0 (kPartial).

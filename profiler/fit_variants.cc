@@ -2,12 +2,14 @@
 // shared parameter server's, or the paper's fitted to the runs' speeds when per-iteration times
 // are missing), and ProfileOf.
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "profiler/allreduce_fit.h"
 #include "profiler/cluster_fit.h"
 #include "profiler/convergence_fit.h"
 #include "profiler/fit_stop.h"
@@ -261,10 +263,60 @@ absl::StatusOr<WorkloadFit> FitVariants(absl::Span<const Sample> samples,
 
 }  // namespace
 
+namespace {
+
+// The all-reduce model of every GPU type of `synchronous`, and the parameter-server fit of
+// `others` when they fit one (a workload profiled both ways).
+absl::StatusOr<WorkloadFit> FitSynchronous(const std::vector<Sample>& synchronous,
+                                           const std::vector<Sample>& others,
+                                           const KnownParameters& known) {
+  WorkloadFit fit;
+  if (!others.empty()) {
+    auto ps = FitVariants(others, known);
+    if (auto s = PollFitStop(); !s.ok()) return s;
+    if (ps.ok()) fit = *std::move(ps);
+  }
+  std::set<std::string> gpu_types;
+  for (const Sample& s : synchronous) gpu_types.insert(s.gpu_type);
+  for (const std::string& gpu_type : gpu_types) {
+    if (gpu_type.empty()) {
+      FitQuality q;
+      q.parameter = "allreduce";
+      q.note = "synchronous samples without a gpu_type are left out (import with --gpu-type)";
+      fit.quality.push_back(std::move(q));
+      continue;
+    }
+    auto one = FitAllReduce(gpu_type, AllReduceRunsOf(synchronous, gpu_type));
+    if (auto s = PollFitStop(); !s.ok()) return s;
+    if (!one.ok()) {
+      FitQuality q;
+      q.parameter = absl::StrCat("allreduce[", gpu_type, "]");
+      q.note = std::string(one.status().message());
+      fit.quality.push_back(std::move(q));
+      continue;
+    }
+    fit.allreduce.push_back(one->model);
+    for (FitQuality& q : one->quality) fit.quality.push_back(std::move(q));
+  }
+  if (fit.allreduce.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the synchronous samples fit no all-reduce model: ",
+                     fit.quality.empty() ? "no usable run" : fit.quality.back().note));
+  }
+  fit.sync = predictor::SyncKind::kAllReduce;
+  NoteWorseThanMean(fit.quality);
+  return fit;
+}
+
+}  // namespace
+
 absl::StatusOr<WorkloadFit> FitWorkload(absl::Span<const Sample> samples,
                                         const KnownParameters& known,
                                         const std::function<absl::Status()>& stop) {
   FitStopScope scope(stop);  // every solve of this fit polls `stop`
+  std::vector<Sample> synchronous, others;
+  for (const Sample& s : samples) (s.placement.empty() ? others : synchronous).push_back(s);
+  if (!synchronous.empty()) return FitSynchronous(synchronous, others, known);
   auto fit = FitVariants(samples, known);
   // A fit whose solves were stopped fails with the stop's status, whatever the solves made of it.
   if (auto s = PollFitStop(); !s.ok()) return s;
@@ -290,6 +342,8 @@ predictor::WorkloadProfile ProfileOf(const WorkloadFit& fit, const KnownParamete
   p.variant = fit.variant;
   p.shared_ps = fit.shared_ps;
   p.convergence = fit.convergence;
+  p.sync = fit.sync;
+  p.allreduce = fit.allreduce;
   return p;
 }
 

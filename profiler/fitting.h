@@ -119,9 +119,16 @@ struct WorkloadFit {
   // The compute entries replace every entry of a base profile (they were fitted as a whole,
   // from runs of several types and sizes), rather than only those of the same type.
   bool compute_is_complete = false;
+  // Synchronous samples (Sample::placement): how the workload trains, and its all-reduce model
+  // per GPU type.
+  predictor::SyncKind sync = predictor::SyncKind::kParameterServer;
+  std::vector<predictor::AllReduceModel> allreduce{};
 };
 
 // Fits every parameter the samples determine. FAILED_PRECONDITION when `samples` is empty.
+// Synchronous samples (with a placement) fit the all-reduce model of each of their GPU types
+// (profiler/allreduce_fit.h) and make the workload an all-reduce one; the other samples fit the
+// parameter-server model as below, when there are any.
 // With runs of several cluster sizes (TensorBoard exports, checkpoint exports, per-worker
 // samples) the shared-ps variant fits one compute time per type and the parameter servers' time d
 // and queueing kappa from all of them together (see cluster_fit.h); S_parm = d B_ps / 2 then, and

@@ -59,6 +59,19 @@ absl::Status ImportCheckpoints(const std::vector<absl::string_view>& lines, size
                                absl::string_view source, const ImportOptions& options,
                                ImportResult& result);
 
+// ---- Synchronous throughput files (throughput_import.cc) ----
+
+// True when `header` is a Pollux / Sia throughput file's: placement,local_bsz,step_time,sync_time
+// or num_nodes,num_replicas,local_bsz,step_time,sync_time, in any column order.
+bool IsThroughputHeader(absl::string_view header);
+
+// The rows after `header_line` of a throughput file into `result`: one synchronous sample per row
+// (options.gpu_type required). A bad row is "source:line: field = value: reason", skipped or, with
+// stop_on_error, returned.
+absl::Status ImportThroughput(const std::vector<absl::string_view>& lines, size_t header_line,
+                              absl::string_view source, const ImportOptions& options,
+                              ImportResult& result);
+
 // ---- Folder rules (import_folders.cc) ----
 
 // Values the folder's name gives, unless the options give them; the options saying otherwise is

@@ -261,6 +261,14 @@ absl::StatusOr<ImportResult> ImportText(absl::string_view content, absl::string_
         absl::StrCat(source, ": ", kind, " of a checkpoint export, not samples"));
     return result;
   }
+  if (import_internal::IsThroughputHeader(first_line) &&
+      (options.format == LogFormat::kAuto || options.format == LogFormat::kCsv)) {
+    if (auto s = import_internal::ImportThroughput(lines, first, source, options, result);
+        !s.ok()) {
+      return s;
+    }
+    return result;
+  }
   LogFormat format = options.format;
   if (format == LogFormat::kAuto) format = DetectFormat(first_line, content);
   if (format == LogFormat::kTensorBoardCsv && IsCheckpointHeader(first_line)) {

@@ -110,7 +110,12 @@ absl::Status SchemaV2(db::Database& db) {
   return db.AddColumnIfMissing("samples", "metrics", "TEXT NOT NULL DEFAULT ''");
 }
 
-const db::Migration kMigrations[] = {{1, SchemaV1}, {2, SchemaV2}};
+// Version 3: Sample.placement, the GPUs per instance of a synchronous run; '' for none.
+absl::Status SchemaV3(db::Database& db) {
+  return db.AddColumnIfMissing("samples", "placement", "TEXT NOT NULL DEFAULT ''");
+}
+
+const db::Migration kMigrations[] = {{1, SchemaV1}, {2, SchemaV2}, {3, SchemaV3}};
 
 std::string MetricsText(const std::map<std::string, double>& metrics) {
   std::string out;
@@ -137,13 +142,14 @@ std::map<std::string, double> MetricsOf(absl::string_view text) {
 constexpr char kSampleColumns[] =
     "job_id, worker_id, instance_type, gpu_type, gpus, batch_size, step, wall_time_s, "
     "iteration_time_s, loss, bytes_sent, bytes_received, gpu_memory_gib, cluster_workers, "
-    "communication_time_s, cluster_steps_per_s, accuracy, parameter_servers, cluster, metrics";
+    "communication_time_s, cluster_steps_per_s, accuracy, parameter_servers, cluster, metrics, "
+    "placement";
 
-constexpr size_t kSampleColumnCount = 20;
+constexpr size_t kSampleColumnCount = 21;
 
 // Samples go in with multi-row INSERTs of kRowsPerInsert rows, then halves of it down to one for
 // the rest of a batch: one round trip per 256 samples, and at most nine statement texts for a
-// connection to prepare. 256 rows of 20 columns stay under both backends' parameter limits.
+// connection to prepare. 256 rows of 21 columns stay under both backends' parameter limits.
 constexpr size_t kRowsPerInsert = 256;
 
 // The INSERT of `rows` samples (a power of two up to kRowsPerInsert), made once per size.
@@ -184,6 +190,7 @@ void AppendColumns(const Sample& s, std::vector<Value>& out) {
   out.emplace_back(std::int64_t{s.parameter_servers});
   out.emplace_back(s.cluster);
   out.emplace_back(MetricsText(s.metrics));
+  out.emplace_back(s.placement);
 }
 
 Sample SampleOf(const Row& r) {
@@ -208,6 +215,7 @@ Sample SampleOf(const Row& r) {
   s.parameter_servers = static_cast<int>(r.Int(17));
   s.cluster = r.Text(18);
   s.metrics = MetricsOf(r.Text(19));
+  s.placement = r.Text(20);
   return s;
 }
 

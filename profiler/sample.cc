@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "predictor/types.h"
 #include "services/common/limits.h"
@@ -122,7 +123,48 @@ absl::Status ValidateSample(const Sample& s) {
                           limits::Quote(s.cluster), total));
     }
   }
+  if (!s.placement.empty()) {
+    if (s.placement.size() > limits::kMaxTextBytes) {
+      return absl::InvalidArgumentError(
+          limits::LengthError("placement", s.placement, limits::kMaxTextBytes));
+    }
+    auto gpus = ParsePlacement(s.placement);
+    if (!gpus.ok()) return gpus.status();
+    int ranks = 0;
+    for (int k : *gpus) ranks += k;
+    if (s.cluster_workers != 0 && s.cluster_workers != ranks) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cluster_workers = %d: the placement %s has %d ranks", s.cluster_workers,
+                          limits::Quote(s.placement), ranks));
+    }
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int>> ParsePlacement(absl::string_view text) {
+  std::vector<int> out;
+  std::int64_t total = 0;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    int k = 0;
+    if (!absl::SimpleAtoi(part, &k) || k < 1 || k > predictor::kMaxGpusPerInstance) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("placement = ", limits::Quote(text), ": entry ", limits::Quote(part),
+                       " is not a number of GPUs in [1, ", predictor::kMaxGpusPerInstance, "]"));
+    }
+    total += k;
+    if (total > predictor::kMaxClusterSize) {
+      return absl::InvalidArgumentError(absl::StrCat("placement = ", limits::Quote(text),
+                                                     ": more than ", predictor::kMaxClusterSize,
+                                                     " ranks in all"));
+    }
+    out.push_back(k);
+  }
+  return out;
+}
+
+std::string PlacementText(const std::vector<int>& gpus_per_instance) {
+  return absl::StrJoin(gpus_per_instance, ",");
 }
 
 absl::StatusOr<std::map<std::string, int>> ParseComposition(absl::string_view text) {

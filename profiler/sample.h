@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -43,7 +44,18 @@ struct Sample {
   std::string cluster{};
   // Other metrics the run logged beside the step ("top5" for `metric.top5=0.93`), by name.
   std::map<std::string, double> metrics{};
+  // A synchronous all-reduce run: the GPUs (ranks) on each instance, "4,4" for two instances of 4
+  // (PlacementText). batch_size is then one rank's local batch, iteration_time_s the step time,
+  // communication_time_s the all-reduce's share of it (when measured) and cluster_workers the
+  // ranks. Empty: not a synchronous sample.
+  std::string placement{};
 };
+
+// The GPUs on each instance of a placement "4,4" (each in [1, predictor::kMaxGpusPerInstance], at
+// most predictor::kMaxClusterSize in all); INVALID_ARGUMENT naming the entry.
+absl::StatusOr<std::vector<int>> ParsePlacement(absl::string_view text);
+// "4,4": the placement's text.
+std::string PlacementText(const std::vector<int>& gpus_per_instance);
 
 // Most metrics one sample may carry.
 inline constexpr size_t kMaxSampleMetrics = limits::kMaxMetricsPerSample;

@@ -114,6 +114,12 @@ absl::Status SetField(absl::string_view key, absl::string_view text, Sample& s) 
   if (k == "accuracy") return set_double(s.accuracy);
   if (k == "parameter_servers") return set_int(s.parameter_servers);
   if (k == "cluster") return (s.cluster = value, absl::OkStatus());
+  // A synchronous all-reduce run: its placement (GPUs per instance), the all-reduce's share of the
+  // step, the local batch and the ranks under their DDP names.
+  if (k == "placement") return (s.placement = value, absl::OkStatus());
+  if (k == "sync_time_s" || k == "sync_time") return set_double(s.communication_time_s);
+  if (k == "local_batch" || k == "local_bsz") return set_int(s.batch_size);
+  if (k == "ranks" || k == "num_replicas") return set_int(s.cluster_workers);
   return absl::NotFoundError(absl::StrCat("unknown field ", base::QuotedValue(key)));
 }
 

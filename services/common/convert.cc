@@ -61,6 +61,25 @@ predictor::WorkloadProfile ToDomain(const pb::WorkloadProfile& in) {
   out.variant = ToDomain(in.model_variant());
   if (in.has_shared_ps()) out.shared_ps = predictor::SharedPsModel{in.shared_ps().queueing()};
   for (const pb::ConvergenceModel& c : in.convergence()) out.convergence.push_back(ToDomain(c));
+  out.sync = in.sync() == pb::SYNC_KIND_ALLREDUCE ? predictor::SyncKind::kAllReduce
+                                                  : predictor::SyncKind::kParameterServer;
+  for (const pb::AllReduceModel& a : in.allreduce()) {
+    predictor::AllReduceModel m;
+    m.gpu_type = a.gpu_type();
+    m.compute_fixed_s = a.compute_fixed_s();
+    m.compute_per_sample_s = a.compute_per_sample_s();
+    m.compute_contention = a.compute_contention();
+    m.intra_fixed_s = a.intra_fixed_s();
+    m.intra_ring_s = a.intra_ring_s();
+    m.cross_instance = a.cross_instance();
+    m.cross_fixed_s = a.cross_fixed_s();
+    m.cross_straggler_s = a.cross_straggler_s();
+    m.cross_per_gpu_s = a.cross_per_gpu_s();
+    // 0 is an unset gamma (proto3): no overlap, as 1.
+    m.overlap_gamma = a.overlap_gamma() == 0 ? 1 : a.overlap_gamma();
+    m.max_gpus_per_instance = a.max_gpus_per_instance();
+    out.allreduce.push_back(std::move(m));
+  }
   return out;
 }
 
@@ -96,6 +115,22 @@ pb::WorkloadProfile ToProto(const predictor::WorkloadProfile& in) {
   if (in.shared_ps) out.mutable_shared_ps()->set_queueing(in.shared_ps->queueing);
   out.set_model_variant(ToProto(in.variant));
   for (const predictor::ConvergenceModel& c : in.convergence) *out.add_convergence() = ToProto(c);
+  if (in.sync == predictor::SyncKind::kAllReduce) out.set_sync(pb::SYNC_KIND_ALLREDUCE);
+  for (const predictor::AllReduceModel& m : in.allreduce) {
+    pb::AllReduceModel* a = out.add_allreduce();
+    a->set_gpu_type(m.gpu_type);
+    a->set_compute_fixed_s(m.compute_fixed_s);
+    a->set_compute_per_sample_s(m.compute_per_sample_s);
+    a->set_compute_contention(m.compute_contention);
+    a->set_intra_fixed_s(m.intra_fixed_s);
+    a->set_intra_ring_s(m.intra_ring_s);
+    a->set_cross_instance(m.cross_instance);
+    a->set_cross_fixed_s(m.cross_fixed_s);
+    a->set_cross_straggler_s(m.cross_straggler_s);
+    a->set_cross_per_gpu_s(m.cross_per_gpu_s);
+    a->set_overlap_gamma(m.overlap_gamma);
+    a->set_max_gpus_per_instance(m.max_gpus_per_instance);
+  }
   return out;
 }
 

@@ -26,6 +26,28 @@ absl::StatusOr<std::shared_ptr<const predictor::PerformanceModel>> ModelResolver
     absl::MutexLock lock(&mu_);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   }
+  auto loaded = Load(workload, catalog);
+  if (!loaded.ok()) return loaded.status();
+  const auto& [profile, instance_catalog] = *loaded;
+  auto model =
+      predictor::PerformanceModel::Create(ToDomain(profile), ToDomain(instance_catalog), options);
+  if (!model.ok()) return model.status();
+  auto shared = std::make_shared<const predictor::PerformanceModel>(*std::move(model));
+  if (named) {
+    absl::MutexLock lock(&mu_);
+    cache_.emplace(key, shared);
+  }
+  return shared;
+}
+
+absl::StatusOr<std::pair<pb::WorkloadProfile, pb::InstanceCatalog>> ModelResolver::Load(
+    const pb::WorkloadRef& workload, const pb::CatalogRef& catalog) const {
+  if (workload.ref_case() == pb::WorkloadRef::REF_NOT_SET) {
+    return absl::InvalidArgumentError("workload: set name or profile");
+  }
+  if (catalog.ref_case() == pb::CatalogRef::REF_NOT_SET) {
+    return absl::InvalidArgumentError("catalog: set name or catalog");
+  }
   pb::WorkloadProfile profile;
   if (workload.has_name()) {
     if (LooksLikePath(workload.name())) {
@@ -51,15 +73,7 @@ absl::StatusOr<std::shared_ptr<const predictor::PerformanceModel>> ModelResolver
   } else {
     instance_catalog = catalog.catalog();
   }
-  auto model =
-      predictor::PerformanceModel::Create(ToDomain(profile), ToDomain(instance_catalog), options);
-  if (!model.ok()) return model.status();
-  auto shared = std::make_shared<const predictor::PerformanceModel>(*std::move(model));
-  if (named) {
-    absl::MutexLock lock(&mu_);
-    cache_.emplace(key, shared);
-  }
-  return shared;
+  return std::make_pair(std::move(profile), std::move(instance_catalog));
 }
 
 }  // namespace spotdnn::services

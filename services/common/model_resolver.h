@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -27,6 +28,11 @@ class ModelResolver {
   absl::StatusOr<std::shared_ptr<const predictor::PerformanceModel>> Resolve(
       const pb::WorkloadRef& workload, const pb::CatalogRef& catalog,
       const predictor::ModelOptions& options = {});
+
+  // The profile and catalog the references name, uncompiled (a synchronous workload is predicted
+  // without a PerformanceModel). Errors as Resolve's before it compiles.
+  absl::StatusOr<std::pair<pb::WorkloadProfile, pb::InstanceCatalog>> Load(
+      const pb::WorkloadRef& workload, const pb::CatalogRef& catalog) const;
 
   const DataRegistry& registry() const { return *registry_; }
 

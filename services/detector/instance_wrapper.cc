@@ -43,7 +43,8 @@ std::optional<v1::Sample> SampleLineReader::Read(absl::string_view line) {
   if (s.job_id.empty()) s.job_id = defaults_.job_id;
   if (s.worker_id.empty()) s.worker_id = defaults_.worker_id;
   if (s.instance_type.empty()) s.instance_type = defaults_.instance_type;
-  if (s.cluster_workers == 0) s.cluster_workers = defaults_.cluster_workers;
+  // A synchronous sample's ranks come from its placement, not from the agent's worker count.
+  if (s.cluster_workers == 0 && s.placement.empty()) s.cluster_workers = defaults_.cluster_workers;
   if (s.batch_size == 0) s.batch_size = defaults_.batch_size;
   if (s.job_id.empty()) {
     return malformed("job_id is empty: give job_id= in the line, or SPOTDNN_JOB_ID (--job_id)");

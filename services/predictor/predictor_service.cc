@@ -13,6 +13,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/support/method_handler.h"
+#include "predictor/allreduce.h"
 #include "services/common/convert.h"
 #include "services/common/limits.h"
 #include "services/common/request_check.h"
@@ -93,6 +94,20 @@ grpc::Status PredictorServiceImpl::Predict(grpc::ServerContext*, const pb::Predi
   if (target->is_loss() && !request->has_target_metric()) {
     if (auto s = CheckTargetLoss(request->target_loss()); !s.ok()) return ToGrpc(s);
   }
+  if (request->sync() != pb::SYNC_KIND_PS) {
+    auto loaded = models_.Load(request->workload(), request->catalog());
+    if (!loaded.ok()) return ToGrpc(loaded.status());
+    if (request->sync() == pb::SYNC_KIND_ALLREDUCE ||
+        loaded->first.sync() == pb::SYNC_KIND_ALLREDUCE) {
+      return ToGrpc(PredictAllReduce(*request, loaded->first, loaded->second, *target, response));
+    }
+  }
+  if (request->local_batch() != 0) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+        "local_batch = ", request->local_batch(),
+        ": a parameter-server workload takes its batch from the profile; a local batch is for "
+        "a synchronous (all-reduce) one")));
+  }
   auto model = models_.Resolve(request->workload(), request->catalog(),
                                {.require_loss_model = target->is_loss()});
   if (!model.ok()) return ToGrpc(model.status());
@@ -105,6 +120,29 @@ grpc::Status PredictorServiceImpl::Predict(grpc::ServerContext*, const pb::Predi
   response->set_workload((*model)->profile().name);
   response->set_catalog((*model)->catalog().name);
   return grpc::Status::OK;
+}
+
+absl::Status PredictorServiceImpl::PredictAllReduce(const pb::PredictRequest& request,
+                                                    const pb::WorkloadProfile& workload,
+                                                    const pb::InstanceCatalog& instance_catalog,
+                                                    const predictor::Target& target,
+                                                    pb::PredictResponse* response) const {
+  predictor::WorkloadProfile profile = ToDomain(workload);
+  // The request's --sync allreduce, or the profile's own kind.
+  profile.sync = predictor::SyncKind::kAllReduce;
+  if (auto s = profile.Validate(); !s.ok()) return s;
+  const predictor::InstanceCatalog catalog = ToDomain(instance_catalog);
+  if (auto s = catalog.Validate(); !s.ok()) return s;
+  auto cluster = ToDomain(request.cluster(), catalog);
+  if (!cluster.ok()) return cluster.status();
+  auto prediction =
+      predictor::PredictAllReduce(profile, catalog, *cluster, target, request.local_batch());
+  if (!prediction.ok()) return prediction.status();
+  *response->mutable_prediction() = ToProto(*prediction, catalog);
+  SetTargetOf(request, response->mutable_prediction());
+  response->set_workload(profile.name);
+  response->set_catalog(catalog.name);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> PredictorServiceImpl::ReserveBatchMemory(

@@ -84,6 +84,13 @@ class PredictorServiceImpl final : public pb::Predictor::Service {
     PredictorServiceImpl* service_;
     uint64_t held_ = 0;
   };
+  // Predict for a synchronous (all-reduce) workload: the profile's all-reduce model, no
+  // PerformanceModel.
+  absl::Status PredictAllReduce(const pb::PredictRequest& request,
+                                const pb::WorkloadProfile& workload,
+                                const pb::InstanceCatalog& instance_catalog,
+                                const predictor::Target& target,
+                                pb::PredictResponse* response) const;
   // Waits until `bytes` fit the budget (or nothing else is held), up to the call's deadline and
   // the server's call limit; RESOURCE_EXHAUSTED (CANCELLED) when they do not in time. Returns
   // the amount taken (at most the budget).

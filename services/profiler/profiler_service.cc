@@ -199,6 +199,20 @@ pb::WorkloadProfile MergeFit(const pb::WorkloadProfile& base, const profiler::Wo
     if (slot == nullptr) slot = out.add_convergence();
     *slot = ::spotdnn::services::ToProto(c);
   }
+  // A fitted all-reduce model replaces the base's of the same GPU type; synchronous samples make
+  // the workload a synchronous one.
+  if (fit.sync == predictor::SyncKind::kAllReduce) out.set_sync(pb::SYNC_KIND_ALLREDUCE);
+  predictor::WorkloadProfile fitted;
+  fitted.allreduce = fit.allreduce;
+  const pb::WorkloadProfile fitted_proto = ::spotdnn::services::ToProto(fitted);
+  for (const pb::AllReduceModel& m : fitted_proto.allreduce()) {
+    pb::AllReduceModel* slot = nullptr;
+    for (pb::AllReduceModel& existing : *out.mutable_allreduce()) {
+      if (existing.gpu_type() == m.gpu_type()) slot = &existing;
+    }
+    if (slot == nullptr) slot = out.add_allreduce();
+    *slot = m;
+  }
   return out;
 }
 
@@ -481,7 +495,8 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext* context,
   }
   const bool identified_any = fit->parameter_size_mb || fit->required_bandwidth_mb_per_s ||
                               !fit->compute.empty() || fit->contention || fit->memory ||
-                              fit->loss || fit->shared_ps || !fit->convergence.empty();
+                              fit->loss || fit->shared_ps || !fit->convergence.empty() ||
+                              !fit->allreduce.empty();
   if (!identified_any) {
     // Storing the base (or an empty profile) as a new version would look like a fit.
     std::vector<std::string> why;

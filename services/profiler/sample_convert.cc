@@ -23,6 +23,7 @@ profiler::Sample ToDomain(const ::spotdnn::v1::Sample& in) {
   s.accuracy = in.accuracy();
   s.parameter_servers = in.parameter_servers();
   s.cluster = in.cluster();
+  s.placement = in.placement();
   s.metrics.insert(in.metrics().begin(), in.metrics().end());
   return s;
 }
@@ -48,6 +49,7 @@ profiler::Sample ToDomain(const ::spotdnn::v1::Sample& in) {
   out.set_accuracy(s.accuracy);
   out.set_parameter_servers(s.parameter_servers);
   out.set_cluster(s.cluster);
+  out.set_placement(s.placement);
   out.mutable_metrics()->insert(s.metrics.begin(), s.metrics.end());
   return out;
 }

@@ -333,6 +333,26 @@ TEST(SampleLineReader, FillsWhatTheLineLeavesOutAndCountsMalformedLines) {
   EXPECT_THAT(reader.reasons()[1], HasSubstr("line 5: loss"));
 }
 
+// A DDP rank's line under torchrun: the placement and the all-reduce time travel to the profiler,
+// and the ranks are the placement's, not the agent's worker count.
+TEST(SampleLineReader, ForwardsASynchronousSample) {
+  SampleLineReader reader({.job_id = "job-1", .worker_id = "i-123", .cluster_workers = 2});
+  auto s = reader.Read(
+      "[default0]:SPOTDNN_SAMPLE gpu_type=T4 placement=4,4 local_batch=32 step=5 "
+      "iteration_time_s=0.2 sync_time_s=0.12");
+  ASSERT_TRUE(s.has_value()) << (reader.reasons().empty() ? "" : reader.reasons()[0]);
+  EXPECT_EQ(s->placement(), "4,4");
+  EXPECT_EQ(s->cluster_workers(), 0);
+  EXPECT_EQ(s->batch_size(), 32);
+  EXPECT_DOUBLE_EQ(s->communication_time_s(), 0.12);
+  EXPECT_FALSE(reader
+                   .Read("SPOTDNN_SAMPLE placement=4,4 step=6 iteration_time_s=0.2 "
+                         "sync_time_s=0.3")
+                   .has_value());
+  ASSERT_EQ(reader.reasons().size(), 1u);
+  EXPECT_THAT(reader.reasons()[0], HasSubstr("exceeds iteration_time_s"));
+}
+
 TEST(SampleLineReader, ASampleWithoutAJobIsMalformed) {
   SampleLineReader reader({});
   EXPECT_FALSE(reader.Read("SPOTDNN_SAMPLE step=1 loss=1").has_value());

@@ -85,6 +85,7 @@ const FieldFlags& PredictorFieldFlags() {
       {"cluster.parameter_servers", "--parameter-servers"},
       {"workload.name", "--workload"},
       {"catalog.name", "--catalog"},
+      {"local_batch", "--local-batch"},
   };
   return *fields;
 }

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "predictor/types.h"
 #include "services/clients/service_clients.h"
 #include "services/common/convert.h"
 #include "services/gateway/cli/cli.h"
@@ -28,6 +29,39 @@ void AddIntervalRows(const pb::Prediction& p, Table& summary) {
   summary.AddRow({"time (p10 / p50 / p90)",
                   absl::StrCat(HumanDuration(p.time_p10_s()), " / ", HumanDuration(p.time_p50_s()),
                                " / ", HumanDuration(p.time_p90_s()), note)});
+}
+
+// A synchronous (all-reduce) workload's prediction: one step of the whole cluster.
+void PrintAllReducePrediction(const pb::PredictResponse& response, const TargetFlags& target,
+                              const std::string& workload, int local_batch, std::ostream& out) {
+  const pb::Prediction& p = response.prediction();
+  out << "Prediction (synchronous all-reduce): " << workload << " on " << response.catalog()
+      << ", target " << target.Describe() << "\n\n";
+  Table workers({"instance type", "count", "GPUs", "local batch", "compute (s)", "all-reduce (s)",
+                 "step (s)"});
+  int ranks = 0;
+  for (const pb::WorkerPrediction& w : p.workers()) {
+    ranks += w.count() * w.gpus();
+    workers.AddRow({w.instance_type(), absl::StrCat(w.count()), absl::StrCat(w.gpus()),
+                    absl::StrCat(local_batch), Fixed(w.compute_time_s(), 5),
+                    Fixed(w.communication_time_s(), 5), Fixed(w.iteration_time_s(), 5)});
+  }
+  workers.Print(out);
+  out << "\n";
+  Table summary({"quantity", "value"});
+  summary.AddRow({"instances", absl::StrCat(p.worker_count())});
+  summary.AddRow({"ranks (GPUs)", absl::StrCat(ranks)});
+  summary.AddRow({"global batch", Fixed(p.wa_batch(), 0)});
+  summary.AddRow({"step time (s)", Fixed(p.expected_iteration_time_s(), 6)});
+  summary.AddRow({"cluster speed (samples/s)", Fixed(p.cluster_speed(), 2)});
+  summary.AddRow({"steps", Fixed(p.normalized_iterations(), 0)});
+  summary.AddRow(
+      {"time T (s)", absl::StrCat(Fixed(p.time_s(), 2), " (", HumanDuration(p.time_s()), ")")});
+  summary.AddRow(
+      {"spot cost", absl::StrCat(Dollars(p.cost_usd()), " (", Dollars(p.price_per_hour()), "/h)")});
+  summary.AddRow({"on-demand cost", absl::StrCat(Dollars(p.on_demand_cost_usd()), " (",
+                                                 Dollars(p.on_demand_price_per_hour()), "/h)")});
+  summary.Print(out);
 }
 
 void PrintPrediction(const pb::PredictResponse& response, const pb::LossCurveResponse* curve,
@@ -189,6 +223,17 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
     if (!parsed.ok()) return fail(parsed.status());
     parameter_servers = *parsed;
   }
+  if (auto sync = args.Get("--sync")) {
+    auto kind = predictor::ParseSyncKind(*sync, "--sync");
+    if (!kind.ok()) return fail(kind.status());
+    request.set_sync(*kind == predictor::SyncKind::kAllReduce ? pb::SYNC_KIND_ALLREDUCE
+                                                              : pb::SYNC_KIND_PS);
+  }
+  if (auto b = args.Get("--local-batch")) {
+    auto parsed = ParseInt("--local-batch", *b, 1, predictor::kMaxBatchPerGpu);
+    if (!parsed.ok()) return fail(parsed.status());
+    request.set_local_batch(*parsed);
+  }
   int curve_points = 0;
   if (auto c = args.Get("--curve")) {
     auto parsed = ParseInt("--curve", *c, 2, 10000);
@@ -201,6 +246,10 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
   auto catalog_ref = CatalogRefFor(*catalog, local);
   if (!catalog_ref.ok()) return fail(catalog_ref.status());
 
+  if (request.sync() == pb::SYNC_KIND_ALLREDUCE && request.local_batch() == 0) {
+    return fail(absl::InvalidArgumentError(
+        "--local-batch: required with --sync allreduce (samples per GPU per step)"));
+  }
   *request.mutable_workload() = *workload_ref;
   *request.mutable_catalog() = *catalog_ref;
   target->ApplyTo(&request);
@@ -234,6 +283,12 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
     pb::Prediction prediction = response.prediction();
     std::string head = absl::StrCat("{\"workload\":", JsonString(response.workload()),
                                     ",\"catalog\":", JsonString(response.catalog()), ",");
+    if (request.local_batch() > 0) {
+      // A synchronous workload: one step of the whole cluster, every rank's local batch.
+      head += absl::StrCat("\"sync\":\"allreduce\",\"local_batch\":", request.local_batch(),
+                           ",\"iteration_time_s\":",
+                           absl::StrFormat("%.17g", prediction.expected_iteration_time_s()), ",");
+    }
     if (prediction.has_target_metric()) {
       head += absl::StrCat("\"target_metric\":", MetricTargetJson(prediction.target_metric()), ",");
       prediction.clear_target_metric();
@@ -244,6 +299,10 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
       head += absl::StrCat("\"loss_curve\":", points, ",");
     }
     io.out << head << body.substr(1) << "\n";
+  } else if (request.local_batch() > 0) {
+    PrintAllReducePrediction(response, *target,
+                             described == *workload ? response.workload() : described,
+                             request.local_batch(), io.out);
   } else {
     PrintPrediction(response, curve_points > 0 ? &curve : nullptr, *target,
                     described == *workload ? response.workload() : described, io.out);
@@ -258,7 +317,8 @@ std::vector<Command> ModelCommands() {
        .synopsis = "--workload W --catalog C --cluster TYPE=N[,TYPE=N...]\n"
                    "(--loss L | --accuracy A | --target METRIC>=V|METRIC<=V | --iterations N |\n"
                    " --epochs E --dataset-size S)\n"
-                   "[--parameter-servers N] [--curve POINTS] [--json] [--server HOST:PORT]\n"
+                   "[--parameter-servers N] [--curve POINTS] [--sync allreduce|ps]\n"
+                   "[--local-batch B] [--json] [--server HOST:PORT]\n"
                    "[--data-dir D | --profiler H:P]",
        .description =
            "Predicts per-type iteration time, cluster speed, WA batch, convergence "
@@ -283,6 +343,11 @@ std::vector<Command> ModelCommands() {
             {"--dataset-size", "S", "... S samples (iterations = E S / the cluster's WA batch)"},
             {"--parameter-servers", "N", "parameter servers (their bandwidth adds up); default 1"},
             {"--curve", "POINTS", "also print the predicted loss curve up to the target"},
+            {"--sync", "allreduce|ps",
+             "how the workload trains (default: the profile's): synchronous all-reduce\n"
+             "(the profile's all-reduce model) or parameter server"},
+            {"--local-batch", "B",
+             "all-reduce: samples per GPU per step (required for a synchronous workload)"},
             ServerFlag("spotdnn-predictor"),
             DataDirFlag(),
             {"--profiler", "H:P",

@@ -55,6 +55,7 @@ void PrintProfile(const pb::WorkloadProfile& p, std::ostream& out) {
   Table summary({"quantity", "value"});
   summary.AddRow({"profile", absl::StrCat(p.name(), " (version ", p.version(), ")")});
   if (!p.source().empty()) summary.AddRow({"source", p.source()});
+  if (p.sync() == pb::SYNC_KIND_ALLREDUCE) summary.AddRow({"training", "synchronous all-reduce"});
   summary.AddRow({"model variant", services::EnumLabel(p.model_variant())});
   summary.AddRow(
       {"S_parm (MB)", p.parameter_size_mb() > 0 ? Fixed(p.parameter_size_mb(), 3) : "-"});
@@ -90,6 +91,22 @@ void PrintProfile(const pb::WorkloadProfile& p, std::ostream& out) {
                       c.has_measured_samples_per_s() ? Fixed(c.measured_samples_per_s(), 1) : "-"});
     }
     compute.Print(out);
+  }
+  if (p.allreduce_size() > 0) {
+    // The synchronous step time per GPU type (predictor/allreduce.h has the form).
+    out << "\n";
+    Table sync({"GPU type", "a_c (s)", "b_c (s)", "d", "a_r (s)", "b_r (s)", "a_n (s)", "b_s (s)",
+                "c_k (s)", "gamma"});
+    sync.LeftAlign(0);
+    auto g = [](double v) { return absl::StrFormat("%.4g", v); };
+    for (const pb::AllReduceModel& m : p.allreduce()) {
+      const bool cross = m.cross_instance();
+      sync.AddRow({m.gpu_type(), g(m.compute_fixed_s()), g(m.compute_per_sample_s()),
+                   g(m.compute_contention()), g(m.intra_fixed_s()), g(m.intra_ring_s()),
+                   cross ? g(m.cross_fixed_s()) : "-", cross ? g(m.cross_straggler_s()) : "-",
+                   cross ? g(m.cross_per_gpu_s()) : "-", g(m.overlap_gamma())});
+    }
+    sync.Print(out);
   }
 }
 
@@ -291,7 +308,8 @@ int FitCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io
   io.out << "\n";
   PrintProfile(response.profile(), io.out);
   const pb::WorkloadProfile& p = response.profile();
-  if (p.model_variant() != pb::MODEL_VARIANT_SHARED_PS && !p.has_contention()) {
+  if (p.sync() != pb::SYNC_KIND_ALLREDUCE && p.model_variant() != pb::MODEL_VARIANT_SHARED_PS &&
+      !p.has_contention()) {
     // What `predict` and `plan` will say of it: say it here, with the fix.
     io.out << "\nNo contention model (a1, b1): `spotdnn predict` and `spotdnn plan` answer\n"
               "FAILED_PRECONDITION for this profile. The fit identifies a1, b1 only from runs "
@@ -562,16 +580,24 @@ std::vector<Command> ProfileCommands() {
            .max_positional = 1}),
       {.name = "profile validate-speed",
        .summary = "fit the cluster-speed model on some worker counts, predict the others",
-       .synopsis = "--runs DIR[,DIR...] --fit-workers N,N,N[,...] [--model shared-ps|paper]",
+       .synopsis = "--runs DIR[,DIR...] --fit-workers N,N,N[,...] [--model shared-ps|paper]\n"
+                   "--sync --runs FILE[,FILE...] --gpu-type T [--max-gpus N] [--json]",
        .description = "For every <series>worker<N> series in DIR: fits the cluster-speed model on "
                       "the listed worker\ncounts only, predicts the others, and prints observed, "
                       "predicted and error per point,\nper-series MAPE and the overall held-out "
                       "MAPE. It reads the files itself (no server).\nshared-ps (default): "
                       "compute time z and server time d per series, one queueing kappa\nfor all; "
-                      "paper: eqs. 2, 6-9 per series.",
+                      "paper: eqs. 2, 6-9 per series.\n--sync: the synchronous "
+                      "all-reduce model of synchronous runs (Pollux / Sia throughput\nfiles, "
+                      "SPOTDNN_SAMPLE lines with a placement) fitted on the runs of at most "
+                      "--max-gpus\nGPUs, predicting every larger run spread evenly over its "
+                      "instances, beside Pollux's\nform fitted on the same runs.",
        .flags = {{"--runs", "DIR[,DIR...]", "folders of <series>worker<N> run folders"},
                  {"--fit-workers", "N,N,N", "the worker counts to fit on (3 or more)"},
-                 {"--model", "M", "shared-ps (default) or paper"}},
+                 {"--model", "M", "shared-ps (default) or paper"},
+                 {"--sync", "", "validate the synchronous all-reduce model instead"},
+                 {"--gpu-type", "T", "--sync: the GPUs of the runs (e.g. T4)"},
+                 {"--max-gpus", "N", "--sync: fit on the runs of at most N GPUs (default 4)"}},
        .run = ValidateSpeedCommand},
       {.name = "profile validate-convergence",
        .summary = "fit the convergence model on some cluster sizes, predict the steps of others",

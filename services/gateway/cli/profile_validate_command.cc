@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "predictor/types.h"
+#include "profiler/allreduce_fit.h"
 #include "profiler/convergence_validate.h"
 #include "profiler/importers.h"
 #include "profiler/speed_curve.h"
@@ -112,7 +113,84 @@ int ProfileValidateCommand(const Args& args, pb::Profiler::StubInterface& stub, 
   return kExitOk;
 }
 
+// validate-speed --sync: the all-reduce model fitted on the runs of at most --max-gpus GPUs,
+// predicting the larger runs spread evenly over their instances, beside Pollux's form.
+int ValidateSyncSpeed(const Args& args, const Io& io) {
+  auto fail = [&](const absl::Status& s) { return ReportError(s, "profile validate-speed", io); };
+  auto runs = args.Required("--runs");
+  if (!runs.ok()) return fail(runs.status());
+  auto gpu_type = args.Required("--gpu-type");
+  if (!gpu_type.ok()) return fail(gpu_type.status());
+  int max_gpus = 4;
+  if (auto m = args.Get("--max-gpus")) {
+    auto n = ParseInt("--max-gpus", *m, 1, predictor::kMaxClusterSize);
+    if (!n.ok()) return fail(n.status());
+    max_gpus = *n;
+  }
+  std::vector<profiler::Sample> samples;
+  std::uint64_t skipped = 0;
+  for (absl::string_view path : absl::StrSplit(*runs, ',', absl::SkipEmpty())) {
+    profiler::ImportOptions options;
+    options.gpu_type = *gpu_type;
+    options.job_id = std::string(path);
+    auto imported = profiler::ImportPath(std::string(path), options);
+    if (!imported.ok()) {
+      return fail(absl::Status(imported.status().code(),
+                               absl::StrCat("--runs: ", imported.status().message())));
+    }
+    skipped += imported->skipped;
+    samples.insert(samples.end(), imported->samples.begin(), imported->samples.end());
+  }
+  auto check =
+      profiler::CheckAllReduce(*gpu_type, profiler::AllReduceRunsOf(samples, *gpu_type), max_gpus);
+  if (!check.ok()) return fail(check.status());
+  auto error = [](double predicted, double observed) {
+    return 100 * (predicted - observed) / observed;
+  };
+  if (io.json) {
+    std::vector<std::string> rows;
+    for (const profiler::AllReduceCheckRow& r : check->rows) {
+      rows.push_back(absl::StrCat(
+          "{\"placement\":", JsonString(r.run.Describe()), ",\"instances\":", r.run.Instances(),
+          ",\"ranks\":", r.run.Ranks(), ",\"local_batch\":", JsonNumber(r.run.local_batch),
+          ",\"observed_s\":", JsonNumber(r.run.step_s),
+          ",\"predicted_s\":", JsonNumber(r.predicted_s), ",\"error_pct\":",
+          JsonNumber(error(r.predicted_s, r.run.step_s)), ",\"pollux_s\":", JsonNumber(r.pollux_s),
+          ",\"pollux_error_pct\":", JsonNumber(error(r.pollux_s, r.run.step_s)), "}"));
+    }
+    io.out << "{\"gpu_type\":" << JsonString(*gpu_type) << ",\"max_gpus\":" << max_gpus
+           << ",\"fitted_runs\":" << check->fitted_runs << ",\"skipped_lines\":" << skipped
+           << ",\"mape\":" << JsonNumber(check->mape)
+           << ",\"pollux_mape\":" << JsonNumber(check->pollux_mape) << ",\"rows\":["
+           << absl::StrJoin(rows, ",") << "]}\n";
+    return kExitOk;
+  }
+  io.out << "Synchronous step time of " << *gpu_type << ": fitted on " << check->fitted_runs
+         << " runs of at most " << max_gpus << " GPUs, predicting " << check->rows.size()
+         << " runs of more, spread evenly\n\n";
+  Table table({"placement", "instances", "ranks", "local batch", "observed (s)", "predicted (s)",
+               "error", "Pollux (s)", "Pollux error"});
+  table.LeftAlign(0);
+  for (const profiler::AllReduceCheckRow& r : check->rows) {
+    table.AddRow({r.run.Describe(), absl::StrCat(r.run.Instances()), absl::StrCat(r.run.Ranks()),
+                  Fixed(r.run.local_batch, 0), Fixed(r.run.step_s, 4), Fixed(r.predicted_s, 4),
+                  absl::StrFormat("%+.1f%%", error(r.predicted_s, r.run.step_s)),
+                  Fixed(r.pollux_s, 4),
+                  absl::StrFormat("%+.1f%%", error(r.pollux_s, r.run.step_s))});
+  }
+  table.Print(io.out);
+  io.out << "\n";
+  Table summary({"model", "MAPE"});
+  summary.LeftAlign(0);
+  summary.AddRow({"all-reduce (spotdnn)", absl::StrFormat("%.1f%%", check->mape)});
+  summary.AddRow({"Pollux's form", absl::StrFormat("%.1f%%", check->pollux_mape)});
+  summary.Print(io.out);
+  if (skipped > 0) io.out << "\n" << skipped << " lines skipped (malformed)\n";
+  return kExitOk;
+}
+
 int ValidateSpeedCommand(const Args& args, const Io& io) {
+  if (args.Switch("--sync")) return ValidateSyncSpeed(args, io);
   auto fail = [&](const absl::Status& s) { return ReportError(s, "profile validate-speed", io); };
   auto runs = args.Required("--runs");
   if (!runs.ok()) return fail(runs.status());

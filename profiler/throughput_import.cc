@@ -1,0 +1,165 @@
+// The public Pollux / Sia throughput files (petuum/adaptdl's simulator traces): one synchronous
+// data-parallel configuration per row, as synchronous samples (Sample::placement).
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "base/text.h"
+#include "predictor/types.h"
+#include "profiler/import_internal.h"
+
+namespace spotdnn::profiler::import_internal {
+namespace {
+
+// A non-negative finite number of column `field`; INVALID_ARGUMENT naming it otherwise.
+absl::StatusOr<double> NonNegative(absl::string_view field, absl::string_view text) {
+  double v = 0;
+  const std::string t(absl::StripAsciiWhitespace(text));
+  if (!absl::SimpleAtod(t, &v) || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " = ", base::QuotedValue(t), ": not a finite number"));
+  }
+  if (v < 0) return absl::InvalidArgumentError(absl::StrCat(field, " = ", t, ": negative"));
+  return v;
+}
+
+// A whole number in [lo, hi] of column `field`.
+absl::StatusOr<int> WholeIn(absl::string_view field, absl::string_view text, int lo, int hi) {
+  auto v = NonNegative(field, text);
+  if (!v.ok()) return v.status();
+  if (*v != std::floor(*v) || *v < lo || *v > hi) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s = %s: must be a whole number in [%d, %d]",
+                                                      field, absl::StripAsciiWhitespace(text), lo,
+                                                      hi));
+  }
+  return static_cast<int>(*v);
+}
+
+// Pollux's placement "1134": one digit (1-9) per instance, its GPUs.
+absl::StatusOr<std::vector<int>> DigitPlacement(absl::string_view text) {
+  const std::string t(absl::StripAsciiWhitespace(text));
+  if (t.empty()) return absl::InvalidArgumentError("placement = \"\": empty");
+  std::vector<int> out;
+  for (char c : t) {
+    if (c < '1' || c > '9') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "placement = ", base::QuotedValue(t), ": ", c == '0' ? "a 0 digit" : "a non-digit",
+          " (each digit is the GPUs used on one instance, 1 to 9)"));
+    }
+    out.push_back(c - '0');
+  }
+  if (out.size() > static_cast<size_t>(predictor::kMaxClusterSize)) {
+    return absl::InvalidArgumentError("placement: too many instances");
+  }
+  return out;
+}
+
+}  // namespace
+
+bool IsThroughputHeader(absl::string_view header) {
+  const std::vector<std::string> c = HeaderColumns(absl::StripSuffix(header, "\r"));
+  const bool times = ColumnIndex(c, "local_bsz") >= 0 && ColumnIndex(c, "step_time") >= 0 &&
+                     ColumnIndex(c, "sync_time") >= 0;
+  if (!times) return false;
+  return ColumnIndex(c, "placement") >= 0 ||
+         (ColumnIndex(c, "num_nodes") >= 0 && ColumnIndex(c, "num_replicas") >= 0);
+}
+
+absl::Status ImportThroughput(const std::vector<absl::string_view>& lines, size_t header_line,
+                              absl::string_view source, const ImportOptions& options,
+                              ImportResult& result) {
+  auto strip_cr = [](absl::string_view l) { return absl::StripSuffix(l, "\r"); };
+  if (options.gpu_type.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source,
+                     ": a synchronous throughput file (placement or num_nodes,num_replicas with "
+                     "local_bsz,step_time,sync_time) does not say its GPUs: give their type "
+                     "(--gpu-type, e.g. --gpu-type T4)"));
+  }
+  const std::vector<std::string> columns = HeaderColumns(strip_cr(lines[header_line]));
+  const int placement = ColumnIndex(columns, "placement");
+  const int nodes = ColumnIndex(columns, "num_nodes");
+  const int replicas = ColumnIndex(columns, "num_replicas");
+  const int bsz = ColumnIndex(columns, "local_bsz");
+  const int step = ColumnIndex(columns, "step_time");
+  const int sync = ColumnIndex(columns, "sync_time");
+  const bool by_placement = placement >= 0;
+  std::int64_t row = 0;
+  for (size_t i = header_line + 1; i < lines.size(); ++i) {
+    const absl::string_view line = strip_cr(lines[i]);
+    const absl::string_view trimmed = absl::StripAsciiWhitespace(line);
+    if (trimmed.empty() || trimmed[0] == '#') continue;
+    ++row;
+    auto parse = [&]() -> absl::StatusOr<Sample> {
+      std::vector<absl::string_view> f = absl::StrSplit(line, ',');
+      if (f.size() != columns.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("expected %d comma-separated fields as in the header, got %d",
+                            columns.size(), f.size()));
+      }
+      std::vector<int> gpus;
+      if (by_placement) {
+        auto p = DigitPlacement(f[placement]);
+        if (!p.ok()) return p.status();
+        gpus = *std::move(p);
+      } else {
+        auto n = WholeIn("num_nodes", f[nodes], 1, predictor::kMaxClusterSize);
+        if (!n.ok()) return n.status();
+        auto r = WholeIn("num_replicas", f[replicas], 1, predictor::kMaxClusterSize);
+        if (!r.ok()) return r.status();
+        if (*r < *n || *r > static_cast<std::int64_t>(*n) * predictor::kMaxGpusPerInstance) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "num_replicas = %d: must be from num_nodes (%d) to %d GPUs per instance", *r, *n,
+              predictor::kMaxGpusPerInstance));
+        }
+        // The replicas spread as evenly as they go: the first instances take one more.
+        for (int k = 0; k < *n; ++k) gpus.push_back(*r / *n + (k < *r % *n ? 1 : 0));
+      }
+      auto b = WholeIn("local_bsz", f[bsz], 1, predictor::kMaxBatchPerGpu);
+      if (!b.ok()) return b.status();
+      auto step_time = NonNegative("step_time", f[step]);
+      if (!step_time.ok()) return step_time.status();
+      if (*step_time <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("step_time = ", absl::StripAsciiWhitespace(f[step]), ": must be > 0"));
+      }
+      auto sync_time = NonNegative("sync_time", f[sync]);
+      if (!sync_time.ok()) return sync_time.status();
+      if (*sync_time > *step_time) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sync_time = ", absl::StripAsciiWhitespace(f[sync]),
+                         ": above the step time ", absl::StripAsciiWhitespace(f[step])));
+      }
+      Sample s;
+      s.job_id = options.job_id;
+      s.gpu_type = options.gpu_type;
+      s.instance_type = options.instance_type;
+      s.batch_size = *b;
+      s.iteration_time_s = *step_time;
+      s.communication_time_s = *sync_time;
+      s.placement = PlacementText(gpus);
+      for (int k : gpus) s.cluster_workers += k;
+      s.worker_id = by_placement ? "placements" : "scalability";
+      s.step = row;  // the row: each row is its own configuration
+      if (auto st = ValidateSample(s); !st.ok()) return st;
+      return s;
+    };
+    auto sample = parse();
+    if (!sample.ok()) {
+      std::string message = absl::StrCat(source, ":", i + 1, ": ", sample.status().message());
+      if (options.stop_on_error) return absl::InvalidArgumentError(message);
+      AddError(result, std::move(message));
+      continue;
+    }
+    result.samples.push_back(*std::move(sample));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace spotdnn::profiler::import_internal
