@@ -430,7 +430,8 @@ std::vector<Command> LocalCommands() {
            "Removes what the local provider and finished jobs keep in the data directory: the "
            "records of\nexited instances, their output (DATA_DIR/local/logs) and the parameter "
            "servers' checkpoints\n(DATA_DIR/checkpoints) and the trace time 0 of jobs that "
-           "replayed a capacity trace\n(DATA_DIR/local/capacity_trace_origin.JOB). Refused while a local instance runs; a "
+           "replayed a capacity trace\n(DATA_DIR/local/capacity_trace_origin.JOB). Refused while a "
+           "local instance runs; a "
            "job you mean to resume\nneeds its checkpoints, so clean after it finished.",
        .flags = {DataDirFlag()},
        .run = LocalClean},
