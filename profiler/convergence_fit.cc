@@ -204,6 +204,34 @@ int GroupOf(double step, double interval) {
   return interval > 0 ? static_cast<int>(std::lround(step / interval)) : 0;
 }
 
+// Each evaluation's deviation from the mean of its cluster size's evaluations at the same grid
+// step, per cluster size with at least 3 runs (cells of at least 3 evaluations), over points with
+// `use(point)`: workers -> (run, deviation). Scaled by sqrt(k / (k - 1)) so that each is
+// distributed as one run's deviation from the curve (a cell of k runs pulls its mean towards its
+// points).
+std::map<int, std::vector<std::pair<int, double>>> CellDeviations(
+    const std::vector<Point>& points, double interval,
+    const std::function<bool(const Point&)>& use) {
+  std::map<std::pair<int, int>, std::pair<double, int>> cells;  // (workers, group) -> sum, count
+  std::map<int, std::set<int>> runs_of;
+  for (const Point& p : points) {
+    if (!use(p)) continue;
+    auto& cell = cells[{p.workers, GroupOf(p.step, interval)}];
+    cell.first += p.error;
+    ++cell.second;
+    runs_of[p.workers].insert(p.run);
+  }
+  std::map<int, std::vector<std::pair<int, double>>> by_size;
+  for (const Point& p : points) {
+    if (!use(p) || runs_of[p.workers].size() < 3) continue;
+    const auto& [sum, k] = cells[{p.workers, GroupOf(p.step, interval)}];
+    if (k < 3) continue;
+    by_size[p.workers].push_back(
+        {p.run, (p.error - sum / k) * std::sqrt(static_cast<double>(k) / (k - 1))});
+  }
+  return by_size;
+}
+
 // Run-to-run spread: per cluster size with at least 3 runs, the robust sd (1.4826 MAD) of each
 // evaluation about the median of the same size's evaluations at the same grid step, over points
 // with `use(point)`; fitted as sd = a N^b across sizes (b = 0 with one size). Falls back to the
@@ -212,30 +240,11 @@ std::pair<double, double> SpreadLaw(const std::vector<Point>& points,
                                     const std::vector<double>& fitted, double interval,
                                     const std::function<bool(const Point&)>& use,
                                     std::vector<std::string>* notes, absl::string_view phase) {
-  std::map<std::pair<int, int>, std::vector<double>> cells;  // (workers, group) -> errors
-  std::map<int, std::set<int>> runs_of;
-  for (const Point& p : points) {
-    if (!use(p)) continue;
-    cells[{p.workers, GroupOf(p.step, interval)}].push_back(p.error);
-    runs_of[p.workers].insert(p.run);
-  }
-  // Deviations from the cell's mean, scaled by sqrt(k / (k - 1)) so that each is distributed as
-  // one run's deviation from the curve (a cell of k runs pulls its mean towards its points); the
-  // robust sd of those is the spread, so that a run far off (an outlier) weighs little.
-  std::map<std::pair<int, int>, double> means;
-  for (const auto& [key, cell] : cells) {
-    double sum = 0;
-    for (double e : cell) sum += e;
-    means[key] = sum / cell.size();
-  }
+  // The robust sd of the deviations is the spread, so that a run far off (an outlier) weighs
+  // little.
   std::map<int, std::vector<double>> deviations;
-  for (const Point& p : points) {
-    if (!use(p) || runs_of[p.workers].size() < 3) continue;
-    const std::pair<int, int> key{p.workers, GroupOf(p.step, interval)};
-    const auto& cell = cells[key];
-    if (cell.size() < 3) continue;
-    const double k = cell.size();
-    deviations[p.workers].push_back(std::abs(p.error - means[key]) * std::sqrt(k / (k - 1)));
+  for (const auto& [n, devs] : CellDeviations(points, interval, use)) {
+    for (const auto& [run, d] : devs) deviations[n].push_back(std::abs(d));
   }
   std::vector<double> xs, ys, ws;
   for (const auto& [n, dev] : deviations) {
@@ -282,26 +291,9 @@ std::pair<double, double> SpreadLaw(const std::vector<Point>& points,
 // of 3 such evaluations each.
 std::optional<double> RunShare(const std::vector<Point>& points, double interval,
                                const std::function<bool(const Point&)>& use, int* runs_used) {
-  std::map<std::pair<int, int>, std::pair<double, int>> cells;  // (workers, group) -> sum, count
-  std::map<int, std::set<int>> runs_of;
-  for (const Point& p : points) {
-    if (!use(p)) continue;
-    auto& cell = cells[{p.workers, GroupOf(p.step, interval)}];
-    cell.first += p.error;
-    ++cell.second;
-    runs_of[p.workers].insert(p.run);
-  }
-  std::map<int, std::vector<std::pair<int, double>>> by_size;  // workers -> (run, deviation)
-  for (const Point& p : points) {
-    if (!use(p) || runs_of[p.workers].size() < 3) continue;
-    const auto& [sum, k] = cells[{p.workers, GroupOf(p.step, interval)}];
-    if (k < 3) continue;
-    by_size[p.workers].push_back(
-        {p.run, (p.error - sum / k) * std::sqrt(static_cast<double>(k) / (k - 1))});
-  }
   double num = 0, den = 0;
   int runs = 0;
-  for (const auto& [n, devs] : by_size) {
+  for (const auto& [n, devs] : CellDeviations(points, interval, use)) {
     std::vector<double> abs_dev;
     for (const auto& [run, d] : devs) abs_dev.push_back(std::abs(d));
     const double sd = 1.4826 * Median(abs_dev);
