@@ -36,6 +36,7 @@ absl::StatusOr<AllReduceShape> ShapeOf(absl::Span<const int> gpus_per_instance) 
     shape.cross_on = 1;
     shape.straggler = std::sqrt(2.0 * std::log(static_cast<double>(shape.instances)));
     shape.per_gpu = k - 1;
+    shape.pair = shape.instances == 2 ? 1.0 : 0.0;
   }
   return shape;
 }
@@ -49,13 +50,14 @@ absl::StatusOr<double> AllReduceTime(const AllReduceModel& m, const AllReduceSha
   double t = m.intra_fixed_s * shape.intra_on + m.intra_ring_s * shape.ring;
   if (shape.instances > 1) {
     if (!m.cross_instance) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "allreduce[", m.gpu_type, "]: the cross-instance terms (a_n, b_s, c_k) are not fitted: ",
-          "the profile's runs were all on one instance, and this cluster has ", shape.instances,
-          "; import runs on several instances and fit again"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("allreduce[", m.gpu_type,
+                       "]: the cross-instance terms (a_n, b_s, c_k, e_2) are not fitted: ",
+                       "the profile's runs were all on one instance, and this cluster has ",
+                       shape.instances, "; import runs on several instances and fit again"));
     }
     t += m.cross_fixed_s * shape.cross_on + m.cross_straggler_s * shape.straggler +
-         m.cross_per_gpu_s * shape.per_gpu;
+         m.cross_per_gpu_s * shape.per_gpu + m.cross_pair_s * shape.pair;
   }
   return t;
 }

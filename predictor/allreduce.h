@@ -24,6 +24,7 @@ struct AllReduceShape {
   double cross_on = 0;   // 1 when N > 1 (a_n applies)
   double straggler = 0;  // sqrt(2 ln N): the expected maximum of N instances' delays grows so
   double per_gpu = 0;    // k_max - 1 when N > 1: GPUs sharing one instance's network link
+  double pair = 0;       // 1 when N == 2 (e_2 applies)
 };
 
 // The shape of a placement: GPUs on each instance, each in [1, kMaxGpusPerInstance], at most

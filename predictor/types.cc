@@ -305,7 +305,8 @@ absl::Status AllReduceModel::Validate(absl::string_view field) const {
                                                    {"intra_ring_s", intra_ring_s},
                                                    {"cross_fixed_s", cross_fixed_s},
                                                    {"cross_straggler_s", cross_straggler_s},
-                                                   {"cross_per_gpu_s", cross_per_gpu_s}};
+                                                   {"cross_per_gpu_s", cross_per_gpu_s},
+                                                   {"cross_pair_s", cross_pair_s}};
   for (const auto& [name, value] : values) {
     if (auto s = RequireNonNegative(absl::StrCat(at, ".", name), value); !s.ok()) return s;
   }

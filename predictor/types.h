@@ -137,8 +137,9 @@ absl::StatusOr<SyncKind> ParseSyncKind(absl::string_view name, absl::string_view
 // The synchronous step time of one GPU type (predictor/allreduce.h evaluates it). With k GPUs busy
 // on an instance and local batch b, a rank computes for (a_c + b_c b)(1 + d (k - 1)); the gradients
 // are all-reduced inside the busiest instance (k_max GPUs) as a ring, a_r + b_r 2(k_max - 1)/k_max,
-// and across N > 1 instances for a_n + b_s sqrt(2 ln N) + c_k (k_max - 1); compute and all-reduce
-// overlap as (compute^gamma + all-reduce^gamma)^(1/gamma).
+// and across N > 1 instances for a_n + b_s sqrt(2 ln N) + c_k (k_max - 1), plus e_2 when N is
+// exactly 2 (two-instance all-reduces measure slower than the growth in N says); compute and
+// all-reduce overlap as (compute^gamma + all-reduce^gamma)^(1/gamma).
 struct AllReduceModel {
   std::string gpu_type;
   double compute_fixed_s = 0;       // a_c
@@ -146,12 +147,13 @@ struct AllReduceModel {
   double compute_contention = 0;    // d
   double intra_fixed_s = 0;         // a_r
   double intra_ring_s = 0;          // b_r
-  bool cross_instance = false;      // a_n, b_s, c_k were fitted (runs on more than one instance)
-  double cross_fixed_s = 0;         // a_n
-  double cross_straggler_s = 0;     // b_s
-  double cross_per_gpu_s = 0;       // c_k
-  double overlap_gamma = 1;         // gamma, in [1, 10]
-  int max_gpus_per_instance = 0;    // the most GPUs on one instance in the fitted runs (0: unsaid)
+  bool cross_instance = false;    // a_n, b_s, c_k, e_2 were fitted (runs on more than one instance)
+  double cross_fixed_s = 0;       // a_n
+  double cross_straggler_s = 0;   // b_s
+  double cross_per_gpu_s = 0;     // c_k
+  double cross_pair_s = 0;        // e_2, on exactly two instances
+  double overlap_gamma = 1;       // gamma, in [1, 10]
+  int max_gpus_per_instance = 0;  // the most GPUs on one instance in the fitted runs (0: unsaid)
 
   // OK when every number is finite and not negative, gamma in [1, 10] and the compute time of a
   // sample positive; INVALID_ARGUMENT naming `field` ("allreduce[T4].overlap_gamma = 0.5: ...").

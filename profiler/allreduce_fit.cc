@@ -6,11 +6,13 @@
 #include <limits>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "Eigen/Dense"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
 #include "ceres/ceres.h"
 #include "predictor/allreduce.h"
 #include "profiler/fit_common.h"
@@ -30,11 +32,11 @@ T Overlap(const T& c, const T& n, const T& g) {
   return exp(hi + log(exp(g * (lc - hi)) + exp(g * (ln - hi))) / g);
 }
 
-// The all-reduce terms' features in AllReduceModel's order: a_r, b_r, a_n, b_s, c_k.
-constexpr int kTerms = 5;
-constexpr const char* kTermNames[kTerms] = {"a_r", "b_r", "a_n", "b_s", "c_k"};
+// The all-reduce terms' features in AllReduceModel's order: a_r, b_r, a_n, b_s, c_k, e_2.
+constexpr int kTerms = 6;
+constexpr const char* kTermNames[kTerms] = {"a_r", "b_r", "a_n", "b_s", "c_k", "e_2"};
 std::array<double, kTerms> Features(const AllReduceShape& s) {
-  return {s.intra_on, s.ring, s.cross_on, s.straggler, s.per_gpu};
+  return {s.intra_on, s.ring, s.cross_on, s.straggler, s.per_gpu, s.pair};
 }
 
 struct ComputeResidual {
@@ -69,18 +71,25 @@ double RunCompute(const predictor::AllReduceModel& m, const AllReduceRun& run) {
   return c;
 }
 
-// Columns of `x` (rows: observations) that the others do not span.
-std::vector<bool> Identified(const Eigen::MatrixXd& x) {
+// Columns of `x` (rows: observations) the fit can determine, taken in `order` of preference: a
+// column is kept when it is not in the span of those kept before it. Terms the placements cannot
+// tell apart (runs on two instances only: a_n, b_s and e_2 are one constant) leave the preferred
+// one, not none.
+std::vector<bool> Identified(const Eigen::MatrixXd& x, absl::Span<const int> order) {
   std::vector<bool> out(x.cols(), false);
   if (x.rows() == 0) return out;
-  const int full = Eigen::ColPivHouseholderQR<Eigen::MatrixXd>(x).rank();
-  for (int j = 0; j < x.cols(); ++j) {
+  Eigen::MatrixXd kept(x.rows(), 0);
+  int rank = 0;
+  for (int j : order) {
     if (x.col(j).cwiseAbs().maxCoeff() == 0) continue;
-    Eigen::MatrixXd rest(x.rows(), x.cols() - 1);
-    for (int c = 0, o = 0; c < x.cols(); ++c) {
-      if (c != j) rest.col(o++) = x.col(c);
+    Eigen::MatrixXd with(x.rows(), kept.cols() + 1);
+    with << kept, x.col(j);
+    const int r = Eigen::ColPivHouseholderQR<Eigen::MatrixXd>(with).rank();
+    if (r > rank) {
+      out[j] = true;
+      kept = std::move(with);
+      rank = r;
     }
-    out[j] = Eigen::ColPivHouseholderQR<Eigen::MatrixXd>(rest).rank() < full;
   }
   return out;
 }
@@ -237,7 +246,8 @@ absl::StatusOr<AllReduceFit> FitAllReduce(const std::string& gpu_type,
     const auto f = Features(shapes[multi[r]]);
     for (int j = 0; j < kTerms; ++j) x(r, j) = f[j];
   }
-  const std::vector<bool> identified = Identified(x);
+  // A fixed cost first, then what grows with the placement, the two-instance term last.
+  const std::vector<bool> identified = Identified(x, {0, 1, 2, 4, 3, 5});
   m.cross_instance = false;
   for (size_t i : multi) m.cross_instance |= shapes[i].instances > 1;
   std::array<double, kTerms> best_p{};
@@ -283,6 +293,7 @@ absl::StatusOr<AllReduceFit> FitAllReduce(const std::string& gpu_type,
   m.cross_fixed_s = best_p[2];
   m.cross_straggler_s = best_p[3];
   m.cross_per_gpu_s = best_p[4];
+  m.cross_pair_s = best_p[5];
   m.overlap_gamma = best_g;
   {
     std::vector<double> observed, predicted;
@@ -294,7 +305,7 @@ absl::StatusOr<AllReduceFit> FitAllReduce(const std::string& gpu_type,
       predicted.push_back(step->step_s);
     }
     FitQuality q =
-        Quality(absl::StrCat(name, " step a_r,b_r,a_n,b_s,c_k,gamma"), observed, predicted);
+        Quality(absl::StrCat(name, " step a_r,b_r,a_n,b_s,c_k,e_2,gamma"), observed, predicted);
     q.identified = !multi.empty();
     std::vector<std::string> missing;
     for (int j = 0; j < kTerms; ++j) {

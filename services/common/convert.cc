@@ -75,6 +75,7 @@ predictor::WorkloadProfile ToDomain(const pb::WorkloadProfile& in) {
     m.cross_fixed_s = a.cross_fixed_s();
     m.cross_straggler_s = a.cross_straggler_s();
     m.cross_per_gpu_s = a.cross_per_gpu_s();
+    m.cross_pair_s = a.cross_pair_s();
     // 0 is an unset gamma (proto3): no overlap, as 1.
     m.overlap_gamma = a.overlap_gamma() == 0 ? 1 : a.overlap_gamma();
     m.max_gpus_per_instance = a.max_gpus_per_instance();
@@ -128,6 +129,7 @@ pb::WorkloadProfile ToProto(const predictor::WorkloadProfile& in) {
     a->set_cross_fixed_s(m.cross_fixed_s);
     a->set_cross_straggler_s(m.cross_straggler_s);
     a->set_cross_per_gpu_s(m.cross_per_gpu_s);
+    a->set_cross_pair_s(m.cross_pair_s);
     a->set_overlap_gamma(m.overlap_gamma);
     a->set_max_gpus_per_instance(m.max_gpus_per_instance);
   }

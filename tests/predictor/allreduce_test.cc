@@ -1,6 +1,7 @@
 #include "predictor/allreduce.h"
 
 #include <cmath>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -33,6 +34,7 @@ TEST(AllReduceModel, OneGpuIsItsCompute) {
 
 TEST(AllReduceModel, TermsFollowThePlacement) {
   const AllReduceModel m = Model();
+  AllReduceModel m2 = m;
   // One instance of 4: contention on compute, ring 2*3/4 inside, nothing across.
   auto one = AllReduceStepTime(m, {4}, {32.0});
   ASSERT_TRUE(one.ok()) << one.status();
@@ -44,6 +46,15 @@ TEST(AllReduceModel, TermsFollowThePlacement) {
   ASSERT_TRUE(four.ok()) << four.status();
   EXPECT_NEAR(four->allreduce_s,
               one->allreduce_s + 0.05 + 0.03 * std::sqrt(2 * std::log(4.0)) + 0.01 * 3, 1e-12);
+  // The two-instance term applies to exactly two instances.
+  m2.cross_pair_s = 0.07;
+  EXPECT_NEAR(AllReduceStepTime(m2, {4, 4}, {32.0})->allreduce_s,
+              AllReduceStepTime(m, {4, 4}, {32.0})->allreduce_s + 0.07, 1e-12);
+  for (const std::vector<int>& p : std::vector<std::vector<int>>{{4}, {4, 4, 4}, {1, 1, 1, 1}}) {
+    EXPECT_DOUBLE_EQ(AllReduceStepTime(m2, p, {32.0})->allreduce_s,
+                     AllReduceStepTime(m, p, {32.0})->allreduce_s)
+        << p.size();
+  }
   // The slowest instance sets the compute: the busiest one, or one with a larger local batch.
   auto uneven = AllReduceStepTime(m, {1, 3}, {32.0});
   ASSERT_TRUE(uneven.ok());

@@ -156,6 +156,41 @@ TEST(FitAllReduce, RecoversAKnownModelsStepTimes) {
   EXPECT_LT(fit->quality[1].mape, 1);
 }
 
+// Two-instance all-reduces slower than the growth in N says (as the shared T4 traces measure
+// them): the fit finds the two-instance term, and the larger clusters are not bent by it.
+TEST(FitAllReduce, RecoversTheTwoInstanceTerm) {
+  predictor::AllReduceModel truth = Truth();
+  truth.cross_pair_s = 0.08;
+  const auto runs = Synthetic(
+      truth, {{1}, {2}, {3}, {4}, {1, 1}, {1, 2}, {2, 2}, {1, 1, 1}, {1, 1, 2}, {1, 1, 1, 1}});
+  auto fit = FitAllReduce("T4", runs);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->model.cross_pair_s, 0.08, 0.01);
+  for (const std::vector<int>& p :
+       std::vector<std::vector<int>>{{4, 4}, {4, 4, 4, 4}, {2, 2, 2, 2, 2, 2, 2, 2}}) {
+    const double want = predictor::AllReduceStepTime(truth, p, {32.0})->step_s;
+    const double got = predictor::AllReduceStepTime(fit->model, p, {32.0})->step_s;
+    EXPECT_NEAR(got / want, 1, 0.02) << p.size() << " instances of " << p[0];
+  }
+}
+
+// Runs on one or two instances cannot tell a fixed cross-instance cost from one that grows with
+// the instances: the fit keeps the fixed one and names the others, instead of leaving all at 0.
+TEST(FitAllReduce, TwoInstancesOnlyKeepTheFixedCrossInstanceCost) {
+  predictor::AllReduceModel truth = Truth();
+  truth.cross_straggler_s = 0;
+  const auto runs = Synthetic(truth, {{1}, {2}, {3}, {4}, {1, 1}, {1, 2}, {2, 2}});
+  auto fit = FitAllReduce("T4", runs);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->model.cross_fixed_s, truth.cross_fixed_s, 0.005);
+  EXPECT_EQ(fit->model.cross_straggler_s, 0);
+  EXPECT_EQ(fit->model.cross_pair_s, 0);
+  EXPECT_NE(fit->quality[1].note.find("b_s, e_2"), std::string::npos) << fit->quality[1].note;
+  const double want = predictor::AllReduceStepTime(truth, {4, 4}, {32.0})->step_s;
+  const double got = predictor::AllReduceStepTime(fit->model, {4, 4}, {32.0})->step_s;
+  EXPECT_NEAR(got / want, 1, 0.02);
+}
+
 TEST(FitAllReduce, OneInstanceLeavesTheCrossInstanceTermsUnfitted) {
   auto fit = FitAllReduce("T4", Synthetic(Truth(), {{1}, {2}, {3}, {4}}));
   ASSERT_TRUE(fit.ok()) << fit.status();
@@ -204,9 +239,9 @@ TEST(AllReduceValidation, SixModelsOnTheSharedT4Traces) {
     pollux_mean += check->pollux_mape / models.size();
   }
   std::printf("average      MAPE %5.2f%%  Pollux %5.2f%%\n", mean, pollux_mean);
-  // The target is 10%; this form (no data-fitted two-instance offset) reaches 13.2% here, and
+  // The target is 10%: this form reaches 9.96% here (13.2% without the two-instance term e_2),
   // Pollux's form about 76%.
-  EXPECT_LE(mean, 14.0);
+  EXPECT_LE(mean, 10.0);
   EXPECT_LT(mean, pollux_mean / 4);
 }
 

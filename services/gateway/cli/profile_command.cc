@@ -96,7 +96,7 @@ void PrintProfile(const pb::WorkloadProfile& p, std::ostream& out) {
     // The synchronous step time per GPU type (predictor/allreduce.h has the form).
     out << "\n";
     Table sync({"GPU type", "a_c (s)", "b_c (s)", "d", "a_r (s)", "b_r (s)", "a_n (s)", "b_s (s)",
-                "c_k (s)", "gamma"});
+                "c_k (s)", "e_2 (s)", "gamma"});
     sync.LeftAlign(0);
     auto g = [](double v) { return absl::StrFormat("%.4g", v); };
     for (const pb::AllReduceModel& m : p.allreduce()) {
@@ -104,7 +104,8 @@ void PrintProfile(const pb::WorkloadProfile& p, std::ostream& out) {
       sync.AddRow({m.gpu_type(), g(m.compute_fixed_s()), g(m.compute_per_sample_s()),
                    g(m.compute_contention()), g(m.intra_fixed_s()), g(m.intra_ring_s()),
                    cross ? g(m.cross_fixed_s()) : "-", cross ? g(m.cross_straggler_s()) : "-",
-                   cross ? g(m.cross_per_gpu_s()) : "-", g(m.overlap_gamma())});
+                   cross ? g(m.cross_per_gpu_s()) : "-", cross ? g(m.cross_pair_s()) : "-",
+                   g(m.overlap_gamma())});
     }
     sync.Print(out);
   }
