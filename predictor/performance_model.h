@@ -105,6 +105,9 @@ struct WorkerBreakdown {
   double iteration_time_s = 0;
   double samples_per_s = 0;
   double bandwidth_mb_per_s = 0;
+  // Synchronous: samples per GPU per (micro-)step of this type's ranks (their mean when some have
+  // one more than others).
+  double local_batch = 0;
 };
 
 // A full prediction for one cluster.
@@ -114,6 +117,9 @@ struct Prediction {
   int parameter_servers = 1;
   double target_loss = 0;  // for a loss target
   Target target;
+  // Synchronous: micro-steps per step (gradient accumulation; 1 when the global batch fits the
+  // cluster's memory). 0 for a parameter-server prediction.
+  int accumulation_steps = 0;
 };
 
 // One point of a loss curve.

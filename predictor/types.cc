@@ -266,6 +266,11 @@ absl::Status WorkloadProfile::Validate(Completeness completeness) const {
       }
     }
   }
+  if (global_batch_size < 0 || global_batch_size > kMaxGlobalBatch) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "global_batch_size = ", global_batch_size,
+                                                   ": must be in [0, ", kMaxGlobalBatch,
+                                                   "] (0: not declared)"));
+  }
   if (completeness == Completeness::kComplete && sync == SyncKind::kAllReduce &&
       allreduce.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

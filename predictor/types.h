@@ -24,6 +24,8 @@ inline constexpr int kMaxClusterSize = 100'000;
 // the memory model may yield: their product, a worker's batch, stays well inside `int`.
 inline constexpr int kMaxGpusPerInstance = 1024;
 inline constexpr int kMaxBatchPerGpu = 1 << 20;
+// Largest global batch of a synchronous workload (samples per step over every rank).
+inline constexpr int kMaxGlobalBatch = 1 << 30;
 // Most parameter servers of one cluster.
 inline constexpr int kMaxParameterServers = 1000;
 // Largest training targets a request may state: global iterations, epochs, and samples in one
@@ -179,6 +181,8 @@ struct WorkloadProfile {
   SyncKind sync = SyncKind::kParameterServer;
   // The synchronous step-time model per GPU type (one entry per type).
   std::vector<AllReduceModel> allreduce;
+  // A synchronous workload's global batch (samples per step over every rank); 0 = not declared.
+  int global_batch_size = 0;
 
   // The all-reduce model of `gpu_type`, or nullptr.
   const AllReduceModel* AllReduceOf(absl::string_view gpu_type) const;

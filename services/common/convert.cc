@@ -81,6 +81,7 @@ predictor::WorkloadProfile ToDomain(const pb::WorkloadProfile& in) {
     m.max_gpus_per_instance = a.max_gpus_per_instance();
     out.allreduce.push_back(std::move(m));
   }
+  out.global_batch_size = in.global_batch_size();
   return out;
 }
 
@@ -133,6 +134,7 @@ pb::WorkloadProfile ToProto(const predictor::WorkloadProfile& in) {
     a->set_overlap_gamma(m.overlap_gamma);
     a->set_max_gpus_per_instance(m.max_gpus_per_instance);
   }
+  out.set_global_batch_size(in.global_batch_size);
   return out;
 }
 
@@ -532,7 +534,9 @@ pb::Prediction ToProto(const predictor::Prediction& p, const predictor::Instance
     o->set_iteration_time_s(w.iteration_time_s);
     o->set_samples_per_s(w.samples_per_s);
     o->set_bandwidth_mb_per_s(w.bandwidth_mb_per_s);
+    o->set_local_batch(w.local_batch);
   }
+  out.set_accumulation_steps(p.accumulation_steps);
   return out;
 }
 

@@ -102,11 +102,12 @@ grpc::Status PredictorServiceImpl::Predict(grpc::ServerContext*, const pb::Predi
       return ToGrpc(PredictAllReduce(*request, loaded->first, loaded->second, *target, response));
     }
   }
-  if (request->local_batch() != 0) {
+  if (request->local_batch() != 0 || request->global_batch() != 0) {
     return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
-        "local_batch = ", request->local_batch(),
-        ": a parameter-server workload takes its batch from the profile; a local batch is for "
-        "a synchronous (all-reduce) one")));
+        request->local_batch() != 0 ? "local_batch = " : "global_batch = ",
+        request->local_batch() != 0 ? request->local_batch() : request->global_batch(),
+        ": a parameter-server workload takes its batch from the profile; a local or global "
+        "batch is for a synchronous (all-reduce) one")));
   }
   auto model = models_.Resolve(request->workload(), request->catalog(),
                                {.require_loss_model = target->is_loss()});
@@ -135,8 +136,8 @@ absl::Status PredictorServiceImpl::PredictAllReduce(const pb::PredictRequest& re
   if (auto s = catalog.Validate(); !s.ok()) return s;
   auto cluster = ToDomain(request.cluster(), catalog);
   if (!cluster.ok()) return cluster.status();
-  auto prediction =
-      predictor::PredictAllReduce(profile, catalog, *cluster, target, request.local_batch());
+  auto prediction = predictor::PredictAllReduce(profile, catalog, *cluster, target,
+                                                request.local_batch(), request.global_batch());
   if (!prediction.ok()) return prediction.status();
   *response->mutable_prediction() = ToProto(*prediction, catalog);
   SetTargetOf(request, response->mutable_prediction());

@@ -126,6 +126,35 @@ TEST_F(SyncFlowTest, ImportFitExportPredict) {
                    "allreduce"});
   EXPECT_NE(ps.code, 0);
   EXPECT_THAT(ps.err, HasSubstr("no allreduce model"));
+
+  // A global batch split by speed: one 4-GPU and two 1-GPU instances, whose ranks compute at
+  // different speeds (a busy instance's GPUs contend). The split sums to the global batch.
+  CliRun split = Cli({"predict", "--workload", workload, "--catalog", catalog_, "--cluster",
+                      "g4dn.12xlarge=1,g4dn.4xlarge=2", "--global-batch", "384", "--iterations",
+                      "1000", "--json"});
+  ASSERT_EQ(split.code, 0) << split.err;
+  EXPECT_THAT(split.out, HasSubstr("\"local_batches\":{\"g4dn.12xlarge\":"));
+  EXPECT_EQ(Number(split.out, "accumulation_steps"), 1) << split.out;
+  const double big = Number(split.out, "g4dn.12xlarge");
+  const double single = Number(split.out, "g4dn.4xlarge");
+  EXPECT_NEAR(4 * big + 2 * single, 384, 1e-9) << split.out;
+  EXPECT_GE(single, big);
+  CliRun split_table =
+      Cli({"predict", "--workload", workload, "--catalog", catalog_, "--cluster",
+           "g4dn.12xlarge=1,g4dn.4xlarge=2", "--global-batch", "384", "--iterations", "1000"});
+  ASSERT_EQ(split_table.code, 0) << split_table.err;
+  EXPECT_THAT(split_table.out, HasSubstr("local batch"));
+  // Fewer samples than ranks, or none, is refused naming the flag.
+  CliRun few =
+      Cli({"predict", "--workload", workload, "--catalog", catalog_, "--cluster",
+           "g4dn.12xlarge=1,g4dn.4xlarge=2", "--global-batch", "5", "--iterations", "1000"});
+  EXPECT_NE(few.code, 0);
+  EXPECT_THAT(few.err, HasSubstr("--global-batch = 5"));
+  EXPECT_THAT(few.err, HasSubstr("6 ranks"));
+  CliRun nothing = Cli({"predict", "--workload", workload, "--catalog", catalog_, "--cluster",
+                        "g4dn.12xlarge=1", "--global-batch", "0", "--iterations", "1000"});
+  EXPECT_NE(nothing.code, 0);
+  EXPECT_THAT(nothing.err, HasSubstr("--global-batch"));
 }
 
 TEST_F(SyncFlowTest, ValidateSpeedSync) {

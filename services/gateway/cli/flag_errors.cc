@@ -86,6 +86,7 @@ const FieldFlags& PredictorFieldFlags() {
       {"workload.name", "--workload"},
       {"catalog.name", "--catalog"},
       {"local_batch", "--local-batch"},
+      {"global_batch", "--global-batch"},
   };
   return *fields;
 }

@@ -335,4 +335,18 @@ std::string ClusterJson(const ::spotdnn::v1::Cluster& cluster) {
   return o.str();
 }
 
+std::string LocalBatchText(double local_batch) {
+  const double low = std::floor(local_batch);
+  if (local_batch == low) return absl::StrFormat("%.0f", low);
+  return absl::StrFormat("%.0f-%.0f", low, low + 1);
+}
+
+std::string LocalBatchesJson(const ::spotdnn::v1::Prediction& prediction) {
+  JsonObject o;
+  for (const ::spotdnn::v1::WorkerPrediction& w : prediction.workers()) {
+    o.Number(w.instance_type(), w.local_batch());
+  }
+  return o.str();
+}
+
 }  // namespace spotdnn::gateway

@@ -78,6 +78,12 @@ std::string Fixed(double value, int decimals);
 std::string ClusterText(const ::spotdnn::v1::Cluster& cluster);
 std::string ClusterJson(const ::spotdnn::v1::Cluster& cluster);
 
+// A synchronous prediction's local batch of one type for a table: "64", or "37-38" when the split
+// gives some of its ranks one sample more (the mean is then not whole).
+std::string LocalBatchText(double local_batch);
+// Its local batch per instance type for --json: {"TYPE": 37.5, ...}.
+std::string LocalBatchesJson(const ::spotdnn::v1::Prediction& prediction);
+
 // "1 worker", "2 workers", "0 workers".
 std::string Plural(long long n, std::string_view one, std::string_view many);
 

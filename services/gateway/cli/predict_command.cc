@@ -33,7 +33,7 @@ void AddIntervalRows(const pb::Prediction& p, Table& summary) {
 
 // A synchronous (all-reduce) workload's prediction: one step of the whole cluster.
 void PrintAllReducePrediction(const pb::PredictResponse& response, const TargetFlags& target,
-                              const std::string& workload, int local_batch, std::ostream& out) {
+                              const std::string& workload, std::ostream& out) {
   const pb::Prediction& p = response.prediction();
   out << "Prediction (synchronous all-reduce): " << workload << " on " << response.catalog()
       << ", target " << target.Describe() << "\n\n";
@@ -43,7 +43,7 @@ void PrintAllReducePrediction(const pb::PredictResponse& response, const TargetF
   for (const pb::WorkerPrediction& w : p.workers()) {
     ranks += w.count() * w.gpus();
     workers.AddRow({w.instance_type(), absl::StrCat(w.count()), absl::StrCat(w.gpus()),
-                    absl::StrCat(local_batch), Fixed(w.compute_time_s(), 5),
+                    LocalBatchText(w.local_batch()), Fixed(w.compute_time_s(), 5),
                     Fixed(w.communication_time_s(), 5), Fixed(w.iteration_time_s(), 5)});
   }
   workers.Print(out);
@@ -52,6 +52,12 @@ void PrintAllReducePrediction(const pb::PredictResponse& response, const TargetF
   summary.AddRow({"instances", absl::StrCat(p.worker_count())});
   summary.AddRow({"ranks (GPUs)", absl::StrCat(ranks)});
   summary.AddRow({"global batch", Fixed(p.wa_batch(), 0)});
+  if (p.accumulation_steps() > 1) {
+    summary.AddRow(
+        {"accumulation steps",
+         absl::StrCat(p.accumulation_steps(),
+                      " (micro-steps per step: the global batch exceeds the cluster's memory)")});
+  }
   summary.AddRow({"step time (s)", Fixed(p.expected_iteration_time_s(), 6)});
   summary.AddRow({"cluster speed (samples/s)", Fixed(p.cluster_speed(), 2)});
   summary.AddRow({"steps", Fixed(p.normalized_iterations(), 0)});
@@ -234,6 +240,16 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
     if (!parsed.ok()) return fail(parsed.status());
     request.set_local_batch(*parsed);
   }
+  if (auto b = args.Get("--global-batch")) {
+    if (request.local_batch() != 0) {
+      return fail(absl::InvalidArgumentError(
+          "--global-batch, --local-batch: give one (--local-batch B is the global batch ranks x B, "
+          "split evenly)"));
+    }
+    auto parsed = ParseInt("--global-batch", *b, 1, predictor::kMaxGlobalBatch);
+    if (!parsed.ok()) return fail(parsed.status());
+    request.set_global_batch(*parsed);
+  }
   int curve_points = 0;
   if (auto c = args.Get("--curve")) {
     auto parsed = ParseInt("--curve", *c, 2, 10000);
@@ -246,10 +262,6 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
   auto catalog_ref = CatalogRefFor(*catalog, local);
   if (!catalog_ref.ok()) return fail(catalog_ref.status());
 
-  if (request.sync() == pb::SYNC_KIND_ALLREDUCE && request.local_batch() == 0) {
-    return fail(absl::InvalidArgumentError(
-        "--local-batch: required with --sync allreduce (samples per GPU per step)"));
-  }
   *request.mutable_workload() = *workload_ref;
   *request.mutable_catalog() = *catalog_ref;
   target->ApplyTo(&request);
@@ -283,9 +295,15 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
     pb::Prediction prediction = response.prediction();
     std::string head = absl::StrCat("{\"workload\":", JsonString(response.workload()),
                                     ",\"catalog\":", JsonString(response.catalog()), ",");
-    if (request.local_batch() > 0) {
-      // A synchronous workload: one step of the whole cluster, every rank's local batch.
-      head += absl::StrCat("\"sync\":\"allreduce\",\"local_batch\":", request.local_batch(),
+    if (prediction.accumulation_steps() > 0) {
+      // A synchronous workload: one step of the whole cluster, and each type's local batch.
+      if (request.local_batch() > 0) {
+        head += absl::StrCat("\"sync\":\"allreduce\",\"local_batch\":", request.local_batch(), ",");
+      } else {
+        head += "\"sync\":\"allreduce\",";
+      }
+      head += absl::StrCat("\"global_batch\":", Fixed(prediction.wa_batch(), 0),
+                           ",\"local_batches\":", LocalBatchesJson(prediction),
                            ",\"iteration_time_s\":",
                            absl::StrFormat("%.17g", prediction.expected_iteration_time_s()), ",");
     }
@@ -299,10 +317,9 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
       head += absl::StrCat("\"loss_curve\":", points, ",");
     }
     io.out << head << body.substr(1) << "\n";
-  } else if (request.local_batch() > 0) {
+  } else if (response.prediction().accumulation_steps() > 0) {
     PrintAllReducePrediction(response, *target,
-                             described == *workload ? response.workload() : described,
-                             request.local_batch(), io.out);
+                             described == *workload ? response.workload() : described, io.out);
   } else {
     PrintPrediction(response, curve_points > 0 ? &curve : nullptr, *target,
                     described == *workload ? response.workload() : described, io.out);
@@ -318,7 +335,7 @@ std::vector<Command> ModelCommands() {
                    "(--loss L | --accuracy A | --target METRIC>=V|METRIC<=V | --iterations N |\n"
                    " --epochs E --dataset-size S)\n"
                    "[--parameter-servers N] [--curve POINTS] [--sync allreduce|ps]\n"
-                   "[--local-batch B] [--json] [--server HOST:PORT]\n"
+                   "[--local-batch B | --global-batch B] [--json] [--server HOST:PORT]\n"
                    "[--data-dir D | --profiler H:P]",
        .description =
            "Predicts per-type iteration time, cluster speed, WA batch, convergence "
@@ -347,7 +364,11 @@ std::vector<Command> ModelCommands() {
              "how the workload trains (default: the profile's): synchronous all-reduce\n"
              "(the profile's all-reduce model) or parameter server"},
             {"--local-batch", "B",
-             "all-reduce: samples per GPU per step (required for a synchronous workload)"},
+             "all-reduce: samples per GPU per step, every rank the same (the even split)"},
+            {"--global-batch", "B",
+             "all-reduce: samples per step over every rank, split by speed within each\n"
+             "GPU's memory (default: the profile's global_batch_size); one of the two\n"
+             "is needed"},
             ServerFlag("spotdnn-predictor"),
             DataDirFlag(),
             {"--profiler", "H:P",
