@@ -3,11 +3,13 @@
 // beat the incumbent. A node's completions hold at least its counts so far and the free types'
 // minimums (the "base"), and at most the free types' quotas. The bounds:
 //
-// - All-reduce: every term of AllReduceTime is a non-negative coefficient times [k_max > 1],
-//   2 (k_max - 1) / k_max, [N > 1], sqrt(2 ln N) or k_max - 1, each non-decreasing in the number
-//   of instances N and the busiest instance's GPUs k_max; a completion only adds instances, so
-//   each of the base's GPU types all-reduces at least as long as on the base (and a base of
-//   several instances with a type that cannot span instances has no valid completion).
+// - All-reduce: every term of AllReduceTime but one is a non-negative coefficient times
+//   [k_max > 1], 2 (k_max - 1) / k_max, [N > 1], sqrt(2 ln N) or k_max - 1, each non-decreasing
+//   in the number of instances N and the busiest instance's GPUs k_max; a completion only adds
+//   instances, so each of the base's GPU types all-reduces at least as long as on the base without
+//   the one that is not: e_2 [N = 2], which a third instance takes away, is left out of the bound
+//   (and a base of several instances with a type that cannot span instances has no valid
+//   completion).
 // - Compute: in any step (accumulated or not) a rank with b samples computes for
 //   A + S b >= T, so b <= (T - A) / S, and the ranks' samples sum to the global batch: T is at
 //   least the least level at which sum_r max((T - A_r) / S_r, 0) (capped at each rank's memory
@@ -217,8 +219,10 @@ PlanResult SyncPlanner::SolveExact(const PlanProblem& problem) const {
       if (base == 0) continue;
       auto allreduce = types_.AllReduceOf(k, static_cast<int>(instances), max_gpus);
       if (!allreduce.ok()) return false;  // no completion can span its instances either
-      step = std::max(step,
-                      predictor::OverlapSteps(compute, *allreduce, types_.Model(k).overlap_gamma));
+      const double rising =
+          *allreduce - (instances == 2 ? types_.Model(k).cross_pair_s : 0);  // e_2 may go
+      step =
+          std::max(step, predictor::OverlapSteps(compute, rising, types_.Model(k).overlap_gamma));
     }
     const double time = steps * step + problem.overhead_s;
     // min over completions of (sum x p) / (sum x v), by the greedy over types by p / v.

@@ -29,6 +29,7 @@ AllReduceModel RandomModel(std::mt19937& rng, const std::string& gpu_type) {
   m.cross_fixed_s = 0.05 * u(rng);
   m.cross_straggler_s = 0.05 * u(rng);
   m.cross_per_gpu_s = 0.01 * u(rng);
+  m.cross_pair_s = u(rng) < 0.5 ? 0.3 * u(rng) : 0;  // two instances slower than three
   m.overlap_gamma = 1 + 9 * u(rng);
   return m;
 }
