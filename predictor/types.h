@@ -177,6 +177,10 @@ struct WorkloadProfile {
   SyncKind sync = SyncKind::kParameterServer;
   // The synchronous step-time model per GPU type (one entry per type).
   std::vector<AllReduceModel> allreduce;
+  // A synchronous job's restart (all ranks stop: rendezvous, start, checkpoint load) and its
+  // checkpoint interval, in seconds; unset: the simulator's defaults.
+  std::optional<double> restart_s;
+  std::optional<double> checkpoint_every_s;
 
   // The all-reduce model of `gpu_type`, or nullptr.
   const AllReduceModel* AllReduceOf(absl::string_view gpu_type) const;

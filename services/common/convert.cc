@@ -80,6 +80,8 @@ predictor::WorkloadProfile ToDomain(const pb::WorkloadProfile& in) {
     m.max_gpus_per_instance = a.max_gpus_per_instance();
     out.allreduce.push_back(std::move(m));
   }
+  if (in.has_restart_s()) out.restart_s = in.restart_s();
+  if (in.has_checkpoint_every_s()) out.checkpoint_every_s = in.checkpoint_every_s();
   return out;
 }
 
@@ -131,6 +133,8 @@ pb::WorkloadProfile ToProto(const predictor::WorkloadProfile& in) {
     a->set_overlap_gamma(m.overlap_gamma);
     a->set_max_gpus_per_instance(m.max_gpus_per_instance);
   }
+  if (in.restart_s) out.set_restart_s(*in.restart_s);
+  if (in.checkpoint_every_s) out.set_checkpoint_every_s(*in.checkpoint_every_s);
   return out;
 }
 
