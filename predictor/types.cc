@@ -271,6 +271,15 @@ absl::Status WorkloadProfile::Validate(Completeness completeness) const {
                                                    ": must be in [0, ", kMaxGlobalBatch,
                                                    "] (0: not declared)"));
   }
+  if (restart_s && !(std::isfinite(*restart_s) && *restart_s >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "restart_s = ", *restart_s,
+                                                   ": must be a finite number of seconds >= 0"));
+  }
+  if (checkpoint_every_s && !(std::isfinite(*checkpoint_every_s) && *checkpoint_every_s > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(where,
+                                                   "checkpoint_every_s = ", *checkpoint_every_s,
+                                                   ": must be a finite number of seconds > 0"));
+  }
   if (completeness == Completeness::kComplete && sync == SyncKind::kAllReduce &&
       allreduce.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

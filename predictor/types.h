@@ -183,6 +183,10 @@ struct WorkloadProfile {
   std::vector<AllReduceModel> allreduce;
   // A synchronous workload's global batch (samples per step over every rank); 0 = not declared.
   int global_batch_size = 0;
+  // A synchronous job's restart (all ranks stop: rendezvous, start, checkpoint load) and its
+  // checkpoint interval, in seconds; unset: the simulator's defaults.
+  std::optional<double> restart_s;
+  std::optional<double> checkpoint_every_s;
 
   // The all-reduce model of `gpu_type`, or nullptr.
   const AllReduceModel* AllReduceOf(absl::string_view gpu_type) const;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "predictor/allreduce.h"
 #include "provisioner/stop_poll.h"
 
 namespace spotdnn::provisioner {
@@ -31,6 +32,7 @@ struct Instance {
   double death = 0;   // revoked
   bool revoking = false;
   bool dead = false;
+  bool joined = true;  // a synchronous job's rank (a replacement joins at a restart when ready)
 };
 
 int64_t Bits(double x) {
@@ -60,6 +62,10 @@ Summary Summarize(std::vector<double> values) {
 }
 
 }  // namespace
+
+double ExpectedRestartCostS(const SynchronousRestart& restart) {
+  return restart.restart_s + restart.checkpoint_every_s / 2;
+}
 
 void WilsonInterval(int k, int n, double* low, double* high) {
   if (n <= 0) {
@@ -94,6 +100,34 @@ absl::Status ValidateSimulationOptions(const SimulationOptions& o) {
         absl::StrFormat("simulation.lost_iterations_per_revocation = %g: must be a finite number "
                         ">= 0",
                         o.lost_iterations_per_revocation));
+  }
+  if (o.synchronous) {
+    const SynchronousRestart& r = *o.synchronous;
+    if (!(std::isfinite(r.restart_s) && r.restart_s >= 0)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "simulation.restart_s = %g: must be a finite number of seconds >= 0", r.restart_s));
+    }
+    if (!(std::isfinite(r.checkpoint_every_s) && r.checkpoint_every_s > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("simulation.checkpoint_every_s = %g: must be a finite number of seconds "
+                          "> 0",
+                          r.checkpoint_every_s));
+    }
+    if (r.min_instances < 1 || r.min_instances > predictor::kMaxClusterSize) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("simulation.min_instances = %d: must be in [1, %d]", r.min_instances,
+                          predictor::kMaxClusterSize));
+    }
+    if (r.local_batch < 0 || r.local_batch > predictor::kMaxBatchPerGpu) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("simulation.local_batch = %d: must be in [0, %d] (0 = the plan's model)",
+                          r.local_batch, predictor::kMaxBatchPerGpu));
+    }
+    if (r.global_batch < 0 || r.global_batch > predictor::kMaxGlobalBatch) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "simulation.global_batch = %d: must be in [0, %d] (0 = the profile's global_batch_size)",
+          r.global_batch, predictor::kMaxGlobalBatch));
+    }
   }
   if (!(o.replan_resolution >= 0 && o.replan_resolution <= 0.1)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -270,6 +304,45 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
     }
     return 1 / e.expected_iteration_time_s;
   };
+  // A synchronous job's speed on `counts` in the plan's normalized iterations per second: the
+  // all-reduce model's step time at the options' local batch (for an iterations or samples
+  // target, the plan's iterations over the time the all-reduce model gives the target), else the
+  // plan's model's.
+  const std::optional<SynchronousRestart>& sync = options_.synchronous;
+  const predictor::Target target_asked = problem_.target();
+  const bool by_target = target_asked.kind == predictor::Target::Kind::kIterations ||
+                         target_asked.kind == predictor::Target::Kind::kSamples;
+  const bool sync_model = sync && (sync->local_batch > 0 || sync->global_batch > 0 ||
+                                   model_.profile().global_batch_size > 0);
+  auto sync_rate_of = [&](const std::vector<int>& counts) {
+    if (sync_model) {
+      const predictor::Cluster cluster{.counts = counts,
+                                       .parameter_servers = problem_.parameter_servers};
+      auto p = predictor::PredictAllReduce(
+          model_.profile(), model_.catalog(), cluster,
+          by_target ? target_asked : predictor::Target::Iterations(plan_iterations),
+          sync->local_batch, sync->global_batch);
+      if (p.ok() && p->estimate.time_s > 0) return plan_iterations / p->estimate.time_s;
+    }
+    return rate_of(counts);
+  };
+  if (sync_model) {
+    const predictor::Cluster cluster{.counts = std::vector<int>(plan.begin(), plan.end()),
+                                     .parameter_servers = problem_.parameter_servers};
+    auto p = predictor::PredictAllReduce(
+        model_.profile(), model_.catalog(), cluster,
+        by_target ? target_asked : predictor::Target::Iterations(plan_iterations),
+        sync->local_batch, sync->global_batch);
+    if (!p.ok()) {
+      return absl::Status(p.status().code(),
+                          absl::StrCat("simulation.local_batch: ", p.status().message()));
+    }
+  }
+  if (sync) {
+    result.synchronous = true;
+    result.restart = *sync;
+  }
+  std::vector<double> restart_counts(runs), redone_seconds(runs), redone_steps(runs);
 
   // The problem's stop check (a caller's deadline) is polled every few runs and after re-plans.
   StopPoll poll(problem_.stop, 16);
@@ -279,7 +352,7 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
     if (!stopped_.ok()) return stopped_;
     Rng rng(MixSeed(seed) ^ MixSeed(static_cast<uint64_t>(run) + 0x5EED));
     instances.clear();
-    auto launch = [&](int type, double at, double ready) {
+    auto launch = [&](int type, double at, double ready, bool joined = true) {
       const double life = revocations_.types[type].Quantile(rng.Uniform());
       Instance i;
       i.type = type;
@@ -287,6 +360,7 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
       i.ready = ready;
       i.death = at + life;
       i.notice = std::max(at, i.death - options_.notice_s);
+      i.joined = joined;
       instances.push_back(i);
     };
     for (size_t k = 0; k < n_types; ++k) {
@@ -304,17 +378,42 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
     double t = 0, progress = 0, target = needed, cost = 0;
     int revocations = 0;
     bool finished = false;
+    // A synchronous job: training paused until `paused_until` (a restart), the progress of its
+    // last checkpoint and the training seconds since it, and what its restarts cost.
+    double paused_until = 0, checkpoint = 0, since_checkpoint = 0;
+    double restarts = 0, redone = 0, redone_progress = 0;
+    auto restart = [&] {
+      redone += since_checkpoint;
+      redone_progress += progress - checkpoint;
+      progress = checkpoint;
+      since_checkpoint = 0;
+      paused_until = t + sync->restart_s;
+      ++restarts;
+    };
     while (true) {
       std::fill(train.begin(), train.end(), 0);
       double next = std::numeric_limits<double>::infinity();
+      int training = 0;
       for (const Instance& i : instances) {
         if (i.dead) continue;
-        if (i.ready <= t) ++train[i.type];
+        if (i.ready <= t && i.joined) {
+          ++train[i.type];
+          ++training;
+        }
         if (!i.revoking) next = std::min(next, i.notice);
         next = std::min(next, i.death);
         if (i.ready > t) next = std::min(next, i.ready);
       }
-      const double rate = rate_of(train);
+      double rate = 0;
+      if (!sync) {
+        rate = rate_of(train);
+      } else if (paused_until > t) {
+        next = std::min(next, paused_until);
+      } else if (training >= sync->min_instances) {
+        rate = sync_rate_of(train);
+        // The next checkpoint is an event: a restart after it redoes only what follows it.
+        if (rate > 0) next = std::min(next, t + (sync->checkpoint_every_s - since_checkpoint));
+      }
       const double finish = progress >= target ? t
                             : rate > 0         ? t + (target - progress) / rate
                                                : std::numeric_limits<double>::infinity();
@@ -328,7 +427,23 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
         break;
       }
       progress += rate * (next - t);
+      if (sync && rate > 0) {
+        since_checkpoint += next - t;
+        if (since_checkpoint >= sync->checkpoint_every_s * (1 - 1e-9)) {
+          checkpoint = progress;
+          since_checkpoint = 0;
+        }
+      }
       t = next;
+      if (sync) {
+        // A replacement that is ready joins the job at a restart of every rank.
+        for (Instance& i : instances) {
+          if (!i.dead && !i.joined && i.ready <= t) {
+            i.joined = true;
+            restart();
+          }
+        }
+      }
       // The gateway handles one event at a time, in order.
       for (size_t x = 0; x < instances.size(); ++x) {
         if (instances[x].dead) continue;
@@ -358,20 +473,28 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
           if (d.error) {
             ++result.replan_errors;
           } else if (!d.feasible) {
-            launch(instances[x].type, t, t + overhead);  // like for like
+            launch(instances[x].type, t, t + overhead, !sync);  // like for like
           } else {
-            // The re-plan counts on the p50; the run still needs what it drew beyond it.
-            target = progress_used + d.rest_iterations + (needed - plan_iterations);
+            // The re-plan counts on the p50; the run still needs what it drew beyond it. A
+            // synchronous job's steps do not depend on the cluster (a fixed global batch): its
+            // target stays.
+            if (!sync) target = progress_used + d.rest_iterations + (needed - plan_iterations);
             const std::vector<int> to_launch = d.to_launch;  // `d` may move as the cache grows
             for (size_t k = 0; k < n_types; ++k) {
-              for (int c = 0; c < to_launch[k]; ++c) launch(static_cast<int>(k), t, t + overhead);
+              for (int c = 0; c < to_launch[k]; ++c) {
+                launch(static_cast<int>(k), t, t + overhead, !sync);
+              }
             }
           }
         }
         if (instances[x].death <= t) {
           instances[x].dead = true;
           cost += price[instances[x].type] * (instances[x].death - instances[x].launch);
-          progress = std::max(0.0, progress - lost);
+          if (!sync) {
+            progress = std::max(0.0, progress - lost);
+          } else if (instances[x].joined) {
+            restart();  // every rank stops and resumes from the last checkpoint on the survivors
+          }
         }
       }
     }
@@ -383,6 +506,9 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
     times[run] = t;
     costs[run] = cost;
     revocation_counts[run] = revocations;
+    restart_counts[run] = restarts;
+    redone_seconds[run] = redone;
+    redone_steps[run] = redone_progress;
     result.met_deadline += met;
     met_slo += met && cost <= problem_.budget_usd;
     no_revocation += revocations == 0;
@@ -397,6 +523,11 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
   result.time_s = Summarize(std::move(times));
   result.cost_usd = Summarize(std::move(costs));
   result.revocations = Summarize(std::move(revocation_counts));
+  if (sync) {
+    result.restarts = Summarize(std::move(restart_counts));
+    result.redone_s = Summarize(std::move(redone_seconds));
+    result.redone_iterations = Summarize(std::move(redone_steps));
+  }
   return result;
 }
 

@@ -9,9 +9,10 @@
 //
 // Assumptions (see the README): training is asynchronous against parameter servers that are not
 // revoked (the paper's on-demand PS), so the model state survives a worker's revocation and only
-// its in-flight step is lost (`lost_iterations_per_revocation`); instances are revoked
-// independently of each other; an instance's lifetime starts at its launch; progress advances at
-// the model's rate 1/T_exp of the workers training at that moment.
+// its in-flight step is lost (`lost_iterations_per_revocation`), unless the options say the job is
+// synchronous (SynchronousRestart: every rank restarts from the last checkpoint); instances are
+// revoked independently of each other; an instance's lifetime starts at its launch; progress
+// advances at the model's rate 1/T_exp of the workers training at that moment.
 #ifndef SPOTDNN_PROVISIONER_SIMULATOR_H_
 #define SPOTDNN_PROVISIONER_SIMULATOR_H_
 
@@ -34,6 +35,37 @@ namespace spotdnn::provisioner {
 // Most runs one simulation may make.
 inline constexpr int kMaxSimulationRuns = 10'000'000;
 
+// A synchronous job's restart time when neither the options nor the profile give one: a placeholder
+// (rendezvous, process start and checkpoint load of a small model) until a measured figure
+// replaces it.
+inline constexpr double kDefaultRestartS = 60;
+// A synchronous job's checkpoint interval when neither the options nor the profile give one.
+inline constexpr double kDefaultCheckpointEveryS = 600;
+
+// The revocation cost of a synchronous (all-reduce) job. Every rank stops when one goes: the job
+// restarts from its last checkpoint on the survivors (elastic, while at least `min_instances`
+// instances are left; fewer wait for a replacement), and a replacement joins at a restart of its
+// own. Each restart stops every rank for `restart_s` and redoes what the cluster computed since
+// the last checkpoint; the job checkpoints every `checkpoint_every_s` of training (the interval
+// starts again at each restart, which resumes from a checkpoint). The ASP in-flight loss
+// (`lost_iterations_per_revocation`) does not apply.
+struct SynchronousRestart {
+  double restart_s = kDefaultRestartS;
+  double checkpoint_every_s = kDefaultCheckpointEveryS;
+  int min_instances = 1;
+  // The training instances' speed is the profile's all-reduce model's (predictor::PredictAllReduce)
+  // with `local_batch` samples per GPU when above 0, else with `global_batch` split by speed over
+  // the survivors when above 0, else with the profile's global_batch_size when it declares one;
+  // else the plan's model's speed.
+  int local_batch = 0;
+  int global_batch = 0;
+};
+
+// The expected training time one restart of a synchronous job costs the whole cluster: the restart
+// plus half a checkpoint interval redone (a revocation falls anywhere in the interval). The
+// deadline guard charges it for each instance start of a synchronous job.
+double ExpectedRestartCostS(const SynchronousRestart& restart);
+
 // How a simulation runs.
 struct SimulationOptions {
   int runs = 10'000;
@@ -47,6 +79,8 @@ struct SimulationOptions {
   std::optional<double> takeover_delay_s;
   // Normalized iterations lost when a worker is revoked (its in-flight step).
   double lost_iterations_per_revocation = 1;
+  // Set: the job is synchronous and pays SynchronousRestart's cost on each revocation and join.
+  std::optional<SynchronousRestart> synchronous;
   // Each run draws the iterations its job needs from the plan's convergence spread (a log-normal
   // through its p10 and p90, when the workload's convergence model gives them): P(meet deadline)
   // then counts slow convergence as well as revocations. false: every run needs the p50.
@@ -91,12 +125,19 @@ struct SimulationResult {
   double p_meet_deadline = 0;
   double p_meet_deadline_low = 0;  // Wilson 95% interval of the Monte Carlo estimate
   double p_meet_deadline_high = 0;
-  double p_meet_slo = 0;        // deadline and budget
-  double p_no_revocation = 0;   // runs without any revocation
-  Summary time_s;               // job time (to the target loss, or the horizon)
-  Summary cost_usd;             // every instance from launch to its end, and the parameter servers
-  Summary revocations;          // per run
-  int unfinished = 0;           // runs stopped at the horizon
+  double p_meet_slo = 0;       // deadline and budget
+  double p_no_revocation = 0;  // runs without any revocation
+  Summary time_s;              // job time (to the target loss, or the horizon)
+  Summary cost_usd;            // every instance from launch to its end, and the parameter servers
+  Summary revocations;         // per run
+  int unfinished = 0;          // runs stopped at the horizon
+  // A synchronous job's restarts per run and the training it redid: cluster seconds of training
+  // since the last checkpoint, and the normalized iterations (steps) they had computed.
+  bool synchronous = false;
+  SynchronousRestart restart;  // the cost used, when synchronous
+  Summary restarts;
+  Summary redone_s;
+  Summary redone_iterations;
   uint64_t replans = 0;         // re-plans asked for
   uint64_t replans_solved = 0;  // of which solved (the rest came from the cache)
   int replan_errors = 0;        // re-plans the provisioner refused (no takeover, as in the gateway)

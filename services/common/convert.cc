@@ -82,6 +82,8 @@ predictor::WorkloadProfile ToDomain(const pb::WorkloadProfile& in) {
     out.allreduce.push_back(std::move(m));
   }
   out.global_batch_size = in.global_batch_size();
+  if (in.has_restart_s()) out.restart_s = in.restart_s();
+  if (in.has_checkpoint_every_s()) out.checkpoint_every_s = in.checkpoint_every_s();
   return out;
 }
 
@@ -135,6 +137,8 @@ pb::WorkloadProfile ToProto(const predictor::WorkloadProfile& in) {
     a->set_max_gpus_per_instance(m.max_gpus_per_instance);
   }
   out.set_global_batch_size(in.global_batch_size);
+  if (in.restart_s) out.set_restart_s(*in.restart_s);
+  if (in.checkpoint_every_s) out.set_checkpoint_every_s(*in.checkpoint_every_s);
   return out;
 }
 

@@ -169,6 +169,37 @@ absl::StatusOr<provisioner::SimulationOptions> SimulationOptionsOf(const PlanInp
                         o.max_replan_solves(), kMaxServiceReplanSolves));
   }
   if (o.max_replan_solves() > 0) out.max_replan_solves = o.max_replan_solves();
+  // A synchronous job (the request's sync, else the profile's) pays the restart cost.
+  const predictor::WorkloadProfile& profile = in.model->profile();
+  const bool synchronous =
+      o.sync() == pb::SYNC_KIND_ALLREDUCE ||
+      (o.sync() == pb::SYNC_KIND_UNSPECIFIED && profile.sync == predictor::SyncKind::kAllReduce);
+  if (synchronous) {
+    provisioner::SynchronousRestart r;
+    r.restart_s = o.has_restart_s() ? o.restart_s()
+                                    : profile.restart_s.value_or(provisioner::kDefaultRestartS);
+    r.checkpoint_every_s =
+        o.has_checkpoint_every_s()
+            ? o.checkpoint_every_s()
+            : profile.checkpoint_every_s.value_or(provisioner::kDefaultCheckpointEveryS);
+    if (o.min_instances() != 0) r.min_instances = o.min_instances();
+    r.local_batch = o.local_batch();
+    out.synchronous = r;
+  } else {
+    const std::pair<const char*, bool> sync_only[] = {
+        {"restart_s", o.has_restart_s()},
+        {"checkpoint_every_s", o.has_checkpoint_every_s()},
+        {"min_instances", o.min_instances() != 0},
+        {"local_batch", o.local_batch() != 0}};
+    for (const auto& [field, given] : sync_only) {
+      if (given) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "options.simulation.", field,
+            ": applies to a synchronous (all-reduce) job; the workload trains with a parameter "
+            "server (set options.simulation.sync to SYNC_KIND_ALLREDUCE to simulate it as one)"));
+      }
+    }
+  }
   if (auto s = provisioner::ValidateSimulationOptions(out); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("options.", s.message()));
   }
@@ -194,6 +225,18 @@ void RiskToProto(const provisioner::SimulationResult& r, pb::RiskEstimate* out) 
   out->set_unfinished_runs(static_cast<uint32_t>(r.unfinished));
   out->set_replans(r.replans);
   out->set_replans_solved(r.replans_solved);
+  if (r.synchronous) {
+    out->set_synchronous(true);
+    out->set_mean_restarts(r.restarts.mean);
+    out->set_redone_mean_s(r.redone_s.mean);
+    out->set_redone_p50_s(r.redone_s.p50);
+    out->set_redone_p90_s(r.redone_s.p90);
+    out->set_redone_mean_steps(r.redone_iterations.mean);
+    out->set_redone_p50_steps(r.redone_iterations.p50);
+    out->set_redone_p90_steps(r.redone_iterations.p90);
+    out->set_restart_s(r.restart.restart_s);
+    out->set_checkpoint_every_s(r.restart.checkpoint_every_s);
+  }
 }
 
 absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::WorkloadRef& workload,

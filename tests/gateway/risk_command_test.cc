@@ -2,6 +2,7 @@
 // real detector service on 127.0.0.1:0 for --from-detector).
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -187,6 +188,77 @@ TEST_F(RiskCommandTest, SimulateReportsTheDistributionsAndIsDeterministicForASee
   EXPECT_EQ(impossible.code, kExitInfeasible) << impossible.err;
   const CliRun help = Cli({"help", "simulate"});
   EXPECT_THAT(help.out, HasSubstr("--takeover-delay"));
+}
+
+TEST_F(RiskCommandTest, SimulateASynchronousJobReportsRestartsAndTheWorkRedone) {
+  const std::vector<std::string> asp = {
+      "simulate",         "--workload", "resnet110",  "--catalog", "aws-spotdnn-prototype",
+      "--loss",           "0.9",        "--deadline", "30m",       "--lifetimes",
+      Lifetimes(),        "--runs",     "2000",       "--seed",    "7",
+      "--takeover-delay", "60s",        "--json"};
+  std::vector<std::string> sync = asp;
+  for (const char* a : {"--sync", "allreduce", "--restart", "2m", "--checkpoint-every", "10m"}) {
+    sync.push_back(a);
+  }
+  const CliRun a = Cli(asp);
+  const CliRun s = Cli(sync);
+  ASSERT_EQ(a.code, kExitOk) << a.err;
+  ASSERT_EQ(s.code, kExitOk) << s.err;
+  const auto fa = Json(a.out).fields();
+  const auto fs = Json(s.out).fields();
+  EXPECT_FALSE(fa.contains("restarts_per_run"));
+  EXPECT_TRUE(fs.at("synchronous").bool_value());
+  EXPECT_EQ(fs.at("restart_s").number_value(), 120);
+  EXPECT_EQ(fs.at("checkpoint_every_s").number_value(), 600);
+  // The same lifetimes (seed and plan); the longer synchronous runs see at least as many
+  // revocations, each a restart, and the joins are restarts too.
+  EXPECT_GE(fs.at("revocations_per_run").number_value(),
+            fa.at("revocations_per_run").number_value());
+  EXPECT_GE(fs.at("restarts_per_run").number_value(), fs.at("revocations_per_run").number_value());
+  EXPECT_GT(fs.at("redone_mean_s").number_value(), 0);
+  EXPECT_GT(fs.at("redone_mean_steps").number_value(), 0);
+  EXPECT_LE(fs.at("redone_p50_s").number_value(), fs.at("redone_p90_s").number_value());
+  EXPECT_GT(fs.at("expected_time_s").number_value(), fa.at("expected_time_s").number_value());
+
+  sync.erase(std::find(sync.begin(), sync.end(), "--json"));  // the table
+  const CliRun table = Cli(sync);
+  ASSERT_EQ(table.code, kExitOk) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("restarts per run"));
+  EXPECT_THAT(table.out, HasSubstr("training redone"));
+  EXPECT_THAT(table.out, HasSubstr("steps redone"));
+
+  // Bad input names the flag or the field.
+  std::vector<std::string> base(asp.begin(), asp.end() - 1);
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Cli(args);
+  };
+  const CliRun negative = with({"--sync", "allreduce", "--restart", "-5"});
+  EXPECT_EQ(negative.code, kExitBadInput);
+  EXPECT_THAT(negative.err, HasSubstr("--restart"));
+  const CliRun zero = with({"--sync", "allreduce", "--checkpoint-every", "0"});
+  EXPECT_EQ(zero.code, kExitBadInput);
+  EXPECT_THAT(zero.err, HasSubstr("--checkpoint-every"));
+  const CliRun asp_restart = with({"--restart", "1m"});
+  EXPECT_EQ(asp_restart.code, kExitBadInput);
+  EXPECT_THAT(asp_restart.err, HasSubstr("restart_s: applies to a synchronous"));
+  const CliRun kind = with({"--sync", "ring"});
+  EXPECT_THAT(kind.err, HasSubstr("--sync = \"ring\""));
+  // A profile's own restart_s and checkpoint_every_s, checked like the flags.
+  std::ifstream in(std::string(SPOTDNN_SOURCE_DIR) + "/deploy/workloads/resnet110.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string profile = text.str();
+  const size_t brace = profile.find('{');
+  ASSERT_NE(brace, std::string::npos);
+  profile.insert(brace + 1, "\"restart_s\": -5, \"checkpoint_every_s\": 300,");
+  const std::string path = (dir_ / "w.json").string();
+  std::ofstream(path) << profile;
+  base[2] = path;
+  const CliRun bad_profile = with({"--sync", "allreduce"});
+  EXPECT_EQ(bad_profile.code, kExitBadInput) << bad_profile.err;
+  EXPECT_THAT(bad_profile.err, HasSubstr("restart_s = -5"));
 }
 
 TEST_F(RiskCommandTest, CatalogHazardsFromAFileWritesTheLifetimesIntoTheCatalog) {

@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "predictor/allreduce.h"
 #include "provisioner/replan.h"
 #include "tests/testing/prototype_inputs.h"
 
@@ -278,6 +279,151 @@ TEST(Simulator, NoticeLetsTheTakeoverStartBeforeTheRevocation) {
   EXPECT_LT(with_notice->time_s.mean, without->time_s.mean);
 }
 
+// One revocation at `life` of the plan {1 a, 1 b}, a deadline no re-plan can meet (so the takeover
+// is one "a", like for like), and the same trace for an ASP and a synchronous job.
+TEST(Simulator, SynchronousJobRestartsFromTheCheckpointAndAgainWhenTheReplacementJoins) {
+  const PerformanceModel m = TwoTypeModel(1, 1);
+  PlanProblem p = DefaultProblem(m, 1.0);
+  const std::vector<int> plan = {1, 1};
+  Candidate c;
+  ASSERT_TRUE(Score(m, p, plan, c));
+  const double train = c.time_s;
+  p.deadline_s = train * 0.7;
+  auto rate = [&](std::vector<int> counts) {
+    return 1 / m.Evaluate(counts, 1e300).expected_iteration_time_s;
+  };
+  const double life = train * 0.6, j0 = c.estimate.normalized_iterations;
+  const double r_plan = rate(plan), r_b = rate({0, 1});
+  const double restart = 50, checkpoint_every = train * 0.07;
+  const double lost_s = std::fmod(life, checkpoint_every);
+  ASSERT_GT(lost_s, 1);
+  // The ASP job: the survivor alone during the takeover delay, nothing redone.
+  for (const double delay : {20.0, 90.0}) {  // the replacement ready before and after the restart
+    SimulationOptions asp{.runs = 2,
+                          .seed = 1,
+                          .takeover_delay_s = delay,
+                          .lost_iterations_per_revocation = 0,
+                          .replan_resolution = 0};
+    SimulationOptions synchronous = asp;
+    synchronous.synchronous =
+        SynchronousRestart{.restart_s = restart, .checkpoint_every_s = checkpoint_every};
+    auto a = Simulator::Create(m, p, Model({Fixed(life), Exp(0)}), asp);
+    auto s = Simulator::Create(m, p, Model({Fixed(life), Exp(0)}), synchronous);
+    ASSERT_TRUE(a.ok() && s.ok());
+    auto ra = (*a)->Run(plan);
+    auto rs = (*s)->Run(plan);
+    ASSERT_TRUE(ra.ok() && rs.ok()) << ra.status() << rs.status();
+
+    const double asp_finish = life + delay + (j0 - r_plan * life - r_b * delay) / r_plan;
+    EXPECT_NEAR(ra->time_s.mean, asp_finish, 1e-6 * asp_finish) << delay;
+    EXPECT_FALSE(ra->synchronous);
+    // The synchronous job: every rank stops at the revocation and resumes from the checkpoint
+    // before it (lost_s of the plan's training redone) after the restart; the replacement joins
+    // at a second restart when it is ready, which also redoes what the survivor trained alone
+    // since the first (delay - restart, within one checkpoint interval). The finish is later than
+    // without a revocation by the time redone, the delay and one restart.
+    const double no_revocation = j0 / r_plan;
+    const double sync_finish = no_revocation + lost_s + delay + restart;
+    ASSERT_LT(sync_finish, 2 * life);  // the replacement lives `life` from its launch
+    EXPECT_NEAR(rs->time_s.mean, sync_finish, 1e-6 * sync_finish) << delay;
+    EXPECT_TRUE(rs->synchronous);
+    EXPECT_EQ(rs->revocations.mean, 1);
+    EXPECT_EQ(rs->restarts.mean, 2);
+    const double alone_s = std::max(0.0, delay - restart);
+    EXPECT_NEAR(rs->redone_s.mean, lost_s + alone_s, 1e-6 * train) << delay;
+    EXPECT_NEAR(rs->redone_iterations.p50, r_plan * lost_s + r_b * alone_s, 1e-6 * j0) << delay;
+    EXPECT_GT(rs->time_s.mean, ra->time_s.mean);
+  }
+}
+
+TEST(Simulator, SynchronousJobWaitsBelowItsElasticMinimum) {
+  // min_instances 2: the survivor alone does not train; the job resumes when the replacement
+  // joins, from the checkpoint before the revocation.
+  const PerformanceModel m = TwoTypeModel(1, 1);
+  PlanProblem p = DefaultProblem(m, 1.0);
+  const std::vector<int> plan = {1, 1};
+  Candidate c;
+  ASSERT_TRUE(Score(m, p, plan, c));
+  const double train = c.time_s;
+  p.deadline_s = train * 0.7;
+  const double life = train * 0.6, delay = 90, restart = 50, every = train * 0.07;
+  auto sim = Simulator::Create(
+      m, p, Model({Fixed(life), Exp(0)}),
+      {.runs = 1,
+       .takeover_delay_s = delay,
+       .synchronous = SynchronousRestart{
+           .restart_s = restart, .checkpoint_every_s = every, .min_instances = 2}});
+  ASSERT_TRUE(sim.ok());
+  auto r = (*sim)->Run(plan);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const double finish = c.estimate.normalized_iterations * c.estimate.expected_iteration_time_s +
+                        std::fmod(life, every) + delay + restart;
+  EXPECT_NEAR(r->time_s.mean, finish, 1e-6 * finish);
+  EXPECT_NEAR(r->redone_s.mean, std::fmod(life, every), 1e-6 * train);
+}
+
+// The training instances' speed is the all-reduce model's on them: with `local_batch` samples
+// per GPU, or (0) with the profile's `global_batch` split by speed over them.
+void ExpectSurvivorsAtTheAllReduceModelsSpeed(int local_batch, int global_batch) {
+  predictor::InstanceCatalog cat;
+  cat.name = "two";
+  cat.types = {{"a", "K80", 1, 12, 0.9, 2.0, 1}, {"b", "V100", 1, 16, 1.5, 3.0, 1}};
+  cat.parameter_server = {.instance_type = "ps",
+                          .bandwidth_mb_per_s = 1000,
+                          .spot_price_per_hour = 0.2,
+                          .on_demand_price_per_hour = 0.2};
+  cat.pcie_bandwidth_mb_per_s = 10000;
+  predictor::WorkloadProfile w = TwoTypeModel(1, 1).profile();
+  w.sync = predictor::SyncKind::kAllReduce;
+  w.global_batch_size = global_batch;
+  w.allreduce = {{.gpu_type = "K80",
+                  .compute_fixed_s = 0.05,
+                  .compute_per_sample_s = 0.004,
+                  .cross_instance = true,
+                  .cross_fixed_s = 0.1},
+                 {.gpu_type = "V100",
+                  .compute_fixed_s = 0.02,
+                  .compute_per_sample_s = 0.001,
+                  .cross_instance = true,
+                  .cross_fixed_s = 0.1}};
+  auto m = PerformanceModel::Create(w, cat);
+  ASSERT_TRUE(m.ok()) << m.status();
+  PlanProblem p = DefaultProblem(*m, predictor::Target::Iterations(20000));
+  p.deadline_s = 10;  // no re-plan meets it: like for like (and the run goes on to 1000 x it)
+  const std::vector<int> plan = {1, 1};
+  auto step = [&](std::vector<int> counts) {
+    auto pr = predictor::PredictAllReduce(w, cat, {.counts = counts},
+                                          predictor::Target::Iterations(1), local_batch);
+    EXPECT_TRUE(pr.ok()) << pr.status();
+    return pr->estimate.expected_iteration_time_s;
+  };
+  const double t_plan = 20000 * step(plan);
+  const double life = 0.6 * t_plan, delay = 90, restart = 50, every = 0.07 * t_plan;
+  auto sim = Simulator::Create(*m, p, Model({Fixed(life), Exp(0)}),
+                               {.runs = 1,
+                                .takeover_delay_s = delay,
+                                .synchronous = SynchronousRestart{.restart_s = restart,
+                                                                  .checkpoint_every_s = every,
+                                                                  .local_batch = local_batch},
+                                .horizon_factor = 1000});
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  auto r = (*sim)->Run(plan);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const double alone = delay - restart;
+  EXPECT_NEAR(r->redone_iterations.mean, std::fmod(life, every) / step(plan) + alone / step({0, 1}),
+              1e-6 * 20000);
+  const double finish = t_plan + std::fmod(life, every) + delay + restart;
+  EXPECT_NEAR(r->time_s.mean, finish, 1e-6 * finish);
+}
+
+TEST(Simulator, SynchronousSurvivorsStepAtTheAllReduceModelsSpeed) {
+  ExpectSurvivorsAtTheAllReduceModelsSpeed(32, 0);
+}
+
+TEST(Simulator, SynchronousSurvivorsSplitTheProfilesGlobalBatch) {
+  ExpectSurvivorsAtTheAllReduceModelsSpeed(0, 96);
+}
+
 TEST(Simulator, RefusesBadInput) {
   const PerformanceModel m = TwoTypeModel(2, 2);
   PlanProblem p = DefaultProblem(m, 1.0);
@@ -292,6 +438,19 @@ TEST(Simulator, RefusesBadInput) {
               HasSubstr("simulation.takeover_delay_s"));
   EXPECT_THAT(Simulator::Create(m, p, rev, {.replan_resolution = 0.5}).status().message(),
               HasSubstr("simulation.replan_resolution = 0.5"));
+  EXPECT_THAT(Simulator::Create(m, p, rev, {.synchronous = SynchronousRestart{.restart_s = -5}})
+                  .status()
+                  .message(),
+              HasSubstr("simulation.restart_s = -5"));
+  EXPECT_THAT(
+      Simulator::Create(m, p, rev, {.synchronous = SynchronousRestart{.checkpoint_every_s = 0}})
+          .status()
+          .message(),
+      HasSubstr("simulation.checkpoint_every_s = 0"));
+  EXPECT_THAT(Simulator::Create(m, p, rev, {.synchronous = SynchronousRestart{.min_instances = 0}})
+                  .status()
+                  .message(),
+              HasSubstr("simulation.min_instances = 0"));
   EXPECT_THAT(Simulator::Create(m, p, Model({Exp(1)}), {}).status().message(),
               HasSubstr("revocation model has 1 types"));
   auto sim = Simulator::Create(m, p, rev, {.runs = 10});

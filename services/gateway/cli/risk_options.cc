@@ -34,6 +34,14 @@ std::vector<FlagHelp> SimulationFlagHelp() {
        "default 0)"},
       {"--takeover-delay", "D", "from the notice to the takeover training (default: --overhead)"},
       {"--lost-iterations", "N", "normalized iterations lost per revocation (default 1: its step)"},
+      {"--restart", "D",
+       "a synchronous job: every rank's restart after a revocation or a join\n(default: the "
+       "profile's restart_s, else 60s)"},
+      {"--checkpoint-every", "D",
+       "a synchronous job: its checkpoint interval; a restart redoes the training\nsince the "
+       "last (default: the profile's checkpoint_every_s, else 10m)"},
+      {"--min-instances", "N",
+       "a synchronous job: the fewest instances it trains on (elastic; default 1)"},
       {"--replan-resolution", "F",
        "round re-plan inputs to this fraction of the deadline (faster, biased\nup; default 0: "
        "exact, as the gateway)"},
@@ -124,6 +132,21 @@ absl::Status SimulationFlags(const Args& args, pb::SimulationOptions* options) {
     }
     options->set_lost_iterations_per_revocation(*x);
   }
+  if (auto n = args.Get("--restart")) {
+    auto d = ParseDuration("--restart", *n, /*allow_zero=*/true);
+    if (!d.ok()) return d.status();
+    options->set_restart_s(*d);
+  }
+  if (auto n = args.Get("--checkpoint-every")) {
+    auto d = ParseDuration("--checkpoint-every", *n);
+    if (!d.ok()) return d.status();
+    options->set_checkpoint_every_s(*d);
+  }
+  if (args.Has("--min-instances")) {
+    auto n = PositiveInt(args, "--min-instances", 100'000);
+    if (!n.ok()) return n.status();
+    options->set_min_instances(*n);
+  }
   if (auto n = args.Get("--replan-resolution")) {
     auto x = ParseNumber("--replan-resolution", *n);
     if (!x.ok()) return x.status();
@@ -166,6 +189,18 @@ JsonObject RiskJson(const pb::RiskEstimate& r) {
       .Raw("seed", absl::StrCat(r.seed()))  // a number, as every other count
       .Integer("replans", static_cast<long long>(r.replans()))
       .Integer("replans_solved", static_cast<long long>(r.replans_solved()));
+  if (r.synchronous()) {
+    o.Bool("synchronous", true)
+        .Number("restart_s", r.restart_s())
+        .Number("checkpoint_every_s", r.checkpoint_every_s())
+        .Number("restarts_per_run", r.mean_restarts())
+        .Number("redone_mean_s", r.redone_mean_s())
+        .Number("redone_p50_s", r.redone_p50_s())
+        .Number("redone_p90_s", r.redone_p90_s())
+        .Number("redone_mean_steps", r.redone_mean_steps())
+        .Number("redone_p50_steps", r.redone_p50_steps())
+        .Number("redone_p90_steps", r.redone_p90_steps());
+  }
   return o;
 }
 

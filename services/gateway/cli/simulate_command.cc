@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "predictor/types.h"
 #include "provisioner/deadline/availability_trace.h"
 #include "provisioner/deadline/window_replay.h"
 #include "services/clients/service_clients.h"
@@ -311,6 +312,17 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
     request.mutable_cluster()->set_parameter_servers(options.parameter_servers());
   }
   if (auto s = SimulationFlags(args, options.mutable_simulation()); !s.ok()) return fail(s);
+  if (auto sync = args.Get("--sync")) {
+    auto kind = predictor::ParseSyncKind(*sync, "--sync");
+    if (!kind.ok()) return fail(kind.status());
+    options.mutable_simulation()->set_sync(
+        *kind == predictor::SyncKind::kAllReduce ? pb::SYNC_KIND_ALLREDUCE : pb::SYNC_KIND_PS);
+  }
+  if (auto b = args.Get("--local-batch")) {
+    auto parsed = ParseInt("--local-batch", *b, 1, predictor::kMaxBatchPerGpu);
+    if (!parsed.ok()) return fail(parsed.status());
+    options.mutable_simulation()->set_local_batch(*parsed);
+  }
 
   const clients::ProvisionerClient provisioner(stub, clients::CallPolicy::LongRunning());
   auto simulated_response = provisioner.Simulate(request);
@@ -432,7 +444,19 @@ int Simulate(const Args& args, pb::Provisioner::StubInterface& stub,
                 Dollars(r.cost_p90_usd())});
   table.AddRow({"revocations per run", Fixed(r.mean_revocations(), 3), "",
                 absl::StrCat("max ", Fixed(r.max_revocations(), 0))});
+  if (r.synchronous()) {
+    table.AddRow({"restarts per run", Fixed(r.mean_restarts(), 3), "", ""});
+    table.AddRow({"training redone", HumanDuration(r.redone_mean_s()),
+                  HumanDuration(r.redone_p50_s()), HumanDuration(r.redone_p90_s())});
+    table.AddRow({"steps redone", Fixed(r.redone_mean_steps(), 0), Fixed(r.redone_p50_steps(), 0),
+                  Fixed(r.redone_p90_steps(), 0)});
+  }
   table.Print(io.out);
+  if (r.synchronous()) {
+    io.out << "\nSynchronous: each revocation and each replacement's join restarts every rank ("
+           << HumanDuration(r.restart_s()) << ") from the last checkpoint (every "
+           << HumanDuration(r.checkpoint_every_s()) << ")\n";
+  }
   io.out << "\nP(meet deadline)   " << Probability(r)
          << "  (95% interval of the simulation, not of the lifetime data)\n";
   if (request.slo().budget_usd() > 0) {
@@ -465,7 +489,8 @@ std::vector<Command> SimulateCommands() {
                   "[--overhead D] [--notice D] [--takeover-delay D] [--budget USD]\n"
                   "[--quota TYPE=N,...] [--strategy exact|spotdnn|exhaustive]\n"
                   "[--parameter-servers N] [--on-demand] [--json] [--server HOST:PORT]\n"
-                  "[--data-dir D | --profiler H:P]",
+                  "[--data-dir D | --profiler H:P] [--sync allreduce|ps] [--local-batch B]\n"
+                  "[--restart D] [--checkpoint-every D] [--min-instances N]",
       .description =
           "Replays the job --runs times. Each instance's lifetime is sampled from its type's "
           "lifetime\ndistribution; every revocation is handled as `spotdnn run` handles it: at "
@@ -496,6 +521,12 @@ std::vector<Command> SimulateCommands() {
                 {"--margin", "F", "as in `spotdnn plan`"},
                 {"--parameter-servers", "N", "as in `spotdnn plan`"},
                 {"--on-demand", "", "as in `spotdnn plan`"},
+                {"--sync", "allreduce|ps",
+                 "how the workload trains (default: the profile's); a synchronous job\nrestarts "
+                 "every rank on each revocation (--restart, --checkpoint-every)"},
+                {"--local-batch", "B",
+                 "a synchronous job: samples per GPU per step; the training instances'\nspeed is "
+                 "then the profile's all-reduce model's (default: the plan's model's)"},
                 ServerFlag("spotdnn-provisioner"),
                 DataDirFlag(),
                 {"--profiler", "H:P",

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "provisioner/simulator.h"
 #include "services/gateway/job/job_run.h"
 
 namespace spotdnn::job {
@@ -99,6 +100,16 @@ absl::Status JobRun::GuardTick() {
                .elapsed_s = elapsed_s,
                .time_left_s = spec_.deadline_s - job_.profiling_s - elapsed_s,
                .changeover_s = spec_.revocation_overhead_s};
+  if (workload_.sync() == pb::SYNC_KIND_ALLREDUCE) {
+    // A synchronous job: each start of an instance also restarts every rank from the last
+    // checkpoint (the profile's restart and checkpoint interval, else the simulator's defaults).
+    provisioner::SynchronousRestart restart;
+    if (workload_.has_restart_s()) restart.restart_s = workload_.restart_s();
+    if (workload_.has_checkpoint_every_s()) {
+      restart.checkpoint_every_s = workload_.checkpoint_every_s();
+    }
+    now.changeover_s += provisioner::ExpectedRestartCostS(restart);
+  }
   // The plan's pace with its whole cluster: the work left in seconds, and its line.
   const double plan_iterations = plan_.prediction().normalized_iterations();
   const double seconds_per_iteration = plan_iterations > 0 ? plan_.time_s() / plan_iterations : 0;
