@@ -15,6 +15,7 @@
 #include "services/common/request_check.h"
 #include "services/common/request_size.h"
 #include "services/common/server.h"
+#include "services/provisioner/sync_plan.h"
 
 namespace spotdnn::services {
 namespace {
@@ -159,6 +160,24 @@ absl::StatusOr<PlanInputs> ProvisionerServiceImpl::Inputs(
 grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext* context,
                                           const pb::PlanRequest* request,
                                           pb::PlanResponse* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
+  if (request->sync() != pb::SYNC_KIND_PS) {
+    // A synchronous workload (the request's sync, or the profile's) has its own planner.
+    auto loaded = models_.Load(request->workload(), request->catalog());
+    if (!loaded.ok()) return ToGrpc(loaded.status());
+    if (PlansSynchronously(*request, loaded->first)) {
+      return ToGrpc(PlanSynchronous(
+          *request, loaded->first, loaded->second, options_.max_exhaustive_limit,
+          CallStopCheck(context, options_.max_solve_time, "the search", "--max_solve_time"),
+          response));
+    }
+  }
+  if (request->global_batch() != 0) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+        "global_batch = ", request->global_batch(),
+        ": a parameter-server workload takes its batch from the profile; a global batch is for a "
+        "synchronous (all-reduce) one")));
+  }
   auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
                    request->options());
   if (!in.ok()) return ToGrpc(in.status());

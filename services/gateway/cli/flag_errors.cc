@@ -70,6 +70,7 @@ const FieldFlags& ProvisionerFieldFlags() {
       {"cluster.parameter_servers", "--parameter-servers"},
       {"workload.name", "--workload"},
       {"catalog.name", "--catalog"},
+      {"global_batch", "--global-batch"},
   };
   return *fields;
 }

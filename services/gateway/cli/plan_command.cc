@@ -99,6 +99,9 @@ JsonObject AvailabilityJson(const AvailabilityOutcome& a) {
                             .str());
 }
 
+// Whether a feasible plan is a synchronous (all-reduce) one: its prediction splits a global batch.
+bool IsSynchronous(const pb::Plan& p) { return p.prediction().accumulation_steps() > 0; }
+
 // The fields every plan shows in JSON.
 JsonObject PlanJson(const pb::Plan& p) {
   JsonObject o;
@@ -123,6 +126,14 @@ JsonObject PlanJson(const pb::Plan& p) {
         .Number("convergence_coefficient", p.prediction().convergence_coefficient())
         .Number("cluster_speed", p.prediction().cluster_speed())
         .Integer("workers", p.prediction().worker_count());
+    if (IsSynchronous(p)) {
+      // A synchronous plan: one step of the whole cluster, and each type's local batch.
+      o.String("sync", "allreduce")
+          .Number("global_batch", p.prediction().wa_batch())
+          .Raw("local_batches", LocalBatchesJson(p.prediction()))
+          .Integer("accumulation_steps", p.prediction().accumulation_steps())
+          .Number("iteration_time_s", p.prediction().expected_iteration_time_s());
+    }
     // A target beyond what the profile's runs ever reached: the plan rests on an extrapolation.
     o.Bool("extrapolated", p.prediction().extrapolated());
     if (p.prediction().has_data_best()) o.Number("data_best", p.prediction().data_best());
@@ -198,10 +209,36 @@ absl::Status CheckCounts(absl::string_view flag,
   return absl::OkStatus();
 }
 
+// The best plan of the other way of training (`plan --sync`), or why there is none.
+struct OtherSync {
+  std::string label;  // "parameter-server plan", "all-reduce plan"
+  std::optional<pb::Plan> plan;
+  std::string error;  // when the other kind cannot be planned
+};
+
+// The instances table of a synchronous plan: each type's local batch and its step's parts.
+void PrintSyncTypes(const pb::Plan& p, std::ostream& out) {
+  Table types({"instance type", "count", "to launch", "GPUs", "local batch", "compute (s)",
+               "all-reduce (s)", "step (s)"});
+  for (const pb::WorkerPrediction& w : p.prediction().workers()) {
+    int launch = 0;
+    for (const pb::InstanceCount& c : p.to_launch().instances()) {
+      if (c.instance_type() == w.instance_type()) launch = c.count();
+    }
+    types.AddRow({w.instance_type(), absl::StrCat(w.count()), absl::StrCat(launch),
+                  absl::StrCat(w.gpus()), LocalBatchText(w.local_batch()),
+                  Fixed(w.compute_time_s(), 5), Fixed(w.communication_time_s(), 5),
+                  Fixed(w.iteration_time_s(), 5)});
+  }
+  types.Print(out);
+}
+
 void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std::string& workload,
-               const std::string& catalog, const TargetFlags& target, std::ostream& out) {
+               const std::string& catalog, const TargetFlags& target, const OtherSync* other,
+               std::ostream& out) {
   const pb::Plan& p = r.plan();
   const bool budget = req.mode() == pb::PLAN_MODE_BUDGET;
+  const bool sync = IsSynchronous(p);
   out << "Plan: " << workload << " on " << catalog << ", " << target.Describe();
   if (budget) {
     out << " within " << Dollars(req.slo().budget_usd()) << ", fastest";
@@ -209,10 +246,32 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
     out << " by " << Deadline(req.slo().deadline_s()) << ", cheapest";
   }
   out << " (" << services::EnumLabel(p.strategy()) << ", "
+      << (sync ? "synchronous all-reduce, " : "")
       << (req.options().on_demand_prices() ? "on-demand" : "spot") << " prices)\n\n";
   if (!p.feasible()) {
     PrintInfeasible(p.reason(), r.fastest_time_s(), r.fastest_cost_usd(), r.cheapest_time_s(),
                     r.cheapest_cost_usd(), out);
+  } else if (sync) {
+    PrintSyncTypes(p, out);
+    out << "\n";
+    const pb::Prediction& e = p.prediction();
+    Table summary({"quantity", "value"});
+    summary.AddRow({"predicted time",
+                    absl::StrCat(Fixed(p.time_s(), 2), " s (", HumanDuration(p.time_s()), ")")});
+    summary.AddRow({"steps", Fixed(e.normalized_iterations(), 0)});
+    summary.AddRow({"global batch", Fixed(e.wa_batch(), 0)});
+    if (e.accumulation_steps() > 1) {
+      summary.AddRow(
+          {"accumulation steps",
+           absl::StrCat(e.accumulation_steps(),
+                        " (micro-steps per step: the global batch exceeds the cluster's memory)")});
+    }
+    summary.AddRow({"step time (s)", Fixed(e.expected_iteration_time_s(), 6)});
+    summary.AddRow({"cluster speed (samples/s)", Fixed(e.cluster_speed(), 1)});
+    summary.AddRow({"cost", Dollars(p.cost_usd())});
+    summary.AddRow({"solve time", absl::StrFormat("%.2f ms, %d clusters evaluated", p.solve_ms(),
+                                                  p.clusters_evaluated())});
+    summary.Print(out);
   } else {
     Table types({"instance type", "count", "to launch", "GPUs", "batch", "T_i (s)", "samples/s"});
     for (const pb::WorkerPrediction& w : p.prediction().workers()) {
@@ -252,6 +311,8 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
     summary.AddRow({"solve time", absl::StrFormat("%.2f ms, %d clusters evaluated", p.solve_ms(),
                                                   p.clusters_evaluated())});
     summary.Print(out);
+  }
+  if (p.feasible()) {
     out << "\nThe same SLO, other ways\n";
     Table compare({"plan", "instances", "time", "cost", "vs this plan"});
     compare.LeftAlign(1);
@@ -271,6 +332,10 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
     };
     baseline(r.has_spotdnn_baseline(), r.spotdnn_baseline(), "spotdnn heuristic");
     baseline(r.has_homogeneous_baseline(), r.homogeneous_baseline(), "cheapest homogeneous");
+    if (other != nullptr && other->plan) baseline(true, *other->plan, other->label);
+    if (other != nullptr && !other->plan) {
+      compare.AddRow({other->label, "cannot be planned (see below)", "-", "-", "-"});
+    }
     if (!req.options().on_demand_prices()) {
       compare.AddRow({"this plan at on-demand prices", ClusterText(p.cluster()),
                       HumanDuration(p.time_s()), Dollars(p.on_demand_cost_usd()),
@@ -285,6 +350,8 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
             << services::EnumLabel(b->strategy()) << " baseline skipped: " << b->reason() << "\n";
       }
     }
+    if (other != nullptr && !other->plan)
+      out << "\n" << other->label << ": " << other->error << "\n";
   }
   if (p.excluded_types_size() > 0) {
     out << "\nLeft out (the profile cannot predict them):\n";
@@ -412,6 +479,24 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   }
   pb::PlanOptions& options = *request.mutable_options();
   if (auto s = ParsePlanOptionFlags(args, &options); !s.ok()) return fail(s);
+  if (auto sync = args.Get("--sync")) {
+    auto kind = predictor::ParseSyncKind(*sync, "--sync");
+    if (!kind.ok()) return fail(kind.status());
+    request.set_sync(*kind == predictor::SyncKind::kAllReduce ? pb::SYNC_KIND_ALLREDUCE
+                                                              : pb::SYNC_KIND_PS);
+  }
+  if (auto b = args.Get("--global-batch")) {
+    auto parsed = ParseInt("--global-batch", *b, 1, predictor::kMaxGlobalBatch);
+    if (!parsed.ok()) return fail(parsed.status());
+    request.set_global_batch(*parsed);
+  }
+  if (mode == "frontier" &&
+      (request.sync() != pb::SYNC_KIND_UNSPECIFIED || request.global_batch() != 0)) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        args.Has("--sync") ? "--sync" : "--global-batch",
+        ": the frontier is planned for parameter-server workloads only; use --mode deadline or "
+        "budget")));
+  }
   if (auto q = args.Get("--quota")) {
     auto counts = ParseCounts("--quota", *q);
     if (!counts.ok()) return fail(counts.status());
@@ -578,6 +663,36 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   auto answered = provisioner.Plan(request);
   if (!answered.ok()) return fail(answered.status());
   pb::PlanResponse response = *std::move(answered);
+  if (IsSynchronous(response.plan()) && (simulate || availability)) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        simulate ? "--lifetimes" : "--availability",
+        ": the revocations of a synchronous (all-reduce) plan are not simulated yet")));
+  }
+  // With --sync: the best plan of the other way of training, when the profile has both.
+  std::optional<OtherSync> other;
+  if (args.Has("--sync") && confidence == 0) {
+    pb::PlanRequest o = request;
+    const bool to_ps = request.sync() == pb::SYNC_KIND_ALLREDUCE;
+    o.set_sync(to_ps ? pb::SYNC_KIND_PS : pb::SYNC_KIND_ALLREDUCE);
+    pb::PlanOptions& oo = *o.mutable_options();
+    oo.set_include_baselines(false);
+    if (to_ps) {
+      o.clear_global_batch();
+    } else {
+      oo.clear_parameter_servers();
+      oo.clear_bandwidth_margin();
+      if (oo.strategy() == pb::PLAN_STRATEGY_SPOTDNN) oo.set_strategy(pb::PLAN_STRATEGY_EXACT);
+    }
+    other.emplace();
+    other->label = to_ps ? "parameter-server plan" : "all-reduce plan";
+    auto answered_other = provisioner.Plan(o);
+    if (answered_other.ok()) {
+      other->plan = answered_other->plan();
+    } else {
+      other->error =
+          NameFlags(std::string(answered_other.status().message()), ProvisionerFieldFlags());
+    }
+  }
   if (simulate && response.plan().feasible()) {
     // The plan's probability: simulate its cluster.
     pb::SimulateRequest sim;
@@ -644,17 +759,28 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     } else if (p.on_demand_cost_usd() > 0) {
       o.Number("on_demand_saving_pct", 100 * (1 - p.spot_cost_usd() / p.on_demand_cost_usd()));
     }
-    o.Raw("baselines", JsonObject()
-                           .Raw("spotdnn", PlanJson(response.spotdnn_baseline()).str())
-                           .Raw("homogeneous", PlanJson(response.homogeneous_baseline()).str())
-                           .str());
+    JsonObject baselines;
+    if (!IsSynchronous(p) || response.has_spotdnn_baseline()) {
+      baselines.Raw("spotdnn", PlanJson(response.spotdnn_baseline()).str());
+    }
+    baselines.Raw("homogeneous", PlanJson(response.homogeneous_baseline()).str());
+    o.Raw("baselines", baselines.str());
+    if (other) {
+      JsonObject other_json = other->plan ? PlanJson(*other->plan) : JsonObject();
+      // A feasible all-reduce plan says its kind itself.
+      if (!other->plan || !IsSynchronous(*other->plan)) {
+        other_json.String("sync", request.sync() == pb::SYNC_KIND_ALLREDUCE ? "ps" : "allreduce");
+      }
+      if (!other->plan) other_json.String("error", other->error);
+      o.Raw("other_sync", other_json.str());
+    }
     std::vector<std::string> excluded;
     for (const std::string& e : p.excluded_types()) excluded.push_back(JsonString(e));
     o.Raw("excluded_types", "[" + absl::StrJoin(excluded, ",") + "]");
     o.Raw("notes", JsonStrings(dearer));
     io.out << o.str() << "\n";
   } else {
-    PrintPlan(response, request, described, catalog, *target, io.out);
+    PrintPlan(response, request, described, catalog, *target, other ? &*other : nullptr, io.out);
     for (const std::string& n : dearer) io.out << "Note: " << n << "\n";
     if (p.has_risk() || response.plain_plan().has_risk()) PrintRisk(response, confidence, io.out);
     if (availability) {
@@ -696,6 +822,7 @@ std::vector<Command> PlanCommands() {
                   "[--existing TYPE=N,...]\n"
                   "[--on-demand] [--margin F] [--overhead D] [--max-size N] "
                   "[--parameter-servers N]\n"
+                  "[--sync allreduce|ps] [--global-batch B]\n"
                   "[--exhaustive-limit N] [--plot FILE.svg] [--confidence Q] [--lifetimes FILE]\n"
                   "[--runs N] [--seed S] [--notice D] [--takeover-delay D] [--json] "
                   "[--server HOST:PORT]\n[--data-dir D | --profiler H:P]",
@@ -731,6 +858,13 @@ std::vector<Command> PlanCommands() {
            {"--overhead", "D", "revocation overhead T_ohd added to the predicted time"},
            {"--max-size", "N", "at most N workers"},
            {"--parameter-servers", "N", "parameter servers (their bandwidth adds up); default 1"},
+           {"--sync", "allreduce|ps",
+            "how the workload trains (default: the profile's): a synchronous all-reduce\n"
+            "plan picks each type's local batch too; either way the other kind's best\n"
+            "plan, where the profile has it, joins the \"other ways\" table"},
+           {"--global-batch", "B",
+            "all-reduce: samples per step over every rank, split by speed within each\n"
+            "GPU's memory (default: the profile's global_batch_size)"},
            {"--exhaustive-limit", "N",
             "most clusters --strategy exhaustive may try (default 50,000,000)"},
            {"--plot", "FILE.svg",
