@@ -1,12 +1,15 @@
 #include "profiler/allreduce_fit.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "predictor/allreduce.h"
 #include "profiler/importers.h"
@@ -103,6 +106,142 @@ TEST(SampleLine, CarriesASynchronousSample) {
   bad = **s;
   bad.placement = "4,x";
   EXPECT_NE(ValidateSample(bad).message().find("placement = \"4,x\""), std::string::npos);
+}
+
+// A rank's line may say its instances and GPUs per instance instead of the placement; what it
+// says of the placement must agree, and each bad field is named.
+TEST(SampleLine, InstancesAndGpusPerInstanceMakeThePlacement) {
+  auto s = ParseSampleLine(
+      "SPOTDNN_SAMPLE job_id=j gpu_type=T4 instances=2 gpus_per_instance=4 ranks=8 "
+      "local_batch=32 step=3 step_time=0.5 sync_time=0.2");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE(s->has_value());
+  EXPECT_EQ((*s)->placement, "4,4");
+  EXPECT_EQ((*s)->cluster_workers, 8);
+  EXPECT_EQ((*s)->batch_size, 32);
+  EXPECT_DOUBLE_EQ((*s)->communication_time_s, 0.2);
+  EXPECT_TRUE(ValidateSample(**s).ok()) << ValidateSample(**s);
+  auto agreeing = ParseSampleLine(
+      "SPOTDNN_SAMPLE placement=4,4 instances=2 gpus_per_instance=4 local_batch=8 step_time=1");
+  ASSERT_TRUE(agreeing.ok()) << agreeing.status();
+
+  struct Case {
+    std::string fields, expected;
+  };
+  const std::vector<Case> cases = {
+      {"placement=4,4 instances=3", "instances = 3: the placement \"4,4\" has 2"},
+      {"placement=4,4 gpus_per_instance=2",
+       "gpus_per_instance = 2: the placement \"4,4\" has 4 GPUs on an instance"},
+      {"instances=2", "instances = 2: give instances= and gpus_per_instance= together"},
+      {"gpus_per_instance=4", "gpus_per_instance = 4: give instances= and"},
+      {"instances=two gpus_per_instance=4", "instances = \"two\": not a number"},
+      {"instances=2 gpus_per_instance=1025", "gpus_per_instance = 1025: must be in [1, 1024]"},
+      {"instances=-1 gpus_per_instance=4", "instances = -1: must be in [1, "},
+      {"placement=11a4", "placement = \"11a4\": entry \"11a4\""},
+      {"placement=4,4 local_batch=0", "local_batch = 0: the samples per rank per step"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ParseSampleLine("SPOTDNN_SAMPLE step_time=0.5 " + c.fields);
+    absl::Status status = bad.status();
+    if (bad.ok()) status = ValidateSample(**bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.fields;
+    EXPECT_NE(status.message().find(c.expected), std::string::npos) << c.fields << ": " << status;
+  }
+  // The ranks a line says must be the placement's.
+  auto six = ParseSampleLine(
+      "SPOTDNN_SAMPLE instances=2 gpus_per_instance=4 ranks=6 local_batch=8 step_time=1");
+  ASSERT_TRUE(six.ok());
+  EXPECT_NE(ValidateSample(**six).message().find("cluster_workers = 6"), std::string::npos);
+  // A synchronous step time without a local batch says nothing about the compute.
+  Sample no_batch;
+  no_batch.placement = "4,4";
+  no_batch.iteration_time_s = 0.5;
+  EXPECT_NE(ValidateSample(no_batch).message().find("local_batch = 0"), std::string::npos)
+      << ValidateSample(no_batch);
+  // A CSV with the same columns.
+  auto csv = ImportText("step,step_time,local_batch,instances,gpus_per_instance\n1,0.5,16,3,2\n",
+                        "runs.csv", T4());
+  ASSERT_TRUE(csv.ok()) << csv.status();
+  ASSERT_EQ(csv->samples.size(), 1u) << (csv->errors.empty() ? "" : csv->errors[0]);
+  EXPECT_EQ(csv->samples[0].placement, "2,2,2");
+}
+
+// Pollux's validation files are convergence curves, each one run at the global batch its name
+// says.
+TEST(ValidationCurveImport, EachFileIsARunAtItsGlobalBatch) {
+  const std::string header = "progress,iteration,metric,grad_sqr,grad_var\n";
+  auto r = ImportText(header + "391.0,390,0.4455,8.9,5.0\n782.0,781,0.6007,1.8,1.5\n",
+                      "data/cifar10/validation-128.csv", T4());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->samples.size(), 2u) << (r->errors.empty() ? "" : r->errors[0]);
+  const Sample& s = r->samples[1];
+  EXPECT_EQ(s.job_id, "j/validation-128");
+  EXPECT_EQ(s.batch_size, 128);
+  EXPECT_EQ(s.cluster_workers, 1);
+  EXPECT_EQ(s.step, 781);
+  EXPECT_DOUBLE_EQ(s.metrics.at("validation"), 0.6007);
+  EXPECT_TRUE(s.placement.empty());
+
+  // The batch from --batch-size when the name does not say it; contradicting it is refused.
+  ImportOptions sized = T4();
+  sized.batch_size = 64;
+  auto renamed = ImportText(header + "1,10,0.5,1,1\n", "curve.csv", sized);
+  ASSERT_TRUE(renamed.ok()) << renamed.status();
+  EXPECT_EQ(renamed->samples.at(0).batch_size, 64);
+  EXPECT_EQ(renamed->samples.at(0).job_id, "j/validation-64");
+  auto unsized = ImportText(header + "1,10,0.5,1,1\n", "curve.csv", T4());
+  EXPECT_NE(unsized.status().message().find("curve.csv: a validation curve"), std::string::npos)
+      << unsized.status();
+  auto contradicted = ImportText(header + "1,10,0.5,1,1\n", "validation-128.csv", sized);
+  EXPECT_NE(contradicted.status().message().find("batch_size = 64 contradicts"), std::string::npos)
+      << contradicted.status();
+
+  // Bad rows name the file, line and field.
+  struct Case {
+    std::string row, expected;
+  };
+  const std::vector<Case> cases = {
+      {"1,1.5,0.5,1,1", "v.csv:3: iteration = 1.5: not a whole number"},
+      {"1,-3,0.5,1,1", "v.csv:3: iteration = -3: negative"},
+      {"1,20,nan,1,1", "v.csv:3: metric = \"nan\": not a finite number"},
+      {"1,5,0.5,1,1", "v.csv:3: step = 5: goes backwards"},
+      {"1,20,0.5", "v.csv:3: expected 5 comma-separated fields"},
+  };
+  for (const Case& c : cases) {
+    ImportOptions o = sized;
+    o.stop_on_error = true;
+    auto bad = ImportText(header + "1,10,0.5,1,1\n" + c.row + "\n", "v.csv", o);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << c.row;
+    EXPECT_NE(bad.status().message().find(c.expected), std::string::npos)
+        << c.row << ": " << bad.status();
+  }
+}
+
+std::string PolluxDir();
+
+// The whole folder of one model: throughput rows as synchronous samples, validation curves as
+// runs, nothing skipped.
+TEST(ValidationCurveImport, ImportsAWholePolluxModelFolder) {
+  const std::string dir = PolluxDir() + "/cifar10";
+  if (!std::filesystem::exists(dir + "/placements.csv")) GTEST_SKIP() << "no Pollux traces";
+  auto r = ImportPath(dir, T4());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->skipped, 0u) << (r->errors.empty() ? "" : r->errors[0]);
+  EXPECT_EQ(r->files, 8);
+  std::map<std::string, int> per_job;
+  int synchronous = 0;
+  for (const Sample& s : r->samples) {
+    if (!s.placement.empty()) {
+      ++synchronous;
+    } else {
+      ++per_job[s.job_id];
+    }
+  }
+  EXPECT_EQ(synchronous, 1183 + 329);  // the two throughput files' rows
+  const std::map<std::string, int> want = {{"j/validation-1024", 100}, {"j/validation-128", 100},
+                                           {"j/validation-2048", 100}, {"j/validation-256", 100},
+                                           {"j/validation-4096", 100}, {"j/validation-512", 100}};
+  EXPECT_EQ(per_job, want);
 }
 
 // Runs made by a known model: the fit finds its step times again, and says what the runs do not
