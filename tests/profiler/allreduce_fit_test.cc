@@ -306,6 +306,56 @@ TEST(FitAllReduce, OneInstanceLeavesTheCrossInstanceTermsUnfitted) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// The fit's quality: each fitted term with its standard error, and the runs it fits worst.
+TEST(FitAllReduce, ReportsEachTermsSpreadAndTheWorstResiduals) {
+  auto runs = Synthetic(
+      Truth(),
+      {{1}, {2}, {3}, {4}, {1, 1}, {2, 2}, {1, 1, 1}, {1, 3}, {1, 1, 1, 1}, {2, 2, 2}, {3, 3}});
+  // Measurement noise of a few percent, the same every time.
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const double noise = 1 + 0.04 * std::sin(3.7 * static_cast<double>(i));
+    runs[i].step_s *= noise;
+    runs[i].sync_s *= noise;
+  }
+  auto fit = FitAllReduce("T4", runs);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  std::vector<std::string> names;
+  for (const ParameterSpread& p : fit->spread) {
+    names.push_back(p.parameter);
+    EXPECT_TRUE(std::isfinite(p.sd) && p.sd > 0) << p.parameter << " sd " << p.sd;
+  }
+  const std::vector<std::string> want = {
+      "allreduce[T4].a_c", "allreduce[T4].b_c", "allreduce[T4].d",
+      "allreduce[T4].a_r", "allreduce[T4].b_r", "allreduce[T4].a_n",
+      "allreduce[T4].b_s", "allreduce[T4].c_k", "allreduce[T4].gamma"};
+  EXPECT_EQ(names, want);
+  // The compute's terms are well determined by 33 runs at three batches.
+  EXPECT_LT(fit->spread[0].sd, 0.5 * fit->spread[0].value);
+  EXPECT_LT(fit->spread[1].sd, 0.2 * fit->spread[1].value);
+  EXPECT_DOUBLE_EQ(fit->spread[1].value, fit->model.compute_per_sample_s);
+  EXPECT_DOUBLE_EQ(fit->spread.back().value, fit->model.overlap_gamma);
+
+  // The five worst, largest first, each what the fitted model gives for that run.
+  ASSERT_EQ(fit->worst.size(), 5u);
+  double largest = 0;
+  for (const AllReduceRun& r : runs) {
+    const double got =
+        predictor::AllReduceStepTime(fit->model, r.gpus_per_instance, {r.local_batch})->step_s;
+    largest = std::max(largest, std::fabs(got - r.step_s) / r.step_s * 100);
+  }
+  EXPECT_DOUBLE_EQ(std::fabs(fit->worst[0].error_pct), largest);
+  for (size_t i = 1; i < fit->worst.size(); ++i) {
+    EXPECT_GE(std::fabs(fit->worst[i - 1].error_pct), std::fabs(fit->worst[i].error_pct));
+  }
+  const FitResidual& w = fit->worst[0];
+  EXPECT_EQ(w.parameter, "allreduce[T4]");
+  auto placement = ParsePlacement(w.configuration);
+  ASSERT_TRUE(placement.ok()) << w.configuration;
+  EXPECT_DOUBLE_EQ(w.fitted_s,
+                   predictor::AllReduceStepTime(fit->model, *placement, {w.local_batch})->step_s);
+  EXPECT_NEAR(w.error_pct, 100 * (w.fitted_s - w.measured_s) / w.measured_s, 1e-9);
+}
+
 TEST(FitAllReduce, NothingToFitIsAFailedPrecondition) {
   EXPECT_EQ(FitAllReduce("T4", {}).status().code(), absl::StatusCode::kFailedPrecondition);
 }

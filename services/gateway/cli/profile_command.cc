@@ -2,6 +2,7 @@
 // table. validate and validate-speed are in profile_validate_command.cc.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -306,6 +307,31 @@ int FitCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io
   }
   quality.Print(io.out);
   io.out << "\n";
+  if (response.spread_size() > 0) {
+    // The synchronous fit's parameters with their standard errors.
+    Table spread({"parameter", "value", "sd (1 sigma)", "sd %"});
+    spread.LeftAlign(0);
+    for (const pb::ParameterSpread& q : response.spread()) {
+      spread.AddRow({q.parameter(), absl::StrFormat("%.4g", q.value()),
+                     absl::StrFormat("%.2g", q.sd()),
+                     q.value() != 0 ? Fixed(100 * q.sd() / std::fabs(q.value()), 1) : "-"});
+    }
+    spread.Print(io.out);
+    io.out << "\n";
+  }
+  if (response.worst_residuals_size() > 0) {
+    io.out << "Worst residuals (largest relative error first):\n";
+    Table worst({"fit", "placement", "local batch", "measured (s)", "fitted (s)", "error %"});
+    worst.LeftAlign(0);
+    worst.LeftAlign(1);
+    for (const pb::FitResidual& r : response.worst_residuals()) {
+      worst.AddRow({r.parameter(), r.configuration(), absl::StrFormat("%g", r.local_batch()),
+                    absl::StrFormat("%.4g", r.measured_s()), absl::StrFormat("%.4g", r.fitted_s()),
+                    Fixed(r.error_pct(), 1)});
+    }
+    worst.Print(io.out);
+    io.out << "\n";
+  }
   PrintProfile(response.profile(), io.out);
   const pb::WorkloadProfile& p = response.profile();
   if (p.sync() != pb::SYNC_KIND_ALLREDUCE && p.model_variant() != pb::MODEL_VARIANT_SHARED_PS &&
