@@ -628,7 +628,7 @@ std::vector<Command> ProfileCommands() {
       {.name = "profile validate-convergence",
        .summary = "fit the convergence model on some cluster sizes, predict the steps of others",
        .synopsis = "--runs PATH[@N][,PATH[@N]...] --targets METRIC>=V[,V...] [--fit-sizes N,N] "
-                   "[--form saturating|eq3] [--schedule detect|S]",
+                   "[--form saturating|eq3] [--schedule detect|S] [--by-batch]",
        .description =
            "Reads the runs' metric curves (files or folders; @N gives the workers of runs whose "
            "folder\nname does not say), fits the convergence model on the --fit-sizes (default: "
@@ -640,7 +640,10 @@ std::vector<Command> ProfileCommands() {
                  {"--targets", "METRIC>=V,V", "e.g. accuracy>=0.80,0.85,0.88 or loss<=0.5,0.3"},
                  {"--fit-sizes", "N,N", "cluster sizes to fit on (default: leave one out)"},
                  {"--form", "F", "saturating (default) or eq3"},
-                 {"--schedule", "S", "detect (default), constant, step:32000*0.1, cosine:H"}},
+                 {"--schedule", "S", "detect (default), constant, step:32000*0.1, cosine:H"},
+                 {"--by-batch", "",
+                  "steps against the global batch instead (runs at several global batches, "
+                  "e.g.\nPollux's validation-<B>.csv): each batch left out in turn"}},
        .run = ValidateConvergenceCommand},
   };
 }
