@@ -365,6 +365,9 @@ int ValidateByBatch(const std::string& runs_text, const TargetList& targets, con
   for (absl::string_view entry : absl::StrSplit(runs_text, ',', absl::SkipEmpty())) {
     profiler::ImportOptions import;
     import.job_id = absl::StrCat("runs", index++);
+    // A model's folder holds its throughput files beside the curves: they need a GPU type to be
+    // read, and nothing here uses it.
+    import.gpu_type = "unused";
     auto imported = profiler::ImportPath(std::string(entry), import);
     if (!imported.ok()) {
       return fail(absl::Status(imported.status().code(),
