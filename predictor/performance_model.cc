@@ -71,6 +71,24 @@ absl::StatusOr<PerformanceModel> PerformanceModel::Create(WorkloadProfile profil
                                                           InstanceCatalog catalog,
                                                           ModelOptions options) {
   if (auto s = profile.Validate(); !s.ok()) return s;
+  // A profile of synchronous runs only (its kind, no T_comp, S_parm or B_req) asked for a
+  // parameter-server prediction (`--sync ps`): say what it lacks and how to get it, rather than
+  // the first parameter-server term that happens to be missing.
+  if (profile.sync == SyncKind::kAllReduce &&
+      (profile.compute.empty() || !(profile.parameter_size_mb > 0) ||
+       !(profile.required_bandwidth_mb_per_s > 0))) {
+    std::vector<std::string> types;
+    for (const AllReduceModel& m : profile.allreduce) types.push_back(m.gpu_type);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "workload \"", profile.name,
+        "\" has no parameter-server model (sync = ps needs T_comp per instance or GPU type, "
+        "S_parm and B_req): it was profiled from synchronous all-reduce runs",
+        types.empty() ? ""
+                      : absl::StrCat(" (all-reduce models of ", absl::StrJoin(types, ", "), ")"),
+        "; predict it as it trains (--sync allreduce --local-batch B), or import its "
+        "parameter-server runs (spotdnn profile import LOG --db DB --job J), fit them "
+        "(spotdnn profile fit --db DB --name W) and predict with that profile"));
+  }
   if (auto s = catalog.Validate(); !s.ok()) return s;
   if (!(options.bandwidth_margin >= 0 && options.bandwidth_margin < 1)) {
     return absl::InvalidArgumentError(

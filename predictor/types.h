@@ -136,6 +136,11 @@ absl::string_view SyncKindName(SyncKind kind);
 // The kind SyncKindName calls `name`; INVALID_ARGUMENT naming `field` and the known ones otherwise.
 absl::StatusOr<SyncKind> ParseSyncKind(absl::string_view name, absl::string_view field = "sync");
 
+// What a synchronous workload's global batch does when its cluster changes: kFixed, the same on
+// every cluster (the steps to a target do not depend on the cluster); kScale, every rank keeps its
+// local batch, so the global batch follows the ranks (and so do the steps to a target).
+enum class GlobalBatch { kFixed, kScale };
+
 // The synchronous step time of one GPU type (predictor/allreduce.h evaluates it). With k GPUs busy
 // on an instance and local batch b, a rank computes for (a_c + b_c b)(1 + d (k - 1)); the gradients
 // are all-reduced inside the busiest instance (k_max GPUs) as a ring, a_r + b_r 2(k_max - 1)/k_max,
@@ -187,6 +192,7 @@ struct WorkloadProfile {
   // checkpoint interval, in seconds; unset: the simulator's defaults.
   std::optional<double> restart_s;
   std::optional<double> checkpoint_every_s;
+  GlobalBatch global_batch = GlobalBatch::kFixed;
 
   // The all-reduce model of `gpu_type`, or nullptr.
   const AllReduceModel* AllReduceOf(absl::string_view gpu_type) const;

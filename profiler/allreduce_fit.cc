@@ -94,6 +94,47 @@ std::vector<bool> Identified(const Eigen::MatrixXd& x, absl::Span<const int> ord
   return out;
 }
 
+// The standard errors of the parameters of `problem` (the values of `blocks`, in that order) at
+// its optimum: the square roots of the diagonal of sigma^2 (J^T J)^-1 over the `free` columns,
+// sigma^2 = sum r^2 / (residuals - free parameters); 0 for the other columns, and for all when the
+// residuals do not determine them. `problem` has neither manifolds nor constant blocks.
+std::vector<double> StandardErrors(ceres::Problem& problem, const std::vector<double*>& blocks,
+                                   const std::vector<int>& free) {
+  ceres::Problem::EvaluateOptions options;
+  options.parameter_blocks = blocks;
+  double cost = 0;
+  ceres::CRSMatrix crs;
+  if (!problem.Evaluate(options, &cost, nullptr, nullptr, &crs)) return {};
+  std::vector<double> out(crs.num_cols, 0.0);
+  const int dof = crs.num_rows - static_cast<int>(free.size());
+  if (dof <= 0 || free.empty()) return out;
+  Eigen::MatrixXd j = Eigen::MatrixXd::Zero(crs.num_rows, free.size());
+  for (int r = 0; r < crs.num_rows; ++r) {
+    for (int k = crs.rows[r]; k < crs.rows[r + 1]; ++k) {
+      const auto at = std::find(free.begin(), free.end(), crs.cols[k]);
+      if (at != free.end()) j(r, at - free.begin()) = crs.values[k];
+    }
+  }
+  const Eigen::MatrixXd m = j.transpose() * j;
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eigen(m);
+  if (eigen.info() != Eigen::Success) return out;
+  const double largest = eigen.eigenvalues().cwiseAbs().maxCoeff();
+  if (!(largest > 0)) return out;
+  // The pseudo-inverse: a direction the data do not determine gets no variance.
+  Eigen::VectorXd inverse = eigen.eigenvalues();
+  for (int i = 0; i < inverse.size(); ++i) {
+    inverse(i) = inverse(i) > 1e-12 * largest ? 1 / inverse(i) : 0;
+  }
+  const Eigen::MatrixXd covariance =
+      eigen.eigenvectors() * inverse.asDiagonal() * eigen.eigenvectors().transpose();
+  const double sigma2 = 2 * cost / dof;
+  for (size_t i = 0; i < free.size(); ++i) {
+    const double v = covariance(i, i) * sigma2;
+    out[free[i]] = v > 0 && std::isfinite(v) ? std::sqrt(v) : 0;
+  }
+  return out;
+}
+
 }  // namespace
 
 int AllReduceRun::Ranks() const {
@@ -217,6 +258,22 @@ absl::StatusOr<AllReduceFit> FitAllReduce(const std::string& gpu_type,
     ceres::Solver::Summary summary;
     ceres::Solve(FitSolverOptions(fit_internal::kMaxSolverIterations), &problem, &summary);
     if (auto s = FitStopStatus(); !s.ok()) return s;
+    ceres::Problem at_optimum;
+    for (size_t i = 0; i < cy.size(); ++i) {
+      at_optimum.AddResidualBlock(new ceres::AutoDiffCostFunction<ComputeResidual, 1, 3>(
+                                      new ComputeResidual{cb[i], ck[i], cy[i]}),
+                                  nullptr, c);
+    }
+    const bool varies[3] = {true, batches_vary, contention};
+    std::vector<int> free;
+    for (int j = 0; j < 3; ++j) {
+      if (varies[j]) free.push_back(j);
+    }
+    const std::vector<double> sd = StandardErrors(at_optimum, {c}, free);
+    const char* names[3] = {"a_c", "b_c", "d"};
+    for (int j : free) {
+      out.spread.push_back({absl::StrCat(name, ".", names[j]), c[j], sd.empty() ? 0 : sd[j]});
+    }
   }
   m.compute_fixed_s = c[0];
   m.compute_per_sample_s = c[1];
@@ -288,6 +345,28 @@ absl::StatusOr<AllReduceFit> FitAllReduce(const std::string& gpu_type,
       }
     }
   }
+  if (!multi.empty()) {
+    // The spread of the all-reduce terms and gamma at the best start's optimum.
+    std::array<double, kTerms> p = best_p;
+    double g = best_g;
+    ceres::Problem problem;
+    for (size_t i : multi) {
+      problem.AddResidualBlock(
+          new ceres::AutoDiffCostFunction<StepResidual, 1, kTerms, 1>(
+              new StepResidual{RunCompute(m, *used[i]), used[i]->step_s, Features(shapes[i])}),
+          nullptr, p.data(), &g);
+    }
+    std::vector<int> free;
+    for (int j = 0; j < kTerms; ++j) {
+      if (identified[j]) free.push_back(j);
+    }
+    free.push_back(kTerms);  // gamma
+    const std::vector<double> sd = StandardErrors(problem, {p.data(), &g}, free);
+    for (int j : free) {
+      out.spread.push_back({absl::StrCat(name, ".", j < kTerms ? kTermNames[j] : "gamma"),
+                            j < kTerms ? p[j] : g, sd.empty() ? 0 : sd[j]});
+    }
+  }
   m.intra_fixed_s = best_p[0];
   m.intra_ring_s = best_p[1];
   m.cross_fixed_s = best_p[2];
@@ -303,7 +382,14 @@ absl::StatusOr<AllReduceFit> FitAllReduce(const std::string& gpu_type,
       if (!step.ok()) continue;
       observed.push_back(used[i]->step_s);
       predicted.push_back(step->step_s);
+      out.worst.push_back({name, PlacementText(used[i]->gpus_per_instance), used[i]->local_batch,
+                           used[i]->step_s, step->step_s,
+                           100 * (step->step_s - used[i]->step_s) / used[i]->step_s});
     }
+    std::sort(out.worst.begin(), out.worst.end(), [](const FitResidual& a, const FitResidual& b) {
+      return std::fabs(a.error_pct) > std::fabs(b.error_pct);
+    });
+    if (out.worst.size() > static_cast<size_t>(kWorstResiduals)) out.worst.resize(kWorstResiduals);
     FitQuality q =
         Quality(absl::StrCat(name, " step a_r,b_r,a_n,b_s,c_k,e_2,gamma"), observed, predicted);
     q.identified = !multi.empty();

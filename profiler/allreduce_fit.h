@@ -43,9 +43,14 @@ std::vector<AllReduceRun> AllReduceRunsOf(absl::Span<const Sample> samples,
 // starts. A term the runs do not determine (a placement the runs never vary) stays 0 and its
 // FitQuality note says which and why; without a run on more than one instance the model has no
 // cross-instance terms (cross_instance = false). FAILED_PRECONDITION with no usable run.
+// The spread of each fitted term is its standard error (1 sigma) from the fit's Jacobian at the
+// optimum, scaled by the residuals' variance; a term left 0 or held (not identified) has none.
+// The worst residuals are the kWorstResiduals runs the model fits worst, by relative error.
 struct AllReduceFit {
   predictor::AllReduceModel model;
   std::vector<FitQuality> quality;
+  std::vector<ParameterSpread> spread;  // "allreduce[T4].a_c", ... in AllReduceModel's order
+  std::vector<FitResidual> worst;       // largest |error| first
 };
 absl::StatusOr<AllReduceFit> FitAllReduce(const std::string& gpu_type,
                                           absl::Span<const AllReduceRun> runs);

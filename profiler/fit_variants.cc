@@ -297,6 +297,8 @@ absl::StatusOr<WorkloadFit> FitSynchronous(const std::vector<Sample>& synchronou
     }
     fit.allreduce.push_back(one->model);
     for (FitQuality& q : one->quality) fit.quality.push_back(std::move(q));
+    fit.spread.insert(fit.spread.end(), one->spread.begin(), one->spread.end());
+    fit.worst_residuals.insert(fit.worst_residuals.end(), one->worst.begin(), one->worst.end());
   }
   if (fit.allreduce.empty()) {
     return absl::FailedPreconditionError(

@@ -31,6 +31,27 @@ struct FitQuality {
   bool worse_than_mean = false;  // R^2 < 0: set (with a note) by NoteWorseThanMean
 };
 
+// One fitted parameter's value and spread: its standard error (1 sigma), from the fit's Jacobian
+// at the optimum and the residuals' variance.
+struct ParameterSpread {
+  std::string parameter{};  // "allreduce[T4].b_c"
+  double value = 0;
+  double sd = 0;
+};
+
+// One configuration a fit explains badly: what it measured and what the fitted model gives.
+struct FitResidual {
+  std::string parameter{};      // the fit it belongs to, "allreduce[T4]"
+  std::string configuration{};  // "4,4" (the GPUs on each instance)
+  double local_batch = 0;
+  double measured_s = 0;
+  double fitted_s = 0;
+  double error_pct = 0;  // (fitted - measured) / measured, %
+};
+
+// Most residuals a fit reports as its worst.
+inline constexpr int kWorstResiduals = 5;
+
 // True when a fitted row explains its data worse than their mean would (R^2 < 0): the model's
 // predictions are then not worth using as they are.
 bool WorseThanMean(const FitQuality& q);
@@ -123,6 +144,9 @@ struct WorkloadFit {
   // per GPU type.
   predictor::SyncKind sync = predictor::SyncKind::kParameterServer;
   std::vector<predictor::AllReduceModel> allreduce{};
+  // The synchronous fits' parameter spreads and worst residuals (all GPU types).
+  std::vector<ParameterSpread> spread{};
+  std::vector<FitResidual> worst_residuals{};
 };
 
 // Fits every parameter the samples determine. FAILED_PRECONDITION when `samples` is empty.

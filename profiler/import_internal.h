@@ -72,6 +72,20 @@ absl::Status ImportThroughput(const std::vector<absl::string_view>& lines, size_
                               absl::string_view source, const ImportOptions& options,
                               ImportResult& result);
 
+// True when `header` is a Pollux validation curve's: progress,iteration,metric (any order, other
+// columns beside).
+bool IsValidationCurveHeader(absl::string_view header);
+
+// The rows after `header_line` of a validation curve validation-<B>.csv: one training run at
+// global batch B (from the file's name, or options.batch_size), job
+// "<options.job_id>/validation-<B>"
+// ("validation-<B>" without a job), one sample per row with step = iteration and the metric
+// kValidationMetric. A bad row is "source:line: field = value: reason", skipped or, with
+// stop_on_error, returned; a file whose batch is not known is INVALID_ARGUMENT.
+absl::Status ImportValidationCurve(const std::vector<absl::string_view>& lines, size_t header_line,
+                                   absl::string_view source, const ImportOptions& options,
+                                   ImportResult& result);
+
 // ---- Folder rules (import_folders.cc) ----
 
 // Values the folder's name gives, unless the options give them; the options saying otherwise is

@@ -6,7 +6,9 @@
 // anywhere in a line (a logger's prefix before it is fine); keys are the Sample field names
 // (job_id, worker_id, instance_type, gpu_type, gpus, batch_size, step, wall_time_s,
 // iteration_time_s, loss, bytes_sent, bytes_received, gpu_memory_gib, cluster_workers,
-// communication_time_s, cluster_steps_per_s). Lines without the marker are ignored.
+// communication_time_s, cluster_steps_per_s); a synchronous run's rank adds placement (or
+// instances and gpus_per_instance), local_batch, ranks and sync_time. Lines without the marker
+// are ignored.
 //
 // Implemented by seam: sample_line.cc (the line format), log_formats.cc (the log formats and
 // ImportText), checkpoint_import.cc (the checkpoint export), import_folders.cc (the folder rules),
@@ -116,6 +118,9 @@ struct FileAccess {
 // `options` that the folder's name contradicts; `access` bounds what is read.
 absl::StatusOr<ImportResult> ImportPath(const std::string& path, const ImportOptions& options,
                                         const FileAccess& access = {});
+
+// The metric name of a Pollux validation curve's values (validation-<B>.csv, column metric).
+inline constexpr absl::string_view kValidationMetric = "validation";
 
 // The marker that starts a sample line's fields.
 inline constexpr absl::string_view kSampleLineMarker = "SPOTDNN_SAMPLE";

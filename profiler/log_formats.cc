@@ -188,6 +188,7 @@ absl::StatusOr<LineParser> CsvParser(absl::string_view header) {
       if (!use_column[i] || absl::StripAsciiWhitespace(f[i]).empty()) continue;
       if (auto status = SetField(columns[i], f[i], s); !status.ok()) return status;
     }
+    if (auto status = CompletePlacement(s); !status.ok()) return status;
     *use = true;
     return absl::OkStatus();
   });
@@ -264,6 +265,14 @@ absl::StatusOr<ImportResult> ImportText(absl::string_view content, absl::string_
   if (import_internal::IsThroughputHeader(first_line) &&
       (options.format == LogFormat::kAuto || options.format == LogFormat::kCsv)) {
     if (auto s = import_internal::ImportThroughput(lines, first, source, options, result);
+        !s.ok()) {
+      return s;
+    }
+    return result;
+  }
+  if (import_internal::IsValidationCurveHeader(first_line) &&
+      (options.format == LogFormat::kAuto || options.format == LogFormat::kCsv)) {
+    if (auto s = import_internal::ImportValidationCurve(lines, first, source, options, result);
         !s.ok()) {
       return s;
     }

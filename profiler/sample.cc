@@ -123,6 +123,10 @@ absl::Status ValidateSample(const Sample& s) {
                           limits::Quote(s.cluster), total));
     }
   }
+  if (s.instances != 0 || s.gpus_per_instance != 0) {
+    Sample completed = s;
+    if (auto st = CompletePlacement(completed); !st.ok()) return st;
+  }
   if (!s.placement.empty()) {
     if (s.placement.size() > limits::kMaxTextBytes) {
       return absl::InvalidArgumentError(
@@ -136,6 +140,56 @@ absl::Status ValidateSample(const Sample& s) {
       return absl::InvalidArgumentError(
           absl::StrFormat("cluster_workers = %d: the placement %s has %d ranks", s.cluster_workers,
                           limits::Quote(s.placement), ranks));
+    }
+    if (s.iteration_time_s > 0 && s.batch_size < 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "local_batch = %d: a synchronous sample's step time needs its local batch (samples "
+          "per rank per step, at least 1)",
+          s.batch_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CompletePlacement(Sample& s) {
+  if (s.instances < 0 || s.instances > predictor::kMaxClusterSize) {
+    return absl::InvalidArgumentError(absl::StrFormat("instances = %d: must be in [1, %d]",
+                                                      s.instances, predictor::kMaxClusterSize));
+  }
+  if (s.gpus_per_instance < 0 || s.gpus_per_instance > predictor::kMaxGpusPerInstance) {
+    return absl::InvalidArgumentError(absl::StrFormat("gpus_per_instance = %d: must be in [1, %d]",
+                                                      s.gpus_per_instance,
+                                                      predictor::kMaxGpusPerInstance));
+  }
+  if (s.instances == 0 && s.gpus_per_instance == 0) return absl::OkStatus();
+  if (s.placement.empty()) {
+    if (s.instances == 0 || s.gpus_per_instance == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          s.instances == 0 ? absl::StrCat("gpus_per_instance = ", s.gpus_per_instance)
+                           : absl::StrCat("instances = ", s.instances),
+          ": give instances= and gpus_per_instance= together (or placement=, the GPUs on each "
+          "instance: 4,4)"));
+    }
+    if (static_cast<std::int64_t>(s.instances) * s.gpus_per_instance > predictor::kMaxClusterSize) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("instances = %d, gpus_per_instance = %d: more than %d ranks in all",
+                          s.instances, s.gpus_per_instance, predictor::kMaxClusterSize));
+    }
+    s.placement = PlacementText(std::vector<int>(s.instances, s.gpus_per_instance));
+    return absl::OkStatus();
+  }
+  auto gpus = ParsePlacement(s.placement);
+  if (!gpus.ok()) return gpus.status();
+  if (s.instances != 0 && static_cast<int>(gpus->size()) != s.instances) {
+    return absl::InvalidArgumentError(absl::StrFormat("instances = %d: the placement %s has %d",
+                                                      s.instances, limits::Quote(s.placement),
+                                                      gpus->size()));
+  }
+  for (int k : *gpus) {
+    if (s.gpus_per_instance != 0 && k != s.gpus_per_instance) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("gpus_per_instance = %d: the placement %s has %d GPUs on an instance",
+                          s.gpus_per_instance, limits::Quote(s.placement), k));
     }
   }
   return absl::OkStatus();

@@ -49,7 +49,18 @@ struct Sample {
   // communication_time_s the all-reduce's share of it (when measured) and cluster_workers the
   // ranks. Empty: not a synchronous sample.
   std::string placement{};
+  // A synchronous run's instances and GPUs (ranks) per instance, as a sample line may give them
+  // instead of (or beside) its placement: CompletePlacement writes the even placement they make.
+  // 0: not said.
+  int instances = 0;
+  int gpus_per_instance = 0;
 };
+
+// Fills an empty placement from instances x gpus_per_instance (both needed then), and checks
+// that what a sample says of its placement agrees: instances with the placement's instances,
+// gpus_per_instance with the GPUs of each of them. INVALID_ARGUMENT names the field and value
+// ("instances = 3: the placement \"4,4\" has 2 instances"). Read every field before calling.
+absl::Status CompletePlacement(Sample& sample);
 
 // The GPUs on each instance of a placement "4,4" (each in [1, predictor::kMaxGpusPerInstance], at
 // most predictor::kMaxClusterSize in all); INVALID_ARGUMENT naming the entry.

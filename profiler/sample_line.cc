@@ -118,8 +118,17 @@ absl::Status SetField(absl::string_view key, absl::string_view text, Sample& s) 
   // step, the local batch and the ranks under their DDP names.
   if (k == "placement") return (s.placement = value, absl::OkStatus());
   if (k == "sync_time_s" || k == "sync_time") return set_double(s.communication_time_s);
-  if (k == "local_batch" || k == "local_bsz") return set_int(s.batch_size);
+  if (k == "local_batch" || k == "local_bsz") {
+    if (auto st = set_int(s.batch_size); !st.ok()) return st;
+    if (s.batch_size < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(k, " = ", value, ": the samples per rank per step, at least 1"));
+    }
+    return absl::OkStatus();
+  }
   if (k == "ranks" || k == "num_replicas") return set_int(s.cluster_workers);
+  if (k == "instances" || k == "num_nodes") return set_int(s.instances);
+  if (k == "gpus_per_instance") return set_int(s.gpus_per_instance);
   return absl::NotFoundError(absl::StrCat("unknown field ", base::QuotedValue(key)));
 }
 
@@ -143,6 +152,7 @@ absl::StatusOr<std::optional<Sample>> ParseSampleLine(absl::string_view line) {
       return status;
     }
   }
+  if (auto status = CompletePlacement(s); !status.ok()) return status;
   return std::optional<Sample>(std::move(s));
 }
 

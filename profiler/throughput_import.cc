@@ -1,10 +1,13 @@
 // The public Pollux / Sia throughput files (petuum/adaptdl's simulator traces): one synchronous
-// data-parallel configuration per row, as synchronous samples (Sample::placement).
+// data-parallel configuration per row, as synchronous samples (Sample::placement); and their
+// validation curves, one training run at one global batch per file.
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -148,6 +151,90 @@ absl::Status ImportThroughput(const std::vector<absl::string_view>& lines, size_
       s.worker_id = by_placement ? "placements" : "scalability";
       s.step = row;  // the row: each row is its own configuration
       if (auto st = ValidateSample(s); !st.ok()) return st;
+      return s;
+    };
+    auto sample = parse();
+    if (!sample.ok()) {
+      std::string message = absl::StrCat(source, ":", i + 1, ": ", sample.status().message());
+      if (options.stop_on_error) return absl::InvalidArgumentError(message);
+      AddError(result, std::move(message));
+      continue;
+    }
+    result.samples.push_back(*std::move(sample));
+  }
+  return absl::OkStatus();
+}
+
+bool IsValidationCurveHeader(absl::string_view header) {
+  const std::vector<std::string> c = HeaderColumns(absl::StripSuffix(header, "\r"));
+  return ColumnIndex(c, "progress") >= 0 && ColumnIndex(c, "iteration") >= 0 &&
+         ColumnIndex(c, "metric") >= 0;
+}
+
+absl::Status ImportValidationCurve(const std::vector<absl::string_view>& lines, size_t header_line,
+                                   absl::string_view source, const ImportOptions& options,
+                                   ImportResult& result) {
+  auto strip_cr = [](absl::string_view l) { return absl::StripSuffix(l, "\r"); };
+  // The global batch is in the file's name, validation-<B>.csv; --batch-size may say it instead.
+  const std::string stem = std::filesystem::path(std::string(source)).stem().string();
+  int batch = 0;
+  if (absl::StartsWith(stem, "validation-") &&
+      !absl::SimpleAtoi(absl::StripPrefix(stem, "validation-"), &batch)) {
+    batch = 0;
+  }
+  if (batch > 0 && options.batch_size > 0 && batch != options.batch_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": given batch_size = ", options.batch_size,
+                     " contradicts the file name (", batch, ", its global batch)"));
+  }
+  if (batch <= 0) batch = options.batch_size;
+  if (batch <= 0 || batch > predictor::kMaxBatchPerGpu) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source,
+        ": a validation curve (progress,iteration,metric) says its global batch in its file "
+        "name, validation-<B>.csv with B in [1, ",
+        predictor::kMaxBatchPerGpu, "], or give it (--batch-size B)"));
+  }
+  // One run per file: the files of a folder share the job given, each under its own name.
+  const std::string run = absl::StrCat("validation-", batch);
+  const std::string job = options.job_id.empty() ? run : absl::StrCat(options.job_id, "/", run);
+  const std::vector<std::string> columns = HeaderColumns(strip_cr(lines[header_line]));
+  const int iteration = ColumnIndex(columns, "iteration");
+  const int metric = ColumnIndex(columns, "metric");
+  StepOrderChecker order;
+  for (size_t i = header_line + 1; i < lines.size(); ++i) {
+    const absl::string_view line = strip_cr(lines[i]);
+    const absl::string_view trimmed = absl::StripAsciiWhitespace(line);
+    if (trimmed.empty() || trimmed[0] == '#') continue;
+    auto parse = [&]() -> absl::StatusOr<Sample> {
+      std::vector<absl::string_view> f = absl::StrSplit(line, ',');
+      if (f.size() != columns.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("expected %d comma-separated fields as in the header, got %d",
+                            columns.size(), f.size()));
+      }
+      auto step = NonNegative("iteration", f[iteration]);
+      if (!step.ok()) return step.status();
+      if (*step != std::floor(*step) || *step > 9e15) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "iteration = ", absl::StripAsciiWhitespace(f[iteration]), ": not a whole number"));
+      }
+      double value = 0;
+      const std::string text(absl::StripAsciiWhitespace(f[metric]));
+      if (!absl::SimpleAtod(text, &value) || !std::isfinite(value)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("metric = ", base::QuotedValue(text), ": not a finite number"));
+      }
+      Sample s;
+      s.job_id = job;
+      s.gpu_type = options.gpu_type;
+      s.instance_type = options.instance_type;
+      s.batch_size = batch;
+      s.cluster_workers = 1;  // one run at the global batch: its steps whatever its cluster
+      s.step = static_cast<std::int64_t>(*step);
+      s.metrics[std::string(kValidationMetric)] = value;
+      if (auto st = ValidateSample(s); !st.ok()) return st;
+      if (auto st = order.Check(s); !st.ok()) return st;
       return s;
     };
     auto sample = parse();

@@ -63,6 +63,8 @@ predictor::WorkloadProfile ToDomain(const pb::WorkloadProfile& in) {
   for (const pb::ConvergenceModel& c : in.convergence()) out.convergence.push_back(ToDomain(c));
   out.sync = in.sync() == pb::SYNC_KIND_ALLREDUCE ? predictor::SyncKind::kAllReduce
                                                   : predictor::SyncKind::kParameterServer;
+  out.global_batch = in.global_batch() == pb::GLOBAL_BATCH_SCALE ? predictor::GlobalBatch::kScale
+                                                                 : predictor::GlobalBatch::kFixed;
   for (const pb::AllReduceModel& a : in.allreduce()) {
     predictor::AllReduceModel m;
     m.gpu_type = a.gpu_type();
@@ -120,6 +122,9 @@ pb::WorkloadProfile ToProto(const predictor::WorkloadProfile& in) {
   out.set_model_variant(ToProto(in.variant));
   for (const predictor::ConvergenceModel& c : in.convergence) *out.add_convergence() = ToProto(c);
   if (in.sync == predictor::SyncKind::kAllReduce) out.set_sync(pb::SYNC_KIND_ALLREDUCE);
+  if (in.global_batch == predictor::GlobalBatch::kScale) {
+    out.set_global_batch(pb::GLOBAL_BATCH_SCALE);
+  }
   for (const predictor::AllReduceModel& m : in.allreduce) {
     pb::AllReduceModel* a = out.add_allreduce();
     a->set_gpu_type(m.gpu_type);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
 #include "services/common/embedded_file.h"
+#include "services/common/json_names.h"
 
 namespace spotdnn::services {
 namespace {
@@ -78,6 +79,12 @@ absl::Status AddDir(const std::string& dir, absl::string_view kind,
 
 absl::Status ParseJson(absl::string_view json, absl::string_view source,
                        google::protobuf::Message* message) {
+  // "sync": "allreduce" and the like: the short names a person writes, for protobuf's parser.
+  auto expanded = WithProtoEnumNames(json, *message->GetDescriptor());
+  if (!expanded.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", expanded.status().message()));
+  }
+  if (expanded->has_value()) json = **expanded;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   auto status = google::protobuf::util::JsonStringToMessage(
@@ -97,7 +104,7 @@ std::string ToJson(const google::protobuf::Message& message, bool pretty) {
   options.add_whitespace = pretty;
   std::string out;
   (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
+  return WithShortEnumNames(out, *message.GetDescriptor(), pretty);
 }
 
 bool LooksLikePath(absl::string_view arg) {

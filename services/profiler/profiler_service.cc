@@ -529,6 +529,21 @@ grpc::Status ProfilerServiceImpl::FitProfile(grpc::ServerContext* context,
   if (!stored.ok()) return ToGrpc(stored.status());
   *response->mutable_profile() = *std::move(stored);
   AddQuality(fit->quality, response->mutable_quality());
+  for (const profiler::ParameterSpread& p : fit->spread) {
+    pb::ParameterSpread* out = response->add_spread();
+    out->set_parameter(p.parameter);
+    out->set_value(p.value);
+    out->set_sd(p.sd);
+  }
+  for (const profiler::FitResidual& r : fit->worst_residuals) {
+    pb::FitResidual* out = response->add_worst_residuals();
+    out->set_parameter(r.parameter);
+    out->set_configuration(r.configuration);
+    out->set_local_batch(r.local_batch);
+    out->set_measured_s(r.measured_s);
+    out->set_fitted_s(r.fitted_s);
+    out->set_error_pct(r.error_pct);
+  }
   return grpc::Status::OK;
 }
 

@@ -70,9 +70,20 @@ TEST_F(SyncFlowTest, ImportFitExportPredict) {
   ASSERT_EQ(fit.code, 0) << fit.err;
   EXPECT_THAT(fit.out, HasSubstr("allreduce[T4] compute"));
   EXPECT_THAT(fit.out, HasSubstr("allreduce[T4] step"));
+  // The fit's quality: each term's spread and the configurations it fits worst.
+  EXPECT_THAT(fit.out, HasSubstr("allreduce[T4].b_c"));
+  EXPECT_THAT(fit.out, HasSubstr("sd (1 sigma)"));
+  EXPECT_THAT(fit.out, HasSubstr("Worst residuals"));
   const std::string workload = (dir_ / "W.json").string();
   CliRun exported = Cli({"profile", "export", "c10", "--db", db_, "--out", workload});
   ASSERT_EQ(exported.code, 0) << exported.err;
+  {
+    // The profile says how it trains in the words a person writes.
+    std::ifstream in(workload);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_THAT(text, HasSubstr(R"("sync": "allreduce")"));
+    EXPECT_THAT(text, ::testing::Not(HasSubstr("SYNC_KIND")));
+  }
 
   // Two, three and four g4dn.12xlarge (4 T4 each) at local batch 64 against what Pollux
   // measured ("44", "444", "4444" at 64 in the same file): within 20% on average (the model's
@@ -155,6 +166,37 @@ TEST_F(SyncFlowTest, ImportFitExportPredict) {
                         "g4dn.12xlarge=1", "--global-batch", "0", "--iterations", "1000"});
   EXPECT_NE(nothing.code, 0);
   EXPECT_THAT(nothing.err, HasSubstr("--global-batch"));
+  // And a profile of synchronous runs only has no parameter-server model to override with.
+  CliRun as_ps = Cli({"predict", "--workload", workload, "--catalog", catalog_, "--cluster",
+                      "g4dn.12xlarge=2", "--iterations", "1000", "--sync", "ps"});
+  EXPECT_NE(as_ps.code, 0);
+  EXPECT_THAT(as_ps.err, HasSubstr("has no parameter-server model"));
+  EXPECT_THAT(as_ps.err, HasSubstr("--sync allreduce"));
+  // An unknown kind, on the command line or in the profile, is named with the accepted ones.
+  CliRun ring =
+      Cli({"predict", "--workload", workload, "--catalog", catalog_, "--cluster", "g4dn.12xlarge=2",
+           "--local-batch", "64", "--iterations", "1000", "--sync", "ring"});
+  EXPECT_EQ(ring.code, 2);
+  EXPECT_THAT(ring.err, HasSubstr(R"(--sync = "ring": expected allreduce or ps)"));
+  const std::string bad = (dir_ / "bad.json").string();
+  std::ofstream(bad) << R"({"name": "bad", "sync": "ring"})";
+  CliRun bad_profile = Cli({"predict", "--workload", bad, "--catalog", catalog_, "--cluster",
+                            "g4dn.12xlarge=2", "--local-batch", "64", "--iterations", "1000"});
+  EXPECT_EQ(bad_profile.code, 2);
+  EXPECT_THAT(bad_profile.err, HasSubstr(bad + R"(: sync = "ring": not a known value; accepted: )"
+                                               "ps, allreduce"));
+}
+
+// A model's whole folder of traces imports at once: the throughput files as synchronous samples,
+// each validation-<B>.csv as a convergence run at global batch B.
+TEST_F(SyncFlowTest, ImportsAWholeModelFolder) {
+  const std::string dir = PolluxDir() + "/bert";
+  if (!std::filesystem::exists(dir + "/placements.csv")) GTEST_SKIP() << "no Pollux traces";
+  CliRun imported =
+      Cli({"profile", "import", dir, "--db", db_, "--job", "bert", "--gpu-type", "T4"});
+  ASSERT_EQ(imported.code, 0) << imported.err;
+  EXPECT_THAT(imported.out, ::testing::ContainsRegex("lines skipped +0\n"));
+  EXPECT_THAT(imported.out, ::testing::ContainsRegex("files read +8\n"));
 }
 
 TEST_F(SyncFlowTest, ValidateSpeedSync) {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "predictor/performance_model.h"
 
 namespace spotdnn::predictor {
 namespace {
@@ -144,6 +145,26 @@ TEST(PredictAllReduce, RefusesWhatItCannotPredict) {
   EXPECT_NE(v100.status().message().find("V100"), std::string::npos) << v100.status();
   auto zero = PredictAllReduce(p, c, Cluster{{0, 1, 0}}, Target::Iterations(10), 0);
   EXPECT_NE(zero.status().message().find("local_batch = 0"), std::string::npos);
+}
+
+// A parameter-server prediction (`--sync ps`) of a workload profiled only from synchronous runs
+// says that it has no parameter-server model and how to get one, not which of its terms is
+// missing first.
+TEST(PredictAllReduce, ParameterServerPredictionOfASynchronousOnlyProfileSaysWhatIsMissing) {
+  WorkloadProfile p;
+  p.name = "w";
+  p.sync = SyncKind::kAllReduce;
+  p.allreduce = {Model()};
+  for (bool loss_target : {false, true}) {
+    auto model = PerformanceModel::Create(p, Catalog(), {.require_loss_model = loss_target});
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kFailedPrecondition);
+    const std::string message(model.status().message());
+    EXPECT_NE(message.find("workload \"w\" has no parameter-server model"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("all-reduce models of T4"), std::string::npos) << message;
+    EXPECT_NE(message.find("--sync allreduce"), std::string::npos) << message;
+    EXPECT_NE(message.find("spotdnn profile import"), std::string::npos) << message;
+  }
 }
 
 }  // namespace

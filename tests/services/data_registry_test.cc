@@ -9,6 +9,7 @@
 #include "predictor/performance_model.h"
 #include "services/common/convert.h"
 #include "services/common/embedded_file.h"
+#include "spotdnn/v1/profiler.pb.h"
 
 namespace spotdnn::services {
 namespace {
@@ -124,6 +125,58 @@ TEST_F(FileTest, AddsADirectoryOfWorkloads) {
   EXPECT_EQ(registry.workloads().size(), 8u);
   EXPECT_EQ(registry.AddCatalogDir((dir_ / "missing").string()).code(),
             absl::StatusCode::kNotFound);
+}
+
+// A profile's JSON says how it trains in the words a person writes: "sync": "allreduce" or "ps",
+// "global_batch": "fixed" or "scale"; the proto names are read too, and anything else is refused
+// naming the field, the value and what is accepted.
+TEST(ProfileJson, ReadsAndWritesTheShortNamesOfSyncAndGlobalBatch) {
+  pb::WorkloadProfile w;
+  ASSERT_TRUE(
+      ParseJson(R"({"name":"w","sync":"allreduce","global_batch":"scale"})", "W.json", &w).ok());
+  EXPECT_EQ(w.sync(), pb::SYNC_KIND_ALLREDUCE);
+  EXPECT_EQ(w.global_batch(), pb::GLOBAL_BATCH_SCALE);
+  ASSERT_TRUE(ParseJson(R"({"sync":"ps","globalBatch":"fixed"})", "W.json", &w).ok());
+  EXPECT_EQ(w.sync(), pb::SYNC_KIND_PS);
+  EXPECT_EQ(w.global_batch(), pb::GLOBAL_BATCH_FIXED);
+  ASSERT_TRUE(ParseJson(R"({"sync":"SYNC_KIND_ALLREDUCE","global_batch":"GLOBAL_BATCH_SCALE"})",
+                        "W.json", &w)
+                  .ok());
+  EXPECT_EQ(w.sync(), pb::SYNC_KIND_ALLREDUCE);
+  EXPECT_EQ(w.global_batch(), pb::GLOBAL_BATCH_SCALE);
+
+  // Written short, and the defaults left out.
+  w.set_name("w");
+  const std::string json = ToJson(w);
+  EXPECT_THAT(json, HasSubstr(R"("sync":"allreduce")"));
+  EXPECT_THAT(json, HasSubstr(R"("global_batch":"scale")"));
+  pb::WorkloadProfile back;
+  ASSERT_TRUE(ParseJson(ToJson(w, /*pretty=*/true), "back.json", &back).ok());
+  EXPECT_EQ(back.SerializeAsString(), w.SerializeAsString());
+  pb::WorkloadProfile ps;
+  EXPECT_THAT(ToJson(ps), ::testing::Not(HasSubstr("sync")));
+  EXPECT_THAT(ToJson(ps), ::testing::Not(HasSubstr("global_batch")));
+  ps.set_sync(pb::SYNC_KIND_PS);
+  EXPECT_THAT(ToJson(ps), HasSubstr(R"("sync":"ps")"));
+
+  // Inside another message too (a list of profiles).
+  pb::ListProfilesResponse list;
+  *list.add_profiles() = w;
+  EXPECT_THAT(ToJson(list), HasSubstr(R"("sync":"allreduce")"));
+  pb::ListProfilesResponse list_back;
+  ASSERT_TRUE(ParseJson(ToJson(list), "list.json", &list_back).ok());
+  EXPECT_EQ(list_back.profiles(0).sync(), pb::SYNC_KIND_ALLREDUCE);
+
+  const absl::Status ring = ParseJson(R"({"name":"w","sync":"ring"})", "W.json", &w);
+  EXPECT_EQ(ring.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ring.message(),
+              HasSubstr(R"(W.json: sync = "ring": not a known value; accepted: ps, allreduce)"));
+  const absl::Status grow = ParseJson(R"({"global_batch":"grow"})", "W.json", &w);
+  EXPECT_THAT(grow.message(), HasSubstr(R"(global_batch = "grow")"));
+  EXPECT_THAT(grow.message(), HasSubstr("accepted: fixed, scale"));
+  const absl::Status nested =
+      ParseJson(R"({"profiles":[{"name":"a"},{"sync":"ring"}]})", "list.json", &list);
+  EXPECT_THAT(nested.message(), HasSubstr(R"(profiles[1].sync = "ring")"));
 }
 
 }  // namespace

@@ -353,6 +353,33 @@ TEST(SampleLineReader, ForwardsASynchronousSample) {
   EXPECT_THAT(reader.reasons()[0], HasSubstr("exceeds iteration_time_s"));
 }
 
+// A rank may say its instances and GPUs per instance instead of the placement: the agent forwards
+// the placement they make, and names a field that does not fit.
+TEST(SampleLineReader, ForwardsInstancesAndGpusPerInstanceAsThePlacement) {
+  SampleLineReader reader({.job_id = "job-1", .worker_id = "i-123", .cluster_workers = 2});
+  auto s = reader.Read(
+      "[default3]:SPOTDNN_SAMPLE gpu_type=T4 instances=2 gpus_per_instance=4 ranks=8 "
+      "local_batch=32 step=5 step_time=0.2 sync_time=0.12");
+  ASSERT_TRUE(s.has_value()) << (reader.reasons().empty() ? "" : reader.reasons()[0]);
+  EXPECT_EQ(s->placement(), "4,4");
+  EXPECT_EQ(s->cluster_workers(), 8);
+  EXPECT_EQ(s->batch_size(), 32);
+  EXPECT_DOUBLE_EQ(s->iteration_time_s(), 0.2);
+  EXPECT_DOUBLE_EQ(s->communication_time_s(), 0.12);
+  EXPECT_FALSE(reader
+                   .Read("SPOTDNN_SAMPLE instances=2 gpus_per_instance=4 ranks=6 local_batch=32 "
+                         "step=6 step_time=0.2")
+                   .has_value());
+  EXPECT_FALSE(
+      reader.Read("SPOTDNN_SAMPLE instances=2 local_batch=32 step=7 step_time=0.2").has_value());
+  EXPECT_FALSE(
+      reader.Read("SPOTDNN_SAMPLE placement=4,4 local_batch=0 step=8 step_time=0.2").has_value());
+  ASSERT_EQ(reader.reasons().size(), 3u);
+  EXPECT_THAT(reader.reasons()[0], HasSubstr("cluster_workers = 6: the placement \"4,4\""));
+  EXPECT_THAT(reader.reasons()[1], HasSubstr("instances = 2: give instances= and"));
+  EXPECT_THAT(reader.reasons()[2], HasSubstr("local_batch = 0"));
+}
+
 TEST(SampleLineReader, ASampleWithoutAJobIsMalformed) {
   SampleLineReader reader({});
   EXPECT_FALSE(reader.Read("SPOTDNN_SAMPLE step=1 loss=1").has_value());

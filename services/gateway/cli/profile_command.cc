@@ -2,6 +2,7 @@
 // table. validate and validate-speed are in profile_validate_command.cc.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -307,6 +308,31 @@ int FitCommand(const Args& args, pb::Profiler::StubInterface& stub, const Io& io
   }
   quality.Print(io.out);
   io.out << "\n";
+  if (response.spread_size() > 0) {
+    // The synchronous fit's parameters with their standard errors.
+    Table spread({"parameter", "value", "sd (1 sigma)", "sd %"});
+    spread.LeftAlign(0);
+    for (const pb::ParameterSpread& q : response.spread()) {
+      spread.AddRow({q.parameter(), absl::StrFormat("%.4g", q.value()),
+                     absl::StrFormat("%.2g", q.sd()),
+                     q.value() != 0 ? Fixed(100 * q.sd() / std::fabs(q.value()), 1) : "-"});
+    }
+    spread.Print(io.out);
+    io.out << "\n";
+  }
+  if (response.worst_residuals_size() > 0) {
+    io.out << "Worst residuals (largest relative error first):\n";
+    Table worst({"fit", "placement", "local batch", "measured (s)", "fitted (s)", "error %"});
+    worst.LeftAlign(0);
+    worst.LeftAlign(1);
+    for (const pb::FitResidual& r : response.worst_residuals()) {
+      worst.AddRow({r.parameter(), r.configuration(), absl::StrFormat("%g", r.local_batch()),
+                    absl::StrFormat("%.4g", r.measured_s()), absl::StrFormat("%.4g", r.fitted_s()),
+                    Fixed(r.error_pct(), 1)});
+    }
+    worst.Print(io.out);
+    io.out << "\n";
+  }
   PrintProfile(response.profile(), io.out);
   const pb::WorkloadProfile& p = response.profile();
   if (p.sync() != pb::SYNC_KIND_ALLREDUCE && p.model_variant() != pb::MODEL_VARIANT_SHARED_PS &&
@@ -603,7 +629,7 @@ std::vector<Command> ProfileCommands() {
       {.name = "profile validate-convergence",
        .summary = "fit the convergence model on some cluster sizes, predict the steps of others",
        .synopsis = "--runs PATH[@N][,PATH[@N]...] --targets METRIC>=V[,V...] [--fit-sizes N,N] "
-                   "[--form saturating|eq3] [--schedule detect|S]",
+                   "[--form saturating|eq3] [--schedule detect|S] [--by-batch]",
        .description =
            "Reads the runs' metric curves (files or folders; @N gives the workers of runs whose "
            "folder\nname does not say), fits the convergence model on the --fit-sizes (default: "
@@ -615,7 +641,10 @@ std::vector<Command> ProfileCommands() {
                  {"--targets", "METRIC>=V,V", "e.g. accuracy>=0.80,0.85,0.88 or loss<=0.5,0.3"},
                  {"--fit-sizes", "N,N", "cluster sizes to fit on (default: leave one out)"},
                  {"--form", "F", "saturating (default) or eq3"},
-                 {"--schedule", "S", "detect (default), constant, step:32000*0.1, cosine:H"}},
+                 {"--schedule", "S", "detect (default), constant, step:32000*0.1, cosine:H"},
+                 {"--by-batch", "",
+                  "steps against the global batch instead (runs at several global batches, "
+                  "e.g.\nPollux's validation-<B>.csv): each batch left out in turn"}},
        .run = ValidateConvergenceCommand},
   };
 }

@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "predictor/types.h"
 #include "profiler/allreduce_fit.h"
+#include "profiler/batch_scaling.h"
 #include "profiler/convergence_validate.h"
 #include "profiler/importers.h"
 #include "profiler/speed_curve.h"
@@ -352,6 +353,83 @@ absl::StatusOr<TargetList> ParseTargetList(absl::string_view text) {
   return out;
 }
 
+// --by-batch: the steps to each target against the global batch (the critical-batch law,
+// profiler/batch_scaling.h), each batch left out in turn.
+int ValidateByBatch(const std::string& runs_text, const TargetList& targets, const Io& io) {
+  auto fail = [&](const absl::Status& s) {
+    return ReportError(s, "profile validate-convergence", io);
+  };
+  std::vector<profiler::Sample> samples;
+  std::uint64_t skipped = 0;
+  int index = 0;
+  for (absl::string_view entry : absl::StrSplit(runs_text, ',', absl::SkipEmpty())) {
+    profiler::ImportOptions import;
+    import.job_id = absl::StrCat("runs", index++);
+    // A model's folder holds its throughput files beside the curves: they need a GPU type to be
+    // read, and nothing here uses it.
+    import.gpu_type = "unused";
+    auto imported = profiler::ImportPath(std::string(entry), import);
+    if (!imported.ok()) {
+      return fail(absl::Status(imported.status().code(),
+                               absl::StrCat("--runs: ", imported.status().message())));
+    }
+    skipped += imported->skipped;
+    for (profiler::Sample& s : imported->samples) samples.push_back(std::move(s));
+  }
+  const std::vector<profiler::BatchRun> runs = profiler::BatchRunsOf(samples, targets.metric);
+  if (runs.empty()) {
+    return fail(absl::FailedPreconditionError(absl::StrCat(
+        "--runs: no run logs ", targets.metric, " at two or more steps with its global batch")));
+  }
+  auto v = profiler::ValidateBatchScaling(runs, targets.values, targets.higher_is_better);
+  if (!v.ok()) return fail(v.status());
+  const char* op = targets.higher_is_better ? ">=" : "<=";
+  if (io.json) {
+    std::vector<std::string> checks;
+    for (const profiler::BatchCheck& c : v->checks) {
+      JsonObject o;
+      o.Number("global_batch", c.global_batch).Number("target", c.target);
+      if (c.observed) o.Number("observed_steps", *c.observed);
+      if (c.predicted) {
+        o.Number("predicted_steps", *c.predicted).Number("critical_batch", c.critical_batch);
+      }
+      if (c.observed && c.predicted) o.Number("error_pct", c.error_pct);
+      checks.push_back(o.str());
+    }
+    std::vector<std::string> per_target;
+    for (size_t i = 0; i < targets.values.size(); ++i) {
+      per_target.push_back(JsonObject()
+                               .Number("target", targets.values[i])
+                               .Number("mape_pct", v->target_mape[i])
+                               .str());
+    }
+    io.out << "{\"metric\":" << JsonString(targets.metric) << ",\"direction\":\"" << op
+           << "\",\"by\":\"global_batch\",\"runs\":" << runs.size() << ",\"checks\":["
+           << absl::StrJoin(checks, ",") << "],\"targets\":[" << absl::StrJoin(per_target, ",")
+           << "],\"mape_pct\":" << ShortestNumber(v->mape) << ",\"compared\":" << v->compared
+           << ",\"skipped_lines\":" << skipped << "}\n";
+    return kExitOk;
+  }
+  io.out << "Steps to " << targets.metric << " " << op << " target against the global batch: "
+         << runs.size() << " runs, each global batch left out in turn (S(B) = S_min (1 + B_crit "
+         << "/ B), fitted on the others)\n\n";
+  Table t({"global batch", "target", "observed", "predicted", "B_crit", "error %"});
+  auto steps = [](double s) { return absl::StrFormat("%.0f", s); };
+  for (const profiler::BatchCheck& c : v->checks) {
+    t.AddRow({absl::StrFormat("%g", c.global_batch), absl::StrFormat("%g", c.target),
+              c.observed ? steps(*c.observed) : "never", c.predicted ? steps(*c.predicted) : "-",
+              c.predicted ? absl::StrFormat("%.0f", c.critical_batch) : "-",
+              c.observed && c.predicted ? absl::StrFormat("%.1f", c.error_pct) : "-"});
+  }
+  t.Print(io.out);
+  io.out << "\nMAPE:";
+  for (size_t i = 0; i < targets.values.size(); ++i) {
+    io.out << absl::StrFormat(" %g: %.1f%%;", targets.values[i], v->target_mape[i]);
+  }
+  io.out << absl::StrFormat(" all: %.1f%% over %d checks\n", v->mape, v->compared);
+  return kExitOk;
+}
+
 }  // namespace
 
 int ValidateConvergenceCommand(const Args& args, const Io& io) {
@@ -364,6 +442,7 @@ int ValidateConvergenceCommand(const Args& args, const Io& io) {
   if (!targets_text.ok()) return fail(targets_text.status());
   auto targets = ParseTargetList(*targets_text);
   if (!targets.ok()) return fail(targets.status());
+  if (args.Switch("--by-batch")) return ValidateByBatch(*runs_text, *targets, io);
   std::vector<int> fit_sizes;
   if (auto f = args.Get("--fit-sizes")) {
     for (absl::string_view part : absl::StrSplit(*f, ',')) {
