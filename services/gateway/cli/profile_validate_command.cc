@@ -410,8 +410,9 @@ int ValidateByBatch(const std::string& runs_text, const TargetList& targets, con
            << ",\"skipped_lines\":" << skipped << "}\n";
     return kExitOk;
   }
-  io.out << "Steps to " << targets.metric << " " << op << " target against the global batch: "
-         << runs.size() << " runs, each global batch left out in turn (S(B) = S_min (1 + B_crit "
+  io.out << "Steps to " << targets.metric << " " << op
+         << " target against the global batch: " << runs.size()
+         << " runs, each global batch left out in turn (S(B) = S_min (1 + B_crit "
          << "/ B), fitted on the others)\n\n";
   Table t({"global batch", "target", "observed", "predicted", "B_crit", "error %"});
   auto steps = [](double s) { return absl::StrFormat("%.0f", s); };
