@@ -365,6 +365,29 @@ absl::StatusOr<AllReduceSplitStep> AllReduceCatalog::Step(absl::Span<const int> 
 
 namespace {
 
+// The cluster's part of a synchronous prediction: a step of `step_s` trains `global_batch`
+// samples, and the target's steps do not depend on the cluster (a fixed global batch).
+absl::Status FinishEstimate(const Target& target, double global_batch, double step_s, Estimate& e) {
+  e.expected_iteration_time_s = step_s;
+  e.cluster_speed = global_batch / step_s;
+  e.wa_batch = global_batch;
+  e.convergence_coefficient = 1;
+  const double steps =
+      target.kind == Target::Kind::kIterations ? target.value : target.value / global_batch;
+  e.normalized_iterations = steps;
+  e.time_s = steps * step_s;
+  if (!std::isfinite(e.time_s)) {
+    e.error = EstimateError::kNotFinite;
+    return absl::InvalidArgumentError(
+        absl::StrCat("target ", target.Describe(), ": the time is not finite"));
+  }
+  e.iterations_p10 = e.iterations_p50 = e.iterations_p90 = steps;
+  e.time_p10_s = e.time_p50_s = e.time_p90_s = e.time_s;
+  e.cost_usd = e.price_per_hour * e.time_s / 3600;
+  e.on_demand_cost_usd = e.on_demand_price_per_hour * e.time_s / 3600;
+  return absl::OkStatus();
+}
+
 // The prediction of a global batch split by speed (AllReduceCatalog::Step).
 absl::StatusOr<Prediction> PredictSplit(const WorkloadProfile& profile,
                                         const InstanceCatalog& catalog, const Cluster& cluster,
@@ -403,23 +426,7 @@ absl::StatusOr<Prediction> PredictSplit(const WorkloadProfile& profile,
     e.price_per_hour += w.count * type.spot_price_per_hour;
     e.on_demand_price_per_hour += w.count * type.on_demand_price_per_hour;
   }
-  e.expected_iteration_time_s = step->step_s;
-  e.cluster_speed = global_batch / step->step_s;
-  e.wa_batch = global_batch;
-  e.convergence_coefficient = 1;
-  const double steps =
-      target.kind == Target::Kind::kIterations ? target.value : target.value / global_batch;
-  e.normalized_iterations = steps;
-  e.time_s = steps * step->step_s;
-  if (!std::isfinite(e.time_s)) {
-    e.error = EstimateError::kNotFinite;
-    return absl::InvalidArgumentError(
-        absl::StrCat("target ", target.Describe(), ": the time is not finite"));
-  }
-  e.iterations_p10 = e.iterations_p50 = e.iterations_p90 = steps;
-  e.time_p10_s = e.time_p50_s = e.time_p90_s = e.time_s;
-  e.cost_usd = e.price_per_hour * e.time_s / 3600;
-  e.on_demand_cost_usd = e.on_demand_price_per_hour * e.time_s / 3600;
+  if (auto s = FinishEstimate(target, global_batch, step->step_s, e); !s.ok()) return s;
   return out;
 }
 
@@ -526,23 +533,7 @@ absl::StatusOr<Prediction> PredictAllReduce(const WorkloadProfile& profile,
     e.price_per_hour += w.count * type.spot_price_per_hour;
     e.on_demand_price_per_hour += w.count * type.on_demand_price_per_hour;
   }
-  e.expected_iteration_time_s = step_s;
-  e.cluster_speed = even_global / step_s;
-  e.wa_batch = even_global;
-  e.convergence_coefficient = 1;
-  const double steps =
-      target.kind == Target::Kind::kIterations ? target.value : target.value / even_global;
-  e.normalized_iterations = steps;
-  e.time_s = steps * step_s;
-  if (!std::isfinite(e.time_s)) {
-    e.error = EstimateError::kNotFinite;
-    return absl::InvalidArgumentError(
-        absl::StrCat("target ", target.Describe(), ": the time is not finite"));
-  }
-  e.iterations_p10 = e.iterations_p50 = e.iterations_p90 = steps;
-  e.time_p10_s = e.time_p50_s = e.time_p90_s = e.time_s;
-  e.cost_usd = e.price_per_hour * e.time_s / 3600;
-  e.on_demand_cost_usd = e.on_demand_price_per_hour * e.time_s / 3600;
+  if (auto s = FinishEstimate(target, even_global, step_s, e); !s.ok()) return s;
   return out;
 }
 

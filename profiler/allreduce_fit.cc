@@ -309,6 +309,15 @@ absl::StatusOr<AllReduceFit> FitAllReduce(const std::string& gpu_type,
   for (size_t i : multi) m.cross_instance |= shapes[i].instances > 1;
   std::array<double, kTerms> best_p{};
   double best_g = 1, best_cost = std::numeric_limits<double>::infinity();
+  // One residual per multi-rank run on the log step time, over the terms `p` and gamma `g`.
+  auto add_steps = [&](ceres::Problem& problem, double* p, double* g) {
+    for (size_t i : multi) {
+      problem.AddResidualBlock(
+          new ceres::AutoDiffCostFunction<StepResidual, 1, kTerms, 1>(
+              new StepResidual{RunCompute(m, *used[i]), used[i]->step_s, Features(shapes[i])}),
+          nullptr, p, g);
+    }
+  };
   if (!multi.empty()) {
     for (double s0 : {0.001, 0.01, 0.1}) {
       for (double g0 : {1.0, 2.0, 5.0}) {
@@ -316,12 +325,7 @@ absl::StatusOr<AllReduceFit> FitAllReduce(const std::string& gpu_type,
         for (int j = 0; j < kTerms; ++j) p[j] = identified[j] ? s0 * fit_internal::Median(cy) : 0;
         double g = g0;
         ceres::Problem problem;
-        for (size_t i : multi) {
-          problem.AddResidualBlock(
-              new ceres::AutoDiffCostFunction<StepResidual, 1, kTerms, 1>(
-                  new StepResidual{RunCompute(m, *used[i]), used[i]->step_s, Features(shapes[i])}),
-              nullptr, p.data(), &g);
-        }
+        add_steps(problem, p.data(), &g);
         for (int j = 0; j < kTerms; ++j) problem.SetParameterLowerBound(p.data(), j, 0.0);
         std::vector<int> fixed;
         for (int j = 0; j < kTerms; ++j) {
@@ -350,12 +354,7 @@ absl::StatusOr<AllReduceFit> FitAllReduce(const std::string& gpu_type,
     std::array<double, kTerms> p = best_p;
     double g = best_g;
     ceres::Problem problem;
-    for (size_t i : multi) {
-      problem.AddResidualBlock(
-          new ceres::AutoDiffCostFunction<StepResidual, 1, kTerms, 1>(
-              new StepResidual{RunCompute(m, *used[i]), used[i]->step_s, Features(shapes[i])}),
-          nullptr, p.data(), &g);
-    }
+    add_steps(problem, p.data(), &g);
     std::vector<int> free;
     for (int j = 0; j < kTerms; ++j) {
       if (identified[j]) free.push_back(j);
