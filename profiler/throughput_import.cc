@@ -63,6 +63,20 @@ absl::StatusOr<std::vector<int>> DigitPlacement(absl::string_view text) {
   return out;
 }
 
+// A parsed row joins the samples; a refused one, named by file and line, stops the import
+// (stop_on_error) or is listed and skipped.
+absl::Status TakeRow(absl::StatusOr<Sample> sample, absl::string_view source, size_t line,
+                     const ImportOptions& options, ImportResult& result) {
+  if (!sample.ok()) {
+    std::string message = absl::StrCat(source, ":", line, ": ", sample.status().message());
+    if (options.stop_on_error) return absl::InvalidArgumentError(message);
+    AddError(result, std::move(message));
+    return absl::OkStatus();
+  }
+  result.samples.push_back(*std::move(sample));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool IsThroughputHeader(absl::string_view header) {
@@ -153,14 +167,7 @@ absl::Status ImportThroughput(const std::vector<absl::string_view>& lines, size_
       if (auto st = ValidateSample(s); !st.ok()) return st;
       return s;
     };
-    auto sample = parse();
-    if (!sample.ok()) {
-      std::string message = absl::StrCat(source, ":", i + 1, ": ", sample.status().message());
-      if (options.stop_on_error) return absl::InvalidArgumentError(message);
-      AddError(result, std::move(message));
-      continue;
-    }
-    result.samples.push_back(*std::move(sample));
+    if (auto st = TakeRow(parse(), source, i + 1, options, result); !st.ok()) return st;
   }
   return absl::OkStatus();
 }
@@ -237,14 +244,7 @@ absl::Status ImportValidationCurve(const std::vector<absl::string_view>& lines, 
       if (auto st = order.Check(s); !st.ok()) return st;
       return s;
     };
-    auto sample = parse();
-    if (!sample.ok()) {
-      std::string message = absl::StrCat(source, ":", i + 1, ": ", sample.status().message());
-      if (options.stop_on_error) return absl::InvalidArgumentError(message);
-      AddError(result, std::move(message));
-      continue;
-    }
-    result.samples.push_back(*std::move(sample));
+    if (auto st = TakeRow(parse(), source, i + 1, options, result); !st.ok()) return st;
   }
   return absl::OkStatus();
 }
