@@ -360,9 +360,9 @@ TEST(FitAllReduce, ReportsEachTermsSpreadAndTheWorstResiduals) {
     EXPECT_TRUE(std::isfinite(p.sd) && p.sd > 0) << p.parameter << " sd " << p.sd;
   }
   const std::vector<std::string> want = {
-      "allreduce[T4].a_c", "allreduce[T4].b_c", "allreduce[T4].d",
-      "allreduce[T4].a_r", "allreduce[T4].b_r", "allreduce[T4].a_n",
-      "allreduce[T4].b_s", "allreduce[T4].c_k", "allreduce[T4].gamma"};
+      "allreduce[T4].a_c", "allreduce[T4].b_c",  "allreduce[T4].d",   "allreduce[T4].a_r",
+      "allreduce[T4].b_r", "allreduce[T4].a_n",  "allreduce[T4].b_s", "allreduce[T4].c_k",
+      "allreduce[T4].e_2", "allreduce[T4].gamma"};
   EXPECT_EQ(names, want);
   // The compute's terms are well determined by 33 runs at three batches.
   EXPECT_LT(fit->spread[0].sd, 0.5 * fit->spread[0].value);
