@@ -8,19 +8,44 @@
 
 namespace spotdnn::provisioner {
 
-PlanResult SolveFastest(const PerformanceModel& model, const PlanProblem& problem) {
+namespace {
+
+// The problem of the fastest plan whatever the deadline and budget.
+PlanProblem FastestProblem(const PlanProblem& problem) {
   PlanProblem p = problem;
   p.deadline_s = kInf;
   p.budget_usd = kInf;
   p.objective = Objective::kMinTime;
-  return SolveExact(model, p);
+  return p;
 }
 
-PlanResult SolveCheapest(const PerformanceModel& model, const PlanProblem& problem) {
+// The problem of the cheapest plan by the deadline, whatever the budget.
+PlanProblem CheapestProblem(const PlanProblem& problem) {
   PlanProblem p = problem;
   p.budget_usd = kInf;
   p.objective = Objective::kMinCost;
-  return SolveExact(model, p);
+  return p;
+}
+
+// ExplainInfeasible with `solve` as the exact search.
+template <typename Solve>
+absl::StatusOr<Infeasibility> Explain(const PlanProblem& problem, Solve solve) {
+  Infeasibility why{.fastest = solve(FastestProblem(problem))};
+  if (!why.fastest.stopped.ok()) return why.fastest.stopped;
+  why.cheapest = solve(CheapestProblem(problem));
+  if (!why.cheapest.stopped.ok()) return why.cheapest.stopped;
+  why.reason = InfeasibleReason(problem, why.fastest, why.cheapest);
+  return why;
+}
+
+}  // namespace
+
+PlanResult SolveFastest(const PerformanceModel& model, const PlanProblem& problem) {
+  return SolveExact(model, FastestProblem(problem));
+}
+
+PlanResult SolveCheapest(const PerformanceModel& model, const PlanProblem& problem) {
+  return SolveExact(model, CheapestProblem(problem));
 }
 
 bool BudgetBinds(const PlanProblem& problem, const PlanResult& cheapest) {
@@ -60,11 +85,9 @@ std::string InfeasibleReason(const PlanProblem& problem, const PlanResult& faste
 
 absl::StatusOr<Infeasibility> ExplainInfeasible(const PerformanceModel& model,
                                                 const PlanProblem& problem) {
-  Infeasibility why{.fastest = SolveFastest(model, problem)};
-  if (!why.fastest.stopped.ok()) return why.fastest.stopped;
-  why.cheapest = SolveCheapest(model, problem);
-  if (!why.cheapest.stopped.ok()) return why.cheapest.stopped;
-  why.reason = InfeasibleReason(problem, why.fastest, why.cheapest);
+  auto explained = Explain(problem, [&](const PlanProblem& p) { return SolveExact(model, p); });
+  if (!explained.ok()) return explained.status();
+  Infeasibility& why = *explained;
   // No cluster reaches a target beyond what the profile's runs ever reached: say so.
   const predictor::Target target = problem.target();
   if (!why.fastest.feasible && target.is_metric()) {
@@ -75,6 +98,14 @@ absl::StatusOr<Infeasibility> ExplainInfeasible(const PerformanceModel& model,
     }
   }
   return why;
+}
+
+absl::StatusOr<Infeasibility> ExplainInfeasible(const PlanModel& model,
+                                                const PlanProblem& problem) {
+  if (const PerformanceModel* ps = model.parameter_server_model(); ps != nullptr) {
+    return ExplainInfeasible(*ps, problem);
+  }
+  return Explain(problem, [&](const PlanProblem& p) { return model.SolveExact(p); });
 }
 
 }  // namespace spotdnn::provisioner

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "provisioner/plan_model.h"
 #include "provisioner/planner.h"
 
 namespace spotdnn::provisioner {
@@ -39,6 +40,8 @@ struct Infeasibility {
 // ending either search is its status.
 absl::StatusOr<Infeasibility> ExplainInfeasible(const PerformanceModel& model,
                                                 const PlanProblem& problem);
+// The same for any plan model (a synchronous workload's, or the parameter-server one's above).
+absl::StatusOr<Infeasibility> ExplainInfeasible(const PlanModel& model, const PlanProblem& problem);
 
 }  // namespace spotdnn::provisioner
 

@@ -317,12 +317,22 @@ PlanResult SolveSpotdnn(const PerformanceModel& model, const PlanProblem& proble
 }
 
 PlanResult CheapestHomogeneous(const PerformanceModel& model, const PlanProblem& problem) {
+  // Types the model cannot use add nothing.
+  PlanProblem usable = problem;
+  for (size_t k = 0; k < usable.max_counts.size(); ++k) {
+    if (!model.types()[k].usable) usable.max_counts[k] = usable.min_counts[k];
+  }
+  return CheapestHomogeneous(usable, [&](absl::Span<const int> counts, Candidate& out) {
+    return Score(model, problem, counts, out);
+  });
+}
+
+PlanResult CheapestHomogeneous(const PlanProblem& problem, const ClusterScorer& score) {
   PlanResult result;
   Candidate c;
   StopPoll poll(problem.stop);
   const int existing = std::accumulate(problem.min_counts.begin(), problem.min_counts.end(), 0);
   for (size_t k = 0; k < problem.max_counts.size(); ++k) {
-    if (!model.types()[k].usable) continue;
     std::vector<int> counts = problem.min_counts;
     for (int n = problem.min_counts[k] + 1; n <= problem.max_counts[k]; ++n) {
       if (problem.max_workers > 0 && existing + n - problem.min_counts[k] > problem.max_workers) {
@@ -334,7 +344,7 @@ PlanResult CheapestHomogeneous(const PerformanceModel& model, const PlanProblem&
       }
       counts[k] = n;
       ++result.evaluated;
-      if (!Score(model, problem, counts, c) || !MeetsSlo(problem, c)) continue;
+      if (!score(counts, c) || !MeetsSlo(problem, c)) continue;
       if (Better(c, result.best, problem.objective)) {
         result.best = c;
         result.feasible = true;
@@ -386,14 +396,25 @@ absl::StatusOr<std::vector<Candidate>> Frontier(const PerformanceModel& model,
     if (!stopped.ok()) return stopped;
     return front;
   }
-  if (auto s = CheckLimit(problem, exhaustive_limit); !s.ok()) return s;
+  return ExhaustiveFrontier(
+      problem,
+      [&](absl::Span<const int> counts, Candidate& out) {
+        return Score(model, problem, counts, out);
+      },
+      exhaustive_limit, evaluated);
+}
+
+absl::StatusOr<std::vector<Candidate>> ExhaustiveFrontier(const PlanProblem& problem,
+                                                          const ClusterScorer& score,
+                                                          uint64_t limit, uint64_t* evaluated) {
+  if (auto s = CheckLimit(problem, limit); !s.ok()) return s;
   ParetoSet front;
   Candidate c;
   uint64_t count = 0;
   StopPoll poll(problem.stop);
   ForEachComposition(problem, poll, [&](const std::vector<int>& counts) {
     ++count;
-    if (Score(model, problem, counts, c) && MeetsSlo(problem, c)) front.Insert(c);
+    if (score(counts, c) && MeetsSlo(problem, c)) front.Insert(c);
   });
   if (evaluated != nullptr) *evaluated = count;
   if (!poll.status().ok()) return poll.status();

@@ -161,8 +161,14 @@ absl::StatusOr<PlanResult> Solve(const PerformanceModel& model, const PlanProble
                                  Strategy strategy,
                                  uint64_t exhaustive_limit = kDefaultExhaustiveLimit);
 
+// Scores a cluster for a search, as Score does: false when the model gives no answer for it.
+using ClusterScorer = std::function<bool(absl::Span<const int> counts, Candidate& out)>;
+
 // The best plan that uses one instance type only (besides running instances).
 PlanResult CheapestHomogeneous(const PerformanceModel& model, const PlanProblem& problem);
+// The same for any model: every count of one type above its running instances, within the quotas
+// and max_workers, scored by `score`.
+PlanResult CheapestHomogeneous(const PlanProblem& problem, const ClusterScorer& score);
 
 // Every plan on the time/cost Pareto frontier (within the deadline and budget), fastest first.
 // Exact (branch and bound with dominance pruning) or exhaustive (the reference).
@@ -170,6 +176,13 @@ absl::StatusOr<std::vector<Candidate>> Frontier(const PerformanceModel& model,
                                                 const PlanProblem& problem, Strategy strategy,
                                                 uint64_t exhaustive_limit = kDefaultExhaustiveLimit,
                                                 uint64_t* evaluated = nullptr);
+
+// The frontier of any model by enumeration: every composition within the problem's bounds scored
+// by `score`; FAILED_PRECONDITION when there are more than `limit`.
+absl::StatusOr<std::vector<Candidate>> ExhaustiveFrontier(const PlanProblem& problem,
+                                                          const ClusterScorer& score,
+                                                          uint64_t limit,
+                                                          uint64_t* evaluated = nullptr);
 
 // Number of compositions within the problem's bounds (saturates at UINT64_MAX).
 uint64_t SearchSpaceSize(const PlanProblem& problem);

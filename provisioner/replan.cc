@@ -68,11 +68,6 @@ absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem p
           "progress.current_loss = %g: the target is %s, so give normalized_iterations_done",
           progress.current_loss, problem.target().Describe()));
     }
-    if (!(std::isfinite(progress.iterations_done) && progress.iterations_done >= 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("progress.normalized_iterations_done = %g: must be a finite number >= 0",
-                          progress.iterations_done));
-    }
     double done = progress.iterations_done;
     if (problem.target_kind == predictor::Target::Kind::kSamples && done > 0) {
       if (progress.cluster_before.empty()) {
@@ -93,12 +88,9 @@ absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem p
       }
       done *= e.wa_batch;
     }
-    out.remaining_amount = problem.target_amount - done;
-    if (!(out.remaining_amount > 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("progress: %.15g of the target's %s are done already; nothing to re-plan",
-                          done, problem.target().Describe()));
-    }
+    auto left = LeftOfTarget(problem, progress.iterations_done, done);
+    if (!left.ok()) return left.status();
+    out.remaining_amount = *left;
     problem.target_amount = out.remaining_amount;
   } else if (std::isfinite(progress.current_loss)) {
     out.current_loss = progress.current_loss;
@@ -124,8 +116,37 @@ absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem p
   problem.deadline_s = out.remaining_s > 0 ? out.remaining_s : 1e-9;  // validation needs > 0
   if (auto s = ValidateProblem(model, problem); !s.ok()) return s;
 
+  if (auto s = SolveTheRest(
+          problem, progress, find_fastest,
+          [&](const PlanProblem& p) { return Solve(model, p, strategy, exhaustive_limit); },
+          [&](const PlanProblem& p) { return SolveExact(model, p); }, out);
+      !s.ok()) {
+    return s;
+  }
+  return out;
+}
+
+absl::StatusOr<double> LeftOfTarget(const PlanProblem& problem, double iterations_done,
+                                    double done) {
+  if (!(std::isfinite(iterations_done) && iterations_done >= 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "progress.normalized_iterations_done = %g: must be a finite number >= 0", iterations_done));
+  }
+  const double left = problem.target_amount - done;
+  if (!(left > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("progress: %.15g of the target's %s are done already; nothing to re-plan",
+                        done, problem.target().Describe()));
+  }
+  return left;
+}
+
+absl::Status SolveTheRest(
+    const PlanProblem& problem, const JobProgress& progress, bool find_fastest,
+    const std::function<absl::StatusOr<PlanResult>(const PlanProblem&)>& solve,
+    const std::function<PlanResult(const PlanProblem&)>& solve_exact, ReplanResult& out) {
   if (out.remaining_s > 0) {
-    auto plan = Solve(model, problem, strategy, exhaustive_limit);
+    auto plan = solve(problem);
     if (!plan.ok()) return plan.status();
     out.evaluated += plan->evaluated;
     if (plan->feasible) {
@@ -134,26 +155,26 @@ absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem p
     }
   }
   if (!out.feasible) {
-    if (!find_fastest) return out;
+    if (!find_fastest) return absl::OkStatus();
     // No plan meets the deadline: the fastest finish any plan can reach.
     PlanProblem fastest = problem;
     fastest.deadline_s = kInf;
     fastest.budget_usd = kInf;
     fastest.objective = Objective::kMinTime;
-    const PlanResult best = SolveExact(model, fastest);
+    const PlanResult best = solve_exact(fastest);
     if (!best.stopped.ok()) return best.stopped;
     out.evaluated += best.evaluated;
     if (best.feasible) {
       out.fastest = best.best;
       out.best_finish_s = progress.elapsed_s + best.best.time_s;
     }
-    return out;
+    return absl::OkStatus();
   }
   out.to_launch.resize(out.plan.counts.size());
   for (size_t k = 0; k < out.to_launch.size(); ++k) {
     out.to_launch[k] = out.plan.counts[k] - problem.min_counts[k];
   }
-  return out;
+  return absl::OkStatus();
 }
 
 }  // namespace spotdnn::provisioner

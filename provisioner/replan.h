@@ -3,6 +3,7 @@
 #ifndef SPOTDNN_PROVISIONER_REPLAN_H_
 #define SPOTDNN_PROVISIONER_REPLAN_H_
 
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,6 +47,21 @@ absl::StatusOr<ReplanResult> Replan(const PerformanceModel& model, PlanProblem p
                                     Strategy strategy = Strategy::kExact,
                                     uint64_t exhaustive_limit = kDefaultExhaustiveLimit,
                                     bool find_fastest = true);
+
+// What is left of an iterations or samples target once `done` of it (in the target's unit) is
+// trained; INVALID_ARGUMENT for progress.normalized_iterations_done that is not a finite number
+// >= 0 (`iterations_done`) or when nothing is left.
+absl::StatusOr<double> LeftOfTarget(const PlanProblem& problem, double iterations_done,
+                                    double done);
+
+// The part of a re-plan every model shares, once `problem` holds the rest of the job (its target,
+// survivors and the deadline left, out.remaining_s): the plan `solve` finds when time is left,
+// else with `find_fastest` the fastest finish (`solve_exact` on the problem without deadline and
+// budget), and the takeover instances of a plan.
+absl::Status SolveTheRest(
+    const PlanProblem& problem, const JobProgress& progress, bool find_fastest,
+    const std::function<absl::StatusOr<PlanResult>(const PlanProblem&)>& solve,
+    const std::function<PlanResult(const PlanProblem&)>& solve_exact, ReplanResult& out);
 
 }  // namespace spotdnn::provisioner
 

@@ -12,9 +12,9 @@
 namespace spotdnn::provisioner {
 namespace {
 
-absl::Status CheckProblem(const PerformanceModel& model, const PlanProblem& problem,
+absl::Status CheckProblem(const PlanModel& model, const PlanProblem& problem,
                           const RevocationModel& revocations) {
-  if (auto s = ValidateProblem(model, problem); !s.ok()) return s;
+  if (auto s = model.Validate(problem); !s.ok()) return s;
   if (problem.objective != Objective::kMinCost) {
     return absl::InvalidArgumentError(
         "confidence: risk-aware plans are for the deadline mode (least cost by a deadline)");
@@ -78,6 +78,15 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PerformanceModel& model,
                                                   const RevocationModel& revocations,
                                                   const SimulationOptions& simulation,
                                                   const RiskOptions& risk) {
+  return PlanWithConfidence(ParameterServerPlanModel(model), problem, revocations, simulation,
+                            risk);
+}
+
+absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PlanModel& model,
+                                                  const PlanProblem& problem,
+                                                  const RevocationModel& revocations,
+                                                  const SimulationOptions& simulation,
+                                                  const RiskOptions& risk) {
   if (auto s = CheckProblem(model, problem, revocations); !s.ok()) return s;
   if (auto s = ValidateRiskOptions(risk); !s.ok()) return s;
   auto simulator = Simulator::Create(model, problem, revocations, simulation);
@@ -86,7 +95,7 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PerformanceModel& model,
   const double q = risk.confidence;
 
   RiskPlanResult out;
-  const PlanResult plain = SolveExact(model, problem);
+  const PlanResult plain = model.SolveExact(problem);
   if (!plain.stopped.ok()) return plain.stopped;  // the problem's stop check said stop
   out.evaluated += plain.evaluated;
   if (!plain.feasible) return out;
@@ -97,7 +106,7 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PerformanceModel& model,
   std::map<std::vector<int>, RiskCandidate> pool;
   auto add_frontier = [&](const PlanProblem& p, const std::string& origin) -> absl::Status {
     uint64_t evaluated = 0;
-    auto front = Frontier(model, p, Strategy::kExact, kDefaultExhaustiveLimit, &evaluated);
+    auto front = model.Frontier(p, Strategy::kExact, kDefaultExhaustiveLimit, &evaluated);
     if (!front.ok()) return front.status();
     out.evaluated += evaluated;
     for (const Candidate& c : *front) {
@@ -217,7 +226,7 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PerformanceModel& model,
       int64_t total = 0;
       for (int x : counts) total += x;
       if (problem.max_workers > 0 && total > problem.max_workers) continue;
-      if (!Score(model, problem, counts, scored) || !MeetsSlo(problem, scored)) continue;
+      if (!model.Score(problem, counts, scored) || !MeetsSlo(problem, scored)) continue;
       ++out.evaluated;
       candidates.push_back(RiskCandidate{.plan = scored, .origin = "local search"});
       index[counts] = candidates.size() - 1;
@@ -291,6 +300,15 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidenceBruteForce(const PerformanceMod
                                                             const RevocationModel& revocations,
                                                             const SimulationOptions& simulation,
                                                             double confidence, uint64_t limit) {
+  return PlanWithConfidenceBruteForce(ParameterServerPlanModel(model), problem, revocations,
+                                      simulation, confidence, limit);
+}
+
+absl::StatusOr<RiskPlanResult> PlanWithConfidenceBruteForce(const PlanModel& model,
+                                                            const PlanProblem& problem,
+                                                            const RevocationModel& revocations,
+                                                            const SimulationOptions& simulation,
+                                                            double confidence, uint64_t limit) {
   if (auto s = CheckProblem(model, problem, revocations); !s.ok()) return s;
   if (!(confidence > 0 && confidence < 1)) {
     return absl::InvalidArgumentError(
@@ -304,7 +322,7 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidenceBruteForce(const PerformanceMod
   auto simulator = Simulator::Create(model, problem, revocations, simulation);
   if (!simulator.ok()) return simulator.status();
   RiskPlanResult out;
-  const PlanResult plain = SolveExact(model, problem);
+  const PlanResult plain = model.SolveExact(problem);
   if (!plain.stopped.ok()) return plain.stopped;
   out.plain_feasible = plain.feasible;
   if (plain.feasible) out.plain = plain.best;
@@ -316,7 +334,7 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidenceBruteForce(const PerformanceMod
   while (true) {
     const int total = std::accumulate(counts.begin(), counts.end(), 0);
     if ((problem.max_workers == 0 || total <= problem.max_workers) &&
-        Score(model, problem, counts, c) && MeetsSlo(problem, c)) {
+        model.Score(problem, counts, c) && MeetsSlo(problem, c)) {
       ++out.evaluated;
       auto r = (*simulator)->Run(counts);
       if (!r.ok()) return r.status();

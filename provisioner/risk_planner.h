@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "provisioner/plan_model.h"
 #include "provisioner/planner.h"
 #include "provisioner/revocation_model.h"
 #include "provisioner/simulator.h"
@@ -75,6 +76,13 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PerformanceModel& model,
                                                   const RevocationModel& revocations,
                                                   const SimulationOptions& simulation,
                                                   const RiskOptions& risk);
+// The same for any plan model: a synchronous one (SyncPlanModel) searches its own frontiers and
+// simulates its restarts.
+absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PlanModel& model,
+                                                  const PlanProblem& problem,
+                                                  const RevocationModel& revocations,
+                                                  const SimulationOptions& simulation,
+                                                  const RiskOptions& risk);
 
 // The reference: simulates every composition within the problem's bounds that meets the SLO
 // without revocations (each with the full runs and the same seed) and picks the cheapest in
@@ -82,6 +90,9 @@ absl::StatusOr<RiskPlanResult> PlanWithConfidence(const PerformanceModel& model,
 // compositions.
 absl::StatusOr<RiskPlanResult> PlanWithConfidenceBruteForce(
     const PerformanceModel& model, const PlanProblem& problem, const RevocationModel& revocations,
+    const SimulationOptions& simulation, double confidence, uint64_t limit = 5000);
+absl::StatusOr<RiskPlanResult> PlanWithConfidenceBruteForce(
+    const PlanModel& model, const PlanProblem& problem, const RevocationModel& revocations,
     const SimulationOptions& simulation, double confidence, uint64_t limit = 5000);
 
 }  // namespace spotdnn::provisioner

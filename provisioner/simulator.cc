@@ -155,8 +155,20 @@ absl::StatusOr<std::unique_ptr<Simulator>> Simulator::Create(const PerformanceMo
                                                              PlanProblem problem,
                                                              RevocationModel revocations,
                                                              SimulationOptions options) {
+  auto adapter = std::make_unique<ParameterServerPlanModel>(model);
+  const PlanModel& plan_model = *adapter;
+  auto out = Create(plan_model, std::move(problem), std::move(revocations), std::move(options));
+  if (out.ok()) (*out)->owned_ = std::move(adapter);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Simulator>> Simulator::Create(const PlanModel& model,
+                                                             PlanProblem problem,
+                                                             RevocationModel revocations,
+                                                             SimulationOptions options) {
+  if (model.synchronous() && !options.synchronous) options.synchronous = SynchronousRestart{};
   if (auto s = ValidateSimulationOptions(options); !s.ok()) return s;
-  if (auto s = ValidateProblem(model, problem); !s.ok()) return s;
+  if (auto s = model.Validate(problem); !s.ok()) return s;
   if (!std::isfinite(problem.deadline_s)) {
     return absl::InvalidArgumentError(
         "deadline_s: the simulator needs a deadline (the probability of meeting it is its point)");
@@ -171,7 +183,7 @@ absl::StatusOr<std::unique_ptr<Simulator>> Simulator::Create(const PerformanceMo
         model.catalog().name, model.catalog().types.size()));
   }
   return std::unique_ptr<Simulator>(
-      new Simulator(model, std::move(problem), std::move(revocations), options));
+      new Simulator(model, nullptr, std::move(problem), std::move(revocations), options));
 }
 
 const Simulator::Decision& Simulator::Replan(const std::vector<int>& survivors,
@@ -212,8 +224,8 @@ const Simulator::Decision& Simulator::Replan(const std::vector<int>& survivors,
   JobProgress progress{
       .elapsed_s = *clock_used, .iterations_done = *progress_used, .cluster_before = before};
   ++solves_;
-  auto r = provisioner::Replan(model_, p, progress, options_.strategy, options_.exhaustive_limit,
-                               /*find_fastest=*/false);
+  auto r = model_.Replan(p, progress, options_.strategy, options_.exhaustive_limit,
+                         /*find_fastest=*/false);
   if (!r.ok() && problem_.stop) {
     // A re-plan the stop check ended is no answer to cache: the whole simulation stops (Run).
     if (auto s = problem_.stop(); !s.ok()) {
@@ -257,8 +269,8 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
     }
   }
   Candidate planned;
-  if (!Score(model_, problem_, plan, planned)) {
-    return model_.ErrorStatus(planned.estimate, problem_.target());
+  if (!model_.Score(problem_, plan, planned)) {
+    return model_.ScoreError(problem_, plan, planned);
   }
   const double plan_iterations = planned.estimate.normalized_iterations;
   // The convergence spread as a log-normal's sigma: ln(p90 / p10) = 2 z(0.9) sigma.
@@ -275,10 +287,7 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
         (problem_.on_demand ? types[k].on_demand_price_per_hour : types[k].spot_price_per_hour) /
         3600;
   }
-  const auto& ps = model_.catalog().parameter_server;
-  const double ps_price =
-      problem_.parameter_servers *
-      (problem_.on_demand ? ps.on_demand_price_per_hour : ps.spot_price_per_hour) / 3600;
+  const double ps_price = model_.FixedPricePerHour(problem_) / 3600;
   const double overhead = options_.takeover_delay_s.value_or(problem_.overhead_s);
   const double horizon = options_.horizon_factor * problem_.deadline_s;
   const double lost = options_.lost_iterations_per_revocation;
@@ -294,17 +303,9 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
 
   std::vector<Instance> instances;
   std::vector<int> train(n_types), survivors(n_types), before(n_types);
-  auto rate_of = [&](const std::vector<int>& counts) {
-    const Estimate e =
-        model_.Evaluate(counts, std::numeric_limits<double>::max(), problem_.parameter_servers);
-    if (e.error == predictor::EstimateError::kEmptyCluster ||
-        e.error == predictor::EstimateError::kTooManyWorkers ||
-        e.error == predictor::EstimateError::kUnusableType) {
-      return 0.0;
-    }
-    return 1 / e.expected_iteration_time_s;
-  };
-  // A synchronous job's speed on `counts` in the plan's normalized iterations per second: the
+  auto rate_of = [&](const std::vector<int>& counts) { return model_.Speed(problem_, counts); };
+  // A synchronous job's speed on `counts` in the plan's normalized iterations per second: a
+  // synchronous model's own; for a parameter-server model simulated as synchronous, the
   // all-reduce model's step time at the options' local batch (for an iterations or samples
   // target, the plan's iterations over the time the all-reduce model gives the target), else the
   // plan's model's.
@@ -312,14 +313,16 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
   const predictor::Target target_asked = problem_.target();
   const bool by_target = target_asked.kind == predictor::Target::Kind::kIterations ||
                          target_asked.kind == predictor::Target::Kind::kSamples;
-  const bool sync_model = sync && (sync->local_batch > 0 || sync->global_batch > 0 ||
-                                   model_.profile().global_batch_size > 0);
+  const PerformanceModel* ps_model = model_.parameter_server_model();
+  const bool sync_model = sync && ps_model != nullptr &&
+                          (sync->local_batch > 0 || sync->global_batch > 0 ||
+                           ps_model->profile().global_batch_size > 0);
   auto sync_rate_of = [&](const std::vector<int>& counts) {
     if (sync_model) {
       const predictor::Cluster cluster{.counts = counts,
                                        .parameter_servers = problem_.parameter_servers};
       auto p = predictor::PredictAllReduce(
-          model_.profile(), model_.catalog(), cluster,
+          ps_model->profile(), model_.catalog(), cluster,
           by_target ? target_asked : predictor::Target::Iterations(plan_iterations),
           sync->local_batch, sync->global_batch);
       if (p.ok() && p->estimate.time_s > 0) return plan_iterations / p->estimate.time_s;
@@ -330,7 +333,7 @@ absl::StatusOr<SimulationResult> Simulator::Run(absl::Span<const int> plan, int 
     const predictor::Cluster cluster{.counts = std::vector<int>(plan.begin(), plan.end()),
                                      .parameter_servers = problem_.parameter_servers};
     auto p = predictor::PredictAllReduce(
-        model_.profile(), model_.catalog(), cluster,
+        ps_model->profile(), model_.catalog(), cluster,
         by_target ? target_asked : predictor::Target::Iterations(plan_iterations),
         sync->local_batch, sync->global_batch);
     if (!p.ok()) {

@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "provisioner/plan_model.h"
 #include "provisioner/planner.h"
 #include "provisioner/replan.h"
 #include "provisioner/revocation_model.h"
@@ -155,6 +156,13 @@ class Simulator {
                                                            PlanProblem problem,
                                                            RevocationModel revocations,
                                                            SimulationOptions options);
+  // The same for any plan model (`model` must outlive it). A synchronous model's job always pays
+  // SynchronousRestart's cost (the options' or the default one), and its speed and re-plans are
+  // the model's own.
+  static absl::StatusOr<std::unique_ptr<Simulator>> Create(const PlanModel& model,
+                                                           PlanProblem problem,
+                                                           RevocationModel revocations,
+                                                           SimulationOptions options);
 
   // Simulates the cluster `plan` (counts indexed like the catalog: the whole cluster the job
   // starts with, running instances included) with the options' runs and seed, or the given ones.
@@ -188,9 +196,10 @@ class Simulator {
     size_t operator()(const Key& k) const;
   };
 
-  Simulator(const PerformanceModel& model, PlanProblem problem, RevocationModel revocations,
-            SimulationOptions options)
-      : model_(model),
+  Simulator(const PlanModel& model, std::unique_ptr<PlanModel> owned, PlanProblem problem,
+            RevocationModel revocations, SimulationOptions options)
+      : owned_(std::move(owned)),
+        model_(model),
         problem_(std::move(problem)),
         revocations_(std::move(revocations)),
         options_(options) {}
@@ -198,7 +207,8 @@ class Simulator {
                          double elapsed_s, double iterations_done, double plan_iterations,
                          double* clock_used, double* progress_used, bool* solved);
 
-  const PerformanceModel& model_;
+  std::unique_ptr<PlanModel> owned_;  // the parameter-server adapter Create made, if any
+  const PlanModel& model_;
   PlanProblem problem_;
   RevocationModel revocations_;
   SimulationOptions options_;

@@ -10,25 +10,13 @@
 
 #include "gtest/gtest.h"
 #include "predictor/allreduce.h"
+#include "tests/testing/allreduce_models.h"
 
 namespace spotdnn::predictor {
 namespace {
 
 AllReduceModel RandomModel(std::mt19937& rng, const std::string& gpu_type) {
-  std::uniform_real_distribution<double> u(0, 1);
-  AllReduceModel m;
-  m.gpu_type = gpu_type;
-  m.compute_fixed_s = 0.05 * u(rng);
-  m.compute_per_sample_s = 1e-4 + 3e-3 * u(rng);
-  m.compute_contention = 0.2 * u(rng);
-  m.intra_fixed_s = 0.02 * u(rng);
-  m.intra_ring_s = 0.1 * u(rng);
-  m.cross_instance = true;
-  m.cross_fixed_s = 0.05 * u(rng);
-  m.cross_straggler_s = 0.05 * u(rng);
-  m.cross_per_gpu_s = 0.01 * u(rng);
-  m.overlap_gamma = 1 + 9 * u(rng);
-  return m;
+  return testing_models::RandomAllReduceModel(rng, gpu_type);
 }
 
 // Three GPU types of random speed, each on instances of 1 and 4 GPUs (GPUs of 16, 24 and 32 GiB).

@@ -5,25 +5,12 @@
 
 #include "gtest/gtest.h"
 #include "predictor/performance_model.h"
+#include "tests/testing/allreduce_models.h"
 
 namespace spotdnn::predictor {
 namespace {
 
-AllReduceModel Model() {
-  AllReduceModel m;
-  m.gpu_type = "T4";
-  m.compute_fixed_s = 0.01;
-  m.compute_per_sample_s = 0.001;
-  m.compute_contention = 0.1;
-  m.intra_fixed_s = 0.02;
-  m.intra_ring_s = 0.04;
-  m.cross_instance = true;
-  m.cross_fixed_s = 0.05;
-  m.cross_straggler_s = 0.03;
-  m.cross_per_gpu_s = 0.01;
-  m.overlap_gamma = 2;
-  return m;
-}
+AllReduceModel Model() { return testing_models::PlainAllReduceModel("T4", 0.001); }
 
 TEST(AllReduceModel, OneGpuIsItsCompute) {
   auto step = AllReduceStepTime(Model(), {1}, {32.0});

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/allreduce_models.h"
 
 namespace spotdnn::provisioner {
 namespace {
@@ -16,22 +17,10 @@ using predictor::InstanceType;
 using predictor::Target;
 using predictor::WorkloadProfile;
 
+// Sometimes a type that cannot span instances; half the time two instances slower than three.
 AllReduceModel RandomModel(std::mt19937& rng, const std::string& gpu_type) {
-  std::uniform_real_distribution<double> u(0, 1);
-  AllReduceModel m;
-  m.gpu_type = gpu_type;
-  m.compute_fixed_s = 0.05 * u(rng);
-  m.compute_per_sample_s = 1e-4 + 3e-3 * u(rng);
-  m.compute_contention = 0.2 * u(rng);
-  m.intra_fixed_s = 0.02 * u(rng);
-  m.intra_ring_s = 0.1 * u(rng);
-  m.cross_instance = u(rng) < 0.9;  // sometimes a type that cannot span instances
-  m.cross_fixed_s = 0.05 * u(rng);
-  m.cross_straggler_s = 0.05 * u(rng);
-  m.cross_per_gpu_s = 0.01 * u(rng);
-  m.cross_pair_s = u(rng) < 0.5 ? 0.3 * u(rng) : 0;  // two instances slower than three
-  m.overlap_gamma = 1 + 9 * u(rng);
-  return m;
+  return testing_models::RandomAllReduceModel(rng, gpu_type,
+                                              {.cross_instance = 0.9, .cross_pair = 0.5});
 }
 
 TEST(SyncPlanner, ExactIsOptimalOnEverySmallCatalog) {
