@@ -169,10 +169,22 @@ absl::StatusOr<provisioner::SimulationOptions> SimulationOptionsOf(const PlanInp
                         o.max_replan_solves(), kMaxServiceReplanSolves));
   }
   if (o.max_replan_solves() > 0) out.max_replan_solves = o.max_replan_solves();
-  // A synchronous job (the request's sync, else the profile's) pays the restart cost.
-  const predictor::WorkloadProfile& profile = in.model->profile();
+  // A synchronous job (the request's sync, else the profile's) pays the restart cost; a
+  // synchronous plan's job always does, at the speed of its global batch's split.
+  const predictor::WorkloadProfile& profile = ProfileOf(in);
+  if (in.sync != nullptr && o.sync() == pb::SYNC_KIND_PS) {
+    return absl::InvalidArgumentError(
+        "options.simulation.sync = SYNC_KIND_PS: the plan is a synchronous (all-reduce) one; its "
+        "revocations restart every rank");
+  }
+  if (in.sync != nullptr && o.local_batch() != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "options.simulation.local_batch = %d: a synchronous plan trains its global batch (%d) "
+        "split by speed over the instances training",
+        o.local_batch(), in.sync->model->planner().global_batch()));
+  }
   const bool synchronous =
-      o.sync() == pb::SYNC_KIND_ALLREDUCE ||
+      in.sync != nullptr || o.sync() == pb::SYNC_KIND_ALLREDUCE ||
       (o.sync() == pb::SYNC_KIND_UNSPECIFIED && profile.sync == predictor::SyncKind::kAllReduce);
   if (synchronous) {
     provisioner::SynchronousRestart r;
@@ -239,6 +251,34 @@ void RiskToProto(const provisioner::SimulationResult& r, pb::RiskEstimate* out) 
   }
 }
 
+PlanInputs ToPlanInputs(SyncPlanInputs sync) {
+  PlanInputs in;
+  const pb::PlanOptions& o = sync.request.options();
+  in.problem = sync.problem;
+  in.strategy = o.strategy() == pb::PLAN_STRATEGY_EXHAUSTIVE ? provisioner::Strategy::kExhaustive
+                                                             : provisioner::Strategy::kExact;
+  if (o.exhaustive_limit() > 0) in.exhaustive_limit = o.exhaustive_limit();
+  in.excluded = sync.excluded;
+  in.slo = sync.request.slo();
+  in.plan_model = sync.model;
+  in.sync = std::make_shared<const SyncPlanInputs>(std::move(sync));
+  return in;
+}
+
+const predictor::WorkloadProfile& ProfileOf(const PlanInputs& in) {
+  return in.sync != nullptr ? in.sync->profile : in.model->profile();
+}
+
+pb::Plan InfeasiblePlan(pb::PlanStrategy strategy, std::string reason,
+                        const std::vector<std::string>& excluded) {
+  pb::Plan plan;
+  plan.set_feasible(false);
+  plan.set_strategy(strategy);
+  plan.set_reason(std::move(reason));
+  for (const std::string& e : excluded) plan.add_excluded_types(e);
+  return plan;
+}
+
 absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::WorkloadRef& workload,
                                         const pb::CatalogRef& catalog, const pb::Slo& slo,
                                         const pb::PlanOptions& options,
@@ -257,6 +297,11 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
       workload, catalog, {.bandwidth_margin = margin, .require_loss_model = target->is_loss()});
   if (!model.ok()) return model.status();
   in.model = *model;
+  // The planner over the model, kept alive with it.
+  auto planner =
+      std::make_shared<std::pair<std::shared_ptr<const predictor::PerformanceModel>,
+                                 provisioner::ParameterServerPlanModel>>(in.model, **model);
+  in.plan_model = std::shared_ptr<const provisioner::PlanModel>(planner, &planner->second);
   const predictor::PerformanceModel& m = *in.model;
 
   if (target->is_loss()) {

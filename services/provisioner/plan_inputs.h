@@ -11,10 +11,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "provisioner/plan_model.h"
 #include "provisioner/planner.h"
 #include "provisioner/revocation_model.h"
 #include "provisioner/simulator.h"
 #include "services/common/model_resolver.h"
+#include "services/provisioner/sync_plan.h"
 #include "spotdnn/v1/provisioner.pb.h"
 
 namespace spotdnn::services {
@@ -24,7 +26,11 @@ inline constexpr uint64_t kMaxExhaustiveLimit = 1'000'000'000;
 
 // A request's planning inputs in domain form.
 struct PlanInputs {
+  // The parameter-server model; null for a synchronous (all-reduce) workload (`sync` set).
   std::shared_ptr<const predictor::PerformanceModel> model;
+  // What the searches and simulations plan with: `model`'s planner, or the synchronous one.
+  std::shared_ptr<const provisioner::PlanModel> plan_model;
+  std::shared_ptr<const SyncPlanInputs> sync;
   provisioner::PlanProblem problem;
   provisioner::Strategy strategy = provisioner::Strategy::kExact;
   uint64_t exhaustive_limit = provisioner::kDefaultExhaustiveLimit;
@@ -41,6 +47,17 @@ absl::StatusOr<PlanInputs> ToPlanInputs(ModelResolver& models, const pb::Workloa
                                         const pb::PlanOptions& options,
                                         absl::string_view existing_field = "options.existing",
                                         uint64_t max_exhaustive_limit = kMaxExhaustiveLimit);
+
+// A synchronous workload's inputs in the same form (strategy and exhaustive limit from the
+// request's options).
+PlanInputs ToPlanInputs(SyncPlanInputs sync);
+
+// The workload profile of `in`, whichever way it trains.
+const predictor::WorkloadProfile& ProfileOf(const PlanInputs& in);
+
+// A plan with feasible false: its strategy, why, and the types left out.
+pb::Plan InfeasiblePlan(pb::PlanStrategy strategy, std::string reason,
+                        const std::vector<std::string>& excluded);
 
 // Most runs a Simulate may ask for, and a confidence search or a simulated frontier per plan.
 inline constexpr int kMaxServiceSimulateRuns = 1'000'000;

@@ -72,16 +72,29 @@ pb::Plan ToPlan(const PlanInputs& in, const Candidate& c, pb::PlanStrategy strat
 }
 
 pb::Plan Infeasible(const PlanInputs& in, pb::PlanStrategy strategy, std::string reason) {
-  pb::Plan plan;
-  plan.set_feasible(false);
-  plan.set_strategy(strategy);
-  plan.set_reason(std::move(reason));
-  for (const std::string& e : in.excluded) plan.add_excluded_types(e);
-  return plan;
+  return InfeasiblePlan(strategy, std::move(reason), in.excluded);
 }
+
+// A scored candidate as a Plan message, whichever way the workload trains; `problem` is the one
+// it was scored for (a re-plan's rest of the job), by default the request's.
+absl::StatusOr<pb::Plan> PlanOf(const PlanInputs& in, const Candidate& c,
+                                pb::PlanStrategy strategy) {
+  if (in.sync != nullptr) return SyncPlanMessage(*in.sync, in.problem, c, strategy);
+  return ToPlan(in, c, strategy);
+}
+
+// The plan of the request's strategy (the exact one, the heuristic or every composition).
+absl::StatusOr<provisioner::PlanResult> SolveInputs(const PlanInputs& in) {
+  if (in.sync == nullptr) {
+    return provisioner::Solve(*in.model, in.problem, in.strategy, in.exhaustive_limit);
+  }
+  return provisioner::SolveSync(in.sync->model->planner(), in.problem, in.strategy,
+                                in.exhaustive_limit);
+}
+
 // Why no plan meets the request's SLO (provisioner/infeasibility.h).
 absl::StatusOr<provisioner::Infeasibility> ExplainInfeasible(const PlanInputs& in) {
-  return provisioner::ExplainInfeasible(*in.model, in.problem);
+  return provisioner::ExplainInfeasible(*in.plan_model, in.problem);
 }
 
 // As Plan and Frontier answer an infeasible SLO: what the fastest plan would take and, when the
@@ -147,8 +160,38 @@ ProvisionerServiceImpl::ProvisionerServiceImpl(std::shared_ptr<const DataRegistr
 absl::StatusOr<PlanInputs> ProvisionerServiceImpl::Inputs(
     const grpc::ServerContext* context, const google::protobuf::Message& request,
     const pb::WorkloadRef& workload, const pb::CatalogRef& catalog, const pb::Slo& slo,
-    const pb::PlanOptions& options, absl::string_view existing_field) {
+    const pb::PlanOptions& options, absl::string_view existing_field, pb::SyncKind sync,
+    int global_batch, bool sync_needs_model) {
   if (auto s = CheckRequest(request); !s.ok()) return s;
+  if (sync != pb::SYNC_KIND_PS) {
+    auto loaded = models_.Load(workload, catalog);
+    if (!loaded.ok()) return loaded.status();
+    const bool synchronous =
+        sync == pb::SYNC_KIND_ALLREDUCE || loaded->first.sync() == pb::SYNC_KIND_ALLREDUCE;
+    if (synchronous && (!sync_needs_model || loaded->first.allreduce_size() > 0)) {
+      // The synchronous planner, with the request in Plan's form.
+      pb::PlanRequest as_plan;
+      *as_plan.mutable_workload() = workload;
+      *as_plan.mutable_catalog() = catalog;
+      *as_plan.mutable_slo() = slo;
+      *as_plan.mutable_options() = options;
+      as_plan.set_sync(pb::SYNC_KIND_ALLREDUCE);
+      as_plan.set_global_batch(global_batch);
+      auto sync_inputs =
+          ToSyncPlanInputs(as_plan, loaded->first, loaded->second, options_.max_exhaustive_limit);
+      if (!sync_inputs.ok()) return sync_inputs.status();
+      PlanInputs in = ToPlanInputs(*std::move(sync_inputs));
+      in.problem.stop =
+          CallStopCheck(context, options_.max_solve_time, "the search", "--max_solve_time");
+      return in;
+    }
+  }
+  if (global_batch != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "global_batch = ", global_batch,
+        ": a parameter-server workload takes its batch from the profile; a global batch is for a "
+        "synchronous (all-reduce) one"));
+  }
   auto in = ToPlanInputs(models_, workload, catalog, slo, options, existing_field,
                          options_.max_exhaustive_limit);
   if (!in.ok()) return in.status();
@@ -166,10 +209,18 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext* context,
     auto loaded = models_.Load(request->workload(), request->catalog());
     if (!loaded.ok()) return ToGrpc(loaded.status());
     if (PlansSynchronously(*request, loaded->first)) {
-      return ToGrpc(PlanSynchronous(
-          *request, loaded->first, loaded->second, options_.max_exhaustive_limit,
-          CallStopCheck(context, options_.max_solve_time, "the search", "--max_solve_time"),
-          response));
+      if (auto s = PlanSynchronous(
+              *request, loaded->first, loaded->second, options_.max_exhaustive_limit,
+              CallStopCheck(context, options_.max_solve_time, "the search", "--max_solve_time"),
+              response);
+          !s.ok() || request->options().confidence() == 0) {
+        return ToGrpc(s);
+      }
+      auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
+                       request->options(), "options.existing", pb::SYNC_KIND_ALLREDUCE,
+                       request->global_batch());
+      if (!in.ok()) return ToGrpc(in.status());
+      return ToGrpc(PlanWithConfidence(*request, *in, response));
     }
   }
   if (request->global_batch() != 0) {
@@ -178,8 +229,9 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext* context,
         ": a parameter-server workload takes its batch from the profile; a global batch is for a "
         "synchronous (all-reduce) one")));
   }
+  // A parameter-server plan: the synchronous one was answered above.
   auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
-                   request->options());
+                   request->options(), "options.existing", pb::SYNC_KIND_PS);
   if (!in.ok()) return ToGrpc(in.status());
   in->problem.objective = request->mode() == pb::PLAN_MODE_BUDGET
                               ? provisioner::Objective::kMinTime
@@ -242,7 +294,7 @@ absl::Status ProvisionerServiceImpl::PlanWithConfidence(const pb::PlanRequest& r
     return absl::InvalidArgumentError(absl::StrFormat(
         "options.confidence = %g: needs slo.deadline_s (the probability is of meeting it)", q));
   }
-  const predictor::PerformanceModel& m = *in.model;
+  const provisioner::PlanModel& m = *in.plan_model;
   const pb::SimulationOptions& so = request.options().simulation();
   auto revocations = RevocationModelOf(models_.registry(), request.catalog(), m.catalog(), so);
   if (!revocations.ok()) return revocations.status();
@@ -275,10 +327,14 @@ absl::Status ProvisionerServiceImpl::PlanWithConfidence(const pb::PlanRequest& r
   constexpr pb::PlanStrategy kRiskAware = pb::PLAN_STRATEGY_RISK_AWARE;
   // The plain plan the risk-aware search started from is the exact one (whatever strategy the
   // request named for the plain answer).
-  *response->mutable_plain_plan() = ToPlan(in, result->plain, pb::PLAN_STRATEGY_EXACT);
+  auto plain = PlanOf(in, result->plain, pb::PLAN_STRATEGY_EXACT);
+  if (!plain.ok()) return plain.status();
+  *response->mutable_plain_plan() = *std::move(plain);
   RiskToProto(result->plain_risk, response->mutable_plain_plan()->mutable_risk());
   if (result->feasible) {
-    *response->mutable_plan() = ToPlan(in, result->plan, kRiskAware);
+    auto chosen = PlanOf(in, result->plan, kRiskAware);
+    if (!chosen.ok()) return chosen.status();
+    *response->mutable_plan() = *std::move(chosen);
     RiskToProto(result->risk, response->mutable_plan()->mutable_risk());
   } else {
     *response->mutable_plan() = Infeasible(
@@ -291,7 +347,9 @@ absl::Status ProvisionerServiceImpl::PlanWithConfidence(const pb::PlanRequest& r
                         result->most_reliable_risk.p_meet_deadline_low,
                         result->most_reliable_risk.p_meet_deadline_high,
                         result->most_reliable_risk.cost_usd.mean));
-    *response->mutable_most_reliable() = ToPlan(in, result->most_reliable, kRiskAware);
+    auto reliable = PlanOf(in, result->most_reliable, kRiskAware);
+    if (!reliable.ok()) return reliable.status();
+    *response->mutable_most_reliable() = *std::move(reliable);
     RiskToProto(result->most_reliable_risk, response->mutable_most_reliable()->mutable_risk());
   }
   response->mutable_plan()->set_solve_ms(ms);
@@ -312,7 +370,7 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext* context,
   pb::PlanOptions options = request->options();
   *options.mutable_existing() = request->survivors();
   auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
-                   options, "survivors");
+                   options, "survivors", request->sync(), request->global_batch());
   if (!in.ok()) return ToGrpc(in.status());
   const pb::JobProgress& p = request->progress();
   provisioner::JobProgress progress;
@@ -329,7 +387,8 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext* context,
     }
     progress.current_loss = p.current_loss();
   } else if (p.cluster_before().instances_size() > 0) {
-    auto before = ToDomain(p.cluster_before(), in->model->catalog(), "progress.cluster_before");
+    auto before =
+        ToDomain(p.cluster_before(), in->plan_model->catalog(), "progress.cluster_before");
     if (!before.ok()) return ToGrpc(before.status());
     progress.cluster_before = before->counts;
     progress.iterations_done = p.normalized_iterations_done();
@@ -337,8 +396,8 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext* context,
     progress.iterations_done = p.normalized_iterations_done();
   }
   const auto start = std::chrono::steady_clock::now();
-  auto result =
-      provisioner::Replan(*in->model, in->problem, progress, in->strategy, in->exhaustive_limit);
+  auto result = in->plan_model->Replan(in->problem, progress, in->strategy, in->exhaustive_limit,
+                                       /*find_fastest=*/true);
   const double ms = Millis(start);
   if (!result.ok()) return ToGrpc(result.status());
   const pb::PlanStrategy strategy = StrategyOf(in->strategy);
@@ -352,7 +411,9 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext* context,
     in->problem.target_amount = result->remaining_amount;
   }
   if (result->feasible) {
-    *response->mutable_plan() = ToPlan(*in, result->plan, strategy);
+    auto plan = PlanOf(*in, result->plan, strategy);
+    if (!plan.ok()) return ToGrpc(plan.status());
+    *response->mutable_plan() = *std::move(plan);
   } else {
     std::string reason =
         std::isfinite(result->best_finish_s)
@@ -376,24 +437,26 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext* context,
 grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext* context,
                                               const pb::FrontierRequest* request,
                                               pb::FrontierResponse* response) {
-  auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
-                   request->options());
+  auto in =
+      Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
+             request->options(), "options.existing", request->sync(), request->global_batch());
   if (!in.ok()) return ToGrpc(in.status());
   const pb::PlanStrategy strategy = StrategyOf(in->strategy);
   const auto start = std::chrono::steady_clock::now();
   uint64_t evaluated = 0;
-  auto front = provisioner::Frontier(*in->model, in->problem, in->strategy, in->exhaustive_limit,
-                                     &evaluated);
+  auto front =
+      in->plan_model->Frontier(in->problem, in->strategy, in->exhaustive_limit, &evaluated);
   const double ms = Millis(start);
   if (!front.ok()) return ToGrpc(front.status());
   for (const Candidate& c : *front) {
-    pb::Plan* plan = response->add_plans();
-    *plan = ToPlan(*in, c, strategy);
+    auto plan = PlanOf(*in, c, strategy);
+    if (!plan.ok()) return ToGrpc(plan.status());
     plan->set_solve_ms(ms);
     plan->set_clusters_evaluated(evaluated);
+    *response->add_plans() = *std::move(plan);
   }
   if (request->simulate() && !front->empty()) {
-    const predictor::PerformanceModel& m = *in->model;
+    const provisioner::PlanModel& m = *in->plan_model;
     const pb::SimulationOptions& so = request->options().simulation();
     if (!std::isfinite(in->problem.deadline_s)) {
       return ToGrpc(absl::InvalidArgumentError(
@@ -465,13 +528,17 @@ grpc::Status ProvisionerServiceImpl::Simulate(grpc::ServerContext* context,
         "slo.deadline_s = %g: the simulation needs a deadline (the probability is of meeting it)",
         slo.deadline_s())));
   }
-  auto in = ToPlanInputs(models_, request->workload(), request->catalog(), slo, request->options(),
-                         "options.existing", options_.max_exhaustive_limit);
+  // A synchronous workload with an all-reduce model is simulated with its own planner; a
+  // parameter-server one asked to (options.simulation.sync) pays the restarts at its model's
+  // speeds.
+  auto in = Inputs(context, *request, request->workload(), request->catalog(), slo,
+                   request->options(), "options.existing", request->options().simulation().sync(),
+                   request->options().global_batch(), /*sync_needs_model=*/true);
   if (!in.ok()) return ToGrpc(in.status());
   // The plan search, the re-plans and the runs stop at the call's deadline or the server's limit.
   in->problem.stop =
       CallStopCheck(context, options_.max_solve_time, "the simulation", "--max_solve_time");
-  const predictor::PerformanceModel& m = *in->model;
+  const provisioner::PlanModel& m = *in->plan_model;
   response->set_target_loss(in->problem.target_kind == predictor::Target::Kind::kLoss
                                 ? in->problem.target_loss
                                 : slo.target_loss());
@@ -490,7 +557,7 @@ grpc::Status ProvisionerServiceImpl::Simulate(grpc::ServerContext* context,
     }
   } else {
     strategy = StrategyOf(in->strategy);
-    auto plan = provisioner::Solve(m, in->problem, in->strategy, in->exhaustive_limit);
+    auto plan = SolveInputs(*in);
     if (!plan.ok()) return ToGrpc(plan.status());
     if (!plan->feasible) {
       auto why = ExplainInfeasible(*in);
@@ -503,10 +570,10 @@ grpc::Status ProvisionerServiceImpl::Simulate(grpc::ServerContext* context,
   // The cluster scored without revocations, and why it misses the SLO when it does.
   auto score = [&]() -> absl::Status {
     Candidate c;
-    if (!provisioner::Score(m, in->problem, counts, c)) {
-      return m.ErrorStatus(c.estimate, in->problem.target_loss);
-    }
-    *response->mutable_plan() = ToPlan(*in, c, strategy);
+    if (!m.Score(in->problem, counts, c)) return m.ScoreError(in->problem, counts, c);
+    auto plan = PlanOf(*in, c, strategy);
+    if (!plan.ok()) return plan.status();
+    *response->mutable_plan() = *std::move(plan);
     if (!provisioner::MeetsSlo(in->problem, c)) {
       response->mutable_plan()->set_feasible(false);
       response->mutable_plan()->set_reason(absl::StrFormat(

@@ -53,11 +53,17 @@ class ProvisionerServiceImpl final : public pb::Provisioner::Service {
 
  private:
   // The request's inputs with the stop check of `context` (see CallStopCheck).
+  // A synchronous workload (`sync`, else the profile's) gets the synchronous planner's inputs,
+  // for `global_batch` (0 = the profile's global_batch_size); with `sync_needs_model`, only
+  // when the profile has an all-reduce model (Simulate simulates a parameter-server profile as a
+  // synchronous job with its own model).
   absl::StatusOr<PlanInputs> Inputs(const grpc::ServerContext* context,
                                     const google::protobuf::Message& request,
                                     const pb::WorkloadRef& workload, const pb::CatalogRef& catalog,
                                     const pb::Slo& slo, const pb::PlanOptions& options,
-                                    absl::string_view existing_field = "options.existing");
+                                    absl::string_view existing_field = "options.existing",
+                                    pb::SyncKind sync = pb::SYNC_KIND_UNSPECIFIED,
+                                    int global_batch = 0, bool sync_needs_model = false);
   // The confidence part of Plan: replaces the plain answer's plan with the risk-aware one.
   absl::Status PlanWithConfidence(const pb::PlanRequest& request, const PlanInputs& in,
                                   pb::PlanResponse* response);

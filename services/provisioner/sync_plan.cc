@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,9 +10,10 @@
 #include "absl/strings/str_format.h"
 #include "predictor/allreduce.h"
 #include "provisioner/infeasibility.h"
-#include "provisioner/stop_poll.h"
+#include "provisioner/simulator.h"
 #include "provisioner/sync_planner.h"
 #include "services/common/convert.h"
+#include "services/provisioner/plan_inputs.h"
 
 namespace spotdnn::services {
 namespace {
@@ -36,11 +36,6 @@ absl::StatusOr<double> Optional(absl::string_view field, double value) {
 // The options a synchronous plan does not plan with, refused naming the field.
 absl::Status CheckSupported(const pb::PlanOptions& o) {
   constexpr absl::string_view kWhy = "not for a synchronous (all-reduce) workload";
-  if (o.confidence() != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "options.confidence = %g: risk-aware plans are %s yet (its revocations are not modelled)",
-        o.confidence(), kWhy));
-  }
   if (o.strategy() != pb::PLAN_STRATEGY_EXACT && o.strategy() != pb::PLAN_STRATEGY_EXHAUSTIVE) {
     return absl::InvalidArgumentError(
         absl::StrCat("options.strategy = ", EnumLabel(o.strategy()),
@@ -122,30 +117,10 @@ absl::StatusOr<PlanProblem> ProblemOf(const pb::PlanRequest& request, const Sync
 // The cheapest (or, by the objective, fastest) plan of one instance type beside the running
 // instances: the "cheapest homogeneous" baseline.
 PlanResult Homogeneous(const SyncPlanner& planner, const PlanProblem& problem) {
-  PlanResult result;
-  Candidate c;
-  provisioner::StopPoll poll(problem.stop);
-  const int existing = std::accumulate(problem.min_counts.begin(), problem.min_counts.end(), 0);
-  for (size_t k = 0; k < problem.max_counts.size(); ++k) {
-    std::vector<int> counts = problem.min_counts;
-    for (int n = problem.min_counts[k] + 1; n <= problem.max_counts[k]; ++n) {
-      if (problem.max_workers > 0 && existing + n - problem.min_counts[k] > problem.max_workers) {
-        break;
-      }
-      if (!poll.Tick()) {
-        result.stopped = poll.status();
-        return result;
-      }
-      counts[k] = n;
-      ++result.evaluated;
-      if (!planner.Score(problem, counts, c) || !provisioner::MeetsSlo(problem, c)) continue;
-      if (provisioner::Better(c, result.best, problem.objective)) {
-        result.best = c;
-        result.feasible = true;
-      }
-    }
-  }
-  return result;
+  return provisioner::CheapestHomogeneous(problem,
+                                          [&](absl::Span<const int> counts, Candidate& out) {
+                                            return planner.Score(problem, counts, out);
+                                          });
 }
 
 // What a plan shares with the others of the response: its strategy and the types left out.
@@ -158,12 +133,20 @@ struct PlanContext {
 };
 
 pb::Plan Infeasible(const PlanContext& in, pb::PlanStrategy strategy, std::string reason) {
-  pb::Plan plan;
-  plan.set_feasible(false);
-  plan.set_strategy(strategy);
-  plan.set_reason(std::move(reason));
-  for (const std::string& e : in.excluded) plan.add_excluded_types(e);
-  return plan;
+  return InfeasiblePlan(strategy, std::move(reason), in.excluded);
+}
+
+// The restart a revocation costs the plan's job and its checkpoint interval: the request's
+// options.simulation, else the profile's, else the simulator's defaults.
+void SetRestart(const PlanContext& in, pb::Prediction* out) {
+  const pb::SimulationOptions& so = in.request.options().simulation();
+  out->set_restart_s(so.has_restart_s()
+                         ? so.restart_s()
+                         : in.profile.restart_s.value_or(provisioner::kDefaultRestartS));
+  out->set_checkpoint_every_s(
+      so.has_checkpoint_every_s()
+          ? so.checkpoint_every_s()
+          : in.profile.checkpoint_every_s.value_or(provisioner::kDefaultCheckpointEveryS));
 }
 
 // A scored cluster as a Plan, its prediction the split of the global batch on it.
@@ -182,6 +165,7 @@ absl::StatusOr<pb::Plan> ToPlan(const PlanContext& in, const Candidate& c,
   if (!prediction.ok()) return prediction.status();
   *plan.mutable_prediction() = ToProto(*prediction, catalog);
   SetTargetOf(in.request.slo(), plan.mutable_prediction());
+  SetRestart(in, plan.mutable_prediction());
   plan.set_strategy(strategy);
   plan.set_time_s(c.time_s);
   plan.set_cost_usd(c.cost_usd);
@@ -205,10 +189,10 @@ bool PlansSynchronously(const pb::PlanRequest& request, const pb::WorkloadProfil
   return workload.sync() == pb::SYNC_KIND_ALLREDUCE;
 }
 
-absl::Status PlanSynchronous(const pb::PlanRequest& request, const pb::WorkloadProfile& workload,
-                             const pb::InstanceCatalog& instance_catalog,
-                             uint64_t max_exhaustive_limit, const provisioner::StopCheck& stop,
-                             pb::PlanResponse* response) {
+absl::StatusOr<SyncPlanInputs> ToSyncPlanInputs(const pb::PlanRequest& request,
+                                                const pb::WorkloadProfile& workload,
+                                                const pb::InstanceCatalog& instance_catalog,
+                                                uint64_t max_exhaustive_limit) {
   const pb::PlanOptions& o = request.options();
   if (auto s = CheckSupported(o); !s.ok()) return s;
   auto target = TargetOfMessage(request.slo(), "slo.");
@@ -237,20 +221,48 @@ absl::Status PlanSynchronous(const pb::PlanRequest& request, const pb::WorkloadP
   if (!planner.ok()) return planner.status();
   auto problem = ProblemOf(request, *planner, *target);
   if (!problem.ok()) return problem.status();
-  problem->stop = stop;
   if (o.exhaustive_limit() > max_exhaustive_limit) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "options.exhaustive_limit = %d: above the server's cap of %d clusters (0 = the default "
         "%d); use the exact strategy for larger searches",
         o.exhaustive_limit(), max_exhaustive_limit, provisioner::kDefaultExhaustiveLimit));
   }
-  PlanContext in{.request = request, .profile = profile, .planner = *planner, .problem = *problem};
+  SyncPlanInputs out{.request = request, .profile = profile, .problem = *std::move(problem)};
   for (size_t k = 0; k < catalog.types.size(); ++k) {
     if (!planner->types().Usable(k)) {
-      in.excluded.push_back(
+      out.excluded.push_back(
           absl::StrCat(catalog.types[k].name, ": ", planner->types().UnusableReason(k)));
     }
   }
+  out.model = std::make_shared<const provisioner::SyncPlanModel>(*std::move(planner));
+  return out;
+}
+
+absl::StatusOr<pb::Plan> SyncPlanMessage(const SyncPlanInputs& in, const PlanProblem& problem,
+                                         const Candidate& c, pb::PlanStrategy strategy) {
+  const PlanContext context{.request = in.request,
+                            .profile = in.profile,
+                            .planner = in.model->planner(),
+                            .problem = problem,
+                            .excluded = in.excluded};
+  return ToPlan(context, c, strategy);
+}
+
+absl::Status PlanSynchronous(const pb::PlanRequest& request, const pb::WorkloadProfile& workload,
+                             const pb::InstanceCatalog& instance_catalog,
+                             uint64_t max_exhaustive_limit, const provisioner::StopCheck& stop,
+                             pb::PlanResponse* response) {
+  auto inputs = ToSyncPlanInputs(request, workload, instance_catalog, max_exhaustive_limit);
+  if (!inputs.ok()) return inputs.status();
+  const pb::PlanOptions& o = request.options();
+  const SyncPlanner* planner = &inputs->model->planner();
+  PlanProblem* problem = &inputs->problem;
+  problem->stop = stop;
+  PlanContext in{.request = request,
+                 .profile = inputs->profile,
+                 .planner = *planner,
+                 .problem = *problem,
+                 .excluded = inputs->excluded};
 
   const bool exhaustive = o.strategy() == pb::PLAN_STRATEGY_EXHAUSTIVE;
   const pb::PlanStrategy strategy =
@@ -274,26 +286,16 @@ absl::Status PlanSynchronous(const pb::PlanRequest& request, const pb::WorkloadP
     *response->mutable_plan() = *std::move(plan);
   } else {
     // Why: the fastest plan whatever the deadline and budget, and the cheapest by the deadline.
-    PlanProblem fastest_problem = *problem;
-    fastest_problem.deadline_s = kInf;
-    fastest_problem.budget_usd = kInf;
-    fastest_problem.objective = provisioner::Objective::kMinTime;
-    const PlanResult fastest = planner->SolveExact(fastest_problem);
-    if (!fastest.stopped.ok()) return fastest.stopped;
-    PlanProblem cheapest_problem = *problem;
-    cheapest_problem.budget_usd = kInf;
-    cheapest_problem.objective = provisioner::Objective::kMinCost;
-    const PlanResult cheapest = planner->SolveExact(cheapest_problem);
-    if (!cheapest.stopped.ok()) return cheapest.stopped;
-    *response->mutable_plan() =
-        Infeasible(in, strategy, provisioner::InfeasibleReason(*problem, fastest, cheapest));
-    if (fastest.feasible) {
-      response->set_fastest_time_s(fastest.best.time_s);
-      response->set_fastest_cost_usd(fastest.best.cost_usd);
+    auto why = provisioner::ExplainInfeasible(*inputs->model, *problem);
+    if (!why.ok()) return why.status();
+    *response->mutable_plan() = Infeasible(in, strategy, why->reason);
+    if (why->fastest.feasible) {
+      response->set_fastest_time_s(why->fastest.best.time_s);
+      response->set_fastest_cost_usd(why->fastest.best.cost_usd);
     }
-    if (provisioner::BudgetBinds(*problem, cheapest)) {
-      response->set_cheapest_time_s(cheapest.best.time_s);
-      response->set_cheapest_cost_usd(cheapest.best.cost_usd);
+    if (provisioner::BudgetBinds(*problem, why->cheapest)) {
+      response->set_cheapest_time_s(why->cheapest.best.time_s);
+      response->set_cheapest_cost_usd(why->cheapest.best.cost_usd);
     }
   }
   response->mutable_plan()->set_solve_ms(ms);

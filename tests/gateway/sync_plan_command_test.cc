@@ -202,9 +202,6 @@ TEST_F(SyncPlanCommandTest, BadInputIsRefusedNamingTheFlag) {
   CliRun ring = Cli(PlanArgs(declared_, deadline, {"--sync", "ring"}));
   EXPECT_EQ(ring.code, 2);
   EXPECT_THAT(ring.err, HasSubstr("--sync = \"ring\""));
-  CliRun confidence = Cli(PlanArgs(declared_, deadline, {"--confidence", "0.9"}));
-  EXPECT_EQ(confidence.code, 2);
-  EXPECT_THAT(confidence.err, HasSubstr("--confidence"));
   CliRun heuristic = Cli(PlanArgs(declared_, deadline, {"--strategy", "spotdnn"}));
   EXPECT_EQ(heuristic.code, 2);
   EXPECT_THAT(heuristic.err, HasSubstr("exact or exhaustive"));
@@ -238,6 +235,100 @@ TEST_F(SyncPlanCommandTest, SyncFlagComparesTheOtherKind) {
   const CliRun sync = Cli(PlanArgs(declared_, deadline, {"--sync", "allreduce"}));
   ASSERT_EQ(sync.code, 0) << sync.err;
   EXPECT_THAT(sync.out, HasSubstr("parameter-server plan"));
+}
+
+// Lifetimes that revoke every third instance within a few minutes (the rest live past GCE's 24 h):
+// a job of minutes sees revocations. One section, so every type gets them (pooled).
+std::string WriteLifetimes(const std::filesystem::path& dir) {
+  const std::string path = (dir / "lifetimes.csv").string();
+  std::ofstream f(path);
+  f << "K80,,\nVM name,Start,Terminate\n";
+  for (int i = 0; i < 30; ++i) {
+    f << "vm-" << i << ",1/1/20 00:00,"
+      << (i % 3 == 0 ? "1/1/20 00:0" + std::to_string(2 + i % 4) : std::string("1/2/20 00:05"))
+      << "\n";
+  }
+  return path;
+}
+
+TEST_F(SyncPlanCommandTest, LifetimesAndConfidenceSimulateTheRestarts) {
+  const double deadline = Deadline();
+  const std::string lifetimes = WriteLifetimes(dir_);
+  // The plan's probability under the lifetimes, as a synchronous job.
+  const CliRun simulated =
+      Cli(PlanArgs(declared_, deadline,
+                   {"--lifetimes", lifetimes, "--runs", "300", "--restart", "1m", "--json"}));
+  ASSERT_EQ(simulated.code, 0) << simulated.err;
+  const auto f = Json(simulated.out).fields();
+  EXPECT_EQ(f.at("sync").string_value(), "allreduce");
+  const auto& risk = f.at("risk").struct_value().fields();
+  EXPECT_TRUE(risk.at("synchronous").bool_value()) << simulated.out;
+  EXPECT_EQ(risk.at("restart_s").number_value(), 60);
+  EXPECT_GT(risk.at("restarts_per_run").number_value(), 0) << simulated.out;
+  EXPECT_LT(f.at("p_meet_deadline").number_value(), 1) << simulated.out;
+
+  // The risk-aware plan: the plain exact plan simulated beside it, both synchronous.
+  const CliRun risky = Cli(PlanArgs(declared_, deadline,
+                                    {"--confidence", "0.5", "--lifetimes", lifetimes, "--runs",
+                                     "300", "--restart", "1m", "--json"}));
+  ASSERT_TRUE(risky.code == 0 || risky.code == 3) << risky.err;
+  const auto r = Json(risky.out).fields();
+  const auto& plain = r.at("plain_plan").struct_value().fields();
+  EXPECT_EQ(plain.at("sync").string_value(), "allreduce") << risky.out;
+  EXPECT_TRUE(plain.at("risk").struct_value().fields().at("synchronous").bool_value());
+  EXPECT_EQ(Counts(plain.at("plan").struct_value()),
+            Direct(deadline, provisioner::Objective::kMinCost).best.counts);
+  if (risky.code == 0) {
+    EXPECT_GE(r.at("p_meet_deadline").number_value(), 0.5) << risky.out;
+    EXPECT_EQ(r.at("sync").string_value(), "allreduce");
+  }
+  const CliRun table = Cli(PlanArgs(
+      declared_, deadline, {"--confidence", "0.5", "--lifetimes", lifetimes, "--runs", "300"}));
+  EXPECT_THAT(table.out, HasSubstr("plain exact")) << table.err;
+}
+
+TEST_F(SyncPlanCommandTest, AvailabilityReplayChargesEachStartTheRestart) {
+  const std::string up = (dir_ / "up.csv").string();
+  std::ofstream(up) << "time,count\n0,20\n86400,20\n";
+  const std::string traces = "g4dn.4xlarge=" + up + ",g3.8xlarge=" + up + ",g3.16xlarge=" + up;
+  const CliRun run = Cli(PlanArgs(
+      declared_, Deadline(),
+      {"--availability", traces, "--restart", "2m", "--checkpoint-every", "10m", "--json"}));
+  ASSERT_EQ(run.code, 0) << run.err;
+  const auto f = Json(run.out).fields();
+  EXPECT_EQ(f.at("sync").string_value(), "allreduce");
+  const auto& a = f.at("availability").struct_value().fields();
+  ASSERT_TRUE(a.contains("with_fallback")) << run.out;
+  bool noted = false;
+  for (const auto& n : a.at("notes").list_value().values()) {
+    // 2 minutes of restart and half of 10 minutes redone: 7 minutes more per changeover.
+    noted = noted || n.string_value().find("restarts every rank, 7m") != std::string::npos;
+  }
+  EXPECT_TRUE(noted) << run.out;
+}
+
+TEST_F(SyncPlanCommandTest, FrontierOfASyncWorkloadIsTheSyncPlannersOptimumAtEachPoint) {
+  for (const std::vector<std::string>& how :
+       {std::vector<std::string>{"--sync", "allreduce", "--global-batch",
+                                 std::to_string(kGlobalBatch)},
+        std::vector<std::string>{}}) {
+    std::vector<std::string> extra = {"--mode", "frontier", "--json"};
+    extra.insert(extra.end(), how.begin(), how.end());
+    const CliRun run = Cli(PlanArgs(how.empty() ? declared_ : workload_, Deadline(), extra));
+    ASSERT_EQ(run.code, 0) << run.err;
+    const auto f = Json(run.out).fields();
+    const auto& points = f.at("frontier").list_value().values();
+    ASSERT_GE(points.size(), 2u) << run.out;
+    for (const auto& v : points) {
+      const auto& p = v.struct_value().fields();
+      EXPECT_EQ(p.at("sync").string_value(), "allreduce") << run.out;
+      EXPECT_TRUE(p.contains("local_batches"));
+      const provisioner::PlanResult at =
+          Direct(p.at("time_s").number_value(), provisioner::Objective::kMinCost);
+      ASSERT_TRUE(at.feasible);
+      EXPECT_EQ(Counts(p.at("plan").struct_value()), at.best.counts) << run.out;
+    }
+  }
 }
 
 }  // namespace

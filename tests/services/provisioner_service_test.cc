@@ -6,6 +6,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "provisioner/plan_model.h"
+#include "provisioner/sync_planner.h"
+#include "services/common/convert.h"
 #include "services/common/server.h"
 
 namespace spotdnn::services {
@@ -206,6 +209,98 @@ TEST_F(ProvisionerServiceTest, ExcludedTypesAreNamed) {
   ASSERT_TRUE(Plan(r, &response).ok());
   ASSERT_EQ(response.plan().excluded_types_size(), 3);  // p3.2xlarge, g4dn.12xlarge, g3.4xlarge
   EXPECT_THAT(response.plan().excluded_types(0), HasSubstr("p3.2xlarge"));
+}
+
+// The built-in ResNet-110 profiled synchronously too: T4 and M60 all-reduce models, a global
+// batch of 512, trained as all-reduce by default.
+pb::WorkloadProfile SynchronousResnet() {
+  auto ps = DataRegistry::WithBuiltins().ResolveWorkload("resnet110");
+  EXPECT_TRUE(ps.ok()) << ps.status();
+  pb::WorkloadProfile p = *ps;
+  p.set_name("resnet110-both");
+  p.set_sync(pb::SYNC_KIND_ALLREDUCE);
+  p.set_global_batch_size(512);
+  for (const auto& [gpu, per_sample] : {std::pair{"T4", 2e-3}, std::pair{"M60", 3.5e-3}}) {
+    pb::AllReduceModel* m = p.add_allreduce();
+    m->set_gpu_type(gpu);
+    m->set_compute_fixed_s(0.02);
+    m->set_compute_per_sample_s(per_sample);
+    m->set_compute_contention(0.05);
+    m->set_intra_fixed_s(0.01);
+    m->set_intra_ring_s(0.03);
+    m->set_cross_instance(true);
+    m->set_cross_fixed_s(0.03);
+    m->set_cross_straggler_s(0.02);
+    m->set_cross_per_gpu_s(0.01);
+    m->set_overlap_gamma(2);
+  }
+  return p;
+}
+
+TEST_F(ProvisionerServiceTest, FrontierAndReplanOfASynchronousWorkloadUseTheSyncPlanner) {
+  const pb::WorkloadProfile profile = SynchronousResnet();
+  auto catalog = DataRegistry::WithBuiltins().ResolveCatalog("aws-spotdnn-prototype");
+  ASSERT_TRUE(catalog.ok());
+  const predictor::InstanceCatalog domain_catalog = ToDomain(*catalog);
+  auto planner = provisioner::SyncPlanner::Create(ToDomain(profile), domain_catalog, 512);
+  ASSERT_TRUE(planner.ok()) << planner.status();
+  auto index = [&](const pb::Cluster& c) {
+    std::vector<int> counts(domain_catalog.types.size(), 0);
+    for (const auto& i : c.instances())
+      counts[domain_catalog.IndexOf(i.instance_type())] = i.count();
+    return counts;
+  };
+
+  // The frontier: every point the synchronous optimum at its own time.
+  pb::FrontierRequest f;
+  *f.mutable_workload()->mutable_profile() = profile;
+  f.mutable_catalog()->set_name("aws-spotdnn-prototype");
+  f.mutable_slo()->set_target_iterations(2000);
+  pb::FrontierResponse front;
+  grpc::ClientContext context;
+  const grpc::Status status = stub_->Frontier(&context, f, &front);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_GE(front.plans_size(), 3);
+  for (const pb::Plan& p : front.plans()) {
+    EXPECT_GE(p.prediction().accumulation_steps(), 1);  // a synchronous plan's prediction
+    EXPECT_EQ(p.prediction().wa_batch(), 512);
+    provisioner::PlanProblem at =
+        planner->DefaultProblem(predictor::Target::Iterations(2000), p.time_s());
+    const provisioner::PlanResult best = planner->SolveExact(at);
+    ASSERT_TRUE(best.feasible);
+    EXPECT_EQ(index(p.cluster()), best.best.counts);
+    EXPECT_NEAR(p.cost_usd(), best.best.cost_usd, 1e-9 * best.best.cost_usd);
+  }
+
+  // A re-plan keeps the survivors and plans the steps left with the synchronous planner.
+  const double deadline = 1.5 * front.plans(0).time_s();
+  pb::ReplanRequest r;
+  *r.mutable_workload()->mutable_profile() = profile;
+  r.mutable_catalog()->set_name("aws-spotdnn-prototype");
+  r.mutable_slo()->set_target_iterations(2000);
+  r.mutable_slo()->set_deadline_s(deadline);
+  r.mutable_progress()->set_normalized_iterations_done(500);
+  r.mutable_progress()->set_elapsed_s(0.2 * deadline);
+  auto* survivor = r.mutable_survivors()->add_instances();
+  survivor->set_instance_type("g4dn.4xlarge");
+  survivor->set_count(2);
+  pb::ReplanResponse replanned;
+  grpc::ClientContext context2;
+  const grpc::Status replan_status = stub_->Replan(&context2, r, &replanned);
+  ASSERT_TRUE(replan_status.ok()) << replan_status.error_message();
+  ASSERT_TRUE(replanned.plan().feasible()) << replanned.plan().reason();
+  EXPECT_GE(replanned.plan().prediction().accumulation_steps(), 1);
+  EXPECT_EQ(replanned.plan().prediction().normalized_iterations(), 1500);
+  EXPECT_GE(Count(replanned.plan().cluster(), "g4dn.4xlarge"), 2);
+  provisioner::PlanProblem rest =
+      planner->DefaultProblem(predictor::Target::Iterations(2000), deadline);
+  rest.min_counts[domain_catalog.IndexOf("g4dn.4xlarge")] = 2;
+  auto direct = provisioner::SyncReplan(*planner, rest,
+                                        {.elapsed_s = 0.2 * deadline, .iterations_done = 500});
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  ASSERT_TRUE(direct->feasible);
+  EXPECT_EQ(index(replanned.plan().cluster()), direct->plan.counts);
+  EXPECT_NEAR(replanned.remaining_time_s(), 0.8 * deadline, 1e-9 * deadline);
 }
 
 TEST_F(ProvisionerServiceTest, ReplanLaunchesTakeoverInstances) {

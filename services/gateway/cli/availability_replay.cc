@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "provisioner/simulator.h"
 #include "services/common/program.h"
 #include "services/gateway/cli/output.h"
 
@@ -177,6 +178,20 @@ absl::StatusOr<ClusterReplay> ReplayPlanCluster(const pb::Plan& p, double deadli
   out.job.work_s = std::max(1e-9, p.time_s() - std::max(0.0, overhead_s));
   out.job.deadline_s = deadline_s;
   out.job.changeover_s = availability.changeover_s;
+  if (p.prediction().accumulation_steps() > 0) {
+    // A synchronous plan: each instance start also restarts every rank from the last checkpoint.
+    provisioner::SynchronousRestart restart;
+    if (p.prediction().checkpoint_every_s() > 0) {
+      restart.restart_s = p.prediction().restart_s();
+      restart.checkpoint_every_s = p.prediction().checkpoint_every_s();
+    }
+    const double cost = provisioner::ExpectedRestartCostS(restart);
+    out.job.changeover_s += cost;
+    out.notes.push_back(absl::StrCat(
+        "synchronous plan: each instance start also restarts every rank, ", HumanDuration(cost),
+        " more per changeover (restart ", HumanDuration(restart.restart_s),
+        " + half the checkpoint interval ", HumanDuration(restart.checkpoint_every_s), ")"));
+  }
   out.job.spot_price_per_hour = spot_per_hour;
   out.job.on_demand_price_per_hour = on_demand_per_hour;
   auto summary = dl::ReplayWindows(

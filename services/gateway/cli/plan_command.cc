@@ -490,13 +490,6 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     if (!parsed.ok()) return fail(parsed.status());
     request.set_global_batch(*parsed);
   }
-  if (mode == "frontier" &&
-      (request.sync() != pb::SYNC_KIND_UNSPECIFIED || request.global_batch() != 0)) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        args.Has("--sync") ? "--sync" : "--global-batch",
-        ": the frontier is planned for parameter-server workloads only; use --mode deadline or "
-        "budget")));
-  }
   if (auto q = args.Get("--quota")) {
     auto counts = ParseCounts("--quota", *q);
     if (!counts.ok()) return fail(counts.status());
@@ -568,6 +561,8 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     *f.mutable_slo() = request.slo();
     *f.mutable_options() = request.options();
     f.set_simulate(simulate);
+    f.set_sync(request.sync());
+    f.set_global_batch(request.global_batch());
     auto answered = provisioner.Frontier(f);
     if (!answered.ok()) return fail(answered.status());
     const pb::FrontierResponse& response = *answered;
@@ -663,11 +658,6 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   auto answered = provisioner.Plan(request);
   if (!answered.ok()) return fail(answered.status());
   pb::PlanResponse response = *std::move(answered);
-  if (IsSynchronous(response.plan()) && (simulate || availability)) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        simulate ? "--lifetimes" : "--availability",
-        ": the revocations of a synchronous (all-reduce) plan are not simulated yet")));
-  }
   // With --sync: the best plan of the other way of training, when the profile has both.
   std::optional<OtherSync> other;
   if (args.Has("--sync") && confidence == 0) {
@@ -701,6 +691,12 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     *sim.mutable_slo() = request.slo();
     *sim.mutable_options() = request.options();
     *sim.mutable_cluster() = response.plan().cluster();
+    // A synchronous plan's job: the same kind and global batch.
+    sim.mutable_options()->set_global_batch(request.global_batch());
+    if (request.sync() != pb::SYNC_KIND_UNSPECIFIED &&
+        sim.options().simulation().sync() == pb::SYNC_KIND_UNSPECIFIED) {
+      sim.mutable_options()->mutable_simulation()->set_sync(request.sync());
+    }
     auto simulated = provisioner.Simulate(sim);
     if (!simulated.ok()) return fail(simulated.status());
     *response.mutable_plan()->mutable_risk() = simulated->plan().risk();
