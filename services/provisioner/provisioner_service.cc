@@ -513,6 +513,19 @@ grpc::Status ProvisionerServiceImpl::Simulate(grpc::ServerContext* context,
       return ToGrpc(absl::InvalidArgumentError(
           "iterations: needs a cluster (the loss after them depends on the cluster)"));
     }
+  }
+  if (request->iterations() != 0 && request->options().simulation().sync() != pb::SYNC_KIND_PS) {
+    // A synchronous workload with an all-reduce model (simulated with its own planner, below)
+    // trains `iterations` steps, whatever the cluster.
+    auto loaded = models_.Load(request->workload(), request->catalog());
+    if (!loaded.ok()) return ToGrpc(loaded.status());
+    const pb::SyncKind sync = request->options().simulation().sync();
+    if ((sync == pb::SYNC_KIND_ALLREDUCE || loaded->first.sync() == pb::SYNC_KIND_ALLREDUCE) &&
+        loaded->first.allreduce_size() > 0) {
+      slo.set_target_iterations(request->iterations());
+    }
+  }
+  if (request->iterations() != 0 && slo.target_iterations() == 0) {
     auto model = models_.Resolve(request->workload(), request->catalog(),
                                  {.bandwidth_margin = request->options().bandwidth_margin()});
     if (!model.ok()) return ToGrpc(model.status());

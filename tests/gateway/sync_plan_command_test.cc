@@ -285,6 +285,16 @@ TEST_F(SyncPlanCommandTest, LifetimesAndConfidenceSimulateTheRestarts) {
   const CliRun table = Cli(PlanArgs(
       declared_, deadline, {"--confidence", "0.5", "--lifetimes", lifetimes, "--runs", "300"}));
   EXPECT_THAT(table.out, HasSubstr("plain exact")) << table.err;
+
+  // `simulate` of a cluster: its steps, with the synchronous planner's speeds and re-plans.
+  const CliRun cluster =
+      Cli({"simulate", "--workload", declared_, "--catalog", kCatalog, "--iterations",
+           std::to_string(kIterations), "--cluster", "g4dn.4xlarge=2,g3.8xlarge=1", "--deadline",
+           std::to_string(static_cast<long long>(deadline)) + "s", "--lifetimes", lifetimes,
+           "--runs", "300", "--restart", "1m"});
+  ASSERT_EQ(cluster.code, 0) << cluster.err;
+  EXPECT_THAT(cluster.out, HasSubstr("restarts per run"));
+  EXPECT_THAT(cluster.out, HasSubstr("restarts every rank (1m 00s)"));
 }
 
 TEST_F(SyncPlanCommandTest, AvailabilityReplayChargesEachStartTheRestart) {
