@@ -342,9 +342,10 @@ def main():
         dist.all_reduce(flags)
         ended = time.perf_counter()
         step += 1
-        sync = 0.0
+        # The all-reduces' share of the step: the gradients' and the loss's.
+        sync = ended - computed
         if timer["first"] is not None and timer["last"] is not None:
-            sync = min(max(0.0, timer["last"] - timer["first"]), computed - began)
+            sync += min(max(0.0, timer["last"] - timer["first"]), computed - began)
         print("SPOTDNN_SAMPLE step=%d worker_id=%s wall_time_s=%.3f gpu_type=%s local_batch=%d "
               "iteration_time_s=%.6f sync_time_s=%.6f ranks=%d %s loss=%.6f "
               "metric.global_batch=%d metric.accumulation_steps=%d" %
