@@ -57,7 +57,8 @@ def torchrun_command():
 def run_group(instances, steps, log_path, timeout_s, global_batch=None, nice=0, realtime=0,
               hold_cpus=False):
     """Runs one torchrun per instance (one rank each, a static rendezvous on 127.0.0.1), each
-    with its own local batch, GPU type and slowdown, and writes every rank's output to log_path.
+    with its own local batch, GPU type and slowdown; the ranks' output goes to log_path, their
+    messages to log_path + ".err".
     `instances`: [(gpu_type, slowdown, local_batch)]."""
     port = free_port()
     # --hold-cpus: a SCHED_FIFO spin loop per CPU below the ranks' priority takes the time the
@@ -88,9 +89,12 @@ def run_group(instances, steps, log_path, timeout_s, global_batch=None, nice=0, 
             "--master_addr=127.0.0.1", "--master_port=%d" % port,
             "--log_dir=%s" % os.path.join(os.path.dirname(log_path), "torchrun-logs"),
             TRAIN, "--timeout", str(timeout_s)]
+        # The ranks' sample lines (standard output, which torchrun tees line by line) apart from
+        # their messages (standard error, unbuffered, which would land inside a teed line).
         out = open("%s.node%d" % (log_path, node), "w+")
-        outputs.append(out)
-        procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+        err = open("%s.node%d.err" % (log_path, node), "w+")
+        outputs.append((out, err))
+        procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=err,
                                       cwd=REPO,
                                       preexec_fn=(lambda: os.nice(nice)) if nice else None))
     deadline = time.time() + timeout_s
@@ -107,17 +111,22 @@ def run_group(instances, steps, log_path, timeout_s, global_batch=None, nice=0, 
     for h in holders:
         h.kill()
         h.wait()
-    text = ""
-    for out in outputs:
+    text = messages = ""
+    for out, err in outputs:
         out.seek(0)
         text += out.read()
-        out.close()
-        os.remove(out.name)
+        err.seek(0)
+        messages += err.read()
+        for f in (out, err):
+            f.close()
+            os.remove(f.name)
     with open(log_path, "w") as f:
         f.write(text)
+    with open(log_path + ".err", "w") as f:
+        f.write(messages)
     if failed is not None:
         sys.exit("ddp_split: the run of %s failed on instance %d (%s); its output: %s" %
-                 (instances, failed[0], failed[1], log_path))
+                 (instances, failed[0], failed[1], log_path + ".err"))
     return log_path
 
 
@@ -129,7 +138,7 @@ def samples(log_path):
             at = line.find("SPOTDNN_SAMPLE")
             if at < 0:
                 continue
-            fields = dict(tok.split("=", 1) for tok in line[at:].split()[1:])
+            fields = dict(tok.split("=", 1) for tok in line[at:].split()[1:] if "=" in tok)
             out.append(fields)
     return out
 

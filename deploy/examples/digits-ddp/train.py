@@ -40,6 +40,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 
 NOTICE_EXIT = 75  # EX_TEMPFAIL: stopped for a notice, to be restarted by torchrun
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -362,13 +363,37 @@ def main():
         checkpoints.write(torch, step, net, optimizer)
     # Every rank past rank 0's checkpoint before any exits.
     dist.barrier()
-    dist.destroy_process_group()
     if stopped_for_notice:
         log("stopped for a revocation notice at step %d; exiting %d so that torchrun re-forms "
             "the group" % (step, NOTICE_EXIT))
-        sys.exit(NOTICE_EXIT)
+        exit_now(NOTICE_EXIT)
     log("finished at step %d" % step)
+    exit_now(0)
+
+
+def exit_now(code):
+    """Ends the process at once, the DDP model still alive. Destroying it would join gloo's
+    threads while holding the GIL, and the thread that ran the comm hook's Python callback may
+    need the GIL to let go of it: the rank would hang there (and torchrun with it)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run():
+    try:
+        main()
+    except SystemExit as e:
+        # In the handler, the traceback keeps main's objects alive: nothing is destroyed.
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+            exit_now(1)
+        exit_now(e.code or 0)
+    except BaseException:  # noqa: B902 - every failure ends the rank with its traceback
+        traceback.print_exc()
+        exit_now(1)
+    exit_now(0)
 
 
 if __name__ == "__main__":
-    main()
+    run()
