@@ -172,11 +172,17 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext* context,
           response));
     }
   }
-  if (request->global_batch() != 0) {
-    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
-        "global_batch = ", request->global_batch(),
-        ": a parameter-server workload takes its batch from the profile; a global batch is for a "
-        "synchronous (all-reduce) one")));
+  if (request->global_batch() != 0 || request->local_batch() != 0 ||
+      request->global_batch_mode() != pb::GLOBAL_BATCH_UNSPECIFIED) {
+    const std::string field =
+        request->global_batch() != 0 ? absl::StrCat("global_batch = ", request->global_batch())
+        : request->local_batch() != 0
+            ? absl::StrCat("local_batch = ", request->local_batch())
+            : absl::StrCat("global_batch_mode = ", EnumLabel(request->global_batch_mode()));
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat(field,
+                     ": a parameter-server workload takes its batch from the profile; a local or "
+                     "global batch is for a synchronous (all-reduce) one")));
   }
   auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
                    request->options());
