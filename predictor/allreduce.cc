@@ -259,6 +259,7 @@ absl::StatusOr<AllReduceCatalog> AllReduceCatalog::Create(const WorkloadProfile&
   AllReduceCatalog out;
   for (const InstanceType& type : catalog.types) {
     Type t;
+    t.name = type.name;
     t.gpus = type.gpus;
     const AllReduceModel* m = profile.AllReduceOf(type.gpu_type);
     if (m == nullptr) {
@@ -363,35 +364,168 @@ absl::StatusOr<AllReduceSplitStep> AllReduceCatalog::Step(absl::Span<const int> 
   return step;
 }
 
+absl::StatusOr<AllReduceSplitStep> AllReduceCatalog::StepEven(absl::Span<const int> counts,
+                                                              int local_batch) const {
+  if (counts.size() != types_.size()) {
+    return absl::InvalidArgumentError("cluster: counts do not match the catalog's types");
+  }
+  if (local_batch < 1 || local_batch > kMaxBatchPerGpu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("local_batch = ", local_batch, ": must be in [1, ", kMaxBatchPerGpu, "]"));
+  }
+  int64_t instances = 0;
+  int64_t ranks = 0;
+  int max_gpus = 0;
+  AllReduceSplitStep step;
+  step.split.low.assign(types_.size(), local_batch);
+  step.split.high.assign(types_.size(), 0);
+  for (size_t i = 0; i < types_.size(); ++i) {
+    if (counts[i] == 0) continue;
+    if (counts[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cluster[", i, "] = ", counts[i]));
+    }
+    if (!Usable(i)) return absl::FailedPreconditionError(types_[i].reason);
+    const RankGroup& g = types_[i].group;
+    if (local_batch > g.cap) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "local_batch = ", local_batch, ": instance type ", types_[i].name,
+          "'s GPUs hold at most ", g.cap, " samples per step (the profile's memory model)"));
+    }
+    instances += counts[i];
+    ranks += static_cast<int64_t>(counts[i]) * types_[i].gpus;
+    max_gpus = std::max(max_gpus, types_[i].gpus);
+    step.compute_s = std::max(step.compute_s, g.fixed_s + g.per_sample_s * local_batch);
+  }
+  if (instances == 0) return absl::InvalidArgumentError("cluster: no instance");
+  if (ranks > kMaxClusterSize) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cluster: %d ranks, more than %d", ranks, kMaxClusterSize));
+  }
+  step.split.compute_s = step.compute_s;
+  for (size_t i = 0; i < types_.size(); ++i) {
+    if (counts[i] == 0) continue;
+    auto allreduce = AllReduceTime(
+        types_[i].model, ShapeFrom(static_cast<int>(instances), static_cast<int>(ranks), max_gpus));
+    if (!allreduce.ok()) return allreduce.status();
+    step.allreduce_s = std::max(step.allreduce_s, *allreduce);
+    step.step_s = std::max(step.step_s,
+                           OverlapSteps(step.compute_s, *allreduce, types_[i].model.overlap_gamma));
+  }
+  return step;
+}
+
+absl::Status SyncSteps::CheckBatch(double batch) const {
+  if (!from_convergence || critical_batch || reference_global_batch <= 0) return absl::OkStatus();
+  if (std::abs(batch - reference_global_batch) <= 1e-9 * reference_global_batch) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "global batch %.15g: the convergence model describes global batch %.15g and has no "
+      "critical_batch to carry its steps to another; fit it from runs at several global batches "
+      "(spotdnn profile fit), or train at %.15g",
+      batch, reference_global_batch, reference_global_batch));
+}
+
+absl::StatusOr<SyncSteps> SyncStepsFor(const WorkloadProfile& profile, const Target& target) {
+  if (auto s = target.Validate(); !s.ok()) return s;
+  SyncSteps out;
+  if (target.kind == Target::Kind::kIterations) {
+    for (double& f : out.fixed) f = target.value;
+    return out;
+  }
+  if (target.kind == Target::Kind::kSamples) {
+    for (double& p : out.per_batch) p = target.value;
+    return out;
+  }
+  const std::string metric = target.MetricName();
+  const bool higher = target.kind == Target::Kind::kMetric && target.higher_is_better;
+  const ConvergenceModel* model = nullptr;
+  for (const ConvergenceModel& m : profile.convergence) {
+    if (m.metric == metric && m.higher_is_better == higher) model = &m;
+  }
+  if (model == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "target ", target.Describe(), ": workload \"", profile.name,
+        "\" has no convergence model of ", metric, higher ? " (higher is better)" : "",
+        " for its synchronous training (eq. 3's g1..g5 model parameter-server training): fit one "
+        "from runs that log it (spotdnn profile fit), or give the target in iterations or "
+        "epochs"));
+  }
+  if (auto s = model->ValidateBatchLaw(absl::StrCat("convergence[", metric, "].")); !s.ok()) {
+    return s;
+  }
+  out.from_convergence = true;
+  if (model->best_value) {
+    out.data_best = *model->best_value;
+    out.extrapolated = model->IsExtrapolation(target.value);
+  }
+  // One synchronous step at the global batch is one step of the curve: one worker, R = 0.
+  const StepQuantiles q = StepsToTarget(*model, 1, 0, target.value);
+  if (!q.reachable) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "target %s: fewer than half of the runs the convergence model of %s describes reach it "
+        "(%.0f%% do)",
+        target.Describe(), metric, 100 * q.reached_fraction));
+  }
+  out.reference_global_batch = model->reference_global_batch;
+  out.critical_batch = model->critical_batch;
+  out.reference_p50 = q.p50;
+  out.has_spread = q.p10 < q.p90;
+  const double quantiles[3] = {q.p10, q.p50, q.p90};
+  // Without a critical batch the steps do not depend on B (CheckBatch refuses another B when the
+  // curve's own is known).
+  const double c = model->critical_batch.value_or(0);
+  const double ref = model->reference_global_batch;
+  for (int i = 0; i < 3; ++i) {
+    out.fixed[i] = c > 0 ? quantiles[i] / (1 + c / ref) : quantiles[i];
+    out.per_batch[i] = c > 0 ? out.fixed[i] * c : 0;
+  }
+  return out;
+}
+
 namespace {
 
 // The cluster's part of a synchronous prediction: a step of `step_s` trains `global_batch`
-// samples, and the target's steps do not depend on the cluster (a fixed global batch).
-absl::Status FinishEstimate(const Target& target, double global_batch, double step_s, Estimate& e) {
+// samples, and the target takes `steps` at that batch.
+absl::Status FinishEstimate(const Target& target, const SyncSteps& steps, double global_batch,
+                            double step_s, Prediction& out) {
+  Estimate& e = out.estimate;
   e.expected_iteration_time_s = step_s;
   e.cluster_speed = global_batch / step_s;
   e.wa_batch = global_batch;
   e.convergence_coefficient = 1;
-  const double steps =
-      target.kind == Target::Kind::kIterations ? target.value : target.value / global_batch;
-  e.normalized_iterations = steps;
-  e.time_s = steps * step_s;
+  if (auto s = steps.CheckBatch(global_batch); !s.ok()) return s;
+  e.normalized_iterations = steps.At(global_batch);
+  e.time_s = e.normalized_iterations * step_s;
   if (!std::isfinite(e.time_s)) {
     e.error = EstimateError::kNotFinite;
     return absl::InvalidArgumentError(
         absl::StrCat("target ", target.Describe(), ": the time is not finite"));
   }
-  e.iterations_p10 = e.iterations_p50 = e.iterations_p90 = steps;
-  e.time_p10_s = e.time_p50_s = e.time_p90_s = e.time_s;
+  e.iterations_p10 = steps.At(global_batch, 0);
+  e.iterations_p50 = e.normalized_iterations;
+  e.iterations_p90 = steps.At(global_batch, 2);
+  e.time_p10_s = e.iterations_p10 * step_s;
+  e.time_p50_s = e.time_s;
+  e.time_p90_s = e.iterations_p90 * step_s;
+  e.has_spread = steps.has_spread;
+  e.extrapolated = steps.extrapolated;
+  e.data_best = steps.data_best.value_or(0);
   e.cost_usd = e.price_per_hour * e.time_s / 3600;
   e.on_demand_cost_usd = e.on_demand_price_per_hour * e.time_s / 3600;
+  if (steps.from_convergence) {
+    out.reference_global_batch = steps.reference_global_batch;
+    out.critical_batch = steps.critical_batch;
+    out.reference_iterations = steps.reference_p50;
+  }
   return absl::OkStatus();
 }
 
 // The prediction of a global batch split by speed (AllReduceCatalog::Step).
 absl::StatusOr<Prediction> PredictSplit(const WorkloadProfile& profile,
                                         const InstanceCatalog& catalog, const Cluster& cluster,
-                                        const Target& target, int global_batch) {
+                                        const Target& target, const SyncSteps& steps,
+                                        int global_batch) {
   auto types = AllReduceCatalog::Create(profile, catalog);
   if (!types.ok()) return types.status();
   for (size_t i = 0; i < catalog.types.size(); ++i) {
@@ -426,7 +560,7 @@ absl::StatusOr<Prediction> PredictSplit(const WorkloadProfile& profile,
     e.price_per_hour += w.count * type.spot_price_per_hour;
     e.on_demand_price_per_hour += w.count * type.on_demand_price_per_hour;
   }
-  if (auto s = FinishEstimate(target, global_batch, step->step_s, e); !s.ok()) return s;
+  if (auto s = FinishEstimate(target, steps, global_batch, step->step_s, out); !s.ok()) return s;
   return out;
 }
 
@@ -446,6 +580,24 @@ absl::StatusOr<Prediction> PredictAllReduce(const WorkloadProfile& profile,
         absl::StrFormat("global_batch = %d: must be in [1, %d] (samples per step over every rank)",
                         global_batch, kMaxGlobalBatch));
   }
+  const bool scale = profile.global_batch == GlobalBatch::kScale;
+  if (scale) {
+    // The global batch follows the cluster: every rank at its local batch.
+    if (global_batch != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "global_batch = ", global_batch,
+          ": the profile's global batch scales with the cluster (global_batch = scale), every "
+          "rank at its local batch; give local_batch, or a fixed global batch (global_batch_mode "
+          "= fixed)"));
+    }
+    if (local_batch == 0) local_batch = profile.local_batch_size;
+    if (local_batch < 1 || local_batch > kMaxBatchPerGpu) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "local_batch = %d: must be in [1, %d] (samples per GPU per step: the profile's global "
+          "batch scales with the cluster and its local_batch_size declares none)",
+          local_batch, kMaxBatchPerGpu));
+    }
+  }
   if (local_batch == 0 && global_batch == 0) global_batch = profile.global_batch_size;
   if (global_batch == 0 && (local_batch < 1 || local_batch > kMaxBatchPerGpu)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -462,14 +614,26 @@ absl::StatusOr<Prediction> PredictAllReduce(const WorkloadProfile& profile,
         "\" has no synchronous (all-reduce) model: import a synchronous run's samples (spotdnn "
         "profile import FILE --gpu-type T) and fit it (spotdnn profile fit)"));
   }
-  if (auto s = target.Validate(); !s.ok()) return s;
-  if (target.kind != Target::Kind::kIterations && target.kind != Target::Kind::kSamples) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("target ", target.Describe(),
-                     ": a synchronous workload is predicted for --iterations or --epochs only (its "
-                     "convergence is not modelled yet)"));
+  auto steps = SyncStepsFor(profile, target);
+  if (!steps.ok()) return steps.status();
+  if (global_batch > 0) {
+    auto out = PredictSplit(profile, catalog, cluster, target, *steps, global_batch);
+    if (out.ok()) out->global_batch_mode = GlobalBatch::kFixed;
+    return out;
   }
-  if (global_batch > 0) return PredictSplit(profile, catalog, cluster, target, global_batch);
+  if (scale) {
+    // Within each type's memory: the local batch is every rank's, so none may exceed its cap.
+    for (size_t i = 0; i < catalog.types.size(); ++i) {
+      if (cluster.counts[i] == 0) continue;
+      const int cap = LocalBatchCap(profile, catalog.types[i].gpu_memory_gib);
+      if (local_batch > cap) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "local_batch = %d: instance type %s's %g GiB GPUs hold at most %d samples per step "
+            "(the profile's memory model), and a global batch that scales keeps every rank's",
+            local_batch, catalog.types[i].name, catalog.types[i].gpu_memory_gib, cap));
+      }
+    }
+  }
   // Every instance's GPUs, with the model of its GPU type.
   std::vector<int> gpus;
   for (size_t i = 0; i < catalog.types.size(); ++i) {
@@ -533,7 +697,8 @@ absl::StatusOr<Prediction> PredictAllReduce(const WorkloadProfile& profile,
     e.price_per_hour += w.count * type.spot_price_per_hour;
     e.on_demand_price_per_hour += w.count * type.on_demand_price_per_hour;
   }
-  if (auto s = FinishEstimate(target, even_global, step_s, e); !s.ok()) return s;
+  out.global_batch_mode = scale ? GlobalBatch::kScale : GlobalBatch::kFixed;
+  if (auto s = FinishEstimate(target, *steps, even_global, step_s, out); !s.ok()) return s;
   return out;
 }
 

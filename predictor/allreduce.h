@@ -6,6 +6,7 @@
 #define SPOTDNN_PREDICTOR_ALLREDUCE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -136,25 +137,66 @@ class AllReduceCatalog {
   // that no accumulation splits (micro-steps of fewer samples than ranks); the all-reduce's
   // FAILED_PRECONDITION for a cluster of several instances a model cannot span.
   absl::StatusOr<AllReduceSplitStep> Step(absl::Span<const int> counts, int64_t global_batch) const;
+  // One step of `counts` with every rank at `local_batch` samples (a global batch that scales
+  // with the ranks: no split, no accumulation). INVALID_ARGUMENT when a type's memory cap is
+  // below the local batch (naming both), otherwise as Step.
+  absl::StatusOr<AllReduceSplitStep> StepEven(absl::Span<const int> counts, int local_batch) const;
 
  private:
   struct Type {
     AllReduceModel model;
     RankGroup group;  // ranks unset
     int gpus = 0;
+    std::string name;
     std::string reason;  // why unusable; empty when usable
   };
   std::vector<Type> types_;
 };
 
+// The steps of a synchronous workload to a target as a function of its global batch B:
+// steps(B) = fixed + per_batch / B, for the 10th, 50th and 90th percentile over runs. Both parts
+// are >= 0, so the steps never rise with B (the planner's bounds rest on that).
+struct SyncSteps {
+  double fixed[3] = {0, 0, 0};      // p10, p50, p90
+  double per_batch[3] = {0, 0, 0};  // samples: the target itself
+  bool has_spread = false;          // a convergence model's runs gave p10 < p90
+  bool from_convergence = false;    // a loss or metric target
+  // The convergence model's: the best value its runs reached (extrapolated: the target lies
+  // beyond it), the global batch its curve describes (0: not known) and its critical batch.
+  std::optional<double> data_best;
+  bool extrapolated = false;
+  double reference_global_batch = 0;
+  std::optional<double> critical_batch;
+  double reference_p50 = 0;  // p50 steps at reference_global_batch
+
+  // Steps at global batch `batch` (> 0), percentile q (0: p10, 1: p50, 2: p90).
+  double At(double batch, int q = 1) const { return fixed[q] + per_batch[q] / batch; }
+  // FAILED_PRECONDITION when the convergence model describes one known global batch, has no
+  // critical batch, and `batch` is another: its steps there are not known.
+  absl::Status CheckBatch(double batch) const;
+};
+
+// The steps of `target`: iterations as given (fixed); samples over the global batch (per_batch);
+// a loss or another metric through the profile's convergence model of that metric and direction,
+// at one worker (a synchronous step at global batch B is one step at B): the p10/p50/p90 S_q of
+// StepsToTarget, and with a critical batch c and reference B_ref, the critical-batch law
+// S_q (1 + c / B) / (1 + c / B_ref), i.e. fixed_q = S_q / (1 + c / B_ref) and per_batch_q =
+// fixed_q c. Eq. 3 (g1..g5) is the parameter-server loss model and is not used.
+// FAILED_PRECONDITION naming the metric without such a model, or when most runs never reach the
+// target; INVALID_ARGUMENT for a bad target.
+absl::StatusOr<SyncSteps> SyncStepsFor(const WorkloadProfile& profile, const Target& target);
+
 // A prediction for a synchronous workload: `cluster` (instances per catalog type) training to
 // `target` (iterations, or samples: steps of the global batch) with either `local_batch` samples
 // on every GPU (the even split), or a global batch split by speed: `global_batch`, else the
 // profile's global_batch_size (AllReduceCatalog::Step; gradient accumulation where it does not
-// fit). Instance types share their GPU type's all-reduce model whatever their GPU count; a type
-// whose GPU type has none is FAILED_PRECONDITION naming both; loss and metric targets are
-// FAILED_PRECONDITION (not modelled for synchronous workloads yet). Each instance's ranks compute
-// with its GPUs busy; the all-reduce is the slowest of the GPU types' models on the placement.
+// fit). With the profile's global_batch kScale the global batch follows the cluster: every rank
+// trains `local_batch`, else the profile's local_batch_size (a global_batch is then
+// INVALID_ARGUMENT), within each type's memory cap. Instance types share their GPU type's
+// all-reduce model whatever their GPU count; a type whose GPU type has none is
+// FAILED_PRECONDITION naming both. Loss and metric targets take SyncStepsFor's steps at the
+// prediction's global batch. Each instance's ranks compute with its GPUs busy; the all-reduce is
+// the slowest of the GPU types' models on the placement.
 absl::StatusOr<Prediction> PredictAllReduce(const WorkloadProfile& profile,
                                             const InstanceCatalog& catalog, const Cluster& cluster,
                                             const Target& target, int local_batch,

@@ -262,6 +262,7 @@ absl::Status ConvergenceModel::Validate() const {
   if (best_value && !Finite(*best_value)) {
     return Bad(absl::StrCat(w, "best_value"), *best_value, "must be a finite number");
   }
+  if (auto st = ValidateBatchLaw(w); !st.ok()) return st;
   if (auto st = schedule.Validate(); !st.ok()) return st;
   if (schedule.kind == LrSchedule::Kind::kStepDecay &&
       drop_ratios.size() != schedule.drop_steps.size()) {
@@ -272,6 +273,26 @@ absl::Status ConvergenceModel::Validate() const {
     if (!(Finite(drop_ratios[i]) && drop_ratios[i] > 0 && drop_ratios[i] <= 1)) {
       return Bad(absl::StrCat(w, "drop_ratios[", i, "]"), drop_ratios[i], "must be in (0, 1]");
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConvergenceModel::ValidateBatchLaw(absl::string_view where) const {
+  // The most samples one step may hold (predictor/types.h's kMaxGlobalBatch, 2^30).
+  constexpr double kMostSamplesPerStep = 1 << 30;
+  if (!(Finite(reference_global_batch) && reference_global_batch >= 0 &&
+        reference_global_batch <= kMostSamplesPerStep)) {
+    return Bad(absl::StrCat(where, "reference_global_batch"), reference_global_batch,
+               "must be in [0, 1073741824] (samples per step; 0 = not known)");
+  }
+  if (!critical_batch) return absl::OkStatus();
+  if (!(Finite(*critical_batch) && *critical_batch >= 0)) {
+    return Bad(absl::StrCat(where, "critical_batch"), *critical_batch,
+               "must be a finite number of samples >= 0");
+  }
+  if (reference_global_batch == 0) {
+    return Bad(absl::StrCat(where, "critical_batch"), *critical_batch,
+               "needs the global batch the curve describes (reference_global_batch)");
   }
   return absl::OkStatus();
 }

@@ -100,9 +100,19 @@ struct ConvergenceModel {
   // loss), in the metric's unit; unset when not known (a declared model). A target beyond it is
   // an extrapolation (IsExtrapolation).
   std::optional<double> best_value;
+  // A synchronous workload's steps against its global batch B, the critical-batch law of
+  // McCandlish et al. (S(B) = S_min (1 + B_crit / B)): the curve above describes the global batch
+  // `reference_global_batch` (0: not known, the steps then do not depend on B); at another B the
+  // steps to any target are the curve's times (1 + B_crit / B) / (1 + B_crit / B_ref). Unset
+  // critical_batch: not fitted (only the reference batch is predicted).
+  std::optional<double> critical_batch;
+  double reference_global_batch = 0;
 
   // INVALID_ARGUMENT naming the field unless the numbers are usable.
   absl::Status Validate() const;
+  // The critical-batch law's part of Validate: critical_batch finite and >= 0, and given only with
+  // a reference_global_batch, itself in [0, kMaxGlobalBatch]; fields named after `where`.
+  absl::Status ValidateBatchLaw(absl::string_view where) const;
   // The error of a metric value (0 = perfect), and back.
   double ErrorOf(double value) const { return higher_is_better ? ceiling - value : value; }
   double ValueOf(double error) const { return higher_is_better ? ceiling - error : error; }

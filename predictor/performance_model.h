@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,13 @@ struct Prediction {
   // Synchronous: micro-steps per step (gradient accumulation; 1 when the global batch fits the
   // cluster's memory). 0 for a parameter-server prediction.
   int accumulation_steps = 0;
+  // Synchronous: how the global batch followed the cluster; for a loss or metric target, the
+  // convergence model's global batch and critical batch (the critical-batch law scaled its steps,
+  // reference_iterations at the p50, to this prediction's global batch).
+  GlobalBatch global_batch_mode = GlobalBatch::kFixed;
+  double reference_global_batch = 0;
+  std::optional<double> critical_batch;
+  double reference_iterations = 0;
 };
 
 // One point of a loss curve.

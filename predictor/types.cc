@@ -271,6 +271,16 @@ absl::Status WorkloadProfile::Validate(Completeness completeness) const {
                                                    ": must be in [0, ", kMaxGlobalBatch,
                                                    "] (0: not declared)"));
   }
+  if (local_batch_size < 0 || local_batch_size > kMaxBatchPerGpu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "local_batch_size = ", local_batch_size, ": must be in [0, ",
+                     kMaxBatchPerGpu, "] (samples per rank per step; 0: not declared)"));
+  }
+  for (const ConvergenceModel& c : convergence) {
+    if (auto s = c.ValidateBatchLaw(absl::StrCat(where, "convergence[", c.metric, "].")); !s.ok()) {
+      return s;
+    }
+  }
   if (restart_s && !(std::isfinite(*restart_s) && *restart_s >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat(where, "restart_s = ", *restart_s,
                                                    ": must be a finite number of seconds >= 0"));

@@ -193,6 +193,9 @@ struct WorkloadProfile {
   std::optional<double> restart_s;
   std::optional<double> checkpoint_every_s;
   GlobalBatch global_batch = GlobalBatch::kFixed;
+  // kScale: samples per rank per step (the global batch is the ranks times this); 0 = not
+  // declared.
+  int local_batch_size = 0;
 
   // The all-reduce model of `gpu_type`, or nullptr.
   const AllReduceModel* AllReduceOf(absl::string_view gpu_type) const;

@@ -9,6 +9,7 @@
 #define SPOTDNN_PROFILER_BATCH_SCALING_H_
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -68,6 +69,32 @@ struct BatchValidation {
 absl::StatusOr<BatchValidation> ValidateBatchScaling(absl::Span<const BatchRun> runs,
                                                      const std::vector<double>& targets,
                                                      bool higher_is_better);
+
+// The levels at which the critical batch is fitted when no targets are given: 60%, 80%, 90% and
+// 95% of the way from where the runs start (the median first value) to the value every global
+// batch's runs reach (the worst of the batches' best values). Empty when the runs do not improve.
+std::vector<double> BatchScalingTargets(absl::Span<const BatchRun> runs, bool higher_is_better);
+
+struct FitQuality;
+
+// The convergence models of a synchronous workload (profile fit on synchronous samples), one per
+// metric the runs log. A synchronous step at global batch B is one step at B, so every run is one
+// worker. The runs are the jobs with synchronous samples (their global batch: local batch x
+// ranks) and the jobs of one worker (imported curves, validation-<B>.csv); parameter-server runs
+// of several workers are left out. By the global batches the runs trained at:
+// - two or more, with a target (BatchScalingTargets) that two of them reach: the critical-batch
+//   law's B_crit is fitted across them (FitBatchScaling), every run's steps are carried to the
+//   reference batch (the median of the batches, the lower of the two middle ones) by the law,
+//   S x (1 + B_crit / B_ref) / (1 + B_crit / B), and the model is fitted on them all: its
+//   critical_batch and reference_global_batch say so, and its spread holds the law's misfit;
+// - one (or no law fits): the model of that batch's runs (the reference's), reference_global_batch
+//   that batch, no critical_batch;
+// - none known: the model of every run, reference_global_batch 0 (steps independent of B).
+// One FitQuality row per metric ("convergence[validation]"), and one for the law
+// ("critical_batch[validation]": RMSE of log steps, the batches and targets in the note).
+std::vector<predictor::ConvergenceModel> FitSyncConvergences(
+    absl::Span<const Sample> samples, absl::Span<const predictor::ConvergenceModel> declared,
+    std::vector<FitQuality>* quality);
 
 }  // namespace spotdnn::profiler
 

@@ -851,9 +851,7 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> a
   return fit;
 }
 
-std::vector<predictor::ConvergenceModel> FitConvergences(
-    absl::Span<const Sample> samples, absl::Span<const predictor::ConvergenceModel> declared,
-    std::vector<FitQuality>* quality) {
+std::vector<std::string> LoggedMetrics(absl::Span<const Sample> samples) {
   std::vector<std::string> metrics;
   bool loss = false, accuracy = false;
   std::set<std::string> others;
@@ -867,38 +865,61 @@ std::vector<predictor::ConvergenceModel> FitConvergences(
   for (const std::string& m : others) {
     if (m != "loss" && m != "accuracy") metrics.push_back(m);
   }
+  return metrics;
+}
+
+absl::StatusOr<ConvergenceFitOptions> ConvergenceOptionsFor(
+    const std::string& metric, absl::Span<const ConvergenceRun> runs,
+    absl::Span<const predictor::ConvergenceModel> declared) {
+  ConvergenceFitOptions options;
+  options.metric = metric;
+  options.higher_is_better = metric == "accuracy";
+  if (metric != "loss" && metric != "accuracy") {
+    // The direction the curves take: their late values against their early ones.
+    double early = 0, late = 0, lo = std::numeric_limits<double>::infinity(), hi = -lo;
+    for (const ConvergenceRun& r : runs) {
+      early += r.points.front().second;
+      late += r.points.back().second;
+      for (const auto& [step, v] : r.points) lo = std::min(lo, v), hi = std::max(hi, v);
+    }
+    options.higher_is_better = late > early;
+    if (options.higher_is_better && !(lo >= 0 && hi <= 1)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s rises over training but is not a fraction in [0, 1] (it spans %g to %g): no "
+          "ceiling to measure its error from",
+          metric, lo, hi));
+    }
+  }
+  for (const predictor::ConvergenceModel& d : declared) {
+    if (d.metric != metric) continue;
+    options.form = d.form;
+    if (!d.schedule.detected) options.schedule = d.schedule;
+  }
+  return options;
+}
+
+std::string ConvergenceFitNote(const ConvergenceFit& fit) {
+  return absl::StrCat(fit.model.fitted_on, "; schedule ",
+                      predictor::LrScheduleText(fit.model.schedule),
+                      fit.model.schedule.detected ? " (detected)" : "",
+                      fit.notes.empty() ? "" : "; ", absl::StrJoin(fit.notes, "; "));
+}
+
+std::vector<predictor::ConvergenceModel> FitConvergences(
+    absl::Span<const Sample> samples, absl::Span<const predictor::ConvergenceModel> declared,
+    std::vector<FitQuality>* quality) {
   std::vector<predictor::ConvergenceModel> out;
-  for (const std::string& metric : metrics) {
+  for (const std::string& metric : LoggedMetrics(samples)) {
     std::vector<ConvergenceRun> runs = ConvergenceRunsOf(samples, metric);
     FitQuality q;
     q.parameter = absl::StrCat("convergence[", metric, "]");
-    ConvergenceFitOptions options;
-    options.metric = metric;
-    options.higher_is_better = metric == "accuracy";
-    if (metric != "loss" && metric != "accuracy") {
-      // The direction the curves take: their late values against their early ones.
-      double early = 0, late = 0, lo = std::numeric_limits<double>::infinity(), hi = -lo;
-      for (const ConvergenceRun& r : runs) {
-        early += r.points.front().second;
-        late += r.points.back().second;
-        for (const auto& [step, v] : r.points) lo = std::min(lo, v), hi = std::max(hi, v);
-      }
-      options.higher_is_better = late > early;
-      if (options.higher_is_better && !(lo >= 0 && hi <= 1)) {
-        q.note = absl::StrFormat(
-            "%s rises over training but is not a fraction in [0, 1] (it spans %g to %g): no "
-            "ceiling to measure its error from",
-            metric, lo, hi);
-        if (quality) quality->push_back(std::move(q));
-        continue;
-      }
+    auto options = ConvergenceOptionsFor(metric, runs, declared);
+    if (!options.ok()) {
+      q.note = std::string(options.status().message());
+      if (quality) quality->push_back(std::move(q));
+      continue;
     }
-    for (const predictor::ConvergenceModel& d : declared) {
-      if (d.metric != metric) continue;
-      options.form = d.form;
-      if (!d.schedule.detected) options.schedule = d.schedule;
-    }
-    auto fit = FitConvergence(runs, options);
+    auto fit = FitConvergence(runs, *options);
     if (!fit.ok()) {
       q.note = std::string(fit.status().message());
       if (quality) quality->push_back(std::move(q));
@@ -909,10 +930,7 @@ std::vector<predictor::ConvergenceModel> FitConvergences(
     q.r_squared = fit->r_squared;
     q.mape = fit->mape;
     q.points = fit->points;
-    q.note = absl::StrCat(fit->model.fitted_on, "; schedule ",
-                          predictor::LrScheduleText(fit->model.schedule),
-                          fit->model.schedule.detected ? " (detected)" : "",
-                          fit->notes.empty() ? "" : "; ", absl::StrJoin(fit->notes, "; "));
+    q.note = ConvergenceFitNote(*fit);
     if (quality) quality->push_back(std::move(q));
     out.push_back(std::move(fit->model));
   }

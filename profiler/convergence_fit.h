@@ -65,6 +65,20 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> r
 
 struct FitQuality;
 
+// The metrics `samples` log at all: "loss", "accuracy", then each named metric.
+std::vector<std::string> LoggedMetrics(absl::Span<const Sample> samples);
+
+// How FitConvergences fits `metric` from `runs`: its direction (loss lower is better, accuracy
+// higher, another metric the way its curves go) and a model in `declared` of the same metric's
+// form and schedule. FAILED_PRECONDITION for a metric that rises but is not a fraction in [0, 1]
+// (no ceiling to measure its error from).
+absl::StatusOr<ConvergenceFitOptions> ConvergenceOptionsFor(
+    const std::string& metric, absl::Span<const ConvergenceRun> runs,
+    absl::Span<const predictor::ConvergenceModel> declared);
+
+// A fit's quality note: what it saw, the schedule, its notes.
+std::string ConvergenceFitNote(const ConvergenceFit& fit);
+
 // A convergence model for every metric the samples log at 3 or more steps of a run: "loss"
 // (lower is better), "accuracy" (higher, ceiling 1) and each metric.NAME whose direction the
 // curves show (values in [0, 1] when higher is better). A model in `declared` of the same metric

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "profiler/allreduce_fit.h"
+#include "profiler/batch_scaling.h"
 #include "profiler/cluster_fit.h"
 #include "profiler/convergence_fit.h"
 #include "profiler/fit_stop.h"
@@ -306,6 +307,12 @@ absl::StatusOr<WorkloadFit> FitSynchronous(const std::vector<Sample>& synchronou
                      fit.quality.empty() ? "no usable run" : fit.quality.back().note));
   }
   fit.sync = predictor::SyncKind::kAllReduce;
+  // The convergence of its runs, each one worker at its global batch, with the critical-batch
+  // law where they trained at several.
+  std::vector<Sample> all = synchronous;
+  all.insert(all.end(), others.begin(), others.end());
+  fit.convergence = FitSyncConvergences(all, known.declared_convergence, &fit.quality);
+  if (auto s = PollFitStop(); !s.ok()) return s;
   NoteWorseThanMean(fit.quality);
   return fit;
 }

@@ -84,6 +84,7 @@ predictor::WorkloadProfile ToDomain(const pb::WorkloadProfile& in) {
     out.allreduce.push_back(std::move(m));
   }
   out.global_batch_size = in.global_batch_size();
+  out.local_batch_size = in.local_batch_size();
   if (in.has_restart_s()) out.restart_s = in.restart_s();
   if (in.has_checkpoint_every_s()) out.checkpoint_every_s = in.checkpoint_every_s();
   return out;
@@ -142,6 +143,7 @@ pb::WorkloadProfile ToProto(const predictor::WorkloadProfile& in) {
     a->set_max_gpus_per_instance(m.max_gpus_per_instance);
   }
   out.set_global_batch_size(in.global_batch_size);
+  out.set_local_batch_size(in.local_batch_size);
   if (in.restart_s) out.set_restart_s(*in.restart_s);
   if (in.checkpoint_every_s) out.set_checkpoint_every_s(*in.checkpoint_every_s);
   return out;
@@ -223,6 +225,8 @@ predictor::ConvergenceModel ToDomain(const pb::ConvergenceModel& in) {
   out.points = in.points();
   out.fitted_on = in.fitted_on();
   if (in.has_best_value()) out.best_value = in.best_value();
+  if (in.has_critical_batch()) out.critical_batch = in.critical_batch();
+  out.reference_global_batch = in.reference_global_batch();
   return out;
 }
 
@@ -260,6 +264,8 @@ pb::ConvergenceModel ToProto(const predictor::ConvergenceModel& in) {
   out.set_points(in.points);
   out.set_fitted_on(in.fitted_on);
   if (in.best_value) out.set_best_value(*in.best_value);
+  if (in.critical_batch) out.set_critical_batch(*in.critical_batch);
+  out.set_reference_global_batch(in.reference_global_batch);
   return out;
 }
 
@@ -546,6 +552,15 @@ pb::Prediction ToProto(const predictor::Prediction& p, const predictor::Instance
     o->set_local_batch(w.local_batch);
   }
   out.set_accumulation_steps(p.accumulation_steps);
+  if (p.accumulation_steps > 0) {
+    // Synchronous: how the global batch followed the cluster, and the critical-batch law's terms.
+    out.set_global_batch_mode(p.global_batch_mode == predictor::GlobalBatch::kScale
+                                  ? pb::GLOBAL_BATCH_SCALE
+                                  : pb::GLOBAL_BATCH_FIXED);
+    out.set_reference_global_batch(p.reference_global_batch);
+    if (p.critical_batch) out.set_critical_batch(*p.critical_batch);
+    out.set_reference_iterations(p.reference_iterations);
+  }
   return out;
 }
 

@@ -102,6 +102,12 @@ grpc::Status PredictorServiceImpl::Predict(grpc::ServerContext*, const pb::Predi
       return ToGrpc(PredictAllReduce(*request, loaded->first, loaded->second, *target, response));
     }
   }
+  if (request->global_batch_mode() != pb::GLOBAL_BATCH_UNSPECIFIED) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("global_batch_mode = ", EnumLabel(request->global_batch_mode()),
+                     ": a parameter-server workload takes its batch from the profile; the global "
+                     "batch's mode is for a synchronous (all-reduce) one")));
+  }
   if (request->local_batch() != 0 || request->global_batch() != 0) {
     return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
         request->local_batch() != 0 ? "local_batch = " : "global_batch = ",
@@ -131,6 +137,13 @@ absl::Status PredictorServiceImpl::PredictAllReduce(const pb::PredictRequest& re
   predictor::WorkloadProfile profile = ToDomain(workload);
   // The request's --sync allreduce, or the profile's own kind.
   profile.sync = predictor::SyncKind::kAllReduce;
+  // The request's global batch mode; else a global batch given makes it fixed; else the
+  // profile's.
+  if (request.global_batch_mode() == pb::GLOBAL_BATCH_SCALE) {
+    profile.global_batch = predictor::GlobalBatch::kScale;
+  } else if (request.global_batch_mode() == pb::GLOBAL_BATCH_FIXED || request.global_batch() != 0) {
+    profile.global_batch = predictor::GlobalBatch::kFixed;
+  }
   if (auto s = profile.Validate(); !s.ok()) return s;
   const predictor::InstanceCatalog catalog = ToDomain(instance_catalog);
   if (auto s = catalog.Validate(); !s.ok()) return s;

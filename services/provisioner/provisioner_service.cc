@@ -180,6 +180,13 @@ absl::StatusOr<PlanInputs> ProvisionerServiceImpl::Inputs(
       auto sync_inputs =
           ToSyncPlanInputs(as_plan, loaded->first, loaded->second, options_.max_exhaustive_limit);
       if (!sync_inputs.ok()) return sync_inputs.status();
+      if (sync_inputs->model->planner().scaling()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "workload \"", loaded->first.name(),
+            "\": its global batch follows the cluster (global_batch = scale); revocation "
+            "simulations, risk-aware plans, frontiers and re-plans of a synchronous workload are "
+            "made at a fixed global batch: give global_batch"));
+      }
       PlanInputs in = ToPlanInputs(*std::move(sync_inputs));
       in.problem.stop =
           CallStopCheck(context, options_.max_solve_time, "the search", "--max_solve_time");
@@ -223,11 +230,17 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext* context,
       return ToGrpc(PlanWithConfidence(*request, *in, response));
     }
   }
-  if (request->global_batch() != 0) {
-    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
-        "global_batch = ", request->global_batch(),
-        ": a parameter-server workload takes its batch from the profile; a global batch is for a "
-        "synchronous (all-reduce) one")));
+  if (request->global_batch() != 0 || request->local_batch() != 0 ||
+      request->global_batch_mode() != pb::GLOBAL_BATCH_UNSPECIFIED) {
+    const std::string field =
+        request->global_batch() != 0 ? absl::StrCat("global_batch = ", request->global_batch())
+        : request->local_batch() != 0
+            ? absl::StrCat("local_batch = ", request->local_batch())
+            : absl::StrCat("global_batch_mode = ", EnumLabel(request->global_batch_mode()));
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat(field,
+                     ": a parameter-server workload takes its batch from the profile; a local or "
+                     "global batch is for a synchronous (all-reduce) one")));
   }
   // A parameter-server plan: the synchronous one was answered above.
   auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),

@@ -80,17 +80,17 @@ absl::StatusOr<PlanProblem> ProblemOf(const pb::PlanRequest& request, const Sync
           absl::StrFormat("options.quota_overrides[%d].count = %d (%s): must be in [0, %d]", i,
                           q.count(), q.instance_type(), predictor::kMaxInstancesPerType));
     }
-    p.max_counts[k] = planner.types().Usable(k) ? q.count() : 0;
+    p.max_counts[k] = planner.Usable(k) ? q.count() : 0;
   }
   if (o.existing().instances_size() > 0) {
     auto existing = ToDomain(o.existing(), catalog, "options.existing");
     if (!existing.ok()) return existing.status();
     for (size_t k = 0; k < catalog.types.size(); ++k) {
       const int n = existing->counts[k];
-      if (n > 0 && !planner.types().Usable(k)) {
+      if (n > 0 && !planner.Usable(k)) {
         return absl::InvalidArgumentError(
             absl::StrFormat("options.existing: %d of %s, which cannot be planned with: %s", n,
-                            catalog.types[k].name, planner.types().UnusableReason(k)));
+                            catalog.types[k].name, planner.UnusableReason(k)));
       }
       if (n > p.max_counts[k]) {
         return absl::InvalidArgumentError(
@@ -160,8 +160,9 @@ absl::StatusOr<pb::Plan> ToPlan(const PlanContext& in, const Candidate& c,
   predictor::Cluster launch = cluster;
   for (size_t k = 0; k < launch.counts.size(); ++k) launch.counts[k] -= in.problem.min_counts[k];
   *plan.mutable_to_launch() = ToProto(launch, catalog);
-  auto prediction = predictor::PredictAllReduce(in.profile, catalog, cluster, in.problem.target(),
-                                                /*local_batch=*/0, in.planner.global_batch());
+  auto prediction =
+      predictor::PredictAllReduce(in.profile, catalog, cluster, in.problem.target(),
+                                  in.planner.local_batch(), in.planner.global_batch());
   if (!prediction.ok()) return prediction.status();
   *plan.mutable_prediction() = ToProto(*prediction, catalog);
   SetTargetOf(in.request.slo(), plan.mutable_prediction());
@@ -208,16 +209,54 @@ absl::StatusOr<SyncPlanInputs> ToSyncPlanInputs(const pb::PlanRequest& request,
         absl::StrFormat("global_batch = %d: must be in [1, %d] (samples per step over every rank)",
                         request.global_batch(), predictor::kMaxGlobalBatch));
   }
-  const int global_batch =
-      request.global_batch() != 0 ? request.global_batch() : profile.global_batch_size;
-  if (global_batch == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "global_batch: a synchronous (all-reduce) plan needs the global batch (samples per step "
-        "over every rank): give global_batch or declare the profile's global_batch_size (workload "
-        "\"",
-        profile.name, "\" declares none)"));
+  if (request.local_batch() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("local_batch = %d: must be in [1, %d] (samples per GPU per step)",
+                        request.local_batch(), predictor::kMaxBatchPerGpu));
   }
-  auto planner = SyncPlanner::Create(profile, catalog, global_batch);
+  // The request's global batch mode; else a global batch given makes it fixed; else the
+  // profile's.
+  if (request.global_batch_mode() == pb::GLOBAL_BATCH_SCALE) {
+    profile.global_batch = predictor::GlobalBatch::kScale;
+  } else if (request.global_batch_mode() == pb::GLOBAL_BATCH_FIXED || request.global_batch() != 0) {
+    profile.global_batch = predictor::GlobalBatch::kFixed;
+  }
+  absl::StatusOr<SyncPlanner> planner = absl::UnknownError("unset");
+  if (profile.global_batch == predictor::GlobalBatch::kScale) {
+    if (request.global_batch() != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "global_batch = %d: with global_batch_mode = scale the global batch follows the "
+          "cluster (every rank at local_batch samples); give one of the two",
+          request.global_batch()));
+    }
+    const int local_batch =
+        request.local_batch() != 0 ? request.local_batch() : profile.local_batch_size;
+    if (local_batch == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "local_batch: the global batch scales with the cluster (global_batch = scale), so the "
+          "plan needs every rank's local batch: give local_batch or declare the profile's "
+          "local_batch_size (workload \"",
+          profile.name, "\" declares none)"));
+    }
+    planner = SyncPlanner::CreateScaling(profile, catalog, local_batch);
+  } else {
+    if (request.local_batch() != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "local_batch = %d: a fixed global batch is split over the ranks by speed; give "
+          "global_batch, or let the global batch scale (global_batch_mode = scale)",
+          request.local_batch()));
+    }
+    const int global_batch =
+        request.global_batch() != 0 ? request.global_batch() : profile.global_batch_size;
+    if (global_batch == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "global_batch: a synchronous (all-reduce) plan needs the global batch (samples per step "
+          "over every rank): give global_batch or declare the profile's global_batch_size "
+          "(workload \"",
+          profile.name, "\" declares none)"));
+    }
+    planner = SyncPlanner::Create(profile, catalog, global_batch);
+  }
   if (!planner.ok()) return planner.status();
   auto problem = ProblemOf(request, *planner, *target);
   if (!problem.ok()) return problem.status();
@@ -229,9 +268,8 @@ absl::StatusOr<SyncPlanInputs> ToSyncPlanInputs(const pb::PlanRequest& request,
   }
   SyncPlanInputs out{.request = request, .profile = profile, .problem = *std::move(problem)};
   for (size_t k = 0; k < catalog.types.size(); ++k) {
-    if (!planner->types().Usable(k)) {
-      out.excluded.push_back(
-          absl::StrCat(catalog.types[k].name, ": ", planner->types().UnusableReason(k)));
+    if (!planner->Usable(k)) {
+      out.excluded.push_back(absl::StrCat(catalog.types[k].name, ": ", planner->UnusableReason(k)));
     }
   }
   out.model = std::make_shared<const provisioner::SyncPlanModel>(*std::move(planner));

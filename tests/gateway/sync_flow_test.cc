@@ -199,6 +199,69 @@ TEST_F(SyncFlowTest, ImportsAWholeModelFolder) {
   EXPECT_THAT(imported.out, ::testing::ContainsRegex("files read +8\n"));
 }
 
+// A model's folder fitted (its validation curves at six global batches give the critical batch),
+// then a metric target predicted and planned at a fixed global batch and at one that scales.
+TEST_F(SyncFlowTest, MetricTargetsAndAGlobalBatchThatScales) {
+  const std::string dir = PolluxDir() + "/cifar10";
+  if (!std::filesystem::exists(dir + "/placements.csv")) GTEST_SKIP() << "no Pollux traces";
+  ASSERT_EQ(Cli({"profile", "import", dir, "--db", db_, "--job", "c10", "--gpu-type", "T4"}).code,
+            0);
+  CliRun fit = Cli({"profile", "fit", "--db", db_, "--name", "c10"});
+  ASSERT_EQ(fit.code, 0) << fit.err;
+  EXPECT_THAT(fit.out, HasSubstr("critical_batch[validation]"));
+  const std::string workload = (dir_ / "W.json").string();
+  ASSERT_EQ(Cli({"profile", "export", "c10", "--db", db_, "--out", workload}).code, 0);
+  {
+    std::ifstream in(workload);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_THAT(text, HasSubstr(R"("reference_global_batch": 512)"));
+    EXPECT_THAT(text, HasSubstr(R"("critical_batch": )"));
+  }
+  // A fixed global batch: steps x the step, on any cluster the same steps.
+  double fixed_steps = -1;
+  for (const char* cluster : {"g4dn.12xlarge=2", "g4dn.12xlarge=4"}) {
+    CliRun p = Cli({"predict", "--workload", workload, "--catalog", catalog_, "--cluster", cluster,
+                    "--global-batch", "512", "--target", "validation>=0.9", "--json"});
+    ASSERT_EQ(p.code, 0) << p.err;
+    const double steps = Number(p.out, "normalized_iterations");
+    EXPECT_NEAR(Number(p.out, "time_s"), steps * IterationTime(p.out),
+                1e-6 * Number(p.out, "time_s"));
+    EXPECT_THAT(p.out, HasSubstr(R"("global_batch_mode":"fixed")"));
+    EXPECT_LT(Number(p.out, "iterations_p10"), Number(p.out, "iterations_p90"));
+    if (fixed_steps < 0) fixed_steps = steps;
+    EXPECT_DOUBLE_EQ(steps, fixed_steps);
+  }
+  // A global batch that scales: four instances train four times the batch in fewer steps.
+  CliRun one = Cli({"predict", "--workload", workload, "--catalog", catalog_, "--cluster",
+                    "g4dn.12xlarge=1", "--global-batch", "scale", "--local-batch", "64", "--target",
+                    "validation>=0.9", "--json"});
+  ASSERT_EQ(one.code, 0) << one.err;
+  CliRun four = Cli({"predict", "--workload", workload, "--catalog", catalog_, "--cluster",
+                     "g4dn.12xlarge=4", "--global-batch", "scale", "--local-batch", "64",
+                     "--target", "validation>=0.9", "--json"});
+  ASSERT_EQ(four.code, 0) << four.err;
+  EXPECT_THAT(four.out, HasSubstr(R"("global_batch_mode":"scale")"));
+  EXPECT_EQ(Number(one.out, "global_batch"), 256);
+  EXPECT_EQ(Number(four.out, "global_batch"), 1024);
+  const double c = Number(four.out, "critical_batch");
+  ASSERT_GT(c, 0);
+  EXPECT_NEAR(Number(four.out, "normalized_iterations") / Number(one.out, "normalized_iterations"),
+              (1 + c / 1024) / (1 + c / 256), 1e-6);
+  // The plan of the same target with a batch that scales.
+  CliRun plan =
+      Cli({"plan", "--workload", workload, "--catalog", catalog_, "--target", "validation>=0.9",
+           "--deadline", "2h", "--global-batch", "scale", "--local-batch", "64", "--json"});
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  EXPECT_THAT(plan.out, HasSubstr(R"("feasible":true)"));
+  EXPECT_THAT(plan.out, HasSubstr(R"("global_batch_mode":"scale")"));
+  EXPECT_GT(Number(plan.out, "critical_batch"), 0);
+  // Scale with a fixed global batch is refused naming the flags.
+  CliRun both = Cli({"plan", "--workload", workload, "--catalog", catalog_, "--target",
+                     "validation>=0.9", "--deadline", "2h", "--local-batch", "64"});
+  EXPECT_EQ(both.code, 2);
+  EXPECT_THAT(both.err, HasSubstr("--local-batch = 64"));
+}
+
 TEST_F(SyncFlowTest, ValidateSpeedSync) {
   const std::string dir = PolluxDir() + "/bert";
   if (!std::filesystem::exists(dir + "/placements.csv")) GTEST_SKIP() << "no Pollux traces";

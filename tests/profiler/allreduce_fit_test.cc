@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "predictor/allreduce.h"
 #include "profiler/batch_scaling.h"
+#include "profiler/fitting.h"
 #include "profiler/importers.h"
 
 namespace spotdnn::profiler {
@@ -433,6 +434,65 @@ TEST(AllReduceValidation, SixModelsOnTheSharedT4Traces) {
   // Pollux's form about 76%.
   EXPECT_LE(mean, 10.0);
   EXPECT_LT(mean, pollux_mean / 4);
+}
+
+// `profile fit` on a Pollux model folder (throughput files, and validation-<B>.csv curves at six
+// global batches): the convergence model describes the median batch, 512, and holds the critical
+// batch the law finds across all six at the levels BatchScalingTargets chooses, so a prediction
+// carries its steps to any global batch. With the curve of one batch, that batch and no law.
+TEST(SyncConvergenceFit, StoresTheCriticalBatchOfThePolluxCifar10Folder) {
+  if (!std::filesystem::exists(PolluxDir() + "/cifar10/placements.csv")) {
+    GTEST_SKIP() << "no Pollux traces at " << PolluxDir();
+  }
+  auto imported = ImportPath(PolluxDir() + "/cifar10", T4());
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  auto fit = FitWorkload(imported->samples, {});
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->sync, predictor::SyncKind::kAllReduce);
+  const predictor::ConvergenceModel* model = nullptr;
+  for (const predictor::ConvergenceModel& m : fit->convergence) {
+    if (m.metric == "validation") model = &m;
+  }
+  ASSERT_NE(model, nullptr);
+  EXPECT_TRUE(model->higher_is_better);
+  EXPECT_EQ(model->reference_global_batch, 512);
+  ASSERT_TRUE(model->critical_batch.has_value());
+  const std::vector<BatchRun> runs = BatchRunsOf(imported->samples, "validation");
+  const std::vector<double> targets = BatchScalingTargets(runs, true);
+  ASSERT_EQ(targets.size(), 4u);
+  auto law = FitBatchScaling(runs, targets, true);
+  ASSERT_TRUE(law.ok()) << law.status();
+  EXPECT_DOUBLE_EQ(*model->critical_batch, law->critical_batch);
+  EXPECT_GT(*model->critical_batch, 128);
+  EXPECT_LT(*model->critical_batch, 4096);
+  bool row = false;
+  for (const FitQuality& q : fit->quality) row |= q.parameter == "critical_batch[validation]";
+  EXPECT_TRUE(row);
+  // The profile predicts fewer steps at a larger global batch, as the law says.
+  const predictor::WorkloadProfile profile = ProfileOf(*fit, {}, "cifar10");
+  auto steps = predictor::SyncStepsFor(profile, predictor::Target::Metric("validation", true, 0.9));
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  std::printf(
+      "cifar10: B_crit %.1f at global batch 512; steps to 0.9: %.0f at 128, %.0f at 512, "
+      "%.0f at 4096\n",
+      *model->critical_batch, steps->At(128), steps->At(512), steps->At(4096));
+  EXPECT_GT(steps->At(128), steps->At(512));
+  EXPECT_GT(steps->At(512), steps->At(4096));
+  const double c = *model->critical_batch;
+  EXPECT_NEAR(steps->At(4096) / steps->At(512), (1 + c / 4096) / (1 + c / 512), 1e-9);
+
+  // One global batch: its curve, no law.
+  std::vector<Sample> one;
+  for (const char* file : {"placements.csv", "validation-1024.csv"}) {
+    auto r = ImportPath(PolluxDir() + "/cifar10/" + file, T4());
+    ASSERT_TRUE(r.ok()) << r.status();
+    one.insert(one.end(), r->samples.begin(), r->samples.end());
+  }
+  auto single = FitWorkload(one, {});
+  ASSERT_TRUE(single.ok()) << single.status();
+  ASSERT_EQ(single->convergence.size(), 1u);
+  EXPECT_EQ(single->convergence[0].reference_global_batch, 1024);
+  EXPECT_FALSE(single->convergence[0].critical_batch.has_value());
 }
 
 // Curves made by the critical-batch law: value(j) = 1 - exp(-j / k(B)), k(B) = k0 (1 + B_crit / B),

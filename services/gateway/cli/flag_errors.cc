@@ -71,6 +71,8 @@ const FieldFlags& ProvisionerFieldFlags() {
       {"workload.name", "--workload"},
       {"catalog.name", "--catalog"},
       {"global_batch", "--global-batch"},
+      {"global_batch_mode", "--global-batch"},
+      {"local_batch", "--local-batch"},
   };
   return *fields;
 }
@@ -88,6 +90,7 @@ const FieldFlags& PredictorFieldFlags() {
       {"catalog.name", "--catalog"},
       {"local_batch", "--local-batch"},
       {"global_batch", "--global-batch"},
+      {"global_batch_mode", "--global-batch"},
   };
   return *fields;
 }

@@ -27,6 +27,7 @@
 #include "services/gateway/cli/output.h"
 #include "services/gateway/cli/risk_options.h"
 #include "services/gateway/cli/stored_profiles.h"
+#include "services/gateway/cli/sync_batch_flags.h"
 #include "services/gateway/cli/target_flags.h"
 #include "services/provisioner/provisioner_service.h"
 
@@ -133,6 +134,7 @@ JsonObject PlanJson(const pb::Plan& p) {
           .Raw("local_batches", LocalBatchesJson(p.prediction()))
           .Integer("accumulation_steps", p.prediction().accumulation_steps())
           .Number("iteration_time_s", p.prediction().expected_iteration_time_s());
+      AddSyncBatchJson(p.prediction(), o);
     }
     // A target beyond what the profile's runs ever reached: the plan rests on an extrapolation.
     o.Bool("extrapolated", p.prediction().extrapolated());
@@ -259,7 +261,23 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
     summary.AddRow({"predicted time",
                     absl::StrCat(Fixed(p.time_s(), 2), " s (", HumanDuration(p.time_s()), ")")});
     summary.AddRow({"steps", Fixed(e.normalized_iterations(), 0)});
-    summary.AddRow({"global batch", Fixed(e.wa_batch(), 0)});
+    if (HasSyncConvergence(e)) {
+      // A loss or metric target: the convergence model's interval (overhead included in the
+      // times), and how its steps were carried to the plan's global batch.
+      const double overhead = p.time_s() - e.time_s();
+      const std::string note = e.has_spread() ? "" : " (no spread)";
+      summary.AddRow(
+          {"iterations (p10 / p50 / p90)",
+           absl::StrCat(Fixed(e.iterations_p10(), 0), " / ", Fixed(e.iterations_p50(), 0), " / ",
+                        Fixed(e.iterations_p90(), 0), note)});
+      summary.AddRow(
+          {"time (p10 / p50 / p90)", absl::StrCat(HumanDuration(e.time_p10_s() + overhead), " / ",
+                                                  HumanDuration(e.time_p50_s() + overhead), " / ",
+                                                  HumanDuration(e.time_p90_s() + overhead), note)});
+      if (auto row = CriticalBatchRow(e); !row.empty()) summary.AddRow(row);
+      if (e.extrapolated()) summary.AddRow(BeyondTheDataRow(e));
+    }
+    summary.AddRow({"global batch", GlobalBatchText(e)});
     if (e.accumulation_steps() > 1) {
       summary.AddRow(
           {"accumulation steps",
@@ -485,10 +503,17 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     request.set_sync(*kind == predictor::SyncKind::kAllReduce ? pb::SYNC_KIND_ALLREDUCE
                                                               : pb::SYNC_KIND_PS);
   }
-  if (auto b = args.Get("--global-batch")) {
-    auto parsed = ParseInt("--global-batch", *b, 1, predictor::kMaxGlobalBatch);
-    if (!parsed.ok()) return fail(parsed.status());
-    request.set_global_batch(*parsed);
+  auto batch_flags = ParseSyncBatchFlags(args);
+  if (!batch_flags.ok()) return fail(batch_flags.status());
+  request.set_global_batch(batch_flags->global_batch);
+  request.set_local_batch(batch_flags->local_batch);
+  request.set_global_batch_mode(batch_flags->mode);
+  if (mode == "frontier" &&
+      (batch_flags->local_batch != 0 || batch_flags->mode == pb::GLOBAL_BATCH_SCALE)) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        batch_flags->local_batch != 0 ? "--local-batch" : "--global-batch scale",
+        ": the frontier of a synchronous workload is planned at a fixed global batch; use "
+        "--global-batch B, or --mode deadline or budget")));
   }
   if (auto q = args.Get("--quota")) {
     auto counts = ParseCounts("--quota", *q);
@@ -668,6 +693,8 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
     oo.set_include_baselines(false);
     if (to_ps) {
       o.clear_global_batch();
+      o.clear_local_batch();
+      o.clear_global_batch_mode();
     } else {
       oo.clear_parameter_servers();
       oo.clear_bandwidth_margin();
@@ -818,7 +845,7 @@ std::vector<Command> PlanCommands() {
                   "[--existing TYPE=N,...]\n"
                   "[--on-demand] [--margin F] [--overhead D] [--max-size N] "
                   "[--parameter-servers N]\n"
-                  "[--sync allreduce|ps] [--global-batch B]\n"
+                  "[--sync allreduce|ps] [--global-batch B|scale|fixed] [--local-batch B]\n"
                   "[--exhaustive-limit N] [--plot FILE.svg] [--confidence Q] [--lifetimes FILE]\n"
                   "[--runs N] [--seed S] [--notice D] [--takeover-delay D] [--json] "
                   "[--server HOST:PORT]\n[--data-dir D | --profiler H:P]",
@@ -858,9 +885,15 @@ std::vector<Command> PlanCommands() {
             "how the workload trains (default: the profile's): a synchronous all-reduce\n"
             "plan picks each type's local batch too; either way the other kind's best\n"
             "plan, where the profile has it, joins the \"other ways\" table"},
-           {"--global-batch", "B",
+           {"--global-batch", "B|scale|fixed",
             "all-reduce: samples per step over every rank, split by speed within each\n"
-            "GPU's memory (default: the profile's global_batch_size)"},
+            "GPU's memory (default: the profile's global_batch_size). `scale`: the\n"
+            "global batch follows the cluster, every rank at --local-batch, and a loss\n"
+            "or metric target's steps follow the critical-batch law (default: the\n"
+            "profile's global_batch)"},
+           {"--local-batch", "B",
+            "all-reduce with a global batch that scales: every rank's samples per step\n"
+            "(default: the profile's local_batch_size)"},
            {"--exhaustive-limit", "N",
             "most clusters --strategy exhaustive may try (default 50,000,000)"},
            {"--plot", "FILE.svg",

@@ -13,6 +13,7 @@
 #include "services/gateway/cli/flag_errors.h"
 #include "services/gateway/cli/output.h"
 #include "services/gateway/cli/stored_profiles.h"
+#include "services/gateway/cli/sync_batch_flags.h"
 #include "services/gateway/cli/target_flags.h"
 #include "services/predictor/predictor_service.h"
 
@@ -51,7 +52,7 @@ void PrintAllReducePrediction(const pb::PredictResponse& response, const TargetF
   Table summary({"quantity", "value"});
   summary.AddRow({"instances", absl::StrCat(p.worker_count())});
   summary.AddRow({"ranks (GPUs)", absl::StrCat(ranks)});
-  summary.AddRow({"global batch", Fixed(p.wa_batch(), 0)});
+  summary.AddRow({"global batch", GlobalBatchText(p)});
   if (p.accumulation_steps() > 1) {
     summary.AddRow(
         {"accumulation steps",
@@ -63,6 +64,13 @@ void PrintAllReducePrediction(const pb::PredictResponse& response, const TargetF
   summary.AddRow({"steps", Fixed(p.normalized_iterations(), 0)});
   summary.AddRow(
       {"time T (s)", absl::StrCat(Fixed(p.time_s(), 2), " (", HumanDuration(p.time_s()), ")")});
+  if (HasSyncConvergence(p)) {
+    // A loss or metric target: the convergence model's interval, and how its steps were carried
+    // to this global batch.
+    AddIntervalRows(p, summary);
+    if (auto row = CriticalBatchRow(p); !row.empty()) summary.AddRow(row);
+    if (p.extrapolated()) summary.AddRow(BeyondTheDataRow(p));
+  }
   summary.AddRow(
       {"spot cost", absl::StrCat(Dollars(p.cost_usd()), " (", Dollars(p.price_per_hour()), "/h)")});
   summary.AddRow({"on-demand cost", absl::StrCat(Dollars(p.on_demand_cost_usd()), " (",
@@ -235,21 +243,11 @@ int Predict(const Args& args, pb::Predictor::StubInterface& stub,
     request.set_sync(*kind == predictor::SyncKind::kAllReduce ? pb::SYNC_KIND_ALLREDUCE
                                                               : pb::SYNC_KIND_PS);
   }
-  if (auto b = args.Get("--local-batch")) {
-    auto parsed = ParseInt("--local-batch", *b, 1, predictor::kMaxBatchPerGpu);
-    if (!parsed.ok()) return fail(parsed.status());
-    request.set_local_batch(*parsed);
-  }
-  if (auto b = args.Get("--global-batch")) {
-    if (request.local_batch() != 0) {
-      return fail(absl::InvalidArgumentError(
-          "--global-batch, --local-batch: give one (--local-batch B is the global batch ranks x B, "
-          "split evenly)"));
-    }
-    auto parsed = ParseInt("--global-batch", *b, 1, predictor::kMaxGlobalBatch);
-    if (!parsed.ok()) return fail(parsed.status());
-    request.set_global_batch(*parsed);
-  }
+  auto batch_flags = ParseSyncBatchFlags(args);
+  if (!batch_flags.ok()) return fail(batch_flags.status());
+  request.set_local_batch(batch_flags->local_batch);
+  request.set_global_batch(batch_flags->global_batch);
+  request.set_global_batch_mode(batch_flags->mode);
   int curve_points = 0;
   if (auto c = args.Get("--curve")) {
     auto parsed = ParseInt("--curve", *c, 2, 10000);
@@ -335,7 +333,8 @@ std::vector<Command> ModelCommands() {
                    "(--loss L | --accuracy A | --target METRIC>=V|METRIC<=V | --iterations N |\n"
                    " --epochs E --dataset-size S)\n"
                    "[--parameter-servers N] [--curve POINTS] [--sync allreduce|ps]\n"
-                   "[--local-batch B | --global-batch B] [--json] [--server HOST:PORT]\n"
+                   "[--local-batch B | --global-batch B|scale|fixed] [--json]\n"
+                   "[--server HOST:PORT]\n"
                    "[--data-dir D | --profiler H:P]",
        .description =
            "Predicts per-type iteration time, cluster speed, WA batch, convergence "
@@ -365,10 +364,13 @@ std::vector<Command> ModelCommands() {
              "(the profile's all-reduce model) or parameter server"},
             {"--local-batch", "B",
              "all-reduce: samples per GPU per step, every rank the same (the even split)"},
-            {"--global-batch", "B",
+            {"--global-batch", "B|scale|fixed",
              "all-reduce: samples per step over every rank, split by speed within each\n"
              "GPU's memory (default: the profile's global_batch_size); one of the two\n"
-             "is needed"},
+             "is needed. `scale`: the global batch follows the cluster, every rank at\n"
+             "--local-batch (default: the profile's local_batch_size), and a loss or\n"
+             "metric target's steps follow the critical-batch law; `fixed`: the\n"
+             "profile's global_batch_size (default: the profile's global_batch)"},
             ServerFlag("spotdnn-predictor"),
             DataDirFlag(),
             {"--profiler", "H:P",
