@@ -182,6 +182,14 @@ absl::StatusOr<JobRecord> JobController::Plan(const std::string& spec_json,
   }
   request.set_mode(spec->deadline_s > 0 ? pb::PLAN_MODE_DEADLINE : pb::PLAN_MODE_BUDGET);
   *request.mutable_options() = OptionsOf(*spec);
+  // How it trains: the spec's kind, else the profile's; a synchronous plan splits the global
+  // batch (the spec's, else the profile's).
+  auto sync = ResolveSync(*spec, workload->sync());
+  if (!sync.ok()) return fail_stored(sync.status());
+  if (*sync == pb::SYNC_KIND_ALLREDUCE) {
+    request.set_sync(*sync);
+    request.set_global_batch(spec->global_batch);
+  }
   if (spec->confidence > 0) {
     // The cheapest plan that meets the deadline with this probability (slo.confidence).
     pb::PlanOptions& options = *request.mutable_options();
@@ -193,6 +201,11 @@ absl::StatusOr<JobRecord> JobController::Plan(const std::string& spec_json,
       }
     }
     simulation.set_notice_s(spec->notice_s);
+    // A synchronous job's revocation cost: every rank restarts, on at least its elastic minimum.
+    if (*sync == pb::SYNC_KIND_ALLREDUCE) {
+      simulation.set_sync(*sync);
+      simulation.set_min_instances(spec->elastic.min_instances);
+    }
     if (spec->takeover_delay_s >= 0) simulation.set_takeover_delay_s(spec->takeover_delay_s);
   }
   auto response = services_.provisioner->Plan(request);

@@ -90,9 +90,25 @@ absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(
         absl::StrFormat("%.6f", p != nullptr ? p->iteration_time_s() : 0.0);
     request.workers.push_back(std::move(group));
   }
+  if (sync_) {
+    // No parameter server: every instance runs torchrun around the script, at the rendezvous.
+    auto elastic = SyncRequest(launch, first_index, token_prefix, prediction, market, workers);
+    if (!elastic.ok()) return elastic.status();
+    std::vector<launcher::WorkerGroup> groups;
+    for (launcher::WorkerGroup& g : elastic->workers) {
+      if (skip.count(g.instance_type) > 0) continue;
+      for (const launcher::WorkerGroup& planned : request.workers) {
+        if (planned.instance_type == g.instance_type)
+          g.env.insert(planned.env.begin(), planned.env.end());
+      }
+      groups.push_back(std::move(g));
+    }
+    elastic->workers = std::move(groups);
+    request = *std::move(elastic);
+  }
   auto result = launcher::LaunchCluster(*services_.provider, request);
   if (!result.ok()) return result.status();
-  if (with_servers) job_.ps_addresses = absl::StrJoin(result->ps_addresses, ",");
+  if (with_servers && !sync_) job_.ps_addresses = absl::StrJoin(result->ps_addresses, ",");
   for (launcher::Instance i : result->instances) {
     if (i.role == launcher::Role::kWorker) i.market = market;  // as asked, whatever the cloud says
     if (i.role == launcher::Role::kParameterServer) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "services/gateway/job/stop_rules.h"
+#include "services/gateway/job/sync_launch.h"
 
 namespace spotdnn::job {
 
@@ -25,6 +26,9 @@ absl::Status JobRun::Load() {
     ps_type_ = catalog_.parameter_server().instance_type();
   }
   ps_price_ = catalog_.parameter_server().spot_price_per_hour();
+  auto sync = ResolveSync(spec_, workload_.sync());
+  if (!sync.ok()) return sync.status();
+  sync_ = *sync == pb::SYNC_KIND_ALLREDUCE;
   auto instances = services_.store->Instances(job_.id);
   if (!instances.ok()) return instances.status();
   for (InstanceRecord& i : *instances) instances_[i.id] = std::move(i);
@@ -95,6 +99,12 @@ void JobRun::RegisterRunning() {
 absl::StatusOr<JobRecord> JobRun::Run() {
   if (auto s = Load(); !s.ok()) return s;
   if (auto s = StartGuard(); !s.ok()) return s;
+  if (sync_) {
+    if (absl::Status s = EnsureRendezvous(); !s.ok()) {
+      if (absl::Status f = Fail(absl::StrCat("rendezvous: ", s.message())); !f.ok()) return f;
+      return job_;
+    }
+  }
   if (job_.state == JobState::kLaunching) {
     if (absl::Status s = LaunchPlanned(); !s.ok()) {
       if (absl::Status f = Fail(absl::StrCat("launch failed: ", s.message())); !f.ok()) return f;
@@ -211,7 +221,8 @@ absl::Status JobRun::PollProgress() {
   }
   // Steps a parameter-server takeover undid were counted by the workers that made them.
   job_.iterations_done =
-      std::max(0.0, static_cast<double>(progress->total_steps()) - job_.steps_lost);
+      sync_ ? SyncStepsDone(*progress)
+            : std::max(0.0, static_cast<double>(progress->total_steps()) - job_.steps_lost);
   double sum = 0;
   int reporting = 0;
   std::vector<std::string> raw;
@@ -363,6 +374,9 @@ absl::Status JobRun::Finish() {
       }
     }
     if (auto s = EndRevocationsOf(id, i.ended_ms); !s.ok()) return s;
+  }
+  if (absl::Status s = StopJobRendezvous(); !s.ok()) {
+    Emit(WarningEvent{.message = std::string(s.message())});
   }
   if (job_.state != JobState::kFailed) job_.state = JobState::kFinished;
   job_.finished_ms = now;

@@ -20,6 +20,7 @@
 #include "services/gateway/job/convergence_watch.h"
 #include "services/gateway/job/job_controller.h"
 #include "services/gateway/job/job_outlook.h"
+#include "services/gateway/job/rendezvous.h"
 
 namespace spotdnn::job {
 
@@ -135,6 +136,19 @@ class JobRun {
   // `counts` (type -> count) with the job's parameter servers.
   pb::Cluster ClusterOf(const std::map<std::string, int>& counts) const;
 
+  // ---- job_sync.cc (a synchronous job: its rendezvous and its elastic launch)
+  // Re-adopts the job's rendezvous (its last "rendezvous" event) when it still runs, else starts
+  // it (again on the port on record, which the instances' commands name); logged.
+  absl::Status EnsureRendezvous();
+  // Stops the job's rendezvous at its end; logged.
+  absl::Status StopJobRendezvous();
+  // The launch of `launch` as an elastic cluster (sync_launch.h) at the job's rendezvous.
+  absl::StatusOr<launcher::ClusterLaunchRequest> SyncRequest(const std::vector<TypeCount>& launch,
+                                                             int first_index,
+                                                             const std::string& token_prefix,
+                                                             const pb::Prediction& prediction,
+                                                             launcher::Market market, int workers);
+
   // ---- job_deadline.cc
   // Makes the deadline guard when the job falls back to on-demand (spec fallback "on-demand" and a
   // deadline) and rebuilds it from the job's log: its spot-short and spot-back events, and the
@@ -215,6 +229,8 @@ class JobRun {
 
   JobRecord job_;
   JobSpec spec_;
+  bool sync_ = false;  // a synchronous (all-reduce) job: torchrun under every instance's agent
+  std::optional<RendezvousRecord> rendezvous_;  // a synchronous job's, once started or adopted
   const JobServices& services_;
   const JobOptions& options_;
   const JobEventSink& sink_;

@@ -130,10 +130,11 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return absl::InvalidArgumentError("job spec: not valid JSON");
   if (!doc.is_object()) return absl::InvalidArgumentError("job spec: expected a JSON object");
-  if (auto s = OnlyKnown(doc, "",
-                         {"name", "workload", "slo", "catalog", "provider", "quotas",
-                          "parameter_servers", "commands", "strategy", "revocation_overhead",
-                          "checkpoints", "fallback", "deadline_policy"});
+  if (auto s = OnlyKnown(
+          doc, "",
+          {"name", "workload", "slo", "catalog", "provider", "quotas", "parameter_servers",
+           "commands", "strategy", "revocation_overhead", "checkpoints", "fallback",
+           "deadline_policy", "sync", "global_batch", "elastic"});
       !s.ok()) {
     return s;
   }
@@ -447,6 +448,73 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
     spec.checkpoint_uri = *uri;
   }
 
+  if (doc.contains("sync")) {
+    auto sync = String(doc, "sync", "sync", true);
+    if (!sync.ok()) return sync.status();
+    if (*sync != "allreduce" && *sync != "ps") {
+      return Bad("sync", doc["sync"],
+                 "expected \"allreduce\" (synchronous, a torchrun script) or \"ps\" "
+                 "(parameter servers)");
+    }
+    spec.sync = *sync;
+  }
+  if (doc.contains("global_batch")) {
+    const json& b = doc["global_batch"];
+    if (!b.is_number_integer() || b.get<int64_t>() < 1 || b.get<int64_t>() > 1'000'000'000) {
+      return Bad("global_batch", b, "expected a whole number of samples per step >= 1");
+    }
+    if (spec.sync == "ps") return Bad("global_batch", b, "applies to a synchronous job");
+    spec.global_batch = b.get<int>();
+  }
+  if (doc.contains("elastic")) {
+    const json& e = doc["elastic"];
+    if (!e.is_object()) return Bad("elastic", e, "expected an object");
+    if (auto s = OnlyKnown(e, "elastic.",
+                           {"min_instances", "max_restarts", "join_timeout", "rendezvous"});
+        !s.ok()) {
+      return s;
+    }
+    spec.has_elastic = true;
+    if (e.contains("min_instances")) {
+      const json& n = e["min_instances"];
+      if (!n.is_number_integer() || n.get<int64_t>() < 1 || n.get<int64_t>() > 1000) {
+        return Bad("elastic.min_instances", n, "expected an integer from 1 to 1000");
+      }
+      spec.elastic.min_instances = n.get<int>();
+    }
+    if (e.contains("max_restarts")) {
+      const json& n = e["max_restarts"];
+      if (!n.is_number_integer() || n.get<int64_t>() < 0 || n.get<int64_t>() > 1000) {
+        return Bad("elastic.max_restarts", n, "expected an integer from 0 to 1000");
+      }
+      spec.elastic.max_restarts = n.get<int>();
+    }
+    if (e.contains("join_timeout")) {
+      auto d = Seconds(e["join_timeout"], "elastic.join_timeout");
+      if (!d.ok()) return d.status();
+      if (*d < 1) return Bad("elastic.join_timeout", e["join_timeout"], "must be at least 1 s");
+      spec.elastic.join_timeout_s = *d;
+    }
+    if (e.contains("rendezvous")) {
+      const json& r = e["rendezvous"];
+      if (!r.is_object()) {
+        return Bad("elastic.rendezvous", r, "expected {\"host\": H, \"port\": P}");
+      }
+      if (auto s = OnlyKnown(r, "elastic.rendezvous.", {"host", "port"}); !s.ok()) return s;
+      auto host = String(r, "host", "elastic.rendezvous.host", false);
+      if (!host.ok()) return host.status();
+      spec.elastic.host = *host;
+      if (r.contains("port")) {
+        const json& p = r["port"];
+        if (!p.is_number_integer() || p.get<int64_t>() < 0 || p.get<int64_t>() > 65535) {
+          return Bad("elastic.rendezvous.port", p, "expected a port from 1 to 65535 (0: any)");
+        }
+        spec.elastic.port = p.get<int>();
+      }
+    }
+  }
+  spec.has_parameter_servers = doc.contains("parameter_servers");
+
   if (!doc.contains("commands") || !doc["commands"].is_object()) {
     return absl::InvalidArgumentError(
         "commands is required: {\"worker\": \"...\", \"parameter_server\": \"...\"}");
@@ -459,7 +527,42 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
   auto ps = String(commands, "parameter_server", "commands.parameter_server", false);
   if (!ps.ok()) return ps.status();
   spec.ps_command = ps->empty() ? spec.worker_command : *ps;
+  spec.has_ps_command = commands.contains("parameter_server");
+  if (!spec.sync.empty()) {
+    auto checked = ResolveSync(spec, v1::SYNC_KIND_UNSPECIFIED);
+    if (!checked.ok()) return checked.status();
+  }
   return spec;
+}
+
+absl::StatusOr<v1::SyncKind> ResolveSync(const JobSpec& spec, v1::SyncKind profile_sync) {
+  v1::SyncKind sync = profile_sync == v1::SYNC_KIND_ALLREDUCE ? profile_sync : v1::SYNC_KIND_PS;
+  if (spec.sync == "allreduce") sync = v1::SYNC_KIND_ALLREDUCE;
+  if (spec.sync == "ps") sync = v1::SYNC_KIND_PS;
+  // Where the kind came from, for the messages.
+  const std::string why = spec.sync.empty() ? "the workload profile trains synchronously (sync "
+                                              "allreduce)"
+                                            : "sync is \"allreduce\"";
+  if (sync == v1::SYNC_KIND_ALLREDUCE) {
+    if (spec.has_ps_command) {
+      return Bad("commands.parameter_server", json(spec.ps_command),
+                 absl::StrCat(why,
+                              ": a synchronous job has no parameter-server role; give only "
+                              "commands.worker, the script torchrun runs on every rank"));
+    }
+    if (spec.has_parameter_servers) {
+      return Bad("parameter_servers", json(spec.parameter_servers),
+                 absl::StrCat(why, ": a synchronous job has no parameter servers"));
+    }
+  } else if (spec.has_elastic) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "elastic: applies to a synchronous job (sync \"allreduce\"); this one trains with "
+        "parameter servers",
+        spec.sync.empty() ? " (its workload profile's kind)" : ""));
+  } else if (spec.global_batch > 0) {
+    return Bad("global_batch", json(spec.global_batch), "applies to a synchronous job");
+  }
+  return sync;
 }
 
 absl::StatusOr<JobSpec> ReadJobSpec(const std::string& path) {

@@ -70,12 +70,41 @@ struct JobSpec {
   // PREFIX/JOB). Empty: the local provider's DATA_DIR/checkpoints/JOB.
   std::string checkpoint_uri;
 
+  // How the job trains: "allreduce" (synchronous data parallelism: the worker command is a
+  // torchrun script, there is no parameter-server role), "ps" (asynchronous parameter servers),
+  // or empty: the workload profile's kind (ResolveSync).
+  std::string sync;
+  // A synchronous job's samples per step over every rank (0: the profile's global_batch_size).
+  int global_batch = 0;
+  // The synchronous job's elastic launcher (spec field "elastic"; elastic_launch.h).
+  struct Elastic {
+    int min_instances = 0;  // --nnodes=MIN:MAX's MIN; 0: 1
+    int max_restarts = 3;   // torchrun's --max_restarts
+    // How long a rendezvous waits for MIN instances before torchrun gives up (join_timeout).
+    double join_timeout_s = 120;
+    // The job's rendezvous store, on the control side: the address the instances reach it at
+    // (empty: 127.0.0.1, the local provider's) and its port (0: a free one, chosen when it first
+    // starts and kept on restarts). torch 1.13's TCPStore listens on every interface whatever
+    // the address: the network rules decide who reaches it (docs/synchronous-runs.md).
+    std::string host;
+    int port = 0;
+  } elastic;
+  bool has_elastic = false;            // the spec had an "elastic" object
+  bool has_ps_command = false;         // the spec had commands.parameter_server
+  bool has_parameter_servers = false;  // the spec had parameter_servers
+
   // True when the spec has a profiling step (logs to import or runs to make).
   bool HasProfiling() const { return !profiling_logs.empty() || !profiling_runs.empty(); }
 };
 
 // Parses a job spec document. INVALID_ARGUMENT naming the field and the value.
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& json);
+
+// The job's sync kind: the spec's "sync" when it has one, else the profile's (`profile_sync`).
+// INVALID_ARGUMENT naming the field when a synchronous job has a parameter-server command or
+// count, or a parameter-server job an "elastic" section.
+absl::StatusOr<spotdnn::v1::SyncKind> ResolveSync(const JobSpec& spec,
+                                                  spotdnn::v1::SyncKind profile_sync);
 
 // Writes the spec's target into an SLO: target_loss, target_iterations, target_epochs and
 // dataset_size, or target_metric.

@@ -76,6 +76,15 @@ absl::Status JobRun::HandleEvent(const pb::RevocationEvent& event) {
                        .received_ms = NowMs(),
                        .ended_ms = instance.ended_ms};
     if (auto s = services_.store->PutRevocation(r); !s.ok()) return s;
+    if (sync_ && instance.role == launcher::Role::kWorker) {
+      // A synchronous job stops every rank for this: torchrun re-forms the group on the
+      // survivors (its own timeouts), from the last checkpoint, and the replacement joins later.
+      const nlohmann::json restart = {{"instance", instance.id},
+                                      {"cause", kind},
+                                      {"notice_ms", NowMs()},
+                                      {"iterations_done", job_.iterations_done}};
+      if (auto s = Log("restart", restart.dump()); !s.ok()) return s;
+    }
     Emit(NoticeEvent{.instance = instance.id,
                      .instance_type = instance.instance_type,
                      .kind = kind,

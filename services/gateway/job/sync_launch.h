@@ -1,0 +1,49 @@
+// A synchronous (all-reduce) job's launch: the plan's instances as an elastic cluster
+// (launcher/elastic_launch.h) whose every instance runs torchrun around the user's script, meeting
+// at the job's rendezvous, with the plan's split of the global batch in their environment.
+#ifndef SPOTDNN_SERVICES_GATEWAY_JOB_SYNC_LAUNCH_H_
+#define SPOTDNN_SERVICES_GATEWAY_JOB_SYNC_LAUNCH_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "provisioner/launcher/elastic_launch.h"
+#include "services/gateway/job/job_events.h"
+#include "services/gateway/job/job_spec.h"
+#include "spotdnn/v1/common.pb.h"
+#include "spotdnn/v1/profiler.pb.h"
+
+namespace spotdnn::job {
+
+// What one launch of a synchronous job's instances needs.
+struct SyncLaunchInput {
+  std::string job_id;
+  const JobSpec* spec = nullptr;
+  const spotdnn::v1::WorkloadProfile* workload = nullptr;  // its global_batch_size
+  const spotdnn::v1::InstanceCatalog* catalog = nullptr;   // each type's GPUs
+  const spotdnn::v1::Prediction* prediction = nullptr;     // each type's local batch
+  std::vector<TypeCount> launch;                           // in launch order
+  int first_index = 0;
+  std::string token_prefix;
+  std::string rendezvous;  // HOST:PORT
+  int max_instances = 1;   // the planned count: --nnodes' MAX
+  launcher::Market market = launcher::Market::kSpot;
+  std::map<std::string, std::string> env;  // the job's environment (JobEnvironment)
+};
+
+// The elastic cluster of `input`: each type's ranks per instance (its GPUs), local batch (the
+// prediction's mean for the type, rounded, at least 1; 0 when the prediction has none), the
+// global batch (the spec's, else the profile's) and the prediction's accumulation steps; MIN the
+// spec's elastic.min_instances (1 when unset, at most MAX). INVALID_ARGUMENT naming the field.
+absl::StatusOr<launcher::ElasticCluster> ElasticClusterFor(const SyncLaunchInput& input);
+
+// A synchronous job's global steps done: the highest step any rank reported (every rank reports
+// every step, numbered from the start of the job through restarts), not their sum (which counts a
+// step once per rank, as the parameter-server job's progress does).
+double SyncStepsDone(const spotdnn::v1::GetJobProgressResponse& progress);
+
+}  // namespace spotdnn::job
+
+#endif  // SPOTDNN_SERVICES_GATEWAY_JOB_SYNC_LAUNCH_H_
