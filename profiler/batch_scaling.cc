@@ -347,12 +347,7 @@ std::vector<predictor::ConvergenceModel> FitSyncConvergences(
     fit->model.reference_global_batch = reference;
     fit->model.critical_batch = critical;
     fit->model.fitted_on += carried;
-    q.identified = true;
-    q.rmse = fit->rmse;
-    q.r_squared = fit->r_squared;
-    q.mape = fit->mape;
-    q.points = fit->points;
-    q.note = ConvergenceFitNote(*fit);
+    SetFitQuality(*fit, q);
     if (quality) quality->push_back(std::move(q));
     out.push_back(std::move(fit->model));
   }

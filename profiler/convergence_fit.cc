@@ -898,6 +898,15 @@ absl::StatusOr<ConvergenceFitOptions> ConvergenceOptionsFor(
   return options;
 }
 
+void SetFitQuality(const ConvergenceFit& fit, FitQuality& q) {
+  q.identified = true;
+  q.rmse = fit.rmse;
+  q.r_squared = fit.r_squared;
+  q.mape = fit.mape;
+  q.points = fit.points;
+  q.note = ConvergenceFitNote(fit);
+}
+
 std::string ConvergenceFitNote(const ConvergenceFit& fit) {
   return absl::StrCat(fit.model.fitted_on, "; schedule ",
                       predictor::LrScheduleText(fit.model.schedule),
@@ -925,12 +934,7 @@ std::vector<predictor::ConvergenceModel> FitConvergences(
       if (quality) quality->push_back(std::move(q));
       continue;
     }
-    q.identified = true;
-    q.rmse = fit->rmse;
-    q.r_squared = fit->r_squared;
-    q.mape = fit->mape;
-    q.points = fit->points;
-    q.note = ConvergenceFitNote(*fit);
+    SetFitQuality(*fit, q);
     if (quality) quality->push_back(std::move(q));
     out.push_back(std::move(fit->model));
   }

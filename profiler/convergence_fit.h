@@ -79,6 +79,9 @@ absl::StatusOr<ConvergenceFitOptions> ConvergenceOptionsFor(
 // A fit's quality note: what it saw, the schedule, its notes.
 std::string ConvergenceFitNote(const ConvergenceFit& fit);
 
+// Marks `q` identified, with the fit's figures and its note.
+void SetFitQuality(const ConvergenceFit& fit, FitQuality& q);
+
 // A convergence model for every metric the samples log at 3 or more steps of a run: "loss"
 // (lower is better), "accuracy" (higher, ceiling 1) and each metric.NAME whose direction the
 // curves show (values in [0, 1] when higher is better). A model in `declared` of the same metric

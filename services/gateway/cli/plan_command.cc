@@ -218,6 +218,20 @@ struct OtherSync {
   std::string error;  // when the other kind cannot be planned
 };
 
+// The plan's steps and time at p10 / p50 / p90 (the time with the plan's overhead).
+void AddIntervalRows(const pb::Plan& p, Table& summary) {
+  const pb::Prediction& e = p.prediction();
+  const double overhead = p.time_s() - e.time_s();
+  const std::string note = e.has_spread() ? "" : " (no spread)";
+  summary.AddRow({"iterations (p10 / p50 / p90)",
+                  absl::StrCat(Fixed(e.iterations_p10(), 0), " / ", Fixed(e.iterations_p50(), 0),
+                               " / ", Fixed(e.iterations_p90(), 0), note)});
+  summary.AddRow(
+      {"time (p10 / p50 / p90)", absl::StrCat(HumanDuration(e.time_p10_s() + overhead), " / ",
+                                              HumanDuration(e.time_p50_s() + overhead), " / ",
+                                              HumanDuration(e.time_p90_s() + overhead), note)});
+}
+
 // The instances table of a synchronous plan: each type's local batch and its step's parts.
 void PrintSyncTypes(const pb::Plan& p, std::ostream& out) {
   Table types({"instance type", "count", "to launch", "GPUs", "local batch", "compute (s)",
@@ -262,18 +276,9 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
                     absl::StrCat(Fixed(p.time_s(), 2), " s (", HumanDuration(p.time_s()), ")")});
     summary.AddRow({"steps", Fixed(e.normalized_iterations(), 0)});
     if (HasSyncConvergence(e)) {
-      // A loss or metric target: the convergence model's interval (overhead included in the
-      // times), and how its steps were carried to the plan's global batch.
-      const double overhead = p.time_s() - e.time_s();
-      const std::string note = e.has_spread() ? "" : " (no spread)";
-      summary.AddRow(
-          {"iterations (p10 / p50 / p90)",
-           absl::StrCat(Fixed(e.iterations_p10(), 0), " / ", Fixed(e.iterations_p50(), 0), " / ",
-                        Fixed(e.iterations_p90(), 0), note)});
-      summary.AddRow(
-          {"time (p10 / p50 / p90)", absl::StrCat(HumanDuration(e.time_p10_s() + overhead), " / ",
-                                                  HumanDuration(e.time_p50_s() + overhead), " / ",
-                                                  HumanDuration(e.time_p90_s() + overhead), note)});
+      // A loss or metric target: the convergence model's interval, and how its steps were
+      // carried to the plan's global batch.
+      AddIntervalRows(p, summary);
       if (auto row = CriticalBatchRow(e); !row.empty()) summary.AddRow(row);
       if (e.extrapolated()) summary.AddRow(BeyondTheDataRow(e));
     }
@@ -307,19 +312,7 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
     summary.AddRow({"predicted time",
                     absl::StrCat(Fixed(p.time_s(), 2), " s (", HumanDuration(p.time_s()), ")")});
     summary.AddRow({"normalized iterations j", Fixed(p.prediction().normalized_iterations(), 0)});
-    {
-      const pb::Prediction& e = p.prediction();
-      const double overhead = p.time_s() - e.time_s();
-      const std::string note = e.has_spread() ? "" : " (no spread)";
-      summary.AddRow(
-          {"iterations (p10 / p50 / p90)",
-           absl::StrCat(Fixed(e.iterations_p10(), 0), " / ", Fixed(e.iterations_p50(), 0), " / ",
-                        Fixed(e.iterations_p90(), 0), note)});
-      summary.AddRow(
-          {"time (p10 / p50 / p90)", absl::StrCat(HumanDuration(e.time_p10_s() + overhead), " / ",
-                                                  HumanDuration(e.time_p50_s() + overhead), " / ",
-                                                  HumanDuration(e.time_p90_s() + overhead), note)});
-    }
+    AddIntervalRows(p, summary);
     if (p.prediction().extrapolated()) summary.AddRow(BeyondTheDataRow(p.prediction()));
     summary.AddRow({"WA batch b_w", Fixed(p.prediction().wa_batch(), 1)});
     summary.AddRow(
