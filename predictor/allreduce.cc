@@ -649,6 +649,13 @@ absl::StatusOr<Prediction> PredictAllReduce(const WorkloadProfile& profile,
           absl::StrJoin(known, ", "), "); import a synchronous run on ", type.gpu_type,
           " GPUs (--gpu-type ", type.gpu_type, ") and fit again"));
     }
+    if (const int cap = LocalBatchCap(profile, type.gpu_memory_gib); local_batch > cap) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "local_batch = %d: more than instance type %s's %g GiB GPUs hold (%d samples under "
+          "workload \"%s\"'s memory model a2, b2); give a smaller local batch, or a global batch "
+          "to split by speed and accumulate",
+          local_batch, type.name, type.gpu_memory_gib, cap, profile.name));
+    }
     gpus.insert(gpus.end(), cluster.counts[i], type.gpus);
   }
   if (gpus.empty()) return absl::InvalidArgumentError("cluster: no instance");

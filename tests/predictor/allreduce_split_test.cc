@@ -198,6 +198,21 @@ TEST(AllReduceSplit, AccumulatesExactlyWhenTheBatchExceedsTheClusterMemory) {
               compute + full->estimate.expected_iteration_time_s, 1e-12);
 }
 
+// One local batch for every rank: each rank must hold it, as the split's ranks must.
+TEST(AllReduceSplit, AnEvenLocalBatchAboveAGpusMemoryIsRefusedNamingTheType) {
+  const World w = CappedWorld();
+  const Cluster c{{2, 1}};
+  auto fits = PredictAllReduce(w.profile, w.catalog, c, Target::Iterations(10), 64);
+  EXPECT_TRUE(fits.ok()) << fits.status();
+  auto over = PredictAllReduce(w.profile, w.catalog, c, Target::Iterations(10), 65);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(over.status().message().find("local_batch = 65"), std::string::npos) << over.status();
+  EXPECT_NE(over.status().message().find("t4x4"), std::string::npos) << over.status();
+  // The V100 alone holds 128.
+  auto v100 = PredictAllReduce(w.profile, w.catalog, Cluster{{0, 1}}, Target::Iterations(10), 128);
+  EXPECT_TRUE(v100.ok()) << v100.status();
+}
+
 TEST(AllReduceSplit, TakesTheProfilesGlobalBatchAndRefusesBadOnes) {
   World w = CappedWorld();
   const Cluster c{{2, 1}};  // 9 ranks
