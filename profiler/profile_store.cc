@@ -394,11 +394,13 @@ absl::StatusOr<std::int64_t> ProfileStore::CountSamples(absl::Span<const std::st
 absl::StatusOr<std::vector<WorkerProgress>> ProfileStore::JobProgress(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   // Per worker: the instance type and loss of its highest step (the latest such row), its number
-  // of samples and its latest wall time. The job's rows come through its two keys (see
-  // kSampleKey).
+  // of samples, its latest wall time, its lowest numbered step and earliest wall time. The job's
+  // rows come through its two keys (see kSampleKey).
   auto rows = db_->QueryAll(
-      "SELECT worker_id, instance_type, step, n, wall, loss FROM (SELECT worker_id, "
-      "instance_type, step, loss, COUNT(*) OVER w AS n, MAX(wall_time_s) OVER w AS wall, "
+      "SELECT worker_id, instance_type, step, n, wall, loss, first_step, first_wall FROM (SELECT "
+      "worker_id, instance_type, step, loss, COUNT(*) OVER w AS n, MAX(wall_time_s) OVER w AS "
+      "wall, COALESCE(MIN(CASE WHEN step > 0 THEN step END) OVER w, 0) AS first_step, "
+      "COALESCE(MIN(CASE WHEN wall_time_s > 0 THEN wall_time_s END) OVER w, 0) AS first_wall, "
       "ROW_NUMBER() OVER (PARTITION BY worker_id ORDER BY step DESC, rowid DESC) AS r FROM "
       "(SELECT worker_id, instance_type, step, wall_time_s, loss, rowid FROM samples WHERE "
       "job_id = ?1 AND step > 0 UNION ALL SELECT worker_id, instance_type, step, wall_time_s, "
@@ -413,7 +415,9 @@ absl::StatusOr<std::vector<WorkerProgress>> ProfileStore::JobProgress(const std:
                    .steps = r.Int(2),
                    .samples = r.Int(3),
                    .last_wall_time_s = r.Real(4),
-                   .last_loss = r.Real(5)});
+                   .last_loss = r.Real(5),
+                   .first_step = r.Int(6),
+                   .first_wall_time_s = r.Real(7)});
   }
   return out;
 }

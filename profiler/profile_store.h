@@ -42,6 +42,10 @@ struct WorkerProgress {
   std::int64_t samples = 0;  // how many samples it reported
   double last_wall_time_s = 0;
   double last_loss = 0;  // the loss of its highest step (0 when it reports none)
+  // Its lowest numbered step and earliest wall time (0: none): where a stream started, e.g. the
+  // step a restarted rank resumed from.
+  std::int64_t first_step = 0;
+  double first_wall_time_s = 0;
 };
 
 struct StoredRun {

@@ -712,6 +712,8 @@ grpc::Status ProfilerServiceImpl::GetJobProgress(grpc::ServerContext*,
     out->set_samples(w.samples);
     out->set_last_wall_time_s(w.last_wall_time_s);
     out->set_last_loss(w.last_loss);
+    out->set_first_step(w.first_step);
+    out->set_first_wall_time_s(w.first_wall_time_s);
     // Steps are int64 each (a sample may say step 2^63-1): the sum saturates instead of wrapping.
     total = w.steps > std::numeric_limits<std::int64_t>::max() - total
                 ? std::numeric_limits<std::int64_t>::max()

@@ -325,6 +325,40 @@ TEST_P(ProfileStoreTest, StoresEachJobWorkerAndStepOnce) {
   }
 }
 
+// A stream's progress says where it started: a rank restarted from a checkpoint reports under a
+// new worker id from the step after the checkpoint on, and its first step and wall time are
+// those of its first sample, not of the stream before it. A sample without a step or a wall time
+// (a memory measurement) does not count as a start.
+TEST_P(ProfileStoreTest, AStreamsProgressSaysItsFirstStepAndWallTime) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::vector<Sample> batch;
+  for (int step = 1; step <= 40; ++step) batch.push_back(MakeSample("job", step));
+  for (int step = 31; step <= 45; ++step) {  // resumed from step 30, 100 s later
+    Sample s = MakeSample("job", step);
+    s.worker_id = "w1-start2";
+    s.wall_time_s += 100;
+    batch.push_back(s);
+  }
+  Sample memory = MakeSample("job", 0);
+  memory.worker_id = "w1-start2";
+  memory.wall_time_s = 0;
+  batch.push_back(memory);
+  ASSERT_TRUE(store->AddSamples(batch, "t").ok());
+  auto progress = store->JobProgress("job");
+  ASSERT_TRUE(progress.ok()) << progress.status();
+  ASSERT_EQ(progress->size(), 2u);
+  EXPECT_EQ((*progress)[0].worker_id, "w1");
+  EXPECT_EQ((*progress)[0].first_step, 1);
+  EXPECT_DOUBLE_EQ((*progress)[0].first_wall_time_s, 1.7e9 + 1);
+  EXPECT_EQ((*progress)[0].steps, 40);
+  EXPECT_EQ((*progress)[1].worker_id, "w1-start2");
+  EXPECT_EQ((*progress)[1].first_step, 31);
+  EXPECT_DOUBLE_EQ((*progress)[1].first_wall_time_s, 1.7e9 + 131);
+  EXPECT_EQ((*progress)[1].steps, 45);
+  EXPECT_EQ((*progress)[1].samples, 16);
+}
+
 // A batch larger than one multi-row INSERT (256 rows, then halves: 602 samples go in 6
 // statements): repeats within one statement and across statements keep the first copy, the
 // samples keep their order, and a resend of the whole batch stores nothing.
