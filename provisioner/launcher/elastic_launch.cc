@@ -122,6 +122,10 @@ absl::StatusOr<std::string> ElasticLaunchCommand(const ElasticLaunchOptions& opt
   if (options.join_timeout_s < 1) {
     return Bad("join_timeout_s", absl::StrCat(options.join_timeout_s), "must be at least 1");
   }
+  if (options.last_call_timeout_s < 1) {
+    return Bad("last_call_timeout_s", absl::StrCat(options.last_call_timeout_s),
+               "must be at least 1");
+  }
   auto words = SplitCommandWords("commands.worker", options.script);
   if (!words.ok()) return words.status();
 
@@ -160,8 +164,8 @@ absl::StatusOr<std::string> ElasticLaunchCommand(const ElasticLaunchOptions& opt
       " --rdzv_backend=c10d --rdzv_endpoint=", ShellQuote(options.rendezvous),
       " --rdzv_id=", ShellQuote(options.job_id),
       " --rdzv_conf=is_host=false,join_timeout=", options.join_timeout_s,
-      " --max_restarts=", options.max_restarts, " --redirects 1 --tee 1 --log_dir ", log_dir, " ",
-      absl::StrJoin(program, " "));
+      ",last_call_timeout=", options.last_call_timeout_s, " --max_restarts=", options.max_restarts,
+      " --redirects 1 --tee 1 --log_dir ", log_dir, " ", absl::StrJoin(program, " "));
   return absl::StrCat("if command -v torchrun >/dev/null 2>&1; then set -- torchrun; else set -- ",
                       ShellQuote(python), " -m torch.distributed.run; fi; exec \"$@\" ", args);
 }

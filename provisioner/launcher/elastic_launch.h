@@ -30,6 +30,9 @@ struct ElasticLaunchOptions {
   // How long a rendezvous waits for MIN instances before torchrun gives up (join_timeout);
   // torch's default is 600.
   int join_timeout_s = 600;
+  // How long a rendezvous that has MIN instances waits for more before it closes
+  // (last_call_timeout; torch's default is 30): after a revocation the survivors go on this soon.
+  int last_call_timeout_s = 5;
   // The user's command: `python3 train.py --epochs 3`, `train.py ...`, `python3 -m pkg ...`, or
   // an executable (run with --no_python). One program and its arguments, no shell syntax.
   std::string script;
@@ -49,7 +52,7 @@ absl::StatusOr<std::vector<std::string>> SplitCommandWords(absl::string_view fie
 //   if torchrun is on PATH: torchrun ARGS, else PYTHON -m torch.distributed.run ARGS
 // (PYTHON: the interpreter the user's command names, else python3) with ARGS
 //   --nnodes=MIN:MAX --nproc_per_node=G --rdzv_backend=c10d --rdzv_endpoint=HOST:PORT
-//   --rdzv_id=JOB --rdzv_conf=is_host=false,join_timeout=S --max_restarts=K
+//   --rdzv_id=JOB --rdzv_conf=is_host=false,join_timeout=S,last_call_timeout=L --max_restarts=K
 //   --redirects 1 --tee 1 --log_dir DIR [--module | --no_python] SCRIPT ARGS...
 // (`--redirects 1 --tee 1`: torch 1.13 under Python 3.11 fails at start with the default 0; the
 // console copy of each rank's stdout starts with "[default0]:", which the agent's sample parser

@@ -8,15 +8,9 @@
 // job must still reach its loss target, with no sample stored twice.
 //
 // Needs Debian's python3-torch and python3-sklearn (deploy/setup.sh installs them).
-#include <sqlite3.h>
-
 #include <algorithm>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -25,159 +19,35 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "provisioner/launcher/local_provider.h"
-#include "services/gateway/job/job_store.h"
-#include "tests/gateway/cli_runner.h"
+#include "tests/gateway/example_job_fixture.h"
 #include "tests/testing/child_process.h"
 
 namespace spotdnn::gateway {
 namespace {
 
-namespace fs = std::filesystem;
 using job::InstanceRecord;
 using job::RevocationRecord;
 using testing_util::Child;
 
 constexpr char kJob[] = "digits-e2e";
-constexpr char kPython[] = "/usr/bin/python3";
 
-std::string ReadAll(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-class DigitsEndToEnd : public ::testing::Test {
+class DigitsEndToEnd : public ExampleJobTest {
  protected:
-  void SetUp() override {
-    ASSERT_EQ(std::system(absl::StrCat(kPython, " -c 'import torch, sklearn' 2>/dev/null").c_str()),
-              0)
-        << kPython << " cannot import torch and sklearn: run deploy/setup.sh (it installs "
-        << "python3-torch and python3-sklearn)";
-    started_ = absl::Now();
-    dir_ = fs::temp_directory_path() / absl::StrCat("spotdnn-digits-e2e-", getpid());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    CliRun up = Cli({"up", "--data-dir", dir_.string(), "--bin-dir", bin_, "--json"});
-    ASSERT_EQ(up.code, 0) << up.err;
-    auto provider =
-        launcher::LocalProvider::Create({.state_dir = (dir_ / "local").string(), .owner = false});
-    ASSERT_TRUE(provider.ok()) << provider.status();
-    provider_ = std::move(*provider);
-  }
-
-  void TearDown() override {
-    if (provider_ != nullptr) {
-      auto left = provider_->Describe("");
-      if (left.ok()) {
-        std::vector<std::string> ids;
-        for (const auto& i : *left) ids.push_back(i.id);
-        (void)provider_->Terminate(ids);
-      }
-      provider_.reset();
-    }
-    Cli({"down", "--data-dir", dir_.string()});
-    if (!HasFailure()) fs::remove_all(dir_);  // kept for a look at the logs otherwise
-  }
-
-  // The example's spec as a user runs it, renamed, with the script's absolute path.
-  std::string WriteJob() {
-    std::ifstream in(fs::path(SPOTDNN_SOURCE_DIR) / "deploy/examples/digits/job.json");
-    nlohmann::json spec = nlohmann::json::parse(in);
-    spec["name"] = kJob;
-    const std::string script =
-        (fs::path(SPOTDNN_SOURCE_DIR) / "deploy/examples/digits/train.py").string();
-    for (auto& [role, command] : spec["commands"].items()) {
-      std::string text = command.get<std::string>();
-      const size_t at = text.find("deploy/examples/digits/train.py");
-      EXPECT_NE(at, std::string::npos) << role << ": " << text;
-      if (at != std::string::npos) text.replace(at, 31, script);
-      command = text;
-    }
-    target_loss_ = spec["slo"]["loss"].get<double>();
-    const fs::path path = dir_ / "job.json";
-    std::ofstream(path) << spec.dump(2);
-    return path.string();
-  }
-
-  std::unique_ptr<job::JobStore> Store() {
-    auto store = job::JobStore::Open((dir_ / "jobs.db").string());
-    EXPECT_TRUE(store.ok()) << store.status();
-    return store.ok() ? std::move(*store) : nullptr;
-  }
-
-  // Polls the job store until `done` holds (true) or `seconds` pass (false).
-  bool WaitFor(const std::function<bool(job::JobStore&)>& done, int seconds) {
-    auto store = Store();
-    if (store == nullptr) return false;
-    const absl::Time give_up = absl::Now() + absl::Seconds(seconds);
-    while (absl::Now() < give_up) {
-      if (done(*store)) return true;
-      absl::SleepFor(absl::Milliseconds(200));
-    }
-    return false;
-  }
-
-  double Iterations() {
-    auto store = Store();
-    if (store == nullptr) return 0;
-    auto record = store->GetJob(kJob);
-    return record.ok() ? record->iterations_done : 0;
-  }
+  DigitsEndToEnd() : ExampleJobTest(kJob, "digits") {}
 
   // A running instance of the job in `role` (the lowest index).
-  std::string Running(launcher::Role role) {
-    auto running = provider_->Describe(kJob);
-    EXPECT_TRUE(running.ok());
-    std::string id;
-    int index = 1 << 30;
-    for (const auto& i : *running) {
-      if (i.role == role && i.state == launcher::InstanceState::kRunning && i.index < index) {
-        id = i.id;
-        index = i.index;
-      }
-    }
-    return id;
-  }
-
-  // The revocation record of `instance`, once the gateway has one.
-  std::optional<RevocationRecord> RevocationOf(job::JobStore& store, const std::string& instance) {
-    auto revocations = store.Revocations(kJob);
-    if (!revocations.ok()) return std::nullopt;
-    for (const RevocationRecord& r : *revocations) {
-      if (r.instance_id == instance) return r;
-    }
-    return std::nullopt;
+  std::string RunningId(launcher::Role role) {
+    auto running = Running(role);
+    return running.empty() ? std::string() : running.front().id;
   }
 
   // Every stored sample of the job's run, and how many distinct (worker, step) pairs they are.
   std::pair<int64_t, int64_t> SampleCounts() {
-    sqlite3* db = nullptr;
-    std::pair<int64_t, int64_t> counts{-1, -1};
-    if (sqlite3_open_v2((dir_ / "profiles.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr) ==
-        SQLITE_OK) {
-      sqlite3_stmt* stmt = nullptr;
-      if (sqlite3_prepare_v2(db,
-                             "SELECT COUNT(*), COUNT(DISTINCT worker_id || '/' || step) FROM "
-                             "samples WHERE job_id = ?",
-                             -1, &stmt, nullptr) == SQLITE_OK) {
-        sqlite3_bind_text(stmt, 1, kJob, -1, SQLITE_STATIC);
-        if (sqlite3_step(stmt) == SQLITE_ROW) {
-          counts = {sqlite3_column_int64(stmt, 0), sqlite3_column_int64(stmt, 1)};
-        }
-        sqlite3_finalize(stmt);
-      }
-    }
-    sqlite3_close(db);
-    return counts;
+    const std::vector<int64_t> row = ProfilerRow(
+        "SELECT COUNT(*), COUNT(DISTINCT worker_id || '/' || step) FROM samples WHERE job_id = ?1",
+        2);
+    return {row[0], row[1]};
   }
-
-  const std::string bin_ = SPOTDNN_BINARY_DIR;
-  fs::path dir_;
-  std::unique_ptr<launcher::LocalProvider> provider_;
-  double target_loss_ = 0;
-  absl::Time started_;
 };
 
 TEST_F(DigitsEndToEnd, ProfilesPlansAndTrainsToTheLossThroughWorkerAndServerRevocations) {
@@ -197,7 +67,7 @@ TEST_F(DigitsEndToEnd, ProfilesPlansAndTrainsToTheLossThroughWorkerAndServerRevo
   const absl::Time training = absl::Now();
 
   // A worker's notice: its takeover joins and reports steps.
-  const std::string worker = Running(launcher::Role::kWorker);
+  const std::string worker = RunningId(launcher::Role::kWorker);
   ASSERT_FALSE(worker.empty());
   ASSERT_TRUE(provider_->Revoke(worker, absl::Seconds(3)).ok());
   ASSERT_TRUE(WaitFor(
@@ -217,7 +87,7 @@ TEST_F(DigitsEndToEnd, ProfilesPlansAndTrainsToTheLossThroughWorkerAndServerRevo
         return r.ok() && r->iterations_done >= before + 60;
       },
       120));
-  const std::string server = Running(launcher::Role::kParameterServer);
+  const std::string server = RunningId(launcher::Role::kParameterServer);
   ASSERT_FALSE(server.empty());
   ASSERT_TRUE(provider_->Revoke(server, absl::Seconds(3)).ok());
 

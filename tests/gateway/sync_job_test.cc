@@ -204,6 +204,90 @@ TEST(SyncLaunchTest, AJobsStepsAreTheHighestAnyRankReportedNotTheirSum) {
   EXPECT_EQ(SyncStepsDone(v1::GetJobProgressResponse()), 0);
 }
 
+// A rank's stream as the profiler reports it: its worker id, first and highest step, and when it
+// began (seconds after t = 1000 s).
+void AddStream(v1::GetJobProgressResponse& progress, const std::string& id, int64_t first,
+               int64_t steps, double began_s) {
+  v1::WorkerProgress* w = progress.add_workers();
+  w->set_worker_id(id);
+  w->set_first_step(first);
+  w->set_steps(steps);
+  w->set_first_wall_time_s(1000 + began_s);
+  w->set_last_wall_time_s(1000 + began_s + (steps - first) * 0.1);
+}
+
+// Three one-rank instances; "c" gets its notice at step 120 (t = 1100 s) and goes. The two
+// left resume from the checkpoint at step 100 (redoing 20 steps) and reach step 130; then the
+// replacement "d" joins and the three resume from the checkpoint at 125 (5 more redone).
+TEST(SyncRestartTest, ClosesWhenEveryRunningInstanceStepsAgainAndCountsTheStepsRedone) {
+  v1::GetJobProgressResponse progress;
+  for (const char* instance : {"a", "b", "c"}) {
+    AddStream(progress, absl::StrCat(instance, "-rank0-start1"), 1, 120, 0);
+  }
+  RestartSummary restart{
+      .instance = "c", .cause = "notice", .notice_ms = 1'100'000, .steps_at_notice = 120};
+  const std::map<std::string, int> survivors = {{"a", 1}, {"b", 1}};
+  EXPECT_FALSE(CloseSyncRestart(progress, survivors, restart));  // nobody stepped since
+  AddStream(progress, "a-rank0-start2", 101, 110, 112);
+  EXPECT_FALSE(CloseSyncRestart(progress, survivors, restart));  // "b" not yet
+  EXPECT_FALSE(restart.stepping_s.has_value());
+  AddStream(progress, "b-rank0-start2", 101, 110, 113.5);
+  // The replacement is running too: the restart is over when it steps as well.
+  const std::map<std::string, int> whole = {{"a", 1}, {"b", 1}, {"d", 1}};
+  EXPECT_FALSE(CloseSyncRestart(progress, whole, restart));
+  progress.mutable_workers(3)->set_steps(130);
+  progress.mutable_workers(4)->set_steps(130);
+  AddStream(progress, "a-rank0-start3", 126, 127, 150);
+  AddStream(progress, "b-rank0-start3", 126, 127, 150);
+  AddStream(progress, "d-rank0-start1", 126, 127, 151);
+  ASSERT_TRUE(CloseSyncRestart(progress, whole, restart));
+  EXPECT_DOUBLE_EQ(*restart.stepping_s, 51);        // d's first step after the notice
+  EXPECT_DOUBLE_EQ(*restart.steps_redone, 20 + 5);  // 101-120, then 126-130
+  EXPECT_EQ(restart.resumed_step, 101);
+}
+
+// An instance of two GPUs runs two ranks: it steps again when both of its streams do; a stream
+// that began before the notice (the rank that went on) does not count.
+TEST(SyncRestartTest, AnInstanceOfSeveralRanksNeedsAStreamPerRank) {
+  v1::GetJobProgressResponse progress;
+  AddStream(progress, "big-rank0-start1", 1, 50, 0);
+  AddStream(progress, "big-rank1-start1", 1, 50, 0);
+  RestartSummary restart{
+      .instance = "gone", .cause = "lost", .notice_ms = 1'010'000, .steps_at_notice = 50};
+  AddStream(progress, "big-rank0-start2", 41, 45, 30);
+  EXPECT_FALSE(CloseSyncRestart(progress, {{"big", 2}}, restart));
+  AddStream(progress, "big-rank1-start2", 41, 45, 31);
+  // Another instance whose id begins the same ("big2") is not "big".
+  AddStream(progress, "big2-rank0-start1", 41, 45, 31);
+  EXPECT_FALSE(CloseSyncRestart(progress, {{"big", 2}, {"big2", 2}}, restart));
+  ASSERT_TRUE(CloseSyncRestart(progress, {{"big", 2}}, restart));
+  EXPECT_DOUBLE_EQ(*restart.stepping_s, 21);
+  EXPECT_DOUBLE_EQ(*restart.steps_redone, 10);  // 41-50
+  EXPECT_FALSE(CloseSyncRestart(progress, {}, restart)) << "no instance running: not over";
+}
+
+TEST(SyncRestartTest, TheEventDetailRoundTrips) {
+  RestartSummary r{.instance = "w-3",
+                   .cause = "notice",
+                   .notice_ms = 1795000000123,
+                   .steps_at_notice = 170,
+                   .stepping_s = 23.5,
+                   .steps_redone = 20,
+                   .resumed_step = 151};
+  auto back = ParseRestartJson(RestartJson(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->instance, "w-3");
+  EXPECT_EQ(back->notice_ms, 1795000000123);
+  EXPECT_EQ(*back->stepping_s, 23.5);
+  EXPECT_EQ(*back->steps_redone, 20);
+  EXPECT_EQ(back->resumed_step, 151);
+  RestartSummary open{.instance = "w-3", .cause = "lost", .notice_ms = 5};
+  back = ParseRestartJson(RestartJson(open));
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->stepping_s.has_value());
+  EXPECT_FALSE(ParseRestartJson("{\"cause\": 1}").ok());
+}
+
 // The rendezvous store needs Debian's python3-torch.
 bool HaveTorch() {
   return std::filesystem::exists("/usr/bin/python3") &&

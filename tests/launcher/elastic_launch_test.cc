@@ -107,9 +107,9 @@ TEST_F(ElasticLaunchTest, TorchrunGetsTheRendezvousTheRangeAndTheScript) {
   EXPECT_THAT(Lines(dir_ / "out" / "torchrun.args"),
               ElementsAre("--nnodes=2:3", "--nproc_per_node=4", "--rdzv_backend=c10d",
                           "--rdzv_endpoint=10.0.0.9:29400", "--rdzv_id=digits-ddp",
-                          "--rdzv_conf=is_host=false,join_timeout=45", "--max_restarts=5",
-                          "--redirects", "1", "--tee", "1", "--log_dir", "/var/tmp/logs",
-                          "train.py", "--epochs", "3", "--name", "a b"));
+                          "--rdzv_conf=is_host=false,join_timeout=45,last_call_timeout=5",
+                          "--max_restarts=5", "--redirects", "1", "--tee", "1", "--log_dir",
+                          "/var/tmp/logs", "train.py", "--epochs", "3", "--name", "a b"));
 }
 
 TEST_F(ElasticLaunchTest, WithoutTorchrunTheNamedInterpreterRunsTheModule) {

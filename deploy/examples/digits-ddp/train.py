@@ -20,9 +20,12 @@ The contract with spotdnn (docs/synchronous-runs.md):
   SPOTDNN_NOTICE_FILE         a revocation notice: the step in flight finishes, rank 0 writes a
                               checkpoint, every rank exits with status 75 so that torchrun
                               re-forms the group
-  SPOTDNN_MAX_STEPS           the step at which training ends (--steps)
+  SPOTDNN_MAX_STEPS           the step at which training ends (--steps; 0 or unset: until stopped)
   SPOTDNN_GPU_TYPE            the GPU type the samples name (--gpu-type)
   SPOTDNN_EXAMPLE_STEP_DELAY  seconds each step sleeps (--step-delay): a run long enough to watch
+  SPOTDNN_EXAMPLE_SAMPLE_DELAY  seconds each rank sleeps per sample of its micro-step before its
+                              forward (--sample-delay): a GPU's compute emulated, so that more
+                              instances make a step shorter as on real GPUs
   SPOTDNN_EXAMPLE_SLOWDOWN    measurements only (--slowdown K): each rank computes its forward and
                               backward K times per micro-step and keeps one gradient, an emulated
                               GPU type K times slower with the same results
@@ -78,8 +81,9 @@ def parse_args():
                         "unset: the local batches' sum times the accumulation steps)")
     parser.add_argument("--accumulation-steps", default=env("SPOTDNN_ACCUMULATION_STEPS", "1"),
                         help="micro-steps per step (default $SPOTDNN_ACCUMULATION_STEPS, 1)")
-    parser.add_argument("--steps", default=env("SPOTDNN_MAX_STEPS", "300"),
-                        help="train until this step (default $SPOTDNN_MAX_STEPS, 300)")
+    parser.add_argument("--steps", default=env("SPOTDNN_MAX_STEPS", "0"),
+                        help="train until this step (default $SPOTDNN_MAX_STEPS; 0 or unset: "
+                        "until stopped)")
     parser.add_argument("--checkpoint-every", default=env("SPOTDNN_CHECKPOINT_EVERY", "50"),
                         help="steps between checkpoints (default $SPOTDNN_CHECKPOINT_EVERY, 50)")
     parser.add_argument("--checkpoint-dir", default=env("SPOTDNN_CHECKPOINT_DIR", ""),
@@ -94,6 +98,10 @@ def parse_args():
                         default=float(env("SPOTDNN_EXAMPLE_STEP_DELAY", "0")),
                         help="seconds each step sleeps after its all-reduce (a run long enough "
                         "to watch; default $SPOTDNN_EXAMPLE_STEP_DELAY, 0)")
+    parser.add_argument("--sample-delay", type=float,
+                        default=float(env("SPOTDNN_EXAMPLE_SAMPLE_DELAY", "0")),
+                        help="seconds each rank sleeps per sample of its micro-step, as compute "
+                        "(default $SPOTDNN_EXAMPLE_SAMPLE_DELAY, 0)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds a collective waits for the other ranks")
     args = parser.parse_args()
@@ -104,10 +112,15 @@ def parse_args():
         args.global_batch = positive_int("global batch (SPOTDNN_GLOBAL_BATCH)", args.global_batch)
     else:
         args.global_batch = None
-    args.steps = positive_int("steps (SPOTDNN_MAX_STEPS)", args.steps)
+    args.steps = 0 if str(args.steps) == "0" else positive_int("steps (SPOTDNN_MAX_STEPS)",
+                                                               args.steps)
     args.checkpoint_every = positive_int("checkpoint every (SPOTDNN_CHECKPOINT_EVERY)",
                                          args.checkpoint_every)
     args.slowdown = positive_int("slowdown (SPOTDNN_EXAMPLE_SLOWDOWN)", args.slowdown)
+    for name, value in (("step delay (SPOTDNN_EXAMPLE_STEP_DELAY)", args.step_delay),
+                        ("sample delay (SPOTDNN_EXAMPLE_SAMPLE_DELAY)", args.sample_delay)):
+        if not value >= 0:
+            sys.exit("digits-ddp: %s = %r: must be 0 or more seconds" % (name, value))
     return args
 
 
@@ -304,16 +317,19 @@ def main():
     loss_sum_fn = torch.nn.CrossEntropyLoss(reduction="sum")
     scale = world / global_batch
     samples = len(x)
-    worker_id = ("%s-rank%s" % (env("SPOTDNN_INSTANCE_ID"), env("LOCAL_RANK"))
+    # Under spotdnn a stream per rank and per start: the steps a restarted rank computes again
+    # are stored as its own, and spotdnn measures the restart from where each stream begins.
+    worker_id = ("%s-rank%s-start%d" % (env("SPOTDNN_INSTANCE_ID"), env("LOCAL_RANK"),
+                                        int(time.time() * 1000))
                  if env("SPOTDNN_INSTANCE_ID") else "rank%d" % rank)
     shape = ("instances=%d gpus_per_instance=%d" % (len(placement), placement[0])
              if len(set(placement)) == 1 else "placement=%s" % ",".join(map(str, placement)))
     log("world %d, placement %s, local batches %s, global batch %d, %d accumulation steps, "
-        "starting at step %d of %d" % (world, placement, local_batches, global_batch, accumulation,
-                                       step, args.steps))
+        "starting at step %d of %s" % (world, placement, local_batches, global_batch, accumulation,
+                                       step, args.steps or "no limit"))
 
     stopped_for_notice = False
-    while step < args.steps:
+    while args.steps == 0 or step < args.steps:
         began = time.perf_counter()
         timer["first"] = timer["last"] = None
         indices = np.random.default_rng([SEED, step]).integers(0, samples, size=global_batch)
@@ -323,6 +339,8 @@ def main():
             lo = micro * micro_batch + offset
             rows = torch.as_tensor(indices[lo:lo + local_batch])
             xs, ys = x[rows], y[rows]
+            if args.sample_delay > 0:
+                time.sleep(args.sample_delay * len(rows))
             for _ in range(args.slowdown - 1):
                 # The same forward and backward again, its gradient dropped: K times the compute.
                 torch.autograd.grad(loss_sum_fn(net(xs), ys) * scale, params)

@@ -151,6 +151,14 @@ struct LineOf {
   std::string operator()(const TakeoverFailedEvent& e) const {
     return absl::StrCat("Takeover for ", e.instance, " failed: ", e.error);
   }
+  std::string operator()(const RestartedEvent& e) const {
+    const RestartSummary& r = e.restart;
+    return absl::StrFormat(
+        "All ranks stepping again %.1f s after the %s of %s: resumed at step %d, %s steps "
+        "redone",
+        r.stepping_s.value_or(0), r.cause, r.instance, r.resumed_step,
+        Fixed(r.steps_redone.value_or(0), 0));
+  }
   std::string operator()(const InstanceEndedEvent& e) const {
     return absl::StrCat("Instance ", e.instance, " (", e.instance_type, ") stopped");
   }
@@ -200,7 +208,10 @@ struct LineOf {
         "[%6.1fs] %s/%s global steps (%s)%s, %s so far%s, %s running%s%s%s", e.elapsed_s,
         Fixed(e.iterations_done, 0), predicted > 0 ? Fixed(predicted, 0) : "?",
         absl::StrJoin(notes, "; "),
-        e.loss ? absl::StrFormat(", loss %.4g (target %g)", *e.loss, e.target_loss) : "",
+        e.loss ? absl::StrFormat(", loss %.4g%s", *e.loss,
+                                 e.target_loss > 0 ? absl::StrFormat(" (target %g)", e.target_loss)
+                                                   : std::string())
+               : "",
         Dollars(e.cost_usd),
         e.eta_s ? absl::StrCat(", about ", HumanDuration(*e.eta_s), " left") : "",
         Plural(e.workers_running, "worker", "workers"),
@@ -271,6 +282,17 @@ struct LineOf {
   std::string operator()(const EndedEvent&) const { return ""; }
 };
 
+// A restart's fields, in an event and in the summary's list.
+void RestartFields(JsonObject& o, const RestartSummary& r) {
+  o.String("instance", r.instance)
+      .String("cause", r.cause)
+      .Integer("notice_unix_ms", r.notice_ms)
+      .Number("steps_at_notice", r.steps_at_notice)
+      .Number("stepping_s", r.stepping_s.value_or(NAN))
+      .Number("steps_redone", r.steps_redone.value_or(NAN))
+      .Integer("resumed_step", r.resumed_step);
+}
+
 struct JsonOf {
   JsonObject& o;
   void operator()(const ProfilingEvent& e) const {
@@ -337,6 +359,7 @@ struct JsonOf {
   void operator()(const TakeoverFailedEvent& e) const {
     o.String("instance", e.instance).String("error", e.error);
   }
+  void operator()(const RestartedEvent& e) const { RestartFields(o, e.restart); }
   void operator()(const InstanceEndedEvent& e) const {
     o.String("instance", e.instance).String("instance_type", e.instance_type);
   }
@@ -435,6 +458,12 @@ std::string EventJson(const JobEvent& event) {
 }
 
 std::string SummaryJson(const JobSummary& s) {
+  std::vector<std::string> restarts;
+  for (const RestartSummary& r : s.restarts) {
+    JsonObject o;
+    RestartFields(o, r);
+    restarts.push_back(o.str());
+  }
   std::vector<std::string> revocations;
   for (const RevocationSummary& r : s.revocations) {
     JsonObject o;
@@ -493,6 +522,7 @@ std::string SummaryJson(const JobSummary& s) {
       .Integer("revocations", static_cast<long long>(s.revocations.size()))
       .Integer("revocations_handled", s.revocations_handled)
       .Raw("revocation_list", "[" + absl::StrJoin(revocations, ",") + "]")
+      .Raw("restarts", "[" + absl::StrJoin(restarts, ",") + "]")
       .String("target_kind", s.target_kind)
       .String("target", s.target)
       .String("target_measure", s.target_measure)
@@ -580,6 +610,18 @@ void PrintSummary(const JobSummary& s, std::ostream& out) {
                                            : "-"});
     }
     revocations.Print(out);
+  }
+  if (!s.restarts.empty()) {
+    Table restarts({"restart for", "cause", "at step", "notice -> all ranks stepping", "resumed at",
+                    "steps redone"});
+    restarts.LeftAlign(1);
+    for (const RestartSummary& r : s.restarts) {
+      restarts.AddRow({r.instance, r.cause, Fixed(r.steps_at_notice, 0),
+                       r.stepping_s ? absl::StrFormat("%.2f s", *r.stepping_s) : "under way",
+                       r.resumed_step > 0 ? absl::StrCat(r.resumed_step) : "-",
+                       r.steps_redone ? Fixed(*r.steps_redone, 0) : "-"});
+    }
+    restarts.Print(out);
   }
   if (s.final_loss) {
     std::vector<std::string> raw;

@@ -181,11 +181,12 @@ absl::StatusOr<JobRecord> JobController::Plan(const std::string& spec_json,
         std::max(1e-9, spec->budget_usd - stored.profiling_cost_usd));
   }
   request.set_mode(spec->deadline_s > 0 ? pb::PLAN_MODE_DEADLINE : pb::PLAN_MODE_BUDGET);
-  *request.mutable_options() = OptionsOf(*spec);
   // How it trains: the spec's kind, else the profile's; a synchronous plan splits the global
-  // batch (the spec's, else the profile's).
+  // batch (the spec's, else the profile's) and has no parameter servers.
   auto sync = ResolveSync(*spec, workload->sync());
   if (!sync.ok()) return fail_stored(sync.status());
+  if (*sync == pb::SYNC_KIND_ALLREDUCE) spec->parameter_servers = 0;
+  *request.mutable_options() = OptionsOf(*spec);
   if (*sync == pb::SYNC_KIND_ALLREDUCE) {
     request.set_sync(*sync);
     request.set_global_batch(spec->global_batch);

@@ -139,6 +139,12 @@ struct TakeoverEvent {
   std::string detail;  // the re-plan's note: why not replaced, like for like, ...
 };
 
+// A synchronous job's restart is over: every running instance's ranks step again.
+struct RestartedEvent {
+  static constexpr char kKind[] = "restarted";
+  RestartSummary restart;
+};
+
 // A takeover could not be launched.
 struct TakeoverFailedEvent {
   static constexpr char kKind[] = "error";
@@ -224,7 +230,7 @@ struct JobEvent {
   std::variant<ProfilingEvent, PlannedEvent, LaunchedEvent, CapacityEvent, ReplannedEvent,
                NoticeEvent, TakeoverEvent, TakeoverFailedEvent, InstanceEndedEvent, ProgressEvent,
                WarningEvent, ResumedEvent, EndedEvent, DeadlineEvent, DeadlineDoneEvent,
-               ForecastEvent>
+               ForecastEvent, RestartedEvent>
       what;
 };
 

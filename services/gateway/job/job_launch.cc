@@ -147,8 +147,23 @@ absl::StatusOr<pb::ReplanResponse> JobRun::RequestReplan(
   pb::ReplanRequest request;
   *request.mutable_workload()->mutable_profile() = workload_;
   *request.mutable_catalog()->mutable_catalog() = catalog_;
-  *request.mutable_slo() = slo != nullptr ? *slo : SloOf(spec_);
+  if (slo != nullptr) {
+    *request.mutable_slo() = *slo;
+  } else {
+    // As the first plan: profiling inside the job spent part of its deadline and budget (the
+    // progress's elapsed time counts from the training's start).
+    *request.mutable_slo() = SloOf(spec_);
+    if (spec_.deadline_s > 0) request.mutable_slo()->set_deadline_s(ForecastDeadline());
+    if (spec_.budget_usd > 0) {
+      request.mutable_slo()->set_budget_usd(
+          std::max(1e-9, spec_.budget_usd - job_.profiling_cost_usd));
+    }
+  }
   *request.mutable_options() = OptionsOf(spec_);
+  if (sync_) {
+    request.set_sync(pb::SYNC_KIND_ALLREDUCE);
+    request.set_global_batch(spec_.global_batch);
+  }
   if (!capped.empty()) {
     std::map<std::string, int> quotas(spec_.quotas.begin(), spec_.quotas.end());
     for (const auto& [type, n] : capped) quotas[type] = n;

@@ -1,11 +1,15 @@
 // A job's profiling step: its logs imported, its short runs made, the profile fitted.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <optional>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "services/common/data_registry.h"
 #include "services/gateway/job/job_run.h"
+#include "services/gateway/job/sync_launch.h"
 
 namespace spotdnn::job {
 namespace {
@@ -14,8 +18,55 @@ absl::Status WithContext(const absl::Status& status, const std::string& what) {
   return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
 }
 
+// A synchronous profiling run's launch: the run's cluster as an elastic cluster at `rendezvous`,
+// all of it needed (MIN = MAX), no restarts, the global batch (the spec's) split evenly over the
+// ranks (the script rescales a remainder).
+absl::StatusOr<launcher::ClusterLaunchRequest> SyncProfilingRequest(
+    const std::string& run_id, const JobSpec& spec, const pb::InstanceCatalog& catalog,
+    const std::vector<std::pair<std::string, int>>& counts, const std::string& rendezvous,
+    const std::map<std::string, std::string>& env) {
+  int instances = 0;
+  int ranks = 0;
+  std::map<std::string, int> gpus;
+  for (const pb::InstanceType& t : catalog.instance_types()) gpus[t.name()] = std::max(1, t.gpus());
+  for (const auto& [type, n] : counts) {
+    auto g = gpus.find(type);
+    if (g == gpus.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("workload.profiling.runs: instance type \"",
+                                                     type, "\" is not in the job's catalog"));
+    }
+    instances += n;
+    ranks += n * g->second;
+  }
+  launcher::ElasticCluster cluster{
+      .launch = {.job_id = run_id,
+                 .rendezvous = rendezvous,
+                 .min_instances = std::max(1, instances),
+                 .max_instances = std::max(1, instances),
+                 .max_restarts = 0,
+                 .join_timeout_s = static_cast<int>(std::ceil(spec.elastic.join_timeout_s)),
+                 .script = spec.worker_command},
+      .global_batch = spec.global_batch,
+      .worker_token_prefix = run_id + "-w-",
+      .extra_env = env};
+  int index = 0;
+  for (const auto& [type, n] : counts) {
+    cluster.groups.push_back(
+        {.instance_type = type,
+         .count = n,
+         .first_index = index,
+         .procs_per_instance = gpus[type],
+         .local_batch = spec.global_batch > 0 && ranks > 0
+                            ? std::max(1, static_cast<int>(std::lround(
+                                              static_cast<double>(spec.global_batch) / ranks)))
+                            : 0});
+    index += n;
+  }
+  return launcher::ElasticClusterRequest(cluster);
+}
+
 // Launches one profiling run as its own job and waits until its workers have done their steps
-// (they exit), then stops what is left (its parameter servers).
+// (they exit), then stops what is left (its parameter servers, a synchronous run's rendezvous).
 // The spot price per hour of an instance of `type` in `catalog` (0: not listed).
 double PriceOf(const pb::InstanceCatalog& catalog, const launcher::Instance& instance) {
   if (instance.role == launcher::Role::kParameterServer) {
@@ -29,7 +80,7 @@ double PriceOf(const pb::InstanceCatalog& catalog, const launcher::Instance& ins
 
 absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const JobSpec& spec,
                      const pb::InstanceCatalog& catalog, const JobServices& services,
-                     const JobOptions& options, base::Clock& clock,
+                     const JobOptions& options, bool sync, base::Clock& clock,
                      const std::function<void(ProfilingEvent)>& emit, ProfilingAccount& account) {
   std::vector<std::pair<std::string, int>> counts(run.cluster.begin(), run.cluster.end());
   int workers = 0;
@@ -38,20 +89,45 @@ absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const J
     workers += n;
     cluster.push_back({type, n});
   }
-  launcher::ClusterLaunchRequest request{
-      .job_id = run_id,
-      .command = spec.worker_command,
-      .ps_command = spec.ps_command,
-      .parameter_servers = spec.parameter_servers,
-      .workers = launcher::ConsecutiveGroups(counts),
-      .ps_token = run_id + "-ps",
-      .worker_token_prefix = run_id + "-w-",
-      .extra_env = JobEnvironment(run_id, spec, options, *services.provider, workers)};
-  if (!catalog.parameter_server().instance_type().empty()) {
-    request.parameter_server_type = catalog.parameter_server().instance_type();
+  auto env = JobEnvironment(run_id, spec, options, *services.provider, workers);
+  // A profiling run starts from nothing: what an earlier run of the same name checkpointed on
+  // this machine (a job profiled again) would have it resume past its steps.
+  if (auto dir = env.find("SPOTDNN_CHECKPOINT_DIR"); dir != env.end() &&
+                                                     spec.checkpoint_uri.empty() &&
+                                                     services.provider->SharesFilesWithCaller()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir->second, ignored);
   }
-  request.extra_env["SPOTDNN_MAX_STEPS"] = absl::StrCat(run.steps);
-  auto launched = launcher::LaunchCluster(*services.provider, request);
+  // A synchronous run meets at a rendezvous of its own, stopped when the run is done.
+  std::optional<RendezvousRecord> store;
+  absl::Cleanup stop_store = [&] {
+    if (store.has_value()) (void)StopRendezvous(run_id, *store);
+  };
+  absl::StatusOr<launcher::ClusterLaunchRequest> request;
+  if (sync) {
+    auto host = RendezvousHost(spec, *services.provider);
+    if (!host.ok()) return host.status();
+    auto started = StartRendezvous(run_id, *host, spec.elastic.port,
+                                   RendezvousOptionsFor(run_id, *services.provider));
+    if (!started.ok()) return WithContext(started.status(), "profiling run " + run_id);
+    store = *started;
+    request = SyncProfilingRequest(run_id, spec, catalog, counts, store->Endpoint(), env);
+  } else {
+    request = launcher::ClusterLaunchRequest{.job_id = run_id,
+                                             .command = spec.worker_command,
+                                             .ps_command = spec.ps_command,
+                                             .parameter_servers = spec.parameter_servers,
+                                             .workers = launcher::ConsecutiveGroups(counts),
+                                             .ps_token = run_id + "-ps",
+                                             .worker_token_prefix = run_id + "-w-",
+                                             .extra_env = std::move(env)};
+    if (!catalog.parameter_server().instance_type().empty()) {
+      request->parameter_server_type = catalog.parameter_server().instance_type();
+    }
+  }
+  if (!request.ok()) return WithContext(request.status(), "profiling run " + run_id);
+  request->extra_env["SPOTDNN_MAX_STEPS"] = absl::StrCat(run.steps);
+  auto launched = launcher::LaunchCluster(*services.provider, *request);
   if (!launched.ok()) return WithContext(launched.status(), "launching " + run_id);
   std::vector<std::string> ids;
   double price_per_hour = 0;  // of the run's instances together
@@ -164,6 +240,16 @@ absl::Status Profile(const JobSpec& spec, const pb::InstanceCatalog& catalog,
                      const services::DataRegistry& local, const JobServices& services,
                      const JobOptions& options, base::Clock& clock,
                      const std::function<void(ProfilingEvent)>& emit, ProfilingAccount& account) {
+  // The runs train the way the job will: the spec's kind, else the base profile's.
+  std::optional<pb::WorkloadProfile> base;
+  if (!spec.profiling_base.empty()) {
+    auto resolved = local.ResolveWorkload(spec.profiling_base);
+    if (!resolved.ok()) return resolved.status();
+    base = *std::move(resolved);
+  }
+  auto kind = ResolveSync(spec, base.has_value() ? base->sync() : pb::SYNC_KIND_PS);
+  if (!kind.ok()) return kind.status();
+  const bool sync = *kind == pb::SYNC_KIND_ALLREDUCE;
   std::vector<std::string> job_ids;
   if (!spec.profiling_logs.empty()) {
     const std::string logs_job = spec.name + "-profiling";
@@ -185,7 +271,7 @@ absl::Status Profile(const JobSpec& spec, const pb::InstanceCatalog& catalog,
   for (size_t k = 0; k < spec.profiling_runs.size(); ++k) {
     const std::string run_id = absl::StrCat(spec.name, "-profiling-", k + 1);
     if (absl::Status s = MakeRun(run_id, spec.profiling_runs[k], spec, catalog, services, options,
-                                 clock, emit, account);
+                                 sync, clock, emit, account);
         !s.ok()) {
       return s;
     }
@@ -194,11 +280,7 @@ absl::Status Profile(const JobSpec& spec, const pb::InstanceCatalog& catalog,
   pb::FitProfileRequest fit;
   fit.set_name(spec.workload);
   for (const std::string& id : job_ids) fit.add_job_ids(id);
-  if (!spec.profiling_base.empty()) {
-    auto base = local.ResolveWorkload(spec.profiling_base);
-    if (!base.ok()) return base.status();
-    *fit.mutable_base() = *std::move(base);
-  }
+  if (base.has_value()) *fit.mutable_base() = *std::move(base);
   fit.set_parameter_server_bandwidth_mb_per_s(spec.profiling_ps_bandwidth);
   auto fitted = services.profiler->FitProfile(fit);
   if (!fitted.ok()) return WithContext(fitted.status(), "fitting the profile");

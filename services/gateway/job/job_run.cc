@@ -29,6 +29,10 @@ absl::Status JobRun::Load() {
   auto sync = ResolveSync(spec_, workload_.sync());
   if (!sync.ok()) return sync.status();
   sync_ = *sync == pb::SYNC_KIND_ALLREDUCE;
+  if (sync_) {
+    spec_.parameter_servers = 0;  // none: the plans and re-plans of an all-reduce cluster
+    if (auto s = LoadRestarts(); !s.ok()) return s;
+  }
   auto instances = services_.store->Instances(job_.id);
   if (!instances.ok()) return instances.status();
   for (InstanceRecord& i : *instances) instances_[i.id] = std::move(i);
@@ -223,19 +227,31 @@ absl::Status JobRun::PollProgress() {
   job_.iterations_done =
       sync_ ? SyncStepsDone(*progress)
             : std::max(0.0, static_cast<double>(progress->total_steps()) - job_.steps_lost);
+  if (sync_) {
+    if (auto s = CloseRestarts(*progress); !s.ok()) return s;
+  }
   double sum = 0;
   int reporting = 0;
   std::vector<std::string> raw;
+  // Every rank of a synchronous job reports the global batch's loss, and a restarted rank
+  // reports under a new worker id: the loss is the stream's at the highest step.
+  const pb::WorkerProgress* furthest = nullptr;
   for (const pb::WorkerProgress& w : progress->workers()) {
-    auto it = instances_.find(w.worker_id());
+    if (w.last_loss() > 0 && (furthest == nullptr || w.steps() > furthest->steps())) furthest = &w;
+  }
+  for (const pb::WorkerProgress& w : progress->workers()) {
+    // A rank's stream is named after its instance ("INSTANCE-rankL...").
+    const std::string instance =
+        sync_ ? w.worker_id().substr(0, w.worker_id().rfind("-rank")) : w.worker_id();
+    auto it = instances_.find(instance);
     const bool ended = it != instances_.end() && it->second.state == InstanceStatus::kEnded;
-    if (w.last_loss() > 0 && !ended) {
+    if (w.last_loss() > 0 && (sync_ ? &w == furthest : !ended)) {
       sum += w.last_loss();
       ++reporting;
       raw.push_back(absl::StrFormat("%s=%.4g", w.worker_id(), w.last_loss()));
     }
-    if (!reported_workers_.insert(w.worker_id()).second) continue;
-    if (auto s = MarkTakeoverReported(w.worker_id()); !s.ok()) return s;
+    if (!reported_workers_.insert(instance).second) continue;
+    if (auto s = MarkTakeoverReported(instance); !s.ok()) return s;
   }
   if (reporting > 0) {
     // The running workers' mean, smoothed over the polls (each worker reports a noisy value).

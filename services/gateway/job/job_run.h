@@ -142,6 +142,11 @@ class JobRun {
   absl::Status EnsureRendezvous();
   // Stops the job's rendezvous at its end; logged.
   absl::Status StopJobRendezvous();
+  // The restarts under way, from the job's log (a resumed job's too).
+  absl::Status LoadRestarts();
+  // Closes each restart under way whose running instances all step again (CloseSyncRestart):
+  // logged as "restarted" and told as a RestartedEvent.
+  absl::Status CloseRestarts(const pb::GetJobProgressResponse& progress);
   // The launch of `launch` as an elastic cluster (sync_launch.h) at the job's rendezvous.
   absl::StatusOr<launcher::ClusterLaunchRequest> SyncRequest(const std::vector<TypeCount>& launch,
                                                              int first_index,
@@ -230,6 +235,8 @@ class JobRun {
   JobRecord job_;
   JobSpec spec_;
   bool sync_ = false;  // a synchronous (all-reduce) job: torchrun under every instance's agent
+  // A synchronous job's restarts not yet over (every running instance stepping again).
+  std::vector<RestartSummary> open_restarts_;
   std::optional<RendezvousRecord> rendezvous_;  // a synchronous job's, once started or adopted
   const JobServices& services_;
   const JobOptions& options_;

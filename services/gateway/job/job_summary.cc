@@ -3,13 +3,49 @@
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
 #include "services/gateway/job/job_outlook.h"
 #include "services/gateway/job/job_spec.h"
 
 namespace spotdnn::job {
+
+std::string RestartJson(const RestartSummary& restart) {
+  nlohmann::json doc = {{"instance", restart.instance},
+                        {"cause", restart.cause},
+                        {"notice_ms", restart.notice_ms},
+                        {"steps_at_notice", restart.steps_at_notice}};
+  if (restart.stepping_s) doc["stepping_s"] = *restart.stepping_s;
+  if (restart.steps_redone) doc["steps_redone"] = *restart.steps_redone;
+  if (restart.resumed_step > 0) doc["resumed_step"] = restart.resumed_step;
+  return doc.dump();
+}
+
+absl::StatusOr<RestartSummary> ParseRestartJson(const std::string& text) {
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  auto bad = [&] {
+    return absl::DataLossError(absl::StrCat("a restart event's detail is not a restart: ", text));
+  };
+  if (!doc.is_object() || !doc.contains("instance") || !doc["instance"].is_string() ||
+      !doc.contains("notice_ms") || !doc["notice_ms"].is_number()) {
+    return bad();
+  }
+  RestartSummary r{.instance = doc["instance"].get<std::string>(),
+                   .cause = doc.value("cause", ""),
+                   .notice_ms = doc["notice_ms"].get<int64_t>(),
+                   .steps_at_notice = doc.value("steps_at_notice", 0.0)};
+  if (doc.contains("stepping_s") && doc["stepping_s"].is_number()) {
+    r.stepping_s = doc["stepping_s"].get<double>();
+  }
+  if (doc.contains("steps_redone") && doc["steps_redone"].is_number()) {
+    r.steps_redone = doc["steps_redone"].get<double>();
+  }
+  r.resumed_step = doc.value("resumed_step", int64_t{0});
+  return r;
+}
 
 bool TargetReached(const JobRecord& job, const JobSpec& spec) {
   if (job.loss > 0 && spec.target_loss > 0) return job.loss <= spec.target_loss;
@@ -121,7 +157,20 @@ absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_
     }
   }
   s.confidence = spec->confidence;
-  for (const JobEventRecord& e : *events) s.deadline_decisions += e.kind == "deadline";
+  for (const JobEventRecord& e : *events) {
+    s.deadline_decisions += e.kind == "deadline";
+    if (e.kind != "restart" && e.kind != "restarted") continue;
+    auto restart = ParseRestartJson(e.detail);
+    if (!restart.ok()) return restart.status();
+    auto same = std::find_if(s.restarts.begin(), s.restarts.end(), [&](const RestartSummary& r) {
+      return r.instance == restart->instance && r.notice_ms == restart->notice_ms;
+    });
+    if (same == s.restarts.end()) {
+      s.restarts.push_back(*std::move(restart));
+    } else {
+      *same = *std::move(restart);
+    }
+  }
   const int64_t end = job->finished_ms > 0 ? job->finished_ms : now_ms;
   for (const InstanceRecord& i : *instances) {
     const int64_t stop = i.ended_ms > 0 ? i.ended_ms : end;

@@ -33,6 +33,25 @@ struct RevocationSummary {
   std::optional<bool> takeover_before_revoked_ended;
 };
 
+// A restart of a synchronous job: an instance went (its notice, its revocation, its loss), every
+// rank stopped, and the ranks of the cluster resumed from the last checkpoint. Logged as a
+// "restart" event when it starts and a "restarted" one when every running instance steps again.
+struct RestartSummary {
+  std::string instance;        // the instance that went
+  std::string cause;           // the revocation event's kind: notice, revoked, lost
+  int64_t notice_ms = 0;       // its notice (else when the gateway learned of it), unix ms
+  double steps_at_notice = 0;  // the job's highest step then
+  // Once every running instance's ranks step again (absent until then):
+  std::optional<double> stepping_s;    // the notice to the last instance's first step after it
+  std::optional<double> steps_redone;  // steps computed again: each resume's distance behind the
+                                       // furthest step made before it
+  int64_t resumed_step = 0;            // the first step after the notice (0: not yet)
+};
+
+// A restart as its events' detail keeps it (JSON), and back; DATA_LOSS naming the text.
+std::string RestartJson(const RestartSummary& restart);
+absl::StatusOr<RestartSummary> ParseRestartJson(const std::string& text);
+
 // A job's summary.
 struct JobSummary {
   std::string job_id;
@@ -76,6 +95,9 @@ struct JobSummary {
   int takeover_instances = 0;
   int revocations_handled = 0;  // launched or none-needed
   std::vector<RevocationSummary> revocations;
+  // A synchronous job's restarts, in order: the "restarted" record where there is one, else the
+  // "restart" one (still under way).
+  std::vector<RestartSummary> restarts;
   // With slo.confidence: the plan's simulated probability of meeting the deadline and its 95%
   // interval, beside what happened (deadline_met); absent without.
   double confidence = 0;

@@ -1,6 +1,4 @@
 // A synchronous (all-reduce) job's rendezvous and elastic launch (sync_launch.h, rendezvous.h).
-#include <filesystem>
-
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "services/gateway/job/job_run.h"
@@ -35,26 +33,12 @@ absl::Status JobRun::EnsureRendezvous() {
     rendezvous_ = *last;
     return Log("rendezvous", RendezvousDetail(*last, "adopted"));
   }
-  std::string host = spec_.elastic.host;
-  if (host.empty()) {
-    if (!services_.provider->SharesFilesWithCaller()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "elastic.rendezvous.host is required on provider ", services_.provider->name(),
-          ": the address at which the instances reach this machine (its port opened to them)"));
-    }
-    host = "127.0.0.1";  // the local provider's instances share this machine
-  }
+  auto host = RendezvousHost(spec_, *services_.provider);
+  if (!host.ok()) return host.status();
   // Restarted on the port on record: the running instances' commands name it.
   const int port = last.has_value() ? last->port : spec_.elastic.port;
-  RendezvousOptions options;
-  const std::string output = services_.provider->OutputLocation();
-  options.log_path =
-      (std::filesystem::path(output.empty() ? std::filesystem::temp_directory_path().string()
-                                            : output) /
-       absl::StrCat(job_.id, "-rendezvous.log"))
-          .string();
-  if (!output.empty()) std::filesystem::create_directories(output);
-  auto started = StartRendezvous(job_.id, host, port, options);
+  auto started =
+      StartRendezvous(job_.id, *host, port, RendezvousOptionsFor(job_.id, *services_.provider));
   if (!started.ok()) return started.status();
   rendezvous_ = *started;
   return Log("rendezvous", RendezvousDetail(*started, last.has_value() ? "restarted" : "started"));
@@ -66,6 +50,48 @@ absl::Status JobRun::StopJobRendezvous() {
   const RendezvousRecord stopped = *rendezvous_;
   rendezvous_.reset();
   return Log("rendezvous", RendezvousDetail(stopped, "stopped"));
+}
+
+absl::Status JobRun::LoadRestarts() {
+  auto events = services_.store->Events(job_.id);
+  if (!events.ok()) return events.status();
+  open_restarts_.clear();
+  for (const JobEventRecord& e : *events) {
+    if (e.kind != "restart" && e.kind != "restarted") continue;
+    auto restart = ParseRestartJson(e.detail);
+    if (!restart.ok()) return restart.status();
+    if (e.kind == "restart") {
+      open_restarts_.push_back(*std::move(restart));
+      continue;
+    }
+    std::erase_if(open_restarts_, [&](const RestartSummary& r) {
+      return r.instance == restart->instance && r.notice_ms == restart->notice_ms;
+    });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRun::CloseRestarts(const pb::GetJobProgressResponse& progress) {
+  if (open_restarts_.empty()) return absl::OkStatus();
+  std::map<std::string, int> gpus;
+  for (const pb::InstanceType& t : catalog_.instance_types())
+    gpus[t.name()] = std::max(1, t.gpus());
+  std::map<std::string, int> ranks;  // every running worker instance's
+  for (const auto& [id, i] : instances_) {
+    if (i.role != launcher::Role::kWorker || i.state != InstanceStatus::kRunning) continue;
+    auto g = gpus.find(i.instance_type);
+    ranks[id] = g == gpus.end() ? 1 : g->second;
+  }
+  for (auto it = open_restarts_.begin(); it != open_restarts_.end();) {
+    if (!CloseSyncRestart(progress, ranks, *it)) {
+      ++it;
+      continue;
+    }
+    if (auto s = Log("restarted", RestartJson(*it)); !s.ok()) return s;
+    Emit(RestartedEvent{.restart = *it});
+    it = open_restarts_.erase(it);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<launcher::ClusterLaunchRequest> JobRun::SyncRequest(

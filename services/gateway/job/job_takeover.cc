@@ -79,11 +79,12 @@ absl::Status JobRun::HandleEvent(const pb::RevocationEvent& event) {
     if (sync_ && instance.role == launcher::Role::kWorker) {
       // A synchronous job stops every rank for this: torchrun re-forms the group on the
       // survivors (its own timeouts), from the last checkpoint, and the replacement joins later.
-      const nlohmann::json restart = {{"instance", instance.id},
-                                      {"cause", kind},
-                                      {"notice_ms", NowMs()},
-                                      {"iterations_done", job_.iterations_done}};
-      if (auto s = Log("restart", restart.dump()); !s.ok()) return s;
+      RestartSummary restart{.instance = instance.id,
+                             .cause = kind,
+                             .notice_ms = r.cloud_notice_ms > 0 ? r.cloud_notice_ms : r.received_ms,
+                             .steps_at_notice = job_.iterations_done};
+      if (auto s = Log("restart", RestartJson(restart)); !s.ok()) return s;
+      open_restarts_.push_back(std::move(restart));
     }
     Emit(NoticeEvent{.instance = instance.id,
                      .instance_type = instance.instance_type,

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace spotdnn::job {
@@ -57,6 +60,77 @@ absl::StatusOr<launcher::ElasticCluster> ElasticClusterFor(const SyncLaunchInput
     index += c.count;
   }
   return cluster;
+}
+
+absl::StatusOr<std::string> RendezvousHost(const JobSpec& spec,
+                                           const launcher::CloudProvider& provider) {
+  if (!spec.elastic.host.empty()) return spec.elastic.host;
+  if (provider.SharesFilesWithCaller()) return std::string("127.0.0.1");
+  return absl::InvalidArgumentError(absl::StrCat(
+      "elastic.rendezvous.host is required on provider ", provider.name(),
+      ": the address at which the instances reach this machine (its port opened to them)"));
+}
+
+RendezvousOptions RendezvousOptionsFor(const std::string& job_id,
+                                       const launcher::CloudProvider& provider) {
+  RendezvousOptions options;
+  const std::string output = provider.OutputLocation();
+  std::error_code ignored;
+  if (!output.empty()) std::filesystem::create_directories(output, ignored);
+  options.log_path =
+      (std::filesystem::path(output.empty() ? std::filesystem::temp_directory_path().string()
+                                            : output) /
+       absl::StrCat(job_id, "-rendezvous.log"))
+          .string();
+  return options;
+}
+
+bool CloseSyncRestart(const spotdnn::v1::GetJobProgressResponse& progress,
+                      const std::map<std::string, int>& ranks, RestartSummary& restart) {
+  if (ranks.empty()) return false;
+  const double notice_s = restart.notice_ms / 1000.0;
+  // The streams begun since the notice, and the furthest step of those begun before it.
+  std::vector<const spotdnn::v1::WorkerProgress*> since;
+  double furthest = restart.steps_at_notice;
+  for (const spotdnn::v1::WorkerProgress& w : progress.workers()) {
+    if (w.first_wall_time_s() >= notice_s && w.first_step() > 0) {
+      since.push_back(&w);
+    } else {
+      furthest = std::max(furthest, static_cast<double>(w.steps()));
+    }
+  }
+  double last_start_s = notice_s;
+  for (const auto& [instance, count] : ranks) {
+    // Its ranks all step once `count` of its streams have begun: the count-th earliest start.
+    const std::string prefix = absl::StrCat(instance, "-rank");
+    std::vector<double> starts;
+    for (const spotdnn::v1::WorkerProgress* w : since) {
+      if (absl::StartsWith(w->worker_id(), prefix)) starts.push_back(w->first_wall_time_s());
+    }
+    const size_t needed = static_cast<size_t>(std::max(1, count));
+    if (starts.size() < needed) return false;
+    std::sort(starts.begin(), starts.end());
+    last_start_s = std::max(last_start_s, starts[needed - 1]);
+  }
+  // The resumes in the order they began: a group restarts together, from one checkpoint, so its
+  // streams share their first step.
+  std::sort(since.begin(), since.end(), [](const auto* a, const auto* b) {
+    return a->first_wall_time_s() < b->first_wall_time_s();
+  });
+  double redone = 0;
+  int64_t resumed = 0;
+  std::set<int64_t> resumes;
+  for (const spotdnn::v1::WorkerProgress* w : since) {
+    if (resumed == 0) resumed = w->first_step();
+    if (resumes.insert(w->first_step()).second) {
+      redone += std::max(0.0, furthest - static_cast<double>(w->first_step() - 1));
+    }
+    furthest = std::max(furthest, static_cast<double>(w->steps()));
+  }
+  restart.stepping_s = last_start_s - notice_s;
+  restart.steps_redone = redone;
+  restart.resumed_step = resumed;
+  return true;
 }
 
 double SyncStepsDone(const spotdnn::v1::GetJobProgressResponse& progress) {

@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "provisioner/launcher/cloud_provider.h"
 #include "provisioner/launcher/elastic_launch.h"
 #include "services/gateway/job/job_events.h"
 #include "services/gateway/job/job_spec.h"
+#include "services/gateway/job/rendezvous.h"
 #include "spotdnn/v1/common.pb.h"
 #include "spotdnn/v1/profiler.pb.h"
 
@@ -38,6 +40,28 @@ struct SyncLaunchInput {
 // global batch (the spec's, else the profile's) and the prediction's accumulation steps; MIN the
 // spec's elastic.min_instances (1 when unset, at most MAX). INVALID_ARGUMENT naming the field.
 absl::StatusOr<launcher::ElasticCluster> ElasticClusterFor(const SyncLaunchInput& input);
+
+// Where the instances reach a synchronous job's rendezvous: elastic.rendezvous.host, else
+// 127.0.0.1 on a provider whose instances run on this machine; INVALID_ARGUMENT naming the field on
+// a cloud without one.
+absl::StatusOr<std::string> RendezvousHost(const JobSpec& spec,
+                                           const launcher::CloudProvider& provider);
+
+// The store's options for `job_id`: its output in the provider's output folder (made), else in
+// the temporary folder.
+RendezvousOptions RendezvousOptionsFor(const std::string& job_id,
+                                       const launcher::CloudProvider& provider);
+
+// Closes `restart` once every instance in `ranks` (a running instance's id -> its ranks) reports
+// from at least that many rank streams begun at or after the notice. A stream is a worker id
+// the script starts anew on every start of a rank, "INSTANCE-rankL..." (the example:
+// "INSTANCE-rankL-startT"), so that the steps a restarted rank computes again are stored, not
+// taken for resends. Then: stepping_s is the notice to the latest of the instances' first steps
+// after it; steps_redone sums, over the resumes after the notice (streams by their first step,
+// in the order they began), how far each resumed behind the furthest step made before it;
+// resumed_step is the first resume's first step. Returns whether it closed (false: unchanged).
+bool CloseSyncRestart(const spotdnn::v1::GetJobProgressResponse& progress,
+                      const std::map<std::string, int>& ranks, RestartSummary& restart);
 
 // A synchronous job's global steps done: the highest step any rank reported (every rank reports
 // every step, numbered from the start of the job through restarts), not their sum (which counts a
