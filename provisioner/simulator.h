@@ -36,10 +36,11 @@ namespace spotdnn::provisioner {
 // Most runs one simulation may make.
 inline constexpr int kMaxSimulationRuns = 10'000'000;
 
-// A synchronous job's restart time when neither the options nor the profile give one: a placeholder
-// (rendezvous, process start and checkpoint load of a small model) until a measured figure
-// replaces it.
-inline constexpr double kDefaultRestartS = 60;
+// A synchronous job's restart time when neither the options nor the profile give one: the time
+// from a revocation notice to every rank stepping again, measured on the DDP example under torchrun
+// elastic (the rank's step and checkpoint, torchrun's restart, a rendezvous round, process start
+// and checkpoint load; 19-24 s on a 2-core machine, docs/synchronous-runs.md).
+inline constexpr double kDefaultRestartS = 20;
 // A synchronous job's checkpoint interval when neither the options nor the profile give one.
 inline constexpr double kDefaultCheckpointEveryS = 600;
 

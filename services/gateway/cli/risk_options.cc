@@ -36,7 +36,7 @@ std::vector<FlagHelp> SimulationFlagHelp() {
       {"--lost-iterations", "N", "normalized iterations lost per revocation (default 1: its step)"},
       {"--restart", "D",
        "a synchronous job: every rank's restart after a revocation or a join\n(default: the "
-       "profile's restart_s, else 60s)"},
+       "profile's restart_s, else 20s, as measured)"},
       {"--checkpoint-every", "D",
        "a synchronous job: its checkpoint interval; a restart redoes the training\nsince the "
        "last (default: the profile's checkpoint_every_s, else 10m)"},
