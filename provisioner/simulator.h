@@ -39,7 +39,7 @@ inline constexpr int kMaxSimulationRuns = 10'000'000;
 // A synchronous job's restart time when neither the options nor the profile give one: the time
 // from a revocation notice to every rank stepping again, measured on the DDP example under torchrun
 // elastic (the rank's step and checkpoint, torchrun's restart, a rendezvous round, process start
-// and checkpoint load; 19-24 s on a 2-core machine, docs/synchronous-runs.md).
+// and checkpoint load; 17-24 s on a 2-core machine, docs/synchronous-runs.md).
 inline constexpr double kDefaultRestartS = 20;
 // A synchronous job's checkpoint interval when neither the options nor the profile give one.
 inline constexpr double kDefaultCheckpointEveryS = 600;
