@@ -33,18 +33,26 @@ class DdpEndToEnd : public ExampleJobTest {
 
 TEST_F(DdpEndToEnd, ThreeInstancesThroughANoticeRestartKeepTheGlobalBatchAndReachTheTarget) {
   // Three instances from the start: a deadline that two cannot meet (a step is shorter on more
-  // instances: the example's emulated compute is per sample; 1,500 steps take about 105 s on two
-  // and 80 s on three, and profiling about 30 s of the 2 minutes), on a quota of three; so two
-  // survivors cannot meet it either, and the revoked instance is replaced.
+  // instances: the example's emulated compute is per sample, here 4 ms; 1,500 steps take about
+  // 207 s on two and 146-155 s on three, and the two 40-step profiling runs 30-45 s of the
+  // 225 s), on a quota of three; so two survivors cannot meet it either, the revoked instance is
+  // replaced, and the restart (about 20 s) still fits.
   const std::string spec = WriteJob([](nlohmann::json& s) {
     s["quotas"] = {{"local.cpu", 3}};
-    s["slo"]["deadline"] = "120s";
+    s["slo"]["deadline"] = "225s";
+    for (auto& run : s["workload"]["profiling"]["runs"]) run["steps"] = 40;
+    std::string command = s["commands"]["worker"].get<std::string>();
+    const size_t at = command.find("--sample-delay 0.002");
+    ASSERT_NE(at, std::string::npos) << command;
+    command.replace(at, 20, "--sample-delay 0.004");
+    s["commands"]["worker"] = command;
   });
   Child gateway({bin_ + "/spotdnn", "run", spec, "--json", "--data-dir", dir_.string()},
                 (dir_ / "run.log").string());
   ASSERT_TRUE(WaitFor(
       [&](job::JobStore& s) {
         auto r = s.GetJob(kJob);
+        if (r.ok() && r->state == job::JobState::kFailed) return true;  // said below
         return r.ok() && r->state == job::JobState::kRunning && r->iterations_done >= 100 &&
                Running(launcher::Role::kWorker).size() == 3;
       },
@@ -52,6 +60,8 @@ TEST_F(DdpEndToEnd, ThreeInstancesThroughANoticeRestartKeepTheGlobalBatchAndReac
       << "the job did not train on three instances (a plan of another size: the machine's speed "
          "during profiling, see `Plan for`); its output:\n"
       << ReadAll(dir_ / "run.log");
+
+  ASSERT_NE(Store()->GetJob(kJob)->state, job::JobState::kFailed) << ReadAll(dir_ / "run.log");
 
   // The notice for the highest-indexed instance (not the one whose rank 0 writes checkpoints).
   const std::string revoked = Running(launcher::Role::kWorker).back().id;
@@ -68,18 +78,17 @@ TEST_F(DdpEndToEnd, ThreeInstancesThroughANoticeRestartKeepTheGlobalBatchAndReac
       << "every rank never stepped again after the notice; output:\n"
       << ReadAll(dir_ / "run.log");
 
-  std::optional<int> code = gateway.Wait(std::chrono::seconds(420));
-  ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job; output:\n"
-                                << ReadAll(dir_ / "run.log");
-  provider_->WaitForRevocations();
+  auto finished = Finished(gateway, 420);
+  ASSERT_TRUE(finished.has_value());
+  const int code = finished->first;
+  const job::JobRecord* record = &finished->second;
   auto store = Store();
   ASSERT_NE(store, nullptr);
-  auto record = store->GetJob(kJob);
-  ASSERT_TRUE(record.ok()) << record.status();
-  ASSERT_EQ(record->state, job::JobState::kFinished) << record->message << "\n"
-                                                     << ReadAll(dir_ / "run.log");
   EXPECT_GE(record->iterations_done, record->target_iterations)
       << "the job ended short of its target";
+  // Exit 0 when the deadline was met too, 3 when the target came after it (a machine busier
+  // than during profiling); the figure is printed below.
+  EXPECT_TRUE(code == 0 || code == 3) << code;
   EXPECT_GT(record->loss, 0);
   auto revocation = RevocationOf(*store, revoked);
   ASSERT_TRUE(revocation.has_value());
@@ -130,7 +139,8 @@ TEST_F(DdpEndToEnd, ThreeInstancesThroughANoticeRestartKeepTheGlobalBatchAndReac
             << restart["resumed_step"] << ", " << restart["steps_redone"] << " steps redone; ranks "
             << off[4] << "-" << off[5] << "; restarts " << summary["restarts"].size()
             << "; final loss " << summary["final_loss"] << " at " << summary["iterations_done"]
-            << " steps in " << summary["actual_time_s"] << " s; whole test "
+            << " steps in " << summary["actual_time_s"] << " s after " << summary["profiling_s"]
+            << " s of profiling, deadline met " << summary["deadline_met"] << "; whole test "
             << absl::ToDoubleSeconds(absl::Now() - started_) << " s" << std::endl;
 }
 

@@ -9,6 +9,8 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +29,7 @@
 #include "provisioner/launcher/local_provider.h"
 #include "services/gateway/job/job_store.h"
 #include "tests/gateway/cli_runner.h"
+#include "tests/testing/child_process.h"
 
 namespace spotdnn::gateway {
 
@@ -124,6 +127,33 @@ class ExampleJobTest : public ::testing::Test {
     if (store == nullptr) return 0;
     auto record = store->GetJob(job_);
     return record.ok() ? record->iterations_done : 0;
+  }
+
+  // Waits up to `seconds` for `gateway` (the test's `spotdnn run`) to end and for the provider's
+  // revocations to finish; then the run's exit status and the job's record, which must say
+  // finished. Absent (the failure reported, with the run's output) otherwise.
+  std::optional<std::pair<int, job::JobRecord>> Finished(testing_util::Child& gateway,
+                                                         int seconds) {
+    std::optional<int> code = gateway.Wait(std::chrono::seconds(seconds));
+    if (!code.has_value()) {
+      ADD_FAILURE() << "the gateway did not finish the job; output:\n" << ReadAll(dir_ / "run.log");
+      return std::nullopt;
+    }
+    provider_->WaitForRevocations();
+    auto store = Store();
+    if (store == nullptr) return std::nullopt;
+    auto record = store->GetJob(job_);
+    if (!record.ok()) {
+      ADD_FAILURE() << record.status();
+      return std::nullopt;
+    }
+    if (record->state != job::JobState::kFinished) {
+      ADD_FAILURE() << "the job ended " << job::Name(record->state) << ": " << record->message
+                    << "\n"
+                    << ReadAll(dir_ / "run.log");
+      return std::nullopt;
+    }
+    return std::make_pair(*code, *std::move(record));
   }
 
   // The job's running instances in `role`, lowest index first.
