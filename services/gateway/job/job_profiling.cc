@@ -27,8 +27,7 @@ absl::StatusOr<launcher::ClusterLaunchRequest> SyncProfilingRequest(
     const std::map<std::string, std::string>& env) {
   int instances = 0;
   int ranks = 0;
-  std::map<std::string, int> gpus;
-  for (const pb::InstanceType& t : catalog.instance_types()) gpus[t.name()] = std::max(1, t.gpus());
+  std::map<std::string, int> gpus = RanksPerInstance(catalog);
   for (const auto& [type, n] : counts) {
     auto g = gpus.find(type);
     if (g == gpus.end()) {
@@ -65,8 +64,6 @@ absl::StatusOr<launcher::ClusterLaunchRequest> SyncProfilingRequest(
   return launcher::ElasticClusterRequest(cluster);
 }
 
-// Launches one profiling run as its own job and waits until its workers have done their steps
-// (they exit), then stops what is left (its parameter servers, a synchronous run's rendezvous).
 // The spot price per hour of an instance of `type` in `catalog` (0: not listed).
 double PriceOf(const pb::InstanceCatalog& catalog, const launcher::Instance& instance) {
   if (instance.role == launcher::Role::kParameterServer) {
@@ -78,6 +75,8 @@ double PriceOf(const pb::InstanceCatalog& catalog, const launcher::Instance& ins
   return 0;
 }
 
+// Launches one profiling run as its own job and waits until its workers have done their steps
+// (they exit), then stops what is left (its parameter servers, a synchronous run's rendezvous).
 absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const JobSpec& spec,
                      const pb::InstanceCatalog& catalog, const JobServices& services,
                      const JobOptions& options, bool sync, base::Clock& clock,

@@ -47,6 +47,24 @@ absl::StatusOr<RestartSummary> ParseRestartJson(const std::string& text) {
   return r;
 }
 
+absl::StatusOr<std::vector<RestartSummary>> RestartsOf(const std::vector<JobEventRecord>& events) {
+  std::vector<RestartSummary> out;
+  for (const JobEventRecord& e : events) {
+    if (e.kind != "restart" && e.kind != "restarted") continue;
+    auto restart = ParseRestartJson(e.detail);
+    if (!restart.ok()) return restart.status();
+    auto same = std::find_if(out.begin(), out.end(), [&](const RestartSummary& r) {
+      return r.instance == restart->instance && r.notice_ms == restart->notice_ms;
+    });
+    if (same == out.end()) {
+      out.push_back(*std::move(restart));
+    } else {
+      *same = *std::move(restart);
+    }
+  }
+  return out;
+}
+
 bool TargetReached(const JobRecord& job, const JobSpec& spec) {
   if (job.loss > 0 && spec.target_loss > 0) return job.loss <= spec.target_loss;
   return job.target_iterations > 0 && job.iterations_done >= job.target_iterations;
@@ -157,20 +175,10 @@ absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_
     }
   }
   s.confidence = spec->confidence;
-  for (const JobEventRecord& e : *events) {
-    s.deadline_decisions += e.kind == "deadline";
-    if (e.kind != "restart" && e.kind != "restarted") continue;
-    auto restart = ParseRestartJson(e.detail);
-    if (!restart.ok()) return restart.status();
-    auto same = std::find_if(s.restarts.begin(), s.restarts.end(), [&](const RestartSummary& r) {
-      return r.instance == restart->instance && r.notice_ms == restart->notice_ms;
-    });
-    if (same == s.restarts.end()) {
-      s.restarts.push_back(*std::move(restart));
-    } else {
-      *same = *std::move(restart);
-    }
-  }
+  for (const JobEventRecord& e : *events) s.deadline_decisions += e.kind == "deadline";
+  auto restarts = RestartsOf(*events);
+  if (!restarts.ok()) return restarts.status();
+  s.restarts = *std::move(restarts);
   const int64_t end = job->finished_ms > 0 ? job->finished_ms : now_ms;
   for (const InstanceRecord& i : *instances) {
     const int64_t stop = i.ended_ms > 0 ? i.ended_ms : end;

@@ -52,6 +52,10 @@ struct RestartSummary {
 std::string RestartJson(const RestartSummary& restart);
 absl::StatusOr<RestartSummary> ParseRestartJson(const std::string& text);
 
+// A job's restarts from its log, in order: each "restart" event, replaced by its "restarted" one
+// (the same instance and notice) once there is one; those without stepping_s are under way.
+absl::StatusOr<std::vector<RestartSummary>> RestartsOf(const std::vector<JobEventRecord>& events);
+
 // A job's summary.
 struct JobSummary {
   std::string job_id;

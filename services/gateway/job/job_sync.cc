@@ -55,27 +55,18 @@ absl::Status JobRun::StopJobRendezvous() {
 absl::Status JobRun::LoadRestarts() {
   auto events = services_.store->Events(job_.id);
   if (!events.ok()) return events.status();
+  auto restarts = RestartsOf(*events);
+  if (!restarts.ok()) return restarts.status();
   open_restarts_.clear();
-  for (const JobEventRecord& e : *events) {
-    if (e.kind != "restart" && e.kind != "restarted") continue;
-    auto restart = ParseRestartJson(e.detail);
-    if (!restart.ok()) return restart.status();
-    if (e.kind == "restart") {
-      open_restarts_.push_back(*std::move(restart));
-      continue;
-    }
-    std::erase_if(open_restarts_, [&](const RestartSummary& r) {
-      return r.instance == restart->instance && r.notice_ms == restart->notice_ms;
-    });
+  for (RestartSummary& r : *restarts) {
+    if (!r.stepping_s.has_value()) open_restarts_.push_back(std::move(r));
   }
   return absl::OkStatus();
 }
 
 absl::Status JobRun::CloseRestarts(const pb::GetJobProgressResponse& progress) {
   if (open_restarts_.empty()) return absl::OkStatus();
-  std::map<std::string, int> gpus;
-  for (const pb::InstanceType& t : catalog_.instance_types())
-    gpus[t.name()] = std::max(1, t.gpus());
+  const std::map<std::string, int> gpus = RanksPerInstance(catalog_);
   std::map<std::string, int> ranks;  // every running worker instance's
   for (const auto& [id, i] : instances_) {
     if (i.role != launcher::Role::kWorker || i.state != InstanceStatus::kRunning) continue;

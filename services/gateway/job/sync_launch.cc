@@ -18,10 +18,7 @@ absl::StatusOr<launcher::ElasticCluster> ElasticClusterFor(const SyncLaunchInput
         "prediction");
   }
   const JobSpec& spec = *input.spec;
-  std::map<std::string, int> gpus;
-  for (const spotdnn::v1::InstanceType& t : input.catalog->instance_types()) {
-    gpus[t.name()] = std::max(1, t.gpus());
-  }
+  const std::map<std::string, int> gpus = RanksPerInstance(*input.catalog);
   std::map<std::string, double> local_batch;
   for (const spotdnn::v1::WorkerPrediction& w : input.prediction->workers()) {
     local_batch[w.instance_type()] = w.local_batch();
@@ -60,6 +57,14 @@ absl::StatusOr<launcher::ElasticCluster> ElasticClusterFor(const SyncLaunchInput
     index += c.count;
   }
   return cluster;
+}
+
+std::map<std::string, int> RanksPerInstance(const spotdnn::v1::InstanceCatalog& catalog) {
+  std::map<std::string, int> ranks;
+  for (const spotdnn::v1::InstanceType& t : catalog.instance_types()) {
+    ranks[t.name()] = std::max(1, t.gpus());
+  }
+  return ranks;
 }
 
 absl::StatusOr<std::string> RendezvousHost(const JobSpec& spec,

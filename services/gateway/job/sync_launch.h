@@ -41,6 +41,9 @@ struct SyncLaunchInput {
 // spec's elastic.min_instances (1 when unset, at most MAX). INVALID_ARGUMENT naming the field.
 absl::StatusOr<launcher::ElasticCluster> ElasticClusterFor(const SyncLaunchInput& input);
 
+// Each instance type's ranks per instance in `catalog`: its GPUs, at least 1 (a CPU type).
+std::map<std::string, int> RanksPerInstance(const spotdnn::v1::InstanceCatalog& catalog);
+
 // Where the instances reach a synchronous job's rendezvous: elastic.rendezvous.host, else
 // 127.0.0.1 on a provider whose instances run on this machine; INVALID_ARGUMENT naming the field on
 // a cloud without one.
