@@ -7,6 +7,7 @@
 #define SPOTDNN_PROVISIONER_LAUNCHER_CLOUD_PROVIDER_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,21 @@ struct LaunchRequest {
 };
 
 // One instance as the provider sees it.
+// How an instance's command ended on its own, where the provider can tell: the local provider
+// reads the agent's last words ("the command ended: ...") from the instance's log. Processes
+// killed together with their agent, or a VM the cloud took away, leave none: such an instance was
+// lost, not finished.
+struct CommandEnd {
+  int status = 0;                       // the shell's: the exit status, or 128 + the signal
+  std::string how;                      // "exit status 1", "killed by signal 15 (Terminated)"
+  std::vector<std::string> last_lines;  // the command's last lines of output, oldest first
+};
+
+// The command end in the tail of an instance's log: the agent's last "the command ended: HOW"
+// line, and up to `max_lines` of the command's lines before it (the agent's own lines and
+// SPOTDNN_SAMPLE lines left out). Absent when the log has no such line.
+std::optional<CommandEnd> CommandEndFromLog(absl::string_view log, int max_lines);
+
 struct Instance {
   std::string id;
   std::string instance_type;
@@ -85,6 +101,9 @@ struct Instance {
   // When it stopped, where the provider knows (local: the moment a revocation stopped it);
   // InfiniteFuture otherwise.
   absl::Time end_time = absl::InfiniteFuture();
+  // Set for a terminated instance whose command ended on its own (see CommandEnd); absent while
+  // it runs, when it was revoked or terminated, and where the provider cannot tell.
+  std::optional<CommandEnd> command_end;
 };
 
 // The outcome of a launch: the instances started, and when fewer than asked for, why. A partial

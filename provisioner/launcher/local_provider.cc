@@ -142,6 +142,17 @@ std::string ReadProcFile(const std::string& path) {
   return out;
 }
 
+// The last `bytes` of a file ("" when it cannot be read).
+std::string ReadTail(const std::string& path, std::streamoff bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  in.seekg(std::max<std::streamoff>(0, size - bytes));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 // True while some process of group `pgid` is alive and not a zombie (/proc scan: a zombie
 // leader still answers kill(-pgid, 0)).
 bool GroupHasLiveMember(pid_t pgid) {
@@ -614,6 +625,11 @@ absl::StatusOr<std::vector<Instance>> LocalProvider::Describe(const std::string&
   for (const Record& r : LoadAll()) {
     if (!job_id.empty() && r.job_id != job_id) continue;
     out.push_back(r.ToInstance(!r.terminated && Alive(r)));
+    // Gone by itself (not terminated, not revoked): did its command end, or was it killed with
+    // its agent?
+    if (out.back().state == InstanceState::kTerminated && !r.terminated && r.revoke_unix_ms == 0) {
+      out.back().command_end = CommandEndFromLog(ReadTail(PathFor(r.id, ".log"), 64 << 10), 20);
+    }
   }
   return out;
 }

@@ -131,7 +131,8 @@ class LocalProvider final : public CloudProvider {
   // SPOTDNN_PS_ADDRESSES list), reported as the instance's service_address.
   absl::StatusOr<LaunchResult> Launch(const LaunchRequest& request) override;
   // Instances from the state dir; state running while the process group has a member,
-  // terminated afterwards.
+  // terminated afterwards. One that went by itself (neither terminated nor revoked) has its
+  // command's end from the agent's log, unless it was killed with its agent (lost).
   absl::StatusOr<std::vector<Instance>> Describe(const std::string& job_id) override;
   // Stops the process groups (SIGTERM, then SIGKILL) and removes their files.
   absl::Status Terminate(const std::vector<std::string>& instance_ids) override;

@@ -4,10 +4,16 @@
 // instance gets a revocation notice: every rank stops at the same step, the survivors re-form the
 // group from the checkpoint, the replacement joins, and the job still reaches its target.
 // The restart is measured (the notice to every rank stepping again, the steps redone) and the
-// global batch is the same on every step through every change of the cluster.
+// global batch is the same on every step through every change of the cluster. Then the ways to go
+// without a notice: an instance killed with `kill -9` (the survivors go on from the last periodic
+// checkpoint, a replacement joins), and `spotdnn run` itself killed and resumed (the rendezvous
+// taken up again, nothing launched twice).
+#include <signal.h>
+
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -142,6 +148,130 @@ TEST_F(DdpEndToEnd, ThreeInstancesThroughANoticeRestartKeepTheGlobalBatchAndReac
             << " steps in " << summary["actual_time_s"] << " s after " << summary["profiling_s"]
             << " s of profiling, deadline met " << summary["deadline_met"] << "; whole test "
             << absl::ToDoubleSeconds(absl::Now() - started_) << " s" << std::endl;
+}
+
+TEST_F(DdpEndToEnd, AnInstanceKilledWithoutNoticeThenAKilledGatewayResumedLaunchNothingTwice) {
+  // Two instances: a deadline one cannot meet (700 steps of 4 ms per sample take about 190 s on
+  // one and 100 s on two; profiling 30-58 s of the 220 s), on a quota of two.
+  const std::string spec = WriteJob([](nlohmann::json& s) {
+    s["quotas"] = {{"local.cpu", 2}};
+    s["slo"]["iterations"] = 700;
+    s["slo"]["deadline"] = "220s";
+    for (auto& run : s["workload"]["profiling"]["runs"]) run["steps"] = 40;
+    std::string command = s["commands"]["worker"].get<std::string>();
+    const size_t at = command.find("--sample-delay 0.002");
+    ASSERT_NE(at, std::string::npos) << command;
+    command.replace(at, 20, "--sample-delay 0.004");
+    s["commands"]["worker"] = command;
+  });
+  auto gateway =
+      std::make_unique<Child>(std::vector<std::string>{bin_ + "/spotdnn", "run", spec, "--json",
+                                                       "--data-dir", dir_.string()},
+                              (dir_ / "run.log").string());
+  // Past the first periodic checkpoint (every 50 steps) and some way towards the next.
+  ASSERT_TRUE(WaitFor(
+      [&](job::JobStore& s) {
+        auto r = s.GetJob(kJob);
+        if (r.ok() && r->state == job::JobState::kFailed) return true;  // said below
+        return r.ok() && r->state == job::JobState::kRunning && r->iterations_done >= 75 &&
+               Running(launcher::Role::kWorker).size() == 2;
+      },
+      300))
+      << "the job did not train on two instances; its output:\n"
+      << ReadAll(dir_ / "run.log");
+  ASSERT_NE(Store()->GetJob(kJob)->state, job::JobState::kFailed) << ReadAll(dir_ / "run.log");
+
+  // kill -9 of every process of the second instance (its agent, torchrun and ranks): no notice.
+  const std::string victim = Running(launcher::Role::kWorker).back().id;
+  auto group = provider_->ProcessGroup(victim);
+  ASSERT_TRUE(group.ok()) << group.status();
+  const double at_kill = Iterations();
+  ASSERT_EQ(kill(-*group, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor(
+      [&](job::JobStore& s) {
+        auto events = s.Events(kJob);
+        if (!events.ok()) return false;
+        return std::any_of(events->begin(), events->end(),
+                           [](const job::JobEventRecord& e) { return e.kind == "restarted"; });
+      },
+      240))
+      << "every rank never stepped again after the kill; output:\n"
+      << ReadAll(dir_ / "run.log");
+
+  // kill -9 of `spotdnn run` mid-training; its instances and the rendezvous run on.
+  std::set<std::string> before;
+  for (const launcher::Instance& i : Running(launcher::Role::kWorker)) before.insert(i.id);
+  ASSERT_EQ(before.size(), 2u) << "the survivor and the replacement";
+  gateway->Kill();
+  absl::SleepFor(absl::Seconds(2));
+  Child resumed({bin_ + "/spotdnn", "run", "--resume", kJob, "--json", "--data-dir", dir_.string()},
+                (dir_ / "resume.log").string());
+  auto finished = Finished(resumed, 300);
+  ASSERT_TRUE(finished.has_value()) << ReadAll(dir_ / "resume.log");
+  EXPECT_TRUE(finished->first == 0 || finished->first == 3) << finished->first;
+  EXPECT_GE(finished->second.iterations_done, finished->second.target_iterations);
+
+  // Nothing launched twice: the two planned instances and one takeover, the resumed gateway
+  // drove the instances that ran before it.
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  auto instances = store->Instances(kJob);
+  ASSERT_TRUE(instances.ok());
+  int planned = 0, takeovers = 0;
+  std::set<std::string> ids;
+  for (const job::InstanceRecord& i : *instances) {
+    ids.insert(i.id);
+    planned += i.reason == job::LaunchReason::kPlan;
+    takeovers += i.reason == job::LaunchReason::kTakeover;
+  }
+  EXPECT_EQ(instances->size(), 3u);
+  EXPECT_EQ(planned, 2);
+  EXPECT_EQ(takeovers, 1);
+  for (const std::string& id : before) EXPECT_EQ(ids.count(id), 1u) << id;
+  auto revocation = RevocationOf(*store, victim);
+  ASSERT_TRUE(revocation.has_value());
+  EXPECT_EQ(revocation->kind, "lost");
+  EXPECT_EQ(revocation->status, job::RevocationStatus::kLaunched) << revocation->detail;
+
+  // The resumed gateway took the rendezvous up again (adopted while its process lives, else
+  // restarted on its port).
+  auto events = store->Events(kJob);
+  ASSERT_TRUE(events.ok());
+  std::vector<std::string> rendezvous;
+  for (const job::JobEventRecord& e : *events) {
+    if (e.kind == "rendezvous") {
+      rendezvous.push_back(nlohmann::json::parse(e.detail).value("how", ""));
+    }
+  }
+  ASSERT_GE(rendezvous.size(), 3u) << "started, taken up on resume, stopped";
+  EXPECT_EQ(rendezvous.front(), "started");
+  EXPECT_THAT(rendezvous[rendezvous.size() - 2], ::testing::AnyOf("adopted", "restarted"));
+  EXPECT_EQ(rendezvous.back(), "stopped");
+
+  // The restart: caused by the loss, resumed from the last periodic checkpoint (no checkpoint
+  // at a notice: step 50k + 1), with the steps since it computed again.
+  CliRun status = Cli({"status", kJob, "--json", "--data-dir", dir_.string()});
+  ASSERT_EQ(status.code, 0) << status.err;
+  const nlohmann::json summary = nlohmann::json::parse(status.out)["summary"];
+  ASSERT_GE(summary["restarts"].size(), 1u) << summary.dump();
+  const nlohmann::json& restart = summary["restarts"][0];
+  EXPECT_EQ(restart["instance"], victim);
+  EXPECT_EQ(restart["cause"], "lost");
+  ASSERT_TRUE(restart["stepping_s"].is_number()) << restart.dump();
+  const int64_t resumed_step = restart["resumed_step"].get<int64_t>();
+  EXPECT_EQ((resumed_step - 1) % 50, 0) << resumed_step;
+  EXPECT_LE(resumed_step - 1, at_kill + 50);
+  EXPECT_GE(restart["steps_redone"].get<double>(), 0);
+
+  std::cout << "[measured] ddp job, kill -9 of an instance at step " << at_kill
+            << ": every rank stepping again " << restart["stepping_s"]
+            << " s after its loss was seen, resumed at " << resumed_step << ", "
+            << restart["steps_redone"]
+            << " steps redone; rendezvous on resume: " << rendezvous[rendezvous.size() - 2] << "; "
+            << summary["iterations_done"] << " steps in " << summary["actual_time_s"] << " s after "
+            << summary["profiling_s"] << " s of profiling, deadline met " << summary["deadline_met"]
+            << "; whole test " << absl::ToDoubleSeconds(absl::Now() - started_) << " s"
+            << std::endl;
 }
 
 }  // namespace

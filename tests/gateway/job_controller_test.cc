@@ -126,6 +126,16 @@ class FakeCloud final : public launcher::CloudProvider {
       }
     }
   }
+  // Ends an instance as its command did by itself (status, last lines), not as a revocation.
+  void Exit(const std::string& id, launcher::CommandEnd end) {
+    for (launcher::Instance& i : instances_) {
+      if (i.id == id && i.state == launcher::InstanceState::kRunning) {
+        i.state = launcher::InstanceState::kTerminated;
+        i.end_time = clock_.Now();
+        i.command_end = end;
+      }
+    }
+  }
   std::vector<launcher::Instance> Running() const {
     std::vector<launcher::Instance> out;
     for (const launcher::Instance& i : instances_) {
@@ -467,6 +477,91 @@ TEST_F(JobControllerTest, ANoticeIsTakenOverBeforeTheInstanceGoes) {
   EXPECT_EQ(Count<TakeoverEvent>(), 1);
   EXPECT_EQ(Count<InstanceEndedEvent>(), 1);
   EXPECT_TRUE(cloud_.Running().empty());
+}
+
+TEST_F(JobControllerTest, AnInstanceGoneWithoutANoticeIsLostAndTakenOver) {
+  // Killed with its agent (or taken away by the cloud): no notice, no command end.
+  std::string victim;
+  clock_.At(absl::Seconds(3), [&] {
+    victim = WorkerOf("g3.8xlarge");
+    cloud_.End(victim);
+  });
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
+  const JobSummary& s = outcome->summary;
+  ASSERT_EQ(s.revocations.size(), 1u);
+  EXPECT_EQ(s.revocations[0].instance, victim);
+  EXPECT_EQ(s.revocations[0].status, RevocationStatus::kLaunched);
+  auto stored = store_->Revocations("job-x");
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_EQ((*stored)[0].kind, "lost");
+  EXPECT_EQ(cloud_.launch_calls.count("job-x-takeover-1-p2.xlarge"), 1u);
+  EXPECT_EQ(Count<TakeoverEvent>(), 1);
+}
+
+TEST_F(JobControllerTest, EveryWorkerLostAtOnceIsTakenOverNotGivenUp) {
+  // No worker left for a moment: the takeover the losses start is pending, so the job goes on.
+  clock_.At(absl::Seconds(3), [&] {
+    for (const launcher::Instance& i : cloud_.Running()) {
+      if (i.role == launcher::Role::kWorker) cloud_.End(i.id);
+    }
+  });
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
+  EXPECT_EQ(outcome->summary.revocations.size(), 3u);
+  EXPECT_GE(Count<TakeoverEvent>(), 1);
+}
+
+TEST_F(JobControllerTest, TheDetectorsLossReportAfterTheProvidersIsNotASecondTakeover) {
+  std::string victim;
+  clock_.At(absl::Seconds(3), [&] {
+    victim = WorkerOf("g3.8xlarge");
+    cloud_.End(victim);
+  });
+  clock_.At(absl::Seconds(5), [&] {
+    pb::RevocationEvent e;
+    e.set_sequence(++sequence_);
+    e.set_instance_id(victim);
+    e.set_job_id("job-x");
+    e.set_kind(pb::RevocationEvent::KIND_LOST);
+    feed_.push_back(e);
+  });
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
+  EXPECT_EQ(outcome->summary.revocations.size(), 1u);
+  EXPECT_EQ(Count<TakeoverEvent>(), 1);
+}
+
+TEST_F(JobControllerTest, WorkersWhoseCommandsFailEndTheJobWithTheirLastLines) {
+  clock_.At(absl::Seconds(3), [&] {
+    for (const launcher::Instance& i : cloud_.Running()) {
+      if (i.role != launcher::Role::kWorker) continue;
+      cloud_.Exit(i.id, {.status = 1,
+                         .how = "exit status 1",
+                         .last_lines = {"Traceback (most recent call last):",
+                                        "ValueError: the data folder is empty"}});
+    }
+  });
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFailed);
+  EXPECT_THAT(outcome->record.message, HasSubstr("no worker is left running"));
+  EXPECT_THAT(outcome->record.message, HasSubstr("ended with exit status 1"));
+  EXPECT_THAT(outcome->record.message, HasSubstr("ValueError: the data folder is empty"));
+  // Not revocations: nothing was taken over, and the detector forgot them.
+  EXPECT_TRUE(outcome->summary.revocations.empty());
+  EXPECT_EQ(Count<TakeoverEvent>(), 0);
+  EXPECT_THAT(LogKinds(), Contains("exited"));
+  for (const launcher::Instance& i : cloud_.Running()) EXPECT_NE(i.role, launcher::Role::kWorker);
+  EXPECT_GE(unregistered_.size(), 3u);
 }
 
 TEST_F(JobControllerTest, ATypeWithoutCapacityIsReplannedAround) {

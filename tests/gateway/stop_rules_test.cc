@@ -9,6 +9,7 @@ namespace spotdnn::job {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Kind = StopDecision::Kind;
 
 const absl::Time kStart = absl::FromUnixSeconds(1'700'000'000);
@@ -111,6 +112,21 @@ TEST(WorkersLeftRule, GivesUpWithNoWorkerAndNoPendingTakeover) {
   EXPECT_THAT(d.why, HasSubstr("no worker is left running and no takeover is pending"));
   EXPECT_THAT(d.why, HasSubstr("(worker command: python train.py)"));
   EXPECT_THAT(d.why, HasSubstr("output is in /tmp/out"));
+}
+
+TEST(WorkersLeftRule, AFailedCommandsLastLinesAreInTheMessage) {
+  const WorkersLeftRule rule("python train.py", "");
+  const WorkerExit failed{.instance = "i-1",
+                          .status = 1,
+                          .how = "exit status 1",
+                          .last_lines = {"Traceback (most recent call last):", "KeyError: 'x'"}};
+  EXPECT_FALSE(rule.Check(1, false, &failed).Stops());
+  const StopDecision d = rule.Check(0, false, &failed);
+  EXPECT_THAT(d.why, HasSubstr("The command on i-1 ended with exit status 1; its last lines:\n"
+                               "  Traceback (most recent call last):\n  KeyError: 'x'"));
+  // A command that ended well says nothing more.
+  const WorkerExit done{.instance = "i-2", .status = 0, .how = "exit status 0"};
+  EXPECT_THAT(rule.Check(0, false, &done).why, Not(HasSubstr("i-2")));
 }
 
 TEST(StopDecision, OnlyGoOnKeepsTheJobRunning) {

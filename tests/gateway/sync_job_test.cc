@@ -86,6 +86,8 @@ TEST(SyncJobSpecTest, BadValuesAreNamed) {
            {R"("sync": "allreduce", "elastic": {"rendezvous": {"port": 70000}},)",
             "elastic.rendezvous.port = 70000"},
            {R"("sync": "allreduce", "elastic": {"nodes": 3},)", "elastic.nodes: unknown field"},
+           {R"("sync": "allreduce", "elastic": {"check_script": "no"},)",
+            "elastic.check_script = \"no\""},
            {R"("sync": "ps", "elastic": {"min_instances": 1},)",
             "elastic: applies to a "
             "synchronous job"}}) {
@@ -194,6 +196,31 @@ TEST(SyncLaunchTest, ThePlansSplitBecomesEachGroupsEnvironment) {
                                 .max_instances = 1});
   ASSERT_FALSE(own.ok());
   EXPECT_THAT(own.status().message(), HasSubstr("\"huge\""));
+}
+
+TEST(SyncLaunchTest, AScriptThatNeverInitialisesTorchDistributedIsRefused) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / absl::StrCat("spotdnn-script-", getpid());
+  std::filesystem::create_directories(dir);
+  const std::string plain = (dir / "plain.py").string();
+  std::ofstream(plain) << "import torch\nmodel = torch.nn.Linear(2, 1)\nprint('training alone')\n";
+  const std::string ddp = (dir / "ddp.py").string();
+  std::ofstream(ddp) << "import torch.distributed as dist\ndist.init_process_group('gloo')\n";
+  const absl::Status refused =
+      CheckTorchrunScript(absl::StrCat("/usr/bin/python3 ", plain, " --epochs 3"));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr(plain));
+  EXPECT_THAT(refused.message(), HasSubstr("init_process_group"));
+  EXPECT_THAT(refused.message(), HasSubstr("\"check_script\": false"));
+  EXPECT_TRUE(CheckTorchrunScript(absl::StrCat("python3 '", ddp, "' --epochs 3")).ok());
+  // The example job's script is a torchrun script.
+  EXPECT_TRUE(CheckTorchrunScript(absl::StrCat("python3 ", SPOTDNN_SOURCE_DIR,
+                                               "/deploy/examples/digits-ddp/train.py"))
+                  .ok());
+  // A script that is not here (on the instances' image) or no script at all: not checked.
+  EXPECT_TRUE(CheckTorchrunScript("python3 /opt/image/train.py").ok());
+  EXPECT_TRUE(CheckTorchrunScript("./train.sh --epochs 3").ok());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(SyncLaunchTest, AJobsStepsAreTheHighestAnyRankReportedNotTheirSum) {

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "detector/metadata_emulator.h"
 #include "detector/metadata_parsers.h"
 #include "gmock/gmock.h"
@@ -31,6 +32,7 @@ using ::spotdnn::testing_util::Eventually;
 constexpr absl::Duration kPatience = absl::Seconds(20);
 
 namespace fs = std::filesystem;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
@@ -233,6 +235,85 @@ TEST_F(LocalProviderTest, SameClientTokenDoesNotLaunchTwice) {
   absl::StatusOr<std::vector<Instance>> described = provider->Describe("job-local");
   ASSERT_TRUE(described.ok());
   EXPECT_THAT(*described, SizeIs(2));
+}
+
+TEST_F(LocalProviderTest, AnInstanceThatWentByItselfSaysHowItsCommandEndedUnlessKilled) {
+  auto provider = Provider();
+  // One whose command ends (the agent's last line, as spotdnn-agent writes it), one killed.
+  LaunchRequest ends = Request(Role::kWorker, 1);
+  ends.command =
+      "echo 'Traceback (most recent call last):'; echo 'ValueError: no data'; "
+      "echo '[2026-11-28 10:00:00.000] [spotdnn-agent] [info] the command ended: exit status 1'";
+  LaunchRequest killed = Request(Role::kWorker, 1, 1);
+  killed.client_token = "killed";
+  absl::StatusOr<LaunchResult> a = provider->Launch(ends);
+  absl::StatusOr<LaunchResult> b = provider->Launch(killed);
+  ASSERT_TRUE(a.ok() && b.ok());
+  absl::StatusOr<pid_t> group = provider->ProcessGroup(b->instances[0].id);
+  ASSERT_TRUE(group.ok()) << group.status();
+  ASSERT_EQ(kill(-*group, SIGKILL), 0);
+  std::map<std::string, Instance> by_id;
+  for (int k = 0; k < 250; ++k) {  // up to 5 s for both to go
+    auto described = provider->Describe("job-local");
+    ASSERT_TRUE(described.ok());
+    by_id.clear();
+    for (const Instance& i : *described) by_id[i.id] = i;
+    if (by_id[a->instances[0].id].state == InstanceState::kTerminated &&
+        by_id[b->instances[0].id].state == InstanceState::kTerminated) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const Instance& ended = by_id[a->instances[0].id];
+  ASSERT_EQ(ended.state, InstanceState::kTerminated);
+  ASSERT_TRUE(ended.command_end.has_value());
+  EXPECT_EQ(ended.command_end->status, 1);
+  EXPECT_EQ(ended.command_end->how, "exit status 1");
+  EXPECT_THAT(ended.command_end->last_lines,
+              ElementsAre("Traceback (most recent call last):", "ValueError: no data"));
+  const Instance& lost = by_id[b->instances[0].id];
+  ASSERT_EQ(lost.state, InstanceState::kTerminated);
+  EXPECT_FALSE(lost.command_end.has_value());
+}
+
+TEST(CommandEndFromLogTest, ReadsTheAgentsLastLineAndTheCommandsLinesBeforeIt) {
+  const std::string log =
+      "starting\n"
+      "[default0]:SPOTDNN_SAMPLE step=3 loss=0.5\n"
+      "[default0]:RuntimeError: boom\n"
+      "[2026-11-28 10:00:00.000] [spotdnn-agent] [info] signal 15 received; passing it on\n"
+      "[default0]:SPOTDNN_SAMPLE step=4 loss=0.4\n"
+      "[2026-11-28 10:00:01.000] [spotdnn-agent] [info] the command ended: killed by signal 15 "
+      "(Terminated)\n"
+      "[2026-11-28 10:00:01.100] [spotdnn-agent] [info] samples: 2 lines read\n";
+  auto end = CommandEndFromLog(log, 5);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->status, 128 + 15);
+  EXPECT_EQ(end->how, "killed by signal 15 (Terminated)");
+  EXPECT_THAT(end->last_lines, ElementsAre("starting", "[default0]:RuntimeError: boom"));
+  EXPECT_THAT(CommandEndFromLog(log, 1)->last_lines, ElementsAre("[default0]:RuntimeError: boom"));
+  auto ok = CommandEndFromLog("the command ended: exit status 0\n", 5);
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 0);
+  EXPECT_TRUE(ok->last_lines.empty());
+  // torchrun's report of a failed rank: its first line, after the rank's own last lines.
+  const std::string torchrun =
+      "Traceback (most recent call last):\n"
+      "FileNotFoundError: no training data in /data\n"
+      "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0\n"
+      "Traceback (most recent call last):\n"
+      "  File \"/usr/bin/torchrun\", line 33, in <module>\n"
+      "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+      "/tmp/train.py FAILED\n"
+      "[2026-11-28 10:00:01.000] [spotdnn-agent] [info] the command ended: exit status 1\n";
+  EXPECT_THAT(CommandEndFromLog(torchrun, 3)->last_lines,
+              ElementsAre("Traceback (most recent call last):",
+                          "FileNotFoundError: no training data in /data",
+                          "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: "
+                          "1) local_rank: 0"));
+  EXPECT_FALSE(CommandEndFromLog("training\nstep 3\n", 5).has_value());
+  EXPECT_FALSE(CommandEndFromLog("the command ended: who knows\n", 5).has_value());
+  EXPECT_FALSE(CommandEndFromLog("", 5).has_value());
 }
 
 TEST_F(LocalProviderTest, OwnerDestructionLeavesNothingRunning) {

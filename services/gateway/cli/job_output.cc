@@ -160,7 +160,8 @@ struct LineOf {
         Fixed(r.steps_redone.value_or(0), 0));
   }
   std::string operator()(const InstanceEndedEvent& e) const {
-    return absl::StrCat("Instance ", e.instance, " (", e.instance_type, ") stopped");
+    return absl::StrCat("Instance ", e.instance, " (", e.instance_type, ") stopped",
+                        e.command_end.empty() ? "" : ": its command ended with ", e.command_end);
   }
   std::string operator()(const ProgressEvent& e) const {
     // Against the job's current prediction of its global steps: its forecast (the plan's model,
@@ -362,6 +363,7 @@ struct JsonOf {
   void operator()(const RestartedEvent& e) const { RestartFields(o, e.restart); }
   void operator()(const InstanceEndedEvent& e) const {
     o.String("instance", e.instance).String("instance_type", e.instance_type);
+    if (!e.command_end.empty()) o.String("command_end", e.command_end);
   }
   void operator()(const ProgressEvent& e) const {
     o.Number("elapsed_s", e.elapsed_s)

@@ -8,6 +8,7 @@
 #include "services/common/convert.h"
 #include "services/gateway/job/job_run.h"
 #include "services/gateway/job/lifetimes.h"
+#include "services/gateway/job/sync_launch.h"
 
 namespace spotdnn::job {
 
@@ -186,6 +187,9 @@ absl::StatusOr<JobRecord> JobController::Plan(const std::string& spec_json,
   auto sync = ResolveSync(*spec, workload->sync());
   if (!sync.ok()) return fail_stored(sync.status());
   if (*sync == pb::SYNC_KIND_ALLREDUCE) spec->parameter_servers = 0;
+  if (*sync == pb::SYNC_KIND_ALLREDUCE && spec->elastic.check_script) {
+    if (auto s = CheckTorchrunScript(spec->worker_command); !s.ok()) return fail_stored(s);
+  }
   *request.mutable_options() = OptionsOf(*spec);
   if (*sync == pb::SYNC_KIND_ALLREDUCE) {
     request.set_sync(*sync);

@@ -157,6 +157,7 @@ struct InstanceEndedEvent {
   static constexpr char kKind[] = "ended";
   std::string instance;
   std::string instance_type;
+  std::string command_end;  // how its command ended by itself ("exit status 1"); "" otherwise
 };
 
 // Progress, every few seconds.

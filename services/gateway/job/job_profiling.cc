@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "services/common/data_registry.h"
 #include "services/gateway/job/job_run.h"
+#include "services/gateway/job/stop_rules.h"
 #include "services/gateway/job/sync_launch.h"
 
 namespace spotdnn::job {
@@ -193,7 +194,23 @@ absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const J
                  i.state != launcher::InstanceState::kTerminated &&
                  i.state != launcher::InstanceState::kShuttingDown;
         });
-    if (!working) break;
+    if (!working) {
+      // A worker command that failed (the provider can tell) ends the profiling with its words.
+      for (const launcher::Instance& i : *described) {
+        if (i.role != launcher::Role::kWorker || !i.command_end.has_value() ||
+            i.command_end->status == 0) {
+          continue;
+        }
+        (void)stop();
+        return absl::FailedPreconditionError(
+            absl::StrCat("profiling run ", run_id, " failed: ",
+                         FailedCommandText({.instance = i.id,
+                                            .status = i.command_end->status,
+                                            .how = i.command_end->how,
+                                            .last_lines = i.command_end->last_lines})));
+      }
+      break;
+    }
     if (clock.Now() >= deadline) {
       (void)stop();  // the timeout is the error reported
       return absl::DeadlineExceededError(
@@ -249,6 +266,9 @@ absl::Status Profile(const JobSpec& spec, const pb::InstanceCatalog& catalog,
   auto kind = ResolveSync(spec, base.has_value() ? base->sync() : pb::SYNC_KIND_PS);
   if (!kind.ok()) return kind.status();
   const bool sync = *kind == pb::SYNC_KIND_ALLREDUCE;
+  if (sync && spec.elastic.check_script) {
+    if (auto s = CheckTorchrunScript(spec.worker_command); !s.ok()) return s;
+  }
   std::vector<std::string> job_ids;
   if (!spec.profiling_logs.empty()) {
     const std::string logs_job = spec.name + "-profiling";

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 #include "services/gateway/job/stop_rules.h"
 #include "services/gateway/job/sync_launch.h"
 
@@ -204,12 +205,17 @@ absl::Status JobRun::Loop() {
         d.Stops()) {
       return Fail(d.why);
     }
+    // Read again: this tick's look at the provider may have found an instance lost.
+    revocations = services_.store->Revocations(job_.id);
+    if (!revocations.ok()) return revocations.status();
     const bool pending = std::any_of(
         revocations->begin(), revocations->end(),
         [](const RevocationRecord& r) { return r.status == RevocationStatus::kPending; });
     // On fallback the deadline guard may wait for spot with no worker running, on purpose.
     const bool waiting = guard_ != nullptr && guard_->OnFallback();
-    if (StopDecision d = workers_left.Check(LiveWorkers().size(), pending || waiting); d.Stops()) {
+    if (StopDecision d = workers_left.Check(LiveWorkers().size(), pending || waiting,
+                                            last_exit_.has_value() ? &*last_exit_ : nullptr);
+        d.Stops()) {
       return Fail(d.why);
     }
     clock_.Sleep(options_.tick);
@@ -305,6 +311,7 @@ absl::Status JobRun::PollInstances() {
                       it->second->state == launcher::InstanceState::kTerminated ||
                       it->second->state == launcher::InstanceState::kShuttingDown;
     if (!gone) continue;
+    const bool was_running = r.state == InstanceStatus::kRunning;
     r.state = InstanceStatus::kEnded;
     r.ended_ms = it != seen.end() && it->second->end_time != absl::InfiniteFuture()
                      ? absl::ToUnixMillis(it->second->end_time)
@@ -312,7 +319,40 @@ absl::Status JobRun::PollInstances() {
     if (auto s = services_.store->PutInstance(r); !s.ok()) return s;
     if (auto s = EndRevocationsOf(id, r.ended_ms); !s.ok()) return s;
     if (auto s = Log("ended", id); !s.ok()) return s;
-    Emit(InstanceEndedEvent{.instance = id, .instance_type = r.instance_type});
+    const launcher::CommandEnd* command_end =
+        was_running && it != seen.end() && it->second->command_end.has_value()
+            ? &*it->second->command_end
+            : nullptr;
+    Emit(InstanceEndedEvent{.instance = id,
+                            .instance_type = r.instance_type,
+                            .command_end = command_end != nullptr ? command_end->how : ""});
+    if (!was_running) continue;  // its notice came first: taken over already
+    if (command_end != nullptr) {
+      // Its command ended by itself: the job's own business (done, or failed), not a revocation.
+      // The detector forgets it, so that its silence is not reported as a loss.
+      const launcher::CommandEnd& end = *command_end;
+      const nlohmann::json detail = {{"instance", id},
+                                     {"status", end.status},
+                                     {"how", end.how},
+                                     {"last_lines", end.last_lines}};
+      if (auto s = Log("exited", detail.dump()); !s.ok()) return s;
+      exited_.insert(id);
+      if (services_.detector != nullptr) (void)services_.detector->Unregister(id);
+      if (r.role == launcher::Role::kWorker) {
+        last_exit_ = WorkerExit{
+            .instance = id, .status = end.status, .how = end.how, .last_lines = end.last_lines};
+      }
+      continue;
+    }
+    // Gone without a notice and without its command's end (killed together with its agent, a
+    // VM the cloud took away): lost, and taken over as a revocation, unless the detector's
+    // report of it came first.
+    auto revocations = services_.store->Revocations(job_.id);
+    if (!revocations.ok()) return revocations.status();
+    if (std::none_of(revocations->begin(), revocations->end(),
+                     [&](const RevocationRecord& v) { return v.instance_id == id; })) {
+      if (auto s = RecordRevocation(r, "lost", /*notice=*/false, 0, 0); !s.ok()) return s;
+    }
   }
   return absl::OkStatus();
 }

@@ -21,6 +21,7 @@
 #include "services/gateway/job/job_controller.h"
 #include "services/gateway/job/job_outlook.h"
 #include "services/gateway/job/rendezvous.h"
+#include "services/gateway/job/stop_rules.h"
 
 namespace spotdnn::job {
 
@@ -218,6 +219,11 @@ class JobRun {
   // ---- job_takeover.cc
   absl::Status HandleFeed();
   absl::Status HandleEvent(const pb::RevocationEvent& event);
+  // Records that `instance` goes (a notice: `notice`) or went (revoked, or lost without one) for
+  // its takeover, and for a synchronous job's worker the restart of every rank; `kind` names the
+  // cause ("notice", "lost", ...), the times are the cloud's (0: unknown).
+  absl::Status RecordRevocation(InstanceRecord& instance, const std::string& kind, bool notice,
+                                int64_t notice_ms, int64_t effective_ms);
   absl::Status HandlePending();
   absl::Status Takeover(RevocationRecord& revocation);
   // A revoked parameter server: once it has ended (its final checkpoint written), a replacement
@@ -238,6 +244,10 @@ class JobRun {
   // A synchronous job's restarts not yet over (every running instance stepping again).
   std::vector<RestartSummary> open_restarts_;
   std::optional<RendezvousRecord> rendezvous_;  // a synchronous job's, once started or adopted
+  // The last worker whose command ended by itself (the provider's command end); its last lines
+  // go into the job's failure when no worker is left.
+  std::optional<WorkerExit> last_exit_;
+  std::set<std::string> exited_;  // instances whose command ended by itself
   const JobServices& services_;
   const JobOptions& options_;
   const JobEventSink& sink_;

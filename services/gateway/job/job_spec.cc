@@ -469,8 +469,9 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
   if (doc.contains("elastic")) {
     const json& e = doc["elastic"];
     if (!e.is_object()) return Bad("elastic", e, "expected an object");
-    if (auto s = OnlyKnown(e, "elastic.",
-                           {"min_instances", "max_restarts", "join_timeout", "rendezvous"});
+    if (auto s = OnlyKnown(
+            e, "elastic.",
+            {"min_instances", "max_restarts", "join_timeout", "rendezvous", "check_script"});
         !s.ok()) {
       return s;
     }
@@ -488,6 +489,12 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
         return Bad("elastic.max_restarts", n, "expected an integer from 0 to 1000");
       }
       spec.elastic.max_restarts = n.get<int>();
+    }
+    if (e.contains("check_script")) {
+      if (!e["check_script"].is_boolean()) {
+        return Bad("elastic.check_script", e["check_script"], "expected true or false");
+      }
+      spec.elastic.check_script = e["check_script"].get<bool>();
     }
     if (e.contains("join_timeout")) {
       auto d = Seconds(e["join_timeout"], "elastic.join_timeout");

@@ -88,6 +88,9 @@ struct JobSpec {
     // the address: the network rules decide who reaches it (docs/synchronous-runs.md).
     std::string host;
     int port = 0;
+    // Whether `spotdnn run` checks that the worker's script sets up torch.distributed
+    // (CheckTorchrunScript in sync_launch.h) before the job starts.
+    bool check_script = true;
   } elastic;
   bool has_elastic = false;            // the spec had an "elastic" object
   bool has_ps_command = false;         // the spec had commands.parameter_server

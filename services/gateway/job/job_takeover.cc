@@ -49,9 +49,11 @@ absl::Status JobRun::HandleEvent(const pb::RevocationEvent& event) {
   auto it = instances_.find(event.instance_id());
   if (it == instances_.end()) return Save();
   InstanceRecord& instance = it->second;
-  const bool goes = event.kind() == pb::RevocationEvent::KIND_NOTICE ||
-                    event.kind() == pb::RevocationEvent::KIND_REVOKED ||
-                    event.kind() == pb::RevocationEvent::KIND_LOST;
+  // An instance whose command ended by itself falls silent: not a loss.
+  const bool goes =
+      event.kind() == pb::RevocationEvent::KIND_NOTICE ||
+      event.kind() == pb::RevocationEvent::KIND_REVOKED ||
+      (event.kind() == pb::RevocationEvent::KIND_LOST && exited_.count(instance.id) == 0);
   // An instance that went before its notice was handled (a gateway that was down, a command
   // that stopped at the notice signal) still needs its takeover, once.
   bool handled = instance.state == InstanceStatus::kRevoking;
@@ -62,39 +64,47 @@ absl::Status JobRun::HandleEvent(const pb::RevocationEvent& event) {
                           [&](const RevocationRecord& r) { return r.instance_id == instance.id; });
   }
   if (goes && !handled) {
-    if (instance.state == InstanceStatus::kRunning) {
-      const bool notice = event.kind() == pb::RevocationEvent::KIND_NOTICE;
-      instance.state = notice ? InstanceStatus::kRevoking : InstanceStatus::kEnded;
-      if (!notice) instance.ended_ms = NowMs();
-      if (auto s = services_.store->PutInstance(instance); !s.ok()) return s;
+    if (auto s = RecordRevocation(instance, kind, event.kind() == pb::RevocationEvent::KIND_NOTICE,
+                                  event.notice_unix_ms(), event.effective_unix_ms());
+        !s.ok()) {
+      return s;
     }
-    RevocationRecord r{.job_id = job_.id,
-                       .instance_id = instance.id,
-                       .kind = kind,
-                       .cloud_notice_ms = event.notice_unix_ms(),
-                       .effective_ms = event.effective_unix_ms(),
-                       .received_ms = NowMs(),
-                       .ended_ms = instance.ended_ms};
-    if (auto s = services_.store->PutRevocation(r); !s.ok()) return s;
-    if (sync_ && instance.role == launcher::Role::kWorker) {
-      // A synchronous job stops every rank for this: torchrun re-forms the group on the
-      // survivors (its own timeouts), from the last checkpoint, and the replacement joins later.
-      RestartSummary restart{.instance = instance.id,
-                             .cause = kind,
-                             .notice_ms = r.cloud_notice_ms > 0 ? r.cloud_notice_ms : r.received_ms,
-                             .steps_at_notice = job_.iterations_done};
-      if (auto s = Log("restart", RestartJson(restart)); !s.ok()) return s;
-      open_restarts_.push_back(std::move(restart));
-    }
-    Emit(NoticeEvent{.instance = instance.id,
-                     .instance_type = instance.instance_type,
-                     .kind = kind,
-                     .parameter_server = instance.role == launcher::Role::kParameterServer,
-                     .effective = event.effective_unix_ms() > 0
-                                      ? absl::FromUnixMillis(event.effective_unix_ms())
-                                      : absl::InfinitePast()});
   }
   return Save();
+}
+
+absl::Status JobRun::RecordRevocation(InstanceRecord& instance, const std::string& kind,
+                                      bool notice, int64_t notice_ms, int64_t effective_ms) {
+  if (instance.state == InstanceStatus::kRunning) {
+    instance.state = notice ? InstanceStatus::kRevoking : InstanceStatus::kEnded;
+    if (!notice) instance.ended_ms = NowMs();
+    if (auto s = services_.store->PutInstance(instance); !s.ok()) return s;
+  }
+  RevocationRecord r{.job_id = job_.id,
+                     .instance_id = instance.id,
+                     .kind = kind,
+                     .cloud_notice_ms = notice_ms,
+                     .effective_ms = effective_ms,
+                     .received_ms = NowMs(),
+                     .ended_ms = instance.ended_ms};
+  if (auto s = services_.store->PutRevocation(r); !s.ok()) return s;
+  if (sync_ && instance.role == launcher::Role::kWorker) {
+    // A synchronous job stops every rank for this: torchrun re-forms the group on the
+    // survivors (its own timeouts), from the last checkpoint, and the replacement joins later.
+    RestartSummary restart{.instance = instance.id,
+                           .cause = kind,
+                           .notice_ms = r.cloud_notice_ms > 0 ? r.cloud_notice_ms : r.received_ms,
+                           .steps_at_notice = job_.iterations_done};
+    if (auto s = Log("restart", RestartJson(restart)); !s.ok()) return s;
+    open_restarts_.push_back(std::move(restart));
+  }
+  Emit(NoticeEvent{
+      .instance = instance.id,
+      .instance_type = instance.instance_type,
+      .kind = kind,
+      .parameter_server = instance.role == launcher::Role::kParameterServer,
+      .effective = effective_ms > 0 ? absl::FromUnixMillis(effective_ms) : absl::InfinitePast()});
+  return absl::OkStatus();
 }
 
 absl::Status JobRun::HandlePending() {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "services/gateway/job/job_summary.h"
 
 namespace spotdnn::job {
@@ -77,11 +78,24 @@ StopDecision StallRule::Check(double iterations_done, double target_iterations, 
 WorkersLeftRule::WorkersLeftRule(std::string worker_command, std::string where)
     : worker_command_(std::move(worker_command)), where_(std::move(where)) {}
 
-StopDecision WorkersLeftRule::Check(size_t live_workers, bool takeover_pending) const {
+StopDecision WorkersLeftRule::Check(size_t live_workers, bool takeover_pending,
+                                    const WorkerExit* last_exit) const {
   if (live_workers > 0 || takeover_pending) return StopDecision::GoOn();
-  return StopDecision::GiveUp(absl::StrCat(
+  std::string why = absl::StrCat(
       "no worker is left running and no takeover is pending (worker command: ", worker_command_,
-      ")", where_));
+      ")", where_);
+  if (last_exit != nullptr && last_exit->status != 0) {
+    absl::StrAppend(&why, "\n", FailedCommandText(*last_exit));
+  }
+  return StopDecision::GiveUp(std::move(why));
+}
+
+std::string FailedCommandText(const WorkerExit& exit) {
+  std::string text = absl::StrCat("The command on ", exit.instance, " ended with ", exit.how);
+  if (!exit.last_lines.empty()) {
+    absl::StrAppend(&text, "; its last lines:\n  ", absl::StrJoin(exit.last_lines, "\n  "));
+  }
+  return text;
 }
 
 }  // namespace spotdnn::job

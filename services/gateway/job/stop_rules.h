@@ -8,6 +8,7 @@
 #define SPOTDNN_SERVICES_GATEWAY_JOB_STOP_RULES_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "services/gateway/job/convergence_watch.h"
@@ -103,6 +104,18 @@ class StallRule {
   std::string where_;
 };
 
+// How a worker's command ended by itself (the provider's launcher::CommandEnd, with its instance).
+struct WorkerExit {
+  std::string instance;
+  int status = 0;                       // the shell's: the exit status, or 128 + the signal
+  std::string how;                      // "exit status 1"
+  std::vector<std::string> last_lines;  // its last lines of output, oldest first
+};
+
+// "The command on INSTANCE ended with HOW; its last lines:\n  LINE\n  ..." (the lines part only
+// when it has some).
+std::string FailedCommandText(const WorkerExit& exit);
+
 // Gives the job up when no worker is left running and no takeover is pending: nothing will
 // train it any further.
 class WorkersLeftRule {
@@ -111,8 +124,10 @@ class WorkersLeftRule {
   WorkersLeftRule(std::string worker_command, std::string where);
 
   // The decision with `live_workers` workers running and `takeover_pending` (a revocation whose
-  // takeover has not launched yet).
-  StopDecision Check(size_t live_workers, bool takeover_pending) const;
+  // takeover has not launched yet). `last_exit`, the last worker command that ended by itself
+  // (null: none did), goes into the message with its last lines when it failed.
+  StopDecision Check(size_t live_workers, bool takeover_pending,
+                     const WorkerExit* last_exit = nullptr) const;
 
  private:
   std::string worker_command_;

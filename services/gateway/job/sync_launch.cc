@@ -3,10 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace spotdnn::job {
 
@@ -144,6 +149,34 @@ double SyncStepsDone(const spotdnn::v1::GetJobProgressResponse& progress) {
     steps = std::max(steps, w.steps());
   }
   return static_cast<double>(steps);
+}
+
+absl::Status CheckTorchrunScript(const std::string& worker_command) {
+  std::string script;
+  for (absl::string_view word : absl::StrSplit(worker_command, ' ', absl::SkipEmpty())) {
+    word = absl::StripAsciiWhitespace(absl::StripPrefix(absl::StripSuffix(word, "'"), "'"));
+    if (absl::EndsWith(word, ".py")) {
+      script = std::string(word);
+      break;
+    }
+  }
+  if (script.empty()) return absl::OkStatus();
+  std::ifstream in(script);
+  if (!in) return absl::OkStatus();
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string source = text.str();
+  for (const char* marker :
+       {"init_process_group", "init_device_mesh", "lightning", "accelerate", "deepspeed"}) {
+    if (absl::StrContains(source, marker)) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "commands.worker: ", script,
+      " is not a torchrun script: it never calls torch.distributed.init_process_group (nor uses "
+      "Lightning, Accelerate or DeepSpeed, which do), so under torchrun each rank would train "
+      "alone and a synchronous job's steps would never meet. Initialise the process group "
+      "(deploy/examples/digits-ddp/train.py shows how), or, if the script initialises it in a "
+      "module it imports, set \"elastic\": {\"check_script\": false}"));
 }
 
 }  // namespace spotdnn::job

@@ -66,6 +66,15 @@ RendezvousOptions RendezvousOptionsFor(const std::string& job_id,
 bool CloseSyncRestart(const spotdnn::v1::GetJobProgressResponse& progress,
                       const std::map<std::string, int>& ranks, RestartSummary& restart);
 
+// Whether a synchronous job's worker command runs a torchrun script: the first argument ending
+// in ".py" (a path relative to the current folder, or absolute), when that file is readable here,
+// must set up torch.distributed (init_process_group or init_device_mesh) or use a library that
+// does (Lightning, Accelerate, DeepSpeed); without it every rank trains alone and the instances'
+// steps never meet. INVALID_ARGUMENT naming the script and the way out (elastic.check_script
+// false, for a script that initialises in a module it imports) otherwise; OK when the command
+// names no readable script (it is on the instances' image, not here).
+absl::Status CheckTorchrunScript(const std::string& worker_command);
+
 // A synchronous job's global steps done: the highest step any rank reported (every rank reports
 // every step, numbered from the start of the job through restarts), not their sum (which counts a
 // step once per rank, as the parameter-server job's progress does).
