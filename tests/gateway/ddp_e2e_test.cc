@@ -151,12 +151,13 @@ TEST_F(DdpEndToEnd, ThreeInstancesThroughANoticeRestartKeepTheGlobalBatchAndReac
 }
 
 TEST_F(DdpEndToEnd, AnInstanceKilledWithoutNoticeThenAKilledGatewayResumedLaunchNothingTwice) {
-  // Two instances: a deadline one cannot meet (700 steps of 4 ms per sample take about 190 s on
-  // one and 100 s on two; profiling 30-58 s of the 220 s), on a quota of two.
+  // Two instances: a deadline one cannot meet (700 steps of 4 ms per sample take about 175 s on
+  // one and 95 s on two; profiling 30-58 s of the 170 s), on a quota of two. The restarts may
+  // make it miss the deadline: the test accepts that (exit 3).
   const std::string spec = WriteJob([](nlohmann::json& s) {
     s["quotas"] = {{"local.cpu", 2}};
     s["slo"]["iterations"] = 700;
-    s["slo"]["deadline"] = "220s";
+    s["slo"]["deadline"] = "170s";
     for (auto& run : s["workload"]["profiling"]["runs"]) run["steps"] = 40;
     std::string command = s["commands"]["worker"].get<std::string>();
     const size_t at = command.find("--sample-delay 0.002");

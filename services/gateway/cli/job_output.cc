@@ -130,6 +130,13 @@ struct LineOf {
                             : absl::StrCat(" (", e.detail, ")"));
   }
   std::string operator()(const NoticeEvent& e) const {
+    if (e.kind == "lost") {
+      // Gone without a notice (killed, taken away), or silent past the detector's heartbeats.
+      return absl::StrCat(
+          e.parameter_server ? "Parameter server " : "Instance ", e.instance, " (", e.instance_type,
+          ") lost without a notice",
+          e.parameter_server ? ": replacing it from its checkpoint" : ": re-planning");
+    }
     return absl::StrCat(
         "Revocation ", e.kind, " for ", e.parameter_server ? "parameter server " : "", e.instance,
         " (", e.instance_type,
@@ -156,8 +163,11 @@ struct LineOf {
     return absl::StrFormat(
         "All ranks stepping again %.1f s after the %s of %s: resumed at step %d, %s steps "
         "redone",
-        r.stepping_s.value_or(0), r.cause, r.instance, r.resumed_step,
-        Fixed(r.steps_redone.value_or(0), 0));
+        r.stepping_s.value_or(0),
+        r.cause == "lost"      ? "loss"
+        : r.cause == "revoked" ? "revocation"
+                               : r.cause,
+        r.instance, r.resumed_step, Fixed(r.steps_redone.value_or(0), 0));
   }
   std::string operator()(const InstanceEndedEvent& e) const {
     return absl::StrCat("Instance ", e.instance, " (", e.instance_type, ") stopped",
