@@ -61,7 +61,6 @@ struct LaunchRequest {
   Market market = Market::kSpot;
 };
 
-// One instance as the provider sees it.
 // How an instance's command ended on its own, where the provider can tell: the local provider
 // reads the agent's last words ("the command ended: ...") from the instance's log. Processes
 // killed together with their agent, or a VM the cloud took away, leave none: such an instance was
@@ -77,6 +76,7 @@ struct CommandEnd {
 // SPOTDNN_SAMPLE lines left out). Absent when the log has no such line.
 std::optional<CommandEnd> CommandEndFromLog(absl::string_view log, int max_lines);
 
+// One instance as the provider sees it.
 struct Instance {
   std::string id;
   std::string instance_type;

@@ -11,9 +11,9 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <functional>
 #include <iostream>
 #include <map>
-#include <memory>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +35,58 @@ constexpr char kJob[] = "ddp-e2e";
 class DdpEndToEnd : public ExampleJobTest {
  protected:
   DdpEndToEnd() : ExampleJobTest(kJob, "digits-ddp") {}
+
+  // The example's job with 4 ms of emulated compute per sample (a step is shorter on more
+  // instances), 40-step profiling runs, a quota of `quota` instances and `deadline`, and `edit`.
+  std::string SlowJob(int quota, const std::string& deadline,
+                      const std::function<void(nlohmann::json&)>& edit = nullptr) {
+    return WriteJob([&](nlohmann::json& s) {
+      s["quotas"] = {{"local.cpu", quota}};
+      s["slo"]["deadline"] = deadline;
+      for (auto& run : s["workload"]["profiling"]["runs"]) run["steps"] = 40;
+      std::string command = s["commands"]["worker"].get<std::string>();
+      const size_t at = command.find("--sample-delay 0.002");
+      ASSERT_NE(at, std::string::npos) << command;
+      command.replace(at, 20, "--sample-delay 0.004");
+      s["commands"]["worker"] = command;
+      if (edit) edit(s);
+    });
+  }
+
+  // Waits until the job trains on `instances` instances past `steps` global steps (true), or
+  // fails, or `seconds` pass (false, with the run's output reported).
+  bool TrainsOn(size_t instances, double steps, int seconds) {
+    const bool came = WaitFor(
+        [&](job::JobStore& s) {
+          auto r = s.GetJob(kJob);
+          if (r.ok() && r->state == job::JobState::kFailed) return true;  // said below
+          return r.ok() && r->state == job::JobState::kRunning && r->iterations_done >= steps &&
+                 Running(launcher::Role::kWorker).size() == instances;
+        },
+        seconds);
+    if (!came || Store()->GetJob(kJob)->state == job::JobState::kFailed) {
+      ADD_FAILURE() << "the job did not train on " << instances
+                    << " instances (a plan of another size: the machine's speed during "
+                       "profiling, see `Plan for`); its output:\n"
+                    << ReadAll(dir_ / "run.log");
+      return false;
+    }
+    return true;
+  }
+
+  // Waits up to `seconds` for a `kind` event in the job's log.
+  bool LogsEvent(const std::string& kind, int seconds) {
+    const bool came = WaitFor(
+        [&](job::JobStore& s) {
+          auto events = s.Events(kJob);
+          return events.ok() &&
+                 std::any_of(events->begin(), events->end(),
+                             [&](const job::JobEventRecord& e) { return e.kind == kind; });
+        },
+        seconds);
+    if (!came) ADD_FAILURE() << "no " << kind << " event; output:\n" << ReadAll(dir_ / "run.log");
+    return came;
+  }
 };
 
 TEST_F(DdpEndToEnd, ThreeInstancesThroughANoticeRestartKeepTheGlobalBatchAndReachTheTarget) {
@@ -43,46 +95,16 @@ TEST_F(DdpEndToEnd, ThreeInstancesThroughANoticeRestartKeepTheGlobalBatchAndReac
   // 207 s on two and 146-155 s on three, and the two 40-step profiling runs 30-45 s of the
   // 225 s), on a quota of three; so two survivors cannot meet it either, the revoked instance is
   // replaced, and the restart (about 20 s) still fits.
-  const std::string spec = WriteJob([](nlohmann::json& s) {
-    s["quotas"] = {{"local.cpu", 3}};
-    s["slo"]["deadline"] = "225s";
-    for (auto& run : s["workload"]["profiling"]["runs"]) run["steps"] = 40;
-    std::string command = s["commands"]["worker"].get<std::string>();
-    const size_t at = command.find("--sample-delay 0.002");
-    ASSERT_NE(at, std::string::npos) << command;
-    command.replace(at, 20, "--sample-delay 0.004");
-    s["commands"]["worker"] = command;
-  });
+  const std::string spec = SlowJob(3, "225s");
   Child gateway({bin_ + "/spotdnn", "run", spec, "--json", "--data-dir", dir_.string()},
                 (dir_ / "run.log").string());
-  ASSERT_TRUE(WaitFor(
-      [&](job::JobStore& s) {
-        auto r = s.GetJob(kJob);
-        if (r.ok() && r->state == job::JobState::kFailed) return true;  // said below
-        return r.ok() && r->state == job::JobState::kRunning && r->iterations_done >= 100 &&
-               Running(launcher::Role::kWorker).size() == 3;
-      },
-      420))
-      << "the job did not train on three instances (a plan of another size: the machine's speed "
-         "during profiling, see `Plan for`); its output:\n"
-      << ReadAll(dir_ / "run.log");
-
-  ASSERT_NE(Store()->GetJob(kJob)->state, job::JobState::kFailed) << ReadAll(dir_ / "run.log");
+  ASSERT_TRUE(TrainsOn(3, 100, 420));
 
   // The notice for the highest-indexed instance (not the one whose rank 0 writes checkpoints).
   const std::string revoked = Running(launcher::Role::kWorker).back().id;
   const double at_notice = Iterations();
   ASSERT_TRUE(provider_->Revoke(revoked, absl::Seconds(3)).ok());
-  ASSERT_TRUE(WaitFor(
-      [&](job::JobStore& s) {
-        auto events = s.Events(kJob);
-        if (!events.ok()) return false;
-        return std::any_of(events->begin(), events->end(),
-                           [](const job::JobEventRecord& e) { return e.kind == "restarted"; });
-      },
-      240))
-      << "every rank never stepped again after the notice; output:\n"
-      << ReadAll(dir_ / "run.log");
+  ASSERT_TRUE(LogsEvent("restarted", 240)) << "every rank never stepped again after the notice";
 
   auto finished = Finished(gateway, 420);
   ASSERT_TRUE(finished.has_value());
@@ -154,33 +176,12 @@ TEST_F(DdpEndToEnd, AnInstanceKilledWithoutNoticeThenAKilledGatewayResumedLaunch
   // Two instances: a deadline one cannot meet (700 steps of 4 ms per sample take about 175 s on
   // one and 95 s on two; profiling 30-58 s of the 170 s), on a quota of two. The restarts may
   // make it miss the deadline: the test accepts that (exit 3).
-  const std::string spec = WriteJob([](nlohmann::json& s) {
-    s["quotas"] = {{"local.cpu", 2}};
-    s["slo"]["iterations"] = 700;
-    s["slo"]["deadline"] = "170s";
-    for (auto& run : s["workload"]["profiling"]["runs"]) run["steps"] = 40;
-    std::string command = s["commands"]["worker"].get<std::string>();
-    const size_t at = command.find("--sample-delay 0.002");
-    ASSERT_NE(at, std::string::npos) << command;
-    command.replace(at, 20, "--sample-delay 0.004");
-    s["commands"]["worker"] = command;
-  });
-  auto gateway =
-      std::make_unique<Child>(std::vector<std::string>{bin_ + "/spotdnn", "run", spec, "--json",
-                                                       "--data-dir", dir_.string()},
-                              (dir_ / "run.log").string());
+  const std::string spec =
+      SlowJob(2, "170s", [](nlohmann::json& s) { s["slo"]["iterations"] = 700; });
+  Child gateway({bin_ + "/spotdnn", "run", spec, "--json", "--data-dir", dir_.string()},
+                (dir_ / "run.log").string());
   // Past the first periodic checkpoint (every 50 steps) and some way towards the next.
-  ASSERT_TRUE(WaitFor(
-      [&](job::JobStore& s) {
-        auto r = s.GetJob(kJob);
-        if (r.ok() && r->state == job::JobState::kFailed) return true;  // said below
-        return r.ok() && r->state == job::JobState::kRunning && r->iterations_done >= 75 &&
-               Running(launcher::Role::kWorker).size() == 2;
-      },
-      300))
-      << "the job did not train on two instances; its output:\n"
-      << ReadAll(dir_ / "run.log");
-  ASSERT_NE(Store()->GetJob(kJob)->state, job::JobState::kFailed) << ReadAll(dir_ / "run.log");
+  ASSERT_TRUE(TrainsOn(2, 75, 300));
 
   // kill -9 of every process of the second instance (its agent, torchrun and ranks): no notice.
   const std::string victim = Running(launcher::Role::kWorker).back().id;
@@ -188,22 +189,13 @@ TEST_F(DdpEndToEnd, AnInstanceKilledWithoutNoticeThenAKilledGatewayResumedLaunch
   ASSERT_TRUE(group.ok()) << group.status();
   const double at_kill = Iterations();
   ASSERT_EQ(kill(-*group, SIGKILL), 0);
-  ASSERT_TRUE(WaitFor(
-      [&](job::JobStore& s) {
-        auto events = s.Events(kJob);
-        if (!events.ok()) return false;
-        return std::any_of(events->begin(), events->end(),
-                           [](const job::JobEventRecord& e) { return e.kind == "restarted"; });
-      },
-      240))
-      << "every rank never stepped again after the kill; output:\n"
-      << ReadAll(dir_ / "run.log");
+  ASSERT_TRUE(LogsEvent("restarted", 240)) << "every rank never stepped again after the kill";
 
   // kill -9 of `spotdnn run` mid-training; its instances and the rendezvous run on.
   std::set<std::string> before;
   for (const launcher::Instance& i : Running(launcher::Role::kWorker)) before.insert(i.id);
   ASSERT_EQ(before.size(), 2u) << "the survivor and the replacement";
-  gateway->Kill();
+  gateway.Kill();
   absl::SleepFor(absl::Seconds(2));
   Child resumed({bin_ + "/spotdnn", "run", "--resume", kJob, "--json", "--data-dir", dir_.string()},
                 (dir_ / "resume.log").string());
