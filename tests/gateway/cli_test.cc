@@ -292,6 +292,10 @@ TEST(Cli, EveryCommandTakesOnlyItsOwnFlagsAndDocumentsThem) {
     EXPECT_THAT(plan.out, HasSubstr(flag));
   }
   EXPECT_THAT(Cli({"profile"}).err, HasSubstr("Subcommands:"));
+  // The summaries line up past the longest subcommand's name.
+  const CliRun profile = Cli({"profile", "--help"});
+  EXPECT_THAT(profile.out, HasSubstr("\n  validate-convergence  fit the convergence model"));
+  EXPECT_THAT(profile.out, HasSubstr("\n  import                import training logs"));
   EXPECT_EQ(Cli({"profile"}).code, 2);
   const CliRun unknown_sub = Cli({"profile", "frobnicate"});
   EXPECT_EQ(unknown_sub.code, 2);

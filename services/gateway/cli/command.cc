@@ -60,10 +60,16 @@ std::string HelpText(const Command& command) {
   if (!command.description.empty()) absl::StrAppend(&text, "\n", command.description, "\n");
   if (!command.run) {
     absl::StrAppend(&text, "\nSubcommands:\n");
+    // One column for the summaries, two spaces past the longest name (16 at least).
+    size_t column = 16;
+    for (const Command& c : CommandTable()) {
+      if (!absl::StartsWith(c.name, command.name + " ")) continue;
+      column = std::max(column, c.name.size() - command.name.size() - 1 + 2);
+    }
     for (const Command& c : CommandTable()) {
       if (!absl::StartsWith(c.name, command.name + " ")) continue;
       std::string name = c.name.substr(command.name.size() + 1);
-      name.resize(std::max<size_t>(name.size(), 16), ' ');
+      name.resize(column, ' ');
       absl::StrAppend(&text, "  ", name, c.summary, "\n");
     }
     absl::StrAppend(&text, "\n`spotdnn ", command.name,
