@@ -28,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/files.h"
 #include "provisioner/launcher/aws_provider.h"
 #include "provisioner/launcher/sigv4.h"
 #include "provisioner/launcher/vm_script.h"
@@ -140,17 +141,6 @@ std::string ReadProcFile(const std::string& path) {
   }
   ::close(fd);
   return out;
-}
-
-// The last `bytes` of a file ("" when it cannot be read).
-std::string ReadTail(const std::string& path, std::streamoff bytes) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return "";
-  const std::streamoff size = in.tellg();
-  in.seekg(std::max<std::streamoff>(0, size - bytes));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // True while some process of group `pgid` is alive and not a zombie (/proc scan: a zombie
@@ -628,7 +618,8 @@ absl::StatusOr<std::vector<Instance>> LocalProvider::Describe(const std::string&
     // Gone by itself (not terminated, not revoked): did its command end, or was it killed with
     // its agent?
     if (out.back().state == InstanceState::kTerminated && !r.terminated && r.revoke_unix_ms == 0) {
-      out.back().command_end = CommandEndFromLog(ReadTail(PathFor(r.id, ".log"), 64 << 10), 20);
+      out.back().command_end =
+          CommandEndFromLog(base::FileTail(PathFor(r.id, ".log"), 64 << 10), 20);
     }
   }
   return out;

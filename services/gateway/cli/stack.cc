@@ -20,6 +20,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/files.h"
 #include "nlohmann/json.hpp"
 #include "services/common/db/backends.h"
 #include "services/common/db/database.h"
@@ -61,14 +62,6 @@ bool OfThisStack(pid_t pid, const std::string& data_dir) {
     if (fs::weakly_canonical(port_file.parent_path(), ec) == run) return true;
   }
   return false;
-}
-
-std::string Tail(const fs::path& path, size_t bytes = 2000) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string s = buffer.str();
-  return s.size() > bytes ? s.substr(s.size() - bytes) : s;
 }
 
 // Starts `argv` detached from this process (its own session; stdout and stderr to `log`); the
@@ -267,7 +260,8 @@ absl::StatusOr<Stack> StartStack(const std::string& data_dir, const std::string&
       if (waitpid(*pid, &status, WNOHANG) == *pid) {
         started.pop_back();
         return fail(absl::UnavailableError(absl::StrCat(part.binary, " exited at start; ",
-                                                        log.string(), " ends with:\n", Tail(log))));
+                                                        log.string(), " ends with:\n",
+                                                        base::FileTail(log.string(), 2000))));
       }
       if (absl::Now() > deadline) {
         return fail(absl::DeadlineExceededError(
