@@ -3,15 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "services/common/data_registry.h"
 
 namespace spotdnn::job {
 
@@ -152,26 +148,20 @@ double SyncStepsDone(const spotdnn::v1::GetJobProgressResponse& progress) {
 }
 
 absl::Status CheckTorchrunScript(const std::string& worker_command) {
-  std::string script;
-  for (absl::string_view word : absl::StrSplit(worker_command, ' ', absl::SkipEmpty())) {
-    word = absl::StripAsciiWhitespace(absl::StripPrefix(absl::StripSuffix(word, "'"), "'"));
-    if (absl::EndsWith(word, ".py")) {
-      script = std::string(word);
-      break;
-    }
-  }
-  if (script.empty()) return absl::OkStatus();
-  std::ifstream in(script);
-  if (!in) return absl::OkStatus();
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string source = text.str();
+  // The words as the elastic launch reads them (a command it cannot run is refused there).
+  auto words = launcher::SplitCommandWords("commands.worker", worker_command);
+  if (!words.ok()) return absl::OkStatus();
+  auto script = std::find_if(words->begin(), words->end(),
+                             [](const std::string& w) { return absl::EndsWith(w, ".py"); });
+  if (script == words->end()) return absl::OkStatus();
+  auto source = services::ReadFile(*script);
+  if (!source.ok()) return absl::OkStatus();  // not here: on the instances' image
   for (const char* marker :
        {"init_process_group", "init_device_mesh", "lightning", "accelerate", "deepspeed"}) {
-    if (absl::StrContains(source, marker)) return absl::OkStatus();
+    if (absl::StrContains(*source, marker)) return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "commands.worker: ", script,
+      "commands.worker: ", *script,
       " is not a torchrun script: it never calls torch.distributed.init_process_group (nor uses "
       "Lightning, Accelerate or DeepSpeed, which do), so under torchrun each rank would train "
       "alone and a synchronous job's steps would never meet. Initialise the process group "
