@@ -151,14 +151,15 @@ absl::Status JobRun::Loop() {
     }
     if (auto s = HandleFeed(); !s.ok()) return s;
     if (auto s = HandlePending(); !s.ok()) return s;
-    auto revocations = services_.store->Revocations(job_.id);
-    if (!revocations.ok()) return revocations.status();
-    restoring_ = Restoring(*revocations);
     if (auto s = GuardTick(); !s.ok()) return s;  // job_deadline.cc
     if (clock_.Now() >= next_describe) {
       if (auto s = PollInstances(); !s.ok()) return s;
       next_describe = clock_.Now() + options_.describe_every;
     }
+    // After the look at the provider, which may have found an instance lost.
+    auto revocations = services_.store->Revocations(job_.id);
+    if (!revocations.ok()) return revocations.status();
+    restoring_ = Restoring(*revocations);
     if (absl::Status p = PollProgress(); !p.ok()) {
       // The profiler may be restarting: say so once, not on every tick.
       if (p.message() != last_warning_) {
@@ -205,9 +206,6 @@ absl::Status JobRun::Loop() {
         d.Stops()) {
       return Fail(d.why);
     }
-    // Read again: this tick's look at the provider may have found an instance lost.
-    revocations = services_.store->Revocations(job_.id);
-    if (!revocations.ok()) return revocations.status();
     const bool pending = std::any_of(
         revocations->begin(), revocations->end(),
         [](const RevocationRecord& r) { return r.status == RevocationStatus::kPending; });
