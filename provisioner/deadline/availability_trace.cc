@@ -295,13 +295,14 @@ absl::StatusOr<AvailabilityTrace> ReadAvailabilityTrace(const std::string& path)
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, AvailabilityTrace>>> ReadTypeTraces(
-    absl::string_view field, absl::string_view text) {
+    absl::string_view field, absl::string_view text, absl::string_view key) {
   std::vector<std::pair<std::string, AvailabilityTrace>> out;
   for (absl::string_view item : absl::StrSplit(text, ',')) {
     const size_t eq = item.find('=');
     if (eq == absl::string_view::npos || eq == 0 || eq + 1 == item.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, " = \"", text, "\": expected TYPE=FILE,... (\"", item, "\" is not TYPE=FILE)"));
+      return absl::InvalidArgumentError(absl::StrCat(field, " = \"", text, "\": expected ", key,
+                                                     "=FILE,... (\"", item, "\" is not ", key,
+                                                     "=FILE)"));
     }
     const std::string type(item.substr(0, eq));
     for (const auto& [seen, trace] : out) {

@@ -49,10 +49,11 @@ absl::StatusOr<AvailabilityTrace> ParseCsvTrace(absl::string_view text, absl::st
 // NOT_FOUND when it cannot be read.
 absl::StatusOr<AvailabilityTrace> ReadAvailabilityTrace(const std::string& path);
 
-// Reads "TYPE=FILE,TYPE=FILE" (the --availability flag of the cluster commands): each type's
-// trace. INVALID_ARGUMENT naming `field` and the item for a bad list; the reader's errors else.
+// Reads "TYPE=FILE,TYPE=FILE" (the --availability flag of the cluster commands; `key` names
+// what stands before the '=', e.g. "ZONE" for the zones of one type): each one's trace.
+// INVALID_ARGUMENT naming `field` and the item for a bad list; the reader's errors else.
 absl::StatusOr<std::vector<std::pair<std::string, AvailabilityTrace>>> ReadTypeTraces(
-    absl::string_view field, absl::string_view text);
+    absl::string_view field, absl::string_view text, absl::string_view key = "TYPE");
 
 // A cluster's traces as one: count 1 at a tick when every part has at least its instances
 // (`parts`: a trace and the instances of its type), else 0. The tick is the parts' smallest, the

@@ -1,4 +1,6 @@
 // The deadline policies, the availability traces and the window replay.
+#include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -8,6 +10,7 @@
 #include "provisioner/deadline/deadline_policy.h"
 #include "provisioner/deadline/synthetic_trace.h"
 #include "provisioner/deadline/window_replay.h"
+#include "provisioner/deadline/zone_choice.h"
 
 namespace spotdnn::provisioner::deadline {
 namespace {
@@ -351,6 +354,250 @@ TEST(WindowReplayTest, WindowsNeedAFittingDeadlineAndKnownPolicy) {
   auto ok = ReplayWindows(t, Job(100, 500, 10), 100, "ours");
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(ok->windows.size(), 6u);  // starts 0, 100, ..., 500
+}
+
+// ---- Zones ----
+
+Zone Z(std::string name, std::vector<int> counts, double price = -1, double gap = 100) {
+  return Zone{std::move(name), Ticks(std::move(counts), gap), price};
+}
+
+TEST(ZoneChoiceTest, StaysWhileItHasCapacityElseTheCheapestThenTheMostAvailable) {
+  std::vector<ZoneOption> z(3);
+  for (ZoneOption& o : z) {
+    o.spot_price_per_hour = 1;
+    o.has_capacity = true;
+    o.seen_s = 10 * 3600;
+  }
+  z[0].seen_up_s = 2 * 3600;
+  z[1].seen_up_s = 9 * 3600;
+  z[2].seen_up_s = 5 * 3600;
+  ZoneJob job;
+  job.work_left_s = 3600;
+  job.changeover_s = 600;
+  job.slack_s = 3600;
+  EXPECT_EQ(ChooseSpotZone(z, job), 1);  // the most availability seen
+  job.current = 2;
+  EXPECT_EQ(ChooseSpotZone(z, job), 2);  // stays: no saving in moving
+  z[2].has_capacity = false;
+  EXPECT_EQ(ChooseSpotZone(z, job), 1);
+  z[1].blocked = true;
+  EXPECT_EQ(ChooseSpotZone(z, job), 0);
+  z[0].spot_price_per_hour = 0.5;  // cheaper than the others
+  z[1].blocked = false;
+  job.current = -1;
+  EXPECT_EQ(ChooseSpotZone(z, job), 0);
+  for (ZoneOption& o : z) o.has_capacity = false;
+  EXPECT_EQ(ChooseSpotZone(z, job), -1);
+}
+
+TEST(ZoneChoiceTest, MovesToACheaperZoneOnlyWhenThatPays) {
+  std::vector<ZoneOption> z(2);
+  z[0].spot_price_per_hour = 1.0;
+  z[1].spot_price_per_hour = 0.9;
+  for (ZoneOption& o : z) {
+    o.has_capacity = true;
+    o.expected_run_s = 10 * 3600;
+  }
+  ZoneJob job;
+  job.current = 0;
+  job.changeover_s = 600;
+  job.slack_s = 4 * 3600;
+  // 10% of $1/h over 10 h saves $1; two changeovers at $0.9/h cost $0.30: move.
+  job.work_left_s = 20 * 3600;
+  EXPECT_EQ(ChooseSpotZone(z, job), 1);
+  // An hour left saves $0.10: stay.
+  job.work_left_s = 3600;
+  EXPECT_EQ(ChooseSpotZone(z, job), 0);
+  // Copying the checkpoint there costs more than the saving: stay.
+  job.work_left_s = 20 * 3600;
+  z[1].move_usd = 2;
+  EXPECT_EQ(ChooseSpotZone(z, job), 0);
+  // No slack for a changeover more: stay.
+  z[1].move_usd = 0;
+  job.slack_s = 600;
+  EXPECT_EQ(ChooseSpotZone(z, job), 0);
+}
+
+TEST(ZoneReplayTest, AlignsTicksAndLengthsAndRefusesBadZones) {
+  auto aligned =
+      AlignZones({Z("a", {1, 0, 1, 1}, -1, 200), Z("b", {1, 1, 1, 0, 1, 1, 1}, -1, 100)});
+  ASSERT_TRUE(aligned.ok()) << aligned.status();
+  ASSERT_EQ(aligned->size(), 2u);
+  EXPECT_EQ((*aligned)[0].trace.gap_s, 100);
+  EXPECT_EQ((*aligned)[0].trace.counts, (std::vector<int>{1, 1, 0, 0, 1, 1, 1}));
+  EXPECT_EQ((*aligned)[1].trace.counts, (std::vector<int>{1, 1, 1, 0, 1, 1, 1}));
+  // A coarser tick is the least count of the finer ticks it overlaps.
+  auto coarse = AlignZones({Z("a", {2, 1, 2, 2}, -1, 50), Z("b", {3, 3}, -1, 100)});
+  ASSERT_TRUE(coarse.ok());
+  EXPECT_EQ((*coarse)[0].trace.counts, (std::vector<int>{2, 1, 2, 2}));
+  EXPECT_EQ((*coarse)[1].trace.counts, (std::vector<int>{3, 3, 3, 3}));
+  EXPECT_FALSE(AlignZones({}).ok());
+  EXPECT_THAT(std::string(AlignZones({Z("a", {1}), Z("a", {1})}).status().message()),
+              HasSubstr("\"a\": given twice"));
+  EXPECT_FALSE(AlignZones({Z("", {1})}).ok());
+}
+
+// Zone A has spot for the first half of the window, zone B for the second: the job moves to B when
+// A runs dry (one more changeover), with no on-demand; alone in A it would need on-demand.
+TEST(ZoneReplayTest, MovesToAnotherZoneInsteadOfBuyingOnDemand) {
+  std::vector<int> a(100, 0), b(100, 0);
+  for (int k = 0; k < 50; ++k) a[k] = 1;
+  for (int k = 45; k < 100; ++k) b[k] = 1;
+  auto zones = AlignZones({Z("A", a), Z("B", b)});
+  ASSERT_TRUE(zones.ok());
+  const WindowJob job = Job(7000, 9000, 300);
+  for (const char* name : {"ours", "greedy", "uniform-progress"}) {
+    auto p = MakeDeadlinePolicy(name);
+    const WindowResult r = ReplayZonesWindow(*zones, 0, job, **p);
+    EXPECT_TRUE(r.met) << name;
+    EXPECT_EQ(r.on_demand_hours, 0) << name;
+    EXPECT_EQ(r.moves, 1) << name;
+    EXPECT_EQ(r.zones, (std::vector<std::string>{"A", "B"})) << name;
+    EXPECT_EQ(r.changeovers, 2) << name;
+    EXPECT_NEAR(r.cost_usd, (7000.0 + 600) / 3600, 1e-9) << name;
+  }
+  const WindowResult o = OptimumZonesWindow(*zones, 0, job);
+  EXPECT_TRUE(o.met);
+  EXPECT_NEAR(o.cost_usd, (7000.0 + 600) / 3600, 1e-9);
+  EXPECT_EQ(o.moves, 1);
+  EXPECT_EQ(o.zones, (std::vector<std::string>{"A", "B"}));
+  // In A alone the same job needs on-demand for what spot cannot do before the deadline.
+  auto ours = MakeDeadlinePolicy("ours");
+  EXPECT_GT(ReplayWindow((*zones)[0].trace, 0, job, **ours).on_demand_hours, 0);
+  EXPECT_GT(OptimumWindow((*zones)[0].trace, 0, job).cost_usd, o.cost_usd + 1e-6);
+}
+
+// Prices per zone: spot runs in the cheaper zone with capacity, and one zone alone is the
+// single-trace replay exactly.
+TEST(ZoneReplayTest, PricesPerZoneAndOneZoneIsTheSingleTraceReplay) {
+  auto zones = AlignZones(
+      {Z("dear", std::vector<int>(100, 1), 2.0), Z("cheap", std::vector<int>(100, 1), 0.5)});
+  ASSERT_TRUE(zones.ok());
+  auto p = MakeDeadlinePolicy("ours");
+  const WindowResult r = ReplayZonesWindow(*zones, 0, Job(3600, 7200, 600), **p);
+  EXPECT_EQ(r.zones, std::vector<std::string>{"cheap"});
+  EXPECT_NEAR(r.cost_usd, 0.5 * 4200 / 3600, 1e-9);
+  EXPECT_NEAR(OptimumZonesWindow(*zones, 0, Job(3600, 7200, 600)).cost_usd, 0.5 * 4200 / 3600,
+              1e-9);
+  std::mt19937 rng(7);
+  std::vector<int> counts(300);
+  for (int& c : counts) c = rng() % 4 == 0 ? 0 : 1;
+  const AvailabilityTrace t = Ticks(counts);
+  auto one = AlignZones({Zone{"only", t, -1}});
+  ASSERT_TRUE(one.ok());
+  const WindowJob job = Job(9000, 15000, 300);
+  for (const char* name : {"ours", "greedy", "uniform-progress", "on-demand"}) {
+    auto a = MakeDeadlinePolicy(name);
+    auto b = MakeDeadlinePolicy(name);
+    const WindowResult x = ReplayWindow(t, 5000, job, **a);
+    const WindowResult y = ReplayZonesWindow(*one, 5000, job, **b);
+    EXPECT_NEAR(x.cost_usd, y.cost_usd, 1e-9) << name;
+    EXPECT_EQ(x.changeovers, y.changeovers) << name;
+    EXPECT_EQ(y.moves, 0) << name;
+  }
+  EXPECT_NEAR(OptimumWindow(t, 5000, job).cost_usd, OptimumZonesWindow(*one, 5000, job).cost_usd,
+              1e-9);
+}
+
+// --instances N: a zone serves the job while its count is at least N; prices are per instance.
+TEST(ZoneReplayTest, AJobOfSeveralInstancesNeedsThemAllInOneZone) {
+  auto zones =
+      AlignZones({Z("two", std::vector<int>(100, 2)), Z("three", std::vector<int>(100, 3))});
+  ASSERT_TRUE(zones.ok());
+  WindowJob job = Job(3600, 7200, 600);
+  job.instances = 3;
+  auto p = MakeDeadlinePolicy("ours");
+  const WindowResult r = ReplayZonesWindow(*zones, 0, job, **p);
+  EXPECT_EQ(r.zones, std::vector<std::string>{"three"});
+  EXPECT_NEAR(r.cost_usd, 3 * 4200.0 / 3600, 1e-9);
+  EXPECT_NEAR(r.spot_hours, 3 * 4200.0 / 3600, 1e-9);
+  job.instances = 4;  // no zone has four: on-demand
+  auto q = MakeDeadlinePolicy("ours");
+  const WindowResult od = ReplayZonesWindow(*zones, 0, job, **q);
+  EXPECT_EQ(od.spot_hours, 0);
+  EXPECT_NEAR(od.cost_usd, 4 * 3 * 4200.0 / 3600, 1e-9);
+  EXPECT_NEAR(OptimumZonesWindow(*zones, 0, job).cost_usd, od.cost_usd, 1e-9);
+  job.instances = 0;
+  EXPECT_FALSE(ReplayZoneWindows(*zones, job, 3600, "ours").ok());
+}
+
+// The optimum through zones against every schedule, enumerated: per interval idle, on-demand or
+// spot in a zone with capacity; a change of what runs is a start (a changeover); the work may end
+// inside an interval (billed to there).
+double BruteForce(const std::vector<Zone>& zones, const WindowJob& job) {
+  const int K = static_cast<int>(job.deadline_s / zones[0].trace.gap_s);
+  const int Zn = static_cast<int>(zones.size());
+  const int kinds = Zn + 2;  // idle, on-demand, spot per zone
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<int> choice(K, 0);
+  const double gap = zones[0].trace.gap_s;
+  while (true) {
+    double cost = 0, progress = 0, rem = 0;
+    int prev = 0;
+    bool ok = true, done = false;
+    for (int k = 0; k < K && ok && !done; ++k) {
+      const int c = choice[k];
+      if (c >= 2 && zones[c - 2].trace.counts[k] < job.instances) ok = false;
+      if (!ok || c == 0) {
+        prev = c;
+        continue;
+      }
+      if (c != prev) rem = job.changeover_s;
+      const double price =
+          (c == 1 ? job.on_demand_price_per_hour
+                  : (zones[c - 2].spot_price_per_hour < 0 ? job.spot_price_per_hour
+                                                          : zones[c - 2].spot_price_per_hour)) *
+          job.instances / 3600;
+      const double unproductive = std::min(gap, rem);
+      rem -= unproductive;
+      const double gain = gap - unproductive;
+      if (progress + gain >= job.work_s - 1e-9) {
+        cost += price * (unproductive + job.work_s - progress);
+        done = true;
+      } else {
+        cost += price * gap;
+        progress += gain;
+      }
+      prev = c;
+    }
+    if (ok && done) best = std::min(best, cost);
+    int i = 0;
+    while (i < K && ++choice[i] == kinds) choice[i++] = 0;
+    if (i == K) break;
+  }
+  return best;
+}
+
+TEST(ZoneReplayTest, TheOptimumThroughZonesIsTheCheapestOfEverySchedule) {
+  std::mt19937 rng(11);
+  for (int round = 0; round < 12; ++round) {
+    const int K = 8;
+    std::vector<Zone> zones;
+    for (int z = 0; z < 2; ++z) {
+      std::vector<int> counts(K);
+      for (int& c : counts) c = static_cast<int>(rng() % 3);  // 0, 1 or 2 instances
+      zones.push_back(Z(std::string(1, static_cast<char>('a' + z)), counts,
+                        round % 2 == 0 ? -1 : 0.5 + 0.5 * z));
+    }
+    auto aligned = AlignZones(zones);
+    ASSERT_TRUE(aligned.ok());
+    WindowJob job = Job(400 + 100 * (round % 3), 800, 100);
+    job.instances = 1 + round % 2;
+    const double brute = BruteForce(*aligned, job);
+    const WindowResult o = OptimumZonesWindow(*aligned, 0, job);
+    ASSERT_TRUE(std::isfinite(brute)) << round;  // on-demand alone meets every one of these
+    EXPECT_TRUE(o.met) << round;
+    EXPECT_NEAR(o.cost_usd, brute, 1e-9) << round;
+    EXPECT_NEAR(OptimumZonesWindow(*aligned, 0, job, false).cost_usd, brute, 1e-9) << round;
+    // Every online policy pays at least that, and never misses.
+    for (const char* name : {"ours", "greedy", "uniform-progress"}) {
+      auto p = MakeDeadlinePolicy(name);
+      const WindowResult r = ReplayZonesWindow(*aligned, 0, job, **p);
+      EXPECT_TRUE(r.met) << round << " " << name;
+      EXPECT_GE(r.cost_usd, brute - 1e-9) << round << " " << name;
+    }
+  }
 }
 
 TEST(DeadlinePolicyTest, NamesAndReasons) {

@@ -260,29 +260,39 @@ std::vector<std::string> SpotDearerNotes(const pb::Cluster& cluster,
   return notes;
 }
 
-void PrintWindows(const dl::ReplaySummary& summary, std::ostream& out) {
-  Table t({"start", "met", "cost", "spot h", "on-demand h", "changeovers", "finish"});
+void PrintWindows(const dl::ReplaySummary& summary, std::ostream& out, bool zones) {
+  std::vector<std::string> head = {"start",       "met",         "cost",  "spot h",
+                                   "on-demand h", "changeovers", "finish"};
+  if (zones) head.insert(head.end(), {"zones", "moves"});
+  Table t(head);
   for (const dl::WindowResult& w : summary.windows) {
-    t.AddRow({HumanDuration(w.start_s), w.met ? "yes" : "MISSED", Dollars(w.cost_usd),
-              Fixed(w.spot_hours, 2), Fixed(w.on_demand_hours, 2), absl::StrCat(w.changeovers),
-              HumanDuration(w.finish_s)});
+    std::vector<std::string> row = {HumanDuration(w.start_s),    w.met ? "yes" : "MISSED",
+                                    Dollars(w.cost_usd),         Fixed(w.spot_hours, 2),
+                                    Fixed(w.on_demand_hours, 2), absl::StrCat(w.changeovers),
+                                    HumanDuration(w.finish_s)};
+    if (zones) {
+      row.push_back(w.zones.empty() ? "-" : absl::StrJoin(w.zones, ","));
+      row.push_back(absl::StrCat(w.moves));
+    }
+    t.AddRow(row);
   }
   t.Print(out);
 }
 
-std::string WindowsJson(const dl::ReplaySummary& s) {
+std::string WindowsJson(const dl::ReplaySummary& s, bool zones) {
   std::vector<std::string> windows;
   for (const dl::WindowResult& w : s.windows) {
-    windows.push_back(JsonObject()
-                          .Number("start_s", w.start_s)
-                          .Bool("met", w.met)
-                          .Number("cost_usd", w.cost_usd)
-                          .Number("finish_s", w.finish_s)
-                          .Number("spot_hours", w.spot_hours)
-                          .Number("on_demand_hours", w.on_demand_hours)
-                          .Integer("changeovers", w.changeovers)
-                          .Bool("on_demand_can_meet", w.on_demand_can_meet)
-                          .str());
+    JsonObject o;
+    o.Number("start_s", w.start_s)
+        .Bool("met", w.met)
+        .Number("cost_usd", w.cost_usd)
+        .Number("finish_s", w.finish_s)
+        .Number("spot_hours", w.spot_hours)
+        .Number("on_demand_hours", w.on_demand_hours)
+        .Integer("changeovers", w.changeovers)
+        .Bool("on_demand_can_meet", w.on_demand_can_meet);
+    if (zones) o.Raw("zones", JsonStrings(w.zones)).Integer("moves", w.moves);
+    windows.push_back(o.str());
   }
   return "[" + absl::StrJoin(windows, ",") + "]";
 }

@@ -83,9 +83,11 @@ std::string SlackNote(const provisioner::deadline::WindowJob& job, absl::string_
 std::vector<std::string> SpotDearerNotes(const pb::Cluster& cluster,
                                          const pb::InstanceCatalog& catalog);
 
-// The windows as a table (start, met, cost, spot h, on-demand h, changeovers, finish) and as JSON.
-void PrintWindows(const provisioner::deadline::ReplaySummary& summary, std::ostream& out);
-std::string WindowsJson(const provisioner::deadline::ReplaySummary& summary);
+// The windows as a table (start, met, cost, spot h, on-demand h, changeovers, finish; with
+// `zones`, the zones spot ran in and the moves between them) and as JSON.
+void PrintWindows(const provisioner::deadline::ReplaySummary& summary, std::ostream& out,
+                  bool zones = false);
+std::string WindowsJson(const provisioner::deadline::ReplaySummary& summary, bool zones = false);
 // A JSON array of strings.
 std::string JsonStrings(const std::vector<std::string>& items);
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "predictor/types.h"
 #include "provisioner/deadline/availability_trace.h"
 #include "provisioner/deadline/window_replay.h"
@@ -39,6 +40,101 @@ void AddCounts(const std::vector<std::pair<std::string, int>>& counts, pb::Clust
 
 namespace dl = ::spotdnn::provisioner::deadline;
 
+// The one-instance form's traces: one unnamed zone for a plain FILE; else the ZONE=FILE list, with
+// --zone-price ZONE=USD,... and without the --avoid-zone ones, on one grid.
+absl::StatusOr<std::vector<dl::Zone>> ReadZones(const Args& args, const std::string& spec,
+                                                bool zoned) {
+  std::vector<dl::Zone> zones;
+  if (!zoned) {
+    auto trace = dl::ReadAvailabilityTrace(spec);
+    if (!trace.ok()) {
+      return absl::Status(trace.status().code(),
+                          absl::StrCat("--availability: ", trace.status().message()));
+    }
+    zones.push_back({"", *std::move(trace), -1});
+    return zones;
+  }
+  auto traces = dl::ReadTypeTraces("--availability", spec, "ZONE");
+  if (!traces.ok()) return traces.status();
+  for (auto& [name, trace] : *traces) zones.push_back({name, std::move(trace), -1});
+  auto find = [&](const std::string& flag, absl::string_view name) -> absl::StatusOr<size_t> {
+    for (size_t i = 0; i < zones.size(); ++i) {
+      if (zones[i].name == name) return i;
+    }
+    std::vector<std::string> names;
+    for (const dl::Zone& z : zones) names.push_back(z.name);
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " = \"", *args.Get(flag), "\": no zone \"", name,
+                     "\" in --availability (zones: ", absl::StrJoin(names, ", "), ")"));
+  };
+  if (auto prices = args.Get("--zone-price")) {
+    for (absl::string_view item : absl::StrSplit(*prices, ',')) {
+      const size_t eq = item.find('=');
+      if (eq == absl::string_view::npos || eq == 0) {
+        return absl::InvalidArgumentError(absl::StrCat("--zone-price = \"", *prices,
+                                                       "\": expected ZONE=USD,... (\"", item,
+                                                       "\" is not ZONE=USD)"));
+      }
+      auto at = find("--zone-price", item.substr(0, eq));
+      if (!at.ok()) return at.status();
+      auto price = ParseNumber("--zone-price", item.substr(eq + 1));
+      if (!price.ok()) return price.status();
+      if (*price < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--zone-price = \"", *prices, "\": a price in $/h cannot be negative"));
+      }
+      zones[*at].spot_price_per_hour = *price;
+    }
+  }
+  if (auto avoid = args.Get("--avoid-zone")) {
+    for (absl::string_view name : absl::StrSplit(*avoid, ',')) {
+      auto at = find("--avoid-zone", name);
+      if (!at.ok()) return at.status();
+      zones.erase(zones.begin() + static_cast<std::ptrdiff_t>(*at));
+    }
+    if (zones.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--avoid-zone = \"", *avoid, "\": leaves no zone to run in"));
+    }
+  }
+  auto aligned = dl::AlignZones(std::move(zones));
+  if (!aligned.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--availability: ", aligned.status().message()));
+  }
+  return aligned;
+}
+
+// The share of a zone's trace with spot for the job's instances.
+double AvailableFraction(const dl::Zone& z, int instances) {
+  const dl::AvailabilityStats s = dl::TraceStats(z.trace, 0, z.trace.duration_s(), instances, 0);
+  return s.observed_s > 0 ? s.available_s / s.observed_s : 0;
+}
+
+void PrintZones(const std::vector<dl::Zone>& zones, const dl::WindowJob& job, std::ostream& out) {
+  Table t({"zone", "trace", "spot $/h", "spot there"});
+  for (const dl::Zone& z : zones) {
+    t.AddRow({z.name, z.trace.source,
+              Dollars(z.spot_price_per_hour < 0 ? job.spot_price_per_hour : z.spot_price_per_hour),
+              absl::StrCat(Fixed(100 * AvailableFraction(z, job.instances), 1), "%")});
+  }
+  t.Print(out);
+}
+
+std::string ZonesJson(const std::vector<dl::Zone>& zones, const dl::WindowJob& job) {
+  std::vector<std::string> items;
+  for (const dl::Zone& z : zones) {
+    items.push_back(JsonObject()
+                        .String("zone", z.name)
+                        .String("trace", z.trace.source)
+                        .Number("spot_price_per_hour", z.spot_price_per_hour < 0
+                                                           ? job.spot_price_per_hour
+                                                           : z.spot_price_per_hour)
+                        .Number("available_fraction", AvailableFraction(z, job.instances))
+                        .str());
+  }
+  return "[" + absl::StrJoin(items, ",") + "]";
+}
+
 // The one-instance form: --availability FILE --work W --deadline D ... replays every window of the
 // trace under one deadline policy (provisioner/deadline/window_replay.h states the model).
 int SimulateWindows(const Args& args, const Io& io) {
@@ -58,10 +154,19 @@ int SimulateWindows(const Args& args, const Io& io) {
     }
   }
   const std::string file = *args.Get("--availability");
-  if (file.empty() || file.find('=') != std::string::npos || file.find(',') != std::string::npos) {
+  // ZONE=FILE,...: one type in several zones; a plain FILE: one zone.
+  const bool zoned = file.find('=') != std::string::npos;
+  if (file.empty() || (!zoned && file.find(',') != std::string::npos)) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
         "--availability = \"", file,
-        "\": the one-instance form (--work) takes one trace FILE, not TYPE=FILE,...")));
+        "\": the one-instance form (--work) takes one trace FILE, or ZONE=FILE,... for the zones "
+        "the job may move between")));
+  }
+  for (const char* flag : {"--zone-price", "--avoid-zone"}) {
+    if (!zoned && args.Has(flag)) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat(flag, ": needs zones (--availability ZONE=FILE,ZONE=FILE,...)")));
+    }
   }
   dl::WindowJob job;
   auto work = ParseDuration("--work", *args.Get("--work"));
@@ -87,6 +192,11 @@ int SimulateWindows(const Args& args, const Io& io) {
     }
     *out = *v;
   }
+  if (auto v = args.Get("--instances")) {
+    auto n = ParseInt("--instances", *v, 1, 100000);
+    if (!n.ok()) return fail(n.status());
+    job.instances = *n;
+  }
   double every = job.deadline_s;
   if (auto e = args.Get("--start-every")) {
     auto v = ParseDuration("--start-every", *e);
@@ -111,17 +221,30 @@ int SimulateWindows(const Args& args, const Io& io) {
         absl::StrCat("--policy = \"", policy,
                      "\": unknown (known: ours, uniform-progress, greedy, on-demand, optimum)")));
   }
-  auto trace = dl::ReadAvailabilityTrace(file);
-  if (!trace.ok()) {
-    return fail(absl::Status(trace.status().code(),
-                             absl::StrCat("--availability: ", trace.status().message())));
-  }
+  auto zones = ReadZones(args, file, zoned);
+  if (!zones.ok()) return fail(zones.status());
+  const dl::AvailabilityTrace& trace = zones->front().trace;
   const auto started = std::chrono::steady_clock::now();
-  auto summary = dl::ReplayWindows(*trace, job, every, policy);
+  // The optimum through several zones takes a while (seconds per window): say how far it is.
+  dl::ReplayProgress progress;
+  if (zoned && policy == "optimum" && zones->size() > 1) {
+    progress = [&](size_t done, size_t total) {
+      io.err
+          << "simulate: the optimum over " << zones->size() << " zones, window " << done << " of "
+          << total << " done ("
+          << Fixed(
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+                 0)
+          << " s)\n";
+    };
+  }
+  auto summary = zoned ? dl::ReplayZoneWindows(*zones, job, every, policy, progress)
+                       : dl::ReplayWindows(trace, job, every, policy);
   if (!summary.ok()) {
     // Name the flags: the replay names its fields (deadline, start-every, policy).
     std::string message(summary.status().message());
-    for (const char* field : {"deadline", "start-every", "policy", "work", "changeover"}) {
+    for (const char* field :
+         {"deadline", "start-every", "policy", "work", "changeover", "instances"}) {
       if (absl::StartsWith(message, absl::StrCat(field, " = "))) message = "--" + message;
     }
     return fail(absl::InvalidArgumentError(message));
@@ -129,7 +252,7 @@ int SimulateWindows(const Args& args, const Io& io) {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   const double on_demand_only =
-      (job.work_s + job.changeover_s) / 3600 * job.on_demand_price_per_hour;
+      (job.work_s + job.changeover_s) / 3600 * job.on_demand_price_per_hour * job.instances;
   // What the answer needs said beside it: spot that cannot save anything, no room to start.
   std::vector<std::string> notes;
   if (job.spot_price_per_hour > 0 && job.on_demand_price_per_hour <= job.spot_price_per_hour) {
@@ -159,7 +282,9 @@ int SimulateWindows(const Args& args, const Io& io) {
         .Number("on_demand_price_per_hour", job.on_demand_price_per_hour)
         .Number("start_every_s", every)
         .String("fallback", fallback)
-        .Raw("windows", WindowsJson(*summary))
+        .Integer("instances", job.instances);
+    if (zoned) o.Raw("zones", ZonesJson(*zones, job)).Integer("moves", summary->moves);
+    o.Raw("windows", WindowsJson(*summary, zoned))
         .Number("met_fraction", summary->met_fraction)
         .Number("mean_cost_usd", summary->mean_cost_usd)
         .Number("on_demand_only_cost_usd", on_demand_only)
@@ -172,22 +297,34 @@ int SimulateWindows(const Args& args, const Io& io) {
     io.out << o.str() << "\n";
     return kExitOk;
   }
-  io.out << "Simulation: " << HumanDuration(job.work_s) << " of work on one instance by "
-         << HumanDuration(job.deadline_s) << ", changeover " << HumanDuration(job.changeover_s)
-         << ", spot " << Dollars(job.spot_price_per_hour) << "/h, on-demand "
-         << Dollars(job.on_demand_price_per_hour) << "/h\n"
-         << "trace " << file << " (" << HumanDuration(trace->duration_s()) << ", tick "
-         << HumanDuration(trace->gap_s) << "), a window every " << HumanDuration(every)
-         << ", policy " << policy << "\n\n";
-  PrintWindows(*summary, io.out);
+  io.out << "Simulation: " << HumanDuration(job.work_s) << " of work on "
+         << (job.instances == 1 ? std::string("one instance")
+                                : absl::StrCat(job.instances, " instances at once"))
+         << " by " << HumanDuration(job.deadline_s) << ", changeover "
+         << HumanDuration(job.changeover_s) << ", spot " << Dollars(job.spot_price_per_hour)
+         << "/h, on-demand " << Dollars(job.on_demand_price_per_hour) << "/h"
+         << (job.instances == 1 ? "" : " per instance") << "\n";
+  if (zoned) {
+    io.out << zones->size() << " zones (" << HumanDuration(trace.duration_s()) << ", tick "
+           << HumanDuration(trace.gap_s) << "), a window every " << HumanDuration(every)
+           << ", policy " << policy << "\n\n";
+    PrintZones(*zones, job, io.out);
+    io.out << "\n";
+  } else {
+    io.out << "trace " << file << " (" << HumanDuration(trace.duration_s()) << ", tick "
+           << HumanDuration(trace.gap_s) << "), a window every " << HumanDuration(every)
+           << ", policy " << policy << "\n\n";
+  }
+  PrintWindows(*summary, io.out, zoned);
   io.out << "\n"
          << summary->windows.size() << " windows: deadline met in "
          << Fixed(100 * summary->met_fraction, 1) << "%, mean cost "
          << Dollars(summary->mean_cost_usd) << " (on-demand only " << Dollars(on_demand_only)
          << ")\n";
   io.out << "spot " << Fixed(summary->spot_hours, 1) << " h, on-demand "
-         << Fixed(summary->on_demand_hours, 1) << " h, " << summary->changeovers
-         << " changeovers in all\n";
+         << Fixed(summary->on_demand_hours, 1) << " h, " << summary->changeovers << " changeovers";
+  if (zoned) io.out << ", " << summary->moves << " moves between zones";
+  io.out << " in all\n";
   if (summary->missed_on_demand_could_meet > 0) {
     io.out << "missed where on-demand alone would have met the deadline: "
            << summary->missed_on_demand_could_meet << "\n";
@@ -545,13 +682,20 @@ std::vector<Command> SimulateCommands() {
   for (FlagHelp& f : SimulationFlagHelp()) commands[0].flags.push_back(std::move(f));
   // The one-instance form with an availability trace.
   for (FlagHelp f : std::vector<FlagHelp>{
-           {"--availability", "FILE | TYPE=FILE,...",
+           {"--availability", "FILE | ZONE=FILE,... | TYPE=FILE,...",
             "spot availability traces (NSDI'24 JSON or time,count CSV): with --work one\n"
-            "FILE (the one-instance form); with --workload TYPE=FILE per type: the\n"
+            "FILE, or ZONE=FILE per zone the job may move between (the one-instance\n"
+            "form); with --workload TYPE=FILE per type: the\n"
             "cluster (--cluster or the cheapest plan) is also replayed through them, a\n"
             "window per --start-every; alone when there is no revocation model. Types\n"
             "whose spot price is not below on-demand are bought on-demand (no trace)"},
            {"--work", "D", "the one-instance form: work in seconds of one instance (24h)"},
+           {"--instances", "N",
+            "the one-instance form: instances the job needs at once (default 1); a zone\n"
+            "serves it while its count is at least N, a drop below preempts all N"},
+           {"--zone-price", "ZONE=USD,...",
+            "spot $/h per instance in these zones (default --spot-price)"},
+           {"--avoid-zone", "ZONE,...", "zones of --availability never to run in"},
            {"--changeover", "D",
             "billed time without progress at each instance start (one-instance form\n"
             "default 0, cluster form 5m)"},
@@ -565,9 +709,10 @@ std::vector<Command> SimulateCommands() {
   commands[0].synopsis +=
       "\n[--availability TYPE=FILE,... [--fallback on-demand|none] [--policy P]\n"
       "[--changeover D] [--start-every D]]\n\n"
-      "or, one instance against an availability trace:\n"
-      "--availability FILE --work D --deadline D --spot-price USD\n"
-      "--on-demand-price USD [--changeover D] [--start-every D]\n"
+      "or, one instance (or N at once) against availability traces, in one zone or several:\n"
+      "--availability FILE|ZONE=FILE,... --work D --deadline D --spot-price USD\n"
+      "--on-demand-price USD [--instances N] [--zone-price ZONE=USD,...]\n"
+      "[--avoid-zone ZONE,...] [--changeover D] [--start-every D]\n"
       "[--policy ours|uniform-progress|greedy|on-demand|optimum]\n"
       "[--fallback on-demand|none] [--json]";
   return commands;

@@ -1,0 +1,68 @@
+// Where to run spot now, when an instance type can run in several zones (or regions): the one
+// rule the simulator (`spotdnn simulate --availability ZONE=FILE,...`), the planner and the job
+// controller share. It answers only "which zone"; whether to run spot at all, wait or buy
+// on-demand is the deadline policy's answer (deadline_policy.h), which sees spot as available
+// when this rule finds a zone.
+#ifndef SPOTDNN_PROVISIONER_DEADLINE_ZONE_CHOICE_H_
+#define SPOTDNN_PROVISIONER_DEADLINE_ZONE_CHOICE_H_
+
+#include <vector>
+
+namespace spotdnn::provisioner::deadline {
+
+// One zone as the rule sees it now.
+struct ZoneOption {
+  double spot_price_per_hour = 0;  // per instance
+  bool has_capacity = false;       // spot for every instance the job needs, now
+  // Blocked by the user (--avoid-zone), or it refused a launch within the last probe interval.
+  bool blocked = false;
+  double seen_s = 0;     // how long its availability has been watched
+  double seen_up_s = 0;  // of which with capacity
+  // The mean stretch with capacity seen there (the expected stay after a move), > 0.
+  double expected_run_s = 2 * 3600;
+  // The one-off cost of moving the job there from where its checkpoint is (copying it across
+  // regions), in dollars for the whole job, and the time the copy adds to the changeover.
+  double move_usd = 0;
+  double move_s = 0;
+};
+
+// What was seen of one zone's capacity over time, for the ZoneOption the rule reads: how long it
+// has been watched and up, and how long the stretch with capacity it is in now should last (the
+// mean rest of the stretches seen that lasted longer than this one has so far: spot that has
+// stayed long tends to stay; with none that long, as long again as it has lasted).
+class ZoneHistory {
+ public:
+  // `seconds` pass with capacity (`up`) or without.
+  void Observe(bool up, double seconds);
+  double seen_s() const { return seen_s_; }
+  double seen_up_s() const { return seen_up_s_; }
+  // The expected rest of the current stretch with capacity (when down: of the next one, the mean
+  // length seen). Before any stretch ended, the prior: 2 h, or the age when longer.
+  double ExpectedStay() const;
+
+ private:
+  std::vector<double> ended_;   // lengths of the stretches that ended, ascending
+  std::vector<double> suffix_;  // suffix_[i] = sum of ended_[i..]
+  double seen_s_ = 0, seen_up_s_ = 0, age_ = 0;
+  bool up_ = false;
+};
+
+// What the rule needs to know about the job.
+struct ZoneJob {
+  int current = -1;         // the zone the job's spot instances run in now; -1: not on spot
+  double work_left_s = 0;   // seconds of training left
+  double changeover_s = 0;  // billed time without progress at every start
+  double slack_s = 0;       // time left - work left
+  int instances = 1;        // instances the job runs at once
+};
+
+// The zone to run spot in: the current one while it has capacity (moving to a cheaper one only
+// when the saving over the expected stay there pays for two changeovers and the move, with two
+// changeovers of slack to spare); otherwise the cheapest zone with capacity that is not blocked,
+// then the one with the most availability seen, then the first listed (ties keep the order the
+// catalog or the user gave). -1 when no zone has capacity.
+int ChooseSpotZone(const std::vector<ZoneOption>& zones, const ZoneJob& job);
+
+}  // namespace spotdnn::provisioner::deadline
+
+#endif  // SPOTDNN_PROVISIONER_DEADLINE_ZONE_CHOICE_H_
