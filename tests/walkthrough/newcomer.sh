@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The README's newcomer walk-through, run as written: the ```sh block after the line
-# "<!-- newcomer walk-through: tests/walkthrough/newcomer.sh -->" in README.md (own profile from a
-# log -> fit -> predict by name -> plan by name -> run by name, all under one --data-dir), each
-# command in order, in a fresh folder where build/ is the build tree and deploy/ the source's.
+# The manual's newcomer walk-through, run as written: the ```sh block after the line
+# "<!-- newcomer walk-through: tests/walkthrough/newcomer.sh -->" in docs/profiling.md (own
+# profile from a log -> fit -> predict by name -> plan by name -> run by name, all under one
+# --data-dir), each command in order, in a fresh folder where build/ is the build tree and deploy/
+# the source's.
 # Fails on the first command that fails, and checks what each step must have left behind.
 #
 #   tests/walkthrough/newcomer.sh SOURCE_DIR BINARY_DIR
@@ -17,15 +18,16 @@ export HOME="$work/home" SPOTDNN_HOME="$work/elsewhere"
 mkdir -p "$HOME"
 
 script="$work/walkthrough.sh"
+page="$src/docs/profiling.md"
 awk '/<!-- newcomer walk-through: tests\/walkthrough\/newcomer.sh -->/ { found = 1; next }
      found == 1 && /^```sh$/ { found = 2; next }
      found == 2 && /^```$/ { exit }
-     found == 2 { print }' "$src/README.md" > "$script"
+     found == 2 { print }' "$page" > "$script"
 if [ ! -s "$script" ]; then
-  echo "FAIL: no walk-through block in $src/README.md" >&2
+  echo "FAIL: no walk-through block in $page" >&2
   exit 1
 fi
-echo "--- the README's commands:"
+echo "--- the commands of $page:"
 cat "$script"
 
 cleanup() {
@@ -40,7 +42,7 @@ echo "--- running them"
 bash -eux "$script" 2>&1 | tee "$work/output.txt"
 status=${PIPESTATUS[0]}
 if [ "$status" -ne 0 ]; then
-  echo "FAIL: a README command exited $status" >&2
+  echo "FAIL: a command of $page exited $status" >&2
   exit 1
 fi
 
@@ -130,4 +132,4 @@ if grep -q "Starting" <<< "$out"; then fail "a second up says it starts the stac
 "$bin/spotdnn" down --data-dir "$D" > /dev/null
 
 rm -rf "$work"
-echo "PASS: the README's newcomer walk-through"
+echo "PASS: the newcomer walk-through of $page"
