@@ -73,8 +73,8 @@ size_t MaxMessageBytes(const Descriptor* type, size_t cap, const std::vector<std
 
 std::string RequestTooLargeMessage(absl::string_view method, size_t bytes, size_t limit) {
   return absl::StrCat("the request to ", method, " is ", bytes, " bytes: more than the ", limit,
-                      " bytes its message can take within the limits on its fields (see the "
-                      "README's \"Limits on requests\"); it was refused unread");
+                      " bytes its message can take within the limits on its fields (see "
+                      "\"Limits on requests\" in docs/security.md); it was refused unread");
 }
 
 }  // namespace spotdnn::services

@@ -1,5 +1,7 @@
 #include "services/gateway/cli/cli.h"
 
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "absl/strings/str_split.h"
@@ -285,7 +287,24 @@ TEST(Cli, EveryCommandTakesOnlyItsOwnFlagsAndDocumentsThem) {
     EXPECT_THAT(help.out, HasSubstr("Usage: spotdnn " + c.name)) << c.name;
     for (const FlagHelp& f : c.flags) EXPECT_THAT(help.out, HasSubstr(f.flag)) << c.name;
     EXPECT_EQ(Cli({"help", c.name}).out, help.out) << c.name;
+    // The last line names the command's page of the manual, a page of docs/ that shows it.
+    const std::string page = ManualPage(c.name);
+    EXPECT_THAT(page, ::testing::StartsWith("docs/")) << c.name;
+    EXPECT_THAT(help.out, ::testing::EndsWith("\n\nManual: " + page + "\n")) << c.name;
+    std::ifstream file(std::string(SPOTDNN_SOURCE_DIR) + "/" + page);
+    ASSERT_TRUE(file) << c.name << ": " << page << " does not exist";
+    const std::string text((std::istreambuf_iterator<char>(file)), {});
+    EXPECT_THAT(text, HasSubstr("spotdnn " + c.name.substr(0, c.name.find(' '))))
+        << c.name << ": " << page;
   }
+  EXPECT_EQ(ManualPage("plan"), "docs/planning.md");
+  EXPECT_EQ(ManualPage("profile import"), "docs/profiling.md");
+  EXPECT_EQ(ManualPage("profile validate-convergence"), "docs/convergence.md");
+  EXPECT_EQ(ManualPage("catalog hazards"), "docs/simulation.md");
+  EXPECT_THAT(Cli({"plan", "--help"}).out, ::testing::EndsWith("\nManual: docs/planning.md\n"));
+  EXPECT_THAT(Cli({"help"}).out,
+              ::testing::EndsWith("\nManual: README.md, and a page per topic in "
+                                  "docs/ (its \"Where to read next\" lists them)\n"));
   // Flags the old hand-written usage texts forgot.
   const CliRun plan = Cli({"plan", "--help"});
   for (const char* flag : {"--mode", "--parameter-servers", "--exhaustive-limit"}) {

@@ -244,7 +244,8 @@ TEST(MaxMessageBytes, CountsStringsRepeatedFieldsAndNestingAndCapsTheRest) {
   EXPECT_EQ(MaxMessageBytes(v1::ImportLogRequest::descriptor(), 1000), 1000u);
 }
 
-// The limits the README's "Limits on requests" table gives, printed so that it can be checked.
+// The limits the "Limits on requests" table of docs/security.md gives, printed so that it can be
+// checked.
 TEST(MaxMessageBytes, PrintsEachMethodsLimit) {
   for (const char* service : {"spotdnn.v1.Predictor", "spotdnn.v1.Provisioner",
                               "spotdnn.v1.Profiler", "spotdnn.v1.Detector"}) {

@@ -142,9 +142,9 @@ int CatalogRefresh(const Args& args, const Io& io) {
   const services::DataRegistry registry = services::DataRegistry::WithBuiltins();
   std::optional<std::string> catalog_arg = args.Get("--catalog");
   if (!catalog_arg && *provider_name != "aws") {
-    return ReportError(absl::InvalidArgumentError(
-                           absl::StrCat("--catalog is required for ", *provider_name,
-                                        ": a catalog file of its instance types (see the README)")),
+    return ReportError(absl::InvalidArgumentError(absl::StrCat(
+                           "--catalog is required for ", *provider_name,
+                           ": a catalog file of its instance types (see docs/providers.md)")),
                        cmd, io);
   }
   auto catalog = registry.ResolveCatalog(catalog_arg.value_or("aws-paper-2023"));

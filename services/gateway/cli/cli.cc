@@ -35,6 +35,8 @@ takes --json (one JSON object on stdout). Exit status: 0 ok, 1 service failure, 
 TLS and tokens, for any command that talks to a server: --tls-ca FILE (verify the server),
 --tls-cert FILE --tls-key FILE (mutual TLS), --token-file FILE (bearer token); defaults from
 $SPOTDNN_TLS_CA, $SPOTDNN_TLS_CERT, $SPOTDNN_TLS_KEY, $SPOTDNN_TOKEN_FILE.
+
+Manual: README.md, and a page per topic in docs/ (its "Where to read next" lists them)
 )";
 
 std::string Overview() {

@@ -44,6 +44,40 @@ const std::vector<Command>& CommandTable() {
   return *table;
 }
 
+std::string ManualPage(const std::string& command_name) {
+  // A subcommand's own page where it has one, else its group's.
+  struct Page {
+    const char* command;
+    const char* page;
+  };
+  static constexpr Page kPages[] = {
+      {"predict", "docs/planning.md"},
+      {"catalogs", "docs/planning.md"},
+      {"workloads", "docs/planning.md"},
+      {"plan", "docs/planning.md"},
+      {"simulate", "docs/simulation.md"},
+      {"profile validate-convergence", "docs/convergence.md"},
+      {"profile", "docs/profiling.md"},
+      {"watch", "docs/detector.md"},
+      {"detector", "docs/detector.md"},
+      {"run", "docs/jobs.md"},
+      {"jobs", "docs/jobs.md"},
+      {"status", "docs/jobs.md"},
+      {"up", "docs/jobs.md"},
+      {"down", "docs/jobs.md"},
+      {"local", "docs/providers.md"},
+      {"catalog hazards", "docs/simulation.md"},
+      {"catalog", "docs/providers.md"},
+  };
+  const std::string group = command_name.substr(0, command_name.find(' '));
+  for (const std::string& name : {command_name, group}) {
+    for (const Page& p : kPages) {
+      if (name == p.command) return p.page;
+    }
+  }
+  return "README.md";
+}
+
 std::string HelpText(const Command& command) {
   std::string text = absl::StrCat("Usage: spotdnn ", command.name);
   if (!command.run) {
@@ -74,6 +108,7 @@ std::string HelpText(const Command& command) {
     }
     absl::StrAppend(&text, "\n`spotdnn ", command.name,
                     " SUBCOMMAND --help` shows a subcommand's flags.\n");
+    absl::StrAppend(&text, "\nManual: ", ManualPage(command.name), "\n");
     return text;
   }
   if (!command.flags.empty()) {
@@ -94,6 +129,7 @@ std::string HelpText(const Command& command) {
     }
   }
   if (!command.footer.empty()) absl::StrAppend(&text, "\n", command.footer, "\n");
+  absl::StrAppend(&text, "\nManual: ", ManualPage(command.name), "\n");
   return text;
 }
 

@@ -57,7 +57,11 @@ std::vector<Command> CatalogCommands();   // catalog ... (catalog_commands.cc)
 std::vector<Command> DetectorCommands();  // detector ... (detector_commands.cc)
 const std::vector<Command>& CommandTable();
 
-// The --help text of a command or group.
+// The page of the manual that documents a command or group, relative to the checkout:
+// "docs/planning.md" for "plan". Every command has one.
+std::string ManualPage(const std::string& command_name);
+
+// The --help text of a command or group; its last line names the command's page of the manual.
 std::string HelpText(const Command& command);
 
 }  // namespace spotdnn::gateway
