@@ -8,7 +8,7 @@
 #
 # Why one build: every test still runs once, and where a memory error or undefined behaviour also
 # fails it; compiling everything twice (a normal build, then this one) made this command take
-# 80 minutes cold on 2 cores, over CI's limit (README, "Development").
+# 80 minutes cold on 2 cores, over CI's limit (docs/development.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/setup.sh

@@ -1,9 +1,9 @@
 #!/bin/sh
-# Writes the example training log of the README's "Profiling a workload" walk-through to standard
-# output: four short profiling runs of a ResNet-110-sized model on p3.2xlarge workers (one V100
-# each, batch 128) with 1, 2, 4 and 8 workers against one parameter server, every worker printing
-# one SPOTDNN_SAMPLE line per step as the README's PyTorch snippet does (jobs r110-1w, r110-2w,
-# r110-4w, r110-8w; `step` is each worker's own step count).
+# Writes the example training log of the walk-through in docs/profiling.md to standard output:
+# four short profiling runs of a ResNet-110-sized model on p3.2xlarge workers (one V100 each,
+# batch 128) with 1, 2, 4 and 8 workers against one parameter server, every worker printing one
+# SPOTDNN_SAMPLE line per step as the PyTorch snippet of docs/profiling.md does (jobs r110-1w,
+# r110-2w, r110-4w, r110-8w; `step` is each worker's own step count).
 #
 # The numbers are SYNTHETIC, not measured: a stand-in for logs of your own runs, drawn from the
 # paper's model with noise so that the fit has something to recover. Per step a worker computes for
