@@ -36,10 +36,12 @@ class DdpEndToEnd : public ExampleJobTest {
  protected:
   DdpEndToEnd() : ExampleJobTest(kJob, "digits-ddp") {}
 
-  // The example's job with 4 ms of emulated compute per sample (a step is shorter on more
-  // instances), 40-step profiling runs, a quota of `quota` instances and `deadline`, and `edit`.
+  // The example's job with `delay` seconds of emulated compute per sample (a step is shorter on
+  // more instances), 40-step profiling runs, a quota of `quota` instances and `deadline`, and
+  // `edit`.
   std::string SlowJob(int quota, const std::string& deadline,
-                      const std::function<void(nlohmann::json&)>& edit = nullptr) {
+                      const std::function<void(nlohmann::json&)>& edit = nullptr,
+                      const std::string& delay = "0.004") {
     return WriteJob([&](nlohmann::json& s) {
       s["quotas"] = {{"local.cpu", quota}};
       s["slo"]["deadline"] = deadline;
@@ -47,7 +49,7 @@ class DdpEndToEnd : public ExampleJobTest {
       std::string command = s["commands"]["worker"].get<std::string>();
       const size_t at = command.find("--sample-delay 0.002");
       ASSERT_NE(at, std::string::npos) << command;
-      command.replace(at, 20, "--sample-delay 0.004");
+      command.replace(at, 20, "--sample-delay " + delay);
       s["commands"]["worker"] = command;
       if (edit) edit(s);
     });
@@ -90,12 +92,15 @@ class DdpEndToEnd : public ExampleJobTest {
 };
 
 TEST_F(DdpEndToEnd, ThreeInstancesThroughANoticeRestartKeepTheGlobalBatchAndReachTheTarget) {
-  // Three instances from the start: a deadline that two cannot meet (a step is shorter on more
-  // instances: the example's emulated compute is per sample, here 4 ms; 1,500 steps take about
-  // 207 s on two and 146-155 s on three, and the two 40-step profiling runs 30-45 s of the
-  // 225 s), on a quota of three; so two survivors cannot meet it either, the revoked instance is
-  // replaced, and the restart (about 20 s) still fits.
-  const std::string spec = SlowJob(3, "225s");
+  // Three instances from the start: a deadline that two cannot meet, on a quota of three; so two
+  // survivors cannot meet it either, the revoked instance is replaced, and the job still meets it
+  // through two restarts (the notice's and the replacement's joining, about 20 s each). A step is
+  // shorter on more instances: the example's emulated compute is per sample, here 6 ms, so 2,000
+  // steps take about 400 s on two (the plan predicts about 390 s) and 290 s on three, and the two
+  // 40-step profiling runs about 40 s of the 400 s: three finish in about 370 s with the
+  // restarts, two would need about 430 s.
+  const std::string spec = SlowJob(
+      3, "400s", [](nlohmann::json& s) { s["slo"]["iterations"] = 2000; }, "0.006");
   Child gateway({bin_ + "/spotdnn", "run", spec, "--json", "--data-dir", dir_.string()},
                 (dir_ / "run.log").string());
   ASSERT_TRUE(TrainsOn(3, 100, 420));
@@ -106,7 +111,7 @@ TEST_F(DdpEndToEnd, ThreeInstancesThroughANoticeRestartKeepTheGlobalBatchAndReac
   ASSERT_TRUE(provider_->Revoke(revoked, absl::Seconds(3)).ok());
   ASSERT_TRUE(LogsEvent("restarted", 240)) << "every rank never stepped again after the notice";
 
-  auto finished = Finished(gateway, 420);
+  auto finished = Finished(gateway, 600);
   ASSERT_TRUE(finished.has_value());
   const int code = finished->first;
   const job::JobRecord* record = &finished->second;
@@ -114,9 +119,8 @@ TEST_F(DdpEndToEnd, ThreeInstancesThroughANoticeRestartKeepTheGlobalBatchAndReac
   ASSERT_NE(store, nullptr);
   EXPECT_GE(record->iterations_done, record->target_iterations)
       << "the job ended short of its target";
-  // Exit 0 when the deadline was met too, 3 when the target came after it (a machine busier
-  // than during profiling); the figure is printed below.
-  EXPECT_TRUE(code == 0 || code == 3) << code;
+  // The target by the deadline: exit 0 (3 would say the deadline was missed).
+  EXPECT_EQ(code, 0) << "the job missed its deadline; its output:\n" << ReadAll(dir_ / "run.log");
   EXPECT_GT(record->loss, 0);
   auto revocation = RevocationOf(*store, revoked);
   ASSERT_TRUE(revocation.has_value());
@@ -141,6 +145,7 @@ TEST_F(DdpEndToEnd, ThreeInstancesThroughANoticeRestartKeepTheGlobalBatchAndReac
   // computed again, is the furthest they came, at least where the job stood at the notice.
   EXPECT_GE(restart["resumed_step"].get<double>() - 1 + restart["steps_redone"].get<double>(),
             restart["steps_at_notice"].get<double>());
+  EXPECT_EQ(summary["deadline_met"], true) << summary.dump();
   CliRun table = Cli({"status", kJob, "--data-dir", dir_.string()});
   EXPECT_THAT(table.out, ::testing::HasSubstr("notice -> all ranks stepping"));
 
