@@ -170,6 +170,12 @@ class LocalProvider final : public CloudProvider {
   void ReapOwned();
   bool Alive(const Record& record);
   void Stop(const Record& record);
+  // Starts `command` under the shell (through the wrapper, when set) in a process group of its
+  // own, with the parent's environment and `env` on top, its output appended to `log`; the group
+  // is owned and told to the reaper's list by the caller.
+  absl::StatusOr<pid_t> Spawn(const std::string& command,
+                              const std::map<std::string, std::string>& env,
+                              const std::string& log);
   std::string PathFor(const std::string& instance_id, const char* suffix) const;
   // Revoke() for a loaded record (the notice published, the stop scheduled).
   absl::Status RevokeRecord(Record record, absl::Duration notice);
