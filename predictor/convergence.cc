@@ -345,18 +345,36 @@ double MeanValueAt(const ConvergenceModel& model, int workers, double r, double 
   return model.ValueOf(MeanError(model, workers, r, step));
 }
 
+namespace {
+
+// Where the mean error curve first reaches `goal` (at or below it): s doubles from `start` until
+// the curve is there at s, then 60 bisections of (s / 2, s] (of (`first_lo`, start] when it is
+// there at `start` already). +infinity when s passes kMaxSteps, or passes `give_up_after`
+// without reaching it.
+double MeanCrossing(const ConvergenceModel& model, int workers, double r, double goal, double start,
+                    double first_lo,
+                    double give_up_after = std::numeric_limits<double>::infinity()) {
+  auto reached = [&](double step) { return MeanError(model, workers, r, step) <= goal; };
+  for (double s = start; s <= kMaxSteps; s *= 2) {
+    if (reached(s)) {
+      double lo = s == start ? first_lo : s / 2, hi = s;
+      for (int i = 0; i < 60; ++i) {
+        const double mid = (lo + hi) / 2;
+        (reached(mid) ? hi : lo) = mid;
+      }
+      return hi;
+    }
+    if (s > give_up_after) break;
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
+}  // namespace
+
 double MeanStepAt(const ConvergenceModel& model, int workers, double r, double value) {
   const double goal = model.ErrorOf(value);
   if (!Finite(goal)) return std::numeric_limits<double>::infinity();
-  auto above = [&](double step) { return MeanError(model, workers, r, step) > goal; };
-  double lo = 0, hi = 1;
-  while (hi < 1e15 && above(hi)) hi *= 2;
-  if (hi >= 1e15) return std::numeric_limits<double>::infinity();
-  for (int i = 0; i < 60; ++i) {
-    const double mid = (lo + hi) / 2;
-    (above(mid) ? lo : hi) = mid;
-  }
-  return hi;
+  return MeanCrossing(model, workers, r, goal, /*start=*/1, /*first_lo=*/0);
 }
 
 StepQuantiles StepsToTarget(const ConvergenceModel& model, int workers, double r, double target,
@@ -365,25 +383,14 @@ StepQuantiles StepsToTarget(const ConvergenceModel& model, int workers, double r
   const double goal = model.ErrorOf(target);  // reach an error at or below this
   if (!Finite(goal) || !Finite(from_step) || from_step < 0) return out;
   draws = std::clamp(draws, 1, 100'000);
-  // Where the mean curve reaches the goal (doubling then bisection), to size the horizon.
   auto mean_at = [&](double s) { return MeanError(model, workers, r, s); };
   double end = std::max(1.0, from_step);
   const LrSchedule& sch = model.schedule;
   if (sch.kind == LrSchedule::Kind::kStepDecay) end = std::max(end, sch.drop_steps.back() * 2);
   if (sch.kind == LrSchedule::Kind::kCosine) end = std::max(end, sch.cosine_horizon_steps);
-  double mean_cross = std::numeric_limits<double>::infinity();
-  for (double s = std::max(1.0, from_step); s <= kMaxSteps; s *= 2) {
-    if (mean_at(s) <= goal) {
-      double lo = s / 2, hi = s;
-      for (int i = 0; i < 60; ++i) {
-        const double mid = (lo + hi) / 2;
-        (mean_at(mid) <= goal ? hi : lo) = mid;
-      }
-      mean_cross = hi;
-      break;
-    }
-    if (s > 4 * end && s > 1e9) break;
-  }
+  const double start = std::max(1.0, from_step);
+  const double mean_cross = MeanCrossing(model, workers, r, goal, start, /*first_lo=*/start / 2,
+                                         /*give_up_after=*/std::max(4 * end, 1e9));
   const double horizon =
       std::min(kMaxSteps, std::max(end, Finite(mean_cross) ? 20 * mean_cross : 20 * end));
   // Evaluations: every eval_interval_steps from the start (a running job: from from_step), at
