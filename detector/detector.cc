@@ -5,7 +5,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "services/common/limits.h"
+#include "base/limits.h"
 
 namespace spotdnn::detector {
 

@@ -1,7 +1,7 @@
 #include "detector/detector_store.h"
 
 #include "absl/strings/str_cat.h"
-#include "services/common/db/database.h"
+#include "base/db/database.h"
 
 namespace spotdnn::detector {
 namespace {

@@ -1,4 +1,4 @@
-// The detector's store (SQLite or PostgreSQL, services/common/db): registrations (with state), the
+// The detector's store (SQLite or PostgreSQL, base/db): registrations (with state), the
 // notice keys already reported, and the event log. A restarted detector reloads all three, so it
 // neither loses nor repeats events.
 #ifndef SPOTDNN_DETECTOR_DETECTOR_STORE_H_
@@ -40,7 +40,7 @@ struct Lease {
   int64_t expires_unix_ms = 0;  // on the database's clock
 };
 
-// Persistence (services/common/db). Not thread-safe: the detector calls it under its lock (a
+// Persistence (base/db). Not thread-safe: the detector calls it under its lock (a
 // shared detector opens a second one for its background work).
 //
 // On PostgreSQL the store is shared by every replica (see Detector): the registry, one event log

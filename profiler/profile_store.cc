@@ -13,7 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "services/common/db/database.h"
+#include "base/db/database.h"
 
 namespace spotdnn::profiler {
 namespace {

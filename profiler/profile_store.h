@@ -1,6 +1,6 @@
 // The profiler's database: runs (jobs), samples and versioned workload profiles, in SQLite (WAL
 // mode, so readers never block the writer and a crash mid-write leaves the last commit intact) or
-// PostgreSQL (services/common/db).
+// PostgreSQL (base/db).
 // Profiles are kept as the JSON document the CLI's --workload FILE reads; this library does not
 // interpret it.
 #ifndef SPOTDNN_PROFILER_PROFILE_STORE_H_

@@ -10,8 +10,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/limits.h"
 #include "predictor/types.h"
-#include "services/common/limits.h"
 
 namespace spotdnn::profiler {
 namespace {

@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "services/common/limits.h"
+#include "base/limits.h"
 
 namespace spotdnn::profiler {
 

@@ -13,10 +13,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "base/limits.h"
 #include "base/text.h"
 #include "profiler/import_internal.h"
 #include "profiler/importers.h"
-#include "services/common/limits.h"
 
 namespace spotdnn::profiler {
 namespace import_internal {

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "services/common/limits.h"
+#include "base/limits.h"
 
 namespace spotdnn::services {
 

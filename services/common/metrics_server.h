@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "services/common/metrics.h"
+#include "base/metrics.h"
 
 namespace spotdnn::services {
 

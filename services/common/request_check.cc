@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/limits.h"
 #include "google/protobuf/descriptor.h"
 #include "predictor/convergence.h"
 #include "services/common/convert.h"
-#include "services/common/limits.h"
 
 namespace spotdnn::services {
 namespace {

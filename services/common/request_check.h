@@ -1,5 +1,5 @@
 // The edge check every spotdnn handler runs on a request before any domain code sees it: the
-// limits of services/common/limits.h on strings and repeated fields, enum values the enum
+// limits of base/limits.h on strings and repeated fields, enum values the enum
 // defines, and finite floating-point numbers. Field-specific bounds (counts, quotas, sizes) are
 // the domain's.
 #ifndef SPOTDNN_SERVICES_COMMON_REQUEST_CHECK_H_

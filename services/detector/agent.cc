@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
-#include "services/common/limits.h"
+#include "base/limits.h"
 #include "services/common/server.h"
 #include "services/detector/detector_service.h"
 #include "spdlog/spdlog.h"

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "services/common/metrics.h"
+#include "base/metrics.h"
 
 namespace spotdnn::services {
 namespace {

@@ -34,7 +34,7 @@ detector::Cloud ToDomain(pb::Cloud cloud);
 // detector's newest sequence then. A subscriber that got it reached the detector.
 inline constexpr std::string_view kWatchOpenedHeader = "spotdnn-watch-last-sequence";
 
-// The Detector service. Every request is checked against the limits of services/common/limits.h
+// The Detector service. Every request is checked against the limits of base/limits.h
 // (ids and keys at most 256 bytes, detail and problem at most 1,024, known enum values) before
 // the detector sees it. AgentStream reads its stream as raw messages and parses each itself, so
 // that one that cannot be parsed ends the stream with INVALID_ARGUMENT naming it instead of

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/limits.h"
 #include "services/common/convert.h"
-#include "services/common/limits.h"
 
 namespace spotdnn::services {
 namespace {

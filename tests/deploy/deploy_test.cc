@@ -16,8 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/db/database.h"
 #include "gtest/gtest.h"
-#include "services/common/db/database.h"
 #include "tests/deploy/deploy_files.h"
 
 namespace spotdnn::deploy_test {

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/metrics.h"
 #include "detector/metadata_emulator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/common/metrics.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/metrics_sample.h"
 

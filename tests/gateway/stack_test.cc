@@ -13,11 +13,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/db/backends.h"
+#include "base/db/database.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "services/common/db/backends.h"
-#include "services/common/db/database.h"
 #include "tests/gateway/cli_runner.h"
 #include "tests/testing/ports.h"
 #include "tests/testing/postgres_server.h"

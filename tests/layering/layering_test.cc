@@ -1,8 +1,8 @@
 // The layering rule, checked on the source tree (SPOTDNN_SOURCE_DIR): the domain folders
-// (predictor/, profiler/, provisioner/, detector/, base/) include no gRPC or protobuf headers, and
-// take from services/ only the ground floor, the database layer (services/common/db/) and the
-// request limits (services/common/limits.h, the spotdnn_limits INTERFACE target). A violation
-// fails naming the file, the line and the include.
+// (predictor/, profiler/, provisioner/, detector/, base/) include no gRPC or protobuf headers and
+// nothing from services/; what they all share (the database layer, the request limits, the
+// metrics registry) lives in base/. A violation fails naming the file, the line and the include.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -22,11 +22,6 @@ namespace fs = std::filesystem;
 // The domain folders, relative to the source root (base/ may not exist yet).
 constexpr const char* kDomainFolders[] = {"predictor", "profiler", "provisioner", "detector",
                                           "base"};
-
-// What a domain file may include from services/: a prefix (a folder) or one exact header.
-bool AllowedFromServices(const std::string& path) {
-  return absl::StartsWith(path, "services/common/db/") || path == "services/common/limits.h";
-}
 
 // gRPC and protobuf stay at the services/ edge.
 bool IsRpcHeader(const std::string& path) {
@@ -50,7 +45,7 @@ std::vector<std::string> Violations(const fs::path& file, const std::string& nam
     std::smatch m;
     if (!std::regex_search(line, m, kInclude)) continue;
     const std::string path = m[1].str();
-    if ((absl::StartsWith(path, "services/") && !AllowedFromServices(path)) || IsRpcHeader(path)) {
+    if (absl::StartsWith(path, "services/") || IsRpcHeader(path)) {
       out.push_back(absl::StrCat(name, ":", number, ": ", line));
     }
   }
@@ -73,37 +68,42 @@ std::vector<std::string> ScanDomain(const fs::path& root, int* files) {
   return out;
 }
 
-TEST(Layering, DomainFoldersTakeOnlyTheGroundFloorFromServices) {
+TEST(Layering, DomainFoldersTakeNothingFromServices) {
   const fs::path root = SPOTDNN_SOURCE_DIR;
   ASSERT_TRUE(fs::is_directory(root / "predictor")) << "no source tree at " << root;
   int files = 0;
   const std::vector<std::string> violations = ScanDomain(root, &files);
   EXPECT_GT(files, 20) << "the scan read too few files to mean anything";
   EXPECT_TRUE(violations.empty())
-      << "domain folders may include from services/ only services/common/db/ and "
-         "services/common/limits.h, and no gRPC or protobuf header:\n"
+      << "domain folders include nothing from services/ (what they share lives in base/) and no "
+         "gRPC or protobuf header:\n"
       << absl::StrJoin(violations, "\n");
 }
 
 TEST(Layering, TheScanFindsAViolation) {
-  // The checker itself: a domain folder in a scratch tree with one allowed and two refused
-  // includes.
+  // The checker itself: a domain folder in a scratch tree with allowed includes (base/ and the
+  // domain folders) and refused ones (services/, even its database layer's old home, and gRPC).
   const fs::path root = fs::path(testing::TempDir()) / "layering_scan";
   fs::remove_all(root);
   fs::create_directories(root / "profiler" / "sub");
-  std::ofstream(root / "profiler" / "ok.cc") << "#include \"services/common/db/database.h\"\n"
-                                             << "#include \"services/common/limits.h\"\n"
+  std::ofstream(root / "profiler" / "ok.cc") << "#include \"base/db/database.h\"\n"
+                                             << "#include \"base/limits.h\"\n"
                                              << "#include \"predictor/types.h\"\n";
+  std::ofstream(root / "profiler" / "old.cc") << "#include \"services/common/db/database.h\"\n"
+                                              << "#include \"services/common/limits.h\"\n";
   std::ofstream(root / "profiler" / "sub" / "bad.h") << "// a header\n"
-                                                     << "#include \"services/common/metrics.h\"\n"
+                                                     << "#include \"services/common/server.h\"\n"
                                                      << "#include <grpcpp/grpcpp.h>\n";
   std::ofstream(root / "profiler" / "notes.txt") << "#include \"services/common/server.h\"\n";
   int files = 0;
-  const std::vector<std::string> violations = ScanDomain(root, &files);
-  EXPECT_EQ(files, 2);
-  ASSERT_EQ(violations.size(), 2u) << absl::StrJoin(violations, "\n");
-  EXPECT_EQ(violations[0], "profiler/sub/bad.h:2: #include \"services/common/metrics.h\"");
-  EXPECT_EQ(violations[1], "profiler/sub/bad.h:3: #include <grpcpp/grpcpp.h>");
+  std::vector<std::string> violations = ScanDomain(root, &files);
+  EXPECT_EQ(files, 3);
+  ASSERT_EQ(violations.size(), 4u) << absl::StrJoin(violations, "\n");
+  std::sort(violations.begin(), violations.end());
+  EXPECT_EQ(violations[0], "profiler/old.cc:1: #include \"services/common/db/database.h\"");
+  EXPECT_EQ(violations[1], "profiler/old.cc:2: #include \"services/common/limits.h\"");
+  EXPECT_EQ(violations[2], "profiler/sub/bad.h:2: #include \"services/common/server.h\"");
+  EXPECT_EQ(violations[3], "profiler/sub/bad.h:3: #include <grpcpp/grpcpp.h>");
   fs::remove_all(root);
 }
 

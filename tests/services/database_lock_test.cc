@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/db/database.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/common/db/database.h"
 #include "tests/testing/postgres_server.h"
 
 namespace spotdnn::db {

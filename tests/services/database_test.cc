@@ -1,7 +1,7 @@
-// The database layer (services/common/db) on both backends: store specs, values, errors by kind,
+// The database layer (base/db) on both backends: store specs, values, errors by kind,
 // transactions, the dialect, migrations, and (on PostgreSQL) two openers at once and a server
 // that goes away and comes back.
-#include "services/common/db/database.h"
+#include "base/db/database.h"
 
 #include <unistd.h>
 
@@ -12,9 +12,9 @@
 #include <limits>
 #include <thread>
 
+#include "base/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/common/metrics.h"
 #include "tests/testing/metrics_sample.h"
 #include "tests/testing/ports.h"
 #include "tests/testing/postgres_server.h"

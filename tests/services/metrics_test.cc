@@ -1,6 +1,6 @@
-// The metrics registry and its text format (services/common/metrics.h), the --metrics_listen
+// The metrics registry and its text format (base/metrics.h), the --metrics_listen
 // address parser, and GET /metrics served by MetricsServer.
-#include "services/common/metrics.h"
+#include "base/metrics.h"
 
 #include <cmath>
 #include <limits>

@@ -7,10 +7,10 @@
 #include <limits>
 #include <string>
 
+#include "base/limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/common/convert.h"
-#include "services/common/limits.h"
 #include "services/common/request_size.h"
 #include "services/common/security.h"
 #include "spotdnn/v1/detector.pb.h"

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/limits.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/grpcpp.h"
@@ -32,7 +33,6 @@
 #include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
 #include "services/common/data_registry.h"
-#include "services/common/limits.h"
 #include "services/common/security.h"
 #include "spotdnn/v1/detector.grpc.pb.h"
 #include "spotdnn/v1/predictor.grpc.pb.h"

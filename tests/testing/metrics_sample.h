@@ -1,4 +1,4 @@
-// Reading samples out of a Prometheus text-format scrape (services/common/metrics.h), for tests.
+// Reading samples out of a Prometheus text-format scrape (base/metrics.h), for tests.
 #ifndef SPOTDNN_TESTS_TESTING_METRICS_SAMPLE_H_
 #define SPOTDNN_TESTS_TESTING_METRICS_SAMPLE_H_
 

@@ -20,10 +20,10 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/db/backends.h"
+#include "base/db/database.h"
 #include "base/files.h"
 #include "nlohmann/json.hpp"
-#include "services/common/db/backends.h"
-#include "services/common/db/database.h"
 
 namespace spotdnn::gateway {
 namespace {

@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "services/common/db/database.h"
+#include "base/db/database.h"
 
 namespace spotdnn::job {
 

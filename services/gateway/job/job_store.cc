@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
-#include "services/common/db/database.h"
+#include "base/db/database.h"
 
 namespace spotdnn::job {
 namespace {

@@ -1,4 +1,4 @@
-// The gateway's job state, in SQLite or PostgreSQL (services/common/db): each job's spec, plan and
+// The gateway's job state, in SQLite or PostgreSQL (base/db): each job's spec, plan and
 // progress; every instance it launched (and why); every revocation it handled, with the times that
 // measure the handling; and a log of what happened. `spotdnn run --resume` rebuilds a job from here
 // after the gateway died, so every decision is written before it is acted on (launch intents carry
@@ -16,8 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/db/database.h"  // db::HeldLock, which HoldJob returns
 #include "provisioner/launcher/cloud_provider.h"
-#include "services/common/db/database.h"  // db::HeldLock, which HoldJob returns
 #include "services/gateway/job/job_types.h"
 
 namespace spotdnn::job {

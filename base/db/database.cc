@@ -1,4 +1,4 @@
-#include "services/common/db/database.h"
+#include "base/db/database.h"
 
 #include <algorithm>
 #include <utility>
@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "services/common/db/backends.h"
-#include "services/common/metrics.h"
+#include "base/db/backends.h"
+#include "base/metrics.h"
 
 namespace spotdnn::db {
 namespace {

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "services/common/db/backends.h"
+#include "base/db/backends.h"
 
 namespace spotdnn::db {
 namespace {

@@ -4,8 +4,8 @@
 // parameters; the few differences are the dialect's (see Database::Ddl). Errors are absl::Status
 // with a code for the kind of failure (UNAVAILABLE and ABORTED may be retried: IsRetryable), and
 // transactions are retried whole by one helper (Retry). No gRPC: domain stores use it too.
-#ifndef SPOTDNN_SERVICES_COMMON_DB_DATABASE_H_
-#define SPOTDNN_SERVICES_COMMON_DB_DATABASE_H_
+#ifndef SPOTDNN_BASE_DB_DATABASE_H_
+#define SPOTDNN_BASE_DB_DATABASE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -234,4 +234,4 @@ absl::StatusOr<int> SchemaVersion(Database& db);
 
 }  // namespace spotdnn::db
 
-#endif  // SPOTDNN_SERVICES_COMMON_DB_DATABASE_H_
+#endif  // SPOTDNN_BASE_DB_DATABASE_H_

@@ -1,8 +1,8 @@
 // The documented limits on what a spotdnn request may carry, and the text helpers every error
 // that echoes a caller's value uses. Header-only and free of gRPC, so that domain libraries check
 // the same limits (defence in depth) as the service edge (services/common/request_check.h).
-#ifndef SPOTDNN_SERVICES_COMMON_LIMITS_H_
-#define SPOTDNN_SERVICES_COMMON_LIMITS_H_
+#ifndef SPOTDNN_BASE_LIMITS_H_
+#define SPOTDNN_BASE_LIMITS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -133,4 +133,4 @@ inline std::string LengthError(absl::string_view field, absl::string_view value,
 
 }  // namespace spotdnn::limits
 
-#endif  // SPOTDNN_SERVICES_COMMON_LIMITS_H_
+#endif  // SPOTDNN_BASE_LIMITS_H_

@@ -4,8 +4,8 @@
 // the caller may keep (a labelled child's address never changes). No gRPC and no HTTP here: the
 // domain libraries (the detector, the database layer) record into it too; metrics_server.h
 // serves it.
-#ifndef SPOTDNN_SERVICES_COMMON_METRICS_H_
-#define SPOTDNN_SERVICES_COMMON_METRICS_H_
+#ifndef SPOTDNN_BASE_METRICS_H_
+#define SPOTDNN_BASE_METRICS_H_
 
 #include <atomic>
 #include <cstdint>
@@ -157,4 +157,4 @@ void Family<Metric>::ForEach(
 
 }  // namespace spotdnn::metrics
 
-#endif  // SPOTDNN_SERVICES_COMMON_METRICS_H_
+#endif  // SPOTDNN_BASE_METRICS_H_

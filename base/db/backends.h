@@ -1,6 +1,6 @@
-// The two backends of services/common/db/database.h, opened by OpenStore.
-#ifndef SPOTDNN_SERVICES_COMMON_DB_BACKENDS_H_
-#define SPOTDNN_SERVICES_COMMON_DB_BACKENDS_H_
+// The two backends of base/db/database.h, opened by OpenStore.
+#ifndef SPOTDNN_BASE_DB_BACKENDS_H_
+#define SPOTDNN_BASE_DB_BACKENDS_H_
 
 #include <memory>
 #include <string>
@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "services/common/db/database.h"
+#include "base/db/database.h"
 
 namespace spotdnn::db {
 
@@ -28,4 +28,4 @@ absl::StatusOr<std::unique_ptr<Database>> OpenPostgres(const std::string& uri,
 
 }  // namespace spotdnn::db
 
-#endif  // SPOTDNN_SERVICES_COMMON_DB_BACKENDS_H_
+#endif  // SPOTDNN_BASE_DB_BACKENDS_H_

@@ -1,4 +1,4 @@
-#include "services/common/metrics.h"
+#include "base/metrics.h"
 
 #include <algorithm>
 #include <charconv>

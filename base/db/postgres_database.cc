@@ -13,7 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "services/common/db/backends.h"
+#include "base/db/backends.h"
 
 namespace spotdnn::db {
 namespace {
