@@ -1,7 +1,6 @@
 #include "provisioner/deadline/window_replay.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -172,27 +171,48 @@ absl::Status ValidateWindowJob(const WindowJob& job) {
 
 namespace {
 
-// The online replay of one window through the grid's zones under `policy`.
-WindowResult ReplayOn(const Grid& g, double start_s, const WindowJob& job, DeadlinePolicy& policy) {
+// Moves what `seen` knows of each zone on from `from_s` to `to_s`.
+void Watch(const Grid& g, int instances, double from_s, double to_s,
+           std::vector<ZoneHistory>& seen) {
+  for (size_t tick = static_cast<size_t>(std::floor(from_s / g.gap_s + 1e-9));
+       static_cast<double>(tick) * g.gap_s < to_s - 1e-9; ++tick) {
+    const double a = std::max(from_s, static_cast<double>(tick) * g.gap_s);
+    const double b = std::min(to_s, static_cast<double>(tick + 1) * g.gap_s);
+    if (!(b > a)) continue;
+    for (int z = 0; z < g.zones(); ++z) seen[z].Observe(g.Count(z, tick) >= instances, b - a);
+  }
+}
+
+// The online replay of one window through the grid's zones under `policy`. With several zones,
+// `together` is UnionTrace(g, instances) and `seen_before` what was seen of the zones before the
+// window's start (each computed here when null).
+WindowResult ReplayOn(const Grid& g, double start_s, const WindowJob& job, DeadlinePolicy& policy,
+                      const AvailabilityTrace* together = nullptr,
+                      const std::vector<ZoneHistory>* seen_before = nullptr) {
   WindowResult r;
   r.start_s = start_s;
   r.on_demand_can_meet = job.deadline_s >= job.work_s + job.changeover_s - 1e-9;
   const int Z = g.zones();
   const int n = std::max(1, job.instances);
   const double d = job.changeover_s;
+  AvailabilityTrace union_here;
+  if (Z > 1 && together == nullptr) {
+    union_here = UnionTrace(g, n);
+    together = &union_here;
+  }
   policy.SetHistory(Z == 1 ? TraceStats(*g.traces[0], 0, start_s, n, d)
-                           : TraceStats(UnionTrace(g, n), 0, start_s, 1, d));
+                           : TraceStats(*together, 0, start_s, 1, d));
   // What the zone choice knows of each zone: its price and the availability seen before and
   // during the window.
   std::vector<ZoneOption> options(Z);
-  std::vector<ZoneHistory> seen(Z);
+  std::vector<ZoneHistory> seen;
   if (Z > 1) {
-    for (int z = 0; z < Z; ++z) {
-      options[z].spot_price_per_hour = g.spot_price[z];
-      for (size_t tick = 0; static_cast<double>(tick) * g.gap_s < start_s - 1e-9; ++tick) {
-        seen[z].Observe(g.Count(z, tick) >= n,
-                        std::min(g.gap_s, start_s - static_cast<double>(tick) * g.gap_s));
-      }
+    for (int z = 0; z < Z; ++z) options[z].spot_price_per_hour = g.spot_price[z];
+    if (seen_before != nullptr) {
+      seen = *seen_before;
+    } else {
+      seen.resize(Z);
+      Watch(g, n, 0, start_s, seen);
     }
   }
   const double end = start_s + job.deadline_s;
@@ -574,19 +594,29 @@ absl::StatusOr<ReplaySummary> ReplayAll(const Grid& g, double duration_s, absl::
   }
   ReplaySummary summary;
   summary.policy = std::string(policy);
-  // The windows are independent: replayed on every core, each result in its place.
+  // The windows are independent: replayed on every core, each thread a run of consecutive
+  // windows (what it has seen of the zones carries from one window's start to the next).
   const size_t total = starts->size();
+  const int n = std::max(1, job.instances);
+  AvailabilityTrace together;
+  if (g.zones() > 1) together = UnionTrace(g, n);
   std::vector<WindowResult> results(total);
-  std::atomic<size_t> next{0};
   std::mutex progress_mutex;
   size_t done = 0;
-  auto work = [&] {
-    for (size_t i = next++; i < total; i = next++) {
+  const size_t threads = std::min<size_t>(total, std::max(1u, std::thread::hardware_concurrency()));
+  auto work = [&](size_t from, size_t to) {
+    std::vector<ZoneHistory> seen(g.zones() > 1 ? g.zones() : 0);
+    double watched = 0;
+    for (size_t i = from; i < to; ++i) {
+      const double start = (*starts)[i];
       if (optimum) {
-        results[i] = Optimum<true>(g, (*starts)[i], job);
+        results[i] = Optimum<true>(g, start, job);
       } else {
+        if (!seen.empty()) Watch(g, n, watched, start, seen);
+        watched = start;
         auto p = MakeDeadlinePolicy(policy);
-        results[i] = ReplayOn(g, (*starts)[i], job, **p);
+        results[i] = ReplayOn(g, start, job, **p, seen.empty() ? nullptr : &together,
+                              seen.empty() ? nullptr : &seen);
       }
       if (progress) {
         std::lock_guard<std::mutex> lock(progress_mutex);
@@ -594,10 +624,11 @@ absl::StatusOr<ReplaySummary> ReplayAll(const Grid& g, double duration_s, absl::
       }
     }
   };
-  const size_t threads = std::min<size_t>(total, std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
-  for (size_t i = 1; i < threads; ++i) pool.emplace_back(work);
-  work();
+  for (size_t t = 1; t < threads; ++t) {
+    pool.emplace_back(work, total * t / threads, total * (t + 1) / threads);
+  }
+  work(0, total / threads);
   for (std::thread& t : pool) t.join();
   int met = 0;
   double cost = 0;
@@ -611,9 +642,9 @@ absl::StatusOr<ReplaySummary> ReplayAll(const Grid& g, double duration_s, absl::
     if (!w.met && w.on_demand_can_meet) ++summary.missed_on_demand_could_meet;
     summary.windows.push_back(std::move(w));
   }
-  const double n = static_cast<double>(summary.windows.size());
-  summary.met_fraction = met / n;
-  summary.mean_cost_usd = cost / n;
+  const double count = static_cast<double>(summary.windows.size());
+  summary.met_fraction = met / count;
+  summary.mean_cost_usd = cost / count;
   return summary;
 }
 

@@ -137,6 +137,111 @@ TEST_F(SimulateAvailabilityTest, BadFlagsNameFlagAndValue) {
   EXPECT_THAT(r.err, HasSubstr("missing.json"));
 }
 
+// Two zones: the test's trace as zone a, and zone b with spot while a has none (from an hour before
+// a's outage to its end), on a coarser tick and a shorter span. The job moves to b instead of
+// buying on-demand; the notes say how the traces were put on one grid.
+TEST_F(SimulateAvailabilityTest, ZonesMoveTheJobInsteadOfBuyingOnDemand) {
+  const std::string b = (dir_ / "b.json").string();
+  {
+    std::ofstream f(b);
+    f << "{\"metadata\": {\"gap_seconds\": 390}, \"data\": [";
+    const int ticks = 3 * 86400 / 390;
+    for (int k = 0; k < ticks; ++k) {
+      const double h = k * 390.0 / 3600;
+      f << (k ? "," : "") << (std::fmod(h, 30) >= 19 ? 1 : 0);
+    }
+    f << "]}";
+  }
+  const std::string zones = "a=" + Trace() + ",b=" + b;
+  const CliRun one = Cli(Args({"--json"}));
+  ASSERT_EQ(one.code, kExitOk) << one.err;
+  double optimum = 0;
+  for (const char* policy : {"optimum", "ours", "greedy", "uniform-progress"}) {
+    const CliRun r = Cli(Args({"--availability", zones, "--policy", policy, "--json"}));
+    ASSERT_EQ(r.code, kExitOk) << policy << ": " << r.err;
+    const auto f = Json(r.out).fields();
+    const auto& windows = f.at("windows").list_value().values();
+    ASSERT_EQ(windows.size(), 5) << policy;  // b's 3 days: starts 0, 12h, ..., 48h
+    EXPECT_EQ(f.at("met_fraction").number_value(), 1) << policy;
+    EXPECT_EQ(f.at("on_demand_hours").number_value(), 0) << policy;
+    EXPECT_GT(f.at("moves").number_value(), 0) << policy;
+    EXPECT_EQ(f.at("zones").list_value().values().size(), 2u);
+    bool both = false;
+    for (const auto& w : windows) {
+      both |= w.struct_value().fields().at("zones").list_value().values().size() == 2;
+    }
+    EXPECT_TRUE(both) << policy << ": no window ran in both zones";
+    const double mean = f.at("mean_cost_usd").number_value();
+    if (std::string(policy) == "optimum") optimum = mean;
+    EXPECT_GE(mean, optimum - 1e-9) << policy;
+    const std::string notes = f.at("notes").list_value().values()[0].string_value();
+    EXPECT_THAT(notes, HasSubstr("resampled to 3m 15s")) << policy;
+    EXPECT_THAT(notes, HasSubstr("cut to the shortest, 2d 23h")) << policy;
+  }
+  // Zone a alone needs on-demand through its outages.
+  EXPECT_GT(Json(one.out).fields().at("on_demand_hours").number_value(), 0);
+  const CliRun table = Cli(Args({"--availability", zones}));
+  ASSERT_EQ(table.code, kExitOk) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("2 zones"));
+  EXPECT_THAT(table.out, HasSubstr("moves between zones in all"));
+  EXPECT_THAT(table.out, HasSubstr("a,b"));
+  // A cheaper zone b: the job starts there when it can.
+  const CliRun cheap = Cli(Args({"--availability", zones, "--zone-price", "b=0.5", "--json"}));
+  ASSERT_EQ(cheap.code, kExitOk) << cheap.err;
+  EXPECT_EQ(Json(cheap.out)
+                .fields()
+                .at("zones")
+                .list_value()
+                .values()[1]
+                .struct_value()
+                .fields()
+                .at("spot_price_per_hour")
+                .number_value(),
+            0.5);
+  // Avoiding b leaves zone a alone: the one-zone answer.
+  const CliRun avoid = Cli(Args({"--availability", zones, "--avoid-zone", "b", "--json"}));
+  ASSERT_EQ(avoid.code, kExitOk) << avoid.err;
+  EXPECT_GT(Json(avoid.out).fields().at("on_demand_hours").number_value(), 0);
+  EXPECT_EQ(Json(avoid.out).fields().at("moves").number_value(), 0);
+}
+
+TEST_F(SimulateAvailabilityTest, BadZonesAreRefusedNamingTheFlagAndZone) {
+  const std::string a = "a=" + Trace();
+  struct Case {
+    std::vector<std::string> extra;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {{"--availability", a + "," + a}, "a is given twice"},
+      {{"--availability", a + ",b"}, "\"b\" is not ZONE=FILE"},
+      {{"--availability", a + ",b=" + (dir_ / "none.json").string()}, "none.json"},
+      {{"--availability", a, "--avoid-zone", "c"}, "--avoid-zone = \"c\": no zone \"c\""},
+      {{"--availability", a, "--avoid-zone", "a"}, "leaves no zone to run in"},
+      {{"--availability", a, "--zone-price", "a=-1"}, "cannot be negative"},
+      {{"--availability", a, "--zone-price", "z=1"}, "--zone-price = \"z=1\": no zone \"z\""},
+      {{"--zone-price", "a=1"}, "--zone-price: needs zones"},
+      {{"--avoid-zone", "a"}, "--avoid-zone: needs zones"},
+      {{"--availability", Trace() + "," + Trace()}, "ZONE=FILE"},
+      {{"--instances", "0"}, "--instances"},
+  };
+  for (const Case& c : cases) {
+    const CliRun r = Cli(Args(c.extra));
+    EXPECT_EQ(r.code, kExitBadInput) << c.want << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.want));
+  }
+}
+
+// A job of several instances at once: a zone with fewer never serves it.
+TEST_F(SimulateAvailabilityTest, InstancesNeedThatManyInOneZone) {
+  const CliRun r = Cli(Args({"--instances", "2", "--json"}));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const auto f = Json(r.out).fields();
+  EXPECT_EQ(f.at("instances").number_value(), 2);
+  EXPECT_EQ(f.at("spot_hours").number_value(), 0);  // the trace never has two
+  EXPECT_NEAR(f.at("on_demand_only_cost_usd").number_value(), 2 * 10.2 * 3.06, 1e-6);
+  EXPECT_NEAR(f.at("mean_cost_usd").number_value(), 2 * 10.2 * 3.06, 1e-6);
+}
+
 // The cluster forms: simulate and plan with TYPE=FILE traces (no revocation model in this catalog,
 // so simulate replays the cheapest plan's capacity alone).
 TEST_F(SimulateAvailabilityTest, ClusterSimulateAndPlanReplayTheTraces) {

@@ -41,9 +41,10 @@ void AddCounts(const std::vector<std::pair<std::string, int>>& counts, pb::Clust
 namespace dl = ::spotdnn::provisioner::deadline;
 
 // The one-instance form's traces: one unnamed zone for a plain FILE; else the ZONE=FILE list, with
-// --zone-price ZONE=USD,... and without the --avoid-zone ones, on one grid.
+// --zone-price ZONE=USD,... and without the --avoid-zone ones, on one grid (`aligned_note` says
+// how, when the traces' ticks or spans differ).
 absl::StatusOr<std::vector<dl::Zone>> ReadZones(const Args& args, const std::string& spec,
-                                                bool zoned) {
+                                                bool zoned, std::string* aligned_note) {
   std::vector<dl::Zone> zones;
   if (!zoned) {
     auto trace = dl::ReadAvailabilityTrace(spec);
@@ -97,10 +98,34 @@ absl::StatusOr<std::vector<dl::Zone>> ReadZones(const Args& args, const std::str
           absl::StrCat("--avoid-zone = \"", *avoid, "\": leaves no zone to run in"));
     }
   }
-  auto aligned = dl::AlignZones(std::move(zones));
+  std::vector<std::string> ticks, spans;
+  for (const dl::Zone& z : zones) {
+    ticks.push_back(absl::StrCat(z.name, " ", HumanDuration(z.trace.gap_s)));
+    spans.push_back(absl::StrCat(z.name, " ", HumanDuration(z.trace.duration_s())));
+  }
+  auto aligned = dl::AlignZones(zones);
   if (!aligned.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--availability: ", aligned.status().message()));
   }
+  const dl::AvailabilityTrace& grid = aligned->front().trace;
+  std::vector<std::string> said;
+  for (const dl::Zone& z : zones) {
+    if (z.trace.gap_s != grid.gap_s) {
+      said.push_back(absl::StrCat("the traces' ticks differ (", absl::StrJoin(ticks, ", "),
+                                  "): all are resampled to ", HumanDuration(grid.gap_s),
+                                  ", a tick holding the least count of the ticks it overlaps"));
+      break;
+    }
+  }
+  for (const dl::Zone& z : zones) {
+    if (z.trace.duration_s() > grid.duration_s() + 1e-6) {
+      said.push_back(absl::StrCat("the traces' spans differ (", absl::StrJoin(spans, ", "),
+                                  "): all are cut to the shortest, ",
+                                  HumanDuration(grid.duration_s())));
+      break;
+    }
+  }
+  *aligned_note = absl::StrJoin(said, "; ");
   return aligned;
 }
 
@@ -221,7 +246,8 @@ int SimulateWindows(const Args& args, const Io& io) {
         absl::StrCat("--policy = \"", policy,
                      "\": unknown (known: ours, uniform-progress, greedy, on-demand, optimum)")));
   }
-  auto zones = ReadZones(args, file, zoned);
+  std::string aligned_note;
+  auto zones = ReadZones(args, file, zoned, &aligned_note);
   if (!zones.ok()) return fail(zones.status());
   const dl::AvailabilityTrace& trace = zones->front().trace;
   const auto started = std::chrono::steady_clock::now();
@@ -255,6 +281,7 @@ int SimulateWindows(const Args& args, const Io& io) {
       (job.work_s + job.changeover_s) / 3600 * job.on_demand_price_per_hour * job.instances;
   // What the answer needs said beside it: spot that cannot save anything, no room to start.
   std::vector<std::string> notes;
+  if (!aligned_note.empty()) notes.push_back(aligned_note);
   if (job.spot_price_per_hour > 0 && job.on_demand_price_per_hour <= job.spot_price_per_hour) {
     notes.push_back(absl::StrCat(
         "on-demand (", Dollars(job.on_demand_price_per_hour), "/h) costs no more than spot (",
