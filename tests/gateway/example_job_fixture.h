@@ -1,8 +1,8 @@
-// The harness of the end-to-end tests that run a real example job (deploy/examples/*):
-// `spotdnn up` starts the four services and the metadata emulator in a folder of the test's own,
-// the local provider's instances are processes on this machine (spotdnn-agent around the
-// example's script), and the test watches the job store, revokes instances and reads what the job
-// left behind. Needs Debian's python3-torch and python3-sklearn (deploy/setup.sh installs them).
+// The harness of the end-to-end tests that run a real example job (deploy/examples/*), on the
+// local stack of LocalStackTest (tests/testing/local_stack.h): the local provider's instances are
+// processes on this machine (spotdnn-agent around the example's script), and the test watches the
+// job store, revokes instances and reads what the job left behind. Needs Debian's python3-torch and
+// python3-sklearn (deploy/setup.sh installs them).
 #ifndef SPOTDNN_TESTS_GATEWAY_EXAMPLE_JOB_FIXTURE_H_
 #define SPOTDNN_TESTS_GATEWAY_EXAMPLE_JOB_FIXTURE_H_
 
@@ -30,6 +30,7 @@
 #include "services/gateway/job/job_store.h"
 #include "tests/gateway/cli_runner.h"
 #include "tests/testing/child_process.h"
+#include "tests/testing/local_stack.h"
 
 namespace spotdnn::gateway {
 
@@ -40,7 +41,7 @@ inline std::string ReadAll(const std::filesystem::path& path) {
   return text.str();
 }
 
-class ExampleJobTest : public ::testing::Test {
+class ExampleJobTest : public testing_util::LocalStackTest {
  protected:
   static constexpr char kPython[] = "/usr/bin/python3";
 
@@ -55,29 +56,11 @@ class ExampleJobTest : public ::testing::Test {
         << kPython << " cannot import torch and sklearn: run deploy/setup.sh (it installs "
         << "python3-torch and python3-sklearn)";
     started_ = absl::Now();
-    dir_ = std::filesystem::temp_directory_path() / absl::StrCat("spotdnn-", job_, "-", getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    CliRun up = Cli({"up", "--data-dir", dir_.string(), "--bin-dir", bin_, "--json"});
-    ASSERT_EQ(up.code, 0) << up.err;
-    auto provider =
-        launcher::LocalProvider::Create({.state_dir = (dir_ / "local").string(), .owner = false});
-    ASSERT_TRUE(provider.ok()) << provider.status();
-    provider_ = std::move(*provider);
+    ASSERT_NO_FATAL_FAILURE(StartStack(absl::StrCat("spotdnn-", job_, "-", getpid())));
   }
 
   void TearDown() override {
-    if (provider_ != nullptr) {
-      auto left = provider_->Describe("");
-      if (left.ok()) {
-        std::vector<std::string> ids;
-        for (const auto& i : *left) ids.push_back(i.id);
-        (void)provider_->Terminate(ids);
-      }
-      provider_.reset();
-    }
-    Cli({"down", "--data-dir", dir_.string()});
-    if (!HasFailure()) std::filesystem::remove_all(dir_);  // kept for a look at the logs otherwise
+    StopStack(/*keep_dir=*/HasFailure());  // kept for a look at the logs
   }
 
   // The example's job.json as a user runs it, renamed, with the script's absolute path, changed
@@ -202,9 +185,6 @@ class ExampleJobTest : public ::testing::Test {
 
   const std::string job_;
   const std::string example_;
-  const std::string bin_ = SPOTDNN_BINARY_DIR;
-  std::filesystem::path dir_;
-  std::unique_ptr<launcher::LocalProvider> provider_;
   double target_loss_ = 0;
   absl::Time started_;
 };

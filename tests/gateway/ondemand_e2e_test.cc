@@ -33,6 +33,7 @@
 #include "services/gateway/job/job_store.h"
 #include "tests/gateway/cli_runner.h"
 #include "tests/testing/child_process.h"
+#include "tests/testing/local_stack.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -44,34 +45,12 @@ using job::JobStore;
 using launcher::Market;
 using testing_util::Child;
 
-class OnDemandEndToEnd : public ::testing::Test {
+class OnDemandEndToEnd : public testing_util::LocalStackTest {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           absl::StrCat("spotdnn-ondemand-e2e-", getpid(), "-",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    CliRun up = Cli({"up", "--data-dir", dir_.string(), "--bin-dir", bin_, "--json"});
-    ASSERT_EQ(up.code, 0) << up.err;
-    auto provider =
-        launcher::LocalProvider::Create({.state_dir = (dir_ / "local").string(), .owner = false});
-    ASSERT_TRUE(provider.ok()) << provider.status();
-    provider_ = std::move(*provider);
-  }
-
-  void TearDown() override {
-    if (provider_ != nullptr) {
-      auto left = provider_->Describe("");
-      if (left.ok()) {
-        std::vector<std::string> ids;
-        for (const auto& i : *left) ids.push_back(i.id);
-        (void)provider_->Terminate(ids);
-      }
-      provider_.reset();
-    }
-    Cli({"down", "--data-dir", dir_.string()});
-    fs::remove_all(dir_);
+    ASSERT_NO_FATAL_FAILURE(
+        StartStack(absl::StrCat("spotdnn-ondemand-e2e-", getpid(), "-",
+                                ::testing::UnitTest::GetInstance()->current_test_info()->name())));
   }
 
   // The job: 100 iterations within 60 s on a catalog with one type, p2.xlarge (spot $0.27/h,
@@ -146,10 +125,6 @@ class OnDemandEndToEnd : public ::testing::Test {
     }
     return out;
   }
-
-  const std::string bin_ = SPOTDNN_BINARY_DIR;
-  fs::path dir_;
-  std::unique_ptr<launcher::LocalProvider> provider_;
 };
 
 TEST_F(OnDemandEndToEnd, SpotGoneMidRunFallsBackToOnDemandAndReturnsToSpot) {

@@ -26,6 +26,7 @@
 #include "services/gateway/job/job_store.h"
 #include "tests/gateway/cli_runner.h"
 #include "tests/testing/child_process.h"
+#include "tests/testing/local_stack.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -37,7 +38,7 @@ constexpr char kJob[] = "refit-e2e";
 constexpr double kTrueSteps = 900;  // 300 / (j + 100) + 0.1 = 0.4
 constexpr double kDeadlineS = 60;
 
-class RefitEndToEnd : public ::testing::Test {
+class RefitEndToEnd : public testing_util::LocalStackTest {
  protected:
   void SetUp() override {
     // The refit needs the convergence fit; while it is a placeholder there is nothing to test.
@@ -52,30 +53,7 @@ class RefitEndToEnd : public ::testing::Test {
     if (absl::IsUnimplemented(fit.status())) {
       GTEST_SKIP() << "profiler::FitConvergence is still the placeholder: " << fit.status();
     }
-    dir_ = fs::temp_directory_path() / absl::StrCat("spotdnn-refit-e2e-", getpid());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    CliRun up = Cli({"up", "--data-dir", dir_.string(), "--bin-dir", bin_, "--json"});
-    ASSERT_EQ(up.code, 0) << up.err;
-    started_ = true;
-    auto provider =
-        launcher::LocalProvider::Create({.state_dir = (dir_ / "local").string(), .owner = false});
-    ASSERT_TRUE(provider.ok()) << provider.status();
-    provider_ = std::move(*provider);
-  }
-
-  void TearDown() override {
-    if (provider_ != nullptr) {
-      auto left = provider_->Describe("");
-      if (left.ok()) {
-        std::vector<std::string> ids;
-        for (const auto& i : *left) ids.push_back(i.id);
-        (void)provider_->Terminate(ids);
-      }
-      provider_.reset();
-    }
-    if (started_) Cli({"down", "--data-dir", dir_.string()});
-    if (!dir_.empty()) fs::remove_all(dir_);
+    ASSERT_NO_FATAL_FAILURE(StartStack(absl::StrCat("spotdnn-refit-e2e-", getpid())));
   }
 
   // A job on one local worker type (a worker steps every 0.1 s: 10 global steps a second), its
@@ -137,11 +115,6 @@ class RefitEndToEnd : public ::testing::Test {
                   (dir_ / (setup.job + ".log")).string());
     return gateway.Wait(std::chrono::seconds(110));
   }
-
-  const std::string bin_ = SPOTDNN_BINARY_DIR;
-  fs::path dir_;
-  bool started_ = false;
-  std::unique_ptr<launcher::LocalProvider> provider_;
 };
 
 TEST_F(RefitEndToEnd, AFortyPercentOptimisticProfileStillMeetsItsDeadlineByARefitReplan) {

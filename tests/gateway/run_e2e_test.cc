@@ -27,6 +27,7 @@
 #include "services/gateway/job/job_store.h"
 #include "tests/gateway/cli_runner.h"
 #include "tests/testing/child_process.h"
+#include "tests/testing/local_stack.h"
 
 namespace spotdnn::gateway {
 namespace {
@@ -38,36 +39,13 @@ using job::JobStore;
 using job::RevocationRecord;
 using testing_util::Child;
 
-class RunEndToEnd : public ::testing::Test {
+class RunEndToEnd : public testing_util::LocalStackTest {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           absl::StrCat("spotdnn-run-e2e-", getpid(), "-",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    CliRun up = Cli({"up", "--data-dir", dir_.string(), "--bin-dir", bin_, "--json"});
-    ASSERT_EQ(up.code, 0) << up.err;
-    ASSERT_THAT(up.out, ::testing::HasSubstr("\"detector\":\"127.0.0.1:"));
-    auto provider =
-        launcher::LocalProvider::Create({.state_dir = (dir_ / "local").string(), .owner = false});
-    ASSERT_TRUE(provider.ok()) << provider.status();
-    provider_ = std::move(*provider);
-  }
-
-  void TearDown() override {
-    // Nothing left behind, whatever happened.
-    if (provider_ != nullptr) {
-      auto left = provider_->Describe("");
-      if (left.ok()) {
-        std::vector<std::string> ids;
-        for (const auto& i : *left) ids.push_back(i.id);
-        (void)provider_->Terminate(ids);
-      }
-      provider_.reset();
-    }
-    Cli({"down", "--data-dir", dir_.string()});
-    fs::remove_all(dir_);
+    ASSERT_NO_FATAL_FAILURE(
+        StartStack(absl::StrCat("spotdnn-run-e2e-", getpid(), "-",
+                                ::testing::UnitTest::GetInstance()->current_test_info()->name())));
+    ASSERT_THAT(up_.out, ::testing::HasSubstr("\"detector\":\"127.0.0.1:"));
   }
 
   // Writes the job spec: ResNet-110 (the prototype's profile), loss 2.6 within 60 s on the
@@ -271,9 +249,6 @@ class RunEndToEnd : public ::testing::Test {
                    static_cast<int>(r.takeover_launched_ms - absl::ToUnixMillis(revoked_at_)));
   }
 
-  const std::string bin_ = SPOTDNN_BINARY_DIR;
-  fs::path dir_;
-  std::unique_ptr<launcher::LocalProvider> provider_;
   absl::Time revoked_at_;
 };
 
