@@ -388,6 +388,62 @@ TEST_F(ClusterAvailabilityTest, WithoutLifetimesTheTracesAloneAreUsedForAGivenCl
   EXPECT_GT(av.at("spot_hours").number_value(), 0);
 }
 
+// The cluster form through zones (TYPE@ZONE=FILE): the cluster runs in one zone at a time; when
+// zone a's capacity drops below the cluster's 4 at 6 h, the windows then running move to zone b
+// (up from 5 h) instead of buying on-demand.
+TEST_F(ClusterAvailabilityTest, ZonedTracesMoveTheClusterBetweenZones) {
+  const std::string a = (dir_ / "a.csv").string(), b = (dir_ / "b.csv").string();
+  std::ofstream(a) << "time,count\n0,20\n21600,20\n21600,2\n86400,2\n";
+  std::ofstream(b) << "time,count\n0,1\n18000,1\n18000,20\n86400,20\n";
+  const std::vector<std::string> flags = {"--deadline",    "1h30m", "--cluster",     "g3.8xlarge=4",
+                                          "--start-every", "20m",   "--availability"};
+  std::vector<std::string> zoned = flags;
+  zoned.push_back("g3.8xlarge@a=" + a + ",g3.8xlarge@b=" + b);
+  zoned.push_back("--json");
+  const CliRun r = Cli(Readme("simulate", zoned));
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const auto av = Json(r.out).fields().at("availability").struct_value().fields();
+  EXPECT_EQ(av.at("met_fraction").number_value(), 1);
+  EXPECT_EQ(av.at("on_demand_hours").number_value(), 0);
+  EXPECT_GT(av.at("moves").number_value(), 0);
+  // Zone a alone buys on-demand after 6 h.
+  std::vector<std::string> alone = flags;
+  alone.push_back("g3.8xlarge=" + a);
+  alone.push_back("--json");
+  const CliRun one = Cli(Readme("simulate", alone));
+  ASSERT_EQ(one.code, kExitOk) << one.err;
+  EXPECT_GT(Json(one.out)
+                .fields()
+                .at("availability")
+                .struct_value()
+                .fields()
+                .at("on_demand_hours")
+                .number_value(),
+            0);
+  // A zone without a trace for one of the cluster's types is not used, and says so.
+  std::vector<std::string> two = {
+      "--deadline",
+      "1h30m",
+      "--cluster",
+      "g3.8xlarge=4,g4dn.4xlarge=1",
+      "--availability",
+      "g3.8xlarge@a=" + a + ",g3.8xlarge@b=" + b + ",g4dn.4xlarge@b=" + AlwaysUp(),
+      "--json"};
+  const CliRun partial = Cli(Readme("simulate", two));
+  ASSERT_EQ(partial.code, kExitOk) << partial.err;
+  EXPECT_THAT(partial.out, HasSubstr("zone a has no trace for g4dn.4xlarge: not used"));
+  // Every trace names a zone, or none does; the type must be in the catalog.
+  const CliRun mixed =
+      Cli(Readme("simulate", {"--deadline", "1h30m", "--cluster", "g3.8xlarge=4", "--availability",
+                              "g3.8xlarge@a=" + a + ",g3.8xlarge=" + b}));
+  EXPECT_EQ(mixed.code, kExitBadInput);
+  EXPECT_THAT(mixed.err, HasSubstr("give every trace a zone"));
+  const CliRun unknown = Cli(Readme("simulate", {"--deadline", "1h30m", "--cluster", "g3.8xlarge=4",
+                                                 "--availability", "g9@a=" + a}));
+  EXPECT_EQ(unknown.code, kExitBadInput);
+  EXPECT_THAT(unknown.err, HasSubstr("instance type \"g9\" is not in catalog"));
+}
+
 TEST_F(ClusterAvailabilityTest, NoRevocationModelNamesTheFlagsThatGiveOne) {
   const CliRun r = Cli(Readme("simulate", {"--deadline", "30m"}));
   EXPECT_EQ(r.code, kExitBadInput);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -79,14 +80,31 @@ absl::StatusOr<ClusterAvailability> ParseClusterAvailability(const Args& args,
   auto traces = dl::ReadTypeTraces("--availability", *args.Get("--availability"));
   if (!traces.ok()) return traces.status();
   c.traces = *std::move(traces);
+  // TYPE@ZONE: the type's trace in that zone; every trace names a zone, or none does.
+  size_t zoned = 0;
+  for (const auto& [key, trace] : c.traces) {
+    const size_t at = key.find('@');
+    if (at == std::string::npos) continue;
+    if (at == 0 || at + 1 == key.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("--availability: \"", key, "=", trace.source,
+                                                     "\": expected TYPE=FILE or TYPE@ZONE=FILE"));
+    }
+    ++zoned;
+  }
+  if (zoned != 0 && zoned != c.traces.size()) {
+    return absl::InvalidArgumentError(
+        "--availability: give every trace a zone (TYPE@ZONE=FILE,...) or none (TYPE=FILE,...)");
+  }
+  c.zoned = zoned != 0;
   if (catalog != nullptr) {
     std::vector<std::string> names;
     for (const pb::InstanceType& t : catalog->instance_types()) names.push_back(t.name());
-    for (const auto& [type, trace] : c.traces) {
+    for (const auto& [key, trace] : c.traces) {
+      const std::string type = key.substr(0, key.find('@'));
       if (FindType(*catalog, type) != nullptr) continue;
       const std::string nearest = services::NearestName(type, names);
       return absl::InvalidArgumentError(absl::StrCat(
-          "--availability: ", type, "=", trace.source, ": instance type \"", type,
+          "--availability: ", key, "=", trace.source, ": instance type \"", type,
           "\" is not in catalog \"", catalog->name(), "\"",
           nearest.empty() ? absl::StrCat(" (its types: ", absl::StrJoin(names, ", "), ")")
                           : absl::StrCat("; did you mean ", nearest, "?")));
@@ -130,6 +148,9 @@ absl::StatusOr<ClusterReplay> ReplayPlanCluster(const pb::Plan& p, double deadli
   double spot_per_hour = p.spot_cost_usd() / p.time_s() * 3600;
   const double on_demand_per_hour = p.on_demand_cost_usd() / p.time_s() * 3600;
   std::vector<std::pair<const dl::AvailabilityTrace*, int>> parts;
+  std::map<std::string, std::vector<std::pair<const dl::AvailabilityTrace*, int>>> zone_parts;
+  std::vector<std::string> traced_types;
+  std::vector<dl::Zone> zones;
   for (const pb::InstanceCount& n : p.cluster().instances()) {
     if (n.count() <= 0) continue;
     const pb::InstanceType* type = catalog ? FindType(*catalog, n.instance_type()) : nullptr;
@@ -145,15 +166,49 @@ absl::StatusOr<ClusterReplay> ReplayPlanCluster(const pb::Plan& p, double deadli
       continue;
     }
     bool traced = false;
-    for (const auto& [name, trace] : availability.traces) {
-      if (name == n.instance_type()) {
+    for (const auto& [key, trace] : availability.traces) {
+      const size_t at = key.find('@');
+      if (key.substr(0, at) != n.instance_type()) continue;
+      traced = true;
+      if (at == std::string::npos) {
         parts.emplace_back(&trace, n.count());
-        traced = true;
+      } else {
+        zone_parts[key.substr(at + 1)].emplace_back(&trace, n.count());
       }
     }
-    if (!traced) out.untraced_types.push_back(n.instance_type());
+    if (!traced) {
+      out.untraced_types.push_back(n.instance_type());
+    } else {
+      traced_types.push_back(n.instance_type());
+    }
   }
-  if (parts.empty() && out.on_demand_types.empty()) {
+  if (availability.zoned) {
+    // A zone hosts the cluster when it has a trace for each of its traced types (all of a
+    // synchronous job's instances run in one zone; a parameter-server job's in one region).
+    for (auto& [zone, zparts] : zone_parts) {
+      if (zparts.size() != traced_types.size()) {
+        std::vector<std::string> missing;
+        for (const std::string& t : traced_types) {
+          bool have = false;
+          for (const auto& [key, trace] : availability.traces) have |= key == t + "@" + zone;
+          if (!have) missing.push_back(t);
+        }
+        out.notes.push_back(absl::StrCat("zone ", zone, " has no trace for ",
+                                         absl::StrJoin(missing, ", "),
+                                         ": not used (the cluster runs in one zone)"));
+        continue;
+      }
+      auto j = dl::JointTrace(zparts);
+      if (!j.ok()) return j.status();
+      zones.push_back({zone, *std::move(j), -1});
+    }
+    if (zones.empty() && !traced_types.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--availability: no zone has a trace for every type of the cluster (",
+          ClusterText(p.cluster()), "); give TYPE@ZONE=FILE for each of them in one zone"));
+    }
+  }
+  if (parts.empty() && zones.empty() && out.on_demand_types.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--availability: no trace for the cluster's types (", ClusterText(p.cluster()),
                      "); give TYPE=FILE for them"));
@@ -164,7 +219,9 @@ absl::StatusOr<ClusterReplay> ReplayPlanCluster(const pb::Plan& p, double deadli
                                      out.untraced_types.size() == 1 ? "it" : "them"));
   }
   dl::AvailabilityTrace joint;
-  if (!parts.empty()) {
+  if (!zones.empty()) {
+    // Replayed through the zones below.
+  } else if (!parts.empty()) {
     auto j = dl::JointTrace(parts);
     if (!j.ok()) return j.status();
     joint = *std::move(j);
@@ -194,8 +251,19 @@ absl::StatusOr<ClusterReplay> ReplayPlanCluster(const pb::Plan& p, double deadli
   }
   out.job.spot_price_per_hour = spot_per_hour;
   out.job.on_demand_price_per_hour = on_demand_per_hour;
-  auto summary = dl::ReplayWindows(
-      joint, out.job, availability.every_s > 0 ? availability.every_s : deadline_s, policy);
+  const double every = availability.every_s > 0 ? availability.every_s : deadline_s;
+  absl::StatusOr<dl::ReplaySummary> summary;
+  if (!zones.empty()) {
+    auto aligned = dl::AlignZones(std::move(zones));
+    if (!aligned.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--availability: ", aligned.status().message()));
+    }
+    out.zoned = true;
+    summary = dl::ReplayZoneWindows(*aligned, out.job, every, policy);
+  } else {
+    summary = dl::ReplayWindows(joint, out.job, every, policy);
+  }
   if (!summary.ok()) {
     std::string message(summary.status().message());
     for (const char* field : {"deadline", "start-every"}) {

@@ -31,7 +31,9 @@ std::optional<pb::InstanceCatalog> KnownCatalog(const pb::CatalogRef& ref,
 
 // The flags of the cluster form.
 struct ClusterAvailability {
+  // TYPE (or TYPE@ZONE, when `zoned`) and its trace.
   std::vector<std::pair<std::string, provisioner::deadline::AvailabilityTrace>> traces;
+  bool zoned = false;
   std::string fallback = "on-demand";  // or "none" (spot only)
   std::string policy = "ours";         // "spot-only" with --fallback none
   double changeover_s = 300;
@@ -40,7 +42,8 @@ struct ClusterAvailability {
 
 // Reads --availability, --fallback, --policy (when `with_policy`), --changeover and --start-every.
 // Every TYPE must be in `catalog` when it is known (INVALID_ARGUMENT naming --availability, the
-// type and the nearest one, as --quota refuses an unknown type).
+// type and the nearest one, as --quota refuses an unknown type). TYPE@ZONE=FILE gives a type's
+// trace in a zone: the cluster then runs in one zone at a time, moving when its zone runs dry.
 absl::StatusOr<ClusterAvailability> ParseClusterAvailability(const Args& args,
                                                              const pb::InstanceCatalog* catalog,
                                                              bool with_policy);
@@ -59,6 +62,7 @@ struct ClusterReplay {
   std::vector<std::string> on_demand_types;  // spot dearer than on-demand: bought on-demand
   std::vector<std::string> untraced_types;   // no trace given: spot assumed always there
   std::vector<std::string> notes;            // for people, one line each
+  bool zoned = false;                        // replayed through zones (TYPE@ZONE traces)
 };
 
 // Replays `plan` (feasible, with its time and costs) under `policy` through the traces of

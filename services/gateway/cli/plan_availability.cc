@@ -36,6 +36,7 @@ AvailabilityOutcome ReplayPlan(const pb::Plan& p, double deadline_s, double over
   out.bought_on_demand = with->on_demand_types;
   out.without_trace = with->untraced_types;
   out.notes = with->notes;
+  out.moves_fallback = with->zoned ? with->summary.moves : -1;
   return out;
 }
 
@@ -48,11 +49,14 @@ JsonObject AvailabilityJson(const AvailabilityOutcome& a) {
       .Raw("bought_on_demand", JsonStrings(a.bought_on_demand))
       .Raw("without_trace", JsonStrings(a.without_trace))
       .Raw("notes", JsonStrings(a.notes))
-      .Raw("with_fallback", JsonObject()
-                                .Number("p_meet_deadline", a.p_meet_fallback)
-                                .Number("expected_cost_usd", a.cost_fallback)
-                                .Number("on_demand_hours", a.on_demand_hours_fallback)
-                                .str())
+      .Raw("with_fallback",
+           JsonObject()
+               .Number("p_meet_deadline", a.p_meet_fallback)
+               .Number("expected_cost_usd", a.cost_fallback)
+               .Number("on_demand_hours", a.on_demand_hours_fallback)
+               .Raw("moves_between_zones",
+                    a.moves_fallback < 0 ? "null" : std::to_string(a.moves_fallback))
+               .str())
       .Raw("spot_only", JsonObject()
                             .Number("p_meet_deadline", a.p_meet_spot_only)
                             .Number("expected_cost_usd", a.cost_spot_only)

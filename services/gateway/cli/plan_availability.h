@@ -19,6 +19,7 @@ struct AvailabilityOutcome {
   std::string why;  // when not ok
   int windows = 0;
   double p_meet_fallback = 0, cost_fallback = 0, on_demand_hours_fallback = 0;
+  int moves_fallback = -1;  // moves between zones (TYPE@ZONE traces); -1: one zone
   double p_meet_spot_only = 0, cost_spot_only = 0;
   double work_s = 0, slack_s = 0;
   std::vector<std::string> bought_on_demand, without_trace, notes;

@@ -363,7 +363,7 @@ int SimulateWindows(const Args& args, const Io& io) {
 // The cluster form's section of the table output: the replay's settings, its windows, totals and
 // notes.
 void PrintClusterReplay(const ClusterReplay& r, std::ostream& out) {
-  PrintWindows(r.summary, out);
+  PrintWindows(r.summary, out, r.zoned);
   out << r.summary.windows.size() << " windows: deadline met in "
       << Fixed(100 * r.summary.met_fraction, 1) << "%, mean cost "
       << Dollars(r.summary.mean_cost_usd) << "; spot " << Fixed(r.summary.spot_hours, 2)
@@ -382,7 +382,8 @@ std::string ClusterReplayJson(const ClusterAvailability& c, const ClusterReplay&
       .Number("slack_s", r.job.deadline_s - r.job.work_s)
       .Number("spot_price_per_hour", r.job.spot_price_per_hour)
       .Number("on_demand_price_per_hour", r.job.on_demand_price_per_hour)
-      .Raw("windows", WindowsJson(r.summary))
+      .Raw("windows", WindowsJson(r.summary, r.zoned))
+      .Integer("moves", r.summary.moves)
       .Number("met_fraction", r.summary.met_fraction)
       .Number("mean_cost_usd", r.summary.mean_cost_usd)
       .Number("spot_hours", r.summary.spot_hours)
