@@ -556,8 +556,9 @@ std::vector<Command> PlanCommands() {
   }};
   for (FlagHelp& f : SimulationFlagHelp()) commands[0].flags.push_back(std::move(f));
   for (FlagHelp f : std::vector<FlagHelp>{
-           {"--availability", "TYPE=FILE,...",
-            "spot availability traces per type (NSDI'24 JSON or time,count CSV): also\n"
+           {"--availability", "TYPE=FILE,... | TYPE@ZONE=FILE,...",
+            "spot availability traces per type (NSDI'24 JSON or time,count CSV), or per\n"
+            "type and zone (the cluster runs in one zone at a time and moves): also\n"
             "answer P(meet deadline) and the expected cost with the on-demand fallback\n"
             "(policy ours) and spot only, a window per --start-every"},
            {"--changeover", "D", "with --availability: time lost at each instance start (5m)"},

@@ -710,10 +710,11 @@ std::vector<Command> SimulateCommands() {
   for (FlagHelp& f : SimulationFlagHelp()) commands[0].flags.push_back(std::move(f));
   // The one-instance form with an availability trace.
   for (FlagHelp f : std::vector<FlagHelp>{
-           {"--availability", "FILE | ZONE=FILE,... | TYPE=FILE,...",
+           {"--availability", "FILE | ZONE=FILE,... | TYPE[@ZONE]=FILE,...",
             "spot availability traces (NSDI'24 JSON or time,count CSV): with --work one\n"
             "FILE, or ZONE=FILE per zone the job may move between (the one-instance\n"
-            "form); with --workload TYPE=FILE per type: the\n"
+            "form); with --workload TYPE=FILE per type (TYPE@ZONE=FILE: per type and\n"
+            "zone, the cluster in one zone at a time): the\n"
             "cluster (--cluster or the cheapest plan) is also replayed through them, a\n"
             "window per --start-every; alone when there is no revocation model. Types\n"
             "whose spot price is not below on-demand are bought on-demand (no trace)"},
