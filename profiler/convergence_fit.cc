@@ -1,6 +1,6 @@
 // The convergence fit: Ceres least squares of the mean error curve over every run's evaluations,
-// change-point search for step drops the profile did not declare, and the run-to-run spread from
-// runs of the same cluster size evaluated at the same steps.
+// change-point search for step drops the profile did not declare, and the spread's law
+// (convergence_spread.h) fitted beside it.
 #include "profiler/convergence_fit.h"
 
 #include <algorithm>
@@ -21,24 +21,20 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "ceres/ceres.h"
+#include "profiler/convergence_spread.h"
 #include "profiler/fit_common.h"
 #include "profiler/fitting.h"
 
 namespace spotdnn::profiler {
 namespace {
 
+using fit_internal::GroupOf;
 using fit_internal::Median;
+using fit_internal::Point;
+using fit_internal::RunShare;
+using fit_internal::SpreadLaw;
 using predictor::ConvergenceModel;
 using predictor::LrSchedule;
-
-// One evaluation of one run, in the error's unit.
-struct Point {
-  double step = 0;
-  double error = 0;
-  int workers = 1;
-  double r = 0;
-  int run = 0;
-};
 
 // What the solver varies: the base curve's parameters (kSaturating: log floor, floor_exp,
 // log amplitude, log scale, scale_exp, shape; kEq3: log g1, log g3, log g4, g5), then one logit per
@@ -198,201 +194,7 @@ struct Problem {
   }
 };
 
-// Evaluations of all runs grouped at about the same step (runs evaluate on a common grid):
-// group index of each point, by round(step / interval).
-int GroupOf(double step, double interval) {
-  return interval > 0 ? static_cast<int>(std::lround(step / interval)) : 0;
-}
-
-// Each evaluation's deviation from the mean of its cluster size's evaluations at the same grid
-// step, per cluster size with at least 3 runs (cells of at least 3 evaluations), over points with
-// `use(point)`: workers -> (run, deviation). Scaled by sqrt(k / (k - 1)) so that each is
-// distributed as one run's deviation from the curve (a cell of k runs pulls its mean towards its
-// points).
-std::map<int, std::vector<std::pair<int, double>>> CellDeviations(
-    const std::vector<Point>& points, double interval,
-    const std::function<bool(const Point&)>& use) {
-  std::map<std::pair<int, int>, std::pair<double, int>> cells;  // (workers, group) -> sum, count
-  std::map<int, std::set<int>> runs_of;
-  for (const Point& p : points) {
-    if (!use(p)) continue;
-    auto& cell = cells[{p.workers, GroupOf(p.step, interval)}];
-    cell.first += p.error;
-    ++cell.second;
-    runs_of[p.workers].insert(p.run);
-  }
-  std::map<int, std::vector<std::pair<int, double>>> by_size;
-  for (const Point& p : points) {
-    if (!use(p) || runs_of[p.workers].size() < 3) continue;
-    const auto& [sum, k] = cells[{p.workers, GroupOf(p.step, interval)}];
-    if (k < 3) continue;
-    by_size[p.workers].push_back(
-        {p.run, (p.error - sum / k) * std::sqrt(static_cast<double>(k) / (k - 1))});
-  }
-  return by_size;
-}
-
-// Run-to-run spread: per cluster size with at least 3 runs, the robust sd (1.4826 MAD) of each
-// evaluation about the median of the same size's evaluations at the same grid step, over points
-// with `use(point)`; fitted as sd = a N^b across sizes (b = 0 with one size). Falls back to the
-// points' sd about the mean curve (`fitted`) when no size has 3 runs.
-std::pair<double, double> SpreadLaw(const std::vector<Point>& points,
-                                    const std::vector<double>& fitted, double interval,
-                                    const std::function<bool(const Point&)>& use,
-                                    std::vector<std::string>* notes, absl::string_view phase) {
-  // The robust sd of the deviations is the spread, so that a run far off (an outlier) weighs
-  // little.
-  std::map<int, std::vector<double>> deviations;
-  for (const auto& [n, devs] : CellDeviations(points, interval, use)) {
-    for (const auto& [run, d] : devs) deviations[n].push_back(std::abs(d));
-  }
-  std::vector<double> xs, ys, ws;
-  for (const auto& [n, dev] : deviations) {
-    if (dev.size() < 6) continue;
-    const double sd = 1.4826 * Median(dev);
-    if (!(sd > 0)) continue;
-    xs.push_back(std::log(n));
-    ys.push_back(std::log(sd));
-    ws.push_back(dev.size());
-  }
-  if (xs.empty()) {
-    std::vector<double> dev;
-    for (size_t i = 0; i < points.size(); ++i) {
-      if (use(points[i])) dev.push_back(std::abs(points[i].error - fitted[i]));
-    }
-    if (dev.empty()) return {0, 0};
-    notes->push_back(absl::StrCat("run-to-run spread ", phase,
-                                  ": no cluster size has 3 runs; taken from the scatter about "
-                                  "the fitted curve"));
-    return {1.4826 * Median(dev), 0};
-  }
-  double w = 0, mx = 0, my = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    w += ws[i];
-    mx += ws[i] * xs[i];
-    my += ws[i] * ys[i];
-  }
-  mx /= w;
-  my /= w;
-  double sxx = 0, sxy = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    sxx += ws[i] * (xs[i] - mx) * (xs[i] - mx);
-    sxy += ws[i] * (xs[i] - mx) * (ys[i] - my);
-  }
-  const double b = sxx > 1e-12 ? sxy / sxx : 0;
-  return {std::exp(my - b * mx), b};
-}
-
-// How much of the run-to-run spread is a run's own: over the cluster sizes with at least 3 runs,
-// each evaluation's deviation from the mean of its size's evaluations at the same grid step (in
-// units of that size's robust sd, clipped at 3 so that an outlier weighs little), and the
-// correlation of the deviations of every two evaluations of the same run, pooled over the runs:
-// sum of d_i d_j over sum of (d_i^2 + d_j^2) / 2. In [0, 0.95]; nullopt with fewer than 3 runs
-// of 3 such evaluations each.
-std::optional<double> RunShare(const std::vector<Point>& points, double interval,
-                               const std::function<bool(const Point&)>& use, int* runs_used) {
-  double num = 0, den = 0;
-  int runs = 0;
-  for (const auto& [n, devs] : CellDeviations(points, interval, use)) {
-    std::vector<double> abs_dev;
-    for (const auto& [run, d] : devs) abs_dev.push_back(std::abs(d));
-    const double sd = 1.4826 * Median(abs_dev);
-    if (!(sd > 0)) continue;
-    std::map<int, std::vector<double>> of_run;
-    for (const auto& [run, d] : devs) of_run[run].push_back(std::clamp(d / sd, -3.0, 3.0));
-    for (auto& [run, z] : of_run) {
-      if (z.size() < 3) continue;
-      // A run that logs every step: 64 of its evaluations, evenly spread, are enough.
-      if (z.size() > 64) {
-        std::vector<double> kept;
-        for (size_t i = 0; i < 64; ++i) kept.push_back(z[i * (z.size() - 1) / 63]);
-        z = std::move(kept);
-      }
-      ++runs;
-      for (size_t i = 0; i < z.size(); ++i) {
-        for (size_t j = i + 1; j < z.size(); ++j) {
-          num += z[i] * z[j];
-          den += (z[i] * z[i] + z[j] * z[j]) / 2;
-        }
-      }
-    }
-  }
-  *runs_used = runs;
-  if (runs < 3 || !(den > 0)) return std::nullopt;
-  return std::clamp(num / den, 0.0, 0.95);
-}
-
 }  // namespace
-
-std::vector<ConvergenceRun> ConvergenceRunsOf(absl::Span<const Sample> samples,
-                                              absl::string_view metric) {
-  const std::vector<double> global = GlobalSteps(samples);
-  std::map<std::string, ConvergenceRun> by_job;
-  std::map<std::string, std::set<std::string>> worker_ids;  // per job, of per-worker samples
-  std::vector<std::string> order;
-  for (size_t i = 0; i < samples.size(); ++i) {
-    const Sample& s = samples[i];
-    double value = 0;
-    bool has = false;
-    if (metric == "loss") {
-      has = s.loss > 0;
-      value = s.loss;
-    } else if (metric == "accuracy") {
-      has = s.accuracy > 0;
-      value = s.accuracy;
-    } else if (auto it = s.metrics.find(std::string(metric)); it != s.metrics.end()) {
-      has = true;
-      value = it->second;
-    }
-    if (!has || !std::isfinite(value)) continue;
-    auto [it, fresh] = by_job.try_emplace(s.job_id);
-    if (fresh) order.push_back(s.job_id);
-    ConvergenceRun& run = it->second;
-    run.job = s.job_id;
-    if (fresh) run.workers_known = false;
-    // The cluster's size: what a sample says (its composition, else cluster_workers); a run
-    // that never says is of unknown size (see below).
-    int workers = s.cluster_workers;
-    if (!s.cluster.empty()) {
-      if (auto c = ParseComposition(s.cluster); c.ok()) {
-        int sum = 0;
-        for (const auto& [type, count] : *c) sum += count;
-        workers = sum;
-      }
-    }
-    if (workers > 0) {
-      run.workers = workers;
-      run.workers_known = true;
-    }
-    if (!s.worker_id.empty()) worker_ids[s.job_id].insert(s.worker_id);
-    run.points.emplace_back(global[i], value);
-  }
-  std::vector<ConvergenceRun> out;
-  for (const std::string& job : order) {
-    ConvergenceRun run = std::move(by_job[job]);
-    std::stable_sort(run.points.begin(), run.points.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    // One value per step: the last logged.
-    std::vector<std::pair<double, double>> unique;
-    for (const auto& p : run.points) {
-      if (!unique.empty() && unique.back().first == p.first) {
-        unique.back() = p;
-      } else {
-        unique.push_back(p);
-      }
-    }
-    run.points = std::move(unique);
-    // Per-worker samples that never name the cluster's size: as many workers as logged.
-    if (!run.workers_known && !worker_ids[job].empty()) {
-      run.workers = static_cast<int>(worker_ids[job].size());
-      run.workers_known = true;
-    }
-    if (!run.workers_known) run.workers = 1;
-    run.r = std::sqrt(double(run.workers - 1) / run.workers);
-    if (run.points.size() >= 2) out.push_back(std::move(run));
-  }
-  return out;
-}
 
 absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> all_runs,
                                               const ConvergenceFitOptions& options) {
@@ -849,96 +651,6 @@ absl::StatusOr<ConvergenceFit> FitConvergence(absl::Span<const ConvergenceRun> a
   }
   fit.mape = ape_n > 0 ? 100 * ape / ape_n : 0;
   return fit;
-}
-
-std::vector<std::string> LoggedMetrics(absl::Span<const Sample> samples) {
-  std::vector<std::string> metrics;
-  bool loss = false, accuracy = false;
-  std::set<std::string> others;
-  for (const Sample& s : samples) {
-    loss |= s.loss > 0;
-    accuracy |= s.accuracy > 0;
-    for (const auto& [name, value] : s.metrics) others.insert(name);
-  }
-  if (loss) metrics.push_back("loss");
-  if (accuracy) metrics.push_back("accuracy");
-  for (const std::string& m : others) {
-    if (m != "loss" && m != "accuracy") metrics.push_back(m);
-  }
-  return metrics;
-}
-
-absl::StatusOr<ConvergenceFitOptions> ConvergenceOptionsFor(
-    const std::string& metric, absl::Span<const ConvergenceRun> runs,
-    absl::Span<const predictor::ConvergenceModel> declared) {
-  ConvergenceFitOptions options;
-  options.metric = metric;
-  options.higher_is_better = metric == "accuracy";
-  if (metric != "loss" && metric != "accuracy") {
-    // The direction the curves take: their late values against their early ones.
-    double early = 0, late = 0, lo = std::numeric_limits<double>::infinity(), hi = -lo;
-    for (const ConvergenceRun& r : runs) {
-      early += r.points.front().second;
-      late += r.points.back().second;
-      for (const auto& [step, v] : r.points) lo = std::min(lo, v), hi = std::max(hi, v);
-    }
-    options.higher_is_better = late > early;
-    if (options.higher_is_better && !(lo >= 0 && hi <= 1)) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "%s rises over training but is not a fraction in [0, 1] (it spans %g to %g): no "
-          "ceiling to measure its error from",
-          metric, lo, hi));
-    }
-  }
-  for (const predictor::ConvergenceModel& d : declared) {
-    if (d.metric != metric) continue;
-    options.form = d.form;
-    if (!d.schedule.detected) options.schedule = d.schedule;
-  }
-  return options;
-}
-
-void SetFitQuality(const ConvergenceFit& fit, FitQuality& q) {
-  q.identified = true;
-  q.rmse = fit.rmse;
-  q.r_squared = fit.r_squared;
-  q.mape = fit.mape;
-  q.points = fit.points;
-  q.note = ConvergenceFitNote(fit);
-}
-
-std::string ConvergenceFitNote(const ConvergenceFit& fit) {
-  return absl::StrCat(fit.model.fitted_on, "; schedule ",
-                      predictor::LrScheduleText(fit.model.schedule),
-                      fit.model.schedule.detected ? " (detected)" : "",
-                      fit.notes.empty() ? "" : "; ", absl::StrJoin(fit.notes, "; "));
-}
-
-std::vector<predictor::ConvergenceModel> FitConvergences(
-    absl::Span<const Sample> samples, absl::Span<const predictor::ConvergenceModel> declared,
-    std::vector<FitQuality>* quality) {
-  std::vector<predictor::ConvergenceModel> out;
-  for (const std::string& metric : LoggedMetrics(samples)) {
-    std::vector<ConvergenceRun> runs = ConvergenceRunsOf(samples, metric);
-    FitQuality q;
-    q.parameter = absl::StrCat("convergence[", metric, "]");
-    auto options = ConvergenceOptionsFor(metric, runs, declared);
-    if (!options.ok()) {
-      q.note = std::string(options.status().message());
-      if (quality) quality->push_back(std::move(q));
-      continue;
-    }
-    auto fit = FitConvergence(runs, *options);
-    if (!fit.ok()) {
-      q.note = std::string(fit.status().message());
-      if (quality) quality->push_back(std::move(q));
-      continue;
-    }
-    SetFitQuality(*fit, q);
-    if (quality) quality->push_back(std::move(q));
-    out.push_back(std::move(fit->model));
-  }
-  return out;
 }
 
 }  // namespace spotdnn::profiler
