@@ -1,10 +1,6 @@
+// The Azure provider: ARM calls (bearer token, errors by code), the VM resource of a launch,
+// creation, describe and terminate, and spot prices from the retail prices API.
 #include "provisioner/launcher/azure_provider.h"
-
-#include <openssl/bn.h>
-#include <openssl/core_names.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/rsa.h>
 
 #include <algorithm>
 #include <set>
@@ -132,21 +128,6 @@ InstanceState StateOf(const std::string& provisioning_state) {
   return InstanceState::kPending;  // Creating, Updating, Migrating
 }
 
-// An SSH wire-format string or mpint: 4-byte big-endian length, then the bytes.
-void AppendSshField(std::string& out, absl::string_view bytes) {
-  const uint32_t n = static_cast<uint32_t>(bytes.size());
-  for (int shift = 24; shift >= 0; shift -= 8)
-    out.push_back(static_cast<char>((n >> shift) & 0xff));
-  out.append(bytes.data(), bytes.size());
-}
-
-std::string Mpint(const BIGNUM* bn) {
-  std::string bytes(BN_num_bytes(bn), '\0');
-  BN_bn2bin(bn, reinterpret_cast<unsigned char*>(bytes.data()));
-  if (!bytes.empty() && (static_cast<unsigned char>(bytes[0]) & 0x80)) bytes.insert(0, 1, '\0');
-  return bytes;
-}
-
 }  // namespace
 
 ArmError ParseArmError(long http_status, const std::string& body) {
@@ -170,30 +151,6 @@ ArmError ParseArmError(long http_status, const std::string& body) {
     }
   }
   return out;
-}
-
-absl::StatusOr<std::string> EphemeralSshPublicKey() {
-  EVP_PKEY* key = EVP_RSA_gen(2048);
-  if (key == nullptr) {
-    ERR_clear_error();
-    return absl::InternalError("OpenSSL could not generate an RSA key");
-  }
-  BIGNUM* n = nullptr;
-  BIGNUM* e = nullptr;
-  const bool ok = EVP_PKEY_get_bn_param(key, OSSL_PKEY_PARAM_RSA_N, &n) == 1 &&
-                  EVP_PKEY_get_bn_param(key, OSSL_PKEY_PARAM_RSA_E, &e) == 1;
-  std::string blob;
-  if (ok) {
-    AppendSshField(blob, "ssh-rsa");
-    AppendSshField(blob, Mpint(e));
-    AppendSshField(blob, Mpint(n));
-  }
-  BN_free(n);
-  BN_free(e);
-  EVP_PKEY_free(key);  // the private half is never kept
-  ERR_clear_error();
-  if (!ok) return absl::InternalError("OpenSSL could not read the RSA key's modulus");
-  return absl::StrCat("ssh-rsa ", absl::Base64Escape(blob), " spotdnn-ephemeral");
 }
 
 absl::StatusOr<std::unique_ptr<AzureProvider>> AzureProvider::Create(Options options) {
