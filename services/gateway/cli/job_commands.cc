@@ -256,7 +256,11 @@ int Run(const Args& args, const Io& io) {
   }
   if (!done.ok()) {
     ReportError(done.status(), "run", io);
-    if (!io.json) {
+    // A job that cannot go on as it is (cut off before its plan, not found, bad state) has no
+    // resume to offer; a failure on the way (a service down) leaves its instances running.
+    const absl::Status& s = done.status();
+    if (!io.json && !absl::IsFailedPrecondition(s) && !absl::IsInvalidArgument(s) &&
+        !absl::IsNotFound(s)) {
       io.err << "The job's instances keep running; resume with `spotdnn run --resume " << job_id
              << "`." << std::endl;
     }

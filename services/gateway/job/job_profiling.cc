@@ -127,6 +127,22 @@ absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const J
   }
   if (!request.ok()) return WithContext(request.status(), "profiling run " + run_id);
   request->extra_env["SPOTDNN_MAX_STEPS"] = absl::StrCat(run.steps);
+  // A gateway killed during this run (the job resumed, or run again) left its instances running:
+  // they go before the run starts again (they would bill, and count as its workers).
+  if (auto left = services.provider->Describe(run_id); left.ok()) {
+    std::vector<std::string> stale;
+    for (const launcher::Instance& i : *left) {
+      if (i.state != launcher::InstanceState::kTerminated &&
+          i.state != launcher::InstanceState::kShuttingDown) {
+        stale.push_back(i.id);
+      }
+    }
+    if (!stale.empty()) {
+      if (absl::Status s = services.provider->Terminate(stale); !s.ok() && !absl::IsNotFound(s)) {
+        return WithContext(s, absl::StrCat("stopping the instances an earlier ", run_id, " left"));
+      }
+    }
+  }
   auto launched = launcher::LaunchCluster(*services.provider, *request);
   if (!launched.ok()) return WithContext(launched.status(), "launching " + run_id);
   std::vector<std::string> ids;
