@@ -353,6 +353,23 @@ TEST(RendezvousTest, StartsIsFoundAliveRestartsOnItsPortAndStops) {
   EXPECT_TRUE(StopRendezvous(job, *again).ok());  // gone already: nothing to do
 }
 
+// A store its starter did not record (a profiling run's, its gateway killed) is found by its
+// command line and stopped; another job's is left alone.
+TEST(RendezvousTest, AStaleStoreIsFoundByItsJobAndStopped) {
+  if (!HaveTorch()) GTEST_SKIP() << "/usr/bin/python3 has no torch.distributed";
+  const std::string job = absl::StrCat("rdzv-stale-", getpid());
+  const std::string other = absl::StrCat("rdzv-other-", getpid());
+  auto left = StartRendezvous(job, "127.0.0.1", 0, {});
+  ASSERT_TRUE(left.ok()) << left.status();
+  auto kept = StartRendezvous(other, "127.0.0.1", 0, {});
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(StopStaleRendezvous(job), 1);
+  EXPECT_FALSE(RendezvousAlive(job, *left));
+  EXPECT_TRUE(RendezvousAlive(other, *kept));
+  EXPECT_EQ(StopStaleRendezvous(job), 0);
+  ASSERT_TRUE(StopRendezvous(other, *kept).ok());
+}
+
 TEST(RendezvousTest, AStoreThatCannotStartSaysWhy) {
   auto missing =
       StartRendezvous("rdzv-bad", "127.0.0.1", 0,

@@ -107,6 +107,8 @@ absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const J
   if (sync) {
     auto host = RendezvousHost(spec, *services.provider);
     if (!host.ok()) return host.status();
+    // The store an interrupted earlier run of this name left (its gateway was killed) goes first.
+    StopStaleRendezvous(run_id);
     auto started = StartRendezvous(run_id, *host, spec.elastic.port,
                                    RendezvousOptionsFor(run_id, *services.provider));
     if (!started.ok()) return WithContext(started.status(), "profiling run " + run_id);

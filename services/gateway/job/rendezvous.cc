@@ -194,6 +194,21 @@ bool RendezvousAlive(const std::string& job_id, const RendezvousRecord& record) 
   return IsStoreProcess(record.pid, job_id) && Accepts(record.port);
 }
 
+int StopStaleRendezvous(const std::string& job_id, absl::Duration grace) {
+  int stopped = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    int64_t pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    if (!IsStoreProcess(pid, job_id)) continue;
+    RendezvousRecord record;
+    record.pid = pid;
+    (void)StopRendezvous(job_id, record, grace);
+    ++stopped;
+  }
+  return stopped;
+}
+
 absl::Status StopRendezvous(const std::string& job_id, const RendezvousRecord& record,
                             absl::Duration grace) {
   if (!IsStoreProcess(record.pid, job_id)) return absl::OkStatus();

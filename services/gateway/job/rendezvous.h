@@ -54,6 +54,11 @@ bool RendezvousAlive(const std::string& job_id, const RendezvousRecord& record);
 absl::Status StopRendezvous(const std::string& job_id, const RendezvousRecord& record,
                             absl::Duration grace = absl::Seconds(5));
 
+// Stops every store of `job_id` still running on this machine (found by their command lines):
+// what a killed caller left of a rendezvous it did not record (a profiling run's). Returns how
+// many it stopped.
+int StopStaleRendezvous(const std::string& job_id, absl::Duration grace = absl::Seconds(5));
+
 }  // namespace spotdnn::job
 
 #endif  // SPOTDNN_SERVICES_GATEWAY_JOB_RENDEZVOUS_H_
