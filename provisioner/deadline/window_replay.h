@@ -51,8 +51,9 @@ struct WindowResult {
   double spot_hours = 0;       // billed, changeovers included
   double on_demand_hours = 0;  // billed, changeovers included
   int changeovers = 0;         // instance starts
-  // Multi-zone replays: the zones spot ran in (in the order first used), and the moves (spot
-  // starts in another zone than the last spot run's).
+  // Multi-zone replays: the zones spot ran in (the online replay: in the order first used; the
+  // optimum: in the order listed), and the moves (spot starts in another zone than the last spot
+  // run's).
   std::vector<std::string> zones;
   int moves = 0;
 };
