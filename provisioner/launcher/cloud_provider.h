@@ -33,6 +33,10 @@ enum class InstanceState { kPending, kRunning, kShuttingDown, kTerminated, kStop
 absl::string_view InstanceStateName(InstanceState state);
 // Parses the names above; INVALID_ARGUMENT otherwise.
 absl::StatusOr<InstanceState> ParseInstanceState(absl::string_view text);
+// Terminated, or on its way there (shutting down): it no longer runs the job's command.
+inline bool IsGone(InstanceState state) {
+  return state == InstanceState::kTerminated || state == InstanceState::kShuttingDown;
+}
 
 // How an instance is bought: spot (cheap, revocable, limited by the cloud's spare capacity) or
 // on-demand (the list price; never revoked). AWS: RunInstances with or without the spot market

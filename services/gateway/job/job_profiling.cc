@@ -134,10 +134,7 @@ absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const J
   if (auto left = services.provider->Describe(run_id); left.ok()) {
     std::vector<std::string> stale;
     for (const launcher::Instance& i : *left) {
-      if (i.state != launcher::InstanceState::kTerminated &&
-          i.state != launcher::InstanceState::kShuttingDown) {
-        stale.push_back(i.id);
-      }
+      if (!launcher::IsGone(i.state)) stale.push_back(i.id);
     }
     if (!stale.empty()) {
       if (absl::Status s = services.provider->Terminate(stale); !s.ok() && !absl::IsNotFound(s)) {
@@ -208,9 +205,7 @@ absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const J
     if (!described.ok()) return WithContext(described.status(), "watching " + run_id);
     const bool working =
         std::any_of(described->begin(), described->end(), [](const launcher::Instance& i) {
-          return i.role == launcher::Role::kWorker &&
-                 i.state != launcher::InstanceState::kTerminated &&
-                 i.state != launcher::InstanceState::kShuttingDown;
+          return i.role == launcher::Role::kWorker && !launcher::IsGone(i.state);
         });
     if (!working) {
       // A worker command that failed (the provider can tell) ends the profiling with its words.

@@ -305,9 +305,7 @@ absl::Status JobRun::PollInstances() {
   for (auto& [id, r] : instances_) {
     if (r.state == InstanceStatus::kEnded) continue;
     auto it = seen.find(id);
-    const bool gone = it == seen.end() ||
-                      it->second->state == launcher::InstanceState::kTerminated ||
-                      it->second->state == launcher::InstanceState::kShuttingDown;
+    const bool gone = it == seen.end() || launcher::IsGone(it->second->state);
     if (!gone) continue;
     const bool was_running = r.state == InstanceStatus::kRunning;
     r.state = InstanceStatus::kEnded;
