@@ -63,6 +63,12 @@ struct LaunchRequest {
   std::string client_token;
   std::map<std::string, std::string> extra_env;  // more environment for the command
   Market market = Market::kSpot;
+  // Zones to try, in this order, when the first has no capacity (the next is tried before spot is
+  // declared short); every one must be one the provider is configured for. Empty: the provider's
+  // configured zones in their order.
+  std::vector<std::string> zones;
+  // Zones never launched in (a user's block list), whatever `zones` or the configuration say.
+  std::vector<std::string> avoid_zones;
 };
 
 // How an instance's command ended on its own, where the provider can tell: the local provider
@@ -108,6 +114,9 @@ struct Instance {
   // Set for a terminated instance whose command ended on its own (see CommandEnd); absent while
   // it runs, when it was revoked or terminated, and where the provider cannot tell.
   std::optional<CommandEnd> command_end;
+  // The zone it runs in (EC2's availability zone, GCE's zone, Azure's location and zone, the
+  // local provider's capacity zone); empty where the provider does not say.
+  std::string zone;
 };
 
 // The outcome of a launch: the instances started, and when fewer than asked for, why. A partial
@@ -116,6 +125,8 @@ struct LaunchResult {
   std::vector<Instance> instances;
   int requested = 0;
   absl::Status error;  // OK when all `requested` instances were launched
+  // The zones that refused for lack of capacity on the way, "ZONE: why", in the order tried.
+  std::vector<std::string> refused_zones;
 
   bool partial() const {
     return !instances.empty() && static_cast<int>(instances.size()) < requested;
