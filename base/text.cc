@@ -3,6 +3,8 @@
 #include <cmath>
 #include <iterator>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -26,6 +28,30 @@ std::string FormatBytes(uint64_t bytes) {
 std::string QuotedValue(absl::string_view value) {
   if (value.size() >= 2 && value.front() == '"' && value.back() == '"') return std::string(value);
   return absl::StrCat("\"", value, "\"");
+}
+
+std::vector<std::string> TellingLastLines(absl::string_view output, int max_lines) {
+  std::vector<std::string> lines;  // newest first
+  constexpr absl::string_view kTorchrunFailed =
+      "ERROR:torch.distributed.elastic.multiprocessing.api:failed";
+  if (const size_t failed = output.rfind(kTorchrunFailed);
+      failed != absl::string_view::npos && max_lines > 0) {
+    absl::string_view report = output.substr(failed);
+    lines.emplace_back(absl::StripTrailingAsciiWhitespace(report.substr(0, report.find('\n'))));
+    output = output.substr(0, failed);
+  }
+  while (!output.empty() && static_cast<int>(lines.size()) < max_lines) {
+    const size_t cut = output.rfind('\n');
+    absl::string_view line = cut == absl::string_view::npos ? output : output.substr(cut + 1);
+    output = cut == absl::string_view::npos ? "" : output.substr(0, cut);
+    line = absl::StripTrailingAsciiWhitespace(line);
+    if (line.empty() || absl::StrContains(line, "[spotdnn-agent]") ||
+        absl::StrContains(line, "SPOTDNN_SAMPLE")) {
+      continue;
+    }
+    lines.emplace_back(line);
+  }
+  return {lines.rbegin(), lines.rend()};
 }
 
 }  // namespace spotdnn::base

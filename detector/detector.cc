@@ -180,7 +180,8 @@ bool Detector::HoldsLocked(const std::string& instance_id) const {
 void Detector::ReconcilePollingLocked(Entry& e) {
   const bool want = poller_ && !shutdown_ && !e.stored.instance.metadata_endpoint.empty() &&
                     HoldsLocked(e.stored.instance.instance_id) &&
-                    e.stored.instance.state != InstanceState::kRevoked;
+                    e.stored.instance.state != InstanceState::kRevoked &&
+                    e.stored.instance.state != InstanceState::kExited;
   if (want && !e.polled) {
     e.polled =
         poller_
@@ -234,15 +235,18 @@ absl::Status Detector::Register(const WatchedInstance& instance) {
   // See the header: only a new lifetime resets; an idempotent re-registration must not make an
   // already reported notice reportable again.
   const InstanceState was = w.state;
-  const bool ended = was == InstanceState::kRevoked || was == InstanceState::kLost;
+  const bool ended = was == InstanceState::kRevoked || was == InstanceState::kLost ||
+                     was == InstanceState::kExited;
   const bool endpoint_changed = !w.metadata_endpoint.empty() &&
                                 !instance.metadata_endpoint.empty() &&
                                 w.metadata_endpoint != instance.metadata_endpoint;
   const bool cloud_changed = w.cloud != Cloud::kUnspecified &&
                              instance.cloud != Cloud::kUnspecified && instance.cloud != w.cloud;
   const bool reset = !inserted && (ended || endpoint_changed || cloud_changed);
-  if (reset && was != InstanceState::kNotice && was != InstanceState::kRevoked) {
-    // A revoked lifetime was recorded at its notice; any other ends here, censored.
+  if (reset && was != InstanceState::kNotice && was != InstanceState::kRevoked &&
+      was != InstanceState::kExited) {
+    // A revoked lifetime was recorded at its notice, an exited one at its exit; any other ends
+    // here, censored.
     const bool lost = was == InstanceState::kLost;
     EndLifetimeLocked(e, lost ? w.last_heartbeat_unix_ms : clock_.NowUnixMs(), false,
                       lost ? "lost" : "registered again");
@@ -297,7 +301,8 @@ absl::Status Detector::Unregister(const std::string& instance_id) {
   }
   if (it->second.polled) poller_->Remove(instance_id);
   const WatchedInstance& w = it->second.stored.instance;
-  if (w.state != InstanceState::kNotice && w.state != InstanceState::kRevoked) {
+  if (w.state != InstanceState::kNotice && w.state != InstanceState::kRevoked &&
+      w.state != InstanceState::kExited) {
     const bool lost = w.state == InstanceState::kLost;
     EndLifetimeLocked(it->second, lost ? w.last_heartbeat_unix_ms : clock_.NowUnixMs(), false,
                       lost ? "lost" : "unregistered");
@@ -411,13 +416,22 @@ bool Detector::KeepLocked(Event event) {
 absl::Status Detector::NoticeLocked(Entry& e, const Notice& n, int64_t seen_unix_ms) {
   if (n.key.empty() || e.seen.count(n.key)) return absl::OkStatus();  // reported once
   WatchedInstance& w = e.stored.instance;
-  const bool ends_lifetime = n.kind == EventKind::kNotice && w.state != InstanceState::kRevoked &&
-                             w.state != InstanceState::kNotice;
+  const bool open = w.state != InstanceState::kRevoked && w.state != InstanceState::kNotice &&
+                    w.state != InstanceState::kExited;
+  const bool ends_lifetime = (n.kind == EventKind::kNotice || n.kind == EventKind::kExited) && open;
   const StoredInstance before = e.stored;
-  if (n.kind == EventKind::kNotice && w.state != InstanceState::kRevoked) {
+  if (n.kind == EventKind::kNotice && w.state != InstanceState::kRevoked &&
+      w.state != InstanceState::kExited) {
     w.state = InstanceState::kNotice;
     w.reason = n.detail;
     e.stored.notice_effective_unix_ms = n.effective_unix_ms;
+  }
+  if (n.kind == EventKind::kExited) {
+    // Its command is done: no heartbeat is expected any more (its silence is not a loss), and a
+    // notice still out is moot.
+    w.state = InstanceState::kExited;
+    w.reason = n.detail.substr(0, n.detail.find('\n'));
+    e.stored.notice_effective_unix_ms = 0;
   }
   absl::StatusOr<bool> recorded =
       AppendLocked(e, n.kind, n.action, seen_unix_ms, n.effective_unix_ms, n.detail, n.key);
@@ -426,7 +440,10 @@ absl::Status Detector::NoticeLocked(Entry& e, const Notice& n, int64_t seen_unix
     return recorded.status();
   }
   if (!*recorded) return absl::OkStatus();  // another replica recorded it
-  if (ends_lifetime) {
+  if (ends_lifetime && n.kind == EventKind::kExited) {
+    EndLifetimeLocked(e, seen_unix_ms, false, "exited");
+    ReconcilePollingLocked(e);
+  } else if (ends_lifetime) {
     // The lifetime ends with this revocation: when the cloud takes it back, else now.
     EndLifetimeLocked(e, n.effective_unix_ms > 0 ? n.effective_unix_ms : seen_unix_ms, true,
                       "notice");
@@ -495,10 +512,10 @@ absl::Status Detector::ReportNotice(const std::string& instance_id, const std::s
     return s;
   }
   if (notice.kind != EventKind::kNotice && notice.kind != EventKind::kRebalance &&
-      notice.kind != EventKind::kMaintenance) {
+      notice.kind != EventKind::kMaintenance && notice.kind != EventKind::kExited) {
     return absl::InvalidArgumentError(absl::StrCat(
         "event kind of instance \"", instance_id, "\" = ", std::string(EventKindName(notice.kind)),
-        ": agents report notice, rebalance or maintenance"));
+        ": agents report notice, rebalance, maintenance or exited"));
   }
   std::lock_guard<std::mutex> lock(mu_);
   Entry& e = EnsureLocked(instance_id, job_id, cloud);
@@ -587,7 +604,8 @@ void Detector::CheckDeadlines(int64_t now) {
     // every instance without a metadata endpoint.
     const bool agent_fed =
         e.agent || ((shared_ || ring_.replicas().size() <= 1) && w.metadata_endpoint.empty());
-    if (!agent_fed || w.state == InstanceState::kLost || w.state == InstanceState::kRevoked) {
+    if (!agent_fed || w.state == InstanceState::kLost || w.state == InstanceState::kRevoked ||
+        w.state == InstanceState::kExited) {
       continue;
     }
     // Registered at launch, a VM boots for seconds (a loaded host) to minutes (a cloud) before

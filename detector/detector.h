@@ -34,8 +34,10 @@
 // for lost_after_intervals intervals -> lost (KIND_LOST), and back to healthy (KIND_RECOVERED)
 // when they resume. An instance registered before its VM has booted has no heartbeat yet: it is
 // lost only if none comes within boot_grace of its registration. Rebalance and maintenance notices
-// are events that leave the state alone. A re-registration that starts a new lifetime (see
-// Register) puts a revoked or lost instance back to unknown, without an event.
+// are events that leave the state alone. An agent's report that its command ended by itself ->
+// exited (KIND_EXITED once; its lifetime ends, censored; no heartbeat is expected any more). A
+// re-registration that starts a new lifetime (see Register) puts a revoked, lost or exited
+// instance back to unknown, without an event.
 #ifndef SPOTDNN_DETECTOR_DETECTOR_H_
 #define SPOTDNN_DETECTOR_DETECTOR_H_
 

@@ -40,7 +40,7 @@ absl::StatusOr<std::vector<Lifetime>> Detector::Lifetimes(const std::string& ins
   for (const auto& [id, e] : entries_) {
     const WatchedInstance& w = e.stored.instance;
     if (w.registered_unix_ms <= 0 || w.state == InstanceState::kNotice ||
-        w.state == InstanceState::kRevoked) {
+        w.state == InstanceState::kRevoked || w.state == InstanceState::kExited) {
       continue;
     }
     if (!instance_type.empty() && w.instance_type != instance_type) continue;

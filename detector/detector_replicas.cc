@@ -57,8 +57,10 @@ void Detector::MergeLocked(Entry& e, const StoredInstance& row) {
   w.job_id = r.job_id;
   w.instance_type = r.instance_type;
   w.last_heartbeat_unix_ms = std::max(w.last_heartbeat_unix_ms, r.last_heartbeat_unix_ms);
-  const bool ended_there = r.state == InstanceState::kNotice || r.state == InstanceState::kRevoked;
-  const bool ended_here = w.state == InstanceState::kNotice || w.state == InstanceState::kRevoked;
+  const bool ended_there = r.state == InstanceState::kNotice ||
+                           r.state == InstanceState::kRevoked || r.state == InstanceState::kExited;
+  const bool ended_here = w.state == InstanceState::kNotice || w.state == InstanceState::kRevoked ||
+                          w.state == InstanceState::kExited;
   if (!HoldsLocked(w.instance_id) || (ended_there && !ended_here) ||
       (r.state == InstanceState::kRevoked && w.state == InstanceState::kNotice)) {
     // Another replica's view (its owner's, or a notice an agent reported elsewhere).

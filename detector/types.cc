@@ -1,7 +1,12 @@
 #include "detector/types.h"
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/limits.h"
 
 namespace spotdnn::detector {
 
@@ -37,6 +42,8 @@ std::string_view InstanceStateName(InstanceState state) {
       return "revoked";
     case InstanceState::kLost:
       return "lost";
+    case InstanceState::kExited:
+      return "exited";
     default:
       return "unknown";
   }
@@ -56,9 +63,48 @@ std::string_view EventKindName(EventKind kind) {
       return "lost";
     case EventKind::kRecovered:
       return "recovered";
+    case EventKind::kExited:
+      return "exited";
     default:
       return "unspecified";
   }
+}
+
+Notice ExitNotice(const CommandExit& exit) {
+  Notice n;
+  n.kind = EventKind::kExited;
+  n.key = "exited";
+  n.action = absl::StrCat(exit.status);
+  const std::string how = limits::ValidUtf8(exit.how, limits::kMaxTextBytes / 4);
+  // The newest lines matter most: keep as many of them as fit.
+  size_t size = how.size();
+  size_t first = exit.last_lines.size();
+  std::vector<std::string> lines;
+  while (first > 0) {
+    std::string line = limits::ValidUtf8(exit.last_lines[first - 1], 200);
+    line.erase(std::remove(line.begin(), line.end(), '\n'), line.end());
+    if (size + 1 + line.size() > limits::kMaxTextBytes) break;
+    size += 1 + line.size();
+    lines.insert(lines.begin(), std::move(line));
+    --first;
+  }
+  n.detail = how;
+  for (const std::string& line : lines) absl::StrAppend(&n.detail, "\n", line);
+  return n;
+}
+
+CommandExit ExitOf(std::string_view action, std::string_view detail) {
+  CommandExit exit;
+  if (!absl::SimpleAtoi(absl::string_view(action.data(), action.size()), &exit.status)) {
+    exit.status = -1;
+  }
+  std::vector<std::string> lines =
+      absl::StrSplit(absl::string_view(detail.data(), detail.size()), '\n');
+  if (!lines.empty()) {
+    exit.how = lines.front();
+    exit.last_lines.assign(lines.begin() + 1, lines.end());
+  }
+  return exit;
 }
 
 }  // namespace spotdnn::detector

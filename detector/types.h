@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -14,7 +15,15 @@ namespace spotdnn::detector {
 enum class Cloud { kUnspecified = 0, kAws = 1, kGce = 2, kAzure = 3 };
 
 // Lifecycle state of a watched instance.
-enum class InstanceState { kUnknown = 0, kHealthy = 1, kNotice = 2, kRevoked = 3, kLost = 4 };
+// kExited: its command ended by itself (its agent said so); no heartbeats are expected from it.
+enum class InstanceState {
+  kUnknown = 0,
+  kHealthy = 1,
+  kNotice = 2,
+  kRevoked = 3,
+  kLost = 4,
+  kExited = 5
+};
 
 // What happened to an instance.
 enum class EventKind {
@@ -25,6 +34,10 @@ enum class EventKind {
   kRevoked = 4,      // the notice's deadline passed
   kLost = 5,         // heartbeats stopped
   kRecovered = 6,    // heartbeats came back after lost
+  // The instance's command ended by itself (not a revocation). Its action is the shell's exit
+  // status in decimal (128 + the signal for a signal); its detail says how it ended on the first
+  // line and the command's last lines after it, one per line.
+  kExited = 7,
 };
 
 // "aws", "gce", "azure", "unspecified".
@@ -45,6 +58,19 @@ struct Notice {
   std::string key;                // identifies the notice; the same key is reported once
   std::string detail;
 };
+
+// How an instance's command ended by itself, as its agent reports it (EventKind::kExited).
+struct CommandExit {
+  int status = 0;                       // the shell's: the exit status, or 128 + the signal
+  std::string how;                      // "exit status 1", "killed by signal 9 (Killed)"
+  std::vector<std::string> last_lines;  // the command's last lines, oldest first
+};
+
+// The notice an agent reports for `exit` (key "exited"): the status as its action, how and the
+// last lines as its detail, the oldest lines left out to keep it within limits::kMaxTextBytes.
+Notice ExitNotice(const CommandExit& exit);
+// The exit an event of kind kExited carries (the inverse of ExitNotice).
+CommandExit ExitOf(std::string_view action, std::string_view detail);
 
 // One event in the detector's log.
 struct Event {

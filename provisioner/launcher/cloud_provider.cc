@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/text.h"
 #include "provisioner/launcher/sigv4.h"
 
 namespace spotdnn::launcher {
@@ -79,29 +80,7 @@ std::optional<CommandEnd> CommandEndFromLog(absl::string_view log, int max_lines
   // The lines before the agent's, newest first until `max_lines`.
   const size_t line_start = log.rfind('\n', at);
   absl::string_view before = line_start == absl::string_view::npos ? "" : log.substr(0, line_start);
-  std::vector<std::string> lines;
-  // torchrun's report of a failed rank (its own traceback and a summary, 30 lines that name no
-  // cause) is one line here, its first, after the rank's own last lines.
-  constexpr absl::string_view kTorchrunFailed =
-      "ERROR:torch.distributed.elastic.multiprocessing.api:failed";
-  if (const size_t failed = before.rfind(kTorchrunFailed);
-      failed != absl::string_view::npos && max_lines > 0) {
-    absl::string_view report = before.substr(failed);
-    lines.emplace_back(absl::StripTrailingAsciiWhitespace(report.substr(0, report.find('\n'))));
-    before = before.substr(0, failed);
-  }
-  while (!before.empty() && static_cast<int>(lines.size()) < max_lines) {
-    const size_t cut = before.rfind('\n');
-    absl::string_view line = cut == absl::string_view::npos ? before : before.substr(cut + 1);
-    before = cut == absl::string_view::npos ? "" : before.substr(0, cut);
-    line = absl::StripTrailingAsciiWhitespace(line);
-    if (line.empty() || absl::StrContains(line, "[spotdnn-agent]") ||
-        absl::StrContains(line, "SPOTDNN_SAMPLE")) {
-      continue;
-    }
-    lines.emplace_back(line);
-  }
-  end.last_lines.assign(lines.rbegin(), lines.rend());
+  end.last_lines = base::TellingLastLines(before, max_lines);
   return end;
 }
 

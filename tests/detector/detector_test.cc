@@ -366,6 +366,70 @@ TEST_F(DetectorTest, AgentNoticeThenRevokedAtItsDeadline) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(DetectorTest, ACommandThatEndedByItselfIsExitedNeverLost) {
+  // An agent whose command ended reports it and stops: its silence is not a loss.
+  DetectorOptions o = ByHand();
+  o.db_path = db_.string();
+  auto d = OpenDetector(o);
+  WatchedInstance w;
+  w.instance_id = "x";
+  w.job_id = "job";
+  w.cloud = Cloud::kGce;
+  w.instance_type = "n1-v100";
+  ASSERT_TRUE(d->Register(w).ok());
+  ASSERT_TRUE(d->Heartbeat("x", "job", Cloud::kGce, clock_.NowUnixMs()).ok());
+  const int64_t now = clock_.NowUnixMs();
+  const Notice exit = ExitNotice(
+      {.status = 3, .how = "exit status 3", .last_lines = {"loading data", "ValueError: boom"}});
+  ASSERT_TRUE(d->ReportNotice("x", "job", Cloud::kGce, exit, now).ok());
+  ASSERT_TRUE(d->ReportNotice("x", "job", Cloud::kGce, exit, now).ok());  // sent again: once
+  auto got = d->Get("x");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->state, InstanceState::kExited);
+  EXPECT_EQ(got->reason, "exit status 3");
+  d->CheckDeadlines(now + 600000);
+  EXPECT_EQ(StateOf(*d, "x"), InstanceState::kExited);
+  auto events = All(*d);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, EventKind::kExited);
+  const CommandExit back = ExitOf(events[0].action, events[0].detail);
+  EXPECT_EQ(back.status, 3);
+  EXPECT_EQ(back.how, "exit status 3");
+  EXPECT_THAT(back.last_lines, ::testing::ElementsAre("loading data", "ValueError: boom"));
+  // Its lifetime ended there, censored (not a revocation), and stays so after a restart.
+  d.reset();
+  d = OpenDetector(o);
+  EXPECT_EQ(StateOf(*d, "x"), InstanceState::kExited);
+  auto lifetimes = d->Lifetimes("n1-v100");
+  ASSERT_TRUE(lifetimes.ok());
+  ASSERT_EQ(lifetimes->size(), 1u);
+  EXPECT_EQ((*lifetimes)[0].how, "exited");
+  EXPECT_FALSE((*lifetimes)[0].revoked);
+  // The id used again (a VM started anew) is a new lifetime, watched as usual.
+  ASSERT_TRUE(d->Register(w).ok());
+  EXPECT_EQ(StateOf(*d, "x"), InstanceState::kUnknown);
+  ASSERT_TRUE(d->Heartbeat("x", "job", Cloud::kGce, clock_.NowUnixMs()).ok());
+  d->CheckDeadlines(clock_.NowUnixMs() + 31000);
+  EXPECT_EQ(StateOf(*d, "x"), InstanceState::kLost);
+}
+
+TEST(CommandExitTest, KeepsTheNewestLinesWithinTheDetailLimit) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 40; ++i) lines.push_back(std::string(100, 'a' + i % 26) + std::to_string(i));
+  const Notice n =
+      ExitNotice({.status = 137, .how = "killed by signal 9 (Killed)", .last_lines = lines});
+  EXPECT_EQ(n.kind, EventKind::kExited);
+  EXPECT_EQ(n.action, "137");
+  EXPECT_LE(n.detail.size(), 1024u);
+  const CommandExit back = ExitOf(n.action, n.detail);
+  EXPECT_EQ(back.status, 137);
+  EXPECT_EQ(back.how, "killed by signal 9 (Killed)");
+  ASSERT_GE(back.last_lines.size(), 5u);
+  ASSERT_LT(back.last_lines.size(), 40u);
+  EXPECT_EQ(back.last_lines.back(), lines.back());
+  EXPECT_EQ(back.last_lines.front(), lines[40 - back.last_lines.size()]);
+}
+
 TEST_F(DetectorTest, EventsAfterResumesAndFiltersByJob) {
   auto d = OpenDetector(ByHand());
   for (int i = 0; i < 6; ++i) {
