@@ -5,6 +5,7 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -13,7 +14,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -22,6 +25,7 @@
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 #include "provisioner/launcher/http_retry.h"
+#include "provisioner/launcher/launch_zones.h"
 
 namespace spotdnn::launcher {
 namespace {
@@ -132,6 +136,7 @@ Instance ParseInstance(const xmlNode* item) {
     if (key == kFirstIndexTag) (void)absl::SimpleAtoi(value, &first_index);
   }
   instance.index = first_index + launch_index;
+  instance.zone = ChildText(Child(item, "placement"), "availabilityZone");
   return instance;
 }
 
@@ -208,7 +213,71 @@ bool IsCapacityError(const std::string& code) {
       "InsufficientHostCapacity",     "InsufficientReservedInstanceCapacity"};
   return kCapacity.count(code) > 0;
 }
+
+// The capacity errors that are about one availability zone: another zone may have the type.
+// (Spot price, instance and vCPU limits hold for the whole region.)
+bool IsZoneCapacityError(const std::string& code) {
+  return code == "InsufficientInstanceCapacity" || code == "InsufficientCapacity" ||
+         code == "InsufficientHostCapacity";
+}
+
+// Marks a status as "this zone has no capacity"; the payload is the EC2 code and message.
+constexpr char kZoneCapacityPayload[] = "spotdnn.dev/ec2-zone-capacity";
 }  // namespace
+
+std::optional<std::string> Ec2ZoneCapacity(const absl::Status& status) {
+  auto payload = status.GetPayload(kZoneCapacityPayload);
+  if (!payload.has_value()) return std::nullopt;
+  return std::string(*payload);
+}
+
+absl::StatusOr<std::vector<AwsZoneSubnet>> ParseAwsSubnets(const std::string& text,
+                                                           const std::string& region,
+                                                           const std::string& field) {
+  std::vector<AwsZoneSubnet> out;
+  for (absl::string_view raw : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    const std::string item(absl::StripAsciiWhitespace(raw));
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " = \"", text, "\": \"", item, "\": ", why));
+    };
+    std::vector<std::string> parts = absl::StrSplit(item, '=');
+    if (parts.size() != 2) return bad("expected ZONE=SUBNET, e.g. us-east-1a=subnet-0abc1234");
+    AwsZoneSubnet zs{.zone = std::string(absl::StripAsciiWhitespace(parts[0])),
+                     .subnet_id = std::string(absl::StripAsciiWhitespace(parts[1]))};
+    // A zone of the region: the region and a letter (us-east-1a), or a Local Zone
+    // (us-west-2-lax-1a).
+    const bool zone_ok =
+        absl::StartsWith(zs.zone, region) && zs.zone.size() > region.size() &&
+        (absl::ascii_islower(zs.zone[region.size()]) || zs.zone[region.size()] == '-') &&
+        std::all_of(zs.zone.begin(), zs.zone.end(), [](char c) {
+          return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-';
+        });
+    if (!zone_ok) {
+      return bad(absl::StrCat("the zone \"", zs.zone, "\" is not an availability zone of region ",
+                              region, " (e.g. ", region, "a)"));
+    }
+    absl::string_view hex = zs.subnet_id;
+    if (!absl::ConsumePrefix(&hex, "subnet-") || hex.empty() ||
+        !std::all_of(hex.begin(), hex.end(), [](char c) { return absl::ascii_isxdigit(c); })) {
+      return bad(absl::StrCat("the subnet \"", zs.subnet_id,
+                              "\" is not a subnet id (subnet-HEX, e.g. subnet-0abc1234)"));
+    }
+    for (const AwsZoneSubnet& seen : out) {
+      if (seen.zone == zs.zone) return bad(absl::StrCat("the zone ", zs.zone, " is given twice"));
+    }
+    out.push_back(std::move(zs));
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " = \"", text, "\": expected ZONE=SUBNET,... (e.g. ", region, "a=subnet-0abc1234)"));
+  }
+  return out;
+}
+
+std::string ZoneClientToken(const std::string& token, const std::string& zone) {
+  return zone.empty() ? token : ClientTokenFor(absl::StrCat(token, "@", zone));
+}
 
 bool IsRetryableEc2Error(long http_status, const std::string& code) {
   static const std::set<std::string> kRetryable = {
@@ -236,8 +305,14 @@ absl::Status Ec2ErrorToStatus(const std::string& action, long http_status, const
                                   error.request_id.empty() ? "" : ")");
   const std::string& code = error.code;
   if (IsCapacityError(code)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
+    absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
         what, instance_type.empty() ? "" : "; re-plan without instance type " + instance_type));
+    if (IsZoneCapacityError(code)) {
+      status.SetPayload(
+          kZoneCapacityPayload,
+          absl::Cord(absl::StrCat(code, error.message.empty() ? "" : ": ", error.message)));
+    }
+    return status;
   }
   if (code == "UnauthorizedOperation" || code == "AccessDenied" ||
       code == "AccessDeniedException") {
@@ -276,6 +351,20 @@ absl::StatusOr<std::unique_ptr<AwsProvider>> AwsProvider::Create(Options options
       options.endpoint_url.empty() ? DefaultEndpoint(options.region) : options.endpoint_url;
   if (absl::StatusOr<ParsedUrl> url = ParseUrl(endpoint); !url.ok()) return url.status();
   if (absl::Status s = ValidateCloudRetry(options.retry); !s.ok()) return s;
+  if (!options.subnets.empty() && !options.subnet_id.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("subnet_id = \"", options.subnet_id,
+                     "\" and subnets: give one (subnets: a subnet per zone, tried in order)"));
+  }
+  std::vector<std::string> items;
+  for (const AwsZoneSubnet& zs : options.subnets) {
+    items.push_back(absl::StrCat(zs.zone, "=", zs.subnet_id));
+  }
+  if (!items.empty()) {
+    absl::StatusOr<std::vector<AwsZoneSubnet>> parsed =
+        ParseAwsSubnets(absl::StrJoin(items, ","), options.region, "subnets");
+    if (!parsed.ok()) return parsed.status();
+  }
   return std::unique_ptr<AwsProvider>(new AwsProvider(std::move(options), endpoint));
 }
 
@@ -359,8 +448,100 @@ absl::StatusOr<LaunchResult> AwsProvider::Launch(const LaunchRequest& request) {
         "provider.image_id)");
   }
   if (request.command.empty()) return absl::InvalidArgumentError("command is empty");
-  std::string token =
+  ZoneSetting setting{.provider = "aws", .key = "provider.subnets (ZONE=SUBNET,...)"};
+  for (const AwsZoneSubnet& zs : options_.subnets) setting.configured.push_back(zs.zone);
+  setting.in_region = [region = options_.region](const std::string& zone) {
+    return absl::StartsWith(zone, region) && zone.size() > region.size() &&
+           !absl::ascii_isdigit(zone[region.size()]);
+  };
+  absl::StatusOr<std::vector<std::string>> zones = LaunchZones(request, setting);
+  if (!zones.ok()) return zones.status();
+  if (!options_.subnets.empty()) return LaunchInZones(request, *zones);
+
+  const std::string token =
       request.client_token.empty() ? DefaultClientToken(request) : request.client_token;
+  absl::StatusOr<LaunchResult> result = RunInstances(request, "", token);
+  if (!result.ok()) return result.status();
+  if (static_cast<int>(result->instances.size()) < request.count) {
+    result->error = absl::ResourceExhaustedError(absl::StrCat(
+        "EC2 RunInstances: launched ", result->instances.size(), " of ", request.count, " ",
+        request.instance_type, " ", MarketName(request.market), " instances for job ",
+        request.job_id, " (partial launch; re-plan the rest without this type)"));
+  }
+  return result;
+}
+
+absl::StatusOr<LaunchResult> AwsProvider::LaunchInZones(const LaunchRequest& request,
+                                                        const std::vector<std::string>& zones) {
+  const std::string token =
+      request.client_token.empty() ? DefaultClientToken(request) : request.client_token;
+  // What earlier tries of this launch made, in any configured zone: a zone whose token launched
+  // is not asked again (the same token with another count would be IdempotentParameterMismatch).
+  std::map<std::string, std::string> zone_of_token;
+  std::vector<std::pair<std::string, std::string>> filter = {{"Filter.1.Name", "client-token"}};
+  for (const AwsZoneSubnet& zs : options_.subnets) {
+    const std::string zone_token = ZoneClientToken(token, zs.zone);
+    zone_of_token[zone_token] = zs.zone;
+    filter.emplace_back(absl::StrCat("Filter.1.Value.", zone_of_token.size()), zone_token);
+  }
+  std::vector<std::string> tokens;
+  absl::StatusOr<std::vector<Instance>> existing = DescribeMatching(filter, &tokens);
+  if (!existing.ok()) return existing.status();
+
+  LaunchResult result;
+  result.requested = request.count;
+  std::set<std::string> spent;
+  for (size_t i = 0; i < existing->size(); ++i) {
+    spent.insert(zone_of_token[tokens[i]]);
+    result.instances.push_back(std::move((*existing)[i]));
+  }
+  std::sort(result.instances.begin(), result.instances.end(),
+            [](const Instance& a, const Instance& b) { return a.index < b.index; });
+
+  absl::Status error;
+  int remaining = request.count - static_cast<int>(result.instances.size());
+  for (const std::string& zone : zones) {
+    if (remaining <= 0) break;
+    if (spent.count(zone) > 0) continue;
+    LaunchRequest part = request;
+    part.count = remaining;
+    part.first_index = request.first_index + (request.count - remaining);
+    absl::StatusOr<LaunchResult> got = RunInstances(part, zone, ZoneClientToken(token, zone));
+    if (!got.ok()) {
+      if (std::optional<std::string> why = Ec2ZoneCapacity(got.status()); why.has_value()) {
+        result.refused_zones.push_back(RefusedZone(zone, *why));
+        continue;
+      }
+      error = got.status();
+      break;
+    }
+    const int launched = static_cast<int>(got->instances.size());
+    if (launched < remaining) {
+      result.refused_zones.push_back(
+          RefusedZone(zone, absl::StrCat("launched ", launched, " of ", remaining)));
+    }
+    for (Instance& instance : got->instances) {
+      if (instance.zone.empty()) instance.zone = zone;
+      result.instances.push_back(std::move(instance));
+    }
+    remaining -= launched;
+  }
+  if (remaining > 0 && error.ok()) {
+    error = absl::ResourceExhaustedError(
+        absl::StrCat("EC2 RunInstances: no capacity for ", request.instance_type, " in zones ",
+                     absl::StrJoin(zones, ", "), " (", absl::StrJoin(result.refused_zones, "; "),
+                     "): launched ", result.instances.size(), " of ", request.count, " ",
+                     MarketName(request.market), " instances for job ", request.job_id,
+                     "; re-plan without instance type ", request.instance_type));
+  }
+  if (!error.ok() && result.instances.empty()) return error;
+  result.error = error;
+  return result;
+}
+
+absl::StatusOr<LaunchResult> AwsProvider::RunInstances(const LaunchRequest& request,
+                                                       const std::string& zone,
+                                                       const std::string& token) {
   std::vector<std::pair<std::string, std::string>> p = {
       {"ImageId", options_.image_id},
       {"InstanceType", request.instance_type},
@@ -390,7 +571,14 @@ absl::StatusOr<LaunchResult> AwsProvider::Launch(const LaunchRequest& request) {
       p.emplace_back("InstanceMarketOptions.SpotOptions.MaxPrice", options_.max_spot_price);
     }
   }
-  if (!options_.subnet_id.empty()) p.emplace_back("SubnetId", options_.subnet_id);
+  std::string subnet = options_.subnet_id;
+  for (const AwsZoneSubnet& zs : options_.subnets) {
+    if (zs.zone == zone) subnet = zs.subnet_id;
+  }
+  if (!subnet.empty()) p.emplace_back("SubnetId", subnet);
+  // The subnet decides the zone; naming it too makes a mismatched subnet an error, not a launch
+  // elsewhere.
+  if (!zone.empty()) p.emplace_back("Placement.AvailabilityZone", zone);
   for (size_t i = 0; i < options_.security_group_ids.size(); ++i) {
     p.emplace_back(absl::StrCat("SecurityGroupId.", i + 1), options_.security_group_ids[i]);
   }
@@ -415,25 +603,24 @@ absl::StatusOr<LaunchResult> AwsProvider::Launch(const LaunchRequest& request) {
     instance.role = request.role;
     result.instances.push_back(std::move(instance));
   }
-  if (static_cast<int>(result.instances.size()) < request.count) {
-    result.error = absl::ResourceExhaustedError(
-        absl::StrCat("EC2 RunInstances: launched ", result.instances.size(), " of ", request.count,
-                     " ", request.instance_type, " spot instances for job ", request.job_id,
-                     " (partial launch; re-plan the rest without this type)"));
-  }
   return result;
 }
 
 absl::StatusOr<std::vector<Instance>> AwsProvider::Describe(const std::string& job_id) {
+  if (!job_id.empty()) {
+    return DescribeMatching(
+        {{"Filter.1.Name", absl::StrCat("tag:", kJobTag)}, {"Filter.1.Value.1", job_id}});
+  }
+  return DescribeMatching({{"Filter.1.Name", "tag-key"}, {"Filter.1.Value.1", kJobTag}});
+}
+
+absl::StatusOr<std::vector<Instance>> AwsProvider::DescribeMatching(
+    const std::vector<std::pair<std::string, std::string>>& filter,
+    std::vector<std::string>* client_tokens) {
   std::vector<Instance> out;
   std::string next_token;
   for (int page = 0; page < 1000; ++page) {
-    std::vector<std::pair<std::string, std::string>> p;
-    if (!job_id.empty()) {
-      p = {{"Filter.1.Name", absl::StrCat("tag:", kJobTag)}, {"Filter.1.Value.1", job_id}};
-    } else {
-      p = {{"Filter.1.Name", "tag-key"}, {"Filter.1.Value.1", kJobTag}};
-    }
+    std::vector<std::pair<std::string, std::string>> p = filter;
     if (!next_token.empty()) p.emplace_back("NextToken", next_token);
     absl::StatusOr<std::string> body = Call("DescribeInstances", p, "");
     if (!body.ok()) return body.status();
@@ -444,6 +631,7 @@ absl::StatusOr<std::vector<Instance>> AwsProvider::Describe(const std::string& j
     for (const xmlNode* reservation : Items(Child(root, "reservationSet"))) {
       for (const xmlNode* item : Items(Child(reservation, "instancesSet"))) {
         out.push_back(ParseInstance(item));
+        if (client_tokens != nullptr) client_tokens->push_back(ChildText(item, "clientToken"));
       }
     }
     next_token = ChildText(root, "nextToken");

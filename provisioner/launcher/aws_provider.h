@@ -8,6 +8,12 @@
 //   honoured), then UNAVAILABLE; UnauthorizedOperation -> PERMISSION_DENIED naming the ec2:
 //   action; AuthFailure and other credential errors -> UNAUTHENTICATED; bad parameters ->
 //   INVALID_ARGUMENT.
+// With zones configured (a subnet per zone), a launch tries them in order: a zone without
+// capacity for the type (InsufficientInstanceCapacity, InsufficientCapacity,
+// InsufficientHostCapacity), or one that launched fewer than asked, passes the rest to the next
+// zone; RESOURCE_EXHAUSTED only when every zone refused. Each zone's RunInstances has its own
+// client token (derived from the launch's), and a launch first looks up what its tokens already
+// made, so a repeated launch neither launches twice nor is answered with another zone's result.
 // Messages never hold the secret key or the session token.
 #ifndef SPOTDNN_PROVISIONER_LAUNCHER_AWS_PROVIDER_H_
 #define SPOTDNN_PROVISIONER_LAUNCHER_AWS_PROVIDER_H_
@@ -15,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,6 +74,27 @@ absl::StatusOr<Ec2Error> ParseEc2Error(const std::string& xml);
 absl::Status Ec2ErrorToStatus(const std::string& action, long http_status, const Ec2Error& error,
                               const std::string& instance_type = "");
 
+// The EC2 code and message ("InsufficientInstanceCapacity: ...") when `status` is a zone's lack of
+// capacity for the type (the launch tries the next zone); nullopt otherwise.
+std::optional<std::string> Ec2ZoneCapacity(const absl::Status& status);
+
+// A zone and the subnet a launch there uses.
+struct AwsZoneSubnet {
+  std::string zone;       // e.g. "us-east-1a"
+  std::string subnet_id;  // e.g. "subnet-0abc1234"
+};
+
+// Parses the job spec's provider.subnets: "ZONE=SUBNET" items, comma-separated, in the order to
+// try. INVALID_ARGUMENT naming `field` and the item: not ZONE=SUBNET, a subnet id that is not
+// subnet-HEX, a zone outside `region`, a zone given twice.
+absl::StatusOr<std::vector<AwsZoneSubnet>> ParseAwsSubnets(const std::string& text,
+                                                           const std::string& region,
+                                                           const std::string& field);
+
+// The client token of a launch's RunInstances in `zone` (the launch's own token when `zone` is
+// empty): stable across retries, different per zone.
+std::string ZoneClientToken(const std::string& token, const std::string& zone);
+
 // True for errors worth retrying (RequestLimitExceeded, throttling, 5xx, transport failures).
 bool IsRetryableEc2Error(long http_status, const std::string& code);
 
@@ -80,7 +108,10 @@ class AwsProvider final : public CloudProvider {
     AwsCredentials credentials;
     // RunInstances parameters.
     std::string image_id;   // AMI with the user's framework; required to launch
-    std::string subnet_id;  // optional
+    std::string subnet_id;  // optional; EC2 picks the zone (no zone fallback)
+    // The zones to launch in, in order, each with its subnet (the job spec's provider.subnets).
+    // Exclusive with subnet_id.
+    std::vector<AwsZoneSubnet> subnets;
     std::vector<std::string> security_group_ids;
     std::string key_name;              // optional SSH key pair
     std::string iam_instance_profile;  // name or ARN; needs iam:PassRole
@@ -96,7 +127,7 @@ class AwsProvider final : public CloudProvider {
     absl::Time (*now)() = &absl::Now;
   };
 
-  // INVALID_ARGUMENT for a bad endpoint URL or region.
+  // INVALID_ARGUMENT for a bad endpoint URL, region or subnets (naming the item).
   static absl::StatusOr<std::unique_ptr<AwsProvider>> Create(Options options);
 
   std::string name() const override { return "aws"; }
@@ -120,6 +151,17 @@ class AwsProvider final : public CloudProvider {
                                    std::vector<std::pair<std::string, std::string>> params,
                                    const std::string& region,
                                    const std::string& instance_type = "");
+  // One RunInstances call for `request` in `zone` (empty: where EC2 picks) with `token`.
+  absl::StatusOr<LaunchResult> RunInstances(const LaunchRequest& request, const std::string& zone,
+                                            const std::string& token);
+  // Launch over the configured zones, in `zones`' order (see the file comment).
+  absl::StatusOr<LaunchResult> LaunchInZones(const LaunchRequest& request,
+                                             const std::vector<std::string>& zones);
+  // The instances DescribeInstances lists for `filter` (Filter.N.* parameters), all pages; with
+  // `client_tokens`, each one's client token beside it.
+  absl::StatusOr<std::vector<Instance>> DescribeMatching(
+      const std::vector<std::pair<std::string, std::string>>& filter,
+      std::vector<std::string>* client_tokens = nullptr);
   // One TerminateInstances call for all of `instance_ids` (EC2 refuses all of them when one is
   // unknown: NOT_FOUND).
   absl::Status TerminateBatch(const std::vector<std::string>& instance_ids);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/launcher/fake_ec2.h"
@@ -36,6 +37,36 @@ std::string Base64Decode(const std::string& text) {
 class AwsProviderTest : public ::testing::Test {
  protected:
   AwsProviderTest() : fake_(kKey, kSecret, kToken) {}
+
+  // A provider with a subnet per zone: us-east-1a, then us-east-1b.
+  std::unique_ptr<AwsProvider> ZonedProvider() {
+    fake_.SetSubnetZone("subnet-0aaa", "us-east-1a");
+    fake_.SetSubnetZone("subnet-0bbb", "us-east-1b");
+    AwsProvider::Options options;
+    options.region = "us-east-1";
+    options.endpoint_url = fake_.url();
+    options.credentials = {.access_key_id = kKey,
+                           .secret_access_key = kSecret,
+                           .session_token = kToken,
+                           .source = "test"};
+    options.image_id = "ami-0123456789abcdef0";
+    options.subnets = {{.zone = "us-east-1a", .subnet_id = "subnet-0aaa"},
+                       {.zone = "us-east-1b", .subnet_id = "subnet-0bbb"}};
+    options.retry.max_attempts = 4;
+    options.retry.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
+    absl::StatusOr<std::unique_ptr<AwsProvider>> provider = AwsProvider::Create(options);
+    EXPECT_TRUE(provider.ok()) << provider.status();
+    return std::move(*provider);
+  }
+
+  // The zone (Placement) of each RunInstances request, in order.
+  std::vector<std::string> RunZones() const {
+    std::vector<std::string> out;
+    for (auto request : fake_.requests()) {
+      if (request["Action"] == "RunInstances") out.push_back(request["Placement.AvailabilityZone"]);
+    }
+    return out;
+  }
 
   std::unique_ptr<AwsProvider> Provider(const std::string& secret = kSecret) {
     AwsProvider::Options options;
@@ -394,6 +425,165 @@ TEST(AwsProviderCreateTest, BadInputNamesTheField) {
   auto no_ami = (*ok)->Launch({.job_id = "j", .instance_type = "t3.micro", .command = "true"});
   EXPECT_EQ(no_ami.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(no_ami.status().message(), HasSubstr("image_id"));
+}
+
+// --- zones ---
+
+TEST_F(AwsProviderTest, AZoneWithoutCapacityPassesTheLaunchToTheNext) {
+  auto provider = ZonedProvider();
+  fake_.SetZoneCapacity("us-east-1a", "g4dn.4xlarge", 0);
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(2));
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_TRUE(launched->error.ok()) << launched->error;
+  ASSERT_EQ(launched->instances.size(), 2u);
+  for (const Instance& instance : launched->instances) EXPECT_EQ(instance.zone, "us-east-1b");
+  ASSERT_EQ(launched->refused_zones.size(), 1u);
+  EXPECT_THAT(launched->refused_zones[0], HasSubstr("us-east-1a: InsufficientInstanceCapacity"));
+  EXPECT_THAT(RunZones(), ElementsAre("us-east-1a", "us-east-1b"));
+
+  // Each zone's try has its own token, and the subnet of its zone.
+  std::vector<std::map<std::string, std::string>> runs;
+  for (auto request : fake_.requests()) {
+    if (request["Action"] == "RunInstances") runs.push_back(request);
+  }
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_NE(runs[0]["ClientToken"], runs[1]["ClientToken"]);
+  EXPECT_EQ(runs[0]["SubnetId"], "subnet-0aaa");
+  EXPECT_EQ(runs[1]["SubnetId"], "subnet-0bbb");
+
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("job-42");
+  ASSERT_TRUE(described.ok()) << described.status();
+  ASSERT_EQ(described->size(), 2u);
+  EXPECT_EQ((*described)[0].zone, "us-east-1b");
+}
+
+TEST_F(AwsProviderTest, APartialLaunchInAZoneLaunchesTheRestInTheNextAndOnlyOnce) {
+  auto provider = ZonedProvider();
+  fake_.SetZoneCapacity("us-east-1a", "g4dn.4xlarge", 1);
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(3));
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_TRUE(launched->error.ok()) << launched->error;
+  ASSERT_EQ(launched->instances.size(), 3u);
+  std::vector<std::string> placed;
+  for (const Instance& instance : launched->instances) {
+    placed.push_back(absl::StrCat(instance.index, "@", instance.zone));
+  }
+  EXPECT_THAT(placed, ElementsAre("0@us-east-1a", "1@us-east-1b", "2@us-east-1b"));
+  EXPECT_THAT(launched->refused_zones, ElementsAre("us-east-1a: launched 1 of 3"));
+
+  // The same launch again (a caller that lost the answer) finds them and launches nothing.
+  absl::StatusOr<LaunchResult> again = provider->Launch(Workers(3));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->error.ok()) << again->error;
+  ASSERT_EQ(again->instances.size(), 3u);
+  EXPECT_EQ(again->instances[2].id, launched->instances[2].id);
+  EXPECT_EQ(fake_.instances().size(), 3u);
+  EXPECT_EQ(RunInstancesCalls(), 2);
+}
+
+TEST_F(AwsProviderTest, ABlockedZoneIsNeverUsed) {
+  auto provider = ZonedProvider();
+  LaunchRequest request = Workers(2);
+  request.avoid_zones = {"us-east-1a", "europe-west4-a"};
+  absl::StatusOr<LaunchResult> launched = provider->Launch(request);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  ASSERT_EQ(launched->instances.size(), 2u);
+  EXPECT_EQ(launched->instances[0].zone, "us-east-1b");
+  EXPECT_THAT(RunZones(), ElementsAre("us-east-1b"));
+  for (auto run : fake_.requests()) EXPECT_NE(run["SubnetId"], "subnet-0aaa");
+
+  // Blocking both: nothing is asked of EC2.
+  const size_t before = fake_.requests().size();
+  request.avoid_zones = {"us-east-1b", "us-east-1a"};
+  absl::StatusOr<LaunchResult> none = provider->Launch(request);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.status().message(), HasSubstr("every zone is blocked: us-east-1a, us-east-1b"));
+  EXPECT_EQ(fake_.requests().size(), before);
+}
+
+TEST_F(AwsProviderTest, EveryZoneRefusingIsResourceExhaustedNamingThem) {
+  auto provider = ZonedProvider();
+  fake_.SetZoneCapacity("us-east-1a", "g4dn.4xlarge", 0);
+  fake_.SetZoneCapacity("us-east-1b", "g4dn.4xlarge", 0);
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(2));
+  EXPECT_EQ(launched.status().code(), absl::StatusCode::kResourceExhausted) << launched.status();
+  EXPECT_THAT(launched.status().message(), HasSubstr("us-east-1a: InsufficientInstanceCapacity"));
+  EXPECT_THAT(launched.status().message(), HasSubstr("us-east-1b: InsufficientInstanceCapacity"));
+  EXPECT_THAT(launched.status().message(), HasSubstr("re-plan without instance type g4dn.4xlarge"));
+  EXPECT_TRUE(fake_.instances().empty());
+}
+
+TEST_F(AwsProviderTest, RequestZonesSetTheOrderAndMustBeConfigured) {
+  auto provider = ZonedProvider();
+  LaunchRequest request = Workers(1);
+  request.zones = {"us-east-1b", "us-east-1a"};
+  absl::StatusOr<LaunchResult> launched = provider->Launch(request);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(launched->instances[0].zone, "us-east-1b");
+  EXPECT_THAT(RunZones(), ElementsAre("us-east-1b"));
+
+  request.zones = {"us-east-1a", "us-east-1c"};
+  absl::StatusOr<LaunchResult> unknown = provider->Launch(request);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("zones[1] = \"us-east-1c\""));
+}
+
+TEST_F(AwsProviderTest, APriceRefusalDoesNotMoveToAnotherZone) {
+  auto provider = ZonedProvider();
+  fake_.Inject({.action = "RunInstances",
+                .code = "SpotMaxPriceTooLow",
+                .message = "Your Spot request price of 0.1 is lower than the minimum"});
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(1));
+  EXPECT_EQ(launched.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(launched.status().message(), HasSubstr("SpotMaxPriceTooLow"));
+  EXPECT_EQ(RunInstancesCalls(), 1);
+}
+
+TEST_F(AwsProviderTest, WithoutZonesConfiguredZonesCannotBeChosenOrBlocked) {
+  auto provider = Provider();
+  LaunchRequest request = Workers(1);
+  request.zones = {"us-east-1a"};
+  EXPECT_THAT(provider->Launch(request).status().message(),
+              HasSubstr("zones[0] = \"us-east-1a\": the aws provider is not configured"));
+  request.zones.clear();
+  request.avoid_zones = {"us-east-1a"};
+  absl::StatusOr<LaunchResult> blocked = provider->Launch(request);
+  EXPECT_EQ(blocked.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(blocked.status().message(), HasSubstr("avoid_zones[0] = \"us-east-1a\""));
+  EXPECT_EQ(RunInstancesCalls(), 0);
+  // Another region's zone is not one EC2 could pick here.
+  request.avoid_zones = {"us-west-2a"};
+  absl::StatusOr<LaunchResult> launched = provider->Launch(request);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(launched->instances[0].zone, "us-east-1a");  // the fake's default subnet zone
+}
+
+TEST(AwsSubnetsTest, ParsedInOrderAndBadItemsNamed) {
+  absl::StatusOr<std::vector<AwsZoneSubnet>> parsed =
+      ParseAwsSubnets("us-east-1b=subnet-0bbb, us-east-1a=subnet-0aaa", "us-east-1", "subnets");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->size(), 2u);
+  EXPECT_EQ((*parsed)[0].zone, "us-east-1b");
+  EXPECT_EQ((*parsed)[1].subnet_id, "subnet-0aaa");
+
+  auto message = [](const std::string& text) {
+    return std::string(ParseAwsSubnets(text, "us-east-1", "provider.subnets").status().message());
+  };
+  EXPECT_THAT(message("us-east-1a"), HasSubstr("\"us-east-1a\": expected ZONE=SUBNET"));
+  EXPECT_THAT(message("us-west-2a=subnet-0aaa"),
+              HasSubstr("the zone \"us-west-2a\" is not an availability zone of region us-east-1"));
+  EXPECT_THAT(message("us-east-1a=sg-0aaa"), HasSubstr("the subnet \"sg-0aaa\""));
+  EXPECT_THAT(message("us-east-1a=subnet-0aaa,us-east-1a=subnet-0bbb"),
+              HasSubstr("the zone us-east-1a is given twice"));
+  EXPECT_THAT(message(""), HasSubstr("provider.subnets = \"\""));
+
+  AwsProvider::Options options;
+  options.subnet_id = "subnet-0abc";
+  options.subnets = {{.zone = "us-east-1a", .subnet_id = "subnet-0aaa"}};
+  EXPECT_THAT(AwsProvider::Create(options).status().message(), HasSubstr("give one"));
+  options.subnet_id.clear();
+  options.subnets[0].zone = "eu-west-1a";
+  EXPECT_THAT(AwsProvider::Create(options).status().message(), HasSubstr("eu-west-1a"));
 }
 
 // --- credentials ---

@@ -78,7 +78,10 @@ std::string InstanceXml(const FakeEc2::FakeInstance& instance, const std::string
       instance.run_params.count("InstanceMarketOptions.MarketType") > 0
           ? "<instanceLifecycle>spot</instanceLifecycle>"
           : "",
-      "<tagSet>", tags, "</tagSet></item>");
+      "<placement><availabilityZone>", instance.zone, "</availabilityZone><tenancy>default",
+      "</tenancy></placement><clientToken>",
+      Escape(instance.run_params.count("ClientToken") ? instance.run_params.at("ClientToken") : ""),
+      "</clientToken><tagSet>", tags, "</tagSet></item>");
 }
 
 }  // namespace
@@ -113,6 +116,16 @@ void FakeEc2::Inject(Injected error) {
 void FakeEc2::SetCapacity(const std::string& type, int count) {
   std::lock_guard<std::mutex> lock(mu_);
   capacity_[type] = count;
+}
+
+void FakeEc2::SetZoneCapacity(const std::string& zone, const std::string& type, int count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  zone_capacity_[{zone, type}] = count;
+}
+
+void FakeEc2::SetSubnetZone(const std::string& subnet_id, const std::string& zone) {
+  std::lock_guard<std::mutex> lock(mu_);
+  subnet_zones_[subnet_id] = zone;
 }
 
 void FakeEc2::AddSpotPrice(const SpotPrice& price) {
@@ -217,26 +230,52 @@ void FakeEc2::Handle(const httplib::Request& request, httplib::Response& respons
   if (action == "RunInstances") {
     const std::string token = params["ClientToken"];
     std::vector<std::string> ids;
+    const std::string subnet = params["SubnetId"];
+    std::string subnet_zone = "us-east-1a";
+    if (auto it = subnet_zones_.find(subnet); it != subnet_zones_.end()) subnet_zone = it->second;
+    const std::string placement = params["Placement.AvailabilityZone"];
+    if (!placement.empty() && !subnet.empty() && placement != subnet_zone) {
+      return reply_error(400, "InvalidParameterCombination",
+                         "The subnet " + subnet + " is in " + subnet_zone + ", not " + placement);
+    }
+    const std::string zone = placement.empty() ? subnet_zone : placement;
     if (auto it = tokens_.find(token); !token.empty() && it != tokens_.end()) {
+      // EC2 compares the parameters of a repeated token with the first request's.
+      for (const FakeInstance& instance : instances_) {
+        if (instance.id != it->second.front()) continue;
+        for (const char* key :
+             {"InstanceType", "MaxCount", "SubnetId", "Placement.AvailabilityZone", "ImageId"}) {
+          auto first = instance.run_params.find(key);
+          if ((first == instance.run_params.end() ? "" : first->second) != params[key]) {
+            return reply_error(400, "IdempotentParameterMismatch",
+                               "Arguments on this idempotent request are inconsistent with "
+                               "arguments used in previous request(s).");
+          }
+        }
+      }
       ids = it->second;  // idempotent: the same token answers with the same instances
     } else {
       int max_count = 0;
       (void)absl::SimpleAtoi(params["MaxCount"], &max_count);
       int count = max_count;
       const std::string type = params["InstanceType"];
-      if (auto cap = capacity_.find(type); cap != capacity_.end()) {
-        count = std::min(count, cap->second);
-        cap->second -= count;
-      }
+      auto type_cap = capacity_.find(type);
+      auto zone_cap = zone_capacity_.find({zone, type});
+      if (type_cap != capacity_.end()) count = std::min(count, type_cap->second);
+      if (zone_cap != zone_capacity_.end()) count = std::min(count, zone_cap->second);
+      if (type_cap != capacity_.end()) type_cap->second -= count;
+      if (zone_cap != zone_capacity_.end()) zone_cap->second -= count;
       if (count == 0) {
         return reply_error(500, "InsufficientInstanceCapacity",
-                           "We currently do not have sufficient " + type + " capacity.");
+                           "We currently do not have sufficient " + type +
+                               " capacity in the Availability Zone you requested (" + zone + ").");
       }
       for (int i = 0; i < count; ++i) {
         FakeInstance instance{.id = absl::StrCat("i-0fa4e", 1000 + next_id_++),
                               .type = type,
                               .launch_index = i,
-                              .run_params = params};
+                              .run_params = params,
+                              .zone = zone};
         for (int t = 1; params.count(absl::StrCat("TagSpecification.1.Tag.", t, ".Key")); ++t) {
           instance.tags[params[absl::StrCat("TagSpecification.1.Tag.", t, ".Key")]] =
               params[absl::StrCat("TagSpecification.1.Tag.", t, ".Value")];
@@ -260,8 +299,15 @@ void FakeEc2::Handle(const httplib::Request& request, httplib::Response& respons
     std::vector<const FakeInstance*> matching;
     const std::string filter = params["Filter.1.Name"];
     const std::string value = params["Filter.1.Value.1"];
+    const std::vector<std::string> values = Numbered(params, "Filter.1.Value");
     for (const FakeInstance& instance : instances_) {
-      if (absl::StartsWith(filter, "tag:")) {
+      if (filter == "client-token") {
+        auto token = instance.run_params.find("ClientToken");
+        if (token == instance.run_params.end() ||
+            std::find(values.begin(), values.end(), token->second) == values.end()) {
+          continue;
+        }
+      } else if (absl::StartsWith(filter, "tag:")) {
         auto it = instance.tags.find(filter.substr(4));
         if (it == instance.tags.end() || it->second != value) continue;
       } else if (filter == "tag-key" && instance.tags.count(value) == 0) {

@@ -1,7 +1,9 @@
 // A local EC2-Query-API-compatible endpoint for tests: cpp-httplib on 127.0.0.1 (any free port)
 // answering RunInstances, DescribeInstances, TerminateInstances and DescribeSpotPriceHistory with
 // the EC2 API's XML shapes, error documents and NextToken pages. It checks every request's SigV4
-// signature with the secret it knows, honours ClientToken, and lets tests inject errors.
+// signature with the secret it knows, honours ClientToken (a token used again with other parameters
+// is IdempotentParameterMismatch), places instances in availability zones (Placement, else the
+// subnet's zone, else us-east-1a) with capacity per zone, and lets tests inject errors.
 #ifndef SPOTDNN_TESTS_LAUNCHER_FAKE_EC2_H_
 #define SPOTDNN_TESTS_LAUNCHER_FAKE_EC2_H_
 
@@ -43,6 +45,7 @@ class FakeEc2 {
     int launch_index = 0;
     std::map<std::string, std::string> tags;
     std::map<std::string, std::string> run_params;  // the RunInstances parameters
+    std::string zone;                               // its availability zone
   };
 
   // Accepts requests signed by `access_key_id` with `secret_access_key` (and `session_token`
@@ -54,6 +57,12 @@ class FakeEc2 {
   void Inject(Injected error);
   // Instances of `type` the fake can still launch (default unlimited).
   void SetCapacity(const std::string& type, int count);
+  // Instances of `type` the fake can still launch in `zone` (default unlimited); 0: the zone
+  // answers InsufficientInstanceCapacity.
+  void SetZoneCapacity(const std::string& zone, const std::string& type, int count);
+  // The zone of a subnet (a launch into it without Placement goes there; with another Placement
+  // it is refused). Unknown subnets are in us-east-1a.
+  void SetSubnetZone(const std::string& subnet_id, const std::string& zone);
   void AddSpotPrice(const SpotPrice& price);
   void set_page_size(int n);
   // Every instance created so far.
@@ -77,6 +86,8 @@ class FakeEc2 {
   mutable std::mutex mu_;
   std::deque<Injected> injected_;
   std::map<std::string, int> capacity_;
+  std::map<std::pair<std::string, std::string>, int> zone_capacity_;  // (zone, type)
+  std::map<std::string, std::string> subnet_zones_;
   std::vector<SpotPrice> prices_;
   int page_size_ = 1000;
   std::vector<FakeInstance> instances_;
