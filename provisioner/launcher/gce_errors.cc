@@ -1,6 +1,7 @@
 #include "provisioner/launcher/gce_errors.h"
 
 #include <map>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
@@ -42,9 +43,14 @@ bool IsGceZoneCapacityCode(absl::string_view text) {
          absl::StrContains(text, "does not have enough resources available");
 }
 
-absl::Status GceZoneCapacity(absl::Status status) {
-  status.SetPayload(kZoneCapacityPayload, absl::Cord("1"));
+absl::Status GceZoneCapacity(absl::Status status, absl::string_view why) {
+  status.SetPayload(kZoneCapacityPayload, absl::Cord(why.empty() ? status.message() : why));
   return status;
+}
+
+std::string GceZoneCapacityWhy(const absl::Status& status) {
+  auto why = status.GetPayload(kZoneCapacityPayload);
+  return why.has_value() ? std::string(*why) : std::string();
 }
 
 bool IsGceZoneCapacity(const absl::Status& status) {
@@ -67,7 +73,9 @@ absl::Status GoogleErrorToStatus(const std::string& what, const GoogleApiError& 
   const std::string replan =
       instance_type.empty() ? "" : "; re-plan without instance type " + instance_type;
   if (IsGceZoneCapacityCode(error.message) || IsGceZoneCapacityCode(error.reason)) {
-    return GceZoneCapacity(absl::ResourceExhaustedError(text + replan));
+    return GceZoneCapacity(
+        absl::ResourceExhaustedError(text + replan),
+        absl::StrCat(error.reason.empty() ? error.status : error.reason, ": ", error.message));
   }
   if (error.reason == "quotaExceeded" || absl::StrContains(error.message, "QUOTA_EXCEEDED")) {
     return absl::ResourceExhaustedError(text + replan);

@@ -33,10 +33,12 @@ std::string GcePermissionFor(const std::string& api_method);
 // True when `text` (an error message, reason or operation error code) says the zone has no
 // capacity (ZONE_RESOURCE_POOL_EXHAUSTED and friends).
 bool IsGceZoneCapacityCode(absl::string_view text);
-// `status` marked as "this zone has no capacity".
-absl::Status GceZoneCapacity(absl::Status status);
+// `status` marked as "this zone has no capacity", with `why` (the error's code and message).
+absl::Status GceZoneCapacity(absl::Status status, absl::string_view why = "");
 // Whether `status` carries that mark.
 bool IsGceZoneCapacity(const absl::Status& status);
+// The `why` of a status so marked (its message when none was given).
+std::string GceZoneCapacityWhy(const absl::Status& status);
 
 // A Compute Engine error of the call `what` as a status: capacity and quota RESOURCE_EXHAUSTED
 // ("re-plan without instance type T" when `instance_type` is set), 403 PERMISSION_DENIED naming

@@ -13,6 +13,7 @@
 #include "provisioner/launcher/google_auth.h"
 #include "provisioner/launcher/http.h"
 #include "provisioner/launcher/http_retry.h"
+#include "provisioner/launcher/launch_zones.h"
 #include "provisioner/launcher/vm_script.h"
 
 namespace spotdnn::launcher {
@@ -164,6 +165,14 @@ GceProvider::GceProvider(Options options, std::string endpoint_url, std::string 
       endpoint_url_(std::move(endpoint_url)),
       billing_url_(std::move(billing_url)) {}
 
+std::vector<std::string> GceProvider::Zones() const {
+  std::vector<std::string> zones = {options_.zone};
+  for (const std::string& zone : options_.fallback_zones) {
+    if (std::find(zones.begin(), zones.end(), zone) == zones.end()) zones.push_back(zone);
+  }
+  return zones;
+}
+
 std::string GceProvider::ZoneUrl(const std::string& zone) const {
   return absl::StrCat(endpoint_url_, "/projects/", options_.project, "/zones/", zone);
 }
@@ -230,7 +239,8 @@ absl::Status GceProvider::WaitForOperation(const std::string& zone, const json& 
   const std::string replan = "; re-plan without instance type " + instance_type;
   for (const std::string& code : codes) {
     if (IsGceZoneCapacityCode(code)) {
-      return GceZoneCapacity(absl::ResourceExhaustedError(text + replan));
+      return GceZoneCapacity(absl::ResourceExhaustedError(text + replan),
+                             absl::StrJoin(messages, "; "));
     }
   }
   for (const std::string& code : codes) {
@@ -312,6 +322,7 @@ Instance GceProvider::ToInstance(const json& resource) {
   Instance instance;
   instance.id = JsonText(resource, "name");
   const std::string zone = LastSegment(JsonText(resource, "zone"));
+  instance.zone = zone;
   if (!zone.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     zone_of_[instance.id] = zone;
@@ -386,6 +397,10 @@ absl::StatusOr<LaunchResult> GceProvider::Launch(const LaunchRequest& request) {
   if (request.command.empty()) return absl::InvalidArgumentError("command is empty");
   absl::StatusOr<GceMachineSpec> spec = ParseGceInstanceType(request.instance_type);
   if (!spec.ok()) return spec.status();
+  absl::StatusOr<std::vector<std::string>> zones_to_try = LaunchZones(
+      request, {.provider = "gce", .configured = Zones(), .key = "provider.zone, provider.zones"});
+  if (!zones_to_try.ok()) return zones_to_try.status();
+  const std::vector<std::string>& zones = *zones_to_try;
   const std::string token =
       request.client_token.empty() ? DefaultClientToken(request) : request.client_token;
   const std::string stem = LaunchNameStem(token);
@@ -400,14 +415,9 @@ absl::StatusOr<LaunchResult> GceProvider::Launch(const LaunchRequest& request) {
     existing[name] = std::move(resource);
   }
 
-  std::vector<std::string> zones = {options_.zone};
-  for (const std::string& zone : options_.fallback_zones) {
-    if (std::find(zones.begin(), zones.end(), zone) == zones.end()) zones.push_back(zone);
-  }
   LaunchResult result;
   result.requested = request.count;
   absl::Status error;
-  std::vector<std::string> exhausted_zones;
   size_t zone_index = 0;
   for (int i = 0; i < request.count && error.ok(); ++i) {
     const std::string name = absl::StrCat(stem, "-", i);
@@ -432,7 +442,7 @@ absl::StatusOr<LaunchResult> GceProvider::Launch(const LaunchRequest& request) {
                                 ? WaitForOperation(zone, *operation, request.instance_type)
                                 : operation.status();
       if (IsGceZoneCapacity(status)) {
-        exhausted_zones.push_back(zone);
+        result.refused_zones.push_back(RefusedZone(zone, GceZoneCapacityWhy(status)));
         ++zone_index;
         continue;
       }
@@ -457,9 +467,9 @@ absl::StatusOr<LaunchResult> GceProvider::Launch(const LaunchRequest& request) {
     }
     if (!launched && error.ok()) {
       error = absl::ResourceExhaustedError(absl::StrCat(
-          "GCE: no capacity for ", request.instance_type, " in ",
-          absl::StrJoin(exhausted_zones, ", "), " (ZONE_RESOURCE_POOL_EXHAUSTED): launched ",
-          result.instances.size(), " of ", request.count, " spot VMs for job ", request.job_id,
+          "GCE: no capacity for ", request.instance_type, " in zones ", absl::StrJoin(zones, ", "),
+          " (", absl::StrJoin(result.refused_zones, "; "), "): launched ", result.instances.size(),
+          " of ", request.count, " ", MarketName(request.market), " VMs for job ", request.job_id,
           "; re-plan without instance type ", request.instance_type));
     }
   }

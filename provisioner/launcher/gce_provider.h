@@ -7,10 +7,13 @@
 // Launch inserts one Spot VM per instance (scheduling.provisioningModel SPOT, termination action
 // DELETE, no automatic restart; an on-demand launch: STANDARD, no termination action), named
 // LaunchNameStem(client token)-i, each insert with a requestId derived from the name, so that a
-// retried launch finds (or is answered with) the VMs it made, in any of its zones. A zone without
-// capacity (ZONE_RESOURCE_POOL_EXHAUSTED and friends) makes the next fallback zone be tried; when
-// none has any, the launch reports RESOURCE_EXHAUSTED ("re-plan without instance type T"), after
-// the VMs that did start (a partial launch). Errors:
+// retried launch finds (or is answered with) the VMs it made, in any of its zones. The zones tried
+// are the request's (LaunchRequest.zones, each one of zone and fallback_zones) or zone then
+// fallback_zones, less LaunchRequest.avoid_zones. A zone without capacity
+// (ZONE_RESOURCE_POOL_EXHAUSTED and friends) makes the next zone be tried, for this VM and the
+// rest (LaunchResult.refused_zones names it); when none has any, the launch reports
+// RESOURCE_EXHAUSTED naming every zone ("re-plan without instance type T"), after the VMs that did
+// start (a partial launch). Errors:
 //   429, rateLimitExceeded and 5xx -> retried with full-jitter backoff, then UNAVAILABLE;
 //   401 -> the token is refreshed and the call retried once, then UNAUTHENTICATED;
 //   403 -> PERMISSION_DENIED naming the IAM permission; quotaExceeded -> RESOURCE_EXHAUSTED;
@@ -127,6 +130,8 @@ class GceProvider final : public CloudProvider {
   absl::StatusOr<std::vector<nlohmann::json>> AggregatedList(const std::string& filter);
   Instance ToInstance(const nlohmann::json& resource);
   std::string ZoneUrl(const std::string& zone) const;
+  // The configured zones in order: zone, then fallback_zones.
+  std::vector<std::string> Zones() const;
 
   Options options_;
   base::BackoffPolicy retry_;

@@ -262,6 +262,10 @@ TEST_F(GceProviderTest, AZoneWithoutCapacityFallsBackToTheNext) {
   EXPECT_TRUE(launched->error.ok()) << launched->error;
   ASSERT_EQ(launched->instances.size(), 2u);
   for (const FakeGce::Vm& vm : fake_.vms()) EXPECT_EQ(vm.zone, "us-central1-b");
+  for (const Instance& instance : launched->instances) EXPECT_EQ(instance.zone, "us-central1-b");
+  ASSERT_EQ(launched->refused_zones.size(), 1u);
+  EXPECT_THAT(launched->refused_zones[0],
+              HasSubstr("us-central1-a: ZONE_RESOURCE_POOL_EXHAUSTED: The zone"));
   // The same request again finds them in their zone.
   auto again = provider->Launch(Workers(2));
   ASSERT_TRUE(again.ok());
@@ -282,7 +286,50 @@ TEST_F(GceProviderTest, NoCapacityInAnyZoneAsksForAReplan) {
   EXPECT_THAT(launched.status().message(),
               HasSubstr("re-plan without instance type " + std::string(kType)));
   EXPECT_THAT(launched.status().message(), HasSubstr("us-central1-a, us-central1-b"));
+  EXPECT_THAT(launched.status().message(),
+              HasSubstr("us-central1-a: ZONE_RESOURCE_POOL_EXHAUSTED"));
+  EXPECT_THAT(launched.status().message(),
+              HasSubstr("us-central1-b: ZONE_RESOURCE_POOL_EXHAUSTED"));
   EXPECT_TRUE(fake_.vms().empty());
+}
+
+TEST_F(GceProviderTest, TheRequestsZonesSetTheOrderAndABlockedZoneIsNeverUsed) {
+  auto provider = Provider({"us-central1-b", "us-central1-c"});
+  fake_.SetCapacity("us-central1-c", "n1-standard-8", 0);
+  LaunchRequest request = Workers(1);
+  request.zones = {"us-central1-c", "us-central1-b", "us-central1-a"};
+  request.avoid_zones = {"us-central1-b"};
+  absl::StatusOr<LaunchResult> launched = provider->Launch(request);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  ASSERT_EQ(launched->instances.size(), 1u);
+  EXPECT_EQ(launched->instances[0].zone, "us-central1-a");
+  ASSERT_EQ(launched->refused_zones.size(), 1u);
+  EXPECT_THAT(launched->refused_zones[0], HasSubstr("us-central1-c: ZONE_RESOURCE_POOL_EXHAUSTED"));
+  EXPECT_EQ(Count("POST", "/zones/us-central1-b/"), 0);
+  EXPECT_EQ(Count("POST", "/zones/us-central1-c/instances?"), 1);
+
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("job-42");
+  ASSERT_TRUE(described.ok()) << described.status();
+  ASSERT_EQ(described->size(), 1u);
+  EXPECT_EQ((*described)[0].zone, "us-central1-a");
+}
+
+TEST_F(GceProviderTest, ZonesMustBeConfiguredAndOneMustBeLeft) {
+  auto provider = Provider({});
+  LaunchRequest request = Workers(1);
+  request.zones = {"us-central1-a", "us-central1-f"};
+  absl::StatusOr<LaunchResult> unknown = provider->Launch(request);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("zones[1] = \"us-central1-f\""));
+  EXPECT_THAT(unknown.status().message(), HasSubstr("configured: us-central1-a"));
+
+  // The only configured zone, blocked: nothing is launched anywhere.
+  request.zones.clear();
+  request.avoid_zones = {"us-central1-a"};
+  absl::StatusOr<LaunchResult> blocked = provider->Launch(request);
+  EXPECT_EQ(blocked.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(blocked.status().message(), HasSubstr("every zone is blocked: us-central1-a"));
+  EXPECT_EQ(Inserts(), 0);
 }
 
 TEST_F(GceProviderTest, APartialLaunchIsReported) {
