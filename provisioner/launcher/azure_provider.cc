@@ -3,17 +3,21 @@
 #include "provisioner/launcher/azure_provider.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "provisioner/launcher/http_retry.h"
+#include "provisioner/launcher/launch_zones.h"
 #include "provisioner/launcher/vm_script.h"
 
 namespace spotdnn::launcher {
@@ -56,6 +60,41 @@ bool IsCapacityCode(const std::string& code, const std::string& message) {
          absl::StrContains(absl::AsciiStrToLower(message), "quota");
 }
 
+// The capacity codes that are about where the VM would go: another zone may have the size.
+// (Price and quota refusals hold for the whole location.)
+bool IsZoneCapacityCode(const std::string& code) {
+  static const std::set<std::string> kZone = {
+      "SkuNotAvailable", "AllocationFailed", "ZonalAllocationFailed",
+      "OverconstrainedAllocationRequest", "OverconstrainedZonalAllocationRequest"};
+  return kZone.count(code) > 0;
+}
+
+// Marks a status as "this zone has no capacity"; the payload is the ARM code and message.
+constexpr char kZoneCapacityPayload[] = "spotdnn.dev/azure-zone-capacity";
+
+absl::Status CapacityStatus(const std::string& text, const ArmError& error,
+                            const std::string& instance_type) {
+  absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+      text, instance_type.empty() ? "" : "; re-plan without instance type " + instance_type));
+  if (IsZoneCapacityCode(error.code)) {
+    status.SetPayload(
+        kZoneCapacityPayload,
+        absl::Cord(absl::StrCat(error.code, error.message.empty() ? "" : ": ", error.message)));
+  }
+  return status;
+}
+
+std::optional<std::string> ZoneCapacity(const absl::Status& status) {
+  auto why = status.GetPayload(kZoneCapacityPayload);
+  if (!why.has_value()) return std::nullopt;
+  return std::string(*why);
+}
+
+bool AllDigits(absl::string_view text) {
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](char c) { return absl::ascii_isdigit(c); });
+}
+
 // The RBAC action each call needs, named in PERMISSION_DENIED errors.
 std::string ActionFor(const std::string& action) {
   static const std::map<std::string, std::string> kActions = {
@@ -79,10 +118,7 @@ absl::Status ArmErrorToStatus(const std::string& what, const ArmError& error,
   std::string text = absl::StrCat(what, ": HTTP ", error.http_status);
   if (!error.code.empty()) absl::StrAppend(&text, " ", error.code);
   if (!error.message.empty()) absl::StrAppend(&text, ": ", error.message);
-  if (IsCapacityCode(error.code, error.message)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        text, instance_type.empty() ? "" : "; re-plan without instance type " + instance_type));
-  }
+  if (IsCapacityCode(error.code, error.message)) return CapacityStatus(text, error, instance_type);
   if (error.code == "ResourceGroupNotFound") {
     return absl::InvalidArgumentError(
         absl::StrCat("resource_group = \"", resource_group, "\": ", text));
@@ -187,9 +223,25 @@ absl::StatusOr<std::unique_ptr<AzureProvider>> AzureProvider::Create(Options opt
     return absl::InvalidArgumentError(absl::StrCat(
         "max_price = ", options.max_price, ": must be -1 (up to pay-as-you-go) or > 0 USD/h"));
   }
-  if (!options.zone.empty() && !ValidSegment(options.zone, "")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("zone = \"", options.zone, "\": expected an availability zone like 1"));
+  // Zones are kept bare ("1"); "LOCATION-1" of this location is accepted too.
+  auto bare_zone = [&](const std::string& field, std::string& zone) -> absl::Status {
+    absl::string_view bare = zone;
+    (void)absl::ConsumePrefix(&bare, options.location + "-");
+    if (!AllDigits(bare) || bare.size() > 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " = \"", zone, "\": expected an availability zone of ",
+                       options.location, " like 1 (or ", options.location, "-1)"));
+    }
+    zone = std::string(bare);
+    return absl::OkStatus();
+  };
+  if (!options.zone.empty()) {
+    if (absl::Status s = bare_zone("zone", options.zone); !s.ok()) return s;
+  }
+  for (size_t i = 0; i < options.zones.size(); ++i) {
+    if (absl::Status s = bare_zone(absl::StrCat("zones[", i, "]"), options.zones[i]); !s.ok()) {
+      return s;
+    }
   }
   if (!ValidSegment(options.admin_username, "-_")) {
     return absl::InvalidArgumentError(absl::StrCat("admin_username = \"", options.admin_username,
@@ -205,6 +257,15 @@ AzureProvider::AzureProvider(Options options, std::string endpoint_url, std::str
       retry_(options_.retry),
       endpoint_url_(std::move(endpoint_url)),
       prices_url_(std::move(prices_url)) {}
+
+std::vector<std::string> AzureProvider::ZoneList() const {
+  std::vector<std::string> zones;
+  if (!options_.zone.empty()) zones.push_back(options_.zone);
+  for (const std::string& zone : options_.zones) {
+    if (std::find(zones.begin(), zones.end(), zone) == zones.end()) zones.push_back(zone);
+  }
+  return zones;
+}
 
 std::string AzureProvider::VmUrl(const std::string& name) const {
   return absl::StrCat(endpoint_url_, "/subscriptions/", options_.subscription, "/resourceGroups/",
@@ -303,7 +364,9 @@ absl::StatusOr<json> AzureProvider::VirtualMachineResource(const LaunchRequest& 
     properties.erase("evictionPolicy");
     properties.erase("billingProfile");
   }
-  if (!options_.zone.empty()) vm["zones"] = json::array({options_.zone});
+  if (const std::vector<std::string> zones = ZoneList(); !zones.empty()) {
+    vm["zones"] = json::array({zones.front()});
+  }
   if (!options_.identity.empty()) {
     vm["identity"] = {{"type", "UserAssigned"},
                       {"userAssignedIdentities", {{options_.identity, json::object()}}}};
@@ -347,8 +410,7 @@ absl::Status AzureProvider::WaitForCreation(const HttpResponse& put, const std::
             absl::StrCat("Azure: creating VM ", name, " (", instance_type, ") ", Lower(status),
                          ": ", error.code, error.message.empty() ? "" : ": ", error.message);
         if (IsCapacityCode(error.code, error.message)) {
-          return absl::ResourceExhaustedError(
-              absl::StrCat(text, "; re-plan without instance type ", instance_type));
+          return CapacityStatus(text, error, instance_type);
         }
         if (error.code == "AuthorizationFailed" || error.code == "LinkedAuthorizationFailed") {
           return absl::PermissionDeniedError(
@@ -366,6 +428,24 @@ absl::Status AzureProvider::WaitForCreation(const HttpResponse& put, const std::
       continue;
     }
     retry_.Sleep(wait);
+  }
+}
+
+absl::Status AzureProvider::DeleteAndWait(const std::string& name) {
+  absl::StatusOr<HttpResponse> removed =
+      Call("DELETE", VmUrl(name), nullptr, "virtualMachines/delete");
+  if (!removed.ok()) return removed.status();
+  const absl::Time deadline = options_.now() + options_.operation_timeout;
+  for (;;) {
+    absl::StatusOr<HttpResponse> got = Call("GET", VmUrl(name), nullptr, "virtualMachines/read");
+    if (absl::IsNotFound(got.status())) return absl::OkStatus();
+    if (!got.ok()) return got.status();
+    if (options_.now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("Azure: VM ", name, " not deleted after ",
+                       absl::FormatDuration(options_.operation_timeout)));
+    }
+    retry_.Sleep(options_.operation_poll);
   }
 }
 
@@ -427,6 +507,12 @@ Instance AzureProvider::ToInstance(const json& vm,
   // The instance metadata service answers only the VM itself: its agent reports.
   instance.metadata_cloud = "azure";
   if (Text(properties, "priority") == "Regular") instance.market = Market::kOnDemand;
+  const json& zones = Child(vm, "zones");
+  if (zones.is_array() && !zones.empty() && zones[0].is_string()) {
+    const std::string location = Text(vm, "location");
+    instance.zone = absl::StrCat(location.empty() ? options_.location : Lower(location), "-",
+                                 zones[0].get<std::string>());
+  }
   return instance;
 }
 
@@ -446,6 +532,21 @@ absl::StatusOr<LaunchResult> AzureProvider::Launch(const LaunchRequest& request)
     return absl::InvalidArgumentError(absl::StrCat("instance type \"", request.instance_type,
                                                    "\": expected a VM size like Standard_NC6s_v3"));
   }
+  const std::string location = options_.location;
+  ZoneSetting setting{.provider = "azure", .key = "provider.zone, provider.zones"};
+  for (const std::string& zone : ZoneList()) {
+    setting.configured.push_back(absl::StrCat(location, "-", zone));
+  }
+  // Catalogs name Azure zones LOCATION-ZONE; a bare zone number is this location's.
+  setting.canonical = [location](const std::string& zone) {
+    return AllDigits(zone) ? absl::StrCat(location, "-", zone) : Lower(zone);
+  };
+  setting.in_region = [location](const std::string& zone) {
+    return absl::StartsWith(zone, location + "-");
+  };
+  absl::StatusOr<std::vector<std::string>> zones_to_try = LaunchZones(request, setting);
+  if (!zones_to_try.ok()) return zones_to_try.status();
+  const std::vector<std::string>& zones = *zones_to_try;
   const std::string token =
       request.client_token.empty() ? DefaultClientToken(request) : request.client_token;
   const std::string stem = LaunchNameStem(token);
@@ -466,6 +567,7 @@ absl::StatusOr<LaunchResult> AzureProvider::Launch(const LaunchRequest& request)
   result.requested = request.count;
   absl::Status error;
   std::vector<json> made;
+  size_t zone_index = 0;  // a zone that refused is not asked again for the later VMs
   for (int i = 0; i < request.count; ++i) {
     const std::string name = absl::StrCat(stem, "-", i);
     const int index = request.first_index + i;
@@ -488,36 +590,62 @@ absl::StatusOr<LaunchResult> AzureProvider::Launch(const LaunchRequest& request)
         continue;
       }
       // An earlier allocation failure left the VM resource behind: delete it and try again.
-      absl::StatusOr<HttpResponse> removed =
-          Call("DELETE", VmUrl(name), nullptr, "virtualMachines/delete");
-      if (!removed.ok()) {
-        error = removed.status();
+      if (absl::Status removed = DeleteAndWait(name); !removed.ok()) {
+        error = removed;
         break;
       }
     } else if (!absl::IsNotFound(existing.status())) {
       error = existing.status();
       break;
     }
-    absl::StatusOr<json> resource = VirtualMachineResource(request, index, name, ssh_key);
-    if (!resource.ok()) return resource.status();
-    absl::StatusOr<HttpResponse> put =
-        Call("PUT", VmUrl(name), &*resource, "virtualMachines/write", request.instance_type);
-    absl::Status status =
-        put.ok() ? WaitForCreation(*put, name, request.instance_type) : put.status();
-    if (!status.ok()) {
-      if (put.ok()) {
-        // A VM whose allocation failed stays as a failed resource: remove it (best effort).
-        (void)Call("DELETE", VmUrl(name), nullptr, "virtualMachines/delete");
+    bool launched = false;
+    absl::Status last_refusal;
+    while (!launched && zone_index < zones.size()) {
+      const std::string& zone = zones[zone_index];
+      absl::StatusOr<json> resource = VirtualMachineResource(request, index, name, ssh_key);
+      if (!resource.ok()) return resource.status();
+      if (zone.empty()) {
+        resource->erase("zones");
+      } else {
+        (*resource)["zones"] = json::array({zone.substr(options_.location.size() + 1)});
       }
-      error = status;
+      absl::StatusOr<HttpResponse> put =
+          Call("PUT", VmUrl(name), &*resource, "virtualMachines/write", request.instance_type);
+      absl::Status status =
+          put.ok() ? WaitForCreation(*put, name, request.instance_type) : put.status();
+      if (!status.ok()) {
+        // A VM whose allocation failed stays as a failed resource: remove it, so that the name is
+        // free for the next zone (and nothing is left behind).
+        absl::Status removed = put.ok() ? DeleteAndWait(name) : absl::OkStatus();
+        std::optional<std::string> why = ZoneCapacity(status);
+        if (why.has_value() && removed.ok()) {
+          if (!zone.empty()) result.refused_zones.push_back(RefusedZone(zone, *why));
+          last_refusal = status;
+          ++zone_index;
+          continue;
+        }
+        error = status;
+        break;
+      }
+      absl::StatusOr<HttpResponse> got = Call("GET", VmUrl(name), nullptr, "virtualMachines/read");
+      if (!got.ok()) {
+        error = got.status();
+        break;
+      }
+      made.push_back(json::parse(got->body, nullptr, /*allow_exceptions=*/false));
+      launched = true;
+    }
+    if (!error.ok()) break;
+    if (!launched) {
+      // Regional VMs: the cloud's own answer; zonal: every zone tried, and why each refused.
+      error = zones.size() == 1 && zones[0].empty()
+                  ? last_refusal
+                  : absl::ResourceExhaustedError(absl::StrCat(
+                        "Azure: no capacity for ", request.instance_type, " in zones ",
+                        absl::StrJoin(zones, ", "), " (", absl::StrJoin(result.refused_zones, "; "),
+                        "); re-plan without instance type ", request.instance_type));
       break;
     }
-    absl::StatusOr<HttpResponse> got = Call("GET", VmUrl(name), nullptr, "virtualMachines/read");
-    if (!got.ok()) {
-      error = got.status();
-      break;
-    }
-    made.push_back(json::parse(got->body, nullptr, /*allow_exceptions=*/false));
   }
   if (!made.empty()) {
     absl::StatusOr<std::map<std::string, std::string>> ips = PrivateAddresses();

@@ -7,9 +7,16 @@
 // deleted with it, custom data that cloud-init runs:
 // VmStartupScript), named LaunchNameStem(client token)-i and tagged with the job, role, index and
 // type. A PUT is idempotent by name: a retried launch finds the VMs it made (a VM that exists is
-// not PUT again). Creation is followed on its Azure-AsyncOperation. Errors:
-//   SkuNotAvailable, AllocationFailed, ZonalAllocationFailed, OverconstrainedAllocationRequest,
-//   OverconstrainedZonalAllocationRequest, SpotPriceGreaterThanProvidedMaxPrice, QuotaExceeded ->
+// not PUT again). Creation is followed on its Azure-AsyncOperation.
+//
+// Zones: with availability zones configured (zone, then zones), a VM goes to the first zone of the
+// request's (LaunchRequest.zones) or the configured order, less LaunchRequest.avoid_zones; zones
+// are named LOCATION-ZONE ("eastus-1", as catalogs name them; a bare "1" is taken as this
+// location's). A zone that refuses for capacity (SkuNotAvailable, AllocationFailed,
+// ZonalAllocationFailed, OverconstrainedAllocationRequest, OverconstrainedZonalAllocationRequest)
+// passes this VM and the rest to the next zone (a VM left Failed is deleted first); only when
+// every zone refused is the launch short. Errors:
+//   the capacity codes above, SpotPriceGreaterThanProvidedMaxPrice, QuotaExceeded ->
 //   RESOURCE_EXHAUSTED ("re-plan without instance type T"), after the VMs that did start;
 //   429 (Retry-After honoured) and 5xx -> retried with full-jitter backoff, then UNAVAILABLE;
 //   401 -> the token is refreshed and the call retried once, then UNAUTHENTICATED;
@@ -71,7 +78,10 @@ class AzureProvider final : public CloudProvider {
     double max_price = -1;
     std::string identity;  // a user-assigned identity's resource id for the VMs; optional
     std::string zone;      // an availability zone ("1", "2", "3"); empty: regional
-    int os_disk_gb = 0;    // 0: the image's size
+    // More availability zones, tried in order after `zone` when one has no capacity ("eastus-2"
+    // is taken as "2"). With neither, VMs are regional (Azure places them).
+    std::vector<std::string> zones;
+    int os_disk_gb = 0;  // 0: the image's size
     // The instance wrapper the command runs under (see GceProvider::Options::agent_command).
     std::string agent_command =
         "spotdnn-agent --cloud=azure --instance_id=%INSTANCE_ID% --job_id=%JOB_ID%";
@@ -88,7 +98,7 @@ class AzureProvider final : public CloudProvider {
     absl::Time (*now)() = &absl::Now;
   };
 
-  // INVALID_ARGUMENT naming a bad subscription, resource group, location or endpoint.
+  // INVALID_ARGUMENT naming a bad subscription, resource group, location, zone or endpoint.
   static absl::StatusOr<std::unique_ptr<AzureProvider>> Create(Options options);
 
   std::string name() const override { return "azure"; }
@@ -106,7 +116,8 @@ class AzureProvider final : public CloudProvider {
   absl::StatusOr<std::vector<SpotPrice>> SpotPrices(const std::vector<std::string>& instance_types,
                                                     const std::string& region) override;
 
-  // The VM resource Launch PUTs for VM `index` (role index) named `name`.
+  // The VM resource Launch PUTs for VM `index` (role index) named `name`, in the first configured
+  // zone (Launch sets the zone of each try).
   absl::StatusOr<nlohmann::json> VirtualMachineResource(const LaunchRequest& request, int index,
                                                         const std::string& name,
                                                         const std::string& ssh_key) const;
@@ -119,6 +130,11 @@ class AzureProvider final : public CloudProvider {
   absl::StatusOr<HttpResponse> Call(const std::string& method, const std::string& url,
                                     const nlohmann::json* body, const std::string& action,
                                     const std::string& instance_type = "");
+  // The configured availability zones, bare ("1"), in order: zone, then zones.
+  std::vector<std::string> ZoneList() const;
+  // Deletes a VM left Failed and waits until it is gone (its name is PUT again, maybe in
+  // another zone).
+  absl::Status DeleteAndWait(const std::string& name);
   // Follows a PUT's Azure-AsyncOperation until it ends; its failure as a status.
   absl::Status WaitForCreation(const HttpResponse& put, const std::string& name,
                                const std::string& instance_type);

@@ -14,6 +14,7 @@ namespace spotdnn::launcher {
 namespace {
 
 using nlohmann::json;
+using ::testing::ElementsAre;
 using testing::FakeAzure;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -56,6 +57,7 @@ class AzureProviderTest : public ::testing::Test {
     options.subnet_id =
         "/subscriptions/0b1f6471-1bf0-4dda-aec3-cb9272f09590/resourceGroups/spotdnn-rg/providers/"
         "Microsoft.Network/virtualNetworks/spotdnn/subnets/training";
+    options.zones = zones_;
     options.retry.max_attempts = 4;
     options.operation_poll = absl::Milliseconds(1);
     options.retry.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
@@ -85,6 +87,7 @@ class AzureProviderTest : public ::testing::Test {
 
   FakeAzure fake_;
   std::vector<absl::Duration> sleeps_;
+  std::vector<std::string> zones_;  // the providers' availability zones (none: regional)
 };
 
 TEST_F(AzureProviderTest, LaunchDescribeTerminate) {
@@ -342,6 +345,102 @@ TEST_F(AzureProviderTest, SpotPricesFollowNextPageLinks) {
               HasSubstr("expected a VM size"));
 }
 
+// --- zones ---
+
+TEST_F(AzureProviderTest, AZoneWithoutCapacityPassesTheVmsToTheNext) {
+  zones_ = {"1", "2", "3"};
+  auto provider = Provider();
+  fake_.SetZoneCapacity("1", kSize, 0, FakeAzure::CapacityFailure::kZonalAllocationFailed);
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(2));
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_TRUE(launched->error.ok()) << launched->error;
+  ASSERT_EQ(launched->instances.size(), 2u);
+  for (const Instance& instance : launched->instances) EXPECT_EQ(instance.zone, "eastus-2");
+  ASSERT_EQ(launched->refused_zones.size(), 1u);
+  EXPECT_THAT(launched->refused_zones[0], HasSubstr("eastus-1: ZonalAllocationFailed"));
+  // The second VM starts where the first went; the failed one in zone 1 was deleted.
+  EXPECT_THAT(fake_.put_zones(), ElementsAre("1", "2", "2"));
+  EXPECT_EQ(fake_.vms().size(), 2u);
+
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("Job.42");
+  ASSERT_TRUE(described.ok()) << described.status();
+  ASSERT_EQ(described->size(), 2u);
+  EXPECT_EQ((*described)[0].zone, "eastus-2");
+}
+
+TEST_F(AzureProviderTest, SkuNotAvailableInAZoneMovesToo) {
+  zones_ = {"1", "2"};
+  auto provider = Provider();
+  fake_.SetZoneCapacity("1", kSize, 0, FakeAzure::CapacityFailure::kSkuNotAvailable);
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(1));
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  ASSERT_EQ(launched->instances.size(), 1u);
+  EXPECT_EQ(launched->instances[0].zone, "eastus-2");
+  EXPECT_THAT(launched->refused_zones, ElementsAre(HasSubstr("eastus-1: SkuNotAvailable")));
+}
+
+TEST_F(AzureProviderTest, ABlockedZoneIsNeverUsed) {
+  zones_ = {"1", "2"};
+  auto provider = Provider();
+  LaunchRequest request = Workers(1);
+  request.avoid_zones = {"1"};  // bare: this location's zone 1
+  absl::StatusOr<LaunchResult> launched = provider->Launch(request);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(launched->instances[0].zone, "eastus-2");
+  EXPECT_THAT(fake_.put_zones(), ElementsAre("2"));
+
+  request.first_index = 7;  // another launch
+  request.avoid_zones = {"eastus-2", "eastus-1"};
+  absl::StatusOr<LaunchResult> none = provider->Launch(request);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.status().message(), HasSubstr("every zone is blocked: eastus-1, eastus-2"));
+  EXPECT_THAT(fake_.put_zones(), ElementsAre("2"));
+}
+
+TEST_F(AzureProviderTest, EveryZoneRefusingIsResourceExhaustedNamingThem) {
+  zones_ = {"1", "2"};
+  auto provider = Provider();
+  fake_.SetZoneCapacity("1", kSize, 0, FakeAzure::CapacityFailure::kSkuNotAvailable);
+  fake_.SetZoneCapacity("2", kSize, 0, FakeAzure::CapacityFailure::kAllocationFailed);
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(2));
+  EXPECT_EQ(launched.status().code(), absl::StatusCode::kResourceExhausted) << launched.status();
+  EXPECT_THAT(launched.status().message(), HasSubstr("eastus-1: SkuNotAvailable"));
+  EXPECT_THAT(launched.status().message(), HasSubstr("eastus-2: AllocationFailed"));
+  EXPECT_THAT(launched.status().message(),
+              HasSubstr(std::string("re-plan without instance type ") + kSize));
+  EXPECT_TRUE(fake_.vms().empty());
+}
+
+TEST_F(AzureProviderTest, RequestZonesSetTheOrderAndMustBeConfigured) {
+  zones_ = {"1", "2"};
+  auto provider = Provider();
+  LaunchRequest request = Workers(1);
+  request.zones = {"eastus-2", "1"};
+  absl::StatusOr<LaunchResult> launched = provider->Launch(request);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(launched->instances[0].zone, "eastus-2");
+
+  request.zones = {"westus-1"};
+  absl::StatusOr<LaunchResult> unknown = provider->Launch(request);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("zones[0] = \"westus-1\""));
+  EXPECT_THAT(unknown.status().message(), HasSubstr("configured: eastus-1, eastus-2"));
+}
+
+TEST_F(AzureProviderTest, RegionalVmsHaveNoZoneAndCannotKeepOutOfOne) {
+  auto provider = Provider();
+  LaunchRequest request = Workers(1);
+  request.avoid_zones = {"eastus-3"};
+  absl::StatusOr<LaunchResult> blocked = provider->Launch(request);
+  EXPECT_EQ(blocked.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(blocked.status().message(), HasSubstr("avoid_zones[0] = \"eastus-3\""));
+  request.avoid_zones = {"westus-3"};
+  absl::StatusOr<LaunchResult> launched = provider->Launch(request);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(launched->instances[0].zone, "");
+  EXPECT_THAT(fake_.put_zones(), ElementsAre(""));
+}
+
 TEST(AzureProviderCreateTest, BadInputNamesTheField) {
   AzureProvider::Options options;
   options.subscription = "sub";
@@ -357,6 +456,10 @@ TEST(AzureProviderCreateTest, BadInputNamesTheField) {
   options.resource_group = "a/b";
   EXPECT_THAT(AzureProvider::Create(options).status().message(), HasSubstr("resource_group"));
   options.resource_group = "rg";
+  options.zones = {"eastus-2", "westus-1"};
+  EXPECT_THAT(AzureProvider::Create(options).status().message(),
+              HasSubstr("zones[1] = \"westus-1\": expected an availability zone of eastus"));
+  options.zones = {"eastus-2", "3"};
   auto provider = AzureProvider::Create(options);
   ASSERT_TRUE(provider.ok());
   EXPECT_EQ((*provider)->endpoint_url(), "https://management.azure.com");

@@ -72,6 +72,14 @@ std::string InvalidVm(const json& body, const std::string& location) {
     }
   }
   if (Str(At(p, "hardwareProfile"), "vmSize").empty()) return "hardwareProfile.vmSize is missing";
+  if (body.contains("zones")) {
+    const json& zones = body["zones"];
+    if (!zones.is_array() || zones.size() != 1 || !zones[0].is_string() ||
+        zones[0].get<std::string>().empty() ||
+        zones[0].get<std::string>().find_first_not_of("0123456789") != std::string::npos) {
+      return "The zones '" + zones.dump() + "' are not valid: one availability zone such as 1.";
+    }
+  }
   const json& image = At(At(p, "storageProfile"), "imageReference");
   if (Str(image, "id").empty() && Str(image, "publisher").empty()) {
     return "storageProfile.imageReference is missing";
@@ -154,6 +162,17 @@ std::vector<FakeAzure::Vm> FakeAzure::vms() const {
   std::vector<Vm> out;
   for (const auto& [name, vm] : vms_) out.push_back(vm);
   return out;
+}
+
+void FakeAzure::SetZoneCapacity(const std::string& zone, const std::string& vm_size, int count,
+                                CapacityFailure how) {
+  std::lock_guard<std::mutex> lock(mu_);
+  zone_capacity_[{zone, vm_size}] = {count, how};
+}
+
+std::vector<std::string> FakeAzure::put_zones() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return put_zones_;
 }
 
 std::vector<std::string> FakeAzure::requests() const {
@@ -422,23 +441,33 @@ void FakeAzure::HandleArm(const httplib::Request& request, httplib::Response& re
     return Reply(response, 200, out);
   }
   const std::string size = Str(body["properties"]["hardwareProfile"], "vmSize");
+  const std::string zone = body.contains("zones") ? body["zones"][0].get<std::string>() : "";
+  put_zones_.push_back(zone);
   std::string fail;
-  if (auto cap = capacity_.find(size); cap != capacity_.end()) {
-    if (cap->second.first <= 0) {
-      if (cap->second.second == CapacityFailure::kSkuNotAvailable) {
-        return Reply(
-            response, 409,
+  auto take = [&](std::pair<int, CapacityFailure>& cap, const std::string& where) -> bool {
+    if (cap.first > 0) {
+      --cap.first;
+      return true;
+    }
+    if (cap.second == CapacityFailure::kSkuNotAvailable) {
+      Reply(response, 409,
             ArmError("SkuNotAvailable",
                      "The requested VM size for resource 'Following SKUs have failed "
                      "for Capacity Restrictions: " +
-                         size + "' is currently not available in location '" + options_.location +
+                         size + "' is currently not available in location '" + where +
                          "'. Please try another size or deploy to a "
                          "different location or different zone."));
-      }
-      fail = "AllocationFailed";
-    } else {
-      --cap->second.first;
+      return false;
     }
+    fail = cap.second == CapacityFailure::kZonalAllocationFailed ? "ZonalAllocationFailed"
+                                                                 : "AllocationFailed";
+    return true;
+  };
+  if (auto cap = zone_capacity_.find({zone, size}); !zone.empty() && cap != zone_capacity_.end()) {
+    if (!take(cap->second, options_.location + "' zone '" + zone)) return;
+  }
+  if (auto cap = capacity_.find(size); fail.empty() && cap != capacity_.end()) {
+    if (!take(cap->second, options_.location)) return;
   }
   const int n = next_id_++;
   const std::string nic_name = name + "-nic";

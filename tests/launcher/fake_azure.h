@@ -16,8 +16,9 @@
 //   GET  /api/retail/prices          the Retail Prices API ($filter on armRegionName and
 //                                    armSkuName, NextPageLink pages, no auth).
 // Errors are Resource Manager's JSON documents; tests inject them (429 with Retry-After), limit a
-// size's capacity (SkuNotAvailable at once, or AllocationFailed in the operation) and can boot
-// VMs as local processes that run their custom data.
+// size's capacity, in the location or in one availability zone (SkuNotAvailable at once, or
+// AllocationFailed / ZonalAllocationFailed in the operation) and can boot VMs as local processes
+// that run their custom data.
 #ifndef SPOTDNN_TESTS_LAUNCHER_FAKE_AZURE_H_
 #define SPOTDNN_TESTS_LAUNCHER_FAKE_AZURE_H_
 
@@ -62,7 +63,7 @@ class FakeAzure {
     bool after_effect = false;  // do the call, then answer with the error
   };
   // How a size without capacity fails.
-  enum class CapacityFailure { kSkuNotAvailable, kAllocationFailed };
+  enum class CapacityFailure { kSkuNotAvailable, kAllocationFailed, kZonalAllocationFailed };
   struct Vm {
     std::string name;
     nlohmann::json resource;
@@ -79,6 +80,9 @@ class FakeAzure {
 
   void Inject(Injected error);
   void SetCapacity(const std::string& vm_size, int count, CapacityFailure how);
+  // The same for VMs in availability zone `zone` ("1").
+  void SetZoneCapacity(const std::string& zone, const std::string& vm_size, int count,
+                       CapacityFailure how);
   void AddPrice(nlohmann::json item);
   void set_page_size(int n);
   // Creations stay InProgress for one poll (default: Succeeded at the first poll).
@@ -92,6 +96,8 @@ class FakeAzure {
 
   std::vector<Vm> vms() const;
   std::vector<std::string> requests() const;  // "METHOD PATH?QUERY"
+  // The zone ("1"; "" for a regional VM) of every VM PUT, in order.
+  std::vector<std::string> put_zones() const;
   const FakeVmHost& host() const { return host_; }
 
  private:
@@ -111,6 +117,8 @@ class FakeAzure {
   mutable std::mutex mu_;
   std::deque<Injected> injected_;
   std::map<std::string, std::pair<int, CapacityFailure>> capacity_;
+  std::map<std::pair<std::string, std::string>, std::pair<int, CapacityFailure>> zone_capacity_;
+  std::vector<std::string> put_zones_;
   std::vector<nlohmann::json> prices_;
   int page_size_ = 1000;
   bool slow_operations_ = false;
