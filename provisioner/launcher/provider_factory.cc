@@ -70,6 +70,11 @@ absl::StatusOr<std::unique_ptr<CloudProvider>> MakeAws(const ProviderSpec& spec,
   options.endpoint_url = Get(spec, "endpoint_url");
   options.image_id = Get(spec, "image_id");
   options.subnet_id = Get(spec, "subnet_id");
+  if (!Get(spec, "subnets").empty()) {
+    auto subnets = ParseAwsSubnets(Get(spec, "subnets"), options.region, "provider.subnets");
+    if (!subnets.ok()) return subnets.status();
+    options.subnets = *std::move(subnets);
+  }
   options.key_name = Get(spec, "key_name");
   options.iam_instance_profile = Get(spec, "iam_instance_profile");
   options.max_spot_price = Get(spec, "max_spot_price");
@@ -122,7 +127,29 @@ absl::Status ValidateValues(const ProviderSpec& spec, absl::string_view field) {
     }
     return whole("boot_disk_gb", 10, 65536);
   }
+  if (spec.name == "aws") {
+    const std::string subnets = Get(spec, "subnets");
+    if (subnets.empty()) return absl::OkStatus();
+    if (!Get(spec, "subnet_id").empty()) {
+      return BadValue(field, "subnet_id", Get(spec, "subnet_id"),
+                      "give subnet_id or subnets (a subnet per zone), not both");
+    }
+    const std::string region = Get(spec, "region").empty() ? "us-east-1" : Get(spec, "region");
+    return ParseAwsSubnets(subnets, region, absl::StrCat(field, ".subnets")).status();
+  }
   if (spec.name == "azure") {
+    const std::string location = Get(spec, "location");
+    std::vector<std::string> zones = List(spec, "zones");
+    for (size_t i = 0; i < zones.size(); ++i) {
+      absl::string_view bare = zones[i];
+      (void)absl::ConsumePrefix(&bare, location + "-");
+      if (bare.empty() || bare.size() > 2 ||
+          bare.find_first_not_of("0123456789") != absl::string_view::npos) {
+        return BadValue(field, "zones", Get(spec, "zones"),
+                        absl::StrCat("\"", zones[i], "\" is not an availability zone of ", location,
+                                     " (expected 1, 2, 3 or ", location, "-1, ...)"));
+      }
+    }
     const std::string price = Get(spec, "max_price");
     double p = 0;
     if (!price.empty() && (!absl::SimpleAtod(price, &p) || (p != -1 && !(p > 0)))) {
@@ -176,6 +203,7 @@ absl::StatusOr<std::unique_ptr<CloudProvider>> MakeAzure(const ProviderSpec& spe
   }
   options.identity = Get(spec, "identity");
   options.zone = Get(spec, "zone");
+  options.zones = List(spec, "zones");
   if (!Get(spec, "os_disk_gb").empty()) {
     (void)absl::SimpleAtoi(Get(spec, "os_disk_gb"), &options.os_disk_gb);
   }
@@ -190,8 +218,8 @@ const std::vector<ProviderKeys>& KnownProviders() {
   static const std::vector<ProviderKeys>* providers = new std::vector<ProviderKeys>{
       {.name = "local", .keys = {"capacity", "capacity_trace", "capacity_trace_time_scale"}},
       {.name = "aws",
-       .keys = {"region", "endpoint_url", "image_id", "subnet_id", "security_group_ids", "key_name",
-                "iam_instance_profile", "max_spot_price"},
+       .keys = {"region", "endpoint_url", "image_id", "subnet_id", "subnets", "security_group_ids",
+                "key_name", "iam_instance_profile", "max_spot_price"},
        .required = {"image_id"},
        .required_why = "the AMI with your framework and spotdnn-agent"},
       {.name = "gce",
@@ -203,7 +231,7 @@ const std::vector<ProviderKeys>& KnownProviders() {
                        "framework and spotdnn-agent"},
       {.name = "azure",
        .keys = {"subscription", "resource_group", "location", "image", "subnet_id", "max_price",
-                "admin_username", "ssh_public_key", "identity", "zone", "os_disk_gb",
+                "admin_username", "ssh_public_key", "identity", "zone", "zones", "os_disk_gb",
                 "endpoint_url"},
        .required = {"subscription", "resource_group", "location", "image", "subnet_id"},
        .required_why = "where the VMs go (subscription, resource group, location, subnet) and "

@@ -133,6 +133,42 @@ TEST(ProviderFactoryTest, GceAndAzureKeysAreChecked) {
               HasSubstr("provider.region: unknown key for azure"));
 }
 
+TEST(ProviderFactoryTest, ZoneKeysAreChecked) {
+  const ProviderSpec aws{.name = "aws",
+                         .options = {{"image_id", "ami-1"},
+                                     {"region", "eu-west-1"},
+                                     {"subnets", "eu-west-1b=subnet-0bbb,eu-west-1a=subnet-0aaa"}}};
+  EXPECT_TRUE(ValidateProviderSpec(aws).ok()) << ValidateProviderSpec(aws);
+  ProviderSpec bad = aws;
+  bad.options["subnets"] = "eu-west-1a=subnet-0aaa,us-east-1a=subnet-0bbb";
+  absl::Status s = ValidateProviderSpec(bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("provider.subnets = \"eu-west-1a=subnet-0aaa,us-east-1a="));
+  EXPECT_THAT(s.message(), HasSubstr("\"us-east-1a\" is not an availability zone of region "
+                                     "eu-west-1"));
+  bad = aws;
+  bad.options["subnets"] = "eu-west-1a:subnet-0aaa";
+  EXPECT_THAT(ValidateProviderSpec(bad).message(), HasSubstr("expected ZONE=SUBNET"));
+  bad = aws;
+  bad.options["subnet_id"] = "subnet-0ccc";
+  EXPECT_THAT(ValidateProviderSpec(bad).message(),
+              HasSubstr("provider.subnet_id = \"subnet-0ccc\": give subnet_id or subnets"));
+
+  const ProviderSpec azure{.name = "azure",
+                           .options = {{"subscription", "0b1f6471-1bf0-4dda-aec3-cb9272f09590"},
+                                       {"resource_group", "rg"},
+                                       {"location", "eastus"},
+                                       {"image", "microsoft-dsvm:ubuntu-hpc:2204:latest"},
+                                       {"subnet_id", "/subscriptions/x/subnets/y"},
+                                       {"zones", "1,eastus-2,3"}}};
+  EXPECT_TRUE(ValidateProviderSpec(azure).ok()) << ValidateProviderSpec(azure);
+  bad = azure;
+  bad.options["zones"] = "1,westus-2";
+  EXPECT_THAT(ValidateProviderSpec(bad).message(),
+              HasSubstr("provider.zones = \"1,westus-2\": \"westus-2\" is not an availability "
+                        "zone of eastus"));
+}
+
 TEST(ProviderFactoryTest, MakesGceAndAzureProviders) {
   const std::string key_file = ::testing::TempDir() + "/factory-gce-key.json";
   std::ofstream(key_file) << nlohmann::json{{"type", "service_account"},
