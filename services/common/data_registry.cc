@@ -13,6 +13,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "services/common/embedded_file.h"
 #include "services/common/json_names.h"
+#include "services/common/request_check.h"
 
 namespace spotdnn::services {
 namespace {
@@ -159,6 +160,9 @@ absl::StatusOr<DataRegistry> DataRegistry::WithBuiltinsAndDirs(const std::string
 absl::Status DataRegistry::AddCatalog(pb::InstanceCatalog catalog) {
   if (catalog.name().empty()) return absl::InvalidArgumentError("catalog.name is empty");
   std::string name = catalog.name();
+  if (auto s = CheckCatalogZones(catalog, absl::StrCat("catalog \"", name, "\"")); !s.ok()) {
+    return s;
+  }
   catalogs_[name] = std::move(catalog);
   return absl::OkStatus();
 }

@@ -1,5 +1,6 @@
 #include "services/common/request_check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "google/protobuf/descriptor.h"
 #include "predictor/convergence.h"
 #include "services/common/convert.h"
+#include "spotdnn/v1/common.pb.h"
 
 namespace spotdnn::services {
 namespace {
@@ -51,6 +53,9 @@ class Checker {
 
   absl::Status CheckMessage(const google::protobuf::Message& m, const PathStep* at,
                             std::initializer_list<absl::string_view> skip) {
+    if (const auto* catalog = dynamic_cast<const v1::InstanceCatalog*>(&m)) {
+      if (auto s = CheckCatalogZones(*catalog, PathOf(at, prefix_)); !s.ok()) return s;
+    }
     const Reflection* r = m.GetReflection();
     std::vector<const FieldDescriptor*> fields;
     r->ListFields(m, &fields);
@@ -144,6 +149,46 @@ size_t RepeatedLimit(absl::string_view field_name) {
   if (field_name == "drop_steps" || field_name == "drop_factors") return limits::kMaxScheduleDrops;
   if (field_name == "metrics") return limits::kMaxMetricsPerSample;
   return limits::kMaxRepeatedEntries;
+}
+
+absl::Status CheckCatalogZones(const v1::InstanceCatalog& catalog, absl::string_view field) {
+  const std::string at = field.empty() ? std::string() : absl::StrCat(field, ".");
+  for (int k = 0; k < catalog.instance_types_size(); ++k) {
+    const v1::InstanceType& t = catalog.instance_types(k);
+    std::vector<absl::string_view> seen;
+    for (int i = 0; i < t.zones_size(); ++i) {
+      const v1::InstanceZone& z = t.zones(i);
+      const std::string path = absl::StrCat(at, "instance_types[", k, "].zones[", i, "]");
+      if (z.name().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".name is empty (instance type ", t.name(), ")"));
+      }
+      if (std::find(seen.begin(), seen.end(), z.name()) != seen.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ".name = \"", z.name(), "\": listed twice for instance type ", t.name()));
+      }
+      seen.push_back(z.name());
+      for (auto [name, value] :
+           {std::pair{"spot_price_per_hour", z.spot_price_per_hour()},
+            std::pair{"on_demand_price_per_hour", z.on_demand_price_per_hour()}}) {
+        if (value < 0) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("%s.%s = %g (%s in %s): must be >= 0 (0 = the type's)", path, name,
+                              value, t.name(), z.name()));
+        }
+      }
+    }
+  }
+  const v1::ZoneMoves& m = catalog.moves();
+  for (auto [name, value] : {std::pair{"changeover_s", m.changeover_s()},
+                             std::pair{"transfer_price_per_gib", m.transfer_price_per_gib()},
+                             std::pair{"transfer_mb_per_s", m.transfer_mb_per_s()}}) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%smoves.%s = %g: must be >= 0", at, name, value));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckRequest(const google::protobuf::Message& message, absl::string_view prefix,

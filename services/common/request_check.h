@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/message.h"
+#include "spotdnn/v1/common.pb.h"
 
 namespace spotdnn::services {
 
@@ -25,9 +26,16 @@ size_t StringLimit(absl::string_view field_name);
 // kMaxMetricsPerSample for a sample's "metrics", limits::kMaxRepeatedEntries for every other.
 size_t RepeatedLimit(absl::string_view field_name);
 
+// OK when the zones of `catalog` (at `field`, e.g. "catalog.catalog") are usable: each named, once
+// per type, with prices >= 0, and its moves' numbers >= 0; otherwise INVALID_ARGUMENT naming the
+// field ("catalog.catalog.instance_types[2].zones[1].name") and value. CheckRequest runs it on
+// every catalog in a request; the data registry on every catalog it loads.
+absl::Status CheckCatalogZones(const v1::InstanceCatalog& catalog, absl::string_view field = "");
+
 // OK when every field set in `message` is within the limits: strings within StringLimit (bytes
 // fields are the handler's), enums one of the values their enum defines, doubles and floats
-// finite, repeated fields with at most RepeatedLimit entries. Otherwise
+// finite, repeated fields with at most RepeatedLimit entries, catalogs' zones as CheckCatalogZones
+// says. Otherwise
 // INVALID_ARGUMENT naming the field by its path from `message` ("options.strategy",
 // "catalog.catalog.instance_types[3].name"), after `prefix` when given ("reports[7].job_id"),
 // quoting at most a short prefix of a string. Top-level fields named in `skip` are not checked

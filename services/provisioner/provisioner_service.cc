@@ -16,6 +16,7 @@
 #include "services/common/request_size.h"
 #include "services/common/server.h"
 #include "services/provisioner/sync_plan.h"
+#include "services/provisioner/zone_plan.h"
 
 namespace spotdnn::services {
 namespace {
@@ -211,23 +212,37 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext* context,
                                           const pb::PlanRequest* request,
                                           pb::PlanResponse* response) {
   if (auto s = CheckRequest(*request); !s.ok()) return ToGrpc(s);
+  auto plan_one = [&](const pb::PlanRequest& r, pb::PlanResponse* out) {
+    return PlanInCatalog(context, &r, out);
+  };
+  auto loaded = models_.Load(request->workload(), request->catalog());
+  if (!loaded.ok()) return ToGrpc(plan_one(*request, response));  // says what is wrong with it
+  const bool synchronous =
+      request->sync() != pb::SYNC_KIND_PS && PlansSynchronously(*request, loaded->first);
+  return ToGrpc(PlanAcrossZones(*request, loaded->second, synchronous, plan_one, response));
+}
+
+absl::Status ProvisionerServiceImpl::PlanInCatalog(grpc::ServerContext* context,
+                                                   const pb::PlanRequest* request,
+                                                   pb::PlanResponse* response) {
+  if (auto s = CheckRequest(*request); !s.ok()) return s;
   if (request->sync() != pb::SYNC_KIND_PS) {
     // A synchronous workload (the request's sync, or the profile's) has its own planner.
     auto loaded = models_.Load(request->workload(), request->catalog());
-    if (!loaded.ok()) return ToGrpc(loaded.status());
+    if (!loaded.ok()) return loaded.status();
     if (PlansSynchronously(*request, loaded->first)) {
       if (auto s = PlanSynchronous(
               *request, loaded->first, loaded->second, options_.max_exhaustive_limit,
               CallStopCheck(context, options_.max_solve_time, "the search", "--max_solve_time"),
               response);
           !s.ok() || request->options().confidence() == 0) {
-        return ToGrpc(s);
+        return s;
       }
       auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
                        request->options(), "options.existing", pb::SYNC_KIND_ALLREDUCE,
                        request->global_batch());
-      if (!in.ok()) return ToGrpc(in.status());
-      return ToGrpc(PlanWithConfidence(*request, *in, response));
+      if (!in.ok()) return in.status();
+      return PlanWithConfidence(*request, *in, response);
     }
   }
   if (request->global_batch() != 0 || request->local_batch() != 0 ||
@@ -237,15 +252,15 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext* context,
         : request->local_batch() != 0
             ? absl::StrCat("local_batch = ", request->local_batch())
             : absl::StrCat("global_batch_mode = ", EnumLabel(request->global_batch_mode()));
-    return ToGrpc(absl::InvalidArgumentError(
+    return absl::InvalidArgumentError(
         absl::StrCat(field,
                      ": a parameter-server workload takes its batch from the profile; a local or "
-                     "global batch is for a synchronous (all-reduce) one")));
+                     "global batch is for a synchronous (all-reduce) one"));
   }
   // A parameter-server plan: the synchronous one was answered above.
   auto in = Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
                    request->options(), "options.existing", pb::SYNC_KIND_PS);
-  if (!in.ok()) return ToGrpc(in.status());
+  if (!in.ok()) return in.status();
   in->problem.objective = request->mode() == pb::PLAN_MODE_BUDGET
                               ? provisioner::Objective::kMinTime
                               : provisioner::Objective::kMinCost;
@@ -253,12 +268,12 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext* context,
   const auto start = std::chrono::steady_clock::now();
   auto result = provisioner::Solve(*in->model, in->problem, in->strategy, in->exhaustive_limit);
   const double ms = Millis(start);
-  if (!result.ok()) return ToGrpc(result.status());
+  if (!result.ok()) return result.status();
   if (result->feasible) {
     *response->mutable_plan() = ToPlan(*in, result->best, strategy);
   } else {
     auto why = ExplainInfeasible(*in);
-    if (!why.ok()) return ToGrpc(why.status());
+    if (!why.ok()) return why.status();
     *response->mutable_plan() = Infeasible(*in, strategy, why->reason);
     SetFastestAndCheapest(*in, *why, response);
   }
@@ -283,12 +298,12 @@ grpc::Status ProvisionerServiceImpl::Plan(grpc::ServerContext* context,
     }
     baseline(provisioner::CheapestHomogeneous(*in->model, in->problem),
              pb::PLAN_STRATEGY_HOMOGENEOUS, response->mutable_homogeneous_baseline());
-    if (!stopped.ok()) return ToGrpc(stopped);
+    if (!stopped.ok()) return stopped;
   }
   if (request->options().confidence() != 0) {
-    return ToGrpc(PlanWithConfidence(*request, *in, response));
+    return PlanWithConfidence(*request, *in, response);
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 absl::Status ProvisionerServiceImpl::PlanWithConfidence(const pb::PlanRequest& request,
@@ -450,6 +465,15 @@ grpc::Status ProvisionerServiceImpl::Replan(grpc::ServerContext* context,
 grpc::Status ProvisionerServiceImpl::Frontier(grpc::ServerContext* context,
                                               const pb::FrontierRequest* request,
                                               pb::FrontierResponse* response) {
+  if (const pb::PlanOptions& o = request->options();
+      !o.zone().empty() || !o.region().empty() || o.avoid_zones_size() > 0) {
+    // The frontier is of the catalog as it is (its types at their own prices).
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat(!o.zone().empty()     ? "options.zone"
+                     : !o.region().empty() ? "options.region"
+                                           : "options.avoid_zones",
+                     ": a frontier is not placed in zones; Plan places a plan")));
+  }
   auto in =
       Inputs(context, *request, request->workload(), request->catalog(), request->slo(),
              request->options(), "options.existing", request->sync(), request->global_batch());

@@ -64,6 +64,9 @@ class ProvisionerServiceImpl final : public pb::Provisioner::Service {
                                     absl::string_view existing_field = "options.existing",
                                     pb::SyncKind sync = pb::SYNC_KIND_UNSPECIFIED,
                                     int global_batch = 0, bool sync_needs_model = false);
+  // Plan for the catalog `request` names as it is (Plan plans each zone's catalog with it).
+  absl::Status PlanInCatalog(grpc::ServerContext* context, const pb::PlanRequest* request,
+                             pb::PlanResponse* response);
   // The confidence part of Plan: replaces the plain answer's plan with the risk-aware one.
   absl::Status PlanWithConfidence(const pb::PlanRequest& request, const PlanInputs& in,
                                   pb::PlanResponse* response);
