@@ -223,6 +223,9 @@ TEST(Cli, HelpUnknownCommandAndListings) {
   const CliRun catalogs = Cli({"catalogs"});
   EXPECT_EQ(catalogs.code, 0);
   EXPECT_THAT(catalogs.out, HasSubstr("aws-paper-2023"));
+  // Its zones: how many, in which regions.
+  EXPECT_THAT(catalogs.out, HasSubstr("8 in us-east-1, us-west-2"));
+  EXPECT_THAT(catalogs.out, HasSubstr("7 in us-east1, us-central1"));
   // The built-in ones only: a data directory with no stored profiles.
   const CliRun workloads = Cli({"workloads", "--json", "--data-dir", "/nonexistent/spotdnn-home"});
   EXPECT_EQ(workloads.code, 0);

@@ -329,6 +329,121 @@ TEST(PlanCommand, InfeasibleFrontierSaysWhyAndTheFastestTime) {
             f.at("fastest_time_s").number_value());
 }
 
+// The prototype catalog with its zones, g3.8xlarge and g4dn.4xlarge 30% cheaper in us-west-2b,
+// written to a file named after `tag`.
+std::string CatalogWithACheaperZone(const std::string& tag) {
+  auto catalog = services::DataRegistry::WithBuiltins().ResolveCatalog("aws-spotdnn-prototype");
+  EXPECT_TRUE(catalog.ok()) << catalog.status();
+  catalog->set_name("zoned-" + tag);
+  for (v1::InstanceType& t : *catalog->mutable_instance_types()) {
+    EXPECT_GT(t.zones_size(), 5) << t.name() << ": the built-in catalog lists its zones";
+    for (v1::InstanceZone& z : *t.mutable_zones()) {
+      if (z.name() == "us-west-2b" && (t.name() == "g3.8xlarge" || t.name() == "g4dn.4xlarge")) {
+        z.set_spot_price_per_hour(0.7 * t.spot_price_per_hour());
+      }
+    }
+  }
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("zoned-" + tag + "-" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  std::ofstream(file) << services::ToJson(*catalog);
+  return file;
+}
+
+TEST(PlanCommand, ABuiltInCatalogsZonesOfEqualPriceKeepThePlanInTheFirstRegion) {
+  const CliRun r = Cli(PlanArgs({"--loss", "0.9", "--deadline", "30m"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("$2.1191"));
+  EXPECT_THAT(r.out, HasSubstr("us-east-1 (p2.xlarge=us-east-1a, g4dn.4xlarge=us-east-1a, "
+                               "g3.8xlarge=us-east-1a)"));
+  EXPECT_THAT(r.out, HasSubstr("Zones considered, cheapest first:\n  us-east-1: $2.1191 in "));
+  EXPECT_THAT(r.out, HasSubstr("\n  us-west-2: $2.1191 in "));
+}
+
+TEST(PlanCommand, ZoneFlagsPlaceThePlanAndJsonSaysWhere) {
+  const std::string catalog = CatalogWithACheaperZone("flags");
+  auto plan = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"plan",   "--workload", "resnet110",  "--catalog", catalog,
+                                     "--loss", "0.9",        "--deadline", "30m",       "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CliRun r = Cli(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return Json(r.out);
+  };
+  // The cheaper region, its types in their cheapest zones there.
+  const auto cheapest = plan({}).fields();
+  EXPECT_EQ(cheapest.at("region").string_value(), "us-west-2");
+  EXPECT_EQ(cheapest.at("zone").string_value(), "");
+  EXPECT_LT(cheapest.at("cost_usd").number_value(), 2.1);
+  bool g3_in_2b = false;
+  for (const auto& z : cheapest.at("zones").list_value().values()) {
+    g3_in_2b = g3_in_2b || z.string_value() == "g3.8xlarge=us-west-2b";
+  }
+  EXPECT_TRUE(g3_in_2b);
+  const auto& considered = cheapest.at("zones_considered").list_value();
+  ASSERT_EQ(considered.values_size(), 2);
+  EXPECT_THAT(considered.values(0).string_value(), ::testing::StartsWith("us-west-2: $"));
+  EXPECT_THAT(considered.values(1).string_value(), ::testing::StartsWith("us-east-1: $2.1191"));
+  // --avoid-zone us-west-2b: us-west-2's other zones are at the catalog's prices; us-east-1 is
+  // listed first.
+  const auto avoided = plan({"--avoid-zone", "us-west-2b"}).fields();
+  EXPECT_EQ(avoided.at("region").string_value(), "us-east-1");
+  EXPECT_NEAR(avoided.at("cost_usd").number_value(), 2.119135, 1e-6);
+  // --region and --zone pin it.
+  EXPECT_EQ(plan({"--region", "us-east-1"}).fields().at("region").string_value(), "us-east-1");
+  const auto pinned = plan({"--zone", "us-east-1c"}).fields();
+  EXPECT_EQ(pinned.at("zone").string_value(), "us-east-1c");
+  EXPECT_EQ(pinned.at("zones").list_value().values(0).string_value(), "p2.xlarge=us-east-1c");
+  // The table says where.
+  const CliRun table = Cli({"plan", "--workload", "resnet110", "--catalog", catalog, "--loss",
+                            "0.9", "--deadline", "30m", "--zone", "us-west-2b"});
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("us-west-2b"));
+  EXPECT_THAT(table.out, HasSubstr("Zones considered, cheapest first:\n  us-west-2b: $"));
+  std::filesystem::remove(catalog);
+}
+
+TEST(PlanCommand, ZoneErrorsNameTheFlagAndTheZone) {
+  const CliRun unknown =
+      Cli(PlanArgs({"--loss", "0.9", "--deadline", "30m", "--zone", "us-east-1z"}));
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("--zone: zone \"us-east-1z\" is not in catalog "
+                                     "aws-spotdnn-prototype (its zones: us-east-1a, us-east-1b"));
+  const CliRun region = Cli(PlanArgs({"--loss", "0.9", "--deadline", "30m", "--region", "mars-1"}));
+  EXPECT_EQ(region.code, 2);
+  EXPECT_THAT(region.err, HasSubstr("--region: region \"mars-1\" is not in catalog"));
+  const CliRun all = Cli(PlanArgs({"--loss", "0.9", "--deadline", "30m", "--region", "us-west-2",
+                                   "--avoid-zone", "us-west-2a,us-west-2b,us-west-2c"}));
+  EXPECT_EQ(all.code, 2);
+  EXPECT_THAT(all.err, HasSubstr("--avoid-zone = \"us-west-2a,us-west-2b,us-west-2c\": leaves no "
+                                 "zone to run in (the zones of region us-west-2"));
+  const CliRun both = Cli(PlanArgs({"--loss", "0.9", "--deadline", "30m", "--zone", "us-east-1a",
+                                    "--avoid-zone", "us-east-1a"}));
+  EXPECT_EQ(both.code, 2);
+  EXPECT_THAT(both.err, HasSubstr("--zone: zone \"us-east-1a\" is also in --avoid-zone"));
+  const CliRun empty = Cli(PlanArgs({"--loss", "0.9", "--deadline", "30m", "--avoid-zone", "a,"}));
+  EXPECT_EQ(empty.code, 2);
+  EXPECT_THAT(empty.err, HasSubstr("--avoid-zone = \"a,\": an empty zone name"));
+  const CliRun frontier =
+      Cli(PlanArgs({"--loss", "0.9", "--mode", "frontier", "--zone", "us-east-1a"}));
+  EXPECT_EQ(frontier.code, 2);
+  EXPECT_THAT(frontier.err, HasSubstr("--zone: the frontier is of the catalog as it is"));
+  // A catalog without zones has none to pin.
+  auto catalog = services::DataRegistry::WithBuiltins().ResolveCatalog("aws-spotdnn-prototype");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  catalog->set_name("no-zones");
+  for (v1::InstanceType& t : *catalog->mutable_instance_types()) t.clear_zones();
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("no-zones-" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  std::ofstream(file) << services::ToJson(*catalog);
+  const CliRun plain = Cli({"plan", "--workload", "resnet110", "--catalog", file, "--loss", "0.9",
+                            "--deadline", "30m", "--zone", "us-east-1a"});
+  std::filesystem::remove(file);
+  EXPECT_EQ(plain.code, 2);
+  EXPECT_THAT(plain.err, HasSubstr("--zone = \"us-east-1a\": catalog no-zones lists no zones"));
+}
+
 TEST(PlanCommand, TalksToARunningServerWithServerFlag) {
   services::ProvisionerServiceImpl service(
       std::make_shared<services::DataRegistry>(services::DataRegistry::WithBuiltins()));

@@ -196,6 +196,14 @@ int CatalogRefresh(const Args& args, const Io& io) {
   };
   for (pb::InstanceType& t : *catalog->mutable_instance_types()) {
     update(t.name(), t.spot_price_per_hour(), [&](double p) { t.set_spot_price_per_hour(p); });
+    // The zones the catalog lists for the type get their own price where the cloud gives one.
+    for (pb::InstanceZone& z : *t.mutable_zones()) {
+      for (const launcher::SpotPrice& p : *prices) {
+        if (p.instance_type == t.name() && p.availability_zone == z.name()) {
+          z.set_spot_price_per_hour(p.price_per_hour);
+        }
+      }
+    }
   }
   // A parameter server priced at 0 is not counted in the catalog's cost model: leave it so.
   if (!ps_type.empty() && catalog->parameter_server().spot_price_per_hour() > 0) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "predictor/types.h"
 #include "provisioner/deadline/availability_trace.h"
 #include "provisioner/deadline/window_replay.h"
@@ -64,6 +65,35 @@ absl::Status CheckCounts(absl::string_view flag,
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: %s=%d: must be at most %d instances of one type", flag, type, n,
                           predictor::kMaxInstancesPerType));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// --zone, --region and --avoid-zone: where a plan may go when the catalog lists zones (the
+// service checks the names against the catalog).
+absl::Status ParseZoneFlags(const Args& args, pb::PlanOptions* options) {
+  for (const char* flag : {"--zone", "--region"}) {
+    auto value = args.Get(flag);
+    if (!value) continue;
+    if (value->empty() || absl::StrContains(*value, ',')) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " = \"", *value, "\": expected one name, e.g. ",
+                       std::string(flag) == "--zone" ? "us-east-1a" : "us-east-1"));
+    }
+    if (std::string(flag) == "--zone") {
+      options->set_zone(*value);
+    } else {
+      options->set_region(*value);
+    }
+  }
+  if (auto avoid = args.Get("--avoid-zone")) {
+    for (absl::string_view name : absl::StrSplit(*avoid, ',')) {
+      if (name.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--avoid-zone = \"", *avoid, "\": an empty zone name"));
+      }
+      options->add_avoid_zones(std::string(name));
     }
   }
   return absl::OkStatus();
@@ -131,6 +161,7 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   }
   pb::PlanOptions& options = *request.mutable_options();
   if (auto s = ParsePlanOptionFlags(args, &options); !s.ok()) return fail(s);
+  if (auto s = ParseZoneFlags(args, &options); !s.ok()) return fail(s);
   if (auto sync = args.Get("--sync")) {
     auto kind = predictor::ParseSyncKind(*sync, "--sync");
     if (!kind.ok()) return fail(kind.status());
@@ -142,6 +173,12 @@ int Plan(const Args& args, pb::Provisioner::StubInterface& stub,
   request.set_global_batch(batch_flags->global_batch);
   request.set_local_batch(batch_flags->local_batch);
   request.set_global_batch_mode(batch_flags->mode);
+  for (const char* flag : {"--zone", "--region", "--avoid-zone"}) {
+    if (mode == "frontier" && args.Has(flag)) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          flag, ": the frontier is of the catalog as it is; use --mode deadline or budget")));
+    }
+  }
   if (mode == "frontier" &&
       (batch_flags->local_batch != 0 || batch_flags->mode == pb::GLOBAL_BATCH_SCALE)) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
@@ -480,6 +517,7 @@ std::vector<Command> PlanCommands() {
                   "[--on-demand] [--margin F] [--overhead D] [--max-size N] "
                   "[--parameter-servers N]\n"
                   "[--sync allreduce|ps] [--global-batch B|scale|fixed] [--local-batch B]\n"
+                  "[--zone Z | --region R] [--avoid-zone Z,...]\n"
                   "[--exhaustive-limit N] [--plot FILE.svg] [--confidence Q] [--lifetimes FILE]\n"
                   "[--runs N] [--seed S] [--notice D] [--takeover-delay D] [--json] "
                   "[--server HOST:PORT]\n[--data-dir D | --profiler H:P]",
@@ -530,6 +568,11 @@ std::vector<Command> PlanCommands() {
             "(default: the profile's local_batch_size)"},
            {"--exhaustive-limit", "N",
             "most clusters --strategy exhaustive may try (default 50,000,000)"},
+           {"--zone", "Z",
+            "when the catalog lists zones: plan in zone Z only (default: the cheapest\n"
+            "zone that may take it; a parameter-server job: the cheapest region)"},
+           {"--region", "R", "when the catalog lists zones: plan in region R's zones only"},
+           {"--avoid-zone", "Z,...", "when the catalog lists zones: never plan in these zones"},
            {"--plot", "FILE.svg",
             "with --mode frontier: write the frontier as an SVG chart (with a\nrevocation model: "
             "each plan coloured by its probability)"},

@@ -61,6 +61,29 @@ void PrintSyncTypes(const pb::Plan& p, std::ostream& out) {
   types.Print(out);
 }
 
+// Where the plan runs, when its catalog lists zones: a synchronous plan's zone, a
+// parameter-server plan's region and each type's zone in it.
+void AddPlaceRow(const pb::Plan& p, Table& summary) {
+  if (!p.zone().empty()) {
+    summary.AddRow({"zone", absl::StrCat(p.zone(), " (region ", p.region(), ")")});
+  } else if (!p.region().empty()) {
+    summary.AddRow({"region", absl::StrCat(p.region(), " (", absl::StrJoin(p.zones(), ", "), ")")});
+  }
+}
+
+// The places the plan was made for, cheapest first: the first few.
+void PrintZonesConsidered(const pb::Plan& p, std::ostream& out) {
+  if (p.zones_considered_size() == 0) return;
+  constexpr int kShown = 5;
+  out << "\nZones considered, cheapest first:\n";
+  for (int i = 0; i < p.zones_considered_size() && i < kShown; ++i) {
+    out << "  " << p.zones_considered(i) << "\n";
+  }
+  if (p.zones_considered_size() > kShown) {
+    out << "  ... " << p.zones_considered_size() - kShown << " more (--json lists them all)\n";
+  }
+}
+
 }  // namespace
 
 // Whether a feasible plan is a synchronous (all-reduce) one: its prediction splits a global batch.
@@ -106,6 +129,13 @@ JsonObject PlanJson(const pb::Plan& p) {
     o.String("reason", p.reason());
   }
   if (p.skipped()) o.Bool("skipped", true);
+  if (!p.region().empty()) {
+    // Where it runs, when the catalog lists zones.
+    o.String("zone", p.zone())
+        .String("region", p.region())
+        .Raw("zones", JsonStringArray(p.zones()))
+        .Raw("zones_considered", JsonStringArray(p.zones_considered()));
+  }
   o.String("strategy", services::EnumLabel(p.strategy()))
       .Number("solve_ms", p.solve_ms())
       .Integer("clusters_evaluated", static_cast<long long>(p.clusters_evaluated()));
@@ -168,6 +198,7 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
     }
     summary.AddRow({"step time (s)", Fixed(e.expected_iteration_time_s(), 6)});
     summary.AddRow({"cluster speed (samples/s)", Fixed(e.cluster_speed(), 1)});
+    AddPlaceRow(p, summary);
     summary.AddRow({"cost", Dollars(p.cost_usd())});
     summary.AddRow({"solve time", absl::StrFormat("%.2f ms, %d clusters evaluated", p.solve_ms(),
                                                   p.clusters_evaluated())});
@@ -195,11 +226,13 @@ void PrintPlan(const pb::PlanResponse& r, const pb::PlanRequest& req, const std:
     summary.AddRow(
         {"convergence coefficient R", Fixed(p.prediction().convergence_coefficient(), 4)});
     summary.AddRow({"cluster speed (samples/s)", Fixed(p.prediction().cluster_speed(), 1)});
+    AddPlaceRow(p, summary);
     summary.AddRow({"cost", Dollars(p.cost_usd())});
     summary.AddRow({"solve time", absl::StrFormat("%.2f ms, %d clusters evaluated", p.solve_ms(),
                                                   p.clusters_evaluated())});
     summary.Print(out);
   }
+  PrintZonesConsidered(p, out);
   if (p.feasible()) {
     out << "\nThe same SLO, other ways\n";
     Table compare({"plan", "instances", "time", "cost", "vs this plan"});

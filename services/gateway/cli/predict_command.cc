@@ -1,6 +1,8 @@
 // The predictor's commands: `spotdnn predict` (how long and at what cost a cluster takes to reach
 // a target loss, or to train a number of iterations or epochs), `spotdnn catalogs` and
 // `spotdnn workloads` (what is known by name).
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -155,15 +157,31 @@ int ListCommand(const std::string& what, const Args& args, const Io& io) {
       io.out << services::ToJson(response) << "\n";
       return kExitOk;
     }
-    Table table({"catalog", "provider", "region", "types", "prices as of", "instance types"});
+    Table table(
+        {"catalog", "provider", "region", "types", "prices as of", "zones", "instance types"});
     table.LeftAlign(1);
     table.LeftAlign(2);
-    table.LeftAlign(5);
+    table.LeftAlign(6);
+    table.LeftAlign(7);
     for (const pb::InstanceCatalog& c : response.catalogs()) {
-      std::vector<std::string> names;
-      for (const pb::InstanceType& t : c.instance_types()) names.push_back(t.name());
+      std::vector<std::string> names, zones, regions;
+      for (const pb::InstanceType& t : c.instance_types()) {
+        names.push_back(t.name());
+        for (const pb::InstanceZone& z : t.zones()) {
+          const std::string region = z.region().empty() ? c.region() : z.region();
+          if (std::find(zones.begin(), zones.end(), z.name()) == zones.end()) {
+            zones.push_back(z.name());
+          }
+          if (std::find(regions.begin(), regions.end(), region) == regions.end()) {
+            regions.push_back(region);
+          }
+        }
+      }
+      // How many zones it lists, and in which regions (`spotdnn plan --zone/--region`).
+      const std::string where =
+          zones.empty() ? "-" : absl::StrCat(zones.size(), " in ", absl::StrJoin(regions, ", "));
       table.AddRow({c.name(), c.provider(), c.region(), absl::StrCat(c.instance_types_size()),
-                    c.prices_as_of(), absl::StrJoin(names, " ")});
+                    c.prices_as_of(), where, absl::StrJoin(names, " ")});
     }
     table.Print(io.out);
     return kExitOk;
