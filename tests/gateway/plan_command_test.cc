@@ -354,8 +354,7 @@ TEST(PlanCommand, ABuiltInCatalogsZonesOfEqualPriceKeepThePlanInTheFirstRegion) 
   const CliRun r = Cli(PlanArgs({"--loss", "0.9", "--deadline", "30m"}));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("$2.1191"));
-  EXPECT_THAT(r.out, HasSubstr("us-east-1 (p2.xlarge=us-east-1a, g4dn.4xlarge=us-east-1a, "
-                               "g3.8xlarge=us-east-1a)"));
+  EXPECT_THAT(r.out, HasSubstr("us-east-1 (every type in us-east-1a)"));
   EXPECT_THAT(r.out, HasSubstr("Zones considered, cheapest first:\n  us-east-1: $2.1191 in "));
   EXPECT_THAT(r.out, HasSubstr("\n  us-west-2: $2.1191 in "));
 }

@@ -1,6 +1,7 @@
 // How `spotdnn plan` shows its answer: the plan's JSON and tables, the other ways, the risk.
 #include "services/gateway/cli/plan_output.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -67,7 +68,16 @@ void AddPlaceRow(const pb::Plan& p, Table& summary) {
   if (!p.zone().empty()) {
     summary.AddRow({"zone", absl::StrCat(p.zone(), " (region ", p.region(), ")")});
   } else if (!p.region().empty()) {
-    summary.AddRow({"region", absl::StrCat(p.region(), " (", absl::StrJoin(p.zones(), ", "), ")")});
+    // "TYPE=ZONE" per type; one zone for all of them is said once.
+    std::vector<std::string> zones;
+    for (const std::string& z : p.zones()) {
+      const std::string zone = z.substr(z.find('=') + 1);
+      if (std::find(zones.begin(), zones.end(), zone) == zones.end()) zones.push_back(zone);
+    }
+    summary.AddRow(
+        {"region", zones.size() == 1
+                       ? absl::StrCat(p.region(), " (every type in ", zones[0], ")")
+                       : absl::StrCat(p.region(), " (", absl::StrJoin(p.zones(), ", "), ")")});
   }
 }
 
