@@ -78,6 +78,17 @@ std::string Agent::replica() const {
   return replica_;
 }
 
+void Agent::ReportExit(const detector::CommandExit& exit) {
+  const detector::Notice n = detector::ExitNotice(exit);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (options_.detectors.empty() || !notices_.emplace(n.key, n).second) return;
+    unacked_.insert(n.key);
+    pending_.push_back(n.key);
+  }
+  cv_.notify_all();
+}
+
 void Agent::OnPoll(const detector::PollResult& r) {
   std::vector<detector::Notice> fresh;
   {
@@ -162,12 +173,20 @@ void Agent::SendLoop() {
           e->set_job_id(options_.job_id);
           e->set_cloud(ToProto(options_.cloud));
           e->set_kind(static_cast<v1::RevocationEvent::Kind>(n.kind));
-          // Within the detector's limits, or it would refuse the stream (and again on every
-          // reconnect).
-          e->set_action(limits::ValidUtf8(n.action, limits::kMaxNameBytes));
           e->set_notice_unix_ms(base::RealClock::Get().NowUnixMs());
           e->set_effective_unix_ms(n.effective_unix_ms);
-          e->set_detail(limits::ValidUtf8(n.detail, limits::kMaxTextBytes));
+          if (n.kind == detector::EventKind::kExited) {
+            // ExitNotice kept it within the detector's limits.
+            const detector::CommandExit exit = detector::ExitOf(n.action, n.detail);
+            e->set_exit_status(exit.status);
+            e->set_detail(exit.how);
+            for (const std::string& line : exit.last_lines) e->add_last_lines(line);
+          } else {
+            // Within the detector's limits, or it would refuse the stream (and again on every
+            // reconnect).
+            e->set_action(limits::ValidUtf8(n.action, limits::kMaxNameBytes));
+            e->set_detail(limits::ValidUtf8(n.detail, limits::kMaxTextBytes));
+          }
           report.set_notice_key(limits::BoundedKey(n.key));
         } else {
           report.set_heartbeat(true);

@@ -63,6 +63,10 @@ class Agent {
   // (true), so that stopping right after a notice (the command ended at its signal) does not
   // lose it. True at once without detectors.
   bool Flush(absl::Duration timeout);
+  // Reports that the command ended by itself (not a revocation): sent like a notice (again on
+  // every new stream until a detector acknowledges it; Flush waits for it), so that the detector
+  // expects no more heartbeats and the job is told how it ended.
+  void ReportExit(const detector::CommandExit& exit);
   // The replica that acknowledged the last report ("" before the first).
   std::string replica() const;
   // Reports the detector acknowledged.

@@ -89,6 +89,12 @@ pb::RevocationEvent ToProto(const d::Event& e) {
   p.set_notice_unix_ms(e.notice_unix_ms);
   p.set_effective_unix_ms(e.effective_unix_ms);
   p.set_detail(e.detail);
+  if (e.kind == d::EventKind::kExited) {
+    const d::CommandExit exit = d::ExitOf(e.action, e.detail);
+    p.set_exit_status(exit.status);
+    p.set_detail(exit.how);
+    for (const std::string& line : exit.last_lines) p.add_last_lines(line);
+  }
   return p;
 }
 
@@ -171,10 +177,16 @@ grpc::Status DetectorServiceImpl::AgentStreamRaw(
     if (report.report_case() == pb::AgentReport::kEvent) {
       const pb::RevocationEvent& e = report.event();
       d::Notice n;
-      n.kind = static_cast<d::EventKind>(e.kind());
-      n.action = e.action();
-      n.effective_unix_ms = e.effective_unix_ms();
-      n.detail = e.detail();
+      if (e.kind() == pb::RevocationEvent::KIND_EXITED) {
+        n = d::ExitNotice({.status = e.exit_status(),
+                           .how = e.detail(),
+                           .last_lines = {e.last_lines().begin(), e.last_lines().end()}});
+      } else {
+        n.kind = static_cast<d::EventKind>(e.kind());
+        n.action = e.action();
+        n.effective_unix_ms = e.effective_unix_ms();
+        n.detail = e.detail();
+      }
       n.key = report.notice_key();
       s = detector_->ReportNotice(report.instance_id(), report.job_id(), cloud, n,
                                   e.notice_unix_ms());

@@ -8,12 +8,15 @@
 #include <time.h>
 
 #include <chrono>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/text.h"
 #include "profiler/importers.h"
 #include "profiler/sample.h"
 #include "provisioner/launcher/aws_provider.h"
@@ -140,7 +143,15 @@ int RunInstanceWrapper(InstanceWrapperOptions options) {
 
   SampleLineReader reader(options.sample_defaults);
   SampleForwarder* f = forwarder->get();
-  auto on_line = [&reader, f, &logger](absl::string_view line) {
+  // The command's last lines, for the report of how it ended (TellingLastLines picks from them).
+  std::deque<std::string> tail;
+  std::mutex tail_mu;
+  auto on_line = [&reader, f, &logger, &tail, &tail_mu](absl::string_view line) {
+    {
+      std::lock_guard<std::mutex> lock(tail_mu);
+      tail.emplace_back(line.substr(0, 512));
+      if (tail.size() > 200) tail.pop_front();
+    }
     const size_t reasons = reader.reasons().size();
     std::optional<v1::Sample> sample = reader.Read(line);
     if (reader.reasons().size() > reasons) {
@@ -178,10 +189,12 @@ int RunInstanceWrapper(InstanceWrapperOptions options) {
   sigaddset(&shutdown, SIGINT);
   sigaddset(&shutdown, SIGTERM);
   std::optional<ChildExit> exit;
+  bool told_to_stop = false;
   while (!(exit = (*command)->Wait(absl::Milliseconds(100)))) {
     timespec zero{0, 0};
     const int sig = sigtimedwait(&shutdown, nullptr, &zero);
     if (sig > 0) {
+      told_to_stop = true;
       logger->info("signal {} received; passing it to the command", sig);
       if (absl::Status s = (*command)->Signal(sig); !s.ok()) {
         logger->warn("{}", std::string(s.message()));
@@ -193,10 +206,25 @@ int RunInstanceWrapper(InstanceWrapperOptions options) {
     logger->warn("processes the command started still hold its output; stopped reading it");
   }
   notices.SetCommand(nullptr);
-  // A notice read just now (the command ended at its signal) still reaches the detector.
+  if (!told_to_stop && !notices.noticed()) {
+    // It ended by itself (not at a revocation notice, not stopped with its instance): the
+    // detector stops waiting for its heartbeats and the job learns how it ended.
+    std::string output;
+    {
+      std::lock_guard<std::mutex> lock(tail_mu);
+      for (const std::string& line : tail) absl::StrAppend(&output, line, "\n");
+    }
+    agent.ReportExit({.status = exit->ShellStatus(),
+                      .how = exit->Describe(),
+                      .last_lines = base::TellingLastLines(output, 20)});
+  }
+  // A notice read just now (the command ended at its signal), or the command's end, still
+  // reaches the detector.
   if (!agent.Flush(options.flush_timeout)) {
-    logger->warn("a revocation notice was not acknowledged by a detector within {} s",
-                 absl::ToDoubleSeconds(options.flush_timeout));
+    logger->warn(
+        "a revocation notice or the command's end was not acknowledged by a detector "
+        "within {} s",
+        absl::ToDoubleSeconds(options.flush_timeout));
   }
   agent.Stop();
   const auto flush_start = std::chrono::steady_clock::now();

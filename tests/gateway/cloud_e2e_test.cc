@@ -125,7 +125,8 @@ class CloudEndToEnd : public ::testing::TestWithParam<std::string> {
   }
 
   // Starts the fake cloud and writes the job spec for it; returns the spec's path.
-  std::string Prepare(const std::string& job) {
+  std::string Prepare(const std::string& job,
+                      const std::string& worker_command = "spotdnn-sim-worker") {
     const std::string cloud = GetParam();
     const std::string source = SPOTDNN_SOURCE_DIR;
     const std::string region = cloud == "gce" ? "us-central1" : "eastus";
@@ -181,7 +182,7 @@ class CloudEndToEnd : public ::testing::TestWithParam<std::string> {
                                 {"provider", provider},
                                 {"quotas", {{TypeNames(cloud)["p2.8xlarge"], 5}}},
                                 {"commands",
-                                 {{"worker", "spotdnn-sim-worker"},
+                                 {{"worker", worker_command},
                                   {"parameter_server", "spotdnn-sim-worker"}}}}
                                .dump(2);
     return spec.string();
@@ -356,6 +357,33 @@ TEST_P(CloudEndToEnd, RevocationNoticeIsTakenOverBeforeTheVmGoes) {
             << listed["notice_to_takeover_running_s"] << " s; predicted "
             << summary["predicted_time_s"] << " s, actual " << summary["actual_time_s"] << " s"
             << std::endl;
+}
+
+TEST_P(CloudEndToEnd, ACommandThatFailsOnEveryVmFailsTheJobWithItsLastLines) {
+  // A VM runs on after its command ended: its agent reports the end (not a revocation), and the
+  // gateway stops the VM and fails the job with the command's words, without a takeover.
+  const std::string cloud = GetParam();
+  const std::string job = "fails-" + cloud;
+  const std::string spec =
+      Prepare(job, "echo loading the data; echo 'ValueError: no data in /data/train' >&2; exit 3");
+  Child gateway({bin_ + "/spotdnn", "run", spec, "--json", "--data-dir", dir_.string()},
+                (dir_ / "run.log").string());
+  std::optional<int> code = gateway.Wait(std::chrono::seconds(150));
+  ASSERT_TRUE(code.has_value()) << "the gateway did not end the job";
+  EXPECT_NE(*code, 0);
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  auto record = store->GetJob(job);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->state, job::JobState::kFailed) << record->message;
+  EXPECT_THAT(record->message, ::testing::HasSubstr("ended with exit status 3"));
+  EXPECT_THAT(record->message, ::testing::HasSubstr("ValueError: no data in /data/train"));
+  auto revocations = store->Revocations(job);
+  ASSERT_TRUE(revocations.ok());
+  EXPECT_TRUE(revocations->empty()) << "a command's end was taken for a revocation";
+  EXPECT_TRUE(Vms(job).empty()) << "VMs left running in the fake cloud";
+  CliRun status = Cli({"status", job, "--data-dir", dir_.string()});
+  EXPECT_THAT(status.out + status.err, ::testing::HasSubstr("ValueError: no data in /data/train"));
 }
 
 INSTANTIATE_TEST_SUITE_P(FakeClouds, CloudEndToEnd, ::testing::Values("gce", "azure"),

@@ -564,6 +564,44 @@ TEST_F(JobControllerTest, WorkersWhoseCommandsFailEndTheJobWithTheirLastLines) {
   EXPECT_GE(unregistered_.size(), 3u);
 }
 
+TEST_F(JobControllerTest, AnAgentsReportOfItsCommandsEndFailsTheJobAndStopsTheVm) {
+  // On a cloud the VM runs on after its command ended: only its agent's report (through the
+  // detector) says so. Without it the silence would be a loss, taken over again and again.
+  std::vector<std::string> workers;
+  clock_.At(absl::Seconds(3), [&] {
+    for (const launcher::Instance& i : cloud_.Running()) {
+      if (i.role != launcher::Role::kWorker) continue;
+      workers.push_back(i.id);
+      pb::RevocationEvent e;
+      e.set_sequence(++sequence_);
+      e.set_instance_id(i.id);
+      e.set_job_id("job-x");
+      e.set_kind(pb::RevocationEvent::KIND_EXITED);
+      e.set_exit_status(2);
+      e.set_detail("exit status 2");
+      e.add_last_lines("Traceback (most recent call last):");
+      e.add_last_lines("FileNotFoundError: /data/train");
+      feed_.push_back(e);
+      feed_.push_back(e);  // the agent sent it again (a new stream): once
+    }
+  });
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  ASSERT_FALSE(workers.empty());
+  EXPECT_EQ(outcome->record.state, JobState::kFailed);
+  EXPECT_THAT(outcome->record.message, HasSubstr("no worker is left running"));
+  EXPECT_THAT(outcome->record.message, HasSubstr("ended with exit status 2"));
+  EXPECT_THAT(outcome->record.message, HasSubstr("FileNotFoundError: /data/train"));
+  EXPECT_TRUE(outcome->summary.revocations.empty());
+  EXPECT_EQ(Count<TakeoverEvent>(), 0);
+  // Each worker's VM was stopped, and its end logged once.
+  for (const launcher::Instance& i : cloud_.Running()) EXPECT_NE(i.role, launcher::Role::kWorker);
+  const std::vector<std::string> kinds = LogKinds();
+  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), "exited"), static_cast<long>(workers.size()));
+  EXPECT_GE(unregistered_.size(), workers.size());
+}
+
 TEST_F(JobControllerTest, ATypeWithoutCapacityIsReplannedAround) {
   cloud_.capacity["g3.8xlarge"] = 0;
   JobController controller = Controller();

@@ -2,13 +2,17 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <optional>
+#include <set>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "services/common/data_registry.h"
 #include "services/gateway/job/job_run.h"
+#include "services/gateway/job/revocation_feed.h"
 #include "services/gateway/job/stop_rules.h"
 #include "services/gateway/job/sync_launch.h"
 
@@ -180,6 +184,12 @@ absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const J
         .cost_usd = account.cost_usd});
   const absl::Time deadline = clock.Now() + options.profiling_timeout;
   absl::Time next_progress = clock.Now() + options.progress_every;
+  // A cloud's VM runs on after its command ends: its agent's report of the end (through the
+  // detector) says so. The local provider tells it from the instance itself.
+  std::unique_ptr<RevocationFeed> feed =
+      services.open_feed ? services.open_feed(run_id, 0) : nullptr;
+  std::map<std::string, launcher::CommandEnd> ended;  // by the agents' reports
+  const std::set<std::string> launched_ids(ids.begin(), ids.end());
   const int64_t steps_total = run.steps * workers;
   while (true) {
     if (clock.Now() >= next_progress) {
@@ -201,14 +211,33 @@ absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const J
       }
       emit(std::move(e));
     }
+    if (feed != nullptr) {
+      for (const FeedItem& item : feed->Drain()) {
+        if (!item.has_value() || item->kind() != pb::RevocationEvent::KIND_EXITED ||
+            launched_ids.count(item->instance_id()) == 0) {
+          continue;
+        }
+        ended[item->instance_id()] = {
+            .status = item->exit_status(),
+            .how = item->detail(),
+            .last_lines = {item->last_lines().begin(), item->last_lines().end()}};
+      }
+    }
     auto described = services.provider->Describe(run_id);
     if (!described.ok()) return WithContext(described.status(), "watching " + run_id);
+    for (launcher::Instance& i : *described) {
+      if (auto e = ended.find(i.id); e != ended.end() && !i.command_end.has_value()) {
+        i.command_end = e->second;
+      }
+    }
     const bool working =
         std::any_of(described->begin(), described->end(), [](const launcher::Instance& i) {
-          return i.role == launcher::Role::kWorker && !launcher::IsGone(i.state);
+          return i.role == launcher::Role::kWorker && !launcher::IsGone(i.state) &&
+                 !i.command_end.has_value();
         });
     if (!working) {
-      // A worker command that failed (the provider can tell) ends the profiling with its words.
+      // A worker command that failed (the provider or its agent can tell) ends the profiling
+      // with its words.
       for (const launcher::Instance& i : *described) {
         if (i.role != launcher::Role::kWorker || !i.command_end.has_value() ||
             i.command_end->status == 0) {

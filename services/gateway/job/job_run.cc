@@ -324,20 +324,7 @@ absl::Status JobRun::PollInstances() {
                             .command_end = command_end != nullptr ? command_end->how : ""});
     if (!was_running) continue;  // its notice came first: taken over already
     if (command_end != nullptr) {
-      // Its command ended by itself: the job's own business (done, or failed), not a revocation.
-      // The detector forgets it, so that its silence is not reported as a loss.
-      const launcher::CommandEnd& end = *command_end;
-      const nlohmann::json detail = {{"instance", id},
-                                     {"status", end.status},
-                                     {"how", end.how},
-                                     {"last_lines", end.last_lines}};
-      if (auto s = Log("exited", detail.dump()); !s.ok()) return s;
-      exited_.insert(id);
-      if (services_.detector != nullptr) (void)services_.detector->Unregister(id);
-      if (r.role == launcher::Role::kWorker) {
-        last_exit_ = WorkerExit{
-            .instance = id, .status = end.status, .how = end.how, .last_lines = end.last_lines};
-      }
+      if (auto s = OnCommandEnd(r, *command_end); !s.ok()) return s;
       continue;
     }
     // Gone without a notice and without its command's end (killed together with its agent, a
@@ -349,6 +336,23 @@ absl::Status JobRun::PollInstances() {
                      [&](const RevocationRecord& v) { return v.instance_id == id; })) {
       if (auto s = RecordRevocation(r, "lost", /*notice=*/false, 0, 0); !s.ok()) return s;
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRun::OnCommandEnd(const InstanceRecord& instance, const launcher::CommandEnd& end) {
+  if (!exited_.insert(instance.id).second) return absl::OkStatus();  // told twice
+  const nlohmann::json detail = {{"instance", instance.id},
+                                 {"status", end.status},
+                                 {"how", end.how},
+                                 {"last_lines", end.last_lines}};
+  if (auto s = Log("exited", detail.dump()); !s.ok()) return s;
+  if (services_.detector != nullptr) (void)services_.detector->Unregister(instance.id);
+  if (instance.role == launcher::Role::kWorker) {
+    last_exit_ = WorkerExit{.instance = instance.id,
+                            .status = end.status,
+                            .how = end.how,
+                            .last_lines = end.last_lines};
   }
   return absl::OkStatus();
 }

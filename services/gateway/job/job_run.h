@@ -94,6 +94,11 @@ class JobRun {
   absl::Status Loop();
   absl::Status PollProgress();
   absl::Status PollInstances();
+  // `instance`'s command ended by itself (`end`, from the provider or the instance's agent): the
+  // job's own business (done, or failed), not a revocation. Logged as "exited"; the detector
+  // forgets it, so that its silence is not reported as a loss; a worker's end is the job's last
+  // exit (what a failed job shows).
+  absl::Status OnCommandEnd(const InstanceRecord& instance, const launcher::CommandEnd& end);
   absl::Status ShowProgress();
   // Where the job is heading from its measurements so far (job_outlook.h).
   Outlook CurrentOutlook();
@@ -219,6 +224,9 @@ class JobRun {
   // ---- job_takeover.cc
   absl::Status HandleFeed();
   absl::Status HandleEvent(const pb::RevocationEvent& event);
+  // The instance's agent reported that its command ended by itself: as the provider's own
+  // report of it (OnCommandEnd), and the instance is terminated.
+  absl::Status HandleExit(InstanceRecord& instance, const pb::RevocationEvent& event);
   // Records that `instance` goes (a notice: `notice`) or went (revoked, or lost without one) for
   // its takeover, and for a synchronous job's worker the restart of every rank; `kind` names the
   // cause ("notice", "lost", ...), the times are the cloud's (0: unknown).

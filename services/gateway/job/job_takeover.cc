@@ -39,6 +39,12 @@ absl::Status JobRun::HandleFeed() {
 absl::Status JobRun::HandleEvent(const pb::RevocationEvent& event) {
   if (static_cast<int64_t>(event.sequence()) <= job_.last_event_seq) return absl::OkStatus();
   job_.last_event_seq = static_cast<int64_t>(event.sequence());
+  if (auto it = instances_.find(event.instance_id());
+      it != instances_.end() && event.kind() == pb::RevocationEvent::KIND_EXITED) {
+    // Logged as the job's "exited" event there, with its status and last lines.
+    if (auto s = HandleExit(it->second, event); !s.ok()) return s;
+    return Save();
+  }
   // A kind this gateway does not know (a newer detector) is logged by number ("unknown-7").
   const std::string kind = services::EnumLabel(event.kind());
   if (auto s =
@@ -71,6 +77,32 @@ absl::Status JobRun::HandleEvent(const pb::RevocationEvent& event) {
     }
   }
   return Save();
+}
+
+absl::Status JobRun::HandleExit(InstanceRecord& instance, const pb::RevocationEvent& event) {
+  // Where the provider saw the end first (the local provider reads it from the instance's log),
+  // it was handled then; an instance already going (its notice first) stays a revocation.
+  if (exited_.count(instance.id) > 0 || instance.state != InstanceStatus::kRunning) {
+    return absl::OkStatus();
+  }
+  const launcher::CommandEnd end{
+      .status = event.exit_status(),
+      .how = event.detail(),
+      .last_lines = {event.last_lines().begin(), event.last_lines().end()}};
+  instance.state = InstanceStatus::kEnded;
+  instance.ended_ms = NowMs();
+  if (auto s = services_.store->PutInstance(instance); !s.ok()) return s;
+  if (auto s = Log("ended", instance.id); !s.ok()) return s;
+  Emit(InstanceEndedEvent{
+      .instance = instance.id, .instance_type = instance.instance_type, .command_end = end.how});
+  if (auto s = OnCommandEnd(instance, end); !s.ok()) return s;
+  // Its agent has gone; the machine would run (and be paid for) with nothing to do.
+  if (absl::Status s = services_.provider->Terminate({instance.id});
+      !s.ok() && !absl::IsNotFound(s)) {
+    return Log("warning", absl::StrCat("terminating ", instance.id,
+                                       " after its command ended: ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status JobRun::RecordRevocation(InstanceRecord& instance, const std::string& kind,
