@@ -736,4 +736,10 @@ absl::StatusOr<std::vector<SpotPrice>> AwsProvider::SpotPrices(
   return out;
 }
 
+std::vector<std::string> AwsProvider::ZonesFor(const std::string&) const {
+  std::vector<std::string> zones;
+  for (const AwsZoneSubnet& zs : options_.subnets) zones.push_back(zs.zone);
+  return zones;
+}
+
 }  // namespace spotdnn::launcher

@@ -131,6 +131,8 @@ class AwsProvider final : public CloudProvider {
   static absl::StatusOr<std::unique_ptr<AwsProvider>> Create(Options options);
 
   std::string name() const override { return "aws"; }
+  // The zones of provider.subnets, in order.
+  std::vector<std::string> ZonesFor(const std::string& instance_type) const override;
   absl::StatusOr<LaunchResult> Launch(const LaunchRequest& request) override;
   absl::StatusOr<std::vector<Instance>> Describe(const std::string& job_id) override;
   absl::Status Terminate(const std::vector<std::string>& instance_ids) override;

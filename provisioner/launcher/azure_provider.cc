@@ -795,4 +795,12 @@ absl::StatusOr<std::vector<SpotPrice>> AzureProvider::SpotPrices(
   return out;
 }
 
+std::vector<std::string> AzureProvider::ZonesFor(const std::string&) const {
+  std::vector<std::string> zones;
+  for (const std::string& zone : ZoneList()) {
+    zones.push_back(absl::StrCat(options_.location, "-", zone));
+  }
+  return zones;
+}
+
 }  // namespace spotdnn::launcher

@@ -102,6 +102,8 @@ class AzureProvider final : public CloudProvider {
   static absl::StatusOr<std::unique_ptr<AzureProvider>> Create(Options options);
 
   std::string name() const override { return "azure"; }
+  // The configured availability zones as LOCATION-ZONE ("eastus-1"), in order.
+  std::vector<std::string> ZonesFor(const std::string& instance_type) const override;
   absl::StatusOr<LaunchResult> Launch(const LaunchRequest& request) override;
   // The resource group's VMs tagged with the job (all VMs tagged by spotdnn when `job_id` is
   // empty), all pages, with their NICs' private addresses.

@@ -153,6 +153,12 @@ class CloudProvider {
   // in …"); empty when the provider keeps none.
   virtual std::string OutputLocation() const { return ""; }
 
+  // The zones it is configured to launch `instance_type` in, in its order and in the names
+  // LaunchRequest::zones takes; empty when it does not choose a zone (the cloud does).
+  virtual std::vector<std::string> ZonesFor(const std::string& /*instance_type*/) const {
+    return {};
+  }
+
   // True when the instances see this machine's files (the local provider): a folder here can
   // hold what they share, such as parameter-server checkpoints.
   virtual bool SharesFilesWithCaller() const { return false; }

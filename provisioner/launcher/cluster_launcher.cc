@@ -67,10 +67,13 @@ absl::StatusOr<ClusterLaunchResult> LaunchCluster(CloudProvider& provider,
                      .first_index = request.ps_first_index,
                      .command = request.ps_command.empty() ? request.command : request.ps_command,
                      .client_token = TokenFor(request.ps_token),
-                     .extra_env = request.extra_env};
+                     .extra_env = request.extra_env,
+                     .zones = request.ps_zones,
+                     .avoid_zones = request.avoid_zones};
     ps.extra_env["SPOTDNN_PS_PORT"] = absl::StrCat(request.ps_port);
     absl::StatusOr<LaunchResult> launched = provider.Launch(ps);
     if (!launched.ok()) return launched.status();
+    result.refused_zones = launched->refused_zones;
     result.ps_addresses.clear();
     for (const Instance& instance : launched->instances) {
       result.ps_addresses.push_back(
@@ -104,12 +107,16 @@ absl::StatusOr<ClusterLaunchResult> LaunchCluster(CloudProvider& provider,
                             : ClientTokenFor(WorkerTokenKey(request.worker_token_prefix,
                                                             group.instance_type, group.market)),
         .extra_env = request.extra_env,
-        .market = group.market};
+        .market = group.market,
+        .zones = group.zones,
+        .avoid_zones = request.avoid_zones};
     for (const auto& [key, value] : group.env) workers.extra_env[key] = value;
     absl::StatusOr<LaunchResult> launched = provider.Launch(workers);
     const absl::Status status = launched.ok() ? launched->error : launched.status();
     int started = 0;
     if (launched.ok()) {
+      result.refused_zones.insert(result.refused_zones.end(), launched->refused_zones.begin(),
+                                  launched->refused_zones.end());
       started = static_cast<int>(launched->instances.size());
       result.instances.insert(result.instances.end(), launched->instances.begin(),
                               launched->instances.end());

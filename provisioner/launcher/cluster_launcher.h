@@ -27,6 +27,8 @@ struct WorkerGroup {
   // Environment for this group only (e.g. its predicted iteration time), on top of extra_env.
   std::map<std::string, std::string> env;
   Market market = Market::kSpot;  // on-demand: never revoked, not limited by spot capacity
+  // Zones to try in order (LaunchRequest::zones); empty: the provider's.
+  std::vector<std::string> zones;
 };
 
 // A cluster, or part of one, to launch for one job.
@@ -50,6 +52,8 @@ struct ClusterLaunchRequest {
   std::string ps_token;
   std::string worker_token_prefix;
   std::map<std::string, std::string> extra_env;  // for every instance
+  std::vector<std::string> ps_zones;             // the servers' zones to try, in order
+  std::vector<std::string> avoid_zones;          // never launched in (every launch)
 };
 
 // What was launched.
@@ -61,6 +65,8 @@ struct ClusterLaunchResult {
   std::map<std::string, absl::Status> capacity_errors;  // type -> what the cloud said
   std::map<std::string, int> shortfall;  // type -> instances asked for but not launched
   absl::Status error;                    // the first error other than capacity (OK when none)
+  // Zones that refused for lack of capacity on the way ("ZONE: why"), every launch's.
+  std::vector<std::string> refused_zones;
 
   // True when every instance asked for is running.
   bool complete() const { return shortfall.empty() && error.ok(); }

@@ -96,6 +96,8 @@ class GceProvider final : public CloudProvider {
   static absl::StatusOr<std::unique_ptr<GceProvider>> Create(Options options);
 
   std::string name() const override { return "gce"; }
+  // zone, then fallback_zones.
+  std::vector<std::string> ZonesFor(const std::string&) const override { return Zones(); }
   absl::StatusOr<LaunchResult> Launch(const LaunchRequest& request) override;
   // The job's VMs in every zone (aggregated list by the spotdnn-job label, all pages).
   absl::StatusOr<std::vector<Instance>> Describe(const std::string& job_id) override;

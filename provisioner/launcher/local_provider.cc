@@ -180,29 +180,91 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
       request.client_token.empty() ? DefaultClientToken(request) : request.client_token;
   LaunchResult result;
   result.requested = request.count;
+  // The zones to try, in order: the request's (each one the type's capacity traces know, when
+  // they have zones), else the traces' own; never a blocked one.
+  const std::vector<std::string> known = ZonesOf(request.instance_type);
+  for (const std::string& zone : request.zones) {
+    if (!known.empty() && std::find(known.begin(), known.end(), zone) == known.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("zones: \"", zone, "\" is not a zone of ", request.instance_type,
+                       " on the local provider (its zones: ", absl::StrJoin(known, ", "),
+                       "; a zone is a capacity_trace key TYPE@ZONE)"));
+    }
+  }
+  std::vector<std::string> order;
+  for (const std::string& zone : request.zones.empty() ? known : request.zones) {
+    if (std::find(request.avoid_zones.begin(), request.avoid_zones.end(), zone) ==
+        request.avoid_zones.end()) {
+      order.push_back(zone);
+    }
+  }
+  if (order.empty() && (!request.zones.empty() || !known.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "avoid_zones: every zone of ", request.instance_type, " is blocked (",
+        absl::StrJoin(request.avoid_zones, ", "), "); unblock one or launch elsewhere"));
+  }
+  if (order.empty()) order.push_back("");
+
   if (absl::Status s = ApplyCapacityTrace(); !s.ok()) return s;
-  // On-demand instances are not limited by spot capacity (and do not use it up).
-  const int capacity =
-      request.market == Market::kSpot ? SpotCapacityNow(request.instance_type) : -1;
-  const bool capped = capacity >= 0;
-  int running = 0;  // spot instances of the type not being revoked, when capacity is limited
-  for (const Record& r : LoadAll()) {
+  std::vector<Record> all = LoadAll();
+  for (const Record& r : all) {
     if (r.client_token == token && r.job_id == request.job_id) {
       result.instances.push_back(r.ToInstance(Alive(r)));
-    } else if (capped && r.instance_type == request.instance_type && r.market == Market::kSpot &&
-               r.revoke_unix_ms == 0 && !r.terminated && Alive(r)) {
-      ++running;
     }
   }
   if (!result.instances.empty()) return result;  // launched before with this token
 
+  // Spot instances of the type not being revoked, in `zone` (all of them without zones).
+  auto running_in = [&](const std::string& zone) {
+    int running = 0;
+    for (const Record& r : all) {
+      if (r.instance_type == request.instance_type && r.market == Market::kSpot &&
+          r.revoke_unix_ms == 0 && !r.terminated && (known.empty() || r.zone == zone) && Alive(r)) {
+        ++running;
+      }
+    }
+    return running;
+  };
+  // On-demand instances are not limited by spot capacity (and do not use it up): the first zone.
+  std::string zone = order.front();
   int fits = request.count;
-  if (capped) {
-    fits = std::clamp(capacity - running, 0, request.count);
-    if (fits < request.count) {
+  if (request.market == Market::kSpot) {
+    int best = -1;
+    std::string best_zone;
+    std::vector<std::string> why;
+    bool found = false;
+    for (const std::string& z : order) {
+      const int capacity = SpotCapacityNow(request.instance_type, z);
+      if (capacity < 0) {
+        zone = z;
+        found = true;
+        break;
+      }
+      const int running = running_in(z);
+      const int free = std::clamp(capacity - running, 0, request.count);
+      if (free >= request.count) {
+        zone = z;
+        found = true;
+        break;
+      }
+      const std::string where = z.empty() ? "" : absl::StrCat(" in ", z);
+      why.push_back(absl::StrCat(request.instance_type, " has spot capacity", where, " for ",
+                                 capacity, " instance(s), ", running, " running"));
+      if (!z.empty()) {
+        result.refused_zones.push_back(absl::StrCat(z, ": InsufficientInstanceCapacity (room for ",
+                                                    free, " of ", request.count, ")"));
+      }
+      if (free > best) {
+        best = free;
+        best_zone = z;
+      }
+    }
+    if (!found) {
+      zone = best_zone;
+      fits = std::max(best, 0);
       result.error = absl::ResourceExhaustedError(absl::StrCat(
-          "local: InsufficientInstanceCapacity: ", request.instance_type, " has spot capacity for ",
-          capacity, " instance(s), ", running, " running; launched ", fits, " of ", request.count,
+          "local: InsufficientInstanceCapacity: ", absl::StrJoin(why, "; "), "; launched ", fits,
+          " of ", request.count, zone.empty() ? "" : absl::StrCat(" in ", zone),
           "; re-plan without instance type ", request.instance_type, " or launch it on-demand"));
       if (fits == 0) return result.error;
     }
@@ -226,6 +288,7 @@ absl::StatusOr<LaunchResult> LocalProvider::Launch(const LaunchRequest& request)
     record.index = request.first_index + i;
     record.client_token = token;
     record.market = request.market;
+    record.zone = zone;
     record.launch_unix_ms = absl::ToUnixMillis(absl::Now());
     if (options_.metadata != nullptr) {
       record.metadata_endpoint = options_.metadata->EndpointFor(record.id);

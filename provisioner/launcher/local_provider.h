@@ -84,6 +84,10 @@ class LocalProvider final : public CloudProvider {
     // trace's count now fails as above, and when the count drops below the spot instances of the
     // type running, the newest get a spot notice (`trace_notice` ahead) and stop, as Revoke does.
     // On-demand instances are neither limited nor revoked. Applied at each Launch and Describe.
+    // A key "TYPE@ZONE" is the type's capacity in that zone, as in a cloud with several zones: a
+    // spot launch goes to the first zone of the request's `zones` (else of the type's zones, in
+    // name order) with capacity for all it asks, the others are named in `refused_zones`, and a
+    // drop in one zone revokes only the instances in it. Zones are independent of each other.
     std::map<std::string, CapacityTrace> capacity_trace;
     // Trace seconds per real second (3600: a trace hour per second, so tests take seconds).
     double capacity_trace_time_scale = 1;
@@ -151,9 +155,14 @@ class LocalProvider final : public CloudProvider {
   // beyond a type's count, newest first, and stops revoked instances whose notice ran out (a
   // revocation a process before this one scheduled). OK without traces.
   absl::Status ApplyCapacityTrace();
-  // The spot capacity of `instance_type` now: the trace's count (with `capacity` as a cap), or -1
-  // when neither limits it.
-  int SpotCapacityNow(const std::string& instance_type);
+  // The spot capacity of `instance_type` now (in `zone`, for a type with zones): the trace's count
+  // (with `capacity` as a cap), or -1 when neither limits it.
+  int SpotCapacityNow(const std::string& instance_type, const std::string& zone = "");
+  // The zones the capacity traces give `instance_type` ("TYPE@ZONE" keys), in name order.
+  std::vector<std::string> ZonesOf(const std::string& instance_type) const;
+  std::vector<std::string> ZonesFor(const std::string& instance_type) const override {
+    return ZonesOf(instance_type);
+  }
 
   // The process group of a running instance (for tests and the CLI); NOT_FOUND otherwise.
   absl::StatusOr<pid_t> ProcessGroup(const std::string& instance_id);

@@ -35,6 +35,7 @@ struct LocalProvider::Record {
   int64_t revoke_unix_ms = 0;  // when a revocation's notice runs out (0: not revoked)
   Market market = Market::kSpot;
   bool terminated = false;
+  std::string zone;  // a capacity zone (see Options::capacity_trace); empty: none
 
   std::string Serialize() const {
     return absl::StrCat("id=", id, "\njob_id=", job_id, "\ninstance_type=", instance_type,
@@ -43,7 +44,7 @@ struct LocalProvider::Record {
                         "\nmetadata_control=", metadata_control, "\nclient_token=", client_token,
                         "\nservice_address=", service_address, "\nlaunch_unix_ms=", launch_unix_ms,
                         "\nend_unix_ms=", end_unix_ms, "\nrevoke_unix_ms=", revoke_unix_ms,
-                        "\nmarket=", MarketName(market),
+                        "\nmarket=", MarketName(market), "\nzone=", zone,
                         "\nstate=", terminated ? "terminated" : "running", "\n");
   }
 
@@ -75,6 +76,7 @@ struct LocalProvider::Record {
     (void)absl::SimpleAtoi(kv["revoke_unix_ms"], &r.revoke_unix_ms);
     r.market = kv["market"] == "on-demand" ? Market::kOnDemand : Market::kSpot;
     r.terminated = kv["state"] == "terminated";
+    r.zone = kv["zone"];
     return r;
   }
 
@@ -92,6 +94,7 @@ struct LocalProvider::Record {
     i.launch_time = absl::FromUnixMillis(launch_unix_ms);
     i.market = market;
     if (end_unix_ms > 0) i.end_time = absl::FromUnixMillis(end_unix_ms);
+    i.zone = zone;
     return i;
   }
 };

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "provisioner/launcher/http.h"
 #include "provisioner/launcher/local_provider.h"
@@ -113,13 +114,26 @@ double LocalProvider::TraceTimeNow() const {
          options_.capacity_trace_time_scale;
 }
 
-int LocalProvider::SpotCapacityNow(const std::string& instance_type) {
+std::vector<std::string> LocalProvider::ZonesOf(const std::string& instance_type) const {
+  std::vector<std::string> zones;
+  const std::string prefix = instance_type + "@";
+  for (const auto& [key, trace] : options_.capacity_trace) {
+    if (absl::StartsWith(key, prefix)) zones.push_back(key.substr(prefix.size()));
+  }
+  return zones;
+}
+
+int LocalProvider::SpotCapacityNow(const std::string& instance_type, const std::string& zone) {
   int capacity = -1;
   if (auto cap = options_.capacity.find(instance_type); cap != options_.capacity.end()) {
     capacity = cap->second;
   }
-  if (auto trace = options_.capacity_trace.find(instance_type);
-      trace != options_.capacity_trace.end()) {
+  // A zone without a trace of its own (a label the caller gave) shares the type's.
+  auto trace = options_.capacity_trace.find(absl::StrCat(instance_type, "@", zone));
+  if (zone.empty() || trace == options_.capacity_trace.end()) {
+    trace = options_.capacity_trace.find(instance_type);
+  }
+  if (trace != options_.capacity_trace.end()) {
     const int count = trace->second.CountAt(TraceTimeNow());
     capacity = capacity < 0 ? count : std::min(capacity, count);
   }
@@ -129,7 +143,8 @@ int LocalProvider::SpotCapacityNow(const std::string& instance_type) {
 absl::Status LocalProvider::ApplyCapacityTrace() {
   if (options_.capacity_trace.empty() || !options_.owner) return absl::OkStatus();
   const int64_t now_ms = absl::ToUnixMillis(absl::Now());
-  std::map<std::string, std::vector<Record>> spot;  // type -> running spot, not revoked
+  // (type, zone) -> running spot, not revoked
+  std::map<std::pair<std::string, std::string>, std::vector<Record>> spot;
   for (Record& r : LoadAll()) {
     if (r.terminated || r.market != Market::kSpot) continue;
     if (r.revoke_unix_ms > 0) {
@@ -147,12 +162,16 @@ absl::Status LocalProvider::ApplyCapacityTrace() {
       }
       continue;
     }
-    if (options_.capacity_trace.count(r.instance_type) > 0 && Alive(r)) {
-      spot[r.instance_type].push_back(std::move(r));
+    // Counted against its zone's trace, or (a zone without one) the type's.
+    const bool zoned = !r.zone.empty() && options_.capacity_trace.count(
+                                              absl::StrCat(r.instance_type, "@", r.zone)) > 0;
+    if ((zoned || options_.capacity_trace.count(r.instance_type) > 0) && Alive(r)) {
+      const std::string zone = zoned ? r.zone : "";
+      spot[{r.instance_type, zone}].push_back(std::move(r));
     }
   }
-  for (auto& [type, running] : spot) {
-    const int capacity = std::max(0, SpotCapacityNow(type));
+  for (auto& [type_zone, running] : spot) {
+    const int capacity = std::max(0, SpotCapacityNow(type_zone.first, type_zone.second));
     if (static_cast<int>(running.size()) <= capacity) continue;
     // The newest go first.
     std::sort(running.begin(), running.end(), [](const Record& a, const Record& b) {

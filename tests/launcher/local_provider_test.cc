@@ -596,5 +596,67 @@ TEST_F(LocalProviderTest, ACapacityTraceRevokesSpotWhenItDropsAndLimitsLaunches)
   EXPECT_TRUE(back->error.ok()) << back->error;
 }
 
+// Zones: capacity traces per zone ("TYPE@ZONE"). A spot launch goes to the first zone (of the
+// request's, else in name order) with room for all it asks and names the ones that refused; a drop
+// in one zone revokes only the instances there; a blocked zone is never used.
+TEST_F(LocalProviderTest, ZonesAreCapacityTracesOfTheirOwn) {
+  auto one = ParseCapacityTrace("time,count\n0,1\n20,1\n20,0\n", "a");  // 0 from 1 s
+  auto two = ParseCapacityTrace("time,count\n0,2\n", "b");
+  ASSERT_TRUE(one.ok() && two.ok());
+  const absl::Time origin = absl::Now();
+  LocalProvider::Options options{
+      .state_dir = (dir_ / "state").string(),
+      .metadata = metadata_,
+      .capacity_trace = {{"g4dn.4xlarge@zone-a", *one}, {"g4dn.4xlarge@zone-b", *two}},
+      .capacity_trace_time_scale = 20,
+      .capacity_trace_origin = origin,
+      .trace_notice = absl::Milliseconds(200),
+      .stop_grace = absl::Seconds(1)};
+  auto made = LocalProvider::Create(options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  LocalProvider& provider = **made;
+  EXPECT_THAT(provider.ZonesFor("g4dn.4xlarge"), ElementsAre("zone-a", "zone-b"));
+  auto first = provider.Launch(Request(Role::kWorker, 1, 0));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->instances[0].zone, "zone-a");
+  // Zone a is full: the next goes to b, and a is named as refusing.
+  auto second = provider.Launch(Request(Role::kWorker, 1, 1));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->instances[0].zone, "zone-b");
+  ASSERT_THAT(second->refused_zones, SizeIs(1));
+  EXPECT_THAT(second->refused_zones[0], HasSubstr("zone-a: InsufficientInstanceCapacity"));
+  // The request's order, and a block that leaves b only.
+  LaunchRequest ordered = Request(Role::kWorker, 1, 2);
+  ordered.zones = {"zone-b", "zone-a"};
+  auto third = provider.Launch(ordered);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(third->instances[0].zone, "zone-b");
+  LaunchRequest blocked = Request(Role::kWorker, 1, 3);
+  blocked.avoid_zones = {"zone-b"};
+  auto refused = provider.Launch(blocked);  // a is full, b blocked: no capacity
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("in zone-a"));
+  blocked.avoid_zones = {"zone-a", "zone-b"};
+  EXPECT_EQ(provider.Launch(blocked).status().code(), absl::StatusCode::kInvalidArgument);
+  LaunchRequest unknown = Request(Role::kWorker, 1, 4);
+  unknown.zones = {"zone-z"};
+  auto bad = provider.Launch(unknown);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("\"zone-z\" is not a zone"));
+  // From 1 s zone a has none: its instance goes, b's stay.
+  auto state_of = [&](const std::string& id) {
+    auto described = provider.Describe("job-local");
+    for (const Instance& i : described.ok() ? *described : std::vector<Instance>{}) {
+      if (i.id == id) return i.state;
+    }
+    return InstanceState::kPending;
+  };
+  const std::string in_a = first->instances[0].id;
+  ASSERT_TRUE(Eventually([&] { return state_of(in_a) == InstanceState::kTerminated; },
+                         absl::Milliseconds(1500) + kPatience));
+  EXPECT_EQ(state_of(second->instances[0].id), InstanceState::kRunning);
+  EXPECT_EQ(state_of(third->instances[0].id), InstanceState::kRunning);
+}
+
 }  // namespace
 }  // namespace spotdnn::launcher
