@@ -94,6 +94,56 @@ class OnDemandEndToEnd : public testing_util::LocalStackTest {
     return path.string();
   }
 
+  // The job above on a catalog whose p2.xlarge runs in two zones: us-east-1a (spot $0.27/h,
+  // capacity 1 until trace hour `gone_h`, then 0) and `other` (spot $0.30/h, in `other_region`,
+  // capacity 1 throughout). `checkpoint_mb` sizes the checkpoint a move across regions copies
+  // (at 100 MB/s).
+  std::string WriteZonedJob(const std::string& name, int gone_h, const std::string& other,
+                            const std::string& other_region, double checkpoint_mb) {
+    const fs::path catalog = dir_ / "p2-zones.json";
+    std::ofstream(catalog) << nlohmann::json{
+        {"name", "p2-zones"},
+        {"region", "us-east-1"},
+        {"instance_types",
+         {{{"name", "p2.xlarge"},
+           {"gpu_type", "K80"},
+           {"gpus", 1},
+           {"gpu_memory_gib", 12},
+           {"spot_price_per_hour", 0.27},
+           {"on_demand_price_per_hour", 0.90},
+           {"quota", 1},
+           {"zones",
+            {{{"name", "us-east-1a"}, {"region", "us-east-1"}},
+             {{"name", other}, {"region", other_region}, {"spot_price_per_hour", 0.30}}}}}}},
+        {"parameter_server", {{"instance_type", "m5.xlarge"}, {"bandwidth_mb_per_s", 1200}}},
+        {"moves", {{"transfer_price_per_gib", 0.02}, {"transfer_mb_per_s", 100}}},
+        {"pcie_bandwidth_mb_per_s",
+         10000}}.dump(2);
+    const fs::path gone = dir_ / "zone-a.csv";
+    std::ofstream(gone) << "time_h,count\n0,1\n" << gone_h << ",1\n" << gone_h << ",0\n";
+    const fs::path stays = dir_ / "zone-b.csv";
+    std::ofstream(stays) << "time_h,count\n0,1\n";
+    const fs::path path = dir_ / (name + ".json");
+    std::ofstream(path) << nlohmann::json{{"name", name},
+                                          {"workload", {{"profile", "resnet110"}}},
+                                          {"slo", {{"iterations", 100}, {"deadline", "60s"}}},
+                                          {"catalog", catalog.string()},
+                                          {"provider",
+                                           {{"name", "local"},
+                                            {"capacity_trace",
+                                             {{"p2.xlarge@us-east-1a", gone.string()},
+                                              {"p2.xlarge@" + other, stays.string()}}},
+                                            {"capacity_trace_time_scale", 3600}}},
+                                          {"zones", {{"checkpoint_mb", checkpoint_mb}}},
+                                          {"revocation_overhead", "5s"},
+                                          {"commands",
+                                           {{"worker",
+                                             bin_ + "/spotdnn-sim-worker --iteration_time_s=0.2"},
+                                            {"parameter_server", bin_ + "/spotdnn-sim-worker"}}}}
+                               .dump(2);
+    return path.string();
+  }
+
   std::unique_ptr<Child> StartGateway(std::vector<std::string> args, const std::string& log) {
     std::vector<std::string> argv = {bin_ + "/spotdnn"};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -309,6 +359,122 @@ TEST_F(OnDemandEndToEnd, KilledDuringTheOnDemandPhaseResumesWithoutASecondLaunch
   const nlohmann::json summary = nlohmann::json::parse(status.out)["summary"];
   EXPECT_EQ(summary["deadline_met"], true) << summary;
   EXPECT_EQ(summary["on_demand_instances"], 1);
+}
+
+TEST_F(OnDemandEndToEnd, SpotGoneInOneZoneMovesTheJobToAnotherZoneNotOnDemand) {
+  const std::string job = "e2e-zones";
+  const std::string spec = WriteZonedJob(job, /*gone_h=*/4, "us-east-1b", "us-east-1", 500);
+  auto gateway = StartGateway({"run", spec}, "run.log");
+  std::optional<int> code = gateway->Wait(std::chrono::seconds(110));
+  ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
+  EXPECT_EQ(*code, 0);
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  auto record = store->GetJob(job);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
+  // The plan went to the cheaper zone; when its spot went, the takeover ran on spot in the other.
+  auto instances = store->Instances(job);
+  ASSERT_TRUE(instances.ok());
+  int planned_in_a = 0, moved_to_b = 0;
+  for (const InstanceRecord& i : *instances) {
+    if (i.role != launcher::Role::kWorker) continue;
+    EXPECT_EQ(i.market, Market::kSpot) << i.id << " ran on-demand";
+    if (i.reason == job::LaunchReason::kPlan) planned_in_a += i.zone == "us-east-1a";
+    if (i.reason != job::LaunchReason::kPlan && i.zone == "us-east-1b") {
+      ++moved_to_b;
+      EXPECT_DOUBLE_EQ(i.price_per_hour, 0.30) << "the zone's own spot price";
+    }
+  }
+  EXPECT_EQ(planned_in_a, 1);
+  EXPECT_EQ(moved_to_b, 1);
+  auto events = store->Events(job);
+  ASSERT_TRUE(events.ok());
+  const std::vector<nlohmann::json> moves = DetailsOf(*events, "move");
+  ASSERT_EQ(moves.size(), 1u);
+  EXPECT_EQ(moves[0]["from"], "us-east-1a");
+  EXPECT_EQ(moves[0]["to"], "us-east-1b");
+  EXPECT_EQ(moves[0]["across_regions"], false);
+  // A changeover (5 s) at $0.30/h; no copy within the region.
+  EXPECT_NEAR(moves[0]["cost_usd"].get<double>(), 0.30 * 5 / 3600, 1e-9);
+  CliRun status = Cli({"status", job, "--json", "--data-dir", dir_.string()});
+  ASSERT_EQ(status.code, 0) << status.err;
+  const nlohmann::json summary = nlohmann::json::parse(status.out)["summary"];
+  EXPECT_EQ(summary["deadline_met"], true) << summary;
+  EXPECT_EQ(summary["moves"], 1);
+  EXPECT_EQ(summary["on_demand_instances"], 0);
+  CliRun text = Cli({"status", job, "--data-dir", dir_.string()});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, ::testing::HasSubstr("Moves between zones: 1"));
+  EXPECT_THAT(text.out, ::testing::HasSubstr("us-east-1a -> us-east-1b"));
+  EXPECT_THAT(text.out, ::testing::ContainsRegex("zone +market"));
+}
+
+TEST_F(OnDemandEndToEnd, AMoveAcrossRegionsTheDeadlineCannotAffordRunsOnDemandInstead) {
+  // The other zone is in another region and the checkpoint (50 GB at 100 MB/s: 500 s) cannot
+  // be copied within the slack: the deadline guard runs on-demand where the job is.
+  const std::string job = "e2e-zones-tight";
+  const std::string spec = WriteZonedJob(job, /*gone_h=*/4, "us-west-2a", "us-west-2", 50000);
+  auto gateway = StartGateway({"run", spec}, "run.log");
+  std::optional<int> code = gateway->Wait(std::chrono::seconds(110));
+  ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
+  EXPECT_EQ(*code, 0);
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  auto record = store->GetJob(job);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
+  auto instances = store->Instances(job);
+  ASSERT_TRUE(instances.ok());
+  int on_demand = 0;
+  for (const InstanceRecord& i : *instances) {
+    if (i.role != launcher::Role::kWorker) continue;
+    EXPECT_NE(i.zone, "us-west-2a") << i.id << " moved across regions";
+    on_demand += i.market == Market::kOnDemand;
+  }
+  EXPECT_EQ(on_demand, 1);
+  auto events = store->Events(job);
+  ASSERT_TRUE(events.ok());
+  EXPECT_TRUE(DetailsOf(*events, "move").empty());
+}
+
+TEST_F(OnDemandEndToEnd, KilledRightAfterAMoveResumesWithoutASecondLaunch) {
+  const std::string job = "e2e-zones-resume";
+  const std::string spec = WriteZonedJob(job, /*gone_h=*/4, "us-east-1b", "us-east-1", 500);
+  auto gateway = StartGateway({"run", spec}, "run.log");
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  std::string moved;
+  for (int i = 0; i < 400 && moved.empty(); ++i) {
+    auto instances = store->Instances(job);
+    if (instances.ok()) {
+      for (const InstanceRecord& r : *instances) {
+        if (r.reason != job::LaunchReason::kPlan && r.zone == "us-east-1b") moved = r.id;
+      }
+    }
+    if (moved.empty()) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_FALSE(moved.empty()) << "no takeover in the other zone within 20 s";
+  gateway->Kill();  // kill -9, right after the move's launch
+  auto resumed = StartGateway({"run", "--resume", job}, "resume.log");
+  std::optional<int> code = resumed->Wait(std::chrono::seconds(110));
+  ASSERT_TRUE(code.has_value()) << "the resumed gateway did not finish the job";
+  EXPECT_EQ(*code, 0);
+  auto record = store->GetJob(job);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
+  auto after = store->Instances(job);
+  ASSERT_TRUE(after.ok());
+  std::set<std::string> ids;
+  int in_b = 0;
+  for (const InstanceRecord& i : *after) {
+    EXPECT_TRUE(ids.insert(i.id).second) << i.id << " recorded twice";
+    in_b += i.role == launcher::Role::kWorker && i.zone == "us-east-1b";
+  }
+  EXPECT_EQ(in_b, 1) << "the move was launched twice";
+  auto events = store->Events(job);
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(DetailsOf(*events, "move").size(), 1u);
 }
 
 }  // namespace

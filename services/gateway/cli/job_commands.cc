@@ -411,6 +411,7 @@ int Status(const Args& args, const Io& io) {
                          .Integer("index", i.index)
                          .String("reason", std::string(job::Name(i.reason)))
                          .String("market", std::string(launcher::MarketName(i.market)))
+                         .String("zone", i.zone)
                          .String("launch_token", i.launch_token)
                          .String("state", std::string(job::Name(i.state)))
                          .Number("price_per_hour", i.price_per_hour)
@@ -460,13 +461,26 @@ int Status(const Args& args, const Io& io) {
     PrintForecasts(forecasts, summary->iterations_done, forecast_deadline_s, io.out);
     io.out << "\n";
   }
-  Table table({"instance", "role", "type", "market", "why", "state", "launched", "ended", "$/h"});
-  for (size_t c : {1, 2, 3, 4, 5}) table.LeftAlign(c);
+  // The zone column where the provider said where instances run.
+  const bool zones = std::any_of(instances->begin(), instances->end(),
+                                 [](const job::InstanceRecord& i) { return !i.zone.empty(); });
+  std::vector<std::string> header = {"instance", "role",     "type",  "market", "why",
+                                     "state",    "launched", "ended", "$/h"};
+  if (zones) header.insert(header.begin() + 3, "zone");
+  Table table(header);
+  for (size_t c = 1; c <= (zones ? 6u : 5u); ++c) table.LeftAlign(c);
   for (const job::InstanceRecord& i : *instances) {
-    table.AddRow({i.id, std::string(launcher::RoleName(i.role)), i.instance_type,
-                  std::string(launcher::MarketName(i.market)), std::string(job::Name(i.reason)),
-                  std::string(job::Name(i.state)), Ms(i.launched_ms), Ms(i.ended_ms),
-                  Fixed(i.price_per_hour, 4)});
+    std::vector<std::string> row = {i.id,
+                                    std::string(launcher::RoleName(i.role)),
+                                    i.instance_type,
+                                    std::string(launcher::MarketName(i.market)),
+                                    std::string(job::Name(i.reason)),
+                                    std::string(job::Name(i.state)),
+                                    Ms(i.launched_ms),
+                                    Ms(i.ended_ms),
+                                    Fixed(i.price_per_hour, 4)};
+    if (zones) row.insert(row.begin() + 3, i.zone.empty() ? "-" : i.zone);
+    table.AddRow(row);
   }
   table.Print(io.out);
   io.out << "\n";

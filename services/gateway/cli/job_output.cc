@@ -237,6 +237,12 @@ struct LineOf {
   }
   std::string operator()(const ForecastEvent& e) const { return ForecastLine(e); }
   std::string operator()(const WarningEvent& e) const { return "Warning: " + e.message; }
+  std::string operator()(const MovedEvent& e) const {
+    return absl::StrFormat("Moved: %s (%s) runs in %s, not %s%s; the move costs $%.4f", e.instance,
+                           e.instance_type, e.to, e.from,
+                           e.across_regions ? " (another region: the checkpoint is copied)" : "",
+                           e.cost_usd);
+  }
   std::string operator()(const DeadlineEvent& e) const {
     std::vector<std::string> acts;
     if (e.launch_spot > 0) {
@@ -409,6 +415,14 @@ struct JsonOf {
         .Number("first_iterations_p50", e.first_iterations_p50)
         .Number("deadline_s", e.deadline_s > 0 ? e.deadline_s : NAN);
   }
+  void operator()(const MovedEvent& e) const {
+    o.String("instance", e.instance)
+        .String("instance_type", e.instance_type)
+        .String("from", e.from)
+        .String("to", e.to)
+        .Bool("across_regions", e.across_regions)
+        .Number("cost_usd", e.cost_usd);
+  }
   void operator()(const WarningEvent& e) const {
     if (!e.instance.empty()) o.String("instance", e.instance);
     o.String("message", e.message);
@@ -529,6 +543,9 @@ std::string SummaryJson(const JobSummary& s) {
       .Integer("on_demand_instances", s.on_demand_instances)
       .Number("on_demand_only_cost_usd", optional(s.on_demand_only_cost_usd))
       .Integer("deadline_decisions", s.deadline_decisions)
+      .Integer("moves", s.moves)
+      .Number("move_cost_usd", s.move_cost_usd)
+      .Raw("move_list", nlohmann::json(s.move_list).dump())
       .Integer("instances_launched", s.instances_launched)
       .Integer("takeover_instances", s.takeover_instances)
       .Integer("revocations", static_cast<long long>(s.revocations.size()))
@@ -602,6 +619,10 @@ void PrintSummary(const JobSummary& s, std::ostream& out) {
     markets.Print(out);
     if (s.deadline_decisions > 0) {
       out << "Deadline decisions: " << s.deadline_decisions << " (\"deadline\" in the event log)\n";
+    }
+    if (s.moves > 0) {
+      out << "Moves between zones: " << s.moves << ", " << Dollars(s.move_cost_usd) << " ("
+          << absl::StrJoin(s.move_list, "; ") << ")\n";
     }
   }
   out << "Instances launched: " << s.instances_launched << " (" << s.takeover_instances

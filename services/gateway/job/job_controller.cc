@@ -49,6 +49,9 @@ pb::PlanOptions OptionsOf(const JobSpec& spec) {
   }
   options.set_parameter_servers(spec.parameter_servers);
   options.set_revocation_overhead_s(spec.revocation_overhead_s);
+  options.set_zone(spec.zones.zone);
+  options.set_region(spec.zones.region);
+  for (const std::string& zone : spec.zones.avoid) options.add_avoid_zones(zone);
   return options;
 }
 

@@ -204,6 +204,17 @@ struct ForecastEvent {
   double deadline_s = 0;            // from the job's start; 0: none
 };
 
+// A worker launched in another zone than its type's last one (its checkpoint follows it).
+struct MovedEvent {
+  static constexpr char kKind[] = "moved";
+  std::string instance;
+  std::string instance_type;
+  std::string from;  // zone
+  std::string to;
+  bool across_regions = false;
+  double cost_usd = 0;  // the changeover at the new zone's price, and the checkpoint's copy
+};
+
 // Something worth a person's attention that does not stop the job.
 struct WarningEvent {
   static constexpr char kKind[] = "warning";
@@ -231,7 +242,7 @@ struct JobEvent {
   std::variant<ProfilingEvent, PlannedEvent, LaunchedEvent, CapacityEvent, ReplannedEvent,
                NoticeEvent, TakeoverEvent, TakeoverFailedEvent, InstanceEndedEvent, ProgressEvent,
                WarningEvent, ResumedEvent, EndedEvent, DeadlineEvent, DeadlineDoneEvent,
-               ForecastEvent, RestartedEvent>
+               ForecastEvent, RestartedEvent, MovedEvent>
       what;
 };
 

@@ -15,24 +15,25 @@ absl::Status JobRun::Record(const launcher::Instance& instance, LaunchReason rea
                             const std::string& token, double iteration_s) {
   if (instances_.count(instance.id) > 0) return absl::OkStatus();  // relaunch deduplicated
   const bool server = instance.role == launcher::Role::kParameterServer;
-  InstanceRecord r{.job_id = job_.id,
-                   .id = instance.id,
-                   .role = instance.role,
-                   .instance_type = instance.instance_type,
-                   .index = instance.index,
-                   .reason = reason,
-                   .launch_token = token,
-                   .price_per_hour = server ? ps_price_
-                                     : instance.market == launcher::Market::kOnDemand
-                                         ? on_demand_price_[instance.instance_type]
-                                         : spot_price_[instance.instance_type],
-                   .predicted_iteration_s = iteration_s,
-                   .metadata_endpoint = instance.metadata_endpoint,
-                   .metadata_cloud = instance.metadata_cloud,
-                   .market = instance.market,
-                   .launched_ms = NowMs()};
+  InstanceRecord r{
+      .job_id = job_.id,
+      .id = instance.id,
+      .role = instance.role,
+      .instance_type = instance.instance_type,
+      .index = instance.index,
+      .reason = reason,
+      .launch_token = token,
+      .price_per_hour =
+          server ? ps_price_ : PriceIn(instance.instance_type, instance.zone, instance.market),
+      .predicted_iteration_s = iteration_s,
+      .metadata_endpoint = instance.metadata_endpoint,
+      .metadata_cloud = instance.metadata_cloud,
+      .market = instance.market,
+      .launched_ms = NowMs(),
+      .zone = instance.zone};
   if (auto s = services_.store->PutInstance(r); !s.ok()) return s;
   instances_[r.id] = r;
+  if (auto s = NoteMove(r); !s.ok()) return s;
   return Register(r);
 }
 
@@ -85,7 +86,8 @@ absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(
                                 .count = c.count,
                                 .first_index = first,
                                 .batch_size = p != nullptr ? p->batch_size() : 0,
-                                .market = market};
+                                .market = market,
+                                .zones = LaunchZones(c.instance_type)};
     group.env["SPOTDNN_PREDICTED_ITERATION_S"] =
         absl::StrFormat("%.6f", p != nullptr ? p->iteration_time_s() : 0.0);
     request.workers.push_back(std::move(group));
@@ -105,9 +107,12 @@ absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(
     }
     elastic->workers = std::move(groups);
     request = *std::move(elastic);
+    for (launcher::WorkerGroup& g : request.workers) g.zones = LaunchZones(g.instance_type);
   }
+  request.avoid_zones = spec_.zones.avoid;
   auto result = launcher::LaunchCluster(*services_.provider, request);
   if (!result.ok()) return result.status();
+  NoteRefusals(result->refused_zones);
   if (with_servers && !sync_) job_.ps_addresses = absl::StrJoin(result->ps_addresses, ",");
   for (launcher::Instance i : result->instances) {
     if (i.role == launcher::Role::kWorker) i.market = market;  // as asked, whatever the cloud says

@@ -160,6 +160,30 @@ class JobRun {
                                                              const pb::Prediction& prediction,
                                                              launcher::Market market, int workers);
 
+  // ---- job_zones.cc (catalogs with zones)
+  // The zones to launch `type` in, in the order to try them: where the job runs now (the type's
+  // running workers; a synchronous job: any running instance's zone), else where the plan put it;
+  // then the type's other allowed zones, cheapest first (ties in the catalog's order). A
+  // parameter-server job stays in its region. Zones whose move across regions needs more time
+  // than the deadline leaves are left out. Empty when the catalog lists no zones for the type.
+  std::vector<std::string> ZonesFor(const std::string& type);
+  // What a launch of `type` asks the provider to try: ZonesFor's zones that the provider is
+  // configured for, those that refused capacity within the last spot probe interval last (still
+  // tried: spot is short only when every zone refused). Empty (the provider's own order) when the
+  // provider chooses no zones or knows none of them.
+  std::vector<std::string> LaunchZones(const std::string& type);
+  // Keeps the zones a launch was refused in ("ZONE: why").
+  void NoteRefusals(const std::vector<std::string>& refused);
+  // The price per hour of `type` in `zone` on `market` (the zone's, else the type's).
+  double PriceIn(const std::string& type, const std::string& zone, launcher::Market market);
+  // The region of `zone` in the catalog (the catalog's own when the zone does not say).
+  std::string RegionOf(const std::string& zone) const;
+  // A worker just recorded in a zone other than the last one of its type (of any worker, for a
+  // synchronous job): the move is logged ("move", with its cost) and emitted.
+  absl::Status NoteMove(const InstanceRecord& launched);
+  // The checkpoint's size a move across regions copies (MB).
+  double CheckpointMb() const;
+
   // ---- job_deadline.cc
   // Makes the deadline guard when the job falls back to on-demand (spec fallback "on-demand" and a
   // deadline) and rebuilds it from the job's log: its spot-short and spot-back events, and the
@@ -278,6 +302,7 @@ class JobRun {
   std::unique_ptr<DeadlineGuard> guard_;  // null: no fallback (job_deadline.cc)
   int deadline_decisions_ = 0;            // "deadline" events so far (numbers their tokens)
   std::map<std::string, double> on_demand_price_;
+  std::map<std::string, absl::Time> refused_zones_;  // zone -> when it last refused capacity
   absl::Time last_shown_at_ = absl::InfinitePast();
   std::unique_ptr<ConvergenceWatch> watch_;  // null: no loss target or no model to refit
   ConvergenceForecast first_forecast_;

@@ -1,5 +1,7 @@
 #include "services/gateway/job/job_spec.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -134,11 +136,48 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
           doc, "",
           {"name", "workload", "slo", "catalog", "provider", "quotas", "parameter_servers",
            "commands", "strategy", "revocation_overhead", "checkpoints", "fallback",
-           "deadline_policy", "sync", "global_batch", "elastic"});
+           "deadline_policy", "sync", "global_batch", "elastic", "zones"});
       !s.ok()) {
     return s;
   }
   JobSpec spec;
+  if (doc.contains("zones")) {
+    const json& z = doc["zones"];
+    if (!z.is_object()) {
+      return Bad("zones", z, "expected {\"zone\", \"region\", \"avoid\", \"checkpoint_mb\"}");
+    }
+    if (auto s = OnlyKnown(z, "zones.", {"zone", "region", "avoid", "checkpoint_mb"}); !s.ok()) {
+      return s;
+    }
+    for (const auto& [key, target] :
+         {std::pair{"zone", &spec.zones.zone}, std::pair{"region", &spec.zones.region}}) {
+      if (!z.contains(key)) continue;
+      auto value = String(z, key, absl::StrCat("zones.", key), true);
+      if (!value.ok()) return value.status();
+      *target = *value;
+    }
+    if (z.contains("avoid")) {
+      const json& avoid = z["avoid"];
+      if (!avoid.is_array()) return Bad("zones.avoid", avoid, "expected a list of zone names");
+      for (size_t i = 0; i < avoid.size(); ++i) {
+        if (!avoid[i].is_string() || avoid[i].get<std::string>().empty()) {
+          return Bad(absl::StrCat("zones.avoid[", i, "]"), avoid[i], "expected a zone name");
+        }
+        spec.zones.avoid.push_back(avoid[i].get<std::string>());
+      }
+      if (!spec.zones.zone.empty() && std::find(spec.zones.avoid.begin(), spec.zones.avoid.end(),
+                                                spec.zones.zone) != spec.zones.avoid.end()) {
+        return Bad("zones.zone", z["zone"], "is also in zones.avoid");
+      }
+    }
+    if (z.contains("checkpoint_mb")) {
+      const json& mb = z["checkpoint_mb"];
+      if (!mb.is_number() || !(mb.get<double>() >= 0) || !std::isfinite(mb.get<double>())) {
+        return Bad("zones.checkpoint_mb", mb, "expected the checkpoint's size in MB, >= 0");
+      }
+      spec.zones.checkpoint_mb = mb.get<double>();
+    }
+  }
   auto name = String(doc, "name", "name", true);
   if (!name.ok()) return name.status();
   if (!ValidName(*name)) return Bad("name", doc["name"], "use 1-64 of A-Z a-z 0-9 . _ -");

@@ -22,6 +22,16 @@ struct ProfilingRun {
 };
 
 // A job spec, parsed and checked.
+// Where a job may run, when its catalog lists zones.
+struct ZoneSpec {
+  std::string zone;                // only this zone (a synchronous job: all its instances)
+  std::string region;              // only this region's zones
+  std::vector<std::string> avoid;  // never these zones
+  // The checkpoint's size, for what a move across regions costs; < 0: the workload's parameter
+  // size.
+  double checkpoint_mb = -1;
+};
+
 struct JobSpec {
   std::string name;  // the job id: 1-64 of [A-Za-z0-9._-]
   // The workload profile: a name (the profiler's stored profiles first, then the built-ins) or a
@@ -69,6 +79,7 @@ struct JobSpec {
   // Where parameter servers' checkpoints go on a cloud (s3://BUCKET/PREFIX; the job's folder is
   // PREFIX/JOB). Empty: the local provider's DATA_DIR/checkpoints/JOB.
   std::string checkpoint_uri;
+  ZoneSpec zones;  // where it may run (catalogs with zones)
 
   // How the job trains: "allreduce" (synchronous data parallelism: the worker command is a
   // torchrun script, there is no parameter-server role), "ps" (asynchronous parameter servers),

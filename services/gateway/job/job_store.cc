@@ -164,7 +164,8 @@ const std::vector<Column<InstanceRecord>>& InstanceColumns() {
       {"market", MarketColumn()},
       {"state", NamedEnum(&InstanceRecord::state, ParseInstanceStatus)},
       {"launched_ms", &InstanceRecord::launched_ms},
-      {"ended_ms", &InstanceRecord::ended_ms}};
+      {"ended_ms", &InstanceRecord::ended_ms},
+      {"zone", &InstanceRecord::zone}};
   return *columns;
 }
 
@@ -244,7 +245,12 @@ absl::Status SchemaV3(db::Database& db) {
   return db.AddColumnIfMissing("instances", "market", "TEXT");
 }
 
-const db::Migration kMigrations[] = {{1, SchemaV1}, {2, SchemaV2}, {3, SchemaV3}};
+// Version 4: the zone each instance runs in.
+absl::Status SchemaV4(db::Database& db) {
+  return db.AddColumnIfMissing("instances", "zone", "TEXT");
+}
+
+const db::Migration kMigrations[] = {{1, SchemaV1}, {2, SchemaV2}, {3, SchemaV3}, {4, SchemaV4}};
 
 // An INSERT of every column; with `key` (its key columns), one that replaces the row with that
 // key (an upsert: the row keeps its place in insertion order).

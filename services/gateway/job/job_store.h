@@ -71,6 +71,7 @@ struct InstanceRecord {
   InstanceStatus state = InstanceStatus::kRunning;
   int64_t launched_ms = 0;
   int64_t ended_ms = 0;
+  std::string zone;  // where it runs, where the provider says (empty: not said)
 };
 
 // One revocation notice the gateway acted on. Times are unix ms; 0 = not yet.

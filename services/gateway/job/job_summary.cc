@@ -175,7 +175,17 @@ absl::StatusOr<JobSummary> SummarizeJob(JobStore& store, const std::string& job_
     }
   }
   s.confidence = spec->confidence;
-  for (const JobEventRecord& e : *events) s.deadline_decisions += e.kind == "deadline";
+  for (const JobEventRecord& e : *events) {
+    s.deadline_decisions += e.kind == "deadline";
+    if (e.kind != "move") continue;
+    const nlohmann::json move = nlohmann::json::parse(e.detail, nullptr, false);
+    if (!move.is_object()) continue;
+    ++s.moves;
+    s.move_cost_usd += move.value("cost_usd", 0.0);
+    s.move_list.push_back(absl::StrFormat("%s -> %s (%s, $%.4f)", move.value("from", "?"),
+                                          move.value("to", "?"), move.value("instance", "?"),
+                                          move.value("cost_usd", 0.0)));
+  }
   auto restarts = RestartsOf(*events);
   if (!restarts.ok()) return restarts.status();
   s.restarts = *std::move(restarts);

@@ -95,6 +95,11 @@ struct JobSummary {
   double on_demand_only_cost_usd = 0;
   int on_demand_instances = 0;
   int deadline_decisions = 0;  // "deadline" events in the job's log
+  // Workers launched in another zone than their type's last ("move" events) and what the moves
+  // cost (changeovers at the new zone's price, checkpoint copies across regions).
+  int moves = 0;
+  double move_cost_usd = 0;
+  std::vector<std::string> move_list;  // "ZONE -> ZONE (INSTANCE, $COST)"
   int instances_launched = 0;
   int takeover_instances = 0;
   int revocations_handled = 0;  // launched or none-needed

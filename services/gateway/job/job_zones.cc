@@ -1,0 +1,185 @@
+// Zones in a running job: where each launch tries to go, which zones are blocked, and the moves a
+// takeover (or the deadline guard) makes to another zone, with their cost. The cloud provider
+// tries the zones in the order given here and moves on when one has no capacity; spot is short
+// (the deadline guard's business) only when every allowed zone refused.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "services/gateway/job/job_run.h"
+
+namespace spotdnn::job {
+
+namespace {
+
+const pb::InstanceType* TypeIn(const pb::InstanceCatalog& catalog, const std::string& type) {
+  for (const pb::InstanceType& t : catalog.instance_types()) {
+    if (t.name() == type) return &t;
+  }
+  return nullptr;
+}
+
+const pb::InstanceZone* ZoneOf(const pb::InstanceType& type, const std::string& zone) {
+  for (const pb::InstanceZone& z : type.zones()) {
+    if (z.name() == zone) return &z;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string JobRun::RegionOf(const std::string& zone) const {
+  for (const pb::InstanceType& t : catalog_.instance_types()) {
+    if (const pb::InstanceZone* z = ZoneOf(t, zone); z != nullptr && !z->region().empty()) {
+      return z->region();
+    }
+  }
+  return catalog_.region();
+}
+
+double JobRun::PriceIn(const std::string& type, const std::string& zone, launcher::Market market) {
+  const bool on_demand = market == launcher::Market::kOnDemand;
+  const double type_price = on_demand ? on_demand_price_[type] : spot_price_[type];
+  const pb::InstanceType* t = TypeIn(catalog_, type);
+  const pb::InstanceZone* z = t == nullptr || zone.empty() ? nullptr : ZoneOf(*t, zone);
+  if (z == nullptr) return type_price;
+  const double price = on_demand ? z->on_demand_price_per_hour() : z->spot_price_per_hour();
+  return price > 0 ? price : type_price;
+}
+
+double JobRun::CheckpointMb() const {
+  return spec_.zones.checkpoint_mb >= 0 ? spec_.zones.checkpoint_mb : workload_.parameter_size_mb();
+}
+
+std::vector<std::string> JobRun::LaunchZones(const std::string& type) {
+  const std::vector<std::string> offered = services_.provider->ZonesFor(type);
+  if (offered.empty()) return {};
+  std::vector<std::string> out;
+  for (const std::string& zone : ZonesFor(type)) {
+    if (std::find(offered.begin(), offered.end(), zone) != offered.end()) out.push_back(zone);
+  }
+  const absl::Time now = clock_.Now();
+  std::stable_partition(out.begin(), out.end(), [&](const std::string& zone) {
+    auto it = refused_zones_.find(zone);
+    return it == refused_zones_.end() || now - it->second >= options_.guard.probe_every;
+  });
+  return out;
+}
+
+void JobRun::NoteRefusals(const std::vector<std::string>& refused) {
+  for (const std::string& line : refused) {
+    refused_zones_[line.substr(0, line.find(':'))] = clock_.Now();
+  }
+}
+
+std::vector<std::string> JobRun::ZonesFor(const std::string& type) {
+  const pb::InstanceType* t = TypeIn(catalog_, type);
+  if (t == nullptr || t->zones_size() == 0) return {};
+  // Where the job runs now: the zone of the newest running worker of the type (any running
+  // instance of a synchronous job, whose ranks all-reduce together); else the plan's.
+  std::string current;
+  int64_t newest = -1;
+  for (const auto& [id, i] : instances_) {
+    if (i.state != InstanceStatus::kRunning || i.zone.empty() || i.launched_ms < newest) continue;
+    if (!sync_ && (i.role != launcher::Role::kWorker || i.instance_type != type)) continue;
+    current = i.zone;
+    newest = i.launched_ms;
+  }
+  if (current.empty()) {
+    for (const std::string& entry : plan_.zones()) {
+      if (absl::StartsWith(entry, type + "=")) current = entry.substr(type.size() + 1);
+    }
+    if (current.empty()) current = plan_.zone();
+  }
+  // A parameter-server job's workers stay in its servers' region.
+  std::string region = spec_.zones.region;
+  if (!sync_ && region.empty()) {
+    region = !plan_.region().empty() ? plan_.region() : current.empty() ? "" : RegionOf(current);
+  }
+  // Time the deadline leaves beyond the work: a move across regions must fit its copy in it.
+  const double work_left_s = plan_.prediction().normalized_iterations() > 0
+                                 ? std::max(0.0, job_.target_iterations - job_.iterations_done) *
+                                       plan_.time_s() / plan_.prediction().normalized_iterations()
+                                 : 0;
+  const double slack_s = spec_.deadline_s > 0 ? ForecastDeadline() - ElapsedS() - work_left_s
+                                              : std::numeric_limits<double>::infinity();
+  const double rate =
+      catalog_.moves().transfer_mb_per_s() > 0 ? catalog_.moves().transfer_mb_per_s() : 100;
+  const std::string current_region = current.empty() ? "" : RegionOf(current);
+  std::vector<std::pair<double, std::string>> others;  // (price, zone), catalog order kept
+  std::vector<std::string> out;
+  for (const pb::InstanceZone& z : t->zones()) {
+    if (!spec_.zones.zone.empty() && z.name() != spec_.zones.zone) continue;
+    const std::string zone_region = z.region().empty() ? catalog_.region() : z.region();
+    if (!region.empty() && zone_region != region) continue;
+    if (std::find(spec_.zones.avoid.begin(), spec_.zones.avoid.end(), z.name()) !=
+        spec_.zones.avoid.end()) {
+      continue;
+    }
+    if (!current_region.empty() && zone_region != current_region &&
+        spec_.revocation_overhead_s + CheckpointMb() / rate > slack_s) {
+      continue;  // the copy would not fit in the slack: on-demand where it is instead
+    }
+    if (z.name() == current) {
+      out.push_back(z.name());
+    } else {
+      others.emplace_back(PriceIn(type, z.name(), launcher::Market::kSpot), z.name());
+    }
+  }
+  std::stable_sort(others.begin(), others.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [price, zone] : others) out.push_back(zone);
+  return out;
+}
+
+absl::Status JobRun::NoteMove(const InstanceRecord& launched) {
+  if (launched.role != launcher::Role::kWorker || launched.zone.empty() ||
+      launched.reason == LaunchReason::kPlan) {
+    return absl::OkStatus();
+  }
+  // The zone its type (a synchronous job: the job) last ran in, before this launch.
+  std::string from;
+  int64_t latest = -1;
+  for (const auto& [id, i] : instances_) {
+    if (id == launched.id || i.zone.empty() || i.role != launcher::Role::kWorker ||
+        i.launched_ms > launched.launched_ms || i.launched_ms < latest) {
+      continue;
+    }
+    if (!sync_ && i.instance_type != launched.instance_type) continue;
+    from = i.zone;
+    latest = i.launched_ms;
+  }
+  if (from.empty() || from == launched.zone) return absl::OkStatus();
+  const bool across = RegionOf(from) != RegionOf(launched.zone);
+  const double changeover_usd = launched.price_per_hour * spec_.revocation_overhead_s / 3600;
+  const double gib = CheckpointMb() * 1e6 / (1024.0 * 1024 * 1024);
+  const double transfer_usd = across ? gib * catalog_.moves().transfer_price_per_gib() : 0;
+  const double rate =
+      catalog_.moves().transfer_mb_per_s() > 0 ? catalog_.moves().transfer_mb_per_s() : 100;
+  const double transfer_s = across ? CheckpointMb() / rate : 0;
+  const nlohmann::json detail = {{"instance", launched.id},
+                                 {"instance_type", launched.instance_type},
+                                 {"market", std::string(launcher::MarketName(launched.market))},
+                                 {"from", from},
+                                 {"to", launched.zone},
+                                 {"across_regions", across},
+                                 {"changeover_s", spec_.revocation_overhead_s},
+                                 {"transfer_s", transfer_s},
+                                 {"transfer_usd", transfer_usd},
+                                 {"cost_usd", changeover_usd + transfer_usd}};
+  if (auto s = Log("move", detail.dump()); !s.ok()) return s;
+  Emit(MovedEvent{.instance = launched.id,
+                  .instance_type = launched.instance_type,
+                  .from = from,
+                  .to = launched.zone,
+                  .across_regions = across,
+                  .cost_usd = changeover_usd + transfer_usd});
+  return absl::OkStatus();
+}
+
+}  // namespace spotdnn::job
