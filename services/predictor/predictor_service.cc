@@ -72,11 +72,11 @@ PredictorServiceImpl::PredictorServiceImpl(std::shared_ptr<const DataRegistry> r
             return PredictBatchRaw(context, stream);
           }));
   // The other methods refuse a request larger than their limits allow before parsing it. The
-  // predictor does not read a catalog's lifetimes (the provisioner's risk model does): they do
-  // not raise its limits.
+  // predictor does not read a catalog's lifetimes (the provisioner's risk model does) or zones
+  // (the provisioner places plans): they do not raise its limits.
   for (auto [index, handler] :
        RequestSizeLimits<pb::Predictor::Service>(this, pb::Predictor::service_full_name())
-           .Unused({"spotdnn.v1.InstanceType.lifetimes"})
+           .Unused({"spotdnn.v1.InstanceType.lifetimes", "spotdnn.v1.InstanceType.zones"})
            .Unary("Predict", &pb::Predictor::Service::Predict)
            .Unary("LossCurve", &pb::Predictor::Service::LossCurve)
            .Unary("ListCatalogs", &pb::Predictor::Service::ListCatalogs)

@@ -197,9 +197,10 @@ TEST(ToGrpc, CutsLongMessagesToValidUtf8) {
 // ---- Request sizes (request_size.h) ----
 
 TEST(MaxMessageBytes, APredictWithinTheLimitsFitsAndTheProbesDoesNot) {
-  // As the predictor counts it: without a catalog's lifetimes, which it does not read.
-  const size_t limit = MaxMessageBytes(v1::PredictRequest::descriptor(), kMaxMessageBytes,
-                                       {"spotdnn.v1.InstanceType.lifetimes"});
+  // As the predictor counts it: without a catalog's lifetimes and zones, which it does not read.
+  const size_t limit =
+      MaxMessageBytes(v1::PredictRequest::descriptor(), kMaxMessageBytes,
+                      {"spotdnn.v1.InstanceType.lifetimes", "spotdnn.v1.InstanceType.zones"});
   // The largest cluster the limits allow: 10,000 instances with 256-byte type names.
   v1::PredictRequest request;
   request.mutable_workload()->set_name(std::string(limits::kMaxNameBytes, 'w'));
@@ -236,7 +237,7 @@ TEST(MaxMessageBytes, CountsStringsRepeatedFieldsAndNestingAndCapsTheRest) {
   EXPECT_EQ(MaxMessageBytes(v1::PredictRequest::descriptor()),
             static_cast<size_t>(kMaxMessageBytes));
   EXPECT_LT(MaxMessageBytes(v1::PredictRequest::descriptor(), kMaxMessageBytes,
-                            {"spotdnn.v1.InstanceType.lifetimes"}),
+                            {"spotdnn.v1.InstanceType.lifetimes", "spotdnn.v1.InstanceType.zones"}),
             static_cast<size_t>(kMaxMessageBytes));
   // A bytes field is bounded by its handler: the message counts as the cap.
   EXPECT_EQ(MaxMessageBytes(v1::ImportLogRequest::descriptor()),
@@ -254,7 +255,8 @@ TEST(MaxMessageBytes, PrintsEachMethodsLimit) {
     ASSERT_NE(d, nullptr) << service;
     const std::vector<std::string> unused =
         std::string(service) == "spotdnn.v1.Predictor"
-            ? std::vector<std::string>{"spotdnn.v1.InstanceType.lifetimes"}
+            ? std::vector<std::string>{"spotdnn.v1.InstanceType.lifetimes",
+                                       "spotdnn.v1.InstanceType.zones"}
             : std::vector<std::string>{};
     for (int i = 0; i < d->method_count(); ++i) {
       const size_t limit = MaxMessageBytes(d->method(i)->input_type(), kMaxMessageBytes, unused);
