@@ -144,6 +144,23 @@ class OnDemandEndToEnd : public testing_util::LocalStackTest {
     return path.string();
   }
 
+  // Runs `spec` (job `job`) with a gateway to its end: exit 0, the job finished; its instances.
+  void RunToTheEnd(const std::string& job, const std::string& spec,
+                   std::vector<InstanceRecord>* instances) {
+    auto gateway = StartGateway({"run", spec}, "run.log");
+    std::optional<int> code = gateway->Wait(std::chrono::seconds(110));
+    ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
+    EXPECT_EQ(*code, 0);
+    auto store = Store();
+    ASSERT_NE(store, nullptr);
+    auto record = store->GetJob(job);
+    ASSERT_TRUE(record.ok()) << record.status();
+    EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
+    auto listed = store->Instances(job);
+    ASSERT_TRUE(listed.ok());
+    *instances = *std::move(listed);
+  }
+
   std::unique_ptr<Child> StartGateway(std::vector<std::string> args, const std::string& log) {
     std::vector<std::string> argv = {bin_ + "/spotdnn"};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -364,20 +381,13 @@ TEST_F(OnDemandEndToEnd, KilledDuringTheOnDemandPhaseResumesWithoutASecondLaunch
 TEST_F(OnDemandEndToEnd, SpotGoneInOneZoneMovesTheJobToAnotherZoneNotOnDemand) {
   const std::string job = "e2e-zones";
   const std::string spec = WriteZonedJob(job, /*gone_h=*/4, "us-east-1b", "us-east-1", 500);
-  auto gateway = StartGateway({"run", spec}, "run.log");
-  std::optional<int> code = gateway->Wait(std::chrono::seconds(110));
-  ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
-  EXPECT_EQ(*code, 0);
+  std::vector<InstanceRecord> instances;
+  ASSERT_NO_FATAL_FAILURE(RunToTheEnd(job, spec, &instances));
   auto store = Store();
   ASSERT_NE(store, nullptr);
-  auto record = store->GetJob(job);
-  ASSERT_TRUE(record.ok()) << record.status();
-  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
   // The plan went to the cheaper zone; when its spot went, the takeover ran on spot in the other.
-  auto instances = store->Instances(job);
-  ASSERT_TRUE(instances.ok());
   int planned_in_a = 0, moved_to_b = 0;
-  for (const InstanceRecord& i : *instances) {
+  for (const InstanceRecord& i : instances) {
     if (i.role != launcher::Role::kWorker) continue;
     EXPECT_EQ(i.market, Market::kSpot) << i.id << " ran on-demand";
     if (i.reason == job::LaunchReason::kPlan) planned_in_a += i.zone == "us-east-1a";
@@ -415,19 +425,12 @@ TEST_F(OnDemandEndToEnd, AMoveAcrossRegionsTheDeadlineCannotAffordRunsOnDemandIn
   // be copied within the slack: the deadline guard runs on-demand where the job is.
   const std::string job = "e2e-zones-tight";
   const std::string spec = WriteZonedJob(job, /*gone_h=*/4, "us-west-2a", "us-west-2", 50000);
-  auto gateway = StartGateway({"run", spec}, "run.log");
-  std::optional<int> code = gateway->Wait(std::chrono::seconds(110));
-  ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
-  EXPECT_EQ(*code, 0);
+  std::vector<InstanceRecord> instances;
+  ASSERT_NO_FATAL_FAILURE(RunToTheEnd(job, spec, &instances));
   auto store = Store();
   ASSERT_NE(store, nullptr);
-  auto record = store->GetJob(job);
-  ASSERT_TRUE(record.ok()) << record.status();
-  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
-  auto instances = store->Instances(job);
-  ASSERT_TRUE(instances.ok());
   int on_demand = 0;
-  for (const InstanceRecord& i : *instances) {
+  for (const InstanceRecord& i : instances) {
     if (i.role != launcher::Role::kWorker) continue;
     EXPECT_NE(i.zone, "us-west-2a") << i.id << " moved across regions";
     on_demand += i.market == Market::kOnDemand;

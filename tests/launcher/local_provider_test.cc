@@ -69,6 +69,15 @@ std::map<std::string, std::string> ReadEnv(const std::string& path) {
 
 class LocalProviderTest : public ::testing::Test {
  protected:
+  // The state of job-local's instance `id` as `provider` describes it (pending: not listed).
+  static InstanceState StateOf(LocalProvider& provider, const std::string& id) {
+    auto described = provider.Describe("job-local");
+    for (const Instance& i : described.ok() ? *described : std::vector<Instance>{}) {
+      if (i.id == id) return i.state;
+    }
+    return InstanceState::kPending;
+  }
+
   void SetUp() override {
     dir_ = fs::path(::testing::TempDir()) /
            absl::StrCat("spotdnn-local-", getpid(), "-",
@@ -561,13 +570,7 @@ TEST_F(LocalProviderTest, ACapacityTraceRevokesSpotWhenItDropsAndLimitsLaunches)
   const std::string older = first->instances[0].id, newer = second->instances[0].id,
                     od_id = od->instances[0].id;
 
-  auto state_of = [&](const std::string& id) {
-    auto described = provider.Describe("job-local");
-    for (const Instance& i : described.ok() ? *described : std::vector<Instance>{}) {
-      if (i.id == id) return i.state;
-    }
-    return InstanceState::kPending;
-  };
+  auto state_of = [&](const std::string& id) { return StateOf(provider, id); };
   EXPECT_EQ(state_of(newer), InstanceState::kRunning);
   // From 1 s: the newer one is revoked (a notice first), the older one runs on.
   ASSERT_TRUE(Eventually([&] { return state_of(newer) == InstanceState::kTerminated; },
@@ -644,13 +647,7 @@ TEST_F(LocalProviderTest, ZonesAreCapacityTracesOfTheirOwn) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("\"zone-z\" is not a zone"));
   // From 1 s zone a has none: its instance goes, b's stay.
-  auto state_of = [&](const std::string& id) {
-    auto described = provider.Describe("job-local");
-    for (const Instance& i : described.ok() ? *described : std::vector<Instance>{}) {
-      if (i.id == id) return i.state;
-    }
-    return InstanceState::kPending;
-  };
+  auto state_of = [&](const std::string& id) { return StateOf(provider, id); };
   const std::string in_a = first->instances[0].id;
   ASSERT_TRUE(Eventually([&] { return state_of(in_a) == InstanceState::kTerminated; },
                          absl::Milliseconds(1500) + kPatience));
