@@ -206,27 +206,11 @@ int RunInstanceWrapper(InstanceWrapperOptions options) {
     logger->warn("processes the command started still hold its output; stopped reading it");
   }
   notices.SetCommand(nullptr);
-  if (!told_to_stop && !notices.noticed()) {
-    // It ended by itself (not at a revocation notice, not stopped with its instance): the
-    // detector stops waiting for its heartbeats and the job learns how it ended.
-    std::string output;
-    {
-      std::lock_guard<std::mutex> lock(tail_mu);
-      for (const std::string& line : tail) absl::StrAppend(&output, line, "\n");
-    }
-    agent.ReportExit({.status = exit->ShellStatus(),
-                      .how = exit->Describe(),
-                      .last_lines = base::TellingLastLines(output, 20)});
-  }
-  // A notice read just now (the command ended at its signal), or the command's end, still
-  // reaches the detector.
+  // A notice read just now (the command ended at its signal) still reaches the detector.
   if (!agent.Flush(options.flush_timeout)) {
-    logger->warn(
-        "a revocation notice or the command's end was not acknowledged by a detector "
-        "within {} s",
-        absl::ToDoubleSeconds(options.flush_timeout));
+    logger->warn("a revocation notice was not acknowledged by a detector within {} s",
+                 absl::ToDoubleSeconds(options.flush_timeout));
   }
-  agent.Stop();
   const auto flush_start = std::chrono::steady_clock::now();
   (*forwarder)->Close(options.flush_timeout);
   const double flush_s =
@@ -238,6 +222,24 @@ int RunInstanceWrapper(InstanceWrapperOptions options) {
       reader.lines(), reader.sample_lines(), reader.malformed(), st.queued, st.duplicates,
       st.acknowledged, st.rejected, st.pending, flush_s);
   if (uploader) uploader->Finish();
+  if (!told_to_stop && !notices.noticed()) {
+    // It ended by itself (not at a revocation notice, not stopped with its instance): the
+    // detector stops waiting for its heartbeats and the job learns how it ended. Told last, when
+    // its samples and checkpoint are out: the job may stop the instance as soon as it knows.
+    std::string output;
+    {
+      std::lock_guard<std::mutex> lock(tail_mu);
+      for (const std::string& line : tail) absl::StrAppend(&output, line, "\n");
+    }
+    agent.ReportExit({.status = exit->ShellStatus(),
+                      .how = exit->Describe(),
+                      .last_lines = base::TellingLastLines(output, 20)});
+    if (!agent.Flush(options.flush_timeout)) {
+      logger->warn("the command's end was not acknowledged by a detector within {} s",
+                   absl::ToDoubleSeconds(options.flush_timeout));
+    }
+  }
+  agent.Stop();
   return exit->ShellStatus();
 }
 
