@@ -10,6 +10,7 @@
 #include "provisioner/sync_planner.h"
 #include "services/common/convert.h"
 #include "services/common/server.h"
+#include "tests/testing/sync_workload.h"
 
 namespace spotdnn::services {
 namespace {
@@ -211,34 +212,8 @@ TEST_F(ProvisionerServiceTest, ExcludedTypesAreNamed) {
   EXPECT_THAT(response.plan().excluded_types(0), HasSubstr("p3.2xlarge"));
 }
 
-// The built-in ResNet-110 profiled synchronously too: T4 and M60 all-reduce models, a global
-// batch of 512, trained as all-reduce by default.
-pb::WorkloadProfile SynchronousResnet() {
-  auto ps = DataRegistry::WithBuiltins().ResolveWorkload("resnet110");
-  EXPECT_TRUE(ps.ok()) << ps.status();
-  pb::WorkloadProfile p = *ps;
-  p.set_name("resnet110-both");
-  p.set_sync(pb::SYNC_KIND_ALLREDUCE);
-  p.set_global_batch_size(512);
-  for (const auto& [gpu, per_sample] : {std::pair{"T4", 2e-3}, std::pair{"M60", 3.5e-3}}) {
-    pb::AllReduceModel* m = p.add_allreduce();
-    m->set_gpu_type(gpu);
-    m->set_compute_fixed_s(0.02);
-    m->set_compute_per_sample_s(per_sample);
-    m->set_compute_contention(0.05);
-    m->set_intra_fixed_s(0.01);
-    m->set_intra_ring_s(0.03);
-    m->set_cross_instance(true);
-    m->set_cross_fixed_s(0.03);
-    m->set_cross_straggler_s(0.02);
-    m->set_cross_per_gpu_s(0.01);
-    m->set_overlap_gamma(2);
-  }
-  return p;
-}
-
 TEST_F(ProvisionerServiceTest, FrontierAndReplanOfASynchronousWorkloadUseTheSyncPlanner) {
-  const pb::WorkloadProfile profile = SynchronousResnet();
+  const pb::WorkloadProfile profile = testing_util::SynchronousResnet("resnet110-both");
   auto catalog = DataRegistry::WithBuiltins().ResolveCatalog("aws-spotdnn-prototype");
   ASSERT_TRUE(catalog.ok());
   const predictor::InstanceCatalog domain_catalog = ToDomain(*catalog);

@@ -8,6 +8,7 @@
 #include "services/common/request_check.h"
 #include "services/common/server.h"
 #include "services/provisioner/provisioner_service.h"
+#include "tests/testing/sync_workload.h"
 
 namespace spotdnn::services {
 namespace {
@@ -42,31 +43,6 @@ pb::InstanceCatalog ZonedPrototype(double west_discount) {
     }
   }
   return c;
-}
-
-// The built-in ResNet-110 with all-reduce models for its T4 and M60 types (a global batch of 512).
-pb::WorkloadProfile SynchronousResnet() {
-  auto ps = DataRegistry::WithBuiltins().ResolveWorkload("resnet110");
-  EXPECT_TRUE(ps.ok()) << ps.status();
-  pb::WorkloadProfile p = *ps;
-  p.set_name("resnet110-sync");
-  p.set_sync(pb::SYNC_KIND_ALLREDUCE);
-  p.set_global_batch_size(512);
-  for (const auto& [gpu, per_sample] : {std::pair{"T4", 2e-3}, std::pair{"M60", 3.5e-3}}) {
-    pb::AllReduceModel* m = p.add_allreduce();
-    m->set_gpu_type(gpu);
-    m->set_compute_fixed_s(0.02);
-    m->set_compute_per_sample_s(per_sample);
-    m->set_compute_contention(0.05);
-    m->set_intra_fixed_s(0.01);
-    m->set_intra_ring_s(0.03);
-    m->set_cross_instance(true);
-    m->set_cross_fixed_s(0.03);
-    m->set_cross_straggler_s(0.02);
-    m->set_cross_per_gpu_s(0.01);
-    m->set_overlap_gamma(2);
-  }
-  return p;
 }
 
 class ZonePlanTest : public ::testing::Test {
@@ -169,7 +145,7 @@ TEST_F(ZonePlanTest, APlanGoesToTheCheaperRegionAndMovesWhenItHasNoCapacity) {
 
 TEST_F(ZonePlanTest, ASynchronousPlanRunsInOneZoneTheCheapest) {
   pb::PlanRequest r = Request(ZonedPrototype(0.3));
-  *r.mutable_workload()->mutable_profile() = SynchronousResnet();
+  *r.mutable_workload()->mutable_profile() = testing_util::SynchronousResnet("resnet110-sync");
   r.mutable_slo()->clear_target_loss();
   r.mutable_slo()->set_target_iterations(20000);
   r.mutable_slo()->set_deadline_s(3600);
