@@ -144,12 +144,13 @@ class OnDemandEndToEnd : public testing_util::LocalStackTest {
     return path.string();
   }
 
-  // Runs `spec` (job `job`) with a gateway to its end: exit 0, the job finished; its instances.
-  void RunToTheEnd(const std::string& job, const std::string& spec,
+  // Runs the gateway (`args`, its output in `log`) to the end of job `job`: exit 0, the job
+  // finished; its instances.
+  void RunToTheEnd(const std::string& job, std::vector<std::string> args, const std::string& log,
                    std::vector<InstanceRecord>* instances) {
-    auto gateway = StartGateway({"run", spec}, "run.log");
+    auto gateway = StartGateway(std::move(args), log);
     std::optional<int> code = gateway->Wait(std::chrono::seconds(110));
-    ASSERT_TRUE(code.has_value()) << "the gateway did not finish the job";
+    ASSERT_TRUE(code.has_value()) << "the gateway (" << log << ") did not finish the job";
     EXPECT_EQ(*code, 0);
     auto store = Store();
     ASSERT_NE(store, nullptr);
@@ -345,21 +346,14 @@ TEST_F(OnDemandEndToEnd, KilledDuringTheOnDemandPhaseResumesWithoutASecondLaunch
   auto before = store->Instances(job);
   ASSERT_TRUE(before.ok());
 
-  auto resumed = StartGateway({"run", "--resume", job}, "resume.log");
-  std::optional<int> code = resumed->Wait(std::chrono::seconds(110));
-  ASSERT_TRUE(code.has_value()) << "the resumed gateway did not finish the job";
-  EXPECT_EQ(*code, 0);
-  auto record = store->GetJob(job);
-  ASSERT_TRUE(record.ok()) << record.status();
-  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
+  std::vector<InstanceRecord> after;
+  ASSERT_NO_FATAL_FAILURE(RunToTheEnd(job, {"run", "--resume", job}, "resume.log", &after));
 
   // Nothing launched twice: one on-demand worker in all (the one from before the kill), every
   // instance recorded once.
-  auto after = store->Instances(job);
-  ASSERT_TRUE(after.ok());
   std::set<std::string> ids;
   std::vector<std::string> on_demand;
-  for (const InstanceRecord& i : *after) {
+  for (const InstanceRecord& i : after) {
     EXPECT_TRUE(ids.insert(i.id).second) << i.id << " recorded twice";
     if (i.market == Market::kOnDemand) on_demand.push_back(i.id);
   }
@@ -382,7 +376,7 @@ TEST_F(OnDemandEndToEnd, SpotGoneInOneZoneMovesTheJobToAnotherZoneNotOnDemand) {
   const std::string job = "e2e-zones";
   const std::string spec = WriteZonedJob(job, /*gone_h=*/4, "us-east-1b", "us-east-1", 500);
   std::vector<InstanceRecord> instances;
-  ASSERT_NO_FATAL_FAILURE(RunToTheEnd(job, spec, &instances));
+  ASSERT_NO_FATAL_FAILURE(RunToTheEnd(job, {"run", spec}, "run.log", &instances));
   auto store = Store();
   ASSERT_NE(store, nullptr);
   // The plan went to the cheaper zone; when its spot went, the takeover ran on spot in the other.
@@ -426,7 +420,7 @@ TEST_F(OnDemandEndToEnd, AMoveAcrossRegionsTheDeadlineCannotAffordRunsOnDemandIn
   const std::string job = "e2e-zones-tight";
   const std::string spec = WriteZonedJob(job, /*gone_h=*/4, "us-west-2a", "us-west-2", 50000);
   std::vector<InstanceRecord> instances;
-  ASSERT_NO_FATAL_FAILURE(RunToTheEnd(job, spec, &instances));
+  ASSERT_NO_FATAL_FAILURE(RunToTheEnd(job, {"run", spec}, "run.log", &instances));
   auto store = Store();
   ASSERT_NE(store, nullptr);
   int on_demand = 0;
@@ -459,18 +453,11 @@ TEST_F(OnDemandEndToEnd, KilledRightAfterAMoveResumesWithoutASecondLaunch) {
   }
   ASSERT_FALSE(moved.empty()) << "no takeover in the other zone within 20 s";
   gateway->Kill();  // kill -9, right after the move's launch
-  auto resumed = StartGateway({"run", "--resume", job}, "resume.log");
-  std::optional<int> code = resumed->Wait(std::chrono::seconds(110));
-  ASSERT_TRUE(code.has_value()) << "the resumed gateway did not finish the job";
-  EXPECT_EQ(*code, 0);
-  auto record = store->GetJob(job);
-  ASSERT_TRUE(record.ok()) << record.status();
-  EXPECT_EQ(record->state, job::JobState::kFinished) << record->message;
-  auto after = store->Instances(job);
-  ASSERT_TRUE(after.ok());
+  std::vector<InstanceRecord> after;
+  ASSERT_NO_FATAL_FAILURE(RunToTheEnd(job, {"run", "--resume", job}, "resume.log", &after));
   std::set<std::string> ids;
   int in_b = 0;
-  for (const InstanceRecord& i : *after) {
+  for (const InstanceRecord& i : after) {
     EXPECT_TRUE(ids.insert(i.id).second) << i.id << " recorded twice";
     in_b += i.role == launcher::Role::kWorker && i.zone == "us-east-1b";
   }
