@@ -17,6 +17,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <set>
@@ -142,6 +143,22 @@ class OnDemandEndToEnd : public testing_util::LocalStackTest {
                                             {"parameter_server", bin_ + "/spotdnn-sim-worker"}}}}
                                .dump(2);
     return path.string();
+  }
+
+  // The first instance of `job` on record that `wanted` says is the one, polled every 50 ms for
+  // up to 40 s ("" when none came).
+  std::string FirstInstance(const std::string& job,
+                            const std::function<bool(const InstanceRecord&)>& wanted) {
+    auto store = Store();
+    if (store == nullptr) return "";
+    for (int i = 0; i < 800; ++i) {
+      auto instances = store->Instances(job);
+      for (const InstanceRecord& r : instances.ok() ? *instances : std::vector<InstanceRecord>{}) {
+        if (wanted(r)) return r.id;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return "";
   }
 
   // Runs the gateway (`args`, its output in `log`) to the end of job `job`: exit 0, the job
@@ -318,16 +335,8 @@ TEST_F(OnDemandEndToEnd, KilledDuringTheOnDemandPhaseResumesWithoutASecondLaunch
   // Until the on-demand worker is on record and running.
   auto store = Store();
   ASSERT_NE(store, nullptr);
-  std::string on_demand_id;
-  for (int i = 0; i < 400 && on_demand_id.empty(); ++i) {
-    auto instances = store->Instances(job);
-    if (instances.ok()) {
-      for (const InstanceRecord& r : *instances) {
-        if (r.market == Market::kOnDemand) on_demand_id = r.id;
-      }
-    }
-    if (on_demand_id.empty()) absl::SleepFor(absl::Milliseconds(100));
-  }
+  const std::string on_demand_id =
+      FirstInstance(job, [](const InstanceRecord& r) { return r.market == Market::kOnDemand; });
   ASSERT_FALSE(on_demand_id.empty()) << "no on-demand worker within 40 s";
   absl::SleepFor(absl::Milliseconds(500));
   gateway->Kill();  // kill -9, in the on-demand phase
@@ -441,17 +450,10 @@ TEST_F(OnDemandEndToEnd, KilledRightAfterAMoveResumesWithoutASecondLaunch) {
   auto gateway = StartGateway({"run", spec}, "run.log");
   auto store = Store();
   ASSERT_NE(store, nullptr);
-  std::string moved;
-  for (int i = 0; i < 400 && moved.empty(); ++i) {
-    auto instances = store->Instances(job);
-    if (instances.ok()) {
-      for (const InstanceRecord& r : *instances) {
-        if (r.reason != job::LaunchReason::kPlan && r.zone == "us-east-1b") moved = r.id;
-      }
-    }
-    if (moved.empty()) absl::SleepFor(absl::Milliseconds(50));
-  }
-  ASSERT_FALSE(moved.empty()) << "no takeover in the other zone within 20 s";
+  const std::string moved = FirstInstance(job, [](const InstanceRecord& r) {
+    return r.reason != job::LaunchReason::kPlan && r.zone == "us-east-1b";
+  });
+  ASSERT_FALSE(moved.empty()) << "no takeover in the other zone within 40 s";
   gateway->Kill();  // kill -9, right after the move's launch
   std::vector<InstanceRecord> after;
   ASSERT_NO_FATAL_FAILURE(RunToTheEnd(job, {"run", "--resume", job}, "resume.log", &after));
