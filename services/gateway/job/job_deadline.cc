@@ -91,6 +91,13 @@ absl::Status JobRun::SpotShort(const std::string& type, int wanted) {
   return absl::OkStatus();
 }
 
+double JobRun::WorkLeftS() const {
+  const double plan_iterations = plan_.prediction().normalized_iterations();
+  return plan_iterations > 0 ? std::max(0.0, job_.target_iterations - job_.iterations_done) *
+                                   plan_.time_s() / plan_iterations
+                             : 0;
+}
+
 absl::Status JobRun::GuardTick() {
   if (guard_ == nullptr || job_.started_ms == 0 || job_.state != JobState::kRunning) {
     return absl::OkStatus();
@@ -111,10 +118,7 @@ absl::Status JobRun::GuardTick() {
     now.changeover_s += provisioner::ExpectedRestartCostS(restart);
   }
   // The plan's pace with its whole cluster: the work left in seconds, and its line.
-  const double plan_iterations = plan_.prediction().normalized_iterations();
-  const double seconds_per_iteration = plan_iterations > 0 ? plan_.time_s() / plan_iterations : 0;
-  now.work_left_s =
-      std::max(0.0, job_.target_iterations - job_.iterations_done) * seconds_per_iteration;
+  now.work_left_s = WorkLeftS();
   if (job_.predicted_time_s > 0 && elapsed_s > 0.1 * job_.predicted_time_s) {
     const double line = job_.target_iterations * std::min(1.0, elapsed_s / job_.predicted_time_s);
     now.behind = job_.iterations_done < (1 - options_.guard.behind_tolerance) * line;

@@ -183,6 +183,11 @@ class JobRun {
   absl::Status NoteMove(const InstanceRecord& launched);
   // The checkpoint's size a move across regions copies (MB).
   double CheckpointMb() const;
+  // Seconds the checkpoint's copy to another region takes (the catalog's moves.transfer_mb_per_s,
+  // else 100 MB/s).
+  double CheckpointCopyS() const;
+  // Seconds of training left at the plan's pace with its whole cluster (0 without a prediction).
+  double WorkLeftS() const;
 
   // ---- job_deadline.cc
   // Makes the deadline guard when the job falls back to on-demand (spec fallback "on-demand" and a

@@ -56,6 +56,12 @@ double JobRun::CheckpointMb() const {
   return spec_.zones.checkpoint_mb >= 0 ? spec_.zones.checkpoint_mb : workload_.parameter_size_mb();
 }
 
+double JobRun::CheckpointCopyS() const {
+  const double rate =
+      catalog_.moves().transfer_mb_per_s() > 0 ? catalog_.moves().transfer_mb_per_s() : 100;
+  return CheckpointMb() / rate;
+}
+
 std::vector<std::string> JobRun::LaunchZones(const std::string& type) {
   const std::vector<std::string> offered = services_.provider->ZonesFor(type);
   if (offered.empty()) return {};
@@ -102,14 +108,8 @@ std::vector<std::string> JobRun::ZonesFor(const std::string& type) {
     region = !plan_.region().empty() ? plan_.region() : current.empty() ? "" : RegionOf(current);
   }
   // Time the deadline leaves beyond the work: a move across regions must fit its copy in it.
-  const double work_left_s = plan_.prediction().normalized_iterations() > 0
-                                 ? std::max(0.0, job_.target_iterations - job_.iterations_done) *
-                                       plan_.time_s() / plan_.prediction().normalized_iterations()
-                                 : 0;
-  const double slack_s = spec_.deadline_s > 0 ? ForecastDeadline() - ElapsedS() - work_left_s
+  const double slack_s = spec_.deadline_s > 0 ? ForecastDeadline() - ElapsedS() - WorkLeftS()
                                               : std::numeric_limits<double>::infinity();
-  const double rate =
-      catalog_.moves().transfer_mb_per_s() > 0 ? catalog_.moves().transfer_mb_per_s() : 100;
   const std::string current_region = current.empty() ? "" : RegionOf(current);
   std::vector<std::pair<double, std::string>> others;  // (price, zone), catalog order kept
   std::vector<std::string> out;
@@ -122,7 +122,7 @@ std::vector<std::string> JobRun::ZonesFor(const std::string& type) {
       continue;
     }
     if (!current_region.empty() && zone_region != current_region &&
-        spec_.revocation_overhead_s + CheckpointMb() / rate > slack_s) {
+        spec_.revocation_overhead_s + CheckpointCopyS() > slack_s) {
       continue;  // the copy would not fit in the slack: on-demand where it is instead
     }
     if (z.name() == current) {
@@ -159,9 +159,7 @@ absl::Status JobRun::NoteMove(const InstanceRecord& launched) {
   const double changeover_usd = launched.price_per_hour * spec_.revocation_overhead_s / 3600;
   const double gib = CheckpointMb() * 1e6 / (1024.0 * 1024 * 1024);
   const double transfer_usd = across ? gib * catalog_.moves().transfer_price_per_gib() : 0;
-  const double rate =
-      catalog_.moves().transfer_mb_per_s() > 0 ? catalog_.moves().transfer_mb_per_s() : 100;
-  const double transfer_s = across ? CheckpointMb() / rate : 0;
+  const double transfer_s = across ? CheckpointCopyS() : 0;
   const nlohmann::json detail = {{"instance", launched.id},
                                  {"instance_type", launched.instance_type},
                                  {"market", std::string(launcher::MarketName(launched.market))},
