@@ -117,6 +117,37 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> MakeRefreshingS3ObjectStore(
   return std::unique_ptr<ObjectStore>(std::move(store));
 }
 
+absl::StatusOr<SyncCounts> CopyCheckpoint(ObjectStore& from, const std::string& from_prefix,
+                                          ObjectStore& to, const std::string& to_prefix) {
+  const std::string list_prefix = from_prefix.empty() ? "" : from_prefix + "/";
+  absl::StatusOr<std::vector<StoredObject>> objects = from.List(list_prefix);
+  if (!objects.ok()) {
+    return absl::Status(
+        objects.status().code(),
+        absl::StrCat("listing ", from.Describe(list_prefix), ": ", objects.status().message()));
+  }
+  SyncCounts counts;
+  for (const StoredObject& object : *objects) {
+    const std::string relative = object.key.substr(list_prefix.size());
+    if (relative.empty() || Ignored(fs::path(relative))) {
+      ++counts.skipped;
+      continue;
+    }
+    absl::StatusOr<std::string> body = from.Get(object.key);
+    if (!body.ok()) {
+      return absl::Status(body.status().code(), absl::StrCat("reading ", from.Describe(object.key),
+                                                             ": ", body.status().message()));
+    }
+    const std::string key = to_prefix.empty() ? relative : absl::StrCat(to_prefix, "/", relative);
+    if (absl::Status s = to.Put(key, *body); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("writing ", to.Describe(key), ": ", s.message()));
+    }
+    ++counts.files;
+    counts.bytes += static_cast<int64_t>(body->size());
+  }
+  return counts;
+}
+
 bool WriteAll(int fd, absl::string_view data) {
   size_t done = 0;
   while (done < data.size()) {

@@ -66,6 +66,21 @@ struct SyncCounts {
   int skipped = 0;    // keys that cannot be a file under the folder; files that changed mid-read
 };
 
+// Copies every object under `from_prefix` in `from` to the same relative key under `to_prefix` in
+// `to` (both without a trailing '/'; empty: the whole store), as a checkpoint follows a job that
+// moved to another region's bucket. Objects are read and written one at a time, oldest listing
+// order kept; the first error stops the copy and names the key. Temporary files (a name starting
+// with '.' or ending in ".tmp") are skipped and counted, as the sync never uploads them.
+absl::StatusOr<SyncCounts> CopyCheckpoint(ObjectStore& from, const std::string& from_prefix,
+                                          ObjectStore& to, const std::string& to_prefix);
+
+// Copies a job's checkpoint folder from `from_uri` to `to_uri` (s3://BUCKET/PREFIX each: a bucket
+// per region), each side signed in its own region (empty: the caller's default), and says what it
+// copied. Errors name the object and the side. (MakeS3CheckpointCopier makes one.)
+using CheckpointCopier = std::function<absl::StatusOr<SyncCounts>(
+    const std::string& from_uri, const std::string& from_region, const std::string& to_uri,
+    const std::string& to_region)>;
+
 // The sync of one folder with one prefix. Not thread-safe.
 class CheckpointSync {
  public:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -288,7 +289,11 @@ absl::StatusOr<std::unique_ptr<CloudProvider>> MakeProvider(
   return MakeLocal(spec, environment);
 }
 
-CheckpointReader MakeS3CheckpointReader(const ProviderSpec& spec) {
+namespace {
+
+// The S3 options a gateway-side checkpoint client starts from: `spec`'s region (else $AWS_REGION,
+// else us-east-1) and $SPOTDNN_S3_ENDPOINT; credentials are resolved when first needed.
+S3Client::Options CheckpointS3Options(const ProviderSpec& spec) {
   S3Client::Options options;
   options.region = Get(spec, "region");
   if (options.region.empty()) {
@@ -298,6 +303,45 @@ CheckpointReader MakeS3CheckpointReader(const ProviderSpec& spec) {
   if (const char* endpoint = std::getenv("SPOTDNN_S3_ENDPOINT"); endpoint != nullptr) {
     options.endpoint_url = endpoint;
   }
+  return options;
+}
+
+}  // namespace
+
+CheckpointCopier MakeS3CheckpointCopier(const ProviderSpec& spec) {
+  const S3Client::Options base = CheckpointS3Options(spec);
+  auto credentials = std::make_shared<std::optional<AwsCredentials>>();
+  return [base, credentials](const std::string& from_uri, const std::string& from_region,
+                             const std::string& to_uri,
+                             const std::string& to_region) -> absl::StatusOr<SyncCounts> {
+    auto from = ParseS3Uri("checkpoint_uri", from_uri);
+    if (!from.ok()) return from.status();
+    auto to = ParseS3Uri("checkpoint_uri", to_uri);
+    if (!to.ok()) return to.status();
+    if (!credentials->has_value()) {
+      auto resolved = ResolveAwsCredentials({});
+      if (!resolved.ok()) return resolved.status();
+      *credentials = *resolved;
+    }
+    auto store_in = [&](const std::string& region,
+                        const std::string& bucket) -> absl::StatusOr<std::unique_ptr<ObjectStore>> {
+      S3Client::Options options = base;
+      if (!region.empty()) options.region = region;
+      options.credentials = **credentials;
+      auto client = S3Client::Create(options);
+      if (!client.ok()) return client.status();
+      return MakeS3ObjectStore(std::shared_ptr<S3Client>(std::move(*client)), bucket);
+    };
+    auto source = store_in(from_region, from->bucket);
+    if (!source.ok()) return source.status();
+    auto target = store_in(to_region, to->bucket);
+    if (!target.ok()) return target.status();
+    return CopyCheckpoint(**source, from->prefix, **target, to->prefix);
+  };
+}
+
+CheckpointReader MakeS3CheckpointReader(const ProviderSpec& spec) {
+  S3Client::Options options = CheckpointS3Options(spec);
   auto client = std::make_shared<std::unique_ptr<S3Client>>();
   return [options, client](const std::string& uri,
                            const std::string& name) mutable -> absl::StatusOr<std::string> {

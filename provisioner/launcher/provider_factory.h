@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "provisioner/launcher/checkpoint_sync.h"
 #include "provisioner/launcher/cloud_provider.h"
 
 namespace spotdnn::launcher {
@@ -84,6 +85,10 @@ using CheckpointReader =
 // first read), in `spec`'s region (aws: its "region"; else $AWS_REGION, else us-east-1), at
 // $SPOTDNN_S3_ENDPOINT when set (an S3-compatible store, as the instances' agents use).
 CheckpointReader MakeS3CheckpointReader(const ProviderSpec& spec);
+
+// The copier for s3:// checkpoints, with the AWS credential chain (resolved at the first copy) and
+// $SPOTDNN_S3_ENDPOINT, as MakeS3CheckpointReader.
+CheckpointCopier MakeS3CheckpointCopier(const ProviderSpec& spec);
 
 }  // namespace spotdnn::launcher
 

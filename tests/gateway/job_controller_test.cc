@@ -11,8 +11,10 @@
 #include <set>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "grpcpp/test/mock_stream.h"
@@ -64,6 +66,10 @@ class FakeCloud final : public launcher::CloudProvider {
  public:
   explicit FakeCloud(FakeClock& clock) : clock_(clock) {}
   std::string name() const override { return "fake"; }
+  std::vector<std::string> ZonesFor(const std::string& type) const override {
+    auto it = zones_for.find(type);
+    return it == zones_for.end() ? std::vector<std::string>{} : it->second;
+  }
   bool SharesFilesWithCaller() const override { return shares_files; }
   absl::StatusOr<launcher::LaunchResult> Launch(const launcher::LaunchRequest& r) override {
     ++launch_calls[r.client_token];
@@ -72,6 +78,22 @@ class FakeCloud final : public launcher::CloudProvider {
       if (tokens_[i.id] == r.client_token) result.instances.push_back(i);
     }
     if (!result.instances.empty()) return result;
+    launch_zones.push_back(r.zones);
+    // Zones, when the request names them: the first with spot capacity for all of it.
+    std::string zone;
+    for (const std::string& z : r.zones) {
+      auto cap = zone_capacity.find(z);
+      if (r.market == launcher::Market::kSpot && cap != zone_capacity.end() &&
+          cap->second < r.count) {
+        continue;
+      }
+      zone = z;
+      break;
+    }
+    if (!r.zones.empty() && zone.empty()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("fake: no capacity for ", r.instance_type, " in any zone"));
+    }
     int fits = r.count;
     // Capacity limits spot only, as a cloud's spare capacity does.
     if (auto cap = capacity.find(r.instance_type);
@@ -93,7 +115,8 @@ class FakeCloud final : public launcher::CloudProvider {
                            .private_address = absl::StrCat("10.0.0.", next_),
                            .metadata_cloud = "gce",
                            .launch_time = clock_.Now(),
-                           .market = r.market};
+                           .market = r.market,
+                           .zone = zone};
       tokens_[i.id] = r.client_token;
       instances_.push_back(i);
       result.instances.push_back(i);
@@ -146,6 +169,9 @@ class FakeCloud final : public launcher::CloudProvider {
   int Launched() const { return static_cast<int>(instances_.size()); }
 
   std::map<std::string, int> capacity;
+  std::map<std::string, std::vector<std::string>> zones_for;  // offered zones per type
+  std::map<std::string, int> zone_capacity;            // spot capacity per zone (absent: any)
+  std::vector<std::vector<std::string>> launch_zones;  // each launch's zones to try
   bool shares_files = false;
   std::map<std::string, int> launch_calls;  // by client token
   std::map<std::string, std::map<std::string, std::string>> last_env;
@@ -500,6 +526,95 @@ TEST_F(JobControllerTest, AnInstanceGoneWithoutANoticeIsLostAndTakenOver) {
   EXPECT_EQ((*stored)[0].kind, "lost");
   EXPECT_EQ(cloud_.launch_calls.count("job-x-takeover-1-p2.xlarge"), 1u);
   EXPECT_EQ(Count<TakeoverEvent>(), 1);
+}
+
+// A checkpoint bucket per region: the workers' takeover finds no spot in the job's region and
+// lands in another; the checkpoint is copied there once, before that launch, and the new workers
+// use that region's bucket. A later launch in the same region copies nothing.
+TEST_F(JobControllerTest, ATakeoverInAnotherRegionCopiesTheCheckpointThereOnce) {
+  cloud_.zones_for["p2.xlarge"] = {"us-east-1a", "us-west-2a"};
+  struct Copy {
+    std::string from, from_region, to, to_region;
+    int launches_before = 0;
+  };
+  std::vector<Copy> copies;
+  JobController controller(
+      {.provisioner = &provisioner_client_,
+       .profiler = &profiler_client_,
+       .detector = &detector_client_,
+       .provider = &cloud_,
+       .store = store_.get(),
+       .clock = &clock_,
+       .open_feed = [this](const std::string&,
+                           uint64_t) { return std::make_unique<FakeFeed>(feed_); },
+       .copy_checkpoint =
+           [&](const std::string& from, const std::string& from_region, const std::string& to,
+               const std::string& to_region) -> absl::StatusOr<launcher::SyncCounts> {
+         copies.push_back({from, from_region, to, to_region, cloud_.Launched()});
+         return launcher::SyncCounts{.files = 2, .bytes = 1000};
+       }},
+      {.stall_timeout = absl::Seconds(60)}, [this](const JobEvent& e) { events_.push_back(e); });
+  // At 3 s us-east-1a has no spot left and both p2.xlarge workers go; at 6 s the one that moved
+  // goes too (us-west-2a is tried first now: us-east-1a refused within the probe interval).
+  std::vector<std::string> first_workers;
+  std::string moved;
+  clock_.At(absl::Seconds(3), [&] {
+    cloud_.zone_capacity["us-east-1a"] = 0;
+    for (const launcher::Instance& i : cloud_.Running()) {
+      if (i.role == launcher::Role::kWorker && i.instance_type == "p2.xlarge") {
+        first_workers.push_back(i.id);
+        cloud_.End(i.id);
+      }
+    }
+  });
+  clock_.At(absl::Seconds(6), [&] {
+    moved = WorkerOf("p2.xlarge");
+    if (!moved.empty()) cloud_.End(moved);
+  });
+  std::string spec = kSpec;
+  spec.insert(spec.rfind('}'), R"(, "checkpoints": "s3://ckpt-{region}/spotdnn")");
+  auto outcome = PlanAndRun(controller, spec.c_str());
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message << LogText();
+  ASSERT_EQ(first_workers.size(), 2u);
+  for (const std::string& id : first_workers) {
+    EXPECT_EQ(cloud_.last_env[id]["SPOTDNN_CHECKPOINT_URI"], "s3://ckpt-us-east-1/spotdnn/job-x");
+  }
+  ASSERT_EQ(copies.size(), 1u) << LogText();
+  EXPECT_EQ(copies[0].from, "s3://ckpt-us-east-1/spotdnn/job-x");
+  EXPECT_EQ(copies[0].from_region, "us-east-1");
+  EXPECT_EQ(copies[0].to, "s3://ckpt-us-west-2/spotdnn/job-x");
+  EXPECT_EQ(copies[0].to_region, "us-west-2");
+  // Every p2.xlarge launched after the copy ran in us-west-2a, on its region's bucket.
+  int in_west = 0;
+  const auto all = cloud_.Describe("job-x");
+  ASSERT_TRUE(all.ok());
+  for (const launcher::Instance& i : *all) {
+    if (i.instance_type != "p2.xlarge" || i.zone != "us-west-2a") continue;
+    ++in_west;
+    EXPECT_EQ(cloud_.last_env[i.id]["SPOTDNN_CHECKPOINT_URI"], "s3://ckpt-us-west-2/spotdnn/job-x");
+  }
+  EXPECT_GE(in_west, 2) << "the takeover and the takeover after it";
+  ASSERT_FALSE(moved.empty());
+  // No launch was asked to try zones of two regions at once.
+  for (const std::vector<std::string>& zones : cloud_.launch_zones) {
+    EXPECT_FALSE(absl::c_linear_search(zones, "us-east-1a") &&
+                 absl::c_linear_search(zones, "us-west-2a"))
+        << absl::StrJoin(zones, ",");
+  }
+  auto events = store_->Events("job-x");
+  ASSERT_TRUE(events.ok());
+  int copy_events = 0;
+  for (const JobEventRecord& e : *events) {
+    if (e.kind != "checkpoint_copy") continue;
+    ++copy_events;
+    const nlohmann::json d = nlohmann::json::parse(e.detail);
+    EXPECT_EQ(d["from_region"], "us-east-1");
+    EXPECT_EQ(d["to_region"], "us-west-2");
+    EXPECT_EQ(d["files"], 2);
+    EXPECT_EQ(d["bytes"], 1000);
+  }
+  EXPECT_EQ(copy_events, 1);
 }
 
 TEST_F(JobControllerTest, EveryWorkerLostAtOnceIsTakenOverNotGivenUp) {

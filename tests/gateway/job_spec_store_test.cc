@@ -71,6 +71,20 @@ TEST(JobSpecTest, ParsesEveryField) {
   EXPECT_EQ(spec->ps_command, "python train.py");  // defaults to the worker's
 }
 
+// A checkpoint URI with a bucket per region: each region's folder of the job.
+TEST(JobSpecTest, ACheckpointBucketPerRegionIsFilledInPerRegion) {
+  auto spec = ParseJobSpec(R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60},
+      "catalog": "c", "checkpoints": "s3://ckpt-{region}/spotdnn", "commands": {"worker": "x"}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(CheckpointsPerRegion(*spec));
+  EXPECT_EQ(CheckpointUriIn(*spec, "j", "us-west-2"), "s3://ckpt-us-west-2/spotdnn/j");
+  auto one = ParseJobSpec(R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60},
+      "catalog": "c", "checkpoints": "s3://ckpt/spotdnn", "commands": {"worker": "x"}})");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_FALSE(CheckpointsPerRegion(*one));
+  EXPECT_EQ(CheckpointUriIn(*one, "j", "us-west-2"), "s3://ckpt/spotdnn/j");
+}
+
 // The fallback (on-demand by default, with the "ours" policy) and the local provider's
 // capacity trace.
 TEST(JobSpecTest, TheFallbackAndALocalCapacityTraceParse) {
@@ -213,6 +227,14 @@ TEST(JobSpecTest, BadInputNamesTheFieldAndTheValue) {
       {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
            "zones": {"checkpoint_mb": -5}, "commands": {"worker": "x"}})",
        "zones.checkpoint_mb = -5"},
+      // A checkpoint bucket per region: {region} is the one placeholder, the bucket still valid.
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "checkpoints": "s3://ckpt-{zone}/p", "commands": {"worker": "x"}})",
+       "checkpoints = \"s3://ckpt-{zone}/p\": the only placeholder is {region}"},
+      {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
+           "checkpoints": "s3://Ckpt_{region}", "commands": {"worker": "x"}})",
+       "checkpoints = \"s3://Ckpt_{region}\": expected an s3://BUCKET/PREFIX URI with a valid "
+       "bucket name"},
       {R"({"name": "j", "workload": "w", "slo": {"loss": 1, "deadline": 60}, "catalog": "c",
            "zones": {"prefer": "a"}, "commands": {"worker": "x"}})",
        "zones.prefer"},

@@ -1,8 +1,9 @@
 // The checkpoint folder's sync with a store prefix: restore, upload of new and changed files only,
 // temporary files left alone, manifests after the checkpoints they name, unsafe keys refused;
-// and the same against the fake S3 endpoint.
+// and the same against the fake S3 endpoint; a checkpoint's copy to another region's bucket.
 #include "provisioner/launcher/checkpoint_sync.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -11,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "provisioner/launcher/provider_factory.h"
 #include "tests/launcher/fake_s3.h"
 
 namespace spotdnn::launcher {
@@ -194,6 +196,84 @@ TEST_F(CheckpointSyncTest, RefusedCredentialsAreResolvedAgainOnce) {
   EXPECT_EQ((*stuck)->Put("k", "w").code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(resolved, 2);
   EXPECT_EQ(s3.objects("b1").at("k"), "v");
+}
+
+TEST_F(CheckpointSyncTest, ACopyReRootsEveryFileOfThePrefixAndNothingElse) {
+  MemoryStore east, west;
+  east.objects = {{"jobs/j1/ckpt-7.bin", "seven"},
+                  {"jobs/j1/manifest.json", "{\"step\": 7}"},
+                  {"jobs/j1/.partial", "x"},
+                  {"jobs/j1/ckpt-8.bin.tmp", "half"},
+                  {"jobs/j10/ckpt-1.bin", "another job's"},
+                  {"other/ckpt.bin", "not this job's"}};
+  auto copied = CopyCheckpoint(east, "jobs/j1", west, "spotdnn/j1");
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(copied->files, 2);
+  EXPECT_EQ(copied->bytes, 5 + 11);
+  EXPECT_EQ(copied->skipped, 2);  // the temporary files
+  EXPECT_THAT(west.puts, ElementsAre("spotdnn/j1/ckpt-7.bin", "spotdnn/j1/manifest.json"));
+  EXPECT_EQ(west.objects.at("spotdnn/j1/manifest.json"), "{\"step\": 7}");
+  EXPECT_EQ(east.objects.size(), 6u);  // the source is left as it was
+  // A failed write stops the copy, naming the object and the store.
+  west.fail_puts = true;
+  auto failed = CopyCheckpoint(east, "jobs/j1", west, "spotdnn/j1");
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(std::string(failed.status().message()),
+              ::testing::HasSubstr("writing mem://spotdnn/j1/ckpt-7.bin: store down"));
+  // A missing object (deleted between the listing and the read) is named too.
+  MemoryStore vanishing;
+  class Lister final : public ObjectStore {
+   public:
+    absl::StatusOr<std::vector<StoredObject>> List(const std::string&) override {
+      return std::vector<StoredObject>{{"p/gone.bin", 3}};
+    }
+    absl::StatusOr<std::string> Get(const std::string&) override {
+      return absl::NotFoundError("no such key");
+    }
+    absl::Status Put(const std::string&, const std::string&) override { return absl::OkStatus(); }
+    std::string Describe(const std::string& key) const override { return "s3://east/" + key; }
+  } lister;
+  auto gone = CopyCheckpoint(lister, "p", vanishing, "q");
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(gone.status().message()),
+              ::testing::HasSubstr("reading s3://east/p/gone.bin"));
+}
+
+// The gateway's copier: from one region's bucket to another's through the S3 API (the fake's
+// endpoint, the credentials from the environment), every file written once.
+TEST_F(CheckpointSyncTest, TheS3CopierCopiesACheckpointToAnotherRegionsBucketOnce) {
+  testing::FakeS3 s3("AKIDCOPY", "the-copy-secret");
+  s3.CreateBucket("ckpt-us-east-1");
+  s3.CreateBucket("ckpt-us-west-2");
+  s3.PutDirect("ckpt-us-east-1", "spotdnn/j1/ckpt-7.bin", std::string(70000, '\x07'));
+  s3.PutDirect("ckpt-us-east-1", "spotdnn/j1/ps-0.json", R"({"step": 7})");
+  s3.PutDirect("ckpt-us-east-1", "spotdnn/j2/ckpt-1.bin", "not j1's");
+  s3.set_page_size(1);  // the listing follows continuation tokens
+  ::setenv("SPOTDNN_S3_ENDPOINT", s3.url().c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", "AKIDCOPY", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "the-copy-secret", 1);
+  ::unsetenv("AWS_SESSION_TOKEN");
+  CheckpointCopier copy = MakeS3CheckpointCopier(ProviderSpec{.name = "aws"});
+  ::unsetenv("SPOTDNN_S3_ENDPOINT");
+  auto copied = copy("s3://ckpt-us-east-1/spotdnn/j1", "us-east-1",
+                     "s3://ckpt-us-west-2/spotdnn/j1", "us-west-2");
+  ::unsetenv("AWS_ACCESS_KEY_ID");
+  ::unsetenv("AWS_SECRET_ACCESS_KEY");
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(copied->files, 2);
+  EXPECT_EQ(copied->bytes, 70000 + 11);
+  const auto west = s3.objects("ckpt-us-west-2");
+  ASSERT_EQ(west.size(), 2u);
+  EXPECT_EQ(west.at("spotdnn/j1/ckpt-7.bin"), std::string(70000, '\x07'));
+  EXPECT_EQ(west.at("spotdnn/j1/ps-0.json"), R"({"step": 7})");
+  int puts = 0;
+  for (const std::string& r : s3.requests()) puts += r.rfind("PUT ", 0) == 0;
+  EXPECT_EQ(puts, 2);
+  // A URI that is not s3:// is refused naming the field.
+  auto bad = copy("gs://elsewhere/j1", "", "s3://ckpt-us-west-2/spotdnn/j1", "us-west-2");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("checkpoint_uri"));
 }
 
 }  // namespace

@@ -218,7 +218,10 @@ int Run(const Args& args, const Io& io) {
        .store = store->get(),
        .read_checkpoint = spec->checkpoint_uri.empty()
                               ? launcher::CheckpointReader()
-                              : launcher::MakeS3CheckpointReader(spec->provider)},
+                              : launcher::MakeS3CheckpointReader(spec->provider),
+       .copy_checkpoint = job::CheckpointsPerRegion(*spec)
+                              ? launcher::MakeS3CheckpointCopier(spec->provider)
+                              : launcher::CheckpointCopier()},
       {.profiler_address = endpoints->profiler,
        .detector_address = endpoints->detector,
        .stall_timeout = stall_timeout,

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
+#include "provisioner/launcher/checkpoint_sync.h"
 #include "provisioner/launcher/cloud_provider.h"
 #include "services/clients/service_clients.h"
 #include "services/common/data_registry.h"
@@ -49,6 +50,9 @@ struct JobServices {
   // for jobs whose spec names one. The local provider's checkpoints are read from the folder.
   std::function<absl::StatusOr<std::string>(const std::string& uri, const std::string& name)>
       read_checkpoint;
+  // Copies a job's checkpoint folder to another region's (specs whose checkpoint URI has
+  // "{region}"): launcher::MakeS3CheckpointCopier on a cloud.
+  launcher::CheckpointCopier copy_checkpoint;
 };
 
 // How a job runs.

@@ -74,7 +74,8 @@ absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(
     workers += i.role == launcher::Role::kWorker && i.state == InstanceStatus::kRunning;
   }
   for (const TypeCount& c : launch) workers += c.count;
-  request.extra_env = JobEnvironment(job_.id, spec_, options_, *services_.provider, workers);
+  request.extra_env =
+      JobEnvironment(job_.id, spec_, options_, *services_.provider, workers, CheckpointRegion());
   int index = first_index;
   for (const TypeCount& c : launch) {
     const int first = index;
@@ -110,7 +111,7 @@ absl::StatusOr<launcher::ClusterLaunchResult> JobRun::Launch(
     for (launcher::WorkerGroup& g : request.workers) g.zones = LaunchZones(g.instance_type);
   }
   request.avoid_zones = spec_.zones.avoid;
-  auto result = launcher::LaunchCluster(*services_.provider, request);
+  auto result = LaunchInRegions(request);
   if (!result.ok()) return result.status();
   NoteRefusals(result->refused_zones);
   if (with_servers && !sync_) job_.ps_addresses = absl::StrJoin(result->ps_addresses, ",");

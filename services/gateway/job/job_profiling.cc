@@ -93,7 +93,7 @@ absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const J
     workers += n;
     cluster.push_back({type, n});
   }
-  auto env = JobEnvironment(run_id, spec, options, *services.provider, workers);
+  auto env = JobEnvironment(run_id, spec, options, *services.provider, workers, catalog.region());
   // A profiling run starts from nothing: what an earlier run of the same name checkpointed on
   // this machine (a job profiled again) would have it resume past its steps.
   if (auto dir = env.find("SPOTDNN_CHECKPOINT_DIR"); dir != env.end() &&
@@ -277,7 +277,7 @@ absl::Status MakeRun(const std::string& run_id, const ProfilingRun& run, const J
 std::map<std::string, std::string> JobEnvironment(const std::string& job_id, const JobSpec& spec,
                                                   const JobOptions& options,
                                                   const launcher::CloudProvider& provider,
-                                                  int workers) {
+                                                  int workers, const std::string& region) {
   std::map<std::string, std::string> env = {
       {"SPOTDNN_PROFILER", options.profiler_address},
       {"SPOTDNN_DETECTOR", options.detector_address},
@@ -285,7 +285,7 @@ std::map<std::string, std::string> JobEnvironment(const std::string& job_id, con
       {"SPOTDNN_PARAMETER_SERVERS", absl::StrCat(spec.parameter_servers)}};
   if (!spec.checkpoint_uri.empty()) {
     // On the instance: a local folder its agent keeps in sync with the URI.
-    env["SPOTDNN_CHECKPOINT_URI"] = absl::StrCat(spec.checkpoint_uri, "/", job_id);
+    env["SPOTDNN_CHECKPOINT_URI"] = CheckpointUriIn(spec, job_id, region);
     env["SPOTDNN_CHECKPOINT_DIR"] = absl::StrCat("/var/tmp/spotdnn-checkpoints/", job_id);
   } else if (provider.SharesFilesWithCaller() && !options.checkpoint_root.empty()) {
     env["SPOTDNN_CHECKPOINT_DIR"] =

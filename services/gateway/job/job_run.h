@@ -57,11 +57,12 @@ absl::Status Profile(const JobSpec& spec, const pb::InstanceCatalog& catalog,
 
 // The environment every instance of `job_id` gets beyond the launcher's: where to report
 // (SPOTDNN_PROFILER, SPOTDNN_DETECTOR), the cluster's size (SPOTDNN_WORKERS) and where parameter
-// servers checkpoint (SPOTDNN_CHECKPOINT_DIR, and SPOTDNN_CHECKPOINT_URI on a cloud).
+// servers checkpoint (SPOTDNN_CHECKPOINT_DIR, and SPOTDNN_CHECKPOINT_URI on a cloud: the folder of
+// `region` when the spec keeps one per region).
 std::map<std::string, std::string> JobEnvironment(const std::string& job_id, const JobSpec& spec,
                                                   const JobOptions& options,
                                                   const launcher::CloudProvider& provider,
-                                                  int workers);
+                                                  int workers, const std::string& region);
 
 class JobRun {
  public:
@@ -188,6 +189,18 @@ class JobRun {
   double CheckpointCopyS() const;
   // Seconds of training left at the plan's pace with its whole cluster (0 without a prediction).
   double WorkLeftS() const;
+  // The region whose checkpoint folder is the job's newest: that of the newest instance launched
+  // (its agent uploads there), else the plan's, else the catalog's.
+  std::string CheckpointRegion() const;
+  // Launches `request`; with a checkpoint folder per region (CheckpointsPerRegion), one region at
+  // a time in the order of the zones it tries, the next only when the last had no capacity for
+  // any of it.
+  absl::StatusOr<launcher::ClusterLaunchResult> LaunchInRegions(
+      const launcher::ClusterLaunchRequest& request);
+  // Keeps `request` to region `to`'s zones, points its instances at that region's checkpoint
+  // folder, and copies the checkpoint there first when the newest is elsewhere (logged
+  // "checkpoint_copy").
+  absl::Status PlaceCheckpoint(launcher::ClusterLaunchRequest& request, const std::string& to);
 
   // ---- job_deadline.cc
   // Makes the deadline guard when the job falls back to on-demand (spec fallback "on-demand" and a

@@ -9,8 +9,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "nlohmann/json.hpp"
 #include "provisioner/deadline/deadline_policy.h"
+#include "provisioner/launcher/s3_client.h"
 #include "services/common/convert.h"
 #include "services/common/values.h"
 
@@ -484,6 +486,17 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
                  "expected an s3://BUCKET/PREFIX URI (the local provider keeps them in "
                  "DATA_DIR/checkpoints by itself)");
     }
+    // The one placeholder is {region}; with it, the URI must still be one once filled in.
+    const std::string filled = absl::StrReplaceAll(*uri, {{"{region}", "us-east-1"}});
+    if (filled.find_first_of("{}") != std::string::npos) {
+      return Bad("checkpoints", doc["checkpoints"],
+                 "the only placeholder is {region} (a bucket or prefix per region)");
+    }
+    if (auto parsed = launcher::ParseS3Uri("checkpoints", filled); !parsed.ok()) {
+      return Bad("checkpoints", doc["checkpoints"],
+                 "expected an s3://BUCKET/PREFIX URI with a valid bucket name (3-63 of a-z 0-9 . "
+                 "-, {region} filled in)");
+    }
     spec.checkpoint_uri = *uri;
   }
 
@@ -633,6 +646,17 @@ void SetSloTarget(const JobSpec& spec, v1::Slo* slo) {
   } else {
     slo->clear_target_metric();
   }
+}
+
+std::string CheckpointUriIn(const JobSpec& spec, const std::string& job_id,
+                            const std::string& region) {
+  if (spec.checkpoint_uri.empty()) return "";
+  return absl::StrCat(absl::StrReplaceAll(spec.checkpoint_uri, {{"{region}", region}}), "/",
+                      job_id);
+}
+
+bool CheckpointsPerRegion(const JobSpec& spec) {
+  return absl::StrContains(spec.checkpoint_uri, "{region}");
 }
 
 }  // namespace spotdnn::job

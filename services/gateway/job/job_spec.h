@@ -76,8 +76,10 @@ struct JobSpec {
   std::string lifetimes;
   double notice_s = 0;
   double takeover_delay_s = -1;  // < 0: the revocation overhead
-  // Where parameter servers' checkpoints go on a cloud (s3://BUCKET/PREFIX; the job's folder is
-  // PREFIX/JOB). Empty: the local provider's DATA_DIR/checkpoints/JOB.
+  // Where checkpoints go on a cloud (s3://BUCKET/PREFIX; the job's folder is PREFIX/JOB). Empty:
+  // the local provider's DATA_DIR/checkpoints/JOB. "{region}" in it names a bucket (or prefix) per
+  // region: an instance uses its region's, and a move to another region copies the checkpoint
+  // there once (CheckpointUriIn).
   std::string checkpoint_uri;
   ZoneSpec zones;  // where it may run (catalogs with zones)
 
@@ -126,6 +128,13 @@ void SetSloTarget(const JobSpec& spec, spotdnn::v1::Slo* slo);
 
 // Reads and parses a job spec file (NOT_FOUND naming the path when it cannot be read).
 absl::StatusOr<JobSpec> ReadJobSpec(const std::string& path);
+
+// The spec's checkpoint folder of job `job_id` for instances in `region` ("{region}" replaced;
+// empty when the spec names no checkpoint URI).
+std::string CheckpointUriIn(const JobSpec& spec, const std::string& job_id,
+                            const std::string& region);
+// Whether the spec keeps a checkpoint bucket (or prefix) per region.
+bool CheckpointsPerRegion(const JobSpec& spec);
 
 }  // namespace spotdnn::job
 

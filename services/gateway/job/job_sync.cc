@@ -93,19 +93,20 @@ absl::StatusOr<launcher::ClusterLaunchRequest> JobRun::SyncRequest(
   }
   int planned = 0;
   for (const TypeCount& c : CountsOf(plan_.cluster())) planned += c.count;
-  auto cluster = ElasticClusterFor(
-      {.job_id = job_.id,
-       .spec = &spec_,
-       .workload = &workload_,
-       .catalog = &catalog_,
-       .prediction = &prediction,
-       .launch = launch,
-       .first_index = first_index,
-       .token_prefix = token_prefix,
-       .rendezvous = rendezvous_->Endpoint(),
-       .max_instances = std::max(planned, workers),
-       .market = market,
-       .env = JobEnvironment(job_.id, spec_, options_, *services_.provider, workers)});
+  auto cluster =
+      ElasticClusterFor({.job_id = job_.id,
+                         .spec = &spec_,
+                         .workload = &workload_,
+                         .catalog = &catalog_,
+                         .prediction = &prediction,
+                         .launch = launch,
+                         .first_index = first_index,
+                         .token_prefix = token_prefix,
+                         .rendezvous = rendezvous_->Endpoint(),
+                         .max_instances = std::max(planned, workers),
+                         .market = market,
+                         .env = JobEnvironment(job_.id, spec_, options_, *services_.provider,
+                                               workers, CheckpointRegion())});
   if (!cluster.ok()) return cluster.status();
   return launcher::ElasticClusterRequest(*cluster);
 }

@@ -368,7 +368,7 @@ absl::StatusOr<double> JobRun::CheckpointStep(int index) {
   if (!spec_.checkpoint_uri.empty()) {
     manifest =
         services_.read_checkpoint
-            ? services_.read_checkpoint(absl::StrCat(spec_.checkpoint_uri, "/", job_.id), name)
+            ? services_.read_checkpoint(CheckpointUriIn(spec_, job_.id, CheckpointRegion()), name)
             : absl::UnimplementedError("no reader for " + spec_.checkpoint_uri);
   } else if (services_.provider->SharesFilesWithCaller() && !options_.checkpoint_root.empty()) {
     manifest = services::ReadFile(
@@ -444,7 +444,8 @@ absl::Status JobRun::ServerTakeover(RevocationRecord& revocation) {
       .parameter_server_type = server.instance_type,
       .ps_first_index = server.index,
       .ps_token = revocation.takeover_token + "-ps",
-      .extra_env = JobEnvironment(job_.id, spec_, options_, *services_.provider, 0)};
+      .extra_env =
+          JobEnvironment(job_.id, spec_, options_, *services_.provider, 0, CheckpointRegion())};
   auto replaced = launcher::LaunchCluster(*services_.provider, request);
   if (!replaced.ok()) return replaced.status();
   if (!replaced->error.ok()) return replaced->error;

@@ -137,6 +137,91 @@ std::vector<std::string> JobRun::ZonesFor(const std::string& type) {
   return out;
 }
 
+std::string JobRun::CheckpointRegion() const {
+  const InstanceRecord* newest = nullptr;
+  for (const auto& [id, i] : instances_) {
+    if (!i.zone.empty() && (newest == nullptr || i.launched_ms >= newest->launched_ms)) newest = &i;
+  }
+  if (newest != nullptr) return RegionOf(newest->zone);
+  if (!plan_.region().empty()) return plan_.region();
+  return plan_.zone().empty() ? catalog_.region() : RegionOf(plan_.zone());
+}
+
+absl::Status JobRun::PlaceCheckpoint(launcher::ClusterLaunchRequest& request,
+                                     const std::string& to) {
+  auto keep_to_region = [&](std::vector<std::string>& zones) {
+    std::vector<std::string> kept;
+    for (const std::string& z : zones) {
+      if (RegionOf(z) == to) kept.push_back(z);
+    }
+    if (!kept.empty()) zones = std::move(kept);
+  };
+  for (launcher::WorkerGroup& g : request.workers) keep_to_region(g.zones);
+  keep_to_region(request.ps_zones);
+  // Every instance of this launch reads and writes that region's folder.
+  const std::string uri = CheckpointUriIn(spec_, job_.id, to);
+  auto point = [&](std::map<std::string, std::string>& env) {
+    if (env.count("SPOTDNN_CHECKPOINT_URI") > 0) env["SPOTDNN_CHECKPOINT_URI"] = uri;
+  };
+  point(request.extra_env);
+  for (launcher::WorkerGroup& g : request.workers) point(g.env);
+  // Nothing to copy before the first instance (no checkpoint yet), or within the region.
+  const std::string from = CheckpointRegion();
+  bool launched_before = false;
+  for (const auto& [id, i] : instances_) launched_before |= !i.zone.empty();
+  if (to == from || !launched_before) return absl::OkStatus();
+  if (!services_.copy_checkpoint) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoints = \"", spec_.checkpoint_uri, "\": moving from ", from, " to ", to,
+                     " needs the checkpoint copied, and this gateway has no copier"));
+  }
+  const std::string from_uri = CheckpointUriIn(spec_, job_.id, from);
+  auto copied = services_.copy_checkpoint(from_uri, from, uri, to);
+  if (!copied.ok()) {
+    return absl::Status(
+        copied.status().code(),
+        absl::StrCat("copying the checkpoint from ", from_uri, " to ", uri, " (a move from ", from,
+                     " to ", to, "): ", copied.status().message()));
+  }
+  const nlohmann::json detail = {{"from_region", from},    {"to_region", to},
+                                 {"from", from_uri},       {"to", uri},
+                                 {"files", copied->files}, {"bytes", copied->bytes}};
+  return Log("checkpoint_copy", detail.dump());
+}
+
+absl::StatusOr<launcher::ClusterLaunchResult> JobRun::LaunchInRegions(
+    const launcher::ClusterLaunchRequest& request) {
+  if (!CheckpointsPerRegion(spec_)) return launcher::LaunchCluster(*services_.provider, request);
+  // The regions of the zones the launch would try, in their order.
+  std::vector<std::string> regions;
+  for (const launcher::WorkerGroup& g : request.workers) {
+    for (const std::string& z : g.zones) {
+      const std::string r = RegionOf(z);
+      if (std::find(regions.begin(), regions.end(), r) == regions.end()) regions.push_back(r);
+    }
+  }
+  if (regions.empty()) regions.push_back(CheckpointRegion());
+  std::vector<std::string> refused;
+  absl::StatusOr<launcher::ClusterLaunchResult> result;
+  for (size_t k = 0; k < regions.size(); ++k) {
+    launcher::ClusterLaunchRequest here = request;
+    if (auto s = PlaceCheckpoint(here, regions[k]); !s.ok()) return s;
+    result = launcher::LaunchCluster(*services_.provider, here);
+    const bool last = k + 1 == regions.size();
+    if (!result.ok()) {
+      if (result.status().code() == absl::StatusCode::kResourceExhausted && !last) continue;
+      return result;
+    }
+    refused.insert(refused.end(), result->refused_zones.begin(), result->refused_zones.end());
+    // The next region only when this one had no capacity for any of it.
+    if (!result->instances.empty() || !result->error.ok() || result->exhausted_types.empty()) {
+      break;
+    }
+  }
+  result->refused_zones = std::move(refused);
+  return result;
+}
+
 absl::Status JobRun::NoteMove(const InstanceRecord& launched) {
   if (launched.role != launcher::Role::kWorker || launched.zone.empty() ||
       launched.reason == LaunchReason::kPlan) {
