@@ -328,19 +328,24 @@ class JobControllerTest : public ::testing::Test {
                          });
   }
 
+  // What a controller of this fixture runs against: the fakes, and a plain revocation feed.
+  JobServices Services() {
+    return {.provisioner = &provisioner_client_,
+            .profiler = &profiler_client_,
+            .detector = &detector_client_,
+            .provider = &cloud_,
+            .store = store_.get(),
+            .clock = &clock_,
+            .open_feed = [this](const std::string&, uint64_t) {
+              return std::make_unique<FakeFeed>(feed_);
+            }};
+  }
+
   // A controller that reads parameter servers' checkpoints under `root` (the cloud shares files).
   JobController CheckpointingController(const fs::path& root) {
-    return JobController(
-        {.provisioner = &provisioner_client_,
-         .profiler = &profiler_client_,
-         .detector = &detector_client_,
-         .provider = &cloud_,
-         .store = store_.get(),
-         .clock = &clock_,
-         .open_feed = [this](const std::string&,
-                             uint64_t) { return std::make_unique<FakeFeed>(feed_); }},
-        {.stall_timeout = absl::Seconds(60), .checkpoint_root = root.string()},
-        [this](const JobEvent& e) { events_.push_back(e); });
+    return JobController(Services(),
+                         {.stall_timeout = absl::Seconds(60), .checkpoint_root = root.string()},
+                         [this](const JobEvent& e) { events_.push_back(e); });
   }
 
   // Plans and runs the job to its end.
@@ -535,25 +540,20 @@ TEST_F(JobControllerTest, ATakeoverInAnotherRegionCopiesTheCheckpointThereOnce) 
   cloud_.zones_for["p2.xlarge"] = {"us-east-1a", "us-west-2a"};
   struct Copy {
     std::string from, from_region, to, to_region;
-    int launches_before = 0;
+    int in_west_before = 0;  // instances in us-west-2a when it was made
   };
   std::vector<Copy> copies;
-  JobController controller(
-      {.provisioner = &provisioner_client_,
-       .profiler = &profiler_client_,
-       .detector = &detector_client_,
-       .provider = &cloud_,
-       .store = store_.get(),
-       .clock = &clock_,
-       .open_feed = [this](const std::string&,
-                           uint64_t) { return std::make_unique<FakeFeed>(feed_); },
-       .copy_checkpoint =
-           [&](const std::string& from, const std::string& from_region, const std::string& to,
-               const std::string& to_region) -> absl::StatusOr<launcher::SyncCounts> {
-         copies.push_back({from, from_region, to, to_region, cloud_.Launched()});
-         return launcher::SyncCounts{.files = 2, .bytes = 1000};
-       }},
-      {.stall_timeout = absl::Seconds(60)}, [this](const JobEvent& e) { events_.push_back(e); });
+  JobServices services = Services();
+  services.copy_checkpoint =
+      [&](const std::string& from, const std::string& from_region, const std::string& to,
+          const std::string& to_region) -> absl::StatusOr<launcher::SyncCounts> {
+    int in_west = 0;
+    for (const launcher::Instance& i : cloud_.Running()) in_west += i.zone == "us-west-2a";
+    copies.push_back({from, from_region, to, to_region, in_west});
+    return launcher::SyncCounts{.files = 2, .bytes = 1000};
+  };
+  JobController controller(services, {.stall_timeout = absl::Seconds(60)},
+                           [this](const JobEvent& e) { events_.push_back(e); });
   // At 3 s us-east-1a has no spot left and both p2.xlarge workers go; at 6 s the one that moved
   // goes too (us-west-2a is tried first now: us-east-1a refused within the probe interval).
   std::vector<std::string> first_workers;
@@ -585,6 +585,7 @@ TEST_F(JobControllerTest, ATakeoverInAnotherRegionCopiesTheCheckpointThereOnce) 
   EXPECT_EQ(copies[0].from_region, "us-east-1");
   EXPECT_EQ(copies[0].to, "s3://ckpt-us-west-2/spotdnn/job-x");
   EXPECT_EQ(copies[0].to_region, "us-west-2");
+  EXPECT_EQ(copies[0].in_west_before, 0) << "copied before the launch there";
   // Every p2.xlarge launched after the copy ran in us-west-2a, on its region's bucket.
   int in_west = 0;
   const auto all = cloud_.Describe("job-x");
