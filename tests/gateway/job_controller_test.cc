@@ -1275,6 +1275,92 @@ TEST_F(JobControllerTest, AResumedDecisionIsReissuedWithItsTokenAndLaunchesNothi
   EXPECT_THAT(LogKinds(), Contains("resumed"));
 }
 
+// A worker type that runs in a dear zone while a cheaper one has no spot returns to the cheaper one
+// once it has (the saving over the work left pays for the move), replacing its workers there;
+// a zone that refused is tried again only after the probe interval. A return logged by a gateway
+// that then died is finished by the resumed one with the same client token: nothing twice.
+TEST_F(JobControllerTest, AWorkerTypeReturnsToACheaperZoneAndAResumedReturnLaunchesNothingTwice) {
+  services::DataRegistry registry = services::DataRegistry::WithBuiltins();
+  auto catalog = registry.ResolveCatalog("aws-spotdnn-prototype");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  catalog->set_name("zoned");
+  for (pb::InstanceType& t : *catalog->mutable_instance_types()) {
+    if (t.name() != "p2.xlarge") continue;
+    t.clear_zones();
+    pb::InstanceZone* cheap = t.add_zones();
+    cheap->set_name("us-east-1a");
+    cheap->set_spot_price_per_hour(t.spot_price_per_hour() / 3);
+    t.add_zones()->set_name("us-east-1b");
+  }
+  ASSERT_TRUE(registry.AddCatalog(*catalog).ok());
+  cloud_.zones_for["p2.xlarge"] = {"us-east-1a", "us-east-1b"};
+  cloud_.zone_capacity["us-east-1a"] = 0;  // no spot there until 3 s
+  rate_ = 5;                               // 100 iterations in about 20 s
+  clock_.At(absl::Seconds(3), [&] { cloud_.zone_capacity.erase("us-east-1a"); });
+  JobController first = Controller({.probe_every = absl::Seconds(2)});
+  // The gateway stops right after the return's launch (as one killed there would).
+  on_event_ = [&](const JobEvent& e) {
+    if (std::holds_alternative<MovedEvent>(e.what)) first.Detach();
+  };
+  std::string spec = kSpec;
+  spec.replace(spec.find("aws-spotdnn-prototype"), 21, "zoned");
+  auto planned = first.Plan(spec, registry);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  last_progress_ = clock_.Now();
+  auto stopped = first.Run("job-x");
+  ASSERT_EQ(stopped.status().code(), absl::StatusCode::kCancelled) << stopped.status();
+  on_event_ = nullptr;
+  auto events = store_->Events("job-x");
+  ASSERT_TRUE(events.ok());
+  std::string decision;  // the last one, which launched
+  for (const JobEventRecord& e : *events) {
+    if (e.kind == "zone-return") decision = e.detail;
+  }
+  ASSERT_FALSE(decision.empty()) << LogText();
+  const int number = nlohmann::json::parse(decision).value("number", 0);
+  const std::string token = absl::StrCat("job-x-zone-", number, "-p2.xlarge");
+  ASSERT_EQ(cloud_.launch_calls[token], 1);
+  const int launched = cloud_.Launched();
+  // Its completion never reached the log: the resumed gateway asks again, with the same token.
+  ASSERT_TRUE(
+      store_->AddEvent("job-x", "zone-return", decision, absl::ToUnixMillis(clock_.Now())).ok());
+  JobController resumed = Controller({.probe_every = absl::Seconds(2)});
+  auto outcome = resumed.Run("job-x");
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message << LogText();
+  EXPECT_EQ(cloud_.launch_calls[token], 2);
+  EXPECT_EQ(cloud_.Launched(), launched) << "nothing launched twice";
+  EXPECT_THAT(LogText(), ::testing::HasSubstr("resuming zone return"));
+  std::set<std::string> ids;
+  auto instances = store_->Instances("job-x");
+  ASSERT_TRUE(instances.ok());
+  for (const InstanceRecord& i : *instances) EXPECT_TRUE(ids.insert(i.id).second) << i.id;
+  events = store_->Events("job-x");
+  ASSERT_TRUE(events.ok());
+  int returns = 0, tries = 0;
+  for (const JobEventRecord& e : *events) {
+    tries += e.kind == "zone-return";
+    if (e.kind != "zone-return-done") continue;
+    const nlohmann::json done = nlohmann::json::parse(e.detail);
+    if (done["launched"].empty()) continue;  // refused: us-east-1a had no spot yet
+    ++returns;
+    EXPECT_EQ(done["launched"].size(), 2u) << e.detail;
+  }
+  EXPECT_EQ(returns, 2) << "the return, and its resumption finding the same instances";
+  // Tried at most once a probe interval while refused (3 s of refusals, a try every 2 s), plus
+  // the return that launched and its copy in the log.
+  EXPECT_LE(tries, 4) << LogText();
+  for (const launcher::Instance& i : cloud_.Running()) {
+    EXPECT_NE(i.zone, "us-east-1b") << i.id << ": the dear zone's workers stopped";
+  }
+  int in_a = 0;
+  for (const InstanceRecord& i : *instances) {
+    in_a += i.zone == "us-east-1a" && i.reason == LaunchReason::kZoneReturn;
+  }
+  EXPECT_EQ(in_a, 2);
+  EXPECT_EQ(outcome->summary.revocations.size(), 0u) << "a stop is not a revocation";
+}
+
 // No spot capacity for a planned type at launch and no spot plan without it: the job
 // does not fail; the deadline guard runs the type on on-demand.
 TEST_F(JobControllerTest, NoSpotAtLaunchAndNoSpotPlanWithoutItRunsOnDemand) {

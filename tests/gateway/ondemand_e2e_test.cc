@@ -101,6 +101,14 @@ class OnDemandEndToEnd : public testing_util::LocalStackTest {
   // (at 100 MB/s).
   std::string WriteZonedJob(const std::string& name, int gone_h, const std::string& other,
                             const std::string& other_region, double checkpoint_mb) {
+    return WriteZonedJob(name, absl::StrCat("time_h,count\n0,1\n", gone_h, ",1\n", gone_h, ",0\n"),
+                         0.27, other, other_region, checkpoint_mb);
+  }
+  // The same with us-east-1a's capacity trace (`zone_a_trace`, a time_h,count CSV) and spot price
+  // given.
+  std::string WriteZonedJob(const std::string& name, const std::string& zone_a_trace,
+                            double zone_a_price, const std::string& other,
+                            const std::string& other_region, double checkpoint_mb) {
     const fs::path catalog = dir_ / "p2-zones.json";
     std::ofstream(catalog) << nlohmann::json{
         {"name", "p2-zones"},
@@ -114,14 +122,16 @@ class OnDemandEndToEnd : public testing_util::LocalStackTest {
            {"on_demand_price_per_hour", 0.90},
            {"quota", 1},
            {"zones",
-            {{{"name", "us-east-1a"}, {"region", "us-east-1"}},
+            {{{"name", "us-east-1a"},
+              {"region", "us-east-1"},
+              {"spot_price_per_hour", zone_a_price}},
              {{"name", other}, {"region", other_region}, {"spot_price_per_hour", 0.30}}}}}}},
         {"parameter_server", {{"instance_type", "m5.xlarge"}, {"bandwidth_mb_per_s", 1200}}},
         {"moves", {{"transfer_price_per_gib", 0.02}, {"transfer_mb_per_s", 100}}},
         {"pcie_bandwidth_mb_per_s",
          10000}}.dump(2);
     const fs::path gone = dir_ / "zone-a.csv";
-    std::ofstream(gone) << "time_h,count\n0,1\n" << gone_h << ",1\n" << gone_h << ",0\n";
+    std::ofstream(gone) << zone_a_trace;
     const fs::path stays = dir_ / "zone-b.csv";
     std::ofstream(stays) << "time_h,count\n0,1\n";
     const fs::path path = dir_ / (name + ".json");
@@ -421,6 +431,53 @@ TEST_F(OnDemandEndToEnd, SpotGoneInOneZoneMovesTheJobToAnotherZoneNotOnDemand) {
   EXPECT_THAT(text.out, ::testing::HasSubstr("Moves between zones: 1"));
   EXPECT_THAT(text.out, ::testing::HasSubstr("us-east-1a -> us-east-1b"));
   EXPECT_THAT(text.out, ::testing::ContainsRegex("zone +market"));
+}
+
+TEST_F(OnDemandEndToEnd, ACheaperZoneThatGetsSpotBackIsReturnedToWhenItPays) {
+  // us-east-1a ($0.10/h) has no spot until trace hour 2: the plan's worker lands in us-east-1b
+  // ($0.30/h). Once us-east-1a has spot again, the job moves its worker there: the saving over the
+  // work left ($0.20/h for about 15 s) pays for the move's two changeovers (2 x 5 s at $0.10/h).
+  const std::string job = "e2e-zones-return";
+  const std::string spec =
+      WriteZonedJob(job, "time_h,count\n0,0\n2,0\n2,1\n", 0.10, "us-east-1b", "us-east-1", 500);
+  std::vector<InstanceRecord> instances;
+  ASSERT_NO_FATAL_FAILURE(RunToTheEnd(job, {"run", spec}, "run.log", &instances));
+  auto store = Store();
+  ASSERT_NE(store, nullptr);
+  int planned_in_b = 0, returned_to_a = 0;
+  for (const InstanceRecord& i : instances) {
+    if (i.role != launcher::Role::kWorker) continue;
+    EXPECT_EQ(i.market, Market::kSpot) << i.id << " ran on-demand";
+    if (i.reason == job::LaunchReason::kPlan) planned_in_b += i.zone == "us-east-1b";
+    if (i.reason == job::LaunchReason::kZoneReturn) {
+      EXPECT_EQ(i.zone, "us-east-1a");
+      EXPECT_DOUBLE_EQ(i.price_per_hour, 0.10) << "the zone's own spot price";
+      ++returned_to_a;
+    }
+  }
+  EXPECT_EQ(planned_in_b, 1);
+  EXPECT_EQ(returned_to_a, 1) << "returned once, not back and forth";
+  auto events = store->Events(job);
+  ASSERT_TRUE(events.ok());
+  const std::vector<nlohmann::json> returns = DetailsOf(*events, "zone-return");
+  ASSERT_EQ(returns.size(), 1u);
+  EXPECT_EQ(returns[0]["from"], "us-east-1b");
+  EXPECT_EQ(returns[0]["to"], "us-east-1a");
+  const std::vector<nlohmann::json> done = DetailsOf(*events, "zone-return-done");
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0]["launched"].size(), 1u);
+  EXPECT_EQ(done[0]["stopped"].size(), 1u) << "the worker in us-east-1b stopped";
+  const std::vector<nlohmann::json> moves = DetailsOf(*events, "move");
+  ASSERT_EQ(moves.size(), 1u);
+  EXPECT_EQ(moves[0]["from"], "us-east-1b");
+  EXPECT_EQ(moves[0]["to"], "us-east-1a");
+  EXPECT_TRUE(DetailsOf(*events, "takeover").empty()) << "the stop is not a revocation";
+  CliRun status = Cli({"status", job, "--json", "--data-dir", dir_.string()});
+  ASSERT_EQ(status.code, 0) << status.err;
+  const nlohmann::json summary = nlohmann::json::parse(status.out)["summary"];
+  EXPECT_EQ(summary["deadline_met"], true) << summary;
+  EXPECT_EQ(summary["moves"], 1);
+  EXPECT_EQ(summary["revocations"], 0) << summary;
 }
 
 TEST_F(OnDemandEndToEnd, AMoveAcrossRegionsTheDeadlineCannotAffordRunsOnDemandInstead) {

@@ -248,21 +248,7 @@ absl::Status JobRun::CarryOut(int number, const std::string& type, int launch_sp
     for (size_t k = 0; k < on_demand.size() && k < static_cast<size_t>(stop_on_demand); ++k) {
       stopped_ids.push_back(on_demand[k]->id);
     }
-    if (!stopped_ids.empty()) {
-      absl::Status s = services_.provider->Terminate(stopped_ids);
-      if (!s.ok() && !absl::IsNotFound(s)) return s;
-      for (const std::string& id : stopped_ids) {
-        InstanceRecord& i = instances_[id];
-        i.state = InstanceStatus::kEnded;
-        i.ended_ms = NowMs();
-        if (auto st = services_.store->PutInstance(i); !st.ok()) return st;
-        if (services_.detector != nullptr) (void)services_.detector->Unregister(id);
-        if (auto st = Log("ended", absl::StrCat(id, " (on-demand, back to spot)")); !st.ok()) {
-          return st;
-        }
-        Emit(InstanceEndedEvent{.instance = id, .instance_type = type});
-      }
-    }
+    if (auto s = StopWorkers(stopped_ids, type, "on-demand, back to spot"); !s.ok()) return s;
   }
   const nlohmann::json done = {{"number", number},
                                {"instance_type", type},

@@ -104,6 +104,7 @@ void JobRun::RegisterRunning() {
 absl::StatusOr<JobRecord> JobRun::Run() {
   if (auto s = Load(); !s.ok()) return s;
   if (auto s = StartGuard(); !s.ok()) return s;
+  if (auto s = ResumeZoneReturns(); !s.ok()) return s;
   if (sync_) {
     if (absl::Status s = EnsureRendezvous(); !s.ok()) {
       if (absl::Status f = Fail(absl::StrCat("rendezvous: ", s.message())); !f.ok()) return f;
@@ -151,7 +152,8 @@ absl::Status JobRun::Loop() {
     }
     if (auto s = HandleFeed(); !s.ok()) return s;
     if (auto s = HandlePending(); !s.ok()) return s;
-    if (auto s = GuardTick(); !s.ok()) return s;  // job_deadline.cc
+    if (auto s = GuardTick(); !s.ok()) return s;       // job_deadline.cc
+    if (auto s = ZoneReturnTick(); !s.ok()) return s;  // job_zone_return.cc
     if (clock_.Now() >= next_describe) {
       if (auto s = PollInstances(); !s.ok()) return s;
       next_describe = clock_.Now() + options_.describe_every;

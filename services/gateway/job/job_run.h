@@ -202,6 +202,24 @@ class JobRun {
   // "checkpoint_copy").
   absl::Status PlaceCheckpoint(launcher::ClusterLaunchRequest& request, const std::string& to);
 
+  // ---- job_zone_return.cc
+  // Each check interval: a parameter-server job's worker type running on spot in one zone moves to
+  // a cheaper allowed zone when the zone rule the simulator uses (ChooseSpotZone) says the saving
+  // over the work left pays for the move; a zone tried is tried again after a probe interval. The
+  // decision is logged before it is carried out ("zone-return"), and a resumed gateway finishes
+  // one it did not ("zone-return-done" missing), with the same client tokens.
+  absl::Status ZoneReturnTick();
+  // Launches `count` spot workers of `type` in zone `to` only; those that land there replace as
+  // many of its workers in `from` (stopped).
+  absl::Status CarryOutZoneReturn(int number, const std::string& type, const std::string& from,
+                                  const std::string& to, int count, int first_index);
+  // Rebuilds the count of zone returns from the log and finishes those a stopped gateway did not.
+  absl::Status ResumeZoneReturns();
+  // Stops running workers `ids` of `type` the job no longer needs (not a revocation): ended on
+  // record, no longer watched, logged "ended" with `why`.
+  absl::Status StopWorkers(const std::vector<std::string>& ids, const std::string& type,
+                           const std::string& why);
+
   // ---- job_deadline.cc
   // Makes the deadline guard when the job falls back to on-demand (spec fallback "on-demand" and a
   // deadline) and rebuilds it from the job's log: its spot-short and spot-back events, and the
@@ -321,6 +339,11 @@ class JobRun {
   int deadline_decisions_ = 0;            // "deadline" events so far (numbers their tokens)
   std::map<std::string, double> on_demand_price_;
   std::map<std::string, absl::Time> refused_zones_;  // zone -> when it last refused capacity
+  int zone_returns_ = 0;                             // "zone-return" events so far
+  absl::Time next_zone_check_ = absl::InfinitePast();
+  std::map<std::string, absl::Time> zone_tried_;  // "TYPE@ZONE" -> when a return last tried it
+  // While a zone return launches: the one zone its launch may use (empty: LaunchZones' order).
+  std::string only_zone_;
   absl::Time last_shown_at_ = absl::InfinitePast();
   std::unique_ptr<ConvergenceWatch> watch_;  // null: no loss target or no model to refit
   ConvergenceForecast first_forecast_;

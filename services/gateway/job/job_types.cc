@@ -38,12 +38,13 @@ constexpr std::array<std::pair<InstanceStatus, absl::string_view>, 3> kInstanceS
     {InstanceStatus::kRevoking, "revoking"},
     {InstanceStatus::kEnded, "ended"},
 }};
-constexpr std::array<std::pair<LaunchReason, absl::string_view>, 5> kLaunchReasons{{
+constexpr std::array<std::pair<LaunchReason, absl::string_view>, 6> kLaunchReasons{{
     {LaunchReason::kPlan, "plan"},
     {LaunchReason::kCapacity, "capacity"},
     {LaunchReason::kTakeover, "takeover"},
     {LaunchReason::kDeadline, "deadline"},
     {LaunchReason::kRefit, "refit"},
+    {LaunchReason::kZoneReturn, "zone-return"},
 }};
 constexpr std::array<std::pair<RevocationStatus, absl::string_view>, 4> kRevocationStatuses{{
     {RevocationStatus::kPending, "pending"},

@@ -21,7 +21,7 @@ enum class InstanceStatus { kRunning, kRevoking, kEnded };
 // Why an instance was launched: the plan, a capacity re-plan, a takeover after a revocation, a
 // decision of the deadline guard (on-demand while spot cannot keep the deadline, spot again), or
 // a larger cluster after the live convergence refit predicted a missed deadline (kRefit).
-enum class LaunchReason { kPlan, kCapacity, kTakeover, kDeadline, kRefit };
+enum class LaunchReason { kPlan, kCapacity, kTakeover, kDeadline, kRefit, kZoneReturn };
 
 // A revocation's handling: pending (re-plan and launch to do), launched (takeover running),
 // none-needed (the re-plan kept the survivors), failed (the takeover could not be launched).

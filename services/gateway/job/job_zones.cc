@@ -65,6 +65,7 @@ double JobRun::CheckpointCopyS() const {
 std::vector<std::string> JobRun::LaunchZones(const std::string& type) {
   const std::vector<std::string> offered = services_.provider->ZonesFor(type);
   if (offered.empty()) return {};
+  if (!only_zone_.empty()) return {only_zone_};  // a zone return tries its zone alone
   std::vector<std::string> out;
   for (const std::string& zone : ZonesFor(type)) {
     if (std::find(offered.begin(), offered.end(), zone) != offered.end()) out.push_back(zone);
