@@ -154,6 +154,7 @@ class GreedyPolicy final : public DeadlinePolicy {
                 }));
   }
   absl::string_view name() const override { return "greedy"; }
+  bool plain_zone_choice() const override { return true; }
 
  private:
   bool committed_ = false;

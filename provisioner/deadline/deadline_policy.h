@@ -60,6 +60,9 @@ class DeadlinePolicy {
   // What the availability of this type looked like before the job started (the trace before a
   // simulated window; a catalog's statistics for a real job). Policies that do not learn ignore it.
   virtual void SetHistory(const AvailabilityStats& /*history*/) {}
+  // Whether the job's spot zone, when it may run in several, is the plain one (CheapestSpotZone in
+  // zone_choice.h: the baseline, no history) rather than ChooseSpotZone's.
+  virtual bool plain_zone_choice() const { return false; }
 };
 
 // The tunable constants of "ours" (see deadline_policy.cc for the rules). The defaults are the ones

@@ -268,6 +268,7 @@ WindowResult ReplayOn(const Grid& g, double start_s, const WindowJob& job, Deadl
         options[z].seen_s = seen[z].seen_s();
         options[z].seen_up_s = seen[z].seen_up_s();
         options[z].expected_run_s = seen[z].ExpectedStay();
+        options[z].median_run_s = seen[z].MedianStay();
       }
       ZoneJob zj;
       zj.current = run == Run::kSpot ? zone : -1;
@@ -275,7 +276,8 @@ WindowResult ReplayOn(const Grid& g, double start_s, const WindowJob& job, Deadl
       zj.changeover_s = d;
       zj.slack_s = in.time_left_s - in.work_left_s;
       zj.instances = n;
-      choice = ChooseSpotZone(options, zj);
+      choice = policy.plain_zone_choice() ? CheapestSpotZone(options, zj.current)
+                                          : ChooseSpotZone(options, zj);
     }
     in.running_spot = run == Run::kSpot ? 1 : 0;
     in.running_on_demand = run == Run::kOnDemand ? 1 : 0;

@@ -10,8 +10,9 @@
 // Several zones (or regions) replay at once: the job runs spot in one zone at a time; when that
 // zone's count drops below the instances it needs, it is preempted there, and it may start again
 // in any zone with capacity (each start, a move to another zone too, costs the changeover). The
-// zone is chosen by ChooseSpotZone (zone_choice.h); the policy sees spot as available while some
-// zone has it. The optimum's program has the zone in its state.
+// zone is chosen by ChooseSpotZone (zone_choice.h; for greedy, the plain CheapestSpotZone); the
+// policy sees spot as available while the rule finds a zone. The optimum's program has the zone in
+// its state.
 #ifndef SPOTDNN_PROVISIONER_DEADLINE_WINDOW_REPLAY_H_
 #define SPOTDNN_PROVISIONER_DEADLINE_WINDOW_REPLAY_H_
 

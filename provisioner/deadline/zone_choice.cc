@@ -47,24 +47,64 @@ double ZoneHistory::ExpectedStay() const {
   return suffix_[i] / static_cast<double>(longer) - age_;
 }
 
-int ChooseSpotZone(const std::vector<ZoneOption>& zones, const ZoneJob& job) {
+double ZoneHistory::MedianStay() const {
+  constexpr double kPrior = 2 * 3600;
+  if (ended_.empty()) return std::max(kPrior, up_ ? age_ : 0.0);
+  const double age = up_ ? age_ : 0.0;
+  const size_t i = up_ ? std::upper_bound(ended_.begin(), ended_.end(), age) - ended_.begin() : 0;
+  const size_t longer = ended_.size() - i;
+  if (longer == 0) return age;
+  const size_t mid = i + longer / 2;
+  const double median = longer % 2 ? ended_[mid] : (ended_[mid - 1] + ended_[mid]) / 2;
+  return median - age;
+}
+
+int CheapestSpotZone(const std::vector<ZoneOption>& zones, int current) {
+  if (current >= 0 && current < static_cast<int>(zones.size()) && zones[current].has_capacity &&
+      !zones[current].blocked) {
+    return current;
+  }
   int best = -1;
   for (int i = 0; i < static_cast<int>(zones.size()); ++i) {
     const ZoneOption& z = zones[i];
     if (!z.has_capacity || z.blocked) continue;
+    if (best < 0 || z.spot_price_per_hour < zones[best].spot_price_per_hour) best = i;
+  }
+  return best;
+}
+
+int ChooseSpotZone(const std::vector<ZoneOption>& zones, const ZoneJob& job) {
+  const int n = std::max(1, job.instances);
+  const bool running = job.current >= 0 && job.current < static_cast<int>(zones.size()) &&
+                       zones[job.current].has_capacity && !zones[job.current].blocked;
+  // Not running: a start costs a changeover wherever it is, and where spot comes in short bursts
+  // most starts buy little more than that. While the slack is above the floor, start only where
+  // half the stretches seen at the zone's age lasted long enough to be worth it (the median rest,
+  // not the mean: the mean is the odd long stretch's): at least `worth_stay_changeovers`, and the
+  // more slack above the floor, the longer (a share of it), but never more than the work left
+  // needs. A burst that has just begun is passed over until it has lasted as long as a long one.
+  const double d = job.changeover_s;
+  const double floor = job.wait_floor_changeovers * d;
+  const bool choosy = !running && job.slack_s >= floor;
+  const double worth = std::min(
+      std::max(job.worth_stay_changeovers * d, job.worth_stay_slack_share * (job.slack_s - floor)),
+      job.work_left_s + d);
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(zones.size()); ++i) {
+    const ZoneOption& z = zones[i];
+    if (!z.has_capacity || z.blocked) continue;
+    if (choosy && z.median_run_s < worth) continue;
     if (best < 0 || Before(z, zones[best])) best = i;
   }
-  const int n = static_cast<int>(zones.size());
-  if (job.current < 0 || job.current >= n) return best;
+  if (!running) return best;
   const ZoneOption& here = zones[job.current];
-  if (!here.has_capacity || here.blocked) return best;
   if (best < 0 || best == job.current) return job.current;
   // A move restarts the job (a changeover at the new price, the progress of one changeover lost,
   // bought back at the end) and may copy the checkpoint: worth it when the expected stay there,
   // at most the work left, saves more than twice that, and the slack allows a changeover more.
   const ZoneOption& there = zones[best];
   const double stay = std::min(job.work_left_s, there.expected_run_s);
-  const double n_instances = std::max(1, job.instances);
+  const double n_instances = n;
   const double saving =
       n_instances * stay * (here.spot_price_per_hour - there.spot_price_per_hour) / 3600;
   const double cost =

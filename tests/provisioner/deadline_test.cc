@@ -419,6 +419,87 @@ TEST(ZoneChoiceTest, MovesToACheaperZoneOnlyWhenThatPays) {
   EXPECT_EQ(ChooseSpotZone(z, job), 0);
 }
 
+TEST(ZoneChoiceTest, WhileTheSlackAllowsStartsOnlyWhereTheMedianStayIsWorthIt) {
+  std::vector<ZoneOption> z(2);
+  for (ZoneOption& o : z) {
+    o.spot_price_per_hour = 1;
+    o.has_capacity = true;
+  }
+  // Zone 0 has the longer mean stay (the odd long stretch) but mostly short bursts.
+  z[0].expected_run_s = 3 * 3600;
+  z[0].median_run_s = 0.3 * 3600;
+  z[1].expected_run_s = 2 * 3600;
+  z[1].median_run_s = 2 * 3600;
+  ZoneJob job;
+  job.changeover_s = 720;  // the floor: 10 changeovers, 2 h
+  job.work_left_s = 10 * 3600;
+  job.slack_s = 4 * 3600;  // worth: max(5 changeovers, 0.3 x 2 h) = 1 h
+  EXPECT_EQ(ChooseSpotZone(z, job), 1);
+  z[1].has_capacity = false;
+  EXPECT_EQ(ChooseSpotZone(z, job), -1);  // waits for a better start
+  job.slack_s = 1.5 * 3600;               // below the floor: any zone
+  EXPECT_EQ(ChooseSpotZone(z, job), 0);
+  job.slack_s = 4 * 3600;
+  job.work_left_s = 5 * 60;  // the burst is likely to finish the work
+  EXPECT_EQ(ChooseSpotZone(z, job), 0);
+  job.work_left_s = 10 * 3600;
+  job.current = 0;  // running there: stays
+  EXPECT_EQ(ChooseSpotZone(z, job), 0);
+}
+
+TEST(ZoneChoiceTest, TheMoreSlackAboveTheFloorTheLongerTheStayWorthAStart) {
+  std::vector<ZoneOption> z(2);
+  for (ZoneOption& o : z) {
+    o.spot_price_per_hour = 1;
+    o.has_capacity = true;
+  }
+  z[0].expected_run_s = 5 * 3600;
+  z[0].median_run_s = 2 * 3600;
+  z[1].expected_run_s = 4 * 3600;
+  z[1].median_run_s = 4 * 3600;
+  ZoneJob job;
+  job.changeover_s = 720;
+  job.work_left_s = 12 * 3600;
+  job.slack_s = 12 * 3600;  // worth: 0.3 x (12 h - 2 h) = 3 h
+  EXPECT_EQ(ChooseSpotZone(z, job), 1);
+  job.slack_s = 6 * 3600;  // 1.2 h
+  EXPECT_EQ(ChooseSpotZone(z, job), 0);
+}
+
+TEST(ZoneHistoryTest, TheMedianFollowsTheBurstsAndTheMeanTheLongStretch) {
+  ZoneHistory h;
+  for (double up : {600.0, 600.0, 600.0, 6000.0}) {
+    h.Observe(true, up);
+    h.Observe(false, 300);
+  }
+  EXPECT_DOUBLE_EQ(h.ExpectedStay(), 7800.0 / 4);
+  EXPECT_DOUBLE_EQ(h.MedianStay(), 600);
+  h.Observe(true, 1200);  // past the bursts: only the long stretch lasted this long
+  EXPECT_DOUBLE_EQ(h.MedianStay(), 4800);
+  EXPECT_DOUBLE_EQ(h.ExpectedStay(), 4800);
+}
+
+TEST(ZoneChoiceTest, ThePlainRuleIsTheCheapestWithCapacityWithNoHistory) {
+  std::vector<ZoneOption> z(3);
+  for (ZoneOption& o : z) {
+    o.spot_price_per_hour = 1;
+    o.has_capacity = true;
+  }
+  z[1].expected_run_s = z[1].median_run_s = 20 * 3600;  // history is ignored
+  z[1].seen_s = z[1].seen_up_s = 20 * 3600;
+  EXPECT_EQ(CheapestSpotZone(z, -1), 0);  // the first listed on ties
+  z[2].spot_price_per_hour = 0.5;
+  EXPECT_EQ(CheapestSpotZone(z, -1), 2);
+  EXPECT_EQ(CheapestSpotZone(z, 1), 1);  // stays while it has capacity
+  z[1].has_capacity = false;
+  z[2].blocked = true;
+  EXPECT_EQ(CheapestSpotZone(z, 1), 0);
+  z[0].has_capacity = false;
+  EXPECT_EQ(CheapestSpotZone(z, 1), -1);
+  EXPECT_TRUE((*MakeDeadlinePolicy("greedy"))->plain_zone_choice());
+  EXPECT_FALSE((*MakeDeadlinePolicy("ours"))->plain_zone_choice());
+}
+
 TEST(ZoneReplayTest, AlignsTicksAndLengthsAndRefusesBadZones) {
   auto aligned =
       AlignZones({Z("a", {1, 0, 1, 1}, -1, 200), Z("b", {1, 1, 1, 0, 1, 1, 1}, -1, 100)});
