@@ -362,6 +362,16 @@ Zone Z(std::string name, std::vector<int> counts, double price = -1, double gap 
   return Zone{std::move(name), Ticks(std::move(counts), gap), price};
 }
 
+// `n` zones at $1/h, each with capacity now.
+std::vector<ZoneOption> OpenZones(int n) {
+  std::vector<ZoneOption> z(n);
+  for (ZoneOption& o : z) {
+    o.spot_price_per_hour = 1;
+    o.has_capacity = true;
+  }
+  return z;
+}
+
 TEST(ZoneChoiceTest, StaysWhileItHasCapacityElseTheCheapestThenTheMostAvailable) {
   std::vector<ZoneOption> z(3);
   for (ZoneOption& o : z) {
@@ -420,11 +430,7 @@ TEST(ZoneChoiceTest, MovesToACheaperZoneOnlyWhenThatPays) {
 }
 
 TEST(ZoneChoiceTest, WhileTheSlackAllowsStartsOnlyWhereTheMedianStayIsWorthIt) {
-  std::vector<ZoneOption> z(2);
-  for (ZoneOption& o : z) {
-    o.spot_price_per_hour = 1;
-    o.has_capacity = true;
-  }
+  std::vector<ZoneOption> z = OpenZones(2);
   // Zone 0 has the longer mean stay (the odd long stretch) but mostly short bursts.
   z[0].expected_run_s = 3 * 3600;
   z[0].median_run_s = 0.3 * 3600;
@@ -448,11 +454,7 @@ TEST(ZoneChoiceTest, WhileTheSlackAllowsStartsOnlyWhereTheMedianStayIsWorthIt) {
 }
 
 TEST(ZoneChoiceTest, TheMoreSlackAboveTheFloorTheLongerTheStayWorthAStart) {
-  std::vector<ZoneOption> z(2);
-  for (ZoneOption& o : z) {
-    o.spot_price_per_hour = 1;
-    o.has_capacity = true;
-  }
+  std::vector<ZoneOption> z = OpenZones(2);
   z[0].expected_run_s = 5 * 3600;
   z[0].median_run_s = 2 * 3600;
   z[1].expected_run_s = 4 * 3600;
@@ -480,11 +482,7 @@ TEST(ZoneHistoryTest, TheMedianFollowsTheBurstsAndTheMeanTheLongStretch) {
 }
 
 TEST(ZoneChoiceTest, ThePlainRuleIsTheCheapestWithCapacityWithNoHistory) {
-  std::vector<ZoneOption> z(3);
-  for (ZoneOption& o : z) {
-    o.spot_price_per_hour = 1;
-    o.has_capacity = true;
-  }
+  std::vector<ZoneOption> z = OpenZones(3);
   z[1].expected_run_s = z[1].median_run_s = 20 * 3600;  // history is ignored
   z[1].seen_s = z[1].seen_up_s = 20 * 3600;
   EXPECT_EQ(CheapestSpotZone(z, -1), 0);  // the first listed on ties
