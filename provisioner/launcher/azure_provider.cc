@@ -164,7 +164,74 @@ InstanceState StateOf(const std::string& provisioning_state) {
   return InstanceState::kPending;  // Creating, Updating, Migrating
 }
 
+// An image as storageProfile.imageReference: a resource id, or PUBLISHER:OFFER:SKU:VERSION.
+// `field` names where it was given.
+absl::StatusOr<json> ImageReference(const std::string& image, const std::string& field) {
+  if (absl::StartsWith(image, "/")) return json{{"id", image}};
+  std::vector<std::string> urn = absl::StrSplit(image, ':');
+  if (urn.size() != 4 ||
+      std::any_of(urn.begin(), urn.end(), [](const std::string& p) { return p.empty(); })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " = \"", image,
+        "\": expected an image resource id (/subscriptions/...) or PUBLISHER:OFFER:SKU:VERSION"));
+  }
+  return json{{"publisher", urn[0]}, {"offer", urn[1]}, {"sku", urn[2]}, {"version", urn[3]}};
+}
+
+// Why `place` cannot be another location's place of a provider in `location` ("" when it can).
+std::string BadPlace(const AzurePlace& place, const std::string& location) {
+  if (!ValidSegment(place.location, "") || Lower(place.location) != place.location) {
+    return "expected a zone of another location (westus2-1) or a location (westus)";
+  }
+  if (!place.zone.empty() && (!AllDigits(place.zone) || place.zone.size() > 2)) {
+    return absl::StrCat("\"", place.zone, "\" is not an availability zone (1, 2, 3)");
+  }
+  if (place.location == location) {
+    return absl::StrCat(location, " is the provider's own location: its zones are zone and zones");
+  }
+  if (!absl::StartsWith(place.subnet_id, "/subscriptions/") ||
+      place.subnet_id.find("/subnets/") == std::string::npos) {
+    return absl::StrCat("expected the resource id of a subnet in ", place.location,
+                        " (/subscriptions/.../virtualNetworks/V/subnets/S)");
+  }
+  return "";
+}
+
 }  // namespace
+
+std::string AzurePlace::Name() const {
+  return zone.empty() ? location : absl::StrCat(location, "-", zone);
+}
+
+absl::StatusOr<std::vector<AzurePlace>> ParseAzurePlaces(const std::vector<std::string>& items,
+                                                         const std::string& location,
+                                                         absl::string_view field) {
+  std::vector<AzurePlace> out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string& item = items[i];
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "] = \"", item, "\": ", why));
+    };
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) {
+      return bad(
+          "expected PLACE=SUBNET_ID, PLACE a zone of another location (westus2-1) or a "
+          "location (westus)");
+    }
+    AzurePlace place;
+    const std::string name = Lower(absl::StripAsciiWhitespace(item.substr(0, eq)));
+    std::vector<std::string> parts = absl::StrSplit(name, absl::MaxSplits('-', 1));
+    place.location = parts[0];
+    if (parts.size() == 2) place.zone = parts[1].empty() ? "-" : parts[1];
+    place.subnet_id = std::string(absl::StripAsciiWhitespace(item.substr(eq + 1)));
+    if (std::string why = BadPlace(place, location); !why.empty()) return bad(why);
+    for (const AzurePlace& earlier : out) {
+      if (earlier.Name() == place.Name()) return bad(absl::StrCat(place.Name(), " is given twice"));
+    }
+    out.push_back(std::move(place));
+  }
+  return out;
+}
 
 ArmError ParseArmError(long http_status, const std::string& body) {
   ArmError out;
@@ -243,6 +310,29 @@ absl::StatusOr<std::unique_ptr<AzureProvider>> AzureProvider::Create(Options opt
       return s;
     }
   }
+  for (size_t i = 0; i < options.other_places.size(); ++i) {
+    const AzurePlace& place = options.other_places[i];
+    std::string why = BadPlace(place, options.location);
+    for (size_t j = 0; why.empty() && j < i; ++j) {
+      if (options.other_places[j].Name() == place.Name()) why = "given twice";
+    }
+    if (!why.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("other_places[", i, "] = \"", place.Name(),
+                                                     "=", place.subnet_id, "\": ", why));
+    }
+  }
+  for (const auto& [location, image] : options.location_images) {
+    const bool known = std::any_of(options.other_places.begin(), options.other_places.end(),
+                                   [&](const AzurePlace& p) { return p.location == location; });
+    if (!known) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("location_images: \"", location, "\" is not a location of other_places"));
+    }
+    if (absl::StatusOr<json> ref = ImageReference(image, "location_images." + location);
+        !ref.ok()) {
+      return ref.status();
+    }
+  }
   if (!ValidSegment(options.admin_username, "-_")) {
     return absl::InvalidArgumentError(absl::StrCat("admin_username = \"", options.admin_username,
                                                    "\": letters, digits, - and _"));
@@ -265,6 +355,19 @@ std::vector<std::string> AzureProvider::ZoneList() const {
     if (std::find(zones.begin(), zones.end(), zone) == zones.end()) zones.push_back(zone);
   }
   return zones;
+}
+
+std::vector<AzurePlace> AzureProvider::Places() const {
+  std::vector<AzurePlace> places;
+  for (const std::string& zone : ZoneList()) {
+    places.push_back(
+        {.location = options_.location, .zone = zone, .subnet_id = options_.subnet_id});
+  }
+  if (places.empty() && !options_.other_places.empty()) {
+    places.push_back({.location = options_.location, .subnet_id = options_.subnet_id});
+  }
+  places.insert(places.end(), options_.other_places.begin(), options_.other_places.end());
+  return places;
 }
 
 std::string AzureProvider::VmUrl(const std::string& name) const {
@@ -297,19 +400,21 @@ absl::StatusOr<HttpResponse> AzureProvider::Call(const std::string& method, cons
 absl::StatusOr<json> AzureProvider::VirtualMachineResource(const LaunchRequest& request, int index,
                                                            const std::string& name,
                                                            const std::string& ssh_key) const {
-  json image;
-  if (absl::StartsWith(options_.image, "/")) {
-    image = {{"id", options_.image}};
-  } else {
-    std::vector<std::string> urn = absl::StrSplit(options_.image, ':');
-    if (urn.size() != 4 ||
-        std::any_of(urn.begin(), urn.end(), [](const std::string& p) { return p.empty(); })) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "image = \"", options_.image,
-          "\": expected an image resource id (/subscriptions/...) or PUBLISHER:OFFER:SKU:VERSION"));
-    }
-    image = {{"publisher", urn[0]}, {"offer", urn[1]}, {"sku", urn[2]}, {"version", urn[3]}};
-  }
+  const std::vector<AzurePlace> places = Places();
+  const AzurePlace here{.location = options_.location, .subnet_id = options_.subnet_id};
+  return ResourceIn(places.empty() ? here : places.front(), request, index, name, ssh_key);
+}
+
+absl::StatusOr<json> AzureProvider::ResourceIn(const AzurePlace& place,
+                                               const LaunchRequest& request, int index,
+                                               const std::string& name,
+                                               const std::string& ssh_key) const {
+  auto own_image = options_.location_images.find(place.location);
+  absl::StatusOr<json> image =
+      own_image == options_.location_images.end()
+          ? ImageReference(options_.image, "image")
+          : ImageReference(own_image->second, "location_images." + place.location);
+  if (!image.ok()) return image.status();
   const std::string token =
       request.client_token.empty() ? DefaultClientToken(request) : request.client_token;
   const std::string script = VmStartupScript(request, index, name,
@@ -321,7 +426,7 @@ absl::StatusOr<json> AzureProvider::VirtualMachineResource(const LaunchRequest& 
                   {"managedDisk", {{"storageAccountType", "StandardSSD_LRS"}}}};
   if (options_.os_disk_gb > 0) os_disk["diskSizeGB"] = options_.os_disk_gb;
   json vm = {
-      {"location", options_.location},
+      {"location", place.location},
       {"tags",
        {{kJobTag, request.job_id},
         {kRoleTag, std::string(RoleName(request.role))},
@@ -333,7 +438,7 @@ absl::StatusOr<json> AzureProvider::VirtualMachineResource(const LaunchRequest& 
         {"priority", "Spot"},
         {"evictionPolicy", "Delete"},
         {"billingProfile", {{"maxPrice", options_.max_price}}},
-        {"storageProfile", {{"imageReference", image}, {"osDisk", os_disk}}},
+        {"storageProfile", {{"imageReference", *image}, {"osDisk", os_disk}}},
         {"osProfile",
          {{"computerName", name},
           {"adminUsername", options_.admin_username},
@@ -347,15 +452,14 @@ absl::StatusOr<json> AzureProvider::VirtualMachineResource(const LaunchRequest& 
         {"networkProfile",
          {{"networkApiVersion", "2020-11-01"},
           {"networkInterfaceConfigurations",
-           json::array(
-               {{{"name", name + "-nic"},
-                 {"properties",
-                  {{"primary", true},
-                   {"deleteOption", "Delete"},
-                   {"ipConfigurations",
-                    json::array(
-                        {{{"name", "ipconfig1"},
-                          {"properties", {{"subnet", {{"id", options_.subnet_id}}}}}}})}}}}})}}}}},
+           json::array({{{"name", name + "-nic"},
+                         {"properties",
+                          {{"primary", true},
+                           {"deleteOption", "Delete"},
+                           {"ipConfigurations",
+                            json::array({{{"name", "ipconfig1"},
+                                          {"properties",
+                                           {{"subnet", {{"id", place.subnet_id}}}}}}})}}}}})}}}}},
   };
   if (request.market == Market::kOnDemand) {
     // Pay-as-you-go: priority Regular, without the spot eviction policy and price cap.
@@ -364,9 +468,7 @@ absl::StatusOr<json> AzureProvider::VirtualMachineResource(const LaunchRequest& 
     properties.erase("evictionPolicy");
     properties.erase("billingProfile");
   }
-  if (const std::vector<std::string> zones = ZoneList(); !zones.empty()) {
-    vm["zones"] = json::array({zones.front()});
-  }
+  if (!place.zone.empty()) vm["zones"] = json::array({place.zone});
   if (!options_.identity.empty()) {
     vm["identity"] = {{"type", "UserAssigned"},
                       {"userAssignedIdentities", {{options_.identity, json::object()}}}};
@@ -512,6 +614,10 @@ Instance AzureProvider::ToInstance(const json& vm,
     const std::string location = Text(vm, "location");
     instance.zone = absl::StrCat(location.empty() ? options_.location : Lower(location), "-",
                                  zones[0].get<std::string>());
+  } else if (!options_.other_places.empty()) {
+    // Where launches go to other locations, a VM without a zone is named by its location.
+    const std::string location = Text(vm, "location");
+    instance.zone = location.empty() ? options_.location : Lower(location);
   }
   return instance;
 }
@@ -533,10 +639,10 @@ absl::StatusOr<LaunchResult> AzureProvider::Launch(const LaunchRequest& request)
                                                    "\": expected a VM size like Standard_NC6s_v3"));
   }
   const std::string location = options_.location;
-  ZoneSetting setting{.provider = "azure", .key = "provider.zone, provider.zones"};
-  for (const std::string& zone : ZoneList()) {
-    setting.configured.push_back(absl::StrCat(location, "-", zone));
-  }
+  ZoneSetting setting{.provider = "azure",
+                      .key = "provider.zone, provider.zones, provider.other_locations"};
+  const std::vector<AzurePlace> places = Places();
+  for (const AzurePlace& place : places) setting.configured.push_back(place.Name());
   // Catalogs name Azure zones LOCATION-ZONE; a bare zone number is this location's.
   setting.canonical = [location](const std::string& zone) {
     return AllDigits(zone) ? absl::StrCat(location, "-", zone) : Lower(zone);
@@ -602,13 +708,12 @@ absl::StatusOr<LaunchResult> AzureProvider::Launch(const LaunchRequest& request)
     absl::Status last_refusal;
     while (!launched && zone_index < zones.size()) {
       const std::string& zone = zones[zone_index];
-      absl::StatusOr<json> resource = VirtualMachineResource(request, index, name, ssh_key);
-      if (!resource.ok()) return resource.status();
-      if (zone.empty()) {
-        resource->erase("zones");
-      } else {
-        (*resource)["zones"] = json::array({zone.substr(options_.location.size() + 1)});
+      AzurePlace place{.location = options_.location, .subnet_id = options_.subnet_id};
+      for (const AzurePlace& p : places) {
+        if (p.Name() == zone) place = p;
       }
+      absl::StatusOr<json> resource = ResourceIn(place, request, index, name, ssh_key);
+      if (!resource.ok()) return resource.status();
       absl::StatusOr<HttpResponse> put =
           Call("PUT", VmUrl(name), &*resource, "virtualMachines/write", request.instance_type);
       absl::Status status =
@@ -797,9 +902,7 @@ absl::StatusOr<std::vector<SpotPrice>> AzureProvider::SpotPrices(
 
 std::vector<std::string> AzureProvider::ZonesFor(const std::string&) const {
   std::vector<std::string> zones;
-  for (const std::string& zone : ZoneList()) {
-    zones.push_back(absl::StrCat(options_.location, "-", zone));
-  }
+  for (const AzurePlace& place : Places()) zones.push_back(place.Name());
   return zones;
 }
 

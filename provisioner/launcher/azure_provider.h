@@ -15,7 +15,10 @@
 // location's). A zone that refuses for capacity (SkuNotAvailable, AllocationFailed,
 // ZonalAllocationFailed, OverconstrainedAllocationRequest, OverconstrainedZonalAllocationRequest)
 // passes this VM and the rest to the next zone (a VM left Failed is deleted first); only when
-// every zone refused is the launch short. Errors:
+// every zone refused is the launch short. Other locations (other_places) come after this
+// location's zones: each a zone of another location ("westus2-1") or another location without
+// zones ("westus"), with the subnet its VMs join there (a virtual network is in one location) and,
+// where the image cannot be used there, that location's image. Errors:
 //   the capacity codes above, SpotPriceGreaterThanProvidedMaxPrice, QuotaExceeded ->
 //   RESOURCE_EXHAUSTED ("re-plan without instance type T"), after the VMs that did start;
 //   429 (Retry-After honoured) and 5xx -> retried with full-jitter backoff, then UNAVAILABLE;
@@ -34,6 +37,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "base/backoff.h"
 #include "nlohmann/json.hpp"
@@ -49,6 +53,23 @@ struct ArmError {
   std::string code;  // the first detail's code when the top one is a wrapper
   std::string message;
 };
+
+// A place in another location a launch may go to once this location has no capacity.
+struct AzurePlace {
+  std::string location;   // "westus2"
+  std::string zone;       // "1"; empty: the location without a zone (Azure places the VM)
+  std::string subnet_id;  // a subnet of a virtual network in `location`
+  // How catalogs and a job's zones name it: "westus2-1", or "westus" without a zone.
+  std::string Name() const;
+};
+
+// The job spec's azure other_locations: "PLACE=SUBNET_ID" items in order, PLACE a zone of another
+// location ("westus2-1") or another location ("westus"). INVALID_ARGUMENT naming `field`, the
+// item and why: not PLACE=SUBNET_ID, a place in `location` (its zones are zone and zones), a
+// place given twice, a subnet that is not a subnet's resource id.
+absl::StatusOr<std::vector<AzurePlace>> ParseAzurePlaces(const std::vector<std::string>& items,
+                                                         const std::string& location,
+                                                         absl::string_view field);
 
 // Parses an ARM error body (codes of details included: "DeploymentFailed" wraps the real one).
 ArmError ParseArmError(long http_status, const std::string& body);
@@ -81,6 +102,13 @@ class AzureProvider final : public CloudProvider {
     // More availability zones, tried in order after `zone` when one has no capacity ("eastus-2"
     // is taken as "2"). With neither, VMs are regional (Azure places them).
     std::vector<std::string> zones;
+    // Places in other locations, tried in order after this location's zones have refused for
+    // capacity (ParseAzurePlaces). A job's zones name them to keep to one location.
+    std::vector<AzurePlace> other_places;
+    // The image to use in another location (location -> image, as `image`) where `image` cannot
+    // be (a managed image lives in one location; a marketplace URN or an image version replicated
+    // by a compute gallery can be used in every location it is in).
+    std::map<std::string, std::string> location_images;
     int os_disk_gb = 0;  // 0: the image's size
     // The instance wrapper the command runs under (see GceProvider::Options::agent_command).
     std::string agent_command =
@@ -102,7 +130,9 @@ class AzureProvider final : public CloudProvider {
   static absl::StatusOr<std::unique_ptr<AzureProvider>> Create(Options options);
 
   std::string name() const override { return "azure"; }
-  // The configured availability zones as LOCATION-ZONE ("eastus-1"), in order.
+  // The configured availability zones as LOCATION-ZONE ("eastus-1"), then the other places
+  // (AzurePlace::Name), in order; with other places but no zones here, this location first
+  // ("eastus").
   std::vector<std::string> ZonesFor(const std::string& instance_type) const override;
   absl::StatusOr<LaunchResult> Launch(const LaunchRequest& request) override;
   // The resource group's VMs tagged with the job (all VMs tagged by spotdnn when `job_id` is
@@ -134,6 +164,13 @@ class AzureProvider final : public CloudProvider {
                                     const std::string& instance_type = "");
   // The configured availability zones, bare ("1"), in order: zone, then zones.
   std::vector<std::string> ZoneList() const;
+  // Where a VM can go, in order: this location's zones (or the location itself when it has none
+  // and other places are configured), then the other places; empty: regional VMs here only.
+  std::vector<AzurePlace> Places() const;
+  // The VM resource for `place` (its location, zone, subnet and image).
+  absl::StatusOr<nlohmann::json> ResourceIn(const AzurePlace& place, const LaunchRequest& request,
+                                            int index, const std::string& name,
+                                            const std::string& ssh_key) const;
   // Deletes a VM left Failed and waits until it is gone (its name is PUT again, maybe in
   // another zone).
   absl::Status DeleteAndWait(const std::string& name);

@@ -101,6 +101,29 @@ absl::Status BadValue(absl::string_view field, const std::string& key, const std
   return absl::InvalidArgumentError(absl::StrCat(field, ".", key, " = \"", value, "\": ", why));
 }
 
+// The azure location_images: "LOCATION=IMAGE" items, each a location of `places`.
+absl::StatusOr<std::map<std::string, std::string>> AzureLocationImages(
+    const ProviderSpec& spec, const std::vector<AzurePlace>& places, absl::string_view field) {
+  std::map<std::string, std::string> images;
+  const std::vector<std::string> items = List(spec, "location_images");
+  for (size_t i = 0; i < items.size(); ++i) {
+    const size_t eq = items[i].find('=');
+    const std::string location = eq == std::string::npos ? "" : items[i].substr(0, eq);
+    const bool known = std::any_of(places.begin(), places.end(),
+                                   [&](const AzurePlace& p) { return p.location == location; });
+    if (eq == std::string::npos || eq + 1 == items[i].size() || !known ||
+        images.count(location) > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".location_images[", i, "] = \"", items[i], "\": ",
+          eq == std::string::npos || eq + 1 == items[i].size() ? "expected LOCATION=IMAGE"
+          : !known ? absl::StrCat("\"", location, "\" is not a location of other_locations")
+                   : absl::StrCat(location, " is given twice")));
+    }
+    images[location] = items[i].substr(eq + 1);
+  }
+  return images;
+}
+
 // The values a provider's keys must have beyond being present (field: where the spec has them).
 absl::Status ValidateValues(const ProviderSpec& spec, absl::string_view field) {
   auto whole = [&](const char* key, int min, int max) -> absl::Status {
@@ -150,6 +173,12 @@ absl::Status ValidateValues(const ProviderSpec& spec, absl::string_view field) {
                         absl::StrCat("\"", zones[i], "\" is not an availability zone of ", location,
                                      " (expected 1, 2, 3 or ", location, "-1, ...)"));
       }
+    }
+    auto places = ParseAzurePlaces(List(spec, "other_locations"), location,
+                                   absl::StrCat(field, ".other_locations"));
+    if (!places.ok()) return places.status();
+    if (auto images = AzureLocationImages(spec, *places, field); !images.ok()) {
+      return images.status();
     }
     const std::string price = Get(spec, "max_price");
     double p = 0;
@@ -205,6 +234,14 @@ absl::StatusOr<std::unique_ptr<CloudProvider>> MakeAzure(const ProviderSpec& spe
   options.identity = Get(spec, "identity");
   options.zone = Get(spec, "zone");
   options.zones = List(spec, "zones");
+  // Checked by ValidateProviderSpec.
+  auto places =
+      ParseAzurePlaces(List(spec, "other_locations"), options.location, "provider.other_locations");
+  if (!places.ok()) return places.status();
+  options.other_places = *std::move(places);
+  auto images = AzureLocationImages(spec, options.other_places, "provider");
+  if (!images.ok()) return images.status();
+  options.location_images = *std::move(images);
   if (!Get(spec, "os_disk_gb").empty()) {
     (void)absl::SimpleAtoi(Get(spec, "os_disk_gb"), &options.os_disk_gb);
   }
@@ -232,8 +269,8 @@ const std::vector<ProviderKeys>& KnownProviders() {
                        "framework and spotdnn-agent"},
       {.name = "azure",
        .keys = {"subscription", "resource_group", "location", "image", "subnet_id", "max_price",
-                "admin_username", "ssh_public_key", "identity", "zone", "zones", "os_disk_gb",
-                "endpoint_url"},
+                "admin_username", "ssh_public_key", "identity", "zone", "zones", "other_locations",
+                "location_images", "os_disk_gb", "endpoint_url"},
        .required = {"subscription", "resource_group", "location", "image", "subnet_id"},
        .required_why = "where the VMs go (subscription, resource group, location, subnet) and "
                        "the image with your framework and spotdnn-agent"},

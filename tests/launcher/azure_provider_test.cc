@@ -1,6 +1,7 @@
 // The Azure provider against the fake Resource Manager on 127.0.0.1, with real tokens from the
 // fake Entra ID: launch, list, delete, paging, idempotent PUTs, throttling and 5xx, capacity
-// errors (at once and in the operation), partial launches, expired tokens and retail prices.
+// errors (at once and in the operation), zones and other locations, partial launches, expired tokens
+// and retail prices.
 #include "provisioner/launcher/azure_provider.h"
 
 #include "absl/strings/escaping.h"
@@ -22,6 +23,12 @@ using ::testing::UnorderedElementsAre;
 
 constexpr char kSecret[] = "Sup3r~Secret.ValueThatMustNeverLeak";
 constexpr char kSize[] = "Standard_NC6s_v3";
+constexpr char kWestSubnet[] =
+    "/subscriptions/0b1f6471-1bf0-4dda-aec3-cb9272f09590/resourceGroups/spotdnn-rg/providers/"
+    "Microsoft.Network/virtualNetworks/spotdnn-westus2/subnets/training";
+constexpr char kCentralSubnet[] =
+    "/subscriptions/0b1f6471-1bf0-4dda-aec3-cb9272f09590/resourceGroups/spotdnn-rg/providers/"
+    "Microsoft.Network/virtualNetworks/spotdnn-centralus/subnets/training";
 
 std::string Base64Decode(const std::string& text) {
   std::string out;
@@ -30,7 +37,9 @@ std::string Base64Decode(const std::string& text) {
 
 class AzureProviderTest : public ::testing::Test {
  protected:
-  AzureProviderTest() : fake_({.client_secret = kSecret}) {}
+  AzureProviderTest()
+      : fake_({.client_secret = kSecret,
+               .other_locations = {{"westus2", kWestSubnet}, {"centralus", kCentralSubnet}}}) {}
 
   std::unique_ptr<AzureProvider> Provider(const std::string& secret = kSecret,
                                           const std::string& group = "spotdnn-rg") {
@@ -58,6 +67,8 @@ class AzureProviderTest : public ::testing::Test {
         "/subscriptions/0b1f6471-1bf0-4dda-aec3-cb9272f09590/resourceGroups/spotdnn-rg/providers/"
         "Microsoft.Network/virtualNetworks/spotdnn/subnets/training";
     options.zones = zones_;
+    options.other_places = other_places_;
+    options.location_images = location_images_;
     options.retry.max_attempts = 4;
     options.operation_poll = absl::Milliseconds(1);
     options.retry.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
@@ -88,6 +99,8 @@ class AzureProviderTest : public ::testing::Test {
   FakeAzure fake_;
   std::vector<absl::Duration> sleeps_;
   std::vector<std::string> zones_;  // the providers' availability zones (none: regional)
+  std::vector<AzurePlace> other_places_;
+  std::map<std::string, std::string> location_images_;
 };
 
 TEST_F(AzureProviderTest, LaunchDescribeTerminate) {
@@ -441,6 +454,112 @@ TEST_F(AzureProviderTest, RegionalVmsHaveNoZoneAndCannotKeepOutOfOne) {
   EXPECT_THAT(fake_.put_zones(), ElementsAre(""));
 }
 
+// --- other locations ---
+
+TEST_F(AzureProviderTest, OtherLocationsTakeTheVmsOnceThisOneHasNoCapacity) {
+  zones_ = {"1"};
+  other_places_ = {{.location = "westus2", .zone = "1", .subnet_id = kWestSubnet},
+                   {.location = "centralus", .subnet_id = kCentralSubnet}};
+  auto provider = Provider();
+  EXPECT_THAT(provider->ZonesFor(kSize), ElementsAre("eastus-1", "westus2-1", "centralus"));
+  fake_.SetZoneCapacity("1", kSize, 0, FakeAzure::CapacityFailure::kZonalAllocationFailed);
+  fake_.SetZoneCapacity("westus2-1", kSize, 0, FakeAzure::CapacityFailure::kSkuNotAvailable);
+  absl::StatusOr<LaunchResult> launched = provider->Launch(Workers(2));
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_TRUE(launched->error.ok()) << launched->error;
+  ASSERT_EQ(launched->instances.size(), 2u);
+  for (const Instance& instance : launched->instances) EXPECT_EQ(instance.zone, "centralus");
+  EXPECT_THAT(launched->refused_zones, ElementsAre(HasSubstr("eastus-1: ZonalAllocationFailed"),
+                                                   HasSubstr("westus2-1: SkuNotAvailable")));
+  // Each location once: the second VM goes where the first did.
+  EXPECT_THAT(fake_.put_zones(), ElementsAre("1", "westus2-1", "centralus", "centralus"));
+  ASSERT_EQ(fake_.vms().size(), 2u);
+  for (const FakeAzure::Vm& vm : fake_.vms()) {
+    EXPECT_EQ(vm.resource["location"], "centralus");
+    EXPECT_FALSE(vm.resource.contains("zones"));
+    EXPECT_EQ(vm.resource["properties"]["networkProfile"]["networkInterfaceConfigurations"][0]
+                         ["properties"]["ipConfigurations"][0]["properties"]["subnet"]["id"],
+              kCentralSubnet);
+  }
+  absl::StatusOr<std::vector<Instance>> described = provider->Describe("Job.42");
+  ASSERT_TRUE(described.ok()) << described.status();
+  ASSERT_EQ(described->size(), 2u);
+  EXPECT_EQ((*described)[0].zone, "centralus");
+}
+
+TEST_F(AzureProviderTest, ALaunchKeepsToTheLocationItsZonesNameWithThatLocationsImage) {
+  zones_ = {"1", "2"};
+  other_places_ = {{.location = "westus2", .zone = "1", .subnet_id = kWestSubnet},
+                   {.location = "westus2", .zone = "2", .subnet_id = kWestSubnet}};
+  const std::string west_image =
+      "/subscriptions/0b1f6471-1bf0-4dda-aec3-cb9272f09590/resourceGroups/spotdnn-rg/providers/"
+      "Microsoft.Compute/images/trainer-westus2";
+  location_images_ = {{"westus2", west_image}};
+  auto provider = Provider();
+  fake_.SetZoneCapacity("westus2-2", kSize, 0, FakeAzure::CapacityFailure::kAllocationFailed);
+  LaunchRequest request = Workers(1);
+  request.zones = {"westus2-2", "westus2-1"};  // one region, as a job moving there asks
+  absl::StatusOr<LaunchResult> launched = provider->Launch(request);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  ASSERT_EQ(launched->instances.size(), 1u);
+  EXPECT_EQ(launched->instances[0].zone, "westus2-1");
+  EXPECT_THAT(launched->refused_zones, ElementsAre(HasSubstr("westus2-2: AllocationFailed")));
+  EXPECT_THAT(fake_.put_zones(), ElementsAre("westus2-2", "westus2-1"));
+  ASSERT_EQ(fake_.vms().size(), 1u);
+  const nlohmann::json west = fake_.vms()[0].resource;
+  EXPECT_EQ(west["location"], "westus2");
+  EXPECT_EQ(west["zones"], json::array({"1"}));
+  EXPECT_EQ(west["properties"]["storageProfile"]["imageReference"]["id"], west_image);
+
+  // Blocked places are never used; this location's VMs keep its own image and subnet.
+  request = Workers(1);
+  request.first_index = 7;
+  request.avoid_zones = {"eastus-1", "westus2-1", "westus2-2"};
+  launched = provider->Launch(request);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(launched->instances[0].zone, "eastus-2");
+  EXPECT_THAT(fake_.put_zones(), ElementsAre("westus2-2", "westus2-1", "2"));
+  for (const FakeAzure::Vm& vm : fake_.vms()) {
+    if (vm.resource["location"] != "eastus") continue;
+    EXPECT_EQ(vm.resource["properties"]["storageProfile"]["imageReference"]["offer"], "ubuntu-hpc");
+  }
+  request.zones = {"northeurope-1"};
+  absl::StatusOr<LaunchResult> unknown = provider->Launch(request);
+  EXPECT_THAT(unknown.status().message(),
+              HasSubstr("configured: eastus-1, eastus-2, westus2-1, westus2-2"));
+}
+
+TEST(AzurePlacesTest, ParsesPlacesInOrderAndNamesABadOne) {
+  auto places = ParseAzurePlaces({"westus2-1=/subscriptions/s/virtualNetworks/w/subnets/t",
+                                  "WestUS=/subscriptions/s/subnets/u"},
+                                 "eastus", "provider.other_locations");
+  ASSERT_TRUE(places.ok()) << places.status();
+  ASSERT_EQ(places->size(), 2u);
+  EXPECT_EQ((*places)[0].Name(), "westus2-1");
+  EXPECT_EQ((*places)[0].subnet_id, "/subscriptions/s/virtualNetworks/w/subnets/t");
+  EXPECT_EQ((*places)[1].Name(), "westus");
+  EXPECT_EQ((*places)[1].zone, "");
+  struct Bad {
+    std::string item, why;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {"westus2-1", "expected PLACE=SUBNET_ID"},
+           {"westus2-a=/subscriptions/s/subnets/t", "\"a\" is not an availability zone"},
+           {"west us=/subscriptions/s/subnets/t", "expected a zone of another location"},
+           {"eastus-1=/subscriptions/s/subnets/t", "eastus is the provider's own location"},
+           {"westus2-1=/s", "expected the resource id of a subnet in westus2"}}) {
+    EXPECT_THAT(ParseAzurePlaces({bad.item}, "eastus", "f").status().message(),
+                HasSubstr("f[0] = \"" + bad.item + "\": " + bad.why))
+        << bad.item;
+  }
+  EXPECT_THAT(ParseAzurePlaces(
+                  {"westus-1=/subscriptions/s/subnets/t", "westus-1=/subscriptions/s/subnets/u"},
+                  "eastus", "f")
+                  .status()
+                  .message(),
+              HasSubstr("f[1] = \"westus-1=/subscriptions/s/subnets/u\": westus-1 is given twice"));
+}
+
 TEST(AzureProviderCreateTest, BadInputNamesTheField) {
   AzureProvider::Options options;
   options.subscription = "sub";
@@ -460,6 +579,20 @@ TEST(AzureProviderCreateTest, BadInputNamesTheField) {
   EXPECT_THAT(AzureProvider::Create(options).status().message(),
               HasSubstr("zones[1] = \"westus-1\": expected an availability zone of eastus"));
   options.zones = {"eastus-2", "3"};
+  options.other_places = {
+      {.location = "eastus", .zone = "1", .subnet_id = "/subscriptions/s/subnets/t"}};
+  EXPECT_THAT(AzureProvider::Create(options).status().message(),
+              HasSubstr("other_places[0] = \"eastus-1=/subscriptions/s/subnets/t\": eastus is the "
+                        "provider's own location"));
+  options.other_places = {{.location = "westus", .subnet_id = "/subscriptions/s/subnets/t"}};
+  options.location_images = {{"northeurope", "a:b:c:d"}};
+  EXPECT_THAT(AzureProvider::Create(options).status().message(),
+              HasSubstr("location_images: \"northeurope\" is not a location of other_places"));
+  options.location_images = {{"westus", "a:b"}};
+  EXPECT_THAT(AzureProvider::Create(options).status().message(),
+              HasSubstr("location_images.westus = \"a:b\": expected an image resource id"));
+  options.other_places.clear();
+  options.location_images.clear();
   auto provider = AzureProvider::Create(options);
   ASSERT_TRUE(provider.ok());
   EXPECT_EQ((*provider)->endpoint_url(), "https://management.azure.com");

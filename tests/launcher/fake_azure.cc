@@ -46,10 +46,12 @@ std::string Base64Decode(const std::string& text) {
 }
 
 // Why a VM body is not what Resource Manager takes for a Spot VM ("" when it is).
-std::string InvalidVm(const json& body, const std::string& location) {
+std::string InvalidVm(const json& body, const std::string& location,
+                      const std::map<std::string, std::string>& other_locations) {
   if (!body.is_object()) return "The request content was invalid and could not be deserialized.";
-  if (Str(body, "location") != location) {
-    return "The location '" + Str(body, "location") + "' is not this resource group's";
+  const std::string where = Str(body, "location");
+  if (where != location && other_locations.count(where) == 0) {
+    return "The location '" + where + "' is not this resource group's";
   }
   const json& p = At(body, "properties");
   // Spot VMs (an eviction policy and a price cap) or Regular ones (neither), as Azure takes them.
@@ -102,6 +104,15 @@ std::string InvalidVm(const json& body, const std::string& location) {
   const json& ip = At(At(configs[0], "properties"), "ipConfigurations");
   if (!ip.is_array() || ip.empty() || Str(At(At(ip[0], "properties"), "subnet"), "id").empty()) {
     return "networkInterfaceConfigurations[0] needs an ipConfiguration on a subnet";
+  }
+  // A virtual network (and its subnets) is in one location: the VM's.
+  const std::string subnet = Str(At(At(ip[0], "properties"), "subnet"), "id");
+  for (const auto& [other, other_subnet] : other_locations) {
+    if ((other == where) != (subnet == other_subnet)) {
+      return "InvalidResourceReference: Resource " + subnet +
+             " referenced by the VM was not found. Please make sure that the referenced resource "
+             "exists, and that both resources are in the same region.";
+    }
   }
   return "";
 }
@@ -419,7 +430,8 @@ void FakeAzure::HandleArm(const httplib::Request& request, httplib::Response& re
   }
   if (request.method != "PUT") return Reply(response, 405, ArmError("MethodNotAllowed", ""));
   json body = json::parse(request.body, nullptr, false);
-  if (std::string why = InvalidVm(body, options_.location); !why.empty()) {
+  if (std::string why = InvalidVm(body, options_.location, options_.other_locations);
+      !why.empty()) {
     return Reply(response, 400, ArmError("InvalidParameter", why));
   }
   if (!std::regex_match(name, std::regex("[A-Za-z0-9][A-Za-z0-9_.-]{0,62}[A-Za-z0-9_]"))) {
@@ -441,7 +453,12 @@ void FakeAzure::HandleArm(const httplib::Request& request, httplib::Response& re
     return Reply(response, 200, out);
   }
   const std::string size = Str(body["properties"]["hardwareProfile"], "vmSize");
-  const std::string zone = body.contains("zones") ? body["zones"][0].get<std::string>() : "";
+  const std::string location = Str(body, "location");
+  const std::string bare = body.contains("zones") ? body["zones"][0].get<std::string>() : "";
+  // The place: a zone of this location bare ("1"), one of another location with its location.
+  const std::string zone = location == options_.location ? bare
+                           : bare.empty()                ? location
+                                                         : location + "-" + bare;
   put_zones_.push_back(zone);
   std::string fail;
   auto take = [&](std::pair<int, CapacityFailure>& cap, const std::string& where) -> bool {
@@ -464,10 +481,12 @@ void FakeAzure::HandleArm(const httplib::Request& request, httplib::Response& re
     return true;
   };
   if (auto cap = zone_capacity_.find({zone, size}); !zone.empty() && cap != zone_capacity_.end()) {
-    if (!take(cap->second, options_.location + "' zone '" + zone)) return;
+    if (!take(cap->second, location + "' zone '" + bare)) return;
   }
-  if (auto cap = capacity_.find(size); fail.empty() && cap != capacity_.end()) {
-    if (!take(cap->second, options_.location)) return;
+  // SetCapacity is this location's; another location's limits are its places'.
+  if (auto cap = capacity_.find(size);
+      fail.empty() && location == options_.location && cap != capacity_.end()) {
+    if (!take(cap->second, location)) return;
   }
   const int n = next_id_++;
   const std::string nic_name = name + "-nic";
@@ -495,10 +514,9 @@ void FakeAzure::HandleArm(const httplib::Request& request, httplib::Response& re
                                                   : absl::StrCat("10.1.0.", n % 250 + 4)}}}}})}}}};
   const std::string op_id = absl::StrCat("9f5e", 10000 + n, "-op");
   operations_[op_id] = {{"status", "InProgress"}, {"vm", name}, {"fail", fail}, {"polls", 0}};
-  response.set_header(
-      "Azure-AsyncOperation",
-      absl::StrCat(url(), sub, "/providers/Microsoft.Compute/locations/", options_.location,
-                   "/operations/", op_id, "?p=fake&api-version=", api_version));
+  response.set_header("Azure-AsyncOperation",
+                      absl::StrCat(url(), sub, "/providers/Microsoft.Compute/locations/", location,
+                                   "/operations/", op_id, "?p=fake&api-version=", api_version));
   json out = vm;
   out["properties"]["osProfile"].erase("customData");
   Reply(response, 201, out);

@@ -50,6 +50,9 @@ class FakeAzure {
     std::string subscription = "0b1f6471-1bf0-4dda-aec3-cb9272f09590";
     std::string resource_group = "spotdnn-rg";
     std::string location = "eastus";
+    // Other locations VMs may be PUT in (location -> the subnet their VMs must join: a subnet of
+    // another location is refused as Azure does, InvalidResourceReference).
+    std::map<std::string, std::string> other_locations;
     absl::Duration token_lifetime = absl::Hours(1);
     bool private_ips_loopback = false;  // every NIC 127.0.0.1 (VMs booted on this machine)
   };
@@ -80,7 +83,8 @@ class FakeAzure {
 
   void Inject(Injected error);
   void SetCapacity(const std::string& vm_size, int count, CapacityFailure how);
-  // The same for VMs in availability zone `zone` ("1").
+  // The same for VMs in availability zone `zone` ("1") of the location, or in a place of another
+  // location ("westus2-1"; "westus" for its VMs without a zone).
   void SetZoneCapacity(const std::string& zone, const std::string& vm_size, int count,
                        CapacityFailure how);
   void AddPrice(nlohmann::json item);
@@ -96,7 +100,8 @@ class FakeAzure {
 
   std::vector<Vm> vms() const;
   std::vector<std::string> requests() const;  // "METHOD PATH?QUERY"
-  // The zone ("1"; "" for a regional VM) of every VM PUT, in order.
+  // The zone ("1"; "" for a regional VM) of every VM PUT, in order; in another location its
+  // place ("westus2-1", "westus").
   std::vector<std::string> put_zones() const;
   const FakeVmHost& host() const { return host_; }
 

@@ -167,6 +167,28 @@ TEST(ProviderFactoryTest, ZoneKeysAreChecked) {
   EXPECT_THAT(ValidateProviderSpec(bad).message(),
               HasSubstr("provider.zones = \"1,westus-2\": \"westus-2\" is not an availability "
                         "zone of eastus"));
+  // Other locations: a subnet per place, in order, and an image where the location needs its own.
+  ProviderSpec moves = azure;
+  moves.options["other_locations"] =
+      "westus2-1=/subscriptions/x/virtualNetworks/w/subnets/y,centralus=/subscriptions/x/"
+      "virtualNetworks/c/subnets/y";
+  moves.options["location_images"] = "westus2=/subscriptions/x/images/trainer-westus2";
+  EXPECT_TRUE(ValidateProviderSpec(moves).ok()) << ValidateProviderSpec(moves);
+  bad = moves;
+  bad.options["other_locations"] = "eastus-2=/subscriptions/x/virtualNetworks/w/subnets/y";
+  EXPECT_THAT(ValidateProviderSpec(bad).message(),
+              HasSubstr("provider.other_locations[0] = \"eastus-2=/subscriptions/x/virtualNetworks/"
+                        "w/subnets/y\": eastus is the provider's own location"));
+  bad = moves;
+  bad.options["other_locations"] = "westus2-1=subnet-0aaa";
+  EXPECT_THAT(ValidateProviderSpec(bad).message(),
+              HasSubstr("provider.other_locations[0] = \"westus2-1=subnet-0aaa\": expected the "
+                        "resource id of a subnet in westus2"));
+  bad = moves;
+  bad.options["location_images"] = "northeurope=a:b:c:d";
+  EXPECT_THAT(ValidateProviderSpec(bad).message(),
+              HasSubstr("provider.location_images[0] = \"northeurope=a:b:c:d\": \"northeurope\" "
+                        "is not a location of other_locations"));
 }
 
 TEST(ProviderFactoryTest, MakesGceAndAzureProviders) {
