@@ -1,7 +1,7 @@
 // The Azure provider against the fake Resource Manager on 127.0.0.1, with real tokens from the
 // fake Entra ID: launch, list, delete, paging, idempotent PUTs, throttling and 5xx, capacity
-// errors (at once and in the operation), zones and other locations, partial launches, expired tokens
-// and retail prices.
+// errors (at once and in the operation), zones and other locations, partial launches, expired
+// tokens and retail prices.
 #include "provisioner/launcher/azure_provider.h"
 
 #include "absl/strings/escaping.h"
