@@ -736,6 +736,64 @@ absl::StatusOr<std::vector<SpotPrice>> AwsProvider::SpotPrices(
   return out;
 }
 
+absl::StatusOr<std::map<std::string, int>> AwsProvider::SpotPlacementScores(
+    const std::string& instance_type, int count) {
+  if (!options_.placement_scores || options_.subnets.size() < 2) {
+    return std::map<std::string, int>{};
+  }
+  if (count < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("count = ", count, ": expected at least 1"));
+  }
+  const absl::Time now = options_.now();
+  const auto key = std::make_pair(instance_type, count);
+  if (auto it = scores_.find(key);
+      it != scores_.end() && now - it->second.at < options_.placement_scores_ttl) {
+    return it->second.by_zone;
+  }
+  // Scores name zones by id, which maps to a different name in each account.
+  if (zone_names_.empty()) {
+    absl::StatusOr<std::string> body = Call("DescribeAvailabilityZones", {}, options_.region);
+    if (!body.ok()) return body.status();
+    absl::StatusOr<XmlDocPtr> doc =
+        ParseResponse("DescribeAvailabilityZones", *body, "DescribeAvailabilityZonesResponse");
+    if (!doc.ok()) return doc.status();
+    xmlNode* root = xmlDocGetRootElement(doc->get());
+    for (const xmlNode* item : Items(Child(root, "availabilityZoneInfo"))) {
+      zone_names_[ChildText(item, "zoneId")] = ChildText(item, "zoneName");
+    }
+  }
+  std::map<std::string, int> by_zone;
+  std::string next_token;
+  for (int page = 0; page < 100; ++page) {
+    std::vector<std::pair<std::string, std::string>> p = {
+        {"InstanceType.1", instance_type},   {"TargetCapacity", absl::StrCat(count)},
+        {"TargetCapacityUnitType", "units"}, {"SingleAvailabilityZone", "true"},
+        {"RegionName.1", options_.region},   {"MaxResults", "10"}};
+    if (!next_token.empty()) p.emplace_back("NextToken", next_token);
+    absl::StatusOr<std::string> body = Call("GetSpotPlacementScores", p, options_.region);
+    if (!body.ok()) return body.status();
+    absl::StatusOr<XmlDocPtr> doc =
+        ParseResponse("GetSpotPlacementScores", *body, "GetSpotPlacementScoresResponse");
+    if (!doc.ok()) return doc.status();
+    xmlNode* root = xmlDocGetRootElement(doc->get());
+    for (const xmlNode* item : Items(Child(root, "spotPlacementScoreSet"))) {
+      auto name = zone_names_.find(ChildText(item, "availabilityZoneId"));
+      int score = 0;
+      if (name == zone_names_.end() || !absl::SimpleAtoi(ChildText(item, "score"), &score)) {
+        continue;
+      }
+      const bool ours =
+          std::any_of(options_.subnets.begin(), options_.subnets.end(),
+                      [&](const AwsZoneSubnet& zs) { return zs.zone == name->second; });
+      if (ours) by_zone[name->second] = score;
+    }
+    next_token = ChildText(root, "nextToken");
+    if (next_token.empty()) break;
+  }
+  scores_[key] = Scores{.at = now, .by_zone = by_zone};
+  return by_zone;
+}
+
 std::vector<std::string> AwsProvider::ZonesFor(const std::string&) const {
   std::vector<std::string> zones;
   for (const AwsZoneSubnet& zs : options_.subnets) zones.push_back(zs.zone);

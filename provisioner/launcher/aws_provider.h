@@ -116,6 +116,11 @@ class AwsProvider final : public CloudProvider {
     std::string key_name;              // optional SSH key pair
     std::string iam_instance_profile;  // name or ARN; needs iam:PassRole
     std::string max_spot_price;        // empty: up to the on-demand price
+    // Ask EC2's spot placement scores (GetSpotPlacementScores, per zone of `subnets`) to order
+    // zones of the same price. Needs ec2:GetSpotPlacementScores and
+    // ec2:DescribeAvailabilityZones; the answer is kept for `placement_scores_ttl`.
+    bool placement_scores = false;
+    absl::Duration placement_scores_ttl = absl::Minutes(10);
     // The instance wrapper the command runs under (`AGENT -- /bin/bash -c COMMAND`);
     // %INSTANCE_ID% and %JOB_ID% are replaced at boot. Empty: the command runs alone.
     std::string agent_command =
@@ -138,6 +143,11 @@ class AwsProvider final : public CloudProvider {
   absl::Status Terminate(const std::vector<std::string>& instance_ids) override;
   absl::StatusOr<std::vector<SpotPrice>> SpotPrices(const std::vector<std::string>& instance_types,
                                                     const std::string& region) override;
+  // With placement_scores and two or more subnets: GetSpotPlacementScores for the type and count
+  // in the region, one zone each (SingleAvailabilityZone), its zone ids named through
+  // DescribeAvailabilityZones, only the subnets' zones kept. Empty otherwise.
+  absl::StatusOr<std::map<std::string, int>> SpotPlacementScores(const std::string& instance_type,
+                                                                 int count) override;
 
   // The user data (before base64) RunInstances sends for `request`.
   std::string UserData(const LaunchRequest& request) const;
@@ -171,6 +181,12 @@ class AwsProvider final : public CloudProvider {
   Options options_;
   base::BackoffPolicy retry_;
   std::string endpoint_url_;
+  std::map<std::string, std::string> zone_names_;  // zone id ("use1-az4") -> name ("us-east-1a")
+  struct Scores {
+    absl::Time at;
+    std::map<std::string, int> by_zone;
+  };
+  std::map<std::pair<std::string, int>, Scores> scores_;  // by (type, count)
 };
 
 }  // namespace spotdnn::launcher

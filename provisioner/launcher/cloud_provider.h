@@ -159,6 +159,15 @@ class CloudProvider {
     return {};
   }
 
+  // How likely a spot launch of `count` instances of the type is to succeed now in each zone it
+  // launches in (ZonesFor's names), from 1 (unlikely) to 10, where the cloud tells; zones it does
+  // not score are absent, and empty when the provider has no such hint. A hint to order zones of
+  // the same price, never a promise.
+  virtual absl::StatusOr<std::map<std::string, int>> SpotPlacementScores(
+      const std::string& /*instance_type*/, int /*count*/) {
+    return std::map<std::string, int>{};
+  }
+
   // True when the instances see this machine's files (the local provider): a folder here can
   // hold what they share, such as parameter-server checkpoints.
   virtual bool SharesFilesWithCaller() const { return false; }

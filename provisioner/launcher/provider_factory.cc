@@ -79,6 +79,7 @@ absl::StatusOr<std::unique_ptr<CloudProvider>> MakeAws(const ProviderSpec& spec,
   options.key_name = Get(spec, "key_name");
   options.iam_instance_profile = Get(spec, "iam_instance_profile");
   options.max_spot_price = Get(spec, "max_spot_price");
+  options.placement_scores = Get(spec, "placement_scores") == "true";
   for (absl::string_view g :
        absl::StrSplit(Get(spec, "security_group_ids"), ',', absl::SkipEmpty())) {
     options.security_group_ids.emplace_back(g);
@@ -152,6 +153,10 @@ absl::Status ValidateValues(const ProviderSpec& spec, absl::string_view field) {
     return whole("boot_disk_gb", 10, 65536);
   }
   if (spec.name == "aws") {
+    const std::string scores = Get(spec, "placement_scores");
+    if (!scores.empty() && scores != "true" && scores != "false") {
+      return BadValue(field, "placement_scores", scores, "expected true or false");
+    }
     const std::string subnets = Get(spec, "subnets");
     if (subnets.empty()) return absl::OkStatus();
     if (!Get(spec, "subnet_id").empty()) {
@@ -257,7 +262,7 @@ const std::vector<ProviderKeys>& KnownProviders() {
       {.name = "local", .keys = {"capacity", "capacity_trace", "capacity_trace_time_scale"}},
       {.name = "aws",
        .keys = {"region", "endpoint_url", "image_id", "subnet_id", "subnets", "security_group_ids",
-                "key_name", "iam_instance_profile", "max_spot_price"},
+                "key_name", "iam_instance_profile", "max_spot_price", "placement_scores"},
        .required = {"image_id"},
        .required_why = "the AMI with your framework and spotdnn-agent"},
       {.name = "gce",

@@ -31,6 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::_;
 using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Invoke;
 using ::testing::Not;
@@ -71,6 +72,12 @@ class FakeCloud final : public launcher::CloudProvider {
     return it == zones_for.end() ? std::vector<std::string>{} : it->second;
   }
   bool SharesFilesWithCaller() const override { return shares_files; }
+  absl::StatusOr<std::map<std::string, int>> SpotPlacementScores(const std::string& type,
+                                                                 int count) override {
+    score_asks.emplace_back(type, count);
+    if (!scores_error.ok()) return scores_error;
+    return placement_scores;
+  }
   absl::StatusOr<launcher::LaunchResult> Launch(const launcher::LaunchRequest& r) override {
     ++launch_calls[r.client_token];
     launcher::LaunchResult result{.requested = r.count};
@@ -170,8 +177,11 @@ class FakeCloud final : public launcher::CloudProvider {
 
   std::map<std::string, int> capacity;
   std::map<std::string, std::vector<std::string>> zones_for;  // offered zones per type
-  std::map<std::string, int> zone_capacity;            // spot capacity per zone (absent: any)
-  std::vector<std::vector<std::string>> launch_zones;  // each launch's zones to try
+  std::map<std::string, int> zone_capacity;             // spot capacity per zone (absent: any)
+  std::vector<std::vector<std::string>> launch_zones;   // each launch's zones to try
+  std::map<std::string, int> placement_scores;          // what SpotPlacementScores answers
+  absl::Status scores_error;                            // ... or this failure
+  std::vector<std::pair<std::string, int>> score_asks;  // (type, count) of each question
   bool shares_files = false;
   std::map<std::string, int> launch_calls;  // by client token
   std::map<std::string, std::map<std::string, std::string>> last_env;
@@ -531,6 +541,51 @@ TEST_F(JobControllerTest, AnInstanceGoneWithoutANoticeIsLostAndTakenOver) {
   EXPECT_EQ((*stored)[0].kind, "lost");
   EXPECT_EQ(cloud_.launch_calls.count("job-x-takeover-1-p2.xlarge"), 1u);
   EXPECT_EQ(Count<TakeoverEvent>(), 1);
+}
+
+// Zones of one price (the built-in catalog prices every zone alike) are tried in the order of the
+// cloud's placement scores for the launch; unscored zones last, in the catalog's order.
+TEST_F(JobControllerTest, ZonesOfOnePriceAreTriedInTheOrderOfTheCloudsPlacementScores) {
+  cloud_.zones_for["p2.xlarge"] = {"us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"};
+  cloud_.placement_scores = {{"us-east-1b", 2}, {"us-east-1c", 9}};
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
+  auto first = absl::c_find_if(cloud_.launch_zones, [](const std::vector<std::string>& zones) {
+    return absl::c_linear_search(zones, "us-east-1a");
+  });
+  ASSERT_NE(first, cloud_.launch_zones.end());
+  EXPECT_THAT(*first, ElementsAre("us-east-1c", "us-east-1b", "us-east-1a", "us-east-1d"));
+  ASSERT_FALSE(cloud_.score_asks.empty());
+  EXPECT_EQ(cloud_.score_asks[0].first, "p2.xlarge");
+  EXPECT_GE(cloud_.score_asks[0].second, 1);  // the plan's p2.xlarge count
+}
+
+// A cloud that will not score (no permission) leaves the catalog's order; the job's log says why,
+// once.
+TEST_F(JobControllerTest, PlacementScoresThatFailLeaveTheCatalogsOrderAndAreLoggedOnce) {
+  cloud_.zones_for["p2.xlarge"] = {"us-east-1a", "us-east-1b", "us-east-1c"};
+  cloud_.scores_error = absl::PermissionDeniedError(
+      "EC2 GetSpotPlacementScores: UnauthorizedOperation: not authorized");
+  JobController controller = Controller();
+  auto outcome = PlanAndRun(controller);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
+  auto first = absl::c_find_if(cloud_.launch_zones, [](const std::vector<std::string>& zones) {
+    return absl::c_linear_search(zones, "us-east-1a");
+  });
+  ASSERT_NE(first, cloud_.launch_zones.end());
+  EXPECT_THAT(*first, ElementsAre("us-east-1a", "us-east-1b", "us-east-1c"));
+  auto events = store_->Events("job-x");
+  ASSERT_TRUE(events.ok());
+  int logged = 0;
+  for (const JobEventRecord& e : *events) {
+    if (e.kind != "placement_scores") continue;
+    ++logged;
+    EXPECT_THAT(e.detail, HasSubstr("UnauthorizedOperation"));
+  }
+  EXPECT_EQ(logged, 1) << LogText();
 }
 
 // A checkpoint bucket per region: the workers' takeover finds no spot in the job's region and

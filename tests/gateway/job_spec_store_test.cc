@@ -47,7 +47,7 @@ constexpr char kGood[] = R"({
   "slo": {"loss": 0.9, "deadline": "30m", "budget_usd": 5},
   "catalog": "aws-spotdnn-prototype",
   "provider": {"name": "aws", "region": "us-west-2", "image_id": "ami-1",
-               "security_group_ids": ["sg-1", "sg-2"]},
+               "security_group_ids": ["sg-1", "sg-2"], "placement_scores": true},
   "quotas": {"p2.xlarge": 3},
   "parameter_servers": 2,
   "commands": {"worker": "python train.py"}
@@ -65,10 +65,24 @@ TEST(JobSpecTest, ParsesEveryField) {
   EXPECT_EQ(spec->provider.options.at("region"), "us-west-2");
   EXPECT_EQ(spec->provider.options.at("image_id"), "ami-1");
   EXPECT_EQ(spec->provider.options.at("security_group_ids"), "sg-1,sg-2");
+  EXPECT_EQ(spec->provider.options.at("placement_scores"), "true");
   EXPECT_EQ(spec->quotas.at("p2.xlarge"), 3);
   EXPECT_EQ(spec->parameter_servers, 2);
   EXPECT_EQ(spec->worker_command, "python train.py");
   EXPECT_EQ(spec->ps_command, "python train.py");  // defaults to the worker's
+}
+
+// A provider key's value is a string, true or false, or a list of strings; each is checked.
+TEST(JobSpecTest, AProvidersBooleanIsTakenAndABadValueNamed) {
+  std::string spec = kGood;
+  spec.replace(spec.find("\"placement_scores\": true"), 24, "\"placement_scores\": \"maybe\"");
+  EXPECT_THAT(ParseJobSpec(spec).status().message(),
+              HasSubstr("provider.placement_scores = \"maybe\": expected true or false"));
+  spec = kGood;
+  spec.replace(spec.find("\"placement_scores\": true"), 24, "\"placement_scores\": 1");
+  EXPECT_THAT(ParseJobSpec(spec).status().message(),
+              HasSubstr("provider.placement_scores = 1: expected a string, true or false, or a "
+                        "list of strings"));
 }
 
 // A checkpoint URI with a bucket per region: each region's folder of the job.

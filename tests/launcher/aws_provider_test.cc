@@ -23,6 +23,7 @@ using ::testing::ElementsAre;
 using testing::FakeEc2;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::Pair;
 using ::testing::UnorderedElementsAre;
 
 constexpr char kKey[] = "AKIDTESTLAUNCHER";
@@ -39,7 +40,7 @@ class AwsProviderTest : public ::testing::Test {
   AwsProviderTest() : fake_(kKey, kSecret, kToken) {}
 
   // A provider with a subnet per zone: us-east-1a, then us-east-1b.
-  std::unique_ptr<AwsProvider> ZonedProvider() {
+  std::unique_ptr<AwsProvider> ZonedProvider(bool placement_scores = false) {
     fake_.SetSubnetZone("subnet-0aaa", "us-east-1a");
     fake_.SetSubnetZone("subnet-0bbb", "us-east-1b");
     AwsProvider::Options options;
@@ -52,6 +53,8 @@ class AwsProviderTest : public ::testing::Test {
     options.image_id = "ami-0123456789abcdef0";
     options.subnets = {{.zone = "us-east-1a", .subnet_id = "subnet-0aaa"},
                        {.zone = "us-east-1b", .subnet_id = "subnet-0bbb"}};
+    options.placement_scores = placement_scores;
+    options.now = &Now;
     options.retry.max_attempts = 4;
     options.retry.sleep = [this](absl::Duration d) { sleeps_.push_back(d); };
     absl::StatusOr<std::unique_ptr<AwsProvider>> provider = AwsProvider::Create(options);
@@ -97,11 +100,16 @@ class AwsProviderTest : public ::testing::Test {
                          .batch_size = 64};
   }
 
-  int RunInstancesCalls() const {
+  int RunInstancesCalls() const { return Calls("RunInstances"); }
+  int Calls(const std::string& action) const {
     int n = 0;
-    for (const std::string& a : fake_.actions()) n += a == "RunInstances";
+    for (const std::string& a : fake_.actions()) n += a == action;
     return n;
   }
+
+  // The zoned provider's clock.
+  static absl::Time Now() { return now_; }
+  static inline absl::Time now_ = absl::FromUnixSeconds(1767225600);
 
   FakeEc2 fake_;
   std::vector<absl::Duration> sleeps_;
@@ -526,6 +534,58 @@ TEST_F(AwsProviderTest, RequestZonesSetTheOrderAndMustBeConfigured) {
   absl::StatusOr<LaunchResult> unknown = provider->Launch(request);
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(unknown.status().message(), HasSubstr("zones[1] = \"us-east-1c\""));
+}
+
+TEST_F(AwsProviderTest, PlacementScoresNameTheSubnetsZonesAndAreKeptAWhile) {
+  auto provider = ZonedProvider(/*placement_scores=*/true);
+  fake_.SetPlacementScore("us-east-1a", "g4dn.4xlarge", 3);
+  fake_.SetPlacementScore("us-east-1b", "g4dn.4xlarge", 9);
+  fake_.SetPlacementScore("us-east-1c", "g4dn.4xlarge", 10);  // no subnet there: not this job's
+  fake_.SetPlacementScore("us-east-1a", "p3.2xlarge", 1);
+  absl::StatusOr<std::map<std::string, int>> scores =
+      provider->SpotPlacementScores("g4dn.4xlarge", 4);
+  ASSERT_TRUE(scores.ok()) << scores.status();
+  EXPECT_THAT(*scores, ElementsAre(Pair("us-east-1a", 3), Pair("us-east-1b", 9)));
+  std::map<std::string, std::string> asked;
+  for (auto request : fake_.requests()) {
+    if (request["Action"] == "GetSpotPlacementScores") asked = request;
+  }
+  EXPECT_EQ(asked["InstanceType.1"], "g4dn.4xlarge");
+  EXPECT_EQ(asked["TargetCapacity"], "4");
+  EXPECT_EQ(asked["SingleAvailabilityZone"], "true");
+  EXPECT_EQ(asked["RegionName.1"], "us-east-1");
+
+  // Kept for ten minutes: the same question within them asks nothing.
+  fake_.SetPlacementScore("us-east-1a", "g4dn.4xlarge", 8);
+  now_ += absl::Minutes(9);
+  EXPECT_THAT(*provider->SpotPlacementScores("g4dn.4xlarge", 4),
+              ElementsAre(Pair("us-east-1a", 3), Pair("us-east-1b", 9)));
+  EXPECT_EQ(Calls("GetSpotPlacementScores"), 1);
+  now_ += absl::Minutes(2);
+  EXPECT_THAT(*provider->SpotPlacementScores("g4dn.4xlarge", 4),
+              ElementsAre(Pair("us-east-1a", 8), Pair("us-east-1b", 9)));
+  EXPECT_EQ(Calls("GetSpotPlacementScores"), 2);
+  EXPECT_EQ(Calls("DescribeAvailabilityZones"), 1);  // the zone ids' names are kept for good
+}
+
+TEST_F(AwsProviderTest, PlacementScoresAreAskedOnlyWhenConfiguredAndARefusalIsNamed) {
+  auto plain = ZonedProvider();
+  absl::StatusOr<std::map<std::string, int>> none = plain->SpotPlacementScores("g4dn.4xlarge", 1);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  EXPECT_TRUE(fake_.actions().empty());
+
+  auto provider = ZonedProvider(/*placement_scores=*/true);
+  fake_.Inject({.action = "GetSpotPlacementScores",
+                .http_status = 403,
+                .code = "UnauthorizedOperation",
+                .message = "You are not authorized to perform this operation."});
+  absl::StatusOr<std::map<std::string, int>> refused =
+      provider->SpotPlacementScores("g4dn.4xlarge", 1);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("GetSpotPlacementScores"));
+  EXPECT_THAT(provider->SpotPlacementScores("g4dn.4xlarge", 0).status().message(),
+              HasSubstr("count = 0"));
 }
 
 TEST_F(AwsProviderTest, APriceRefusalDoesNotMoveToAnotherZone) {

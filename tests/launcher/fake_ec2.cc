@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "absl/strings/ascii.h"
@@ -196,6 +197,11 @@ std::string FakeEc2::VerifySignature(const httplib::Request& request) {
   return "";
 }
 
+void FakeEc2::SetPlacementScore(const std::string& zone, const std::string& type, int score) {
+  std::lock_guard<std::mutex> lock(mu_);
+  placement_scores_[{zone, type}] = score;
+}
+
 void FakeEc2::Handle(const httplib::Request& request, httplib::Response& response) {
   std::map<std::string, std::string> params = ParseForm(request.body);
   const std::string action = params["Action"];
@@ -380,6 +386,47 @@ void FakeEc2::Handle(const httplib::Request& request, httplib::Response& respons
                        "</spotPriceHistorySet><nextToken>",
                        end < static_cast<int>(matching.size()) ? absl::StrCat(end) : "",
                        "</nextToken></DescribeSpotPriceHistoryResponse>");
+  } else if (action == "DescribeAvailabilityZones" || action == "GetSpotPlacementScores") {
+    std::set<std::string> names;
+    for (const auto& [subnet, zone] : subnet_zones_) names.insert(zone);
+    for (const auto& [key, score] : placement_scores_) names.insert(key.first);
+    std::map<std::string, std::string> ids;  // name -> id, numbered from the last name
+    int n = static_cast<int>(names.size());
+    for (const std::string& name : names) {
+      ids[name] = absl::StrCat(name.substr(0, 2), name.substr(name.find('-') + 1, 1),
+                               name.substr(name.size() - 2, 1), "-az", n--);
+    }
+    if (action == "DescribeAvailabilityZones") {
+      std::string items;
+      for (const auto& [name, id] : ids) {
+        absl::StrAppend(&items, "<item><zoneName>", name, "</zoneName><zoneId>", id,
+                        "</zoneId><zoneState>available</zoneState><regionName>",
+                        name.substr(0, name.size() - 1), "</regionName></item>");
+      }
+      xml = absl::StrCat("<DescribeAvailabilityZonesResponse xmlns=\"", kNs,
+                         "\"><requestId>fake-zones</requestId><availabilityZoneInfo>", items,
+                         "</availabilityZoneInfo></DescribeAvailabilityZonesResponse>");
+    } else {
+      int capacity = 0;
+      const std::string type = params["InstanceType.1"];
+      if (type.empty() || !absl::SimpleAtoi(params["TargetCapacity"], &capacity) || capacity < 1 ||
+          params["SingleAvailabilityZone"] != "true") {
+        return reply_error(400, "InvalidParameterValue",
+                           "InstanceType.1, TargetCapacity >= 1 and SingleAvailabilityZone=true "
+                           "are expected here");
+      }
+      std::string items;
+      for (const auto& [key, score] : placement_scores_) {
+        if (key.second != type) continue;
+        const std::string& zone = key.first;
+        absl::StrAppend(&items, "<item><region>", zone.substr(0, zone.size() - 1),
+                        "</region><availabilityZoneId>", ids[zone], "</availabilityZoneId><score>",
+                        score, "</score></item>");
+      }
+      xml = absl::StrCat("<GetSpotPlacementScoresResponse xmlns=\"", kNs,
+                         "\"><requestId>fake-scores</requestId><spotPlacementScoreSet>", items,
+                         "</spotPlacementScoreSet></GetSpotPlacementScoresResponse>");
+    }
   } else {
     return reply_error(400, "InvalidAction", "The action " + action + " is not valid");
   }

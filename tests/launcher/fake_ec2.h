@@ -64,6 +64,11 @@ class FakeEc2 {
   // it is refused). Unknown subnets are in us-east-1a.
   void SetSubnetZone(const std::string& subnet_id, const std::string& zone);
   void AddSpotPrice(const SpotPrice& price);
+  // The spot placement score GetSpotPlacementScores gives `zone` for `type` (unset: unscored).
+  // DescribeAvailabilityZones lists the zones of SetSubnetZone and of scores; their ids
+  // ("use1-az1", ...) are numbered in the reverse order of their names, as an account's mapping
+  // need not follow the names.
+  void SetPlacementScore(const std::string& zone, const std::string& type, int score);
   void set_page_size(int n);
   // Every instance created so far.
   std::vector<FakeInstance> instances() const;
@@ -89,6 +94,7 @@ class FakeEc2 {
   std::map<std::pair<std::string, std::string>, int> zone_capacity_;  // (zone, type)
   std::map<std::string, std::string> subnet_zones_;
   std::vector<SpotPrice> prices_;
+  std::map<std::pair<std::string, std::string>, int> placement_scores_;  // (zone, type)
   int page_size_ = 1000;
   std::vector<FakeInstance> instances_;
   std::map<std::string, std::vector<std::string>> tokens_;  // ClientToken -> instance ids

@@ -339,7 +339,8 @@ class JobRun {
   int deadline_decisions_ = 0;            // "deadline" events so far (numbers their tokens)
   std::map<std::string, double> on_demand_price_;
   std::map<std::string, absl::Time> refused_zones_;  // zone -> when it last refused capacity
-  int zone_returns_ = 0;                             // "zone-return" events so far
+  bool scores_refused_logged_ = false;  // the provider's placement scores failed once (logged)
+  int zone_returns_ = 0;                // "zone-return" events so far
   absl::Time next_zone_check_ = absl::InfinitePast();
   std::map<std::string, absl::Time> zone_tried_;  // "TYPE@ZONE" -> when a return last tried it
   // While a zone return launches: the one zone its launch may use (empty: LaunchZones' order).

@@ -427,6 +427,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
         }
         if (value.is_string()) {
           spec.provider.options[key] = value.get<std::string>();
+        } else if (value.is_boolean()) {  // e.g. placement_scores, external_ip
+          spec.provider.options[key] = value.get<bool>() ? "true" : "false";
         } else if (value.is_array()) {  // e.g. security_group_ids
           std::string joined;
           for (const json& v : value) {
@@ -435,7 +437,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
           }
           spec.provider.options[key] = joined;
         } else {
-          return Bad("provider." + key, value, "expected a string or a list of strings");
+          return Bad("provider." + key, value,
+                     "expected a string, true or false, or a list of strings");
         }
       }
     } else {

@@ -132,8 +132,32 @@ std::vector<std::string> JobRun::ZonesFor(const std::string& type) {
       others.emplace_back(PriceIn(type, z.name(), launcher::Market::kSpot), z.name());
     }
   }
-  std::stable_sort(others.begin(), others.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Among zones of one price, the one the cloud scores likelier to have spot for the launch
+  // first (AWS's spot placement scores where the provider asks them; unscored zones last). A
+  // provider that cannot tell leaves the catalog's order.
+  std::map<std::string, int> scores;
+  if (others.size() > 1) {
+    int count = 0;
+    for (const pb::InstanceCount& c : plan_.cluster().instances()) {
+      if (sync_ || c.instance_type() == type) count += c.count();
+    }
+    auto got = services_.provider->SpotPlacementScores(type, std::max(1, count));
+    if (got.ok()) {
+      scores = *std::move(got);
+    } else if (!scores_refused_logged_) {
+      scores_refused_logged_ = true;
+      (void)Log("placement_scores",
+                nlohmann::json{{"instance_type", type}, {"error", got.status().ToString()}}.dump());
+    }
+  }
+  auto score = [&](const std::string& zone) {
+    auto it = scores.find(zone);
+    return it == scores.end() ? 0 : it->second;
+  };
+  std::stable_sort(others.begin(), others.end(), [&](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first < b.first;
+    return score(a.second) > score(b.second);
+  });
   for (const auto& [price, zone] : others) out.push_back(zone);
   return out;
 }
