@@ -402,6 +402,21 @@ class JobControllerTest : public ::testing::Test {
   }
 
   // The job's event log, a line an event, for failure messages.
+  // Runs the job to its end and returns the zones its first launch in us-east-1a's zones tried.
+  std::vector<std::string> FirstZonedLaunchOfAFinishedJob() {
+    JobController controller = Controller();
+    auto outcome = PlanAndRun(controller);
+    EXPECT_TRUE(outcome.ok()) << outcome.status();
+    if (outcome.ok()) {
+      EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
+    }
+    for (const std::vector<std::string>& zones : cloud_.launch_zones) {
+      if (absl::c_linear_search(zones, "us-east-1a")) return zones;
+    }
+    ADD_FAILURE() << "no launch tried us-east-1a";
+    return {};
+  }
+
   std::string LogText() {
     std::string text;
     auto events = store_->Events("job-x");
@@ -548,15 +563,8 @@ TEST_F(JobControllerTest, AnInstanceGoneWithoutANoticeIsLostAndTakenOver) {
 TEST_F(JobControllerTest, ZonesOfOnePriceAreTriedInTheOrderOfTheCloudsPlacementScores) {
   cloud_.zones_for["p2.xlarge"] = {"us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"};
   cloud_.placement_scores = {{"us-east-1b", 2}, {"us-east-1c", 9}};
-  JobController controller = Controller();
-  auto outcome = PlanAndRun(controller);
-  ASSERT_TRUE(outcome.ok()) << outcome.status();
-  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
-  auto first = absl::c_find_if(cloud_.launch_zones, [](const std::vector<std::string>& zones) {
-    return absl::c_linear_search(zones, "us-east-1a");
-  });
-  ASSERT_NE(first, cloud_.launch_zones.end());
-  EXPECT_THAT(*first, ElementsAre("us-east-1c", "us-east-1b", "us-east-1a", "us-east-1d"));
+  const std::vector<std::string> first = FirstZonedLaunchOfAFinishedJob();
+  EXPECT_THAT(first, ElementsAre("us-east-1c", "us-east-1b", "us-east-1a", "us-east-1d"));
   ASSERT_FALSE(cloud_.score_asks.empty());
   EXPECT_EQ(cloud_.score_asks[0].first, "p2.xlarge");
   EXPECT_GE(cloud_.score_asks[0].second, 1);  // the plan's p2.xlarge count
@@ -568,15 +576,8 @@ TEST_F(JobControllerTest, PlacementScoresThatFailLeaveTheCatalogsOrderAndAreLogg
   cloud_.zones_for["p2.xlarge"] = {"us-east-1a", "us-east-1b", "us-east-1c"};
   cloud_.scores_error = absl::PermissionDeniedError(
       "EC2 GetSpotPlacementScores: UnauthorizedOperation: not authorized");
-  JobController controller = Controller();
-  auto outcome = PlanAndRun(controller);
-  ASSERT_TRUE(outcome.ok()) << outcome.status();
-  EXPECT_EQ(outcome->record.state, JobState::kFinished) << outcome->record.message;
-  auto first = absl::c_find_if(cloud_.launch_zones, [](const std::vector<std::string>& zones) {
-    return absl::c_linear_search(zones, "us-east-1a");
-  });
-  ASSERT_NE(first, cloud_.launch_zones.end());
-  EXPECT_THAT(*first, ElementsAre("us-east-1a", "us-east-1b", "us-east-1c"));
+  const std::vector<std::string> first = FirstZonedLaunchOfAFinishedJob();
+  EXPECT_THAT(first, ElementsAre("us-east-1a", "us-east-1b", "us-east-1c"));
   auto events = store_->Events("job-x");
   ASSERT_TRUE(events.ok());
   int logged = 0;
