@@ -748,8 +748,18 @@ absl::StatusOr<std::map<std::string, int>> AwsProvider::SpotPlacementScores(
   const auto key = std::make_pair(instance_type, count);
   if (auto it = scores_.find(key);
       it != scores_.end() && now - it->second.at < options_.placement_scores_ttl) {
+    if (!it->second.error.ok()) return it->second.error;  // a refusal is not asked again at once
     return it->second.by_zone;
   }
+  absl::StatusOr<std::map<std::string, int>> asked = AskPlacementScores(instance_type, count);
+  scores_[key] = Scores{.at = now,
+                        .by_zone = asked.ok() ? *asked : std::map<std::string, int>{},
+                        .error = asked.status()};
+  return asked;
+}
+
+absl::StatusOr<std::map<std::string, int>> AwsProvider::AskPlacementScores(
+    const std::string& instance_type, int count) {
   // Scores name zones by id, which maps to a different name in each account.
   if (zone_names_.empty()) {
     absl::StatusOr<std::string> body = Call("DescribeAvailabilityZones", {}, options_.region);
@@ -790,7 +800,6 @@ absl::StatusOr<std::map<std::string, int>> AwsProvider::SpotPlacementScores(
     next_token = ChildText(root, "nextToken");
     if (next_token.empty()) break;
   }
-  scores_[key] = Scores{.at = now, .by_zone = by_zone};
   return by_zone;
 }
 

@@ -118,7 +118,7 @@ class AwsProvider final : public CloudProvider {
     std::string max_spot_price;        // empty: up to the on-demand price
     // Ask EC2's spot placement scores (GetSpotPlacementScores, per zone of `subnets`) to order
     // zones of the same price. Needs ec2:GetSpotPlacementScores and
-    // ec2:DescribeAvailabilityZones; the answer is kept for `placement_scores_ttl`.
+    // ec2:DescribeAvailabilityZones; an answer, or a refusal, is kept for `placement_scores_ttl`.
     bool placement_scores = false;
     absl::Duration placement_scores_ttl = absl::Minutes(10);
     // The instance wrapper the command runs under (`AGENT -- /bin/bash -c COMMAND`);
@@ -182,9 +182,13 @@ class AwsProvider final : public CloudProvider {
   base::BackoffPolicy retry_;
   std::string endpoint_url_;
   std::map<std::string, std::string> zone_names_;  // zone id ("use1-az4") -> name ("us-east-1a")
+  // GetSpotPlacementScores itself (SpotPlacementScores keeps its answers).
+  absl::StatusOr<std::map<std::string, int>> AskPlacementScores(const std::string& instance_type,
+                                                                int count);
   struct Scores {
     absl::Time at;
     std::map<std::string, int> by_zone;
+    absl::Status error;  // a refusal, kept as long as an answer
   };
   std::map<std::pair<std::string, int>, Scores> scores_;  // by (type, count)
 };

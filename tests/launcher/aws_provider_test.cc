@@ -584,6 +584,11 @@ TEST_F(AwsProviderTest, PlacementScoresAreAskedOnlyWhenConfiguredAndARefusalIsNa
       provider->SpotPlacementScores("g4dn.4xlarge", 1);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied) << refused.status();
   EXPECT_THAT(refused.status().message(), HasSubstr("GetSpotPlacementScores"));
+  // Not asked again until the answer would be: a job asks at every launch and zone check.
+  now_ += absl::Minutes(1);
+  EXPECT_EQ(provider->SpotPlacementScores("g4dn.4xlarge", 1).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Calls("GetSpotPlacementScores"), 1);
   EXPECT_THAT(provider->SpotPlacementScores("g4dn.4xlarge", 0).status().message(),
               HasSubstr("count = 0"));
 }
