@@ -85,13 +85,16 @@ std::string Text(const xmlNode* node) {
 
 std::string ChildText(const xmlNode* node, const char* name) { return Text(Child(node, name)); }
 
-absl::StatusOr<XmlDocPtr> ParseResponse(const std::string& action, const std::string& body,
-                                        const char* root_name) {
-  XmlDocPtr doc = ParseXml(body);
+// The answer to a call of `action` as its <ACTION>Response document; the call's error as it was.
+absl::StatusOr<XmlDocPtr> ParseResponse(const std::string& action,
+                                        const absl::StatusOr<std::string>& body) {
+  if (!body.ok()) return body.status();
+  const std::string root_name = action + "Response";
+  XmlDocPtr doc = ParseXml(*body);
   xmlNode* root = doc == nullptr ? nullptr : xmlDocGetRootElement(doc.get());
-  if (!Named(root, root_name)) {
+  if (!Named(root, root_name.c_str())) {
     return absl::InternalError(absl::StrCat("EC2 ", action, ": the response is not a ", root_name,
-                                            " document (", body.size(), " bytes)"));
+                                            " document (", body->size(), " bytes)"));
   }
   return doc;
 }
@@ -589,9 +592,8 @@ absl::StatusOr<LaunchResult> AwsProvider::RunInstances(const LaunchRequest& requ
                    options_.iam_instance_profile);
   }
 
-  absl::StatusOr<std::string> body = Call("RunInstances", p, "", request.instance_type);
-  if (!body.ok()) return body.status();
-  absl::StatusOr<XmlDocPtr> doc = ParseResponse("RunInstances", *body, "RunInstancesResponse");
+  absl::StatusOr<XmlDocPtr> doc =
+      ParseResponse("RunInstances", Call("RunInstances", p, "", request.instance_type));
   if (!doc.ok()) return doc.status();
   LaunchResult result;
   result.requested = request.count;
@@ -622,10 +624,8 @@ absl::StatusOr<std::vector<Instance>> AwsProvider::DescribeMatching(
   for (int page = 0; page < 1000; ++page) {
     std::vector<std::pair<std::string, std::string>> p = filter;
     if (!next_token.empty()) p.emplace_back("NextToken", next_token);
-    absl::StatusOr<std::string> body = Call("DescribeInstances", p, "");
-    if (!body.ok()) return body.status();
     absl::StatusOr<XmlDocPtr> doc =
-        ParseResponse("DescribeInstances", *body, "DescribeInstancesResponse");
+        ParseResponse("DescribeInstances", Call("DescribeInstances", p, ""));
     if (!doc.ok()) return doc.status();
     xmlNode* root = xmlDocGetRootElement(doc->get());
     for (const xmlNode* reservation : Items(Child(root, "reservationSet"))) {
@@ -672,10 +672,8 @@ absl::Status AwsProvider::TerminateBatch(const std::vector<std::string>& instanc
   for (size_t i = 0; i < instance_ids.size(); ++i) {
     p.emplace_back(absl::StrCat("InstanceId.", i + 1), instance_ids[i]);
   }
-  absl::StatusOr<std::string> body = Call("TerminateInstances", p, "");
-  if (!body.ok()) return body.status();
   absl::StatusOr<XmlDocPtr> doc =
-      ParseResponse("TerminateInstances", *body, "TerminateInstancesResponse");
+      ParseResponse("TerminateInstances", Call("TerminateInstances", p, ""));
   if (!doc.ok()) return doc.status();
   std::set<std::string> answered;
   for (const xmlNode* item : Items(Child(xmlDocGetRootElement(doc->get()), "instancesSet"))) {
@@ -708,10 +706,8 @@ absl::StatusOr<std::vector<SpotPrice>> AwsProvider::SpotPrices(
     p.emplace_back("StartTime", start);
     p.emplace_back("MaxResults", "1000");
     if (!next_token.empty()) p.emplace_back("NextToken", next_token);
-    absl::StatusOr<std::string> body = Call("DescribeSpotPriceHistory", p, region);
-    if (!body.ok()) return body.status();
     absl::StatusOr<XmlDocPtr> doc =
-        ParseResponse("DescribeSpotPriceHistory", *body, "DescribeSpotPriceHistoryResponse");
+        ParseResponse("DescribeSpotPriceHistory", Call("DescribeSpotPriceHistory", p, region));
     if (!doc.ok()) return doc.status();
     xmlNode* root = xmlDocGetRootElement(doc->get());
     for (const xmlNode* item : Items(Child(root, "spotPriceHistorySet"))) {
@@ -762,10 +758,8 @@ absl::StatusOr<std::map<std::string, int>> AwsProvider::AskPlacementScores(
     const std::string& instance_type, int count) {
   // Scores name zones by id, which maps to a different name in each account.
   if (zone_names_.empty()) {
-    absl::StatusOr<std::string> body = Call("DescribeAvailabilityZones", {}, options_.region);
-    if (!body.ok()) return body.status();
-    absl::StatusOr<XmlDocPtr> doc =
-        ParseResponse("DescribeAvailabilityZones", *body, "DescribeAvailabilityZonesResponse");
+    absl::StatusOr<XmlDocPtr> doc = ParseResponse(
+        "DescribeAvailabilityZones", Call("DescribeAvailabilityZones", {}, options_.region));
     if (!doc.ok()) return doc.status();
     xmlNode* root = xmlDocGetRootElement(doc->get());
     for (const xmlNode* item : Items(Child(root, "availabilityZoneInfo"))) {
@@ -780,10 +774,8 @@ absl::StatusOr<std::map<std::string, int>> AwsProvider::AskPlacementScores(
         {"TargetCapacityUnitType", "units"}, {"SingleAvailabilityZone", "true"},
         {"RegionName.1", options_.region},   {"MaxResults", "10"}};
     if (!next_token.empty()) p.emplace_back("NextToken", next_token);
-    absl::StatusOr<std::string> body = Call("GetSpotPlacementScores", p, options_.region);
-    if (!body.ok()) return body.status();
     absl::StatusOr<XmlDocPtr> doc =
-        ParseResponse("GetSpotPlacementScores", *body, "GetSpotPlacementScoresResponse");
+        ParseResponse("GetSpotPlacementScores", Call("GetSpotPlacementScores", p, options_.region));
     if (!doc.ok()) return doc.status();
     xmlNode* root = xmlDocGetRootElement(doc->get());
     for (const xmlNode* item : Items(Child(root, "spotPlacementScoreSet"))) {
