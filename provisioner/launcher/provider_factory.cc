@@ -108,19 +108,20 @@ absl::StatusOr<std::map<std::string, std::string>> AzureLocationImages(
   std::map<std::string, std::string> images;
   const std::vector<std::string> items = List(spec, "location_images");
   for (size_t i = 0; i < items.size(); ++i) {
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".location_images[", i, "] = \"", items[i], "\": ", why));
+    };
     const size_t eq = items[i].find('=');
-    const std::string location = eq == std::string::npos ? "" : items[i].substr(0, eq);
-    const bool known = std::any_of(places.begin(), places.end(),
-                                   [&](const AzurePlace& p) { return p.location == location; });
-    if (eq == std::string::npos || eq + 1 == items[i].size() || !known ||
-        images.count(location) > 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".location_images[", i, "] = \"", items[i], "\": ",
-          eq == std::string::npos || eq + 1 == items[i].size() ? "expected LOCATION=IMAGE"
-          : !known ? absl::StrCat("\"", location, "\" is not a location of other_locations")
-                   : absl::StrCat(location, " is given twice")));
+    if (eq == std::string::npos || eq + 1 == items[i].size()) return bad("expected LOCATION=IMAGE");
+    const std::string location = items[i].substr(0, eq);
+    if (std::none_of(places.begin(), places.end(),
+                     [&](const AzurePlace& p) { return p.location == location; })) {
+      return bad(absl::StrCat("\"", location, "\" is not a location of other_locations"));
     }
-    images[location] = items[i].substr(eq + 1);
+    if (!images.emplace(location, items[i].substr(eq + 1)).second) {
+      return bad(absl::StrCat(location, " is given twice"));
+    }
   }
   return images;
 }
